@@ -1,0 +1,33 @@
+# One command sets up and runs the main job; one sets up and runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup run test bench ablation reproduce-fcpts-r56 clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Main job: CIFAR-10 ResNet-56, FCPTS at 90%, fast CPU profile (a few minutes); writes a record.
+run: setup
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile fast
+
+test: setup
+	$(PY) -m pytest -q
+
+# Full protocol of METHOD.md for the same cell (1,600 iterations; resumable).
+reproduce-fcpts-r56: setup
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper
+
+# Time of one FCPTS step over one plain training step (benchmark, not a test).
+bench: setup
+	$(PY) -m benchmarks.step_time --model resnet56 --batch-size 64
+
+clean:
+	rm -rf $(VENV) .pytest_cache results/checkpoints

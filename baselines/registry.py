@@ -1,0 +1,106 @@
+"""One registry of sparsification methods, all with the same signature:
+
+    method(model, calibration, target, budget) -> (sparse_model, SparsityReport)
+
+`budget` holds what a profile grants every method alike: iterations, batch_size, seed, progress and an
+optional checkpoint path for resumable runs. Methods that need no data ignore what they do not use.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+import fcpts
+from fcpts import allocation
+from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
+from fcpts.options import SparsityReport
+
+
+@dataclass
+class Budget:
+    iterations: int = 1600
+    batch_size: int = 64
+    seed: int = 0
+    progress: bool = True
+    checkpoint: str | None = None
+    options: dict[str, Any] | None = None  # method-specific overrides
+
+
+Method = Callable[[nn.Module, Any, float, Budget], "tuple[nn.Module, SparsityReport]"]
+METHODS: dict[str, Method] = {}
+
+
+def register(name: str):
+    def wrap(fn: Method) -> Method:
+        METHODS[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_method(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def _fcpts(model, calibration, target, budget: Budget, **fixed):
+    opts = dict(iterations=budget.iterations, batch_size=budget.batch_size, seed=budget.seed,
+                progress=budget.progress, checkpoint=budget.checkpoint)
+    opts.update(fixed)
+    opts.update(budget.options or {})
+    return fcpts.sparsify(model, calibration, target, **opts)
+
+
+@register("fcpts")
+def fcpts_method(model, calibration, target, budget: Budget):
+    """FCPTS with learned thresholds (the paper's method)."""
+    return _fcpts(model, calibration, target, budget)
+
+
+@register("fcpts-fixed")
+def fcpts_fixed(model, calibration, target, budget: Budget):
+    """ERK allocation, FCPTS reconstruction with thresholds frozen (the paper's Figure 3 ablation)."""
+    return _fcpts(model, calibration, target, budget, learn_thresholds=False)
+
+
+def _magnitude(name: str, model: nn.Module, target: float, masks_of: Callable) -> tuple[nn.Module, SparsityReport]:
+    target = check_target(target)
+    t0 = time.perf_counter()
+    layers = prunable_layers(model)
+    apply_keep_masks(layers, masks_of(layers, target))
+    model.eval()
+    achieved, per_layer = sparsity_summary(model)
+    return model, SparsityReport(name, target, achieved, per_layer, wall_s=time.perf_counter() - t0)
+
+
+@register("uniform")
+def uniform(model, calibration, target, budget: Budget):
+    """Magnitude pruning, the same rate in every layer."""
+    return _magnitude("uniform", model, target,
+                      lambda ls, r: allocation.keep_masks_for_rates(ls, allocation.uniform_rates(ls, r), r))
+
+
+@register("erk")
+def erk(model, calibration, target, budget: Budget):
+    """Magnitude pruning with ERK rates (FCPTS's starting point)."""
+    return _magnitude("erk", model, target,
+                      lambda ls, r: allocation.keep_masks_for_rates(ls, allocation.erk_rates(ls, r), r))
+
+
+@register("global-magnitude")
+def global_magnitude(model, calibration, target, budget: Budget):
+    """One magnitude cut over all layers."""
+    return _magnitude("global-magnitude", model, target,
+                      lambda ls, r: allocation.global_keep_masks(allocation.global_magnitude_scores(ls), r))
+
+
+@register("lamp")
+def lamp(model, calibration, target, budget: Budget):
+    """LAMP scores, one global cut."""
+    return _magnitude("lamp", model, target,
+                      lambda ls, r: allocation.global_keep_masks({n: allocation.lamp_scores(m.weight) for n, m in ls.items()}, r))

@@ -1,0 +1,94 @@
+"""FCPTS design measurements on real CIFAR-10 data and weights: option variants x iteration counts.
+
+Used to choose and document defaults (METHOD.md asks: threshold gradient, teacher mode, KDE bandwidth,
+and how accuracy depends on the iteration count for a CPU profile). Every finished variant is appended
+as one JSON line to the output file, with provenance; variants already there are skipped (resume).
+
+    python -m benchmarks.ablation --model resnet56 --target 0.9 --iterations 100 400 1600 \
+        --variants default control-only teacher-eval --out results/ablations/resnet56-sp90.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import fcpts
+from tasks.data import CifarCalibration, calibration_indices, load_cifar, normalize_cifar, resolve_data_root
+from tasks.evaluate import classify
+from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.records import device_description, git_commit
+
+VARIANTS = {
+    "default": {},
+    "ste": {"threshold_grad": "ste"},
+    "ste-teacher-eval": {"threshold_grad": "ste", "teacher_mode": "eval"},
+    "teacher-eval": {"teacher_mode": "eval"},
+    "histogram": {"bridge": "histogram"},
+    "kde-h0.1": {"kde_bandwidth": 0.1},
+    "kde-h2": {"kde_bandwidth": 2.0},
+    "mse-blocks": {"reconstruction": "mse-blocks"},
+    "fixed": {"learn_thresholds": False},
+    "squared": {"control_loss": "squared"},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="resnet56")
+    p.add_argument("--target", type=float, default=0.9)
+    p.add_argument("--iterations", type=int, nargs="+", default=[400])
+    p.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS))
+    p.add_argument("--n-calibration", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+
+    root = resolve_data_root(args.data_root)
+    x_test, y_test = load_cifar(root, "cifar10", "test")
+    x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
+    x_train, _ = load_cifar(root, "cifar10", "train")
+    idx = calibration_indices(len(x_train), args.n_calibration, args.seed)
+    calib = CifarCalibration(x_train[idx], augment=True)
+    weights = default_cifar_weights(root, "cifar10", args.model)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["variant"], r["iterations"]))
+
+    for iterations in args.iterations:
+        for variant in args.variants:
+            if (variant, iterations) in done:
+                print(f"[skip] {variant} x {iterations}")
+                continue
+            model = cifar_resnet(args.model)
+            load_checkpoint(model, weights)
+            t = time.perf_counter()
+            model, report = fcpts.sparsify(model, calib, args.target, iterations=iterations, seed=args.seed,
+                                           progress=False, **VARIANTS[variant])
+            wall = time.perf_counter() - t
+            metrics = classify(model, x_eval, y_eval)
+            row = {
+                "model": args.model, "target": args.target, "variant": variant, "options": VARIANTS[variant],
+                "iterations": iterations, "top1": metrics["top1"], "top5": metrics["top5"],
+                "achieved_sparsity": report.achieved_sparsity,
+                "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],
+                "final_rec_loss": report.history[-1]["rec"] if report.history else None,
+                "wall_s": round(wall, 1), "n_calibration": len(idx), "seed": args.seed,
+                "device": device_description(), "git_commit": git_commit(),
+            }
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{variant:14s} it={iterations:5d} top1={metrics['top1']:.2f} "
+                  f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

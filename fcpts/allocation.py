@@ -1,0 +1,144 @@
+"""Per-layer sparsity allocations and exact magnitude masks.
+
+Each allocation returns per-layer rates {name: fraction of zeros}; `keep_masks_for_rates` turns rates
+into masks whose zero count totals exactly round(target * N). Global cuts (global magnitude, L2Norm,
+LAMP, and FCPTS's final exact step) share one routine, `global_keep_masks`, that ranks a score per
+weight over all layers and prunes exactly the lowest ones.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .masks import check_target
+
+
+def _numels(layers: dict[str, nn.Module]) -> dict[str, int]:
+    return {name: m.weight.numel() for name, m in layers.items()}
+
+
+def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -> dict[str, float]:
+    """Erdos-Renyi-Kernel allocation (RigL): density_l proportional to (sum(shape) / prod(shape))^power.
+
+    Kernel dims are included. A layer whose density would exceed 1 is made dense and epsilon is
+    recomputed so the other layers carry its share of zeros (the released code's loop).
+    """
+    target = check_target(target)
+    shapes = {name: list(m.weight.shape) for name, m in layers.items()}
+    numel = {name: math.prod(s) for name, s in shapes.items()}
+    raw = {name: (sum(s) / math.prod(s)) ** power for name, s in shapes.items()}
+    dense: set[str] = set()
+    while True:
+        # Zeros must total target * N; dense layers hold none, so the rest hold all of them.
+        kept_budget = sum(numel[n] * (1 - target) for n in numel if n not in dense)
+        kept_budget -= sum(numel[n] * target for n in dense)
+        divisor = sum(raw[n] * numel[n] for n in numel if n not in dense)
+        if divisor == 0:
+            raise ValueError(f"ERK cannot reach sparsity {target}: every layer had to be made dense")
+        eps = kept_budget / divisor
+        over = [n for n in numel if n not in dense and eps * raw[n] > 1]
+        if not over:
+            break
+        top = max(raw[n] for n in over)
+        dense.update(n for n in over if raw[n] == top)
+    return {n: 0.0 if n in dense else 1.0 - eps * raw[n] for n in numel}
+
+
+def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, float]:
+    """The same rate in every layer."""
+    target = check_target(target)
+    return {name: target for name in layers}
+
+
+def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: float) -> dict[str, int]:
+    """Per-layer zero counts from rates, adjusted so they total exactly round(target * N).
+
+    floor(r_l * n_l) first (the released code's rounding), then the remainder goes to the layers
+    with the largest fractional parts; a layer at rate 0 (forced dense) is never touched.
+    """
+    total_zeros = round(target * sum(numels.values()))
+    exact = {n: rates[n] * numels[n] for n in rates}
+    counts = {n: min(numels[n], max(0, math.floor(exact[n] + 1e-9))) for n in rates}
+    remainder = total_zeros - sum(counts.values())
+    step = 1 if remainder > 0 else -1
+    order = sorted(
+        (n for n in rates if rates[n] > 0),
+        key=lambda n: (exact[n] - math.floor(exact[n])) * step,
+        reverse=True,
+    )
+    while remainder != 0:
+        moved = False
+        for n in order:
+            if remainder == 0:
+                break
+            if 0 <= counts[n] + step <= numels[n]:
+                counts[n] += step
+                remainder -= step
+                moved = True
+        if not moved:
+            raise ValueError("cannot distribute the remaining zeros: target unreachable with these rates")
+    return counts
+
+
+def _lowest_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep-mask that prunes exactly the k lowest scores; ties broken by position (stable sort)."""
+    keep = torch.ones(scores.numel(), dtype=torch.bool, device=scores.device)
+    if k > 0:
+        order = torch.sort(scores.flatten(), stable=True).indices
+        keep[order[:k]] = False
+    return keep.view_as(scores)
+
+
+@torch.no_grad()
+def keep_masks_for_rates(
+    layers: dict[str, nn.Module], rates: dict[str, float], target: float | None = None
+) -> dict[str, torch.Tensor]:
+    """Magnitude masks with the given per-layer rates; with `target`, counts total it exactly."""
+    numels = _numels(layers)
+    if target is None:
+        counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
+    else:
+        counts = rates_to_counts(rates, numels, target)
+    return {n: _lowest_k_mask(m.weight.abs(), counts[n]) for n, m in layers.items()}
+
+
+@torch.no_grad()
+def global_keep_masks(scores: dict[str, torch.Tensor], target: float) -> dict[str, torch.Tensor]:
+    """Prune exactly round(target * N) weights with the lowest scores across all layers."""
+    target = check_target(target)
+    names = list(scores)
+    flat = torch.cat([scores[n].flatten().float() for n in names])
+    keep = _lowest_k_mask(flat, round(target * flat.numel()))
+    masks, start = {}, 0
+    for n in names:
+        size = scores[n].numel()
+        masks[n] = keep[start : start + size].view_as(scores[n])
+        start += size
+    return masks
+
+
+def rates_of_masks(masks: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {n: 1.0 - m.float().mean().item() for n, m in masks.items()}
+
+
+@torch.no_grad()
+def lamp_scores(weight: torch.Tensor) -> torch.Tensor:
+    """LAMP (Lee et al. 2021): w_u^2 / sum_{v >= u} w_v^2 over the layer's weights sorted ascending."""
+    sq = weight.detach().flatten().double() ** 2
+    order = torch.sort(sq, stable=True).indices
+    sorted_sq = sq[order]
+    tail = torch.flip(torch.cumsum(torch.flip(sorted_sq, [0]), 0), [0])
+    scores = torch.empty_like(sq)
+    scores[order] = sorted_sq / tail.clamp_min(torch.finfo(torch.float64).tiny)
+    return scores.view_as(weight)
+
+
+def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+    return {n: m.weight.detach().abs() for n, m in layers.items()}
+
+
+def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+    """POT's "L2Norm" ranking: |W| divided by the layer's Frobenius norm."""
+    return {n: m.weight.detach().abs() / m.weight.detach().norm() for n, m in layers.items()}

@@ -1,0 +1,119 @@
+"""Dataset readers and the data-root rule.
+
+Data root, first match wins: `--data-root`, the FCPTS_DATA_ROOT environment variable, then
+`../shared/data` beside the repository when it exists. Under it, CIFAR is read from either
+- this workplace's lossless archives `cifar10/{train,test}.npz.xz`, `cifar100/{train,test}.npz.xz`, or
+- the standard torchvision layout `cifar-10-batches-py/`, `cifar-100-python/` (created by `--download`).
+"""
+from __future__ import annotations
+
+import io
+import lzma
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_ROOT = REPO_ROOT.parent / "shared" / "data"
+ENV_DATA_ROOT = "FCPTS_DATA_ROOT"
+
+# The CIFAR checkpoints (akamaster) were trained with these ImageNet statistics; our CIFAR-100 models too.
+CIFAR_MEAN = (0.485, 0.456, 0.406)
+CIFAR_STD = (0.229, 0.224, 0.225)
+CIFAR_CLASSES = {"cifar10": 10, "cifar100": 100}
+_TORCHVISION_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A dataset or weights file is missing; the message says where we looked and what to pass."""
+
+
+def resolve_data_root(data_root: str | os.PathLike | None = None, must_exist: bool = True) -> Path:
+    """Apply the data-root rule; with must_exist, a missing folder is a clear error."""
+    if data_root is not None:
+        root, source = Path(data_root), "--data-root"
+    elif os.environ.get(ENV_DATA_ROOT):
+        root, source = Path(os.environ[ENV_DATA_ROOT]), f"${ENV_DATA_ROOT}"
+    else:
+        root, source = DEFAULT_DATA_ROOT, "the default"
+    if must_exist and not root.is_dir():
+        raise DataNotFoundError(
+            f"data root {root} (from {source}) does not exist. Pass --data-root DIR or set "
+            f"{ENV_DATA_ROOT}=DIR to a folder holding CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz); "
+            "add --download to fetch CIFAR there with torchvision."
+        )
+    return root
+
+
+@lru_cache(maxsize=8)
+def _read_npz_xz(path: str) -> dict[str, np.ndarray]:
+    with lzma.open(path) as f:
+        data = np.load(io.BytesIO(f.read()))
+        return {k: data[k] for k in data.files}
+
+
+def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR images (N, 32, 32, 3) uint8 RGB and labels (N,) int64 for split 'train' or 'test'."""
+    if dataset not in CIFAR_CLASSES:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(CIFAR_CLASSES)}")
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    archive = root / dataset / f"{split}.npz.xz"
+    tv_dir = root / _TORCHVISION_DIRS[dataset]
+    if archive.is_file():
+        d = _read_npz_xz(str(archive))
+        return d["x"], d["y"].astype(np.int64)
+    if tv_dir.is_dir() or download:
+        import torchvision
+
+        cls = torchvision.datasets.CIFAR10 if dataset == "cifar10" else torchvision.datasets.CIFAR100
+        try:
+            ds = cls(str(root), train=split == "train", download=download)
+        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted"
+            raise DataNotFoundError(f"{tv_dir} is incomplete or corrupt ({e}); re-run with --download") from e
+        return np.asarray(ds.data), np.asarray(ds.targets, dtype=np.int64)
+    raise DataNotFoundError(
+        f"{dataset} {split} split not found: looked for {archive} and {tv_dir}/. "
+        f"Pass --data-root DIR (or set {ENV_DATA_ROOT}) to a folder that has one of them, "
+        "or add --download to fetch it with torchvision."
+    )
+
+
+def normalize_cifar(x_uint8: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """(N, 32, 32, 3) uint8 -> (N, 3, 32, 32) float, normalised with the checkpoints' statistics."""
+    x = torch.as_tensor(np.asarray(x_uint8)).permute(0, 3, 1, 2).float().div_(255)
+    mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+class CifarCalibration(Dataset):
+    """Calibration images (labels dropped) with optional weak augmentation: 4-pixel padded random
+    crop and horizontal flip, the standard CIFAR recipe the checkpoints were trained with."""
+
+    def __init__(self, x_uint8: np.ndarray, augment: bool = True):
+        import torchvision.transforms.v2 as T
+
+        self.images = torch.as_tensor(np.asarray(x_uint8)).permute(0, 3, 1, 2).contiguous()
+        steps = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if augment else []
+        self.transform = T.Compose(
+            steps + [T.ToDtype(torch.float32, scale=True), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
+        )
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.transform(self.images[i])
+
+
+def calibration_indices(n_available: int, n: int, seed: int) -> list[int]:
+    """A seeded random subset of the training split (sorted, so records read naturally)."""
+    if not 0 < n <= n_available:
+        raise ValueError(f"need 1..{n_available} calibration images, asked for {n}")
+    g = torch.Generator().manual_seed(seed)
+    return sorted(torch.randperm(n_available, generator=g)[:n].tolist())

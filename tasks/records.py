@@ -1,0 +1,92 @@
+"""Run records: one JSON file per (task, dataset, model, method, sparsity, profile, seed).
+
+A record is the only thing that crosses from running to reporting. It is written atomically (temp file
++ rename), so an interrupted grid never leaves a half record, and a finished cell is skipped on resume.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .data import REPO_ROOT
+
+RESULTS_DIR = REPO_ROOT / "results"
+RUNS_DIR = RESULTS_DIR / "runs"
+
+
+def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float,
+                profile: str, seed: int) -> Path:
+    return runs_dir / task / dataset / model / f"{method}-sp{round(target * 100):02d}-{profile}-seed{seed}.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> dict | None:
+    """A finished record, or None when absent or unreadable (then the run is redone)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and "metrics" in data else None
+
+
+def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
+    out = []
+    for p in sorted(runs_dir.rglob("*.json")):
+        rec = read_record(p)
+        if rec is not None:
+            rec["_path"] = str(p.relative_to(runs_dir))
+            out.append(rec)
+    return out
+
+
+def git_commit() -> str:
+    """HEAD's hash, with '+dirty' when tracked files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def device_description(device: torch.device | str = "cpu") -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    cpu = platform.processor() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"cpu: {cpu}, {torch.get_num_threads()} threads"
+
+
+def command_line() -> str:
+    return " ".join([Path(sys.executable).name, "-m", Path(sys.argv[0]).stem] + sys.argv[1:]) if sys.argv else ""
+
+
+def environment() -> dict[str, str]:
+    import torchvision
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__}

@@ -1,0 +1,141 @@
+"""The grid runner every task shares: model x method x sparsity -> one record per cell.
+
+Finished cells are skipped (resume), an unfinished method run continues from its checkpoint, the dense
+model is evaluated once per grid and only if some cell still has to run.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from baselines.registry import Budget, get_method
+
+from .records import (RESULTS_DIR, command_line, device_description, environment, git_commit, read_record,
+                      record_path, write_json_atomic)
+
+
+@dataclass
+class Profile:
+    """How much work a run gets. The same profile gives every method the same budget and data."""
+
+    name: str
+    n_calibration: int
+    iterations: int
+    batch_size: int = 64
+    eval_limit: int | None = None  # None: the whole test split
+    note: str = ""
+
+
+@dataclass
+class Grid:
+    task: str
+    dataset: str
+    model: str
+    build_model: Callable[[], nn.Module]  # a fresh dense model with its weights
+    calibration: Any  # tensor or Dataset handed to every method
+    calibration_info: dict  # n_images, seed, indices_sha256, indices, split
+    evaluate: Callable[[nn.Module], dict]
+    profile: Profile
+    seed: int
+    provenance: dict = field(default_factory=dict)  # weights, data
+    runs_dir: Path = RESULTS_DIR / "runs"
+    checkpoint_dir: Path = RESULTS_DIR / "checkpoints"
+    progress: bool = True
+
+
+def indices_hash(indices: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:16]
+
+
+def _thin(history: list[dict], every: int = 10) -> list[dict]:
+    return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
+
+
+def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: bool = False,
+             log: Callable[[str], None] = print) -> list[dict]:
+    for m in methods:
+        get_method(m)  # fail fast on a typo, before any work
+    records, dense_metrics = [], None
+    for method in methods:
+        for target in sparsities:
+            path = record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target,
+                               grid.profile.name, grid.seed)
+            done = None if force else read_record(path)
+            if done is not None:
+                log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
+                records.append(done)
+                continue
+            if dense_metrics is None:
+                t = time.perf_counter()
+                dense_metrics = grid.evaluate(grid.build_model())
+                log(f"dense {grid.model} on {grid.dataset}: top-1 {dense_metrics['top1']:.2f} "
+                    f"top-5 {dense_metrics['top5']:.2f} ({time.perf_counter() - t:.0f}s)")
+            records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+    return records
+
+
+def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
+    ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    budget = Budget(iterations=grid.profile.iterations, batch_size=grid.profile.batch_size, seed=grid.seed,
+                    progress=grid.progress, checkpoint=str(ckpt))
+    log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
+    torch.manual_seed(grid.seed)
+    model = grid.build_model()
+    t = time.perf_counter()
+    model, report = get_method(method)(model, grid.calibration, target, budget)
+    method_wall = time.perf_counter() - t
+    t = time.perf_counter()
+    metrics = grid.evaluate(model)
+    eval_s = time.perf_counter() - t
+    device = next(model.parameters()).device
+    record = {
+        "task": grid.task,
+        "dataset": grid.dataset,
+        "model": grid.model,
+        "method": method,
+        "target_sparsity": target,
+        "achieved_sparsity": report.achieved_sparsity,
+        "hit_target": abs(report.achieved_sparsity - target) * sum(r["numel"] for r in report.per_layer) <= 1.0,
+        "metrics": metrics,
+        "dense_metrics": dense_metrics,
+        "calibration": grid.calibration_info,
+        "profile": asdict(grid.profile),
+        "budget": {k: v for k, v in asdict(budget).items() if k not in ("progress", "checkpoint")},
+        "seed": grid.seed,
+        # A resumed run's method time adds the time spent before the interruption.
+        "wall_s": report.wall_s if report.wall_s else method_wall,
+        "process_wall_s": method_wall,
+        "eval_s": eval_s,
+        "device": device_description(device),
+        "git_commit": git_commit(),
+        "command": command_line(),
+        "environment": environment(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **grid.provenance,
+        "per_layer": report.per_layer,
+        "method_report": {"options": report.options, "extra": report.extra, "history_every_10": _thin(report.history)},
+    }
+    write_json_atomic(path, record)
+    ckpt.unlink(missing_ok=True)
+    log(f"[done] {method} {target:.0%}: top-1 {metrics['top1']:.2f} (dense {dense_metrics['top1']:.2f}), "
+        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}")
+    return record
+
+
+def format_table(records: list[dict]) -> str:
+    head = f"{'method':18s} {'target':>6s} {'achieved':>9s} {'top1':>7s} {'top5':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    rows = [head, "-" * len(head)]
+    for r in records:
+        d = r["dense_metrics"]["top1"]
+        rows.append(f"{r['method']:18s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
+                    f"{r['metrics']['top1']:7.2f} {r['metrics']['top5']:7.2f} {d:7.2f} "
+                    f"{d - r['metrics']['top1']:6.2f} {r['wall_s']:7.0f}")
+    return "\n".join(rows)

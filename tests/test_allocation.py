@@ -1,0 +1,71 @@
+"""Allocations on hand-checked examples and exact global counts on adversarial cases."""
+import pytest
+import torch
+from torch import nn
+
+from fcpts import allocation
+from fcpts.masks import prunable_layers
+
+
+def three_layers():
+    model = nn.Sequential()
+    model.add_module("a", nn.Linear(2, 2))  # n = 4,   raw (2+2)/4 = 1.0
+    model.add_module("b", nn.Linear(10, 10))  # n = 100, raw 20/100 = 0.2
+    model.add_module("c", nn.Conv2d(10, 10, 3))  # n = 900, raw 26/900
+    return model
+
+
+def test_erk_by_hand_with_a_layer_forced_dense():
+    """Target 0.8 over N = 1004. First pass: eps = 200.8 / 50 = 4.016 makes layer a's density 4.016 > 1,
+    so a goes dense and eps = (0.2 * 1000 - 0.8 * 4) / 46 = 196.8 / 46 for b and c."""
+    rates = allocation.erk_rates(prunable_layers(three_layers()), 0.8)
+    eps = 196.8 / 46
+    assert rates["a"] == 0.0
+    assert rates["b"] == pytest.approx(1 - 0.2 * eps, abs=1e-12)
+    assert rates["c"] == pytest.approx(1 - 26 / 900 * eps, abs=1e-12)
+    zeros = rates["b"] * 100 + rates["c"] * 900
+    assert zeros == pytest.approx(0.8 * 1004)
+
+
+def test_erk_respects_layers_kept_dense_by_the_user():
+    layers = prunable_layers(three_layers(), exclude=["c"])
+    assert set(layers) == {"a", "b"}
+    rates = allocation.erk_rates(layers, 0.5)
+    assert sum(rates[n] * layers[n].weight.numel() for n in layers) == pytest.approx(0.5 * 104)
+
+
+def test_rates_to_counts_hits_target_exactly():
+    layers = prunable_layers(three_layers())
+    rates = allocation.erk_rates(layers, 0.8)
+    counts = allocation.rates_to_counts(rates, {n: m.weight.numel() for n, m in layers.items()}, 0.8)
+    assert counts == {"a": 0, "b": 14, "c": 789}  # floors 0/14/788, remainder 1 to c (.765 > .435)
+    masks = allocation.keep_masks_for_rates(layers, rates, 0.8)
+    assert sum(int((~m).sum()) for m in masks.values()) == round(0.8 * 1004)
+
+
+def test_global_cut_with_ties_prunes_exactly_k():
+    scores = {"x": torch.ones(3), "y": torch.ones(2)}
+    masks = allocation.global_keep_masks(scores, 0.4)
+    assert sum(int((~m).sum()) for m in masks.values()) == 2
+    assert masks["x"].tolist() == [False, False, True]  # ties broken by position, deterministically
+
+
+@pytest.mark.parametrize("target", [0.0, 0.3, 0.5, 0.999])
+def test_global_cut_on_tiny_layers(target):
+    scores = {"one": torch.tensor([0.5]), "two": torch.tensor([0.1, 0.9]), "big": torch.rand(97)}
+    masks = allocation.global_keep_masks(scores, target)
+    assert sum(int((~m).sum()) for m in masks.values()) == round(target * 100)
+
+
+def test_lamp_scores_by_hand():
+    scores = allocation.lamp_scores(torch.tensor([3.0, 1.0, 2.0]))
+    # sorted squares 1, 4, 9; suffix sums 14, 13, 9
+    assert scores.tolist() == pytest.approx([1.0, 1 / 14, 4 / 13])
+
+
+def test_l2norm_scores_are_scale_free():
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    with torch.no_grad():
+        b.weight.copy_(a.weight * 100)
+    s = allocation.l2norm_scores({"a": a, "b": b})
+    assert torch.allclose(s["a"], s["b"])

@@ -1,0 +1,87 @@
+"""Bad input gets a clear error that names the problem and the fix."""
+import pytest
+import torch
+from torch import nn
+
+import fcpts
+from fcpts.masks import NoPrunableLayersError
+from tasks import cifar
+from tasks.data import DataNotFoundError, load_cifar, resolve_data_root
+from tasks.models import cifar_resnet, load_checkpoint
+
+
+@pytest.mark.parametrize("target", [-0.1, 1.0, 1.5])
+def test_target_outside_unit_interval(target):
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), target)
+
+
+def test_target_of_wrong_type():
+    with pytest.raises(TypeError, match="number"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), "0.9")
+
+
+def test_model_without_prunable_layers():
+    with pytest.raises(NoPrunableLayersError, match="no prunable layers"):
+        fcpts.sparsify(nn.Sequential(nn.ReLU(), nn.BatchNorm1d(4)), torch.randn(4, 4), 0.5)
+
+
+def test_excluding_an_unknown_layer():
+    with pytest.raises(ValueError, match="not Conv2d/Linear layers"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), 0.5, exclude=["nope"])
+
+
+def test_unknown_option():
+    with pytest.raises(TypeError, match="unknown FCPTS options"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), 0.5, iteratons=3)
+
+
+def test_bad_option_value():
+    with pytest.raises(ValueError, match="teacher_mode"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), 0.5, teacher_mode="frozen")
+
+
+def test_empty_calibration():
+    with pytest.raises(ValueError, match="empty"):
+        fcpts.sparsify(nn.Linear(4, 4), torch.utils.data.TensorDataset(torch.empty(0, 4)), 0.5)
+
+
+def test_missing_data_root(tmp_path, monkeypatch):
+    monkeypatch.delenv("FCPTS_DATA_ROOT", raising=False)
+    with pytest.raises(DataNotFoundError, match="--data-root"):
+        resolve_data_root(tmp_path / "nowhere")
+
+
+def test_data_root_without_cifar(tmp_path):
+    with pytest.raises(DataNotFoundError, match="cifar-10-batches-py.*--download"):
+        load_cifar(tmp_path, "cifar10", "test")
+
+
+def test_env_variable_is_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("FCPTS_DATA_ROOT", str(tmp_path))
+    assert resolve_data_root() == tmp_path
+
+
+def test_corrupt_checkpoint(tmp_path):
+    bad = tmp_path / "resnet20.th"
+    bad.write_bytes(b"this is not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_checkpoint(cifar_resnet("resnet20"), bad)
+
+
+def test_checkpoint_of_another_model(tmp_path):
+    path = tmp_path / "r32.th"
+    torch.save({"state_dict": cifar_resnet("resnet32").state_dict()}, path)
+    with pytest.raises(ValueError, match="does not fit"):
+        load_checkpoint(cifar_resnet("resnet20"), path)
+
+
+def test_cli_reports_missing_data_and_exits_2(tmp_path, capsys):
+    code = cifar.main(["--data-root", str(tmp_path / "absent"), "--profile", "quick"])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_rejects_unknown_method(capsys):
+    assert cifar.main(["--model", "resnet20", "--profile", "quick", "--methods", "magic"]) == 2
+    assert "unknown method 'magic'" in capsys.readouterr().err
