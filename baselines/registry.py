@@ -78,6 +78,25 @@ def _magnitude(name: str, model: nn.Module, target: float, masks_of: Callable) -
     return model, SparsityReport(name, target, achieved, per_layer, wall_s=time.perf_counter() - t0)
 
 
+def _pot(allocation_name: str, model, calibration, target, budget: Budget):
+    from .pot import POTConfig, pot
+
+    cfg = POTConfig(allocation=allocation_name, seed=budget.seed, progress=budget.progress, **(budget.options or {}))
+    return pot(model, calibration, target, cfg)
+
+
+@register("pot-l2norm")
+def pot_l2norm(model, calibration, target, budget: Budget):
+    """POT with the L2Norm global allocation (msbench protocol)."""
+    return _pot("l2norm", model, calibration, target, budget)
+
+
+@register("pot-erk")
+def pot_erk(model, calibration, target, budget: Budget):
+    """POT with ERK allocation (msbench protocol)."""
+    return _pot("erk", model, calibration, target, budget)
+
+
 @register("uniform")
 def uniform(model, calibration, target, budget: Budget):
     """Magnitude pruning, the same rate in every layer."""

@@ -1,0 +1,106 @@
+"""POT's defining pieces: BN folding, weight correction, bias correction, masked reconstruction."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from baselines.pot import POTConfig, collect_inputs, correct_weight, pot, pot_masks
+from fcpts.bn_fold import fold_batchnorm
+from fcpts.masks import prunable_layers, sparsity_summary
+from tasks.models import cifar_resnet
+
+
+def small_cnn():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    for m in net.modules():  # non-trivial BN statistics
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    return net.eval()
+
+
+def test_bn_folding_preserves_outputs():
+    model = cifar_resnet("resnet20").eval()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(4, 3, 32, 32)
+    before = model(x)
+    pairs = fold_batchnorm(model)
+    assert len(pairs) == 19 and ("layer1.0.conv1", "layer1.0.bn1") in pairs
+    assert isinstance(model.layer1[0].bn1, nn.Identity) and model.layer1[0].conv1.bias is not None
+    assert torch.allclose(model(x), before, atol=1e-4)
+
+
+def test_weight_correction_by_hand():
+    """W = [1, 2, 3, 4], keep the last two: std(W) = 1.290994, std([0, 0, 3, 4]) = sqrt(4.25) = 2.061553,
+    rho = 0.626224, shift = 2.5 - rho * 7 / 4 = 1.404108; kept weights become 3 rho + shift, 4 rho + shift."""
+    out = correct_weight(torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.tensor([[False, False, True, True]]))
+    assert out[0].tolist() == pytest.approx([0.0, 0.0, 3.282780, 3.909004], abs=1e-5)
+
+
+def test_weight_correction_restores_each_channels_std():
+    """Per channel, kept weights map affinely: W' = rho W + shift. The slope rho is exactly what brings the
+    masked channel's std (zeros included) back to the dense channel's, and the shift puts the mean of
+    rho W + shift (before re-masking) back to the dense mean."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 4, 3, 3, generator=g).double()
+    keep = w.abs() > 0.8
+    out = correct_weight(w, keep)
+    assert torch.equal(out == 0, ~keep)  # masked entries stay zero
+    for c in range(6):
+        wk, ok = w[c][keep[c]], out[c][keep[c]]
+        design = torch.stack([wk, torch.ones_like(wk)], dim=1)
+        rho, shift = torch.linalg.lstsq(design, ok.unsqueeze(1)).solution.flatten().tolist()
+        masked = (w[c] * keep[c]).flatten()
+        assert (rho * masked).std().item() == pytest.approx(w[c].std().item(), rel=1e-6)
+        assert (rho * w[c] + shift).mean().item() == pytest.approx(
+            w[c].mean().item() + rho * (w[c].mean() - masked.mean()).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("how", ["l2norm", "erk"])
+def test_pot_hits_target_and_never_revives_a_pruned_weight(how):
+    model = small_cnn()
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    sparse, report = pot(model, x, 0.6, POTConfig(allocation=how, iterations=30, batch_size=16, progress=False))
+    achieved, per_layer = sparsity_summary(sparse)
+    n = sum(r["numel"] for r in per_layer)
+    assert round(achieved * n) == round(0.6 * n)
+    assert report.extra["folded_bn"] == [["0", "1"], ["3", "4"]]
+    assert all(r["iterations"] <= 30 for r in report.per_layer)
+
+
+def test_reconstruction_keeps_the_mask_and_lowers_the_loss():
+    model = small_cnn()
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    ref = copy.deepcopy(model)
+    fold_batchnorm(ref)
+    masks = pot_masks(prunable_layers(ref), 0.7, "l2norm")
+    sparse, report = pot(model, x, 0.7, POTConfig(iterations=200, batch_size=16, progress=False,
+                                                  lr_weight=1e-3, lr_bias=1e-3))
+    for name, layer in prunable_layers(sparse).items():
+        assert torch.equal(layer.weight != 0, masks[name]), name
+    short, _ = pot(small_cnn(), x, 0.7, POTConfig(iterations=1, batch_size=16, progress=False,
+                                                  lr_weight=1e-3, lr_bias=1e-3))
+    inp = collect_inputs(ref, ["3"], x)["3"]
+    err_long = (sparse[3](inp) - ref[3](inp)).pow(2).mean()
+    err_short = (short[3](inp) - ref[3](inp)).pow(2).mean()
+    assert err_long < err_short
+
+
+def test_bias_correction_zeroes_the_mean_output_shift():
+    model = small_cnn()
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    dense = copy.deepcopy(model)
+    fold_batchnorm(dense)
+    sparse, _ = pot(model, x, 0.8, POTConfig(iterations=0, progress=False))
+    inp = collect_inputs(dense, ["3"], x)["3"]
+    shift = (dense[3](inp) - sparse[3](inp)).mean(dim=(0, 2, 3))
+    assert shift.abs().max() < 1e-4
