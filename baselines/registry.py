@@ -97,6 +97,28 @@ def pot_erk(model, calibration, target, budget: Budget):
     return _pot("erk", model, calibration, target, budget)
 
 
+def _budget_config(cls, budget: Budget):
+    """A method's config from the common budget plus its profile-specific options."""
+    return cls(iterations=budget.iterations, batch_size=budget.batch_size, seed=budget.seed,
+               progress=budget.progress, checkpoint=budget.checkpoint, **(budget.options or {}))
+
+
+@register("str")
+def str_method(model, calibration, target, budget: Budget):
+    """STR with a bisection search of its threshold decay; records the sparsity it reached."""
+    from .str import STRConfig, str_sparsify
+
+    return str_sparsify(model, calibration, target, _budget_config(STRConfig, budget))
+
+
+@register("probmask")
+def probmask(model, calibration, target, budget: Budget):
+    """ProbMask with global projection and a deterministic exact export."""
+    from .probmask import ProbMaskConfig, probmask_sparsify
+
+    return probmask_sparsify(model, calibration, target, _budget_config(ProbMaskConfig, budget))
+
+
 @register("uniform")
 def uniform(model, calibration, target, budget: Budget):
     """Magnitude pruning, the same rate in every layer."""

@@ -36,8 +36,21 @@ VARIANTS = {
 }
 
 
+def summarize(paths: list[str]) -> str:
+    """A markdown table of finished rows (for the README), straight from the JSON lines."""
+    rows = ["| model | variant | iterations | top-1 | sparsity before exact step | wall s | commit |",
+            "|---|---|---:|---:|---:|---:|---|"]
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            rows.append(f"| {r['model']} | {r['variant']} | {r['iterations']} | {r['top1']:.2f} | "
+                        f"{r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | {r['git_commit'][:8]} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--summarize", nargs="+", metavar="JSONL", help="print a markdown table of these files and exit")
     p.add_argument("--model", default="resnet56")
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--iterations", type=int, nargs="+", default=[400])
@@ -45,8 +58,13 @@ def main() -> None:
     p.add_argument("--n-calibration", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
     args = p.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+        return
+    if not args.out:
+        p.error("--out is required")
 
     root = resolve_data_root(args.data_root)
     x_test, y_test = load_cifar(root, "cifar10", "test")

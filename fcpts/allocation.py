@@ -82,11 +82,17 @@ def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: flo
     return counts
 
 
-def _lowest_k_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep-mask that prunes exactly the k lowest scores; ties broken by position (stable sort)."""
+def _lowest_k_mask(scores: torch.Tensor, k: int, tiebreak: torch.Tensor | None = None) -> torch.Tensor:
+    """Keep-mask that prunes exactly the k lowest scores; ties broken by the lower `tiebreak` value,
+    then by position (stable sorts)."""
     keep = torch.ones(scores.numel(), dtype=torch.bool, device=scores.device)
     if k > 0:
-        order = torch.sort(scores.flatten(), stable=True).indices
+        flat = scores.flatten()
+        if tiebreak is None:
+            order = torch.sort(flat, stable=True).indices
+        else:
+            first = torch.sort(tiebreak.flatten(), stable=True).indices
+            order = first[torch.sort(flat[first], stable=True).indices]
         keep[order[:k]] = False
     return keep.view_as(scores)
 
@@ -105,12 +111,15 @@ def keep_masks_for_rates(
 
 
 @torch.no_grad()
-def global_keep_masks(scores: dict[str, torch.Tensor], target: float) -> dict[str, torch.Tensor]:
-    """Prune exactly round(target * N) weights with the lowest scores across all layers."""
+def global_keep_masks(scores: dict[str, torch.Tensor], target: float,
+                      tiebreak: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Prune exactly round(target * N) weights with the lowest scores across all layers
+    (equal scores: the lower `tiebreak`, e.g. |W|, goes first)."""
     target = check_target(target)
     names = list(scores)
     flat = torch.cat([scores[n].flatten().float() for n in names])
-    keep = _lowest_k_mask(flat, round(target * flat.numel()))
+    second = None if tiebreak is None else torch.cat([tiebreak[n].flatten().float() for n in names])
+    keep = _lowest_k_mask(flat, round(target * flat.numel()), second)
     masks, start = {}, 0
     for n in names:
         size = scores[n].numel()

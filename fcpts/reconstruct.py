@@ -7,32 +7,20 @@ exactly round(target * N) zeros, and the masks are folded into plain weights.
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import math
-import os
-import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 
 from . import thresholds
 from .allocation import erk_rates, global_keep_masks
 from .bridge import Bridge
 from .calibration import Calibration
+from .distill import frozen_teacher, kl_distill, train_loop, warmup_cosine
 from .masks import apply_keep_masks, check_target, hard_mask, prunable_layers, sparsity_summary
 from .options import FCPTSOptions, SparsityReport
-
-
-def kl_distill(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL(teacher || student) on softened outputs, summed, times T^2 / batch (released code)."""
-    log_p_s = F.log_softmax(student_logits.flatten(1) / temperature, dim=1)
-    p_t = F.softmax(teacher_logits.flatten(1) / temperature, dim=1)
-    return F.kl_div(log_p_s, p_t, reduction="sum") * temperature**2 / student_logits.shape[0]
 
 
 def default_blocks(model: nn.Module) -> list[str]:
@@ -76,36 +64,12 @@ def _model_device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
-def _warmup_cosine(warmup: int, total: int):
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
-
-
-def _fingerprint(target: float, opts: FCPTSOptions, calib: Calibration, model: nn.Module) -> str:
-    keep = {k: v for k, v in opts.to_dict().items() if k not in ("progress", "checkpoint", "checkpoint_every_s", "device")}
-    blob = json.dumps(
-        {
-            "target": target,
-            "options": keep,
-            "calibration": calib.indices,
-            "n_calibration": len(calib),
-            "params": sum(p.numel() for p in model.parameters()),
-        },
-        sort_keys=True,
-    )
+def run_fingerprint(target: float, options: dict, calib: Calibration, model: nn.Module) -> str:
+    """Identity of a run, so a checkpoint is only ever resumed by the same run."""
+    keep = {k: v for k, v in options.items() if k not in ("progress", "checkpoint", "checkpoint_every_s", "device")}
+    blob = json.dumps({"target": target, "options": keep, "calibration": calib.indices,
+                       "params": sum(p.numel() for p in model.parameters())}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _save_atomic(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
@@ -118,9 +82,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     numels = {n: m.weight.numel() for n, m in layers.items()}
     total = sum(numels.values())
 
-    teacher = copy.deepcopy(model).to(device)
-    teacher.train(opts.teacher_mode == "train")
-    teacher.requires_grad_(False)
+    teacher = frozen_teacher(model, opts.teacher_mode)
 
     rates = erk_rates(layers, target)
     learn_t = opts.learn_thresholds
@@ -142,58 +104,14 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         groups.append({"params": score_params, "weight_decay": 0.0})
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
     warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(warmup, opts.iterations))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, opts.iterations))
 
     taps_s = taps_t = None
     if opts.reconstruction == "mse-blocks":
         blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
         taps_s, taps_t = _Taps(model, blocks), _Taps(teacher, blocks)
 
-    fingerprint = _fingerprint(target, opts, calib, model)
-    ckpt = Path(opts.checkpoint) if opts.checkpoint else None
-    start, history, elapsed_before = 0, [], 0.0
-    if ckpt is not None and ckpt.exists():
-        state = torch.load(ckpt, map_location=device, weights_only=False)
-        if state.get("fingerprint") != fingerprint:
-            raise ValueError(
-                f"checkpoint {ckpt} belongs to a different run (target/options/calibration differ); "
-                "delete it or pass another checkpoint path"
-            )
-        model.load_state_dict(state["model"])
-        teacher.load_state_dict(state["teacher"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start, history, elapsed_before = state["step"], state["history"], state["elapsed_s"]
-
-    def save(step: int) -> None:
-        if ckpt is not None:
-            _save_atomic(
-                {
-                    "fingerprint": fingerprint,
-                    "step": step,
-                    "model": model.state_dict(),
-                    "teacher": teacher.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "history": history,
-                    "elapsed_s": elapsed_before + time.perf_counter() - t0,
-                },
-                ckpt,
-            )
-
-    t0 = last_save = time.perf_counter()
-    model.train()
-    bar = tqdm(
-        range(start, opts.iterations), initial=start, total=opts.iterations, disable=not opts.progress,
-        desc=f"fcpts {target:.2f}", dynamic_ncols=True,
-    )
-    for step in bar:
-        if not learn_t:  # ablation: every layer keeps its ERK rate exactly while weights move
-            thresholds.pin_rates(params, layers, rates)
-        x = calib.batch(step).to(device)
-        with torch.no_grad():
-            y_t = teacher(x)
-        y_s = model(x)
+    def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = kl_distill(y_s, y_t, opts.temperature)
         if taps_s is not None:
             rec = rec + sum(F.mse_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
@@ -203,28 +121,17 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         gap = global_r - target
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
         loss = rec + opts.control_weight * control if learn_t else rec
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-        history.append(
-            {
-                "step": step,
-                "loss": round(loss.item(), 6),
-                "rec": round(rec.item(), 6),
-                "control": round(control.item(), 8),
-                "sparsity": round(global_r.item(), 6),
-                "lr": scheduler.get_last_lr()[0],
-            }
-        )
-        if step % 10 == 0:
-            bar.set_postfix(rec=f"{rec.item():.4f}", sparsity=f"{global_r.item():.4f}")
-        if time.perf_counter() - last_save > opts.checkpoint_every_s:
-            save(step + 1)
-            last_save = time.perf_counter()
-    bar.close()
-    if opts.iterations > start:
-        save(opts.iterations)
+        return loss, {"rec": rec.item(), "control": control.item(), "sparsity": global_r.item()}
+
+    loop = train_loop(
+        model=model, teacher=teacher, calib=calib, iterations=opts.iterations, optimizer=optimizer,
+        scheduler=scheduler, loss_fn=loss_fn, device=device,
+        fingerprint=run_fingerprint(target, opts.to_dict(), calib, model),
+        checkpoint=opts.checkpoint, checkpoint_every_s=opts.checkpoint_every_s,
+        # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
+        before_step=None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates)),
+        progress=opts.progress, desc=f"fcpts {target:.2f}",
+    )
     if taps_s is not None:
         taps_s.remove()
         taps_t.remove()
@@ -250,8 +157,8 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         target_sparsity=target,
         achieved_sparsity=achieved,
         per_layer=per_layer,
-        history=history,
-        wall_s=elapsed_before + time.perf_counter() - t0,
+        history=loop.history,
+        wall_s=loop.wall_s,
         seed=opts.seed,
         calibration_indices=calib.indices,
         options=opts.to_dict(),
@@ -261,7 +168,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
             "kept_dense": list(opts.exclude),
             "lr": lr,
             "warmup_iterations": warmup,
-            "resumed_from_step": start,
+            "resumed_from_step": loop.resumed_from_step,
         },
     )
     return model, report

@@ -1,0 +1,145 @@
+"""ProbMask (Zhou et al. 2021) under the post-training budget.
+
+Every prunable weight gets a keep-probability s in [0, 1] (init 1). Training mask: the binary-concrete
+relaxation m = sigmoid((logit(s) + logit(u)) * T), u ~ U(0, 1), with the inverse temperature T annealed
+exponentially from 1 to 33. After every step the scores are projected onto the global budget
+sum(clamp(s - v, 0, 1)) = kept(t) * N by bisection on v, where the kept fraction follows a cubic schedule
+from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores train with Adam (6e-3),
+weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
+
+Deterministic export (documented choice): keep exactly the round((1 - target) * N) highest scores over
+all layers, equal scores ordered by |W|; the random Bernoulli(s) evaluation mask of the paper is not
+used, so the exported model has exactly the target sparsity and is reproducible.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from fcpts.allocation import global_keep_masks
+from fcpts.calibration import Calibration
+from fcpts.distill import frozen_teacher, kl_distill, train_loop, warmup_cosine
+from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
+from fcpts.options import SparsityReport
+
+
+@dataclass
+class ProbMaskConfig:
+    iterations: int = 1600
+    batch_size: int = 64
+    lr: float | None = None  # weights; None: 0.04 * batch / 256, as FCPTS
+    momentum: float = 0.9
+    weight_decay: float = 3e-4
+    score_lr: float = 6e-3
+    t_start: float = 1.0
+    t_end: float = 33.0
+    schedule_fraction: float = 0.75  # kept fraction reaches 1 - target after this share of steps
+    temperature: float = 4.0  # KL temperature
+    teacher_mode: str = "train"
+    seed: int = 0
+    progress: bool = True
+    checkpoint: str | None = None
+    checkpoint_every_s: float = 180.0
+
+
+class ProbMaskParam(nn.Module):
+    """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval."""
+
+    def __init__(self, shape: torch.Size):
+        super().__init__()
+        self.scores = nn.Parameter(torch.ones(shape))
+        self.inv_temperature = 1.0
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return weight * (self.scores > 0.5).to(weight.dtype)
+        eps = 1e-6
+        s = self.scores.clamp(eps, 1 - eps)
+        u = torch.rand_like(s).clamp(eps, 1 - eps)
+        logits = torch.log(s) - torch.log1p(-s) + torch.log(u) - torch.log1p(-u)
+        return weight * torch.sigmoid(logits * self.inv_temperature)
+
+
+def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: float) -> float:
+    """Cubic schedule: 1 at step 0, 1 - target from schedule_fraction * iterations on."""
+    span = max(1, round(schedule_fraction * iterations))
+    progress = min(1.0, (step + 1) / span)
+    return (1 - target) + target * (1 - progress) ** 3
+
+
+@torch.no_grad()
+def project_scores(scores: list[torch.Tensor], kept: float) -> float:
+    """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N."""
+    flat = torch.cat([s.flatten() for s in scores]).double()
+    budget = kept * flat.numel()
+    if flat.clamp(0, 1).sum() <= budget:
+        v = 0.0
+    else:
+        lo, hi = float(flat.min()) - 1.0, float(flat.max())
+        for _ in range(100):
+            v = 0.5 * (lo + hi)
+            if (flat - v).clamp(0, 1).sum() > budget:
+                lo = v
+            else:
+                hi = v
+        v = hi
+    for s in scores:
+        s.sub_(v).clamp_(0, 1)
+    return v
+
+
+def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMaskConfig) -> tuple[nn.Module, SparsityReport]:
+    target = check_target(target)
+    device = next(model.parameters()).device
+    layers = prunable_layers(model)
+    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    teacher = frozen_teacher(model, cfg.teacher_mode)
+    params = {}
+    for name, module in layers.items():
+        params[name] = ProbMaskParam(module.weight.shape).to(device)
+        parametrize.register_parametrization(module, "weight", params[name])
+    scores = [p.scores for p in params.values()]
+    ids = {id(s) for s in scores}
+    lr = cfg.lr if cfg.lr is not None else 0.04 * calib.batch_size / 256
+    sgd = torch.optim.SGD([p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    adam = torch.optim.Adam(scores, lr=cfg.score_lr)
+    factor = warmup_cosine(calib.steps_per_epoch, cfg.iterations)
+    scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
+    torch.manual_seed(cfg.seed)  # the relaxed masks' noise
+
+    def before(step: int) -> None:
+        inv_t = cfg.t_start * (cfg.t_end / cfg.t_start) ** (step / max(1, cfg.iterations - 1))
+        for p in params.values():
+            p.inv_temperature = inv_t
+
+    def after(step: int) -> None:
+        project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
+
+    def loss_fn(y_s, y_t, _step):
+        rec = kl_distill(y_s, y_t, cfg.temperature)
+        return rec, {"rec": rec.item()}
+
+    loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=[sgd, adam],
+                      scheduler=scheds, loss_fn=loss_fn, device=device, fingerprint=f"probmask-{target}-{cfg.seed}",
+                      checkpoint=cfg.checkpoint, checkpoint_every_s=cfg.checkpoint_every_s, before_step=before,
+                      after_step=after, progress=cfg.progress, desc=f"probmask {target:.2f}")
+    final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
+    for module in layers.values():
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+    magnitudes = {n: m.weight.detach().abs() for n, m in layers.items()}
+    masks = global_keep_masks(final_scores, target, tiebreak=magnitudes)
+    apply_keep_masks(layers, masks)
+    model.eval()
+    achieved, per_layer = sparsity_summary(model)
+    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / sum(s.numel() for s in final_scores.values())
+    return model, SparsityReport(
+        method="probmask", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
+        history=loop.history, wall_s=loop.wall_s, seed=cfg.seed, calibration_indices=calib.indices,
+        options=asdict(cfg), extra={"kept_fraction_by_s_gt_half": hard},
+    )

@@ -1,0 +1,65 @@
+"""The registry and the defining behaviour of STR and ProbMask."""
+import pytest
+import torch
+from torch import nn
+
+from baselines.probmask import kept_fraction, project_scores
+from baselines.registry import METHODS, Budget, get_method
+from baselines.str import SoftThreshold
+from fcpts.masks import sparsity_summary
+
+ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+
+def images():
+    return torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def test_registry_has_every_method():
+    assert set(ALL) <= set(METHODS)
+    with pytest.raises(ValueError, match="available"):
+        get_method("obc")
+
+
+@pytest.mark.parametrize("name", [m for m in ALL if m != "str"])
+def test_every_method_but_str_lands_exactly_on_target(name):
+    options = {"iterations": 5} if name.startswith("pot") else None
+    model, report = get_method(name)(net(), images(), 0.75, Budget(iterations=4, batch_size=8, progress=False,
+                                                                   options=options))
+    achieved, per_layer = sparsity_summary(model)
+    n = sum(r["numel"] for r in per_layer)
+    assert round(achieved * n) == round(0.75 * n)
+    assert report.achieved_sparsity == achieved and report.target_sparsity == 0.75
+
+
+def test_str_shrinks_kept_weights_and_reports_what_it_reached():
+    p = SoftThreshold(s_init=0.0)  # threshold sigmoid(0) = 0.5
+    assert p(torch.tensor([-2.0, 0.3, 0.75])).tolist() == [-1.5, 0.0, 0.25]
+    model, report = get_method("str")(net(), images(), 0.6, Budget(iterations=3, batch_size=8, progress=False,
+                                                                   options={"search_runs": 2}))
+    assert len(report.extra["trials"]) == 2
+    assert report.achieved_sparsity == pytest.approx(sparsity_summary(model)[0])
+    assert report.extra["converged_to_target"] == (abs(report.achieved_sparsity - 0.6) < 0.005)
+
+
+def test_probmask_projection_hits_the_kept_count():
+    g = torch.Generator().manual_seed(0)
+    scores = [torch.rand(50, generator=g) * 1.5, torch.rand(3, 7, generator=g)]
+    n = sum(s.numel() for s in scores)
+    project_scores(scores, 0.3)
+    total = sum(s.sum().item() for s in scores)
+    assert total == pytest.approx(0.3 * n, abs=1e-6 * n)
+    assert all(((s >= 0) & (s <= 1)).all() for s in scores)
+
+
+def test_probmask_cubic_schedule():
+    ks = [kept_fraction(t, 100, 0.9, 0.75) for t in range(100)]
+    assert ks[0] > 0.95 and ks[-1] == pytest.approx(0.1) and ks[80] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(ks, ks[1:]))
