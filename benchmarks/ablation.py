@@ -30,9 +30,15 @@ VARIANTS = {
     "histogram": {"bridge": "histogram"},
     "kde-h0.1": {"kde_bandwidth": 0.1},
     "kde-h2": {"kde_bandwidth": 2.0},
+    "kl": {"reconstruction": "kl"},
     "mse-blocks": {"reconstruction": "mse-blocks"},
+    "bn-recal": {"bn_recalibration": True},
     "fixed": {"learn_thresholds": False},
     "squared": {"control_loss": "squared"},
+    "lr0.02": {"lr": 0.02},
+    "lr0.005": {"lr": 0.005},
+    "kl-lr0.005": {"reconstruction": "kl", "lr": 0.005},
+    "wd0": {"weight_decay": 0.0},
 }
 
 
@@ -95,6 +101,7 @@ def main() -> None:
             metrics = classify(model, x_eval, y_eval)
             row = {
                 "model": args.model, "target": args.target, "variant": variant, "options": VARIANTS[variant],
+                "resolved_options": {k: v for k, v in report.options.items() if k not in ("progress", "checkpoint")},
                 "iterations": iterations, "top1": metrics["top1"], "top5": metrics["top5"],
                 "achieved_sparsity": report.achieved_sparsity,
                 "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],

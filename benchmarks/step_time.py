@@ -1,6 +1,7 @@
 """Benchmark: time of one FCPTS optimisation step over one plain training step (same model, batch).
 
-Both are measured in this one process on the same inputs. The FCPTS step time is the slope of the
+Both are measured in this one process on the same inputs, in the same memory format (FCPTS runs in
+channels_last by default; the plain step is timed in that format too, and both again in NCHW). The FCPTS step time is the slope of the
 wall time of `fcpts.sparsify` between two iteration counts, so set-up and the exact-target step cancel
 out; it includes the teacher forward, the masked student forward/backward, the bridge/control loss
 and the optimiser step. The plain step is forward + cross-entropy + backward + SGD step in train mode.
@@ -20,8 +21,11 @@ import fcpts
 from tasks.models import cifar_resnet
 
 
-def plain_step_time(model, x, y, steps: int) -> float:
+def plain_step_time(model, x, y, steps: int, channels_last: bool) -> float:
     model = copy.deepcopy(model).train()
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
     def step():
         loss = F.cross_entropy(model(x), y)
@@ -59,15 +63,14 @@ def main() -> None:
     model = cifar_resnet(args.model)
     x = torch.randn(args.batch_size, 3, 32, 32)
     y = torch.randint(0, 10, (args.batch_size,))
-    plain = plain_step_time(model, x, y, args.steps)
     print(f"model {args.model}, batch {args.batch_size}, {torch.get_num_threads()} threads")
-    print(f"plain training step          : {plain * 1000:8.1f} ms")
-    for label, opts in [
-        ("fcpts (teacher train mode)", {"teacher_mode": "train"}),
-        ("fcpts (teacher eval mode)", {"teacher_mode": "eval"}),
-    ]:
-        t = fcpts_step_time(model, x, args.steps, **opts)
-        print(f"{label:29s}: {t * 1000:8.1f} ms   ratio {t / plain:.2f}")
+    for cl in (True, False):
+        fmt = "channels_last" if cl else "contiguous"
+        plain = plain_step_time(model, x, y, args.steps, cl)
+        print(f"plain training step, {fmt:13s}            : {plain * 1000:8.1f} ms")
+        for mode in ("train", "eval"):
+            t = fcpts_step_time(model, x, args.steps, teacher_mode=mode, channels_last=cl)
+            print(f"fcpts step, {fmt:13s}, teacher {mode:5s}: {t * 1000:8.1f} ms   ratio {t / plain:.2f}")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ def train_loop(
     after_step: Callable[[int], None] | None = None,
     progress: bool = True,
     desc: str = "distill",
+    channels_last: bool = False,
 ) -> LoopResult:
     optimizers = optimizer if isinstance(optimizer, list) else [optimizer]
     schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
@@ -124,6 +125,8 @@ def train_loop(
         if before_step is not None:
             before_step(step)
         x = calib.batch(step).to(device)
+        if channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
         with torch.no_grad():
             y_t = teacher(x)
         loss, logs = loss_fn(model(x), y_t, step)

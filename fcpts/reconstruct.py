@@ -64,6 +64,24 @@ def _model_device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+@torch.no_grad()
+def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, batch_size: int = 256) -> None:
+    """Replace BN running statistics by exact averages over the calibration set (final sparse weights)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative moving average
+    model.train()
+    for i in range(0, len(calib), batch_size):
+        idx = list(range(i, min(i + batch_size, len(calib))))
+        model(calib.take(idx, seed=calib.seed + i).to(device))
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
+
+
 def run_fingerprint(target: float, options: dict, calib: Calibration, model: nn.Module) -> str:
     """Identity of a run, so a checkpoint is only ever resumed by the same run."""
     keep = {k: v for k, v in options.items() if k not in ("progress", "checkpoint", "checkpoint_every_s", "device")}
@@ -77,6 +95,8 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     opts.validate()
     device = torch.device(opts.device) if opts.device else _model_device(model)
     model.to(device)
+    if opts.channels_last:
+        model.to(memory_format=torch.channels_last)
     layers = prunable_layers(model, opts.exclude)
     calib = Calibration(calibration, opts.batch_size, opts.seed)
     numels = {n: m.weight.numel() for n, m in layers.items()}
@@ -130,7 +150,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         checkpoint=opts.checkpoint, checkpoint_every_s=opts.checkpoint_every_s,
         # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
         before_step=None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates)),
-        progress=opts.progress, desc=f"fcpts {target:.2f}",
+        progress=opts.progress, desc=f"fcpts {target:.2f}", channels_last=opts.channels_last,
     )
     if taps_s is not None:
         taps_s.remove()
@@ -146,6 +166,9 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         sparsity_before = 1.0 - sum(int(before[n].sum().item()) for n in layers) / total
     thresholds.detach_all(layers)
     apply_keep_masks(layers, masks)
+    model.to(memory_format=torch.contiguous_format)
+    if opts.bn_recalibration:
+        recalibrate_bn(model, calib, device)
     model.eval()
 
     achieved, per_layer = sparsity_summary(model, opts.exclude)
