@@ -32,14 +32,23 @@ class Budget:
 
 Method = Callable[[nn.Module, Any, float, Budget], "tuple[nn.Module, SparsityReport]"]
 METHODS: dict[str, Method] = {}
+_TRAINS: dict[str, bool] = {}
 
 
-def register(name: str):
+def register(name: str, trains: bool = True):
+    """Add a method; `trains` says it runs a distillation loop (tasks then give it augmented data)."""
+
     def wrap(fn: Method) -> Method:
         METHODS[name] = fn
+        _TRAINS[name] = trains
         return fn
 
     return wrap
+
+
+def method_trains(name: str) -> bool:
+    get_method(name)
+    return _TRAINS[name]
 
 
 def get_method(name: str) -> Method:
@@ -85,13 +94,13 @@ def _pot(allocation_name: str, model, calibration, target, budget: Budget):
     return pot(model, calibration, target, cfg)
 
 
-@register("pot-l2norm")
+@register("pot-l2norm", trains=False)
 def pot_l2norm(model, calibration, target, budget: Budget):
     """POT with the L2Norm global allocation (msbench protocol)."""
     return _pot("l2norm", model, calibration, target, budget)
 
 
-@register("pot-erk")
+@register("pot-erk", trains=False)
 def pot_erk(model, calibration, target, budget: Budget):
     """POT with ERK allocation (msbench protocol)."""
     return _pot("erk", model, calibration, target, budget)
@@ -119,28 +128,28 @@ def probmask(model, calibration, target, budget: Budget):
     return probmask_sparsify(model, calibration, target, _budget_config(ProbMaskConfig, budget))
 
 
-@register("uniform")
+@register("uniform", trains=False)
 def uniform(model, calibration, target, budget: Budget):
     """Magnitude pruning, the same rate in every layer."""
     return _magnitude("uniform", model, target,
                       lambda ls, r: allocation.keep_masks_for_rates(ls, allocation.uniform_rates(ls, r), r))
 
 
-@register("erk")
+@register("erk", trains=False)
 def erk(model, calibration, target, budget: Budget):
     """Magnitude pruning with ERK rates (FCPTS's starting point)."""
     return _magnitude("erk", model, target,
                       lambda ls, r: allocation.keep_masks_for_rates(ls, allocation.erk_rates(ls, r), r))
 
 
-@register("global-magnitude")
+@register("global-magnitude", trains=False)
 def global_magnitude(model, calibration, target, budget: Budget):
     """One magnitude cut over all layers."""
     return _magnitude("global-magnitude", model, target,
                       lambda ls, r: allocation.global_keep_masks(allocation.global_magnitude_scores(ls), r))
 
 
-@register("lamp")
+@register("lamp", trains=False)
 def lamp(model, calibration, target, budget: Budget):
     """LAMP scores, one global cut."""
     return _magnitude("lamp", model, target,

@@ -22,13 +22,24 @@ from .models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_chec
 from .records import RESULTS_DIR
 from .runner import Grid, Profile, format_table, indices_hash, run_grid
 
+def _pot(n_calibration: int, iterations: int) -> dict:
+    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in ("pot-l2norm", "pot-erk")}
+
+
 PROFILES = {
     "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
-                     note="released-code protocol: 1,024 images, 100 epochs x 16 batches of 64"),
+                     note="METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
+                          "(capped at the split), up to 20,000 iterations per layer",
+                     methods=_pot(10240, 20000)),
+    "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
+                         note="paper protocol with POT cut to 2,000 iterations per layer on the same 1,024 "
+                              "images as FCPTS (CPU budget); compare times only within this profile",
+                         methods=_pot(1024, 2000)),
     "fast": Profile("fast", n_calibration=1024, iterations=400, batch_size=64,
-                    note="paper data, a quarter of the iterations: the CPU default"),
+                    note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
+                    methods=_pot(1024, 500)),
     "quick": Profile("quick", n_calibration=128, iterations=10, batch_size=32, eval_limit=1000,
-                     note="smoke test only; not a result"),
+                     note="smoke test only; not a result", methods=_pot(128, 5)),
 }
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 
@@ -63,13 +74,19 @@ def build_grid(args: argparse.Namespace) -> Grid:
     profile = PROFILES[args.profile]
     if args.iterations is not None:
         profile = Profile(f"{profile.name}-it{args.iterations}", profile.n_calibration, args.iterations,
-                          profile.batch_size, profile.eval_limit, f"{profile.note}; iterations overridden")
+                          profile.batch_size, profile.eval_limit, f"{profile.note}; FCPTS iterations overridden",
+                          profile.methods)
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if profile.eval_limit:
         x_test, y_test = x_test[: profile.eval_limit], y_test[: profile.eval_limit]
     x_train, _ = load_cifar(root, args.dataset, "train", args.download)
-    idx = calibration_indices(len(x_train), profile.n_calibration, args.seed)
-    calibration = CifarCalibration(x_train[idx], augment=True)
+
+    def make_calibration(n: int, augment: bool):
+        """n seeded training images (capped at the split's size, which the record then shows)."""
+        idx = calibration_indices(len(x_train), min(n, len(x_train)), args.seed)
+        info = {"split": "train", "n_images": len(idx), "n_requested": n, "seed": args.seed,
+                "indices_sha256": indices_hash(idx), "indices": idx, "augment": "crop4+flip" if augment else "none"}
+        return CifarCalibration(x_train[idx], augment=augment), info
 
     weights = Path(args.weights) if args.weights else default_cifar_weights(root, args.dataset, args.model)
     num_classes = CIFAR_CLASSES[args.dataset]
@@ -86,9 +103,7 @@ def build_grid(args: argparse.Namespace) -> Grid:
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
     return Grid(
         task="cifar", dataset=args.dataset, model=args.model, build_model=build_model,
-        calibration=calibration,
-        calibration_info={"split": "train", "n_images": len(idx), "seed": args.seed,
-                          "indices_sha256": indices_hash(idx), "indices": idx, "augment": "crop4+flip"},
+        make_calibration=make_calibration,
         evaluate=lambda m: classify(m, x_eval, y_eval),
         profile=profile, seed=args.seed,
         provenance={"weights": weights_info,

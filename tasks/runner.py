@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from baselines.registry import Budget, get_method
+from baselines.registry import Budget, get_method, method_trains
 
 from .records import (RESULTS_DIR, command_line, device_description, environment, git_commit, read_record,
                       record_path, write_json_atomic)
@@ -32,6 +32,15 @@ class Profile:
     batch_size: int = 64
     eval_limit: int | None = None  # None: the whole test split
     note: str = ""
+    # Per-method deviations from the common budget, e.g. POT's per-layer iterations and its own
+    # calibration size: {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
+    methods: dict[str, dict] = field(default_factory=dict)
+
+    def n_calibration_for(self, method: str) -> int:
+        return self.methods.get(method, {}).get("n_calibration", self.n_calibration)
+
+    def options_for(self, method: str) -> dict | None:
+        return self.methods.get(method, {}).get("options")
 
 
 @dataclass
@@ -40,8 +49,9 @@ class Grid:
     dataset: str
     model: str
     build_model: Callable[[], nn.Module]  # a fresh dense model with its weights
-    calibration: Any  # tensor or Dataset handed to every method
-    calibration_info: dict  # n_images, seed, indices_sha256, indices, split
+    # (n_images, augment) -> (tensor or Dataset, info: split, n_images, seed, indices, indices_sha256);
+    # the same n and seed always give the same images, and a smaller set is a prefix-subset of a larger.
+    make_calibration: Callable[[int, bool], tuple[Any, dict]]
     evaluate: Callable[[nn.Module], dict]
     profile: Profile
     seed: int
@@ -85,12 +95,14 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
 def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
     ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
     budget = Budget(iterations=grid.profile.iterations, batch_size=grid.profile.batch_size, seed=grid.seed,
-                    progress=grid.progress, checkpoint=str(ckpt))
+                    progress=grid.progress, checkpoint=str(ckpt), options=grid.profile.options_for(method))
+    calibration, calibration_info = grid.make_calibration(grid.profile.n_calibration_for(method),
+                                                          method_trains(method))
     log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
     torch.manual_seed(grid.seed)
     model = grid.build_model()
     t = time.perf_counter()
-    model, report = get_method(method)(model, grid.calibration, target, budget)
+    model, report = get_method(method)(model, calibration, target, budget)
     method_wall = time.perf_counter() - t
     t = time.perf_counter()
     metrics = grid.evaluate(model)
@@ -106,9 +118,10 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "hit_target": abs(report.achieved_sparsity - target) * sum(r["numel"] for r in report.per_layer) <= 1.0,
         "metrics": metrics,
         "dense_metrics": dense_metrics,
-        "calibration": grid.calibration_info,
+        "calibration": calibration_info,
         "profile": asdict(grid.profile),
         "budget": {k: v for k, v in asdict(budget).items() if k not in ("progress", "checkpoint")},
+        "method_options": report.options,
         "seed": grid.seed,
         # A resumed run's method time adds the time spent before the interruption.
         "wall_s": report.wall_s if report.wall_s else method_wall,
@@ -121,7 +134,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **grid.provenance,
         "per_layer": report.per_layer,
-        "method_report": {"options": report.options, "extra": report.extra, "history_every_10": _thin(report.history)},
+        "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
     }
     write_json_atomic(path, record)
     ckpt.unlink(missing_ok=True)
