@@ -13,8 +13,6 @@ used, so the exported model has exactly the target sparsity and is reproducible.
 """
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import asdict, dataclass
 
 import torch

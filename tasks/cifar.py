@@ -32,9 +32,9 @@ PROFILES = {
                           "(capped at the split), up to 20,000 iterations per layer",
                      methods=_pot(10240, 20000)),
     "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
-                         note="paper protocol with POT cut to 2,000 iterations per layer on the same 1,024 "
+                         note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
                               "images as FCPTS (CPU budget); compare times only within this profile",
-                         methods=_pot(1024, 2000)),
+                         methods=_pot(1024, 1000)),
     "fast": Profile("fast", n_calibration=1024, iterations=400, batch_size=64,
                     note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
                     methods=_pot(1024, 500)),

@@ -135,3 +135,16 @@ def test_input_model_is_modified_in_place_but_teacher_is_a_copy():
     out, _ = fcpts.sparsify(model, images(), 0.5, iterations=1, batch_size=8, progress=False)
     assert out is model
     assert not torch.equal(out[0].weight, dense[0].weight)
+
+
+def test_eval_mode_teacher_is_folded_and_gives_the_same_outputs():
+    from fcpts.distill import frozen_teacher
+
+    model = tiny_net().eval()
+    model[1].running_mean.uniform_(-0.5, 0.5)
+    model[1].running_var.uniform_(0.5, 2.0)
+    teacher = frozen_teacher(model, "eval")
+    assert isinstance(teacher[1], nn.Identity) and isinstance(model[1], nn.BatchNorm2d)
+    x = images(4)
+    assert torch.allclose(teacher(x), model(x), atol=1e-5)
+    assert not any(p.requires_grad for p in teacher.parameters())
