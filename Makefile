@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench ablation reproduce-fcpts-r56 clean
+.PHONY: setup run test bench reproduce-fcpts-r56 baselines-r32 clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ test: setup
 # Full protocol of METHOD.md for the same cell (1,600 iterations; resumable).
 reproduce-fcpts-r56: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper
+
+# Issue 3's comparison: POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
+baselines-r32: setup
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet32 --all-methods --sparsity 0.7 0.8 0.9 --profile paper-cpu
 
 # Time of one FCPTS step over one plain training step (benchmark, not a test).
 bench: setup

@@ -72,6 +72,7 @@ def main() -> None:
     if not args.out:
         p.error("--out is required")
 
+    git_commit()  # pin the commit of the code that is about to run
     root = resolve_data_root(args.data_root)
     x_test, y_test = load_cifar(root, "cifar10", "test")
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)

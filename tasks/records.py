@@ -10,6 +10,7 @@ import os
 import platform
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,10 @@ def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
+@lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD's hash, with '+dirty' when tracked files differ from it."""
+    """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
+    that runs is the code at start-up, whatever is committed while a long grid runs."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -83,7 +86,10 @@ def device_description(device: torch.device | str = "cpu") -> str:
 
 
 def command_line() -> str:
-    return " ".join([Path(sys.executable).name, "-m", Path(sys.argv[0]).stem] + sys.argv[1:]) if sys.argv else ""
+    """The command as typed: `python -m tasks.cifar ...` (module name from __main__'s spec)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    prog = ["-m", spec.name] if spec is not None and spec.name else [sys.argv[0]]
+    return " ".join(["python", *prog, *sys.argv[1:]])
 
 
 def environment() -> dict[str, str]:

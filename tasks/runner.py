@@ -73,6 +73,7 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
              log: Callable[[str], None] = print) -> list[dict]:
     for m in methods:
         get_method(m)  # fail fast on a typo, before any work
+    git_commit()  # pin the commit of the code that is about to run
     records, dense_metrics = [], None
     for method in methods:
         for target in sparsities:
