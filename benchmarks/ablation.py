@@ -42,15 +42,26 @@ VARIANTS = {
 }
 
 
+def _reconstruction(row: dict) -> str:
+    """The reconstruction loss a row ran with (older rows carry it in their provenance note)."""
+    if "reconstruction" in row["options"]:
+        return row["options"]["reconstruction"]
+    if "resolved_options" in row:
+        return row["resolved_options"]["reconstruction"]
+    return "kl" if "reconstruction=kl" in row.get("provenance_note", "") else "mse-blocks"
+
+
 def summarize(paths: list[str]) -> str:
     """A markdown table of finished rows (for the README), straight from the JSON lines."""
-    rows = ["| model | variant | iterations | top-1 | sparsity before exact step | wall s | commit |",
-            "|---|---|---:|---:|---:|---:|---|"]
+    rows = ["| model | variant | reconstruction | lr | iterations | top-1 | sparsity before exact step | wall s | threads |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
-            rows.append(f"| {r['model']} | {r['variant']} | {r['iterations']} | {r['top1']:.2f} | "
-                        f"{r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | {r['git_commit'][:8]} |")
+            lr = r["options"].get("lr", 0.01)
+            rows.append(f"| {r['model']} | {r['variant']} | {_reconstruction(r)} | {lr} | {r['iterations']} | "
+                        f"{r['top1']:.2f} | {r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | "
+                        f"{r['device'].split(', ')[-1].split()[0]} |")
     return "\n".join(rows)
 
 
