@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +32,7 @@ from tqdm.auto import tqdm
 from fcpts import allocation
 from fcpts.bn_fold import fold_batchnorm
 from fcpts.calibration import Calibration
+from fcpts.distill import save_atomic
 from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
@@ -49,6 +51,7 @@ class POTConfig:
     cache_bytes: float = 4e9  # memory for cached dense layer inputs; more layers share one forward
     seed: int = 0
     progress: bool = True
+    checkpoint: str | None = None  # saved after every layer; a matching one is resumed
 
 
 def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
@@ -173,10 +176,21 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[n
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     images = calib.take(list(range(len(calib))))
     gen = torch.Generator().manual_seed(cfg.seed)
-    names = list(layers)
-    per_image = _bytes_per_image(dense, names, images)
-    per_layer_log = {}
-    bar = tqdm(total=len(names), disable=not cfg.progress, desc=f"pot-{cfg.allocation} {target:.2f}", dynamic_ncols=True)
+    per_layer_log, elapsed_before = {}, 0.0
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
+    fingerprint = {k: v for k, v in asdict(cfg).items() if k not in ("progress", "checkpoint")}
+    fingerprint.update(target=target, calibration=calib.indices)
+    if ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        if state["fingerprint"] != fingerprint:
+            raise ValueError(f"checkpoint {ckpt} belongs to a different POT run; delete it or pass another path")
+        model.load_state_dict(state["model"])
+        per_layer_log, elapsed_before = state["log"], state["elapsed_s"]
+        gen.set_state(state["generator"])
+    names = [n for n in layers if n not in per_layer_log]
+    per_image = _bytes_per_image(dense, names, images) if names else {}
+    bar = tqdm(total=len(layers), initial=len(per_layer_log), disable=not cfg.progress,
+               desc=f"pot-{cfg.allocation} {target:.2f}", dynamic_ncols=True)
     start = 0
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
@@ -188,6 +202,9 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[n
             layer = layers[n]
             per_layer_log[n] = reconstruct_layer(dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen)
             layer.requires_grad_(False)
+            if ckpt is not None:
+                save_atomic({"fingerprint": fingerprint, "model": model.state_dict(), "log": per_layer_log,
+                             "generator": gen.get_state(), "elapsed_s": elapsed_before + time.perf_counter() - t0}, ckpt)
             bar.update(1)
             bar.set_postfix(layer=n, loss=f"{per_layer_log[n]['final_loss']:.2e}")
         start = end
@@ -199,6 +216,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[n
         row.update(per_layer_log[row["name"]])
     return model, SparsityReport(
         method=f"pot-{cfg.allocation}", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
-        wall_s=time.perf_counter() - t0, seed=cfg.seed, calibration_indices=calib.indices,
-        options=asdict(cfg), extra={"folded_bn": [list(p) for p in folded]},
+        wall_s=elapsed_before + time.perf_counter() - t0, seed=cfg.seed, calibration_indices=calib.indices,
+        options=asdict(cfg), extra={"folded_bn": [list(p) for p in folded],
+                                    "resumed_layers": len(layers) - len(names)},
     )

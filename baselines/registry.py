@@ -90,7 +90,8 @@ def _magnitude(name: str, model: nn.Module, target: float, masks_of: Callable) -
 def _pot(allocation_name: str, model, calibration, target, budget: Budget):
     from .pot import POTConfig, pot
 
-    cfg = POTConfig(allocation=allocation_name, seed=budget.seed, progress=budget.progress, **(budget.options or {}))
+    cfg = POTConfig(allocation=allocation_name, seed=budget.seed, progress=budget.progress,
+                    checkpoint=budget.checkpoint, **(budget.options or {}))
     return pot(model, calibration, target, cfg)
 
 

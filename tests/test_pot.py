@@ -104,3 +104,28 @@ def test_bias_correction_zeroes_the_mean_output_shift():
     inp = collect_inputs(dense, ["3"], x)["3"]
     shift = (dense[3](inp) - sparse[3](inp)).mean(dim=(0, 2, 3))
     assert shift.abs().max() < 1e-4
+
+
+def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    cfg = dict(iterations=20, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    ref, _ = pot(small_cnn(), x, 0.6, POTConfig(**cfg))
+    ckpt = tmp_path / "pot.pt"
+    calls = {"n": 0}
+    import baselines.pot as pot_module
+    original = pot_module.reconstruct_layer
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pot_module, "reconstruct_layer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pot(small_cnn(), x, 0.6, POTConfig(checkpoint=str(ckpt), **cfg))
+    monkeypatch.setattr(pot_module, "reconstruct_layer", original)
+    resumed, report = pot(small_cnn(), x, 0.6, POTConfig(checkpoint=str(ckpt), **cfg))
+    assert report.extra["resumed_layers"] == 1
+    for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
