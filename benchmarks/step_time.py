@@ -67,11 +67,13 @@ def main() -> None:
     for cl in (True, False):
         fmt = "channels_last" if cl else "contiguous"
         plain = plain_step_time(model, x, y, args.steps, cl)
-        print(f"plain training step, {fmt:13s}            : {plain * 1000:8.1f} ms")
-        for mode in ("train", "eval"):
-            t = fcpts_step_time(model, x, args.steps, teacher_mode=mode, channels_last=cl)
-            print(f"fcpts step, {fmt:13s}, teacher {mode:5s}: {t * 1000:8.1f} ms   ratio {t / plain:.2f}")
-
+        print(f"plain training step, {fmt:13s}                        : {plain * 1000:7.1f} ms")
+        for rec in ("mse-blocks", "kl"):
+            for mode in ("train", "eval"):
+                default = " (defaults)" if (rec, mode) == ("mse-blocks", "train") else ""
+                t = fcpts_step_time(model, x, args.steps, teacher_mode=mode, channels_last=cl, reconstruction=rec)
+                label = f"fcpts step, {fmt:13s}, {rec:10s}, teacher {mode:5s}"
+                print(f"{label}: {t * 1000:7.1f} ms   ratio {t / plain:.2f}{default}")
 
 if __name__ == "__main__":
     main()
