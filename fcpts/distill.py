@@ -131,6 +131,7 @@ def train_loop(
     bar = tqdm(range(start, iterations), initial=start, total=iterations, disable=not progress, desc=desc,
                dynamic_ncols=True)
     for step in bar:
+        step_t0 = time.perf_counter()
         if before_step is not None:
             before_step(step)
         x = calib.batch(step).to(device)
@@ -149,7 +150,8 @@ def train_loop(
         if after_step is not None:
             after_step(step)
         result.history.append({"step": step, "loss": round(loss.item(), 6),
-                               **{k: round(v, 8) for k, v in logs.items()}, "lr": schedulers[0].get_last_lr()[0]})
+                               **{k: round(v, 8) for k, v in logs.items()}, "lr": schedulers[0].get_last_lr()[0],
+                               "step_s": round(time.perf_counter() - step_t0, 5)})
         if step % 10 == 0:
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
         if time.perf_counter() - last_save > checkpoint_every_s:
