@@ -21,28 +21,17 @@ from torch.nn.utils import parametrize
 
 from fcpts.allocation import global_keep_masks
 from fcpts.calibration import Calibration
-from fcpts.distill import frozen_teacher, kl_distill, train_loop, warmup_cosine
+from fcpts.distill import DistillConfig, frozen_teacher, kl_distill, train_loop, warmup_cosine
 from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
 
 @dataclass
-class ProbMaskConfig:
-    iterations: int = 1600
-    batch_size: int = 64
-    lr: float | None = None  # weights; None: 0.04 * batch / 256, as FCPTS
-    momentum: float = 0.9
-    weight_decay: float = 3e-4
-    score_lr: float = 6e-3
+class ProbMaskConfig(DistillConfig):
+    score_lr: float = 6e-3  # Adam on scores; weights use the shared SGD settings
     t_start: float = 1.0
     t_end: float = 33.0
     schedule_fraction: float = 0.75  # kept fraction reaches 1 - target after this share of steps
-    temperature: float = 4.0  # KL temperature
-    teacher_mode: str = "train"
-    seed: int = 0
-    progress: bool = True
-    checkpoint: str | None = None
-    checkpoint_every_s: float = 180.0
 
 
 class ProbMaskParam(nn.Module):
@@ -103,7 +92,7 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
         parametrize.register_parametrization(module, "weight", params[name])
     scores = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
-    lr = cfg.lr if cfg.lr is not None else 0.04 * calib.batch_size / 256
+    lr = cfg.resolved_lr(calib.batch_size)
     sgd = torch.optim.SGD([p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
     adam = torch.optim.Adam(scores, lr=cfg.score_lr)

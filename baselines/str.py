@@ -21,28 +21,17 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from fcpts.calibration import Calibration
-from fcpts.distill import frozen_teacher, kl_distill, save_atomic, train_loop, warmup_cosine
+from fcpts.distill import DistillConfig, frozen_teacher, kl_distill, save_atomic, train_loop, warmup_cosine
 from fcpts.masks import check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
 
 @dataclass
-class STRConfig:
-    iterations: int = 1600
-    batch_size: int = 64
-    lr: float | None = None  # None: 0.04 * batch / 256, as FCPTS
-    momentum: float = 0.9
-    weight_decay: float = 3e-4  # on weights
+class STRConfig(DistillConfig):
     s_init: float = -10.0  # sigmoid(-10) = 4.5e-5: starts (almost) dense
     decay_range: tuple[float, float] = (1e-3, 10.0)  # searched weight decay on s
     search_runs: int = 5
     tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
-    temperature: float = 4.0
-    teacher_mode: str = "train"
-    seed: int = 0
-    progress: bool = True
-    checkpoint: str | None = None
-    checkpoint_every_s: float = 180.0
 
 
 class SoftThreshold(nn.Module):
@@ -66,7 +55,7 @@ def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STRConfig, d
         parametrize.register_parametrization(module, "weight", p)
         scores.append(p.score)
     ids = {id(s) for s in scores}
-    lr = cfg.lr if cfg.lr is not None else 0.04 * calib.batch_size / 256
+    lr = cfg.resolved_lr(calib.batch_size)
     opt = torch.optim.SGD([{"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": cfg.weight_decay},
                            {"params": scores, "weight_decay": decay}], lr=lr, momentum=cfg.momentum)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(calib.steps_per_epoch, cfg.iterations))

@@ -24,6 +24,31 @@ from .bn_fold import fold_batchnorm
 from .calibration import Calibration
 
 
+@dataclass
+class DistillConfig:
+    """The budget and optimiser every distillation-based method shares (FCPTS's released defaults)."""
+
+    iterations: int = 1600
+    batch_size: int = 64
+    lr: float | None = None  # None: default_lr(batch_size)
+    momentum: float = 0.9
+    weight_decay: float = 3e-4
+    temperature: float = 4.0  # KL temperature
+    teacher_mode: str = "train"
+    seed: int = 0
+    progress: bool = True
+    checkpoint: str | None = None
+    checkpoint_every_s: float = 180.0
+
+    def resolved_lr(self, batch_size: int) -> float:
+        return self.lr if self.lr is not None else default_lr(batch_size)
+
+
+def default_lr(batch_size: int) -> float:
+    """The released code's SGD learning rate: 0.04 x batch / 256."""
+    return 0.04 * batch_size / 256
+
+
 def kl_distill(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """KL(teacher || student) on softened outputs, summed, times T^2 / batch (released code)."""
     log_p_s = F.log_softmax(student_logits.flatten(1) / temperature, dim=1)

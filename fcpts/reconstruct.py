@@ -18,7 +18,7 @@ from . import thresholds
 from .allocation import erk_rates, global_keep_masks
 from .bridge import Bridge
 from .calibration import Calibration
-from .distill import frozen_teacher, kl_distill, train_loop, warmup_cosine
+from .distill import default_lr, frozen_teacher, kl_distill, train_loop, warmup_cosine
 from .masks import apply_keep_masks, check_target, hard_mask, prunable_layers, sparsity_summary
 from .options import FCPTSOptions, SparsityReport
 
@@ -118,7 +118,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         s.requires_grad_(learn_t)
     score_ids = {id(s) for s in score_params}
     other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
-    lr = opts.lr if opts.lr is not None else 0.04 * calib.batch_size / 256
+    lr = opts.lr if opts.lr is not None else default_lr(calib.batch_size)
     groups = [{"params": other, "weight_decay": opts.weight_decay}]
     if learn_t:
         groups.append({"params": score_params, "weight_decay": 0.0})
