@@ -14,9 +14,10 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-# Main job: CIFAR-10 ResNet-56, FCPTS at 90%, fast CPU profile (a few minutes); writes a record.
+# Main job: CIFAR-10 ResNet-56, FCPTS at 90%, fast CPU profile (a few minutes); always re-runs (--force)
+# and rewrites its record; an interrupted run resumes from its checkpoint.
 run: setup
-	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile fast
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile fast --force
 
 test: setup
 	$(PY) -m pytest -q
