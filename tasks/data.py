@@ -67,20 +67,49 @@ def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> 
     if archive.is_file():
         d = _read_npz_xz(str(archive))
         return d["x"], d["y"].astype(np.int64)
-    if tv_dir.is_dir() or download:
+    if not tv_dir.is_dir() and download:
         import torchvision
 
         cls = torchvision.datasets.CIFAR10 if dataset == "cifar10" else torchvision.datasets.CIFAR100
-        try:
-            ds = cls(str(root), train=split == "train", download=download)
-        except RuntimeError as e:  # torchvision: "Dataset not found or corrupted"
-            raise DataNotFoundError(f"{tv_dir} is incomplete or corrupt ({e}); re-run with --download") from e
-        return np.asarray(ds.data), np.asarray(ds.targets, dtype=np.int64)
+        try:  # fetches and checks the archive's md5
+            cls(str(root), train=split == "train", download=True)
+        except OSError as e:  # URLError and friends: offline or blocked
+            raise DataNotFoundError(f"could not download {dataset} to {root} ({e}); are you offline? "
+                                    "Copy cifar-10-batches-py/ or cifar-100-python/ there by hand") from e
+    if tv_dir.is_dir():
+        return _read_cifar_python(tv_dir, dataset, split)
     raise DataNotFoundError(
         f"{dataset} {split} split not found: looked for {archive} and {tv_dir}/. "
         f"Pass --data-root DIR (or set {ENV_DATA_ROOT}) to a folder that has one of them, "
         "or add --download to fetch it with torchvision."
     )
+
+
+_PY_FILES = {
+    ("cifar10", "train"): [f"data_batch_{i}" for i in range(1, 6)], ("cifar10", "test"): ["test_batch"],
+    ("cifar100", "train"): ["train"], ("cifar100", "test"): ["test"],
+}
+
+
+def _read_cifar_python(folder: Path, dataset: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The official "python version" pickles (the layout torchvision downloads)."""
+    import pickle
+
+    xs, ys = [], []
+    for name in _PY_FILES[(dataset, split)]:
+        path = folder / name
+        if not path.is_file():
+            raise DataNotFoundError(f"{path} is missing from {folder}; re-run with --download or restore the file")
+        try:
+            with open(path, "rb") as f:
+                batch = pickle.load(f, encoding="latin1")
+            data = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+            labels = batch["labels"] if "labels" in batch else batch["fine_labels"]
+        except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as e:
+            raise ValueError(f"{path} is corrupt or not a CIFAR batch ({type(e).__name__}: {e}); re-run with --download") from e
+        xs.append(data)
+        ys.append(np.asarray(labels, dtype=np.int64))
+    return np.concatenate(xs), np.concatenate(ys)
 
 
 def normalize_cifar(x_uint8: np.ndarray | torch.Tensor) -> torch.Tensor:
