@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test bench tables reproduce-fcpts-r56 baselines-r32 clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ reproduce-fcpts-r56: setup
 # Issue 3's comparison: POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
 baselines-r32: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet32 --all-methods --sparsity 0.7 0.8 0.9 --profile paper-cpu
+
+# Paper tables from the committed records, beside the paper's numbers (seconds; runs nothing).
+tables: setup
+	$(PY) -m tasks.paper tables
 
 # Time of one FCPTS step over one plain training step (benchmark, not a test).
 bench: setup

@@ -1,0 +1,28 @@
+"""Tables are built from records alone, with the paper's numbers beside them."""
+import json
+
+from tasks.paper import read_reference, write_tables
+
+
+def test_reference_data_is_the_papers_table1():
+    ref = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in read_reference() if r["table"] == "table1"}
+    assert ref[("cifar10", "resnet56", "fcpts", "0.9")]["top1"] == "92.02"
+    assert ref[("cifar100", "resnet32", "pot-l2norm", "0.9")]["top5"] == "11.55"
+    assert len([k for k in ref if k[2] != "dense"]) == 36
+
+
+def test_tables_from_records(tmp_path):
+    runs = tmp_path / "runs" / "cifar" / "cifar10" / "resnet56"
+    runs.mkdir(parents=True)
+    record = {"task": "cifar", "dataset": "cifar10", "model": "resnet56", "method": "fcpts", "target_sparsity": 0.9,
+              "metrics": {"top1": 90.5, "top5": 99.6}, "dense_metrics": {"top1": 93.39, "top5": 99.77},
+              "profile": {"name": "paper"}, "wall_s": 600.0, "device": "cpu: test"}
+    (runs / "fcpts-sp90-paper-seed0.json").write_text(json.dumps(record))
+    pot = dict(record, method="pot-l2norm", metrics={"top1": 20.0, "top5": 70.0}, wall_s=1800.0)
+    (runs / "pot-l2norm-sp90-paper-seed0.json").write_text(json.dumps(pot))
+    paths = write_tables(tmp_path / "runs", tmp_path / "tables")
+    t1 = paths[0].read_text()
+    assert "**90.50/99.60** (−2.89) [paper] · 92.02/99.78" in t1
+    assert "no record · 94.07/99.83" in t1
+    t6 = paths[3].read_text()
+    assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | cpu: test |" in t6
