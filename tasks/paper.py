@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tasks.paper", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=["tables"])
-    args = p.parse_args(argv)
+    p.parse_args(argv)  # "tables" is the only command for now; figures come with issues 4-5
     for path in write_tables():
         print(f"wrote {path.relative_to(RESULTS_DIR.parent)}")
     return 0
