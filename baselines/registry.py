@@ -73,7 +73,7 @@ def fcpts_method(model, calibration, target, budget: Budget):
 
 @register("fcpts-fixed")
 def fcpts_fixed(model, calibration, target, budget: Budget):
-    """ERK allocation, FCPTS reconstruction with thresholds frozen (the paper's Figure 3 ablation)."""
+    """ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3 ablation)."""
     return _fcpts(model, calibration, target, budget, learn_thresholds=False)
 
 
