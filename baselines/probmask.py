@@ -21,7 +21,7 @@ from torch.nn.utils import parametrize
 
 from fcpts.allocation import global_keep_masks
 from fcpts.calibration import Calibration
-from fcpts.distill import DistillConfig, frozen_teacher, kl_distill, train_loop, warmup_cosine
+from fcpts.distill import DistillConfig, frozen_teacher, kl_distill, run_fingerprint, train_loop, warmup_cosine
 from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
@@ -113,7 +113,7 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
         return rec, {"rec": rec.item()}
 
     loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=[sgd, adam],
-                      scheduler=scheds, loss_fn=loss_fn, device=device, fingerprint=f"probmask-{target}-{cfg.seed}",
+                      scheduler=scheds, loss_fn=loss_fn, device=device, fingerprint=run_fingerprint(target, asdict(cfg), calib, model),
                       checkpoint=cfg.checkpoint, checkpoint_every_s=cfg.checkpoint_every_s, before_step=before,
                       after_step=after, progress=cfg.progress, desc=f"probmask {target:.2f}")
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}

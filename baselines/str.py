@@ -21,7 +21,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from fcpts.calibration import Calibration
-from fcpts.distill import DistillConfig, frozen_teacher, kl_distill, save_atomic, train_loop, warmup_cosine
+from fcpts.distill import (DistillConfig, frozen_teacher, kl_distill, run_fingerprint, save_atomic, train_loop,
+                           warmup_cosine)
 from fcpts.masks import check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
@@ -45,7 +46,8 @@ class SoftThreshold(nn.Module):
         return torch.sign(weight) * F.relu(weight.abs() - torch.sigmoid(self.score))
 
 
-def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STRConfig, device, ckpt: str | None):
+def _trial(dense: nn.Module, calib: Calibration, target: float, decay: float, cfg: STRConfig, device,
+           ckpt: str | None):
     model = copy.deepcopy(dense)
     teacher = frozen_teacher(dense, cfg.teacher_mode)
     layers = prunable_layers(model)
@@ -65,7 +67,7 @@ def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STRConfig, d
         return rec, {"rec": rec.item()}
 
     loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=opt,
-                      scheduler=sched, loss_fn=loss_fn, device=device, fingerprint=f"str-{decay:.6g}-{cfg.seed}",
+                      scheduler=sched, loss_fn=loss_fn, device=device, fingerprint=run_fingerprint(target, {**asdict(cfg), "decay": decay}, calib, model),
                       checkpoint=ckpt, checkpoint_every_s=cfg.checkpoint_every_s, progress=cfg.progress,
                       desc=f"str decay={decay:.3g}")
     for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
@@ -82,7 +84,12 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     dense = copy.deepcopy(model)
     side = Path(cfg.checkpoint + ".trials.pt") if cfg.checkpoint else None
-    state = torch.load(side, weights_only=False) if side is not None and side.exists() else {"trials": [], "best": None}
+    fingerprint = run_fingerprint(target, asdict(cfg), calib, dense)
+    state = {"fingerprint": fingerprint, "trials": [], "best": None}
+    if side is not None and side.exists():
+        state = torch.load(side, weights_only=False)
+        if state.get("fingerprint") != fingerprint:
+            raise ValueError(f"STR trials file {side} belongs to a different run; delete it or pass another path")
     lo, hi = (math.log10(v) for v in cfg.decay_range)
     for t in state["trials"]:  # replay the search decisions of finished trials
         lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
@@ -92,7 +99,7 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
         decay = 10 ** ((lo + hi) / 2)
         k = len(state["trials"])
         trial_ckpt = f"{cfg.checkpoint}.trial{k}" if cfg.checkpoint else None
-        trial_model, sparsity, loop = _trial(dense, calib, decay, cfg, device, trial_ckpt)
+        trial_model, sparsity, loop = _trial(dense, calib, target, decay, cfg, device, trial_ckpt)
         row = {"decay": decay, "sparsity": sparsity, "wall_s": loop.wall_s, "final_rec": loop.history[-1]["rec"]}
         if state["best"] is None or abs(sparsity - target) < abs(state["best"]["row"]["sparsity"] - target):
             state["best"] = {"row": row, "state": trial_model.state_dict(), "history": loop.history}

@@ -8,6 +8,8 @@ saved atomically every `checkpoint_every_s` and at the end, and a matching check
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import os
 import time
@@ -83,6 +85,15 @@ def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
             pass  # not traceable: keep BN, same results
     teacher.requires_grad_(False)
     return teacher
+
+
+def run_fingerprint(target: float, options: dict, calib: Calibration, model: nn.Module) -> str:
+    """Identity of a run (target, options, calibration indices, model size), so a checkpoint is only
+    ever resumed by the same run."""
+    keep = {k: v for k, v in options.items() if k not in ("progress", "checkpoint", "checkpoint_every_s", "device")}
+    blob = json.dumps({"target": target, "options": keep, "calibration": calib.indices,
+                       "params": sum(p.numel() for p in model.parameters())}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def save_atomic(obj, path: Path) -> None:

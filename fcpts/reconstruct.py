@@ -7,9 +7,6 @@ exactly round(target * N) zeros, and the masks are folded into plain weights.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,7 +15,7 @@ from . import thresholds
 from .allocation import erk_rates, global_keep_masks
 from .bridge import Bridge
 from .calibration import Calibration
-from .distill import default_lr, frozen_teacher, kl_distill, train_loop, warmup_cosine
+from .distill import default_lr, frozen_teacher, kl_distill, run_fingerprint, train_loop, warmup_cosine
 from .masks import apply_keep_masks, check_target, hard_mask, prunable_layers, sparsity_summary
 from .options import FCPTSOptions, SparsityReport
 
@@ -80,14 +77,6 @@ def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, b
         model(calib.take(idx, seed=calib.seed + i).to(device))
     for m, mom in zip(bns, saved):
         m.momentum = mom
-
-
-def run_fingerprint(target: float, options: dict, calib: Calibration, model: nn.Module) -> str:
-    """Identity of a run, so a checkpoint is only ever resumed by the same run."""
-    keep = {k: v for k, v in options.items() if k not in ("progress", "checkpoint", "checkpoint_every_s", "device")}
-    blob = json.dumps({"target": target, "options": keep, "calibration": calib.indices,
-                       "params": sum(p.numel() for p in model.parameters())}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:

@@ -63,3 +63,15 @@ def test_probmask_cubic_schedule():
     ks = [kept_fraction(t, 100, 0.9, 0.75) for t in range(100)]
     assert ks[0] > 0.95 and ks[-1] == pytest.approx(0.1) and ks[80] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(ks, ks[1:]))
+
+
+@pytest.mark.parametrize("name", ["probmask", "str"])
+def test_checkpoint_of_another_run_is_refused(name, tmp_path):
+    """A checkpoint is identified by target, options and calibration, not only by method and seed."""
+    ckpt = str(tmp_path / "run.pt")
+    options = {"search_runs": 1} if name == "str" else None
+    get_method(name)(net(), images(), 0.7, Budget(iterations=2, batch_size=8, progress=False, checkpoint=ckpt,
+                                                  options=options))
+    with pytest.raises(ValueError, match="different run"):
+        get_method(name)(net(), images(), 0.6, Budget(iterations=2, batch_size=8, progress=False, checkpoint=ckpt,
+                                                      options=options))
