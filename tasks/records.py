@@ -58,6 +58,26 @@ def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
+MANIFEST = RUNS_DIR / "MANIFEST.txt"
+
+
+def read_manifest(path: Path = MANIFEST) -> list[str]:
+    """Record paths (relative to the runs folder) that were run before and must stay present."""
+    if not path.is_file():
+        return []
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST) -> list[str]:
+    """Add every record now present; never removes one (dropping a cell is a deliberate manual edit)."""
+    entries = sorted(set(read_manifest(path)) | {r["_path"] for r in all_records(runs_dir)})
+    header = "# Records that were run and committed; tests/test_records.py fails when one goes missing.\n"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(header + "".join(f"{e}\n" for e in entries))
+    tmp.replace(path)
+    return entries
+
+
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code

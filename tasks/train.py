@@ -151,7 +151,7 @@ def train(args: argparse.Namespace) -> dict:
                 model.train()
             history.append(entry)
             running_loss, running_correct, seen = 0.0, 0, 0
-            bar.write(json.dumps(entry))
+            print(json.dumps(entry), flush=True)
             save(step)
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:

@@ -20,9 +20,27 @@ def test_tables_from_records(tmp_path):
     (runs / "fcpts-sp90-paper-seed0.json").write_text(json.dumps(record))
     pot = dict(record, method="pot-l2norm", metrics={"top1": 20.0, "top5": 70.0}, wall_s=1800.0)
     (runs / "pot-l2norm-sp90-paper-seed0.json").write_text(json.dumps(pot))
-    paths = write_tables(tmp_path / "runs", tmp_path / "tables")
+    trained = tmp_path / "weights" / "cifar100"
+    trained.mkdir(parents=True)
+    (trained / "resnet32.json").write_text(json.dumps({
+        "final_test": {"top1": 67.5, "top5": 89.9}, "recipe": {"epochs": 40}, "wall_s": 7200.0,
+        "device": "cpu: test", "command": "python -m tasks.train --model resnet32"}))
+    paths = write_tables(tmp_path / "runs", tmp_path / "tables", tmp_path / "weights")
     t1 = paths[0].read_text()
     assert "**90.50/99.60** (−2.89) [paper] · 92.02/99.78" in t1
     assert "no record · 94.07/99.83" in t1
+    assert "**67.50/89.90** (trained here) · 70.16/90.89" in t1  # CIFAR-100 dense from the training record
+    assert "- cifar100 resnet32: 67.50/89.90 after 40 epochs (2.0 h on cpu: test)" in t1
     t6 = paths[3].read_text()
     assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | cpu: test |" in t6
+
+
+def test_figure4_from_records_and_without(tmp_path):
+    from tasks.figures import figure4
+
+    layers = [{"name": n, "sparsity": s} for n, s in (("conv1", 0.0), ("layer1.0.conv1", 0.8), ("linear", 0.95))]
+    rec = {"task": "cifar", "dataset": "cifar100", "model": "resnet32", "method": "fcpts", "target_sparsity": 0.9,
+           "metrics": {"top1": 60.0}, "profile": {"name": "paper-cpu"}, "per_layer": layers}
+    for records in ([rec], []):
+        out = figure4(records, "cifar100", tmp_path / f"fig{len(records)}.png")
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
