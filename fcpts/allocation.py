@@ -52,16 +52,24 @@ def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, floa
     return {name: target for name in layers}
 
 
-def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: float) -> dict[str, int]:
-    """Per-layer zero counts from rates, adjusted so they total exactly round(target * N).
+def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: float,
+                    zeros: dict[str, int] | None = None) -> dict[str, int]:
+    """Per-layer prune counts from rates, adjusted so the model ends with exactly round(target * N) zeros.
 
     floor(r_l * n_l) first (the released code's rounding), then the remainder goes to the layers
-    with the largest fractional parts; a layer at rate 0 (forced dense) is never touched.
+    with the largest fractional parts; a layer at rate 0 (forced dense) is never touched. `zeros`: weights
+    already exactly zero per layer (pretrained models have some); magnitude masks prune those first, so a
+    layer ends with max(count, zeros) zeros, and the counts are balanced on that.
     """
+    zeros = zeros or {}
     total_zeros = round(target * sum(numels.values()))
     exact = {n: rates[n] * numels[n] for n in rates}
     counts = {n: min(numels[n], max(0, math.floor(exact[n] + 1e-9))) for n in rates}
-    remainder = total_zeros - sum(counts.values())
+
+    def ending_zeros(n: str, count: int) -> int:
+        return max(count, zeros.get(n, 0))
+
+    remainder = total_zeros - sum(ending_zeros(n, c) for n, c in counts.items())
     step = 1 if remainder > 0 else -1
     order = sorted(
         (n for n in rates if rates[n] > 0),
@@ -74,8 +82,8 @@ def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: flo
             if remainder == 0:
                 break
             if 0 <= counts[n] + step <= numels[n]:
+                remainder -= ending_zeros(n, counts[n] + step) - ending_zeros(n, counts[n])
                 counts[n] += step
-                remainder -= step
                 moved = True
         if not moved:
             raise ValueError("cannot distribute the remaining zeros: target unreachable with these rates")
@@ -106,7 +114,8 @@ def keep_masks_for_rates(
     if target is None:
         counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
     else:
-        counts = rates_to_counts(rates, numels, target)
+        zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
+        counts = rates_to_counts(rates, numels, target, zeros)
     return {n: _lowest_k_mask(m.weight.abs(), counts[n]) for n, m in layers.items()}
 
 

@@ -1,8 +1,10 @@
 """Fold BatchNorm into the convolution that feeds it (eval-mode statistics), in place.
 
 Pairs are found with torch.fx: a BatchNorm2d whose input is the output of a Conv2d used nowhere else.
-The conv gains a bias, the BN module is replaced by nn.Identity, and module names stay unchanged, so
-per-layer reports of a folded model line up with the original's.
+Subclasses count (timm's Conv2dSame, BatchNormAct2d): they are traced as leaves, so shape-dependent
+padding code does not break tracing. The conv gains a bias; the BN module is replaced by nn.Identity, or
+by its own dropout + activation when it carries them (timm's BatchNormAct2d). Module names stay
+unchanged, so per-layer reports of a folded model line up with the original's.
 """
 from __future__ import annotations
 
@@ -11,10 +13,17 @@ import torch.fx
 from torch import nn
 
 
+class _ConvBnLeafTracer(torch.fx.Tracer):
+    """Keeps every Conv2d / BatchNorm2d subclass (library layers too) as one call_module node."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, (nn.Conv2d, nn.BatchNorm2d)) or super().is_leaf_module(m, qualname)
+
+
 def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
     """(conv name, bn name) for every foldable Conv2d -> BatchNorm2d edge."""
     try:
-        graph = torch.fx.symbolic_trace(model).graph
+        graph = _ConvBnLeafTracer().trace(model)
     except Exception as e:  # tracing fails on data-dependent control flow
         raise ValueError(
             f"cannot fold BatchNorm in {type(model).__name__}: torch.fx could not trace it ({e}); "
@@ -48,5 +57,8 @@ def fold_batchnorm(model: nn.Module) -> list[tuple[str, str]]:
     for conv_name, bn_name in pairs:
         fold_conv_bn(modules[conv_name], modules[bn_name])
         parent_name, _, attr = bn_name.rpartition(".")
-        setattr(modules[parent_name] if parent_name else model, attr, nn.Identity())
+        bn = modules[bn_name]
+        tail = [m for m in (getattr(bn, "drop", None), getattr(bn, "act", None)) if isinstance(m, nn.Module)]
+        replacement = nn.Sequential(*tail) if tail else nn.Identity()
+        setattr(modules[parent_name] if parent_name else model, attr, replacement)
     return pairs

