@@ -1,6 +1,6 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
-    python -m tasks.paper tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md
+    python -m tasks.paper tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md, table2/3/5
     python -m tasks.paper manifest   # adds the present records to results/runs/MANIFEST.txt (regression test)
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .records import MANIFEST, RESULTS_DIR, RUNS_DIR, all_records, update_manifest
+from .tables_imagenet import table2, table3, table5
 
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
@@ -151,6 +152,11 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
                          f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\" for r in rows] + ["\\end{tabular}", ""]
     written[2].write_text("\n".join(tex))
     written[3].write_text(table6(records, reference))
+    for name, make in (("table2_imagenet_cnn.md", table2), ("table3_imagenet_vit.md", table3),
+                       ("table5_learned_masks.md", table5)):
+        path = out_dir / name
+        path.write_text(make(records, reference))
+        written.append(path)
     return written
 
 

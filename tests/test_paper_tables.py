@@ -44,3 +44,22 @@ def test_figure4_from_records_and_without(tmp_path):
     for records in ([rec], []):
         out = figure4(records, "cifar100", tmp_path / f"fig{len(records)}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
+    from tasks.paper import read_reference
+    from tasks.tables_imagenet import table2, table3
+
+    ref = read_reference()
+    assert {(r["model"], r["method"], r["sparsity"], r["top1"]) for r in ref if r["table"] == "table2"} >= {
+        ("resnet50", "fcpts", "0.9", "56.91"), ("mobilenet_v2", "pot-l2norm", "0.8", "0.22")}
+    base = {"task": "imagenet", "target_sparsity": 0.7, "hit_target": True, "profile": {"name": "cpu"},
+            "metrics": {"top1": 60.0, "top5": 80.0}, "dense_metrics": {"top1": 82.38, "top5": 95.15},
+            "data": {"n_eval": 1300}}
+    lite = dict(base, model="efficientnet_lite0", method="fcpts", dataset="imagenet-val1300")
+    sample_r18 = dict(base, model="resnet18", method="fcpts", dataset="imagenet-val1300")
+    t2 = table2([lite, sample_r18], ref)
+    assert "**60.00/80.00** (−22.38) [cpu]" in t2  # the substitute row
+    assert t2.count("**60.00/80.00**") == 1  # a sample-set ResNet-18 run never fills the paper's cell
+    assert "| resnet18 (— · 70.88/90.45) | POT (L2Norm) | — · 70.06/89.12 |" in t2
+    assert "efficientnet_lite0" not in table3([lite], ref).split("—: no record")[0]
