@@ -29,6 +29,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = REPO_ROOT / "results" / "deploy"
 RESULT_MARK = "FCPTS_WORKER_RESULT "
+# sparse_storage's file kinds, by name, so a worker for a plain .onnx never imports onnx (memory, venvs)
+BITMASK_SUFFIX, SPARSE_ONNX_SUFFIX = ".bitmask.zip", ".sparse.onnx"
 
 # runtime -> (import name, environment variable naming its python, default venv folder, install hint)
 RUNTIMES = {
@@ -113,9 +115,7 @@ def vm_hwm_kib() -> int:
 
 def _plain_onnx_path(path: str) -> str:
     """A file a runtime can read: bitmask zips and sparse-initializer files expanded to a temp ONNX."""
-    from .sparse_storage import BITMASK_SUFFIX
-
-    if not path.endswith(BITMASK_SUFFIX) and not path.endswith(".sparse.onnx"):
+    if not path.endswith((BITMASK_SUFFIX, SPARSE_ONNX_SUFFIX)):
         return path
     import tempfile
 
@@ -131,8 +131,6 @@ def _plain_onnx_path(path: str) -> str:
 
 def _load_onnxruntime(path: str, batch: int, threads: int):
     import onnxruntime as ort
-
-    from .sparse_storage import BITMASK_SUFFIX
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
@@ -176,19 +174,26 @@ def _load_openvino(path: str, batch: int, threads: int):
 LOADERS = {"onnxruntime": _load_onnxruntime, "deepsparse": _load_deepsparse, "openvino": _load_openvino}
 
 
-def time_interleaved(runners: dict, x, warmup: int, runs: int) -> dict[str, list[float]]:
-    """Per-model call times (s), one call of every model per round, order rotated each round, so slow
-    drift of a shared CPU hits all models alike."""
+def time_interleaved(runners: dict, x, warmup: int, runs: int, min_sample_s: float = 0.05) -> dict[str, list[float]]:
+    """Per-call times (s) of every model, one sample of every model per round, order rotated each round,
+    so slow drift of a shared CPU hits all models alike. A sample repeats the call k times (k from the
+    first model's warm-up, the same k for all) so that it lasts >= min_sample_s: scheduler slices of a
+    busy machine then blur into the mean instead of deciding single millisecond calls."""
     names = list(runners)
     for _ in range(warmup):
         for n in names:
+            t = time.perf_counter()
             runners[n](x)
+            if n == names[0]:
+                first = time.perf_counter() - t
+    k = max(1, round(min_sample_s / max(first, 1e-6))) if warmup else 1
     times = {n: [] for n in names}
     for r in range(runs):
         for n in names[r % len(names):] + names[:r % len(names)]:
             t = time.perf_counter()
-            runners[n](x)
-            times[n].append(time.perf_counter() - t)
+            for _ in range(k):
+                runners[n](x)
+            times[n].append((time.perf_counter() - t) / k)
     return times
 
 
@@ -272,6 +277,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
     t = time.perf_counter()
     model, report = get_method(method)(grid.build_model(), calibration, record["target_sparsity"], budget)
     wall = time.perf_counter() - t
+    Path(budget.checkpoint).unlink(missing_ok=True)  # finished: the resumable state is no longer needed
     metrics = grid.evaluate(model)
     print(f"re-ran {method} at {record['target_sparsity']:.0%}: top-1 {metrics['top1']:.2f} "
           f"(record {record['metrics']['top1']:.2f}), sparsity {report.achieved_sparsity:.6f}, {wall:.0f}s")

@@ -1,0 +1,438 @@
+"""Benchmark: does unstructured sparsity buy latency, memory or file size on this machine? (Table 7)
+
+Every runtime is timed against its own dense model in the same process, dense and sparse calls
+interleaved round by round (order rotated) so drift of a shared CPU cancels; each latency is a median
+after warm-up, each speed-up the median over rounds of dense time / sparse time in the same round.
+
+Models: ResNet-18- and MobileNetV2-shaped torchvision networks with random weights (latency does not
+depend on the values) and uniform random unstructured sparsity at exactly the given rate in every
+Conv2d/Linear, including the first conv, depthwise convs and the classifier; the real FCPTS CIFAR-10
+ResNet-56 at 90% (a checkpoint from `python -m tasks.deploy --record ...`) against its dense weights.
+BatchNorm is folded and models are exported to ONNX opset 17 as in `tasks.deploy`.
+
+Runtimes: onnxruntime (the dense reference point), DeepSparse and OpenVINO through `tasks.deploy`'s
+worker in their own virtual environments (missing ones are reported, not fatal), torch eager (oneDNN)
+and torch with CSR sparse matmul for Linear and 1x1 Conv2d (the layers where a sparse GEMM applies
+without im2col; 3x3 and depthwise convs stay dense).
+
+    python -m benchmarks.inference                       # writes results/tables/table7_inference.md
+    python -m benchmarks.inference --quick               # smoke run, tiny shapes, few repetitions
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fcpts.masks import prunable_layers, sparsity_summary
+from tasks import deploy
+from tasks.export import export_onnx, inference_copy
+from tasks.records import command_line, write_json_atomic
+from tasks.sparse_storage import write_sparse_files, zlib_size
+
+TABLE = deploy.REPO_ROOT / "results" / "tables" / "table7_inference.md"
+RAW = deploy.DEPLOY_DIR / "table7_inference.json"
+CIFAR_CHECKPOINT = deploy.DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
+EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
+TORCH_RUNTIMES = ["torch", "torch-csr"]
+
+
+# ----------------------------------------------------------------------------- torch CSR kernels
+
+
+class CSRLinear(nn.Module):
+    """y = x W^T + b with W as a CSR matrix (torch.sparse, MKL on CPU)."""
+
+    def __init__(self, layer: nn.Linear):
+        super().__init__()
+        self.weight = layer.weight.detach().to_sparse_csr()
+        self.bias = None if layer.bias is None else layer.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = (self.weight @ x.t()).t()
+        return y if self.bias is None else y + self.bias
+
+
+class CSRConv1x1(nn.Module):
+    """A 1x1, ungrouped, unpadded conv as CSR W (out, in) @ X (in, N*H*W)."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        self.stride = conv.stride
+        self.weight = conv.weight.detach().flatten(1).to_sparse_csr()
+        self.bias = None if conv.bias is None else conv.bias.detach().view(1, -1, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride[0], :: self.stride[1]]
+        n, c, h, w = x.shape
+        y = (self.weight @ x.transpose(0, 1).reshape(c, n * h * w)).view(-1, n, h, w).transpose(0, 1)
+        return y if self.bias is None else y + self.bias
+
+
+def csr_applies(m: nn.Module) -> bool:
+    return isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.groups == 1
+                                        and m.padding == (0, 0) and m.dilation == (1, 1))
+
+
+def to_torch_csr(model: nn.Module) -> tuple[nn.Module, int]:
+    """A copy with every Linear and plain 1x1 Conv2d on CSR weights; also the share of weights moved."""
+    import copy
+
+    model = copy.deepcopy(model)
+    moved = total = 0
+    for name, m in list(prunable_layers(model).items()):
+        total += m.weight.numel()
+        if not csr_applies(m):
+            continue
+        moved += m.weight.numel()
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr,
+                CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
+    return model, moved / total
+
+
+# ----------------------------------------------------------------------------- models
+
+
+@dataclass
+class Family:
+    """One architecture at several sparsities: torch models (BN folded) and their ONNX files."""
+
+    name: str
+    shape: tuple[int, ...]
+    note: str
+    models: dict[str, nn.Module] = field(default_factory=dict)  # label -> inference model
+    sparsity: dict[str, float] = field(default_factory=dict)
+    files: dict[str, dict[str, Path]] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def random_unstructured(model: nn.Module, rate: float, seed: int) -> nn.Module:
+    """Zero exactly round(rate * n) randomly chosen weights in every Conv2d/Linear (in place)."""
+    g = torch.Generator().manual_seed(seed)
+    for layer in prunable_layers(model).values():
+        w = layer.weight.view(-1)
+        w[torch.randperm(w.numel(), generator=g)[: round(rate * w.numel())]] = 0.0
+    return model
+
+
+def random_family(name: str, sparsities: list[float], size: int, seed: int) -> Family:
+    import torchvision
+
+    builder = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2}[name]
+    torch.manual_seed(seed)
+    dense = inference_copy(builder(weights=None, num_classes=1000))
+    fam = Family(name, (3, size, size), "random weights, uniform random unstructured sparsity in every conv/linear")
+    for s in [0.0, *sparsities]:
+        m = random_unstructured(inference_copy(dense), s, seed + 1) if s else dense
+        fam.models[_label(s)], fam.sparsity[_label(s)] = m, sparsity_summary(m)[0]
+    return fam
+
+
+def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
+    """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
+    from tasks.data import resolve_data_root
+    from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
+
+    sparse, meta = deploy.load_sparse_checkpoint(checkpoint, None, None)
+    dense = cifar_resnet(meta["model"])
+    load_checkpoint(dense, default_cifar_weights(resolve_data_root(data_root), meta["dataset"], meta["model"]))
+    fam = Family(f"cifar10-{meta['model']}", (3, 32, 32), f"real weights: FCPTS sparse model {checkpoint.name}")
+    for m in (dense, sparse):
+        s = sparsity_summary(m)[0]
+        fam.models[_label(s)], fam.sparsity[_label(s)] = inference_copy(m), s
+    return fam
+
+
+def _label(s: float) -> str:
+    return "dense" if s < 0.005 else f"{s:.0%}"
+
+
+def export_family(fam: Family, work: Path) -> None:
+    for label, m in fam.models.items():
+        path = work / f"{fam.name}-{label.rstrip('%')}.onnx"
+        export_onnx(m, path, fam.shape)
+        fam.files[label] = write_sparse_files(path)
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def ratios(times: dict[str, list[float]], dense: str) -> dict[str, dict]:
+    """Median latency (ms) and median over rounds of dense/sparse (speed-up) for every model."""
+    out = {}
+    for k, v in times.items():
+        per_round = [d / t for d, t in zip(times[dense], v)]
+        out[k] = {"median_ms": 1e3 * statistics.median(v), "speedup": statistics.median(per_round), "runs": len(v)}
+    return out
+
+
+def time_external(runtime: str, fam: Family, batch: int, runs: int, warmup: int, threads: int) -> dict:
+    files = [str(fam.files[k]["dense"]) for k in fam.models]
+    r = deploy.run_worker(runtime, ["--models", *files, "--shape", *map(str, fam.shape), "--batch", str(batch),
+                                    "--runs", str(runs), "--warmup", str(warmup)], threads)
+    times = {k: r["times_s"][f] for k, f in zip(fam.models, files)}
+    return {"version": r["version"], "options": r["options"], "results": ratios(times, "dense")}
+
+
+@torch.inference_mode()
+def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dict]:
+    """torch eager and torch-CSR, all models of the family interleaved in this process."""
+    x = torch.randn(batch, *fam.shape)
+    runners, moved = {}, 0.0
+    for label, m in fam.models.items():
+        runners[("torch", label)] = m
+        if label != "dense":
+            csr, moved = to_torch_csr(m)
+            err = (csr(x[:2]) - m(x[:2])).abs().max().item()
+            assert err < 1e-3, f"CSR model differs from the dense one by {err}"
+            runners[("torch-csr", label)] = csr
+    times = deploy.time_interleaved(runners, x, warmup, runs)
+    dense = times[("torch", "dense")]
+    out = {"torch": {}, "torch-csr": {}}
+    for (rt, label), v in times.items():
+        out[rt][label] = {"median_ms": 1e3 * statistics.median(v), "runs": len(v),
+                          "speedup": statistics.median([d / t for d, t in zip(dense, v)])}
+    out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels
+    return {"torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
+            "torch-csr": {"version": torch.__version__, "options": {"csr_weight_share": moved},
+                          "results": out["torch-csr"]}}
+
+
+def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:
+    """VmHWM of a fresh process per file: onnxruntime for each storage format, DeepSparse for the plain file."""
+    mem = {}
+    for label, files in fam.files.items():
+        mem[label] = {f"onnxruntime:{kind}": deploy.peak_memory("onnxruntime", p, fam.shape, threads)
+                      for kind, p in files.items()}
+        if "deepsparse" in runtimes:
+            mem[label]["deepsparse:dense"] = deploy.peak_memory("deepsparse", files["dense"], fam.shape, threads)
+    return mem
+
+
+def file_bytes(fam: Family) -> dict:
+    return {label: {**{k: p.stat().st_size for k, p in files.items()}, "dense_zlib": zlib_size(files["dense"])}
+            for label, files in fam.files.items()}
+
+
+def available_runtimes(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The runtimes that import, and for the others the reason with install instructions."""
+    ok, missing = [], {}
+    for rt in wanted:
+        if rt in TORCH_RUNTIMES:
+            ok.append(rt)
+            continue
+        try:
+            deploy.runtime_version(rt)
+            ok.append(rt)
+        except deploy.RuntimeNotInstalled as e:
+            missing[rt] = str(e)
+    return ok, missing
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt_mb(n: int, ref: int) -> str:
+    return f"{n / 1e6:.2f} ({n / ref:.2f}x)"
+
+
+def latency_rows(name: str, fam_result: dict, labels: list[str]) -> list[str]:
+    rows = []
+    for rt, per_batch in fam_result["latency"].items():
+        for label in labels:
+            b1, b32 = per_batch.get("1", {}).get("results", {}), per_batch.get("32", {}).get("results", {})
+            cell = lambda r: (f"{r[label]['median_ms']:.2f} | {r[label]['speedup']:.2f}x" if label in r else "- | -")  # noqa: E731
+            rows.append(f"| {name} | {label} | {rt} | {cell(b1)} | {cell(b32)} |")
+    return rows
+
+
+def storage_rows(name: str, fam_result: dict) -> list[str]:
+    rows = []
+    ref = fam_result["file_bytes"]["dense"]["dense"]
+    for label, b in fam_result["file_bytes"].items():
+        mem = fam_result["memory"].get(label, {})
+        m = lambda k: f"{mem[k]['vmhwm_mib']:.0f} (+{mem[k]['model_mib']:.0f})" if k in mem else "-"  # noqa: E731
+        rows.append(f"| {name} | {label} | {_fmt_mb(b['dense'], ref)} | {_fmt_mb(b['sparse_initializer'], ref)} | "
+                    f"{_fmt_mb(b['bitmask'], ref)} | {_fmt_mb(b['dense_zlib'], ref)} | {m('onnxruntime:dense')} | "
+                    f"{m('onnxruntime:sparse_initializer')} | {m('onnxruntime:bitmask')} | {m('deepsparse:dense')} |")
+    return rows
+
+
+def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
+    """Per model, sparsity and batch: the runtime with the largest speed-up, or 'none' below threshold."""
+    lines = []
+    for name, fam in result["families"].items():
+        for label in fam["sparsity"]:
+            if label == "dense":
+                continue
+            for batch in ("1", "32"):
+                best = max(((rt, pb[batch]["results"][label]["speedup"]) for rt, pb in fam["latency"].items()
+                            if batch in pb and label in pb[batch]["results"]), key=lambda t: t[1], default=None)
+                if best is None:
+                    continue
+                verdict = (f"**{best[0]} {best[1]:.2f}x**" if best[1] >= threshold
+                           else f"none (best: {best[0]} {best[1]:.2f}x)")
+                lines.append(f"| {name} | {label} | {batch} | {verdict} |")
+    return lines
+
+
+def write_table(result: dict, path: Path) -> None:
+    p = result["provenance"]
+    lines = ["# Table 7 (ours): latency, memory and file size of sparse models on this machine", "",
+             "Speed-up = dense time / sparse time of the same runtime, interleaved in one process, median over "
+             "rounds (>1 is faster). Latency: median ms per call after warm-up.", "",
+             "## Which runtime turns sparsity into speed (best speed-up >= 1.10x, else none)", "",
+             "| model | sparsity | batch | runtime that speeds up |", "|---|---|---:|---|",
+             *verdicts(result), "",
+             "## Latency", "",
+             "| model | sparsity | runtime | batch 1 ms | batch 1 speed-up | batch 32 ms | batch 32 speed-up |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for name, fam in result["families"].items():
+        lines += latency_rows(name, fam, list(fam["sparsity"]))
+    lines += ["| efficientnet-lite0 | - | - | no sparse model yet | | | |", "",
+              "## File size and peak memory", "",
+              "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
+              "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
+              "and zlib -9 of the plain file. Peak memory: VmHWM in MiB of a fresh process that loads the file and "
+              "runs 5 batch-1 inferences (in brackets: growth after importing the runtime).", "",
+              "| model | sparsity | ONNX MB | sparse_initializer MB | bitmask MB | zlib MB | ORT VmHWM (plain) | "
+              "ORT VmHWM (sparse_initializer) | ORT VmHWM (bitmask) | DeepSparse VmHWM |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, fam in result["families"].items():
+        lines += storage_rows(name, fam)
+    lines += ["| efficientnet-lite0 | - | no sparse model yet | | | | | | | |", "", "## Runs", ""]
+    for name, fam in result["families"].items():
+        sp = ", ".join(f"{k}: {v:.4f}" for k, v in fam["sparsity"].items())
+        lines.append(f"- {name}: input {fam['shape']}, {fam['note']}; measured sparsity {sp}.")
+    for rt, v in result["runtimes"].items():
+        lines.append(f"- {rt}: {v}")
+    for rt, why in result["missing_runtimes"].items():
+        lines.append(f"- {rt}: not measured: {why}")
+    lines += ["- GPU 2:4 semi-structured sparsity: not measured (no GPU in this run).", "",
+              "## Provenance", "",
+              f"- command: `{p['command']}`", f"- git commit: {p['git_commit']}", f"- date: {p['created']}",
+              f"- CPU: {p['cpu']['model']}, {p['cpu']['logical_cores']} logical cores, flags "
+              f"{' '.join(p['cpu']['flags'])}, AMX: {'yes' if p['cpu']['amx'] else 'no'}",
+              f"- threads per runtime: {p['threads']}; repetitions: batch 1 {result['runs']['1']}, batch 32 "
+              f"{result['runs']['32']} after {result['warmup']} warm-up rounds",
+              f"- load average (1/5/15 min) at start {p['loadavg_1_5_15']}, at end {result['loadavg_end']}; "
+              f"wall time {result['wall_s']:.0f} s",
+              "- The CPU was shared with other long jobs while this ran, so absolute latencies are inflated and "
+              "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
+              f"cancels. Raw numbers: `{result['raw']}`."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.inference", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar"])
+    p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7])
+    p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
+    p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
+    p.add_argument("--data-root")
+    p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
+    p.add_argument("--runs-b1", type=int, default=30)
+    p.add_argument("--runs-b32", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--quick", action="store_true", help="smoke run: 64x64 inputs, 3 runs, table to a temp dir")
+    p.add_argument("--table", default=str(TABLE))
+    p.add_argument("--raw", default=str(RAW))
+    return p.parse_args(argv)
+
+
+def build_families(args) -> dict[str, Family]:
+    fams = {}
+    for name in args.families:
+        if name == "cifar":
+            ckpt = Path(args.cifar_checkpoint)
+            if not ckpt.is_file():
+                print(f"[skip] cifar: no sparse checkpoint at {ckpt}; make one with "
+                      "python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json")
+                continue
+            fam = cifar_family(ckpt, args.data_root)
+        else:
+            fam = random_family(name, args.sparsity, args.size, seed=0)
+        fams[fam.name] = fam
+    return fams
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.quick:
+        args.size, args.runs_b1, args.runs_b32, args.warmup = 64, 3, 3, 1
+        quick_dir = Path(tempfile.mkdtemp(prefix="fcpts-inference-quick-"))
+        args.table, args.raw = str(quick_dir / "table7.md"), str(quick_dir / "table7.json")
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    prov = deploy.provenance(args.threads)
+    t0 = time.perf_counter()
+    runtimes, missing = available_runtimes(args.runtimes)
+    for rt, why in missing.items():
+        print(f"[missing] {why}")
+    work = Path(tempfile.mkdtemp(prefix="fcpts-inference-"))
+    result = {"provenance": prov, "runs": {"1": args.runs_b1, "32": args.runs_b32}, "warmup": args.warmup,
+              "missing_runtimes": missing, "runtimes": {}, "families": {}}
+    try:
+        for name, fam in build_families(args).items():
+            export_family(fam, work)
+            fr = {"shape": list(fam.shape), "note": fam.note, "sparsity": fam.sparsity, "latency": {},
+                  "file_bytes": file_bytes(fam), "memory": {}}
+            for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
+                for rt in [r for r in runtimes if r in EXTERNAL]:
+                    print(f"[time] {name} batch {batch} {rt}", flush=True)
+                    res = time_external(rt, fam, int(batch), runs, args.warmup, args.threads)
+                    fr["latency"].setdefault(rt, {})[batch] = res
+                    result["runtimes"][rt] = f"{res['version']}, options {res['options']}"
+                if "torch" in runtimes or "torch-csr" in runtimes:
+                    print(f"[time] {name} batch {batch} torch, torch-csr", flush=True)
+                    for rt, res in time_torch(fam, int(batch), runs, args.warmup).items():
+                        if rt in runtimes:
+                            fr["latency"].setdefault(rt, {})[batch] = res
+                            result["runtimes"][rt] = f"{res['version']}, options {res['options']}"
+                _print_progress(name, fr, batch)
+            if not args.no_memory:
+                print(f"[memory] {name}", flush=True)
+                fr["memory"] = measure_memory(fam, runtimes, args.threads)
+            result["families"][name] = fr
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["loadavg_end"] = list(os.getloadavg())
+    result["wall_s"] = time.perf_counter() - t0
+    result["provenance"]["command"] = command_line()
+    raw = Path(args.raw)
+    result["raw"] = str(raw.relative_to(deploy.REPO_ROOT)) if raw.is_relative_to(deploy.REPO_ROOT) else str(raw)
+    write_json_atomic(Path(args.raw), result)
+    write_table(result, Path(args.table))
+    print(Path(args.table).read_text())
+    print(f"table: {args.table}\nraw: {args.raw}")
+    return 0
+
+
+def _print_progress(name: str, fr: dict, batch: str) -> None:
+    for rt, pb in fr["latency"].items():
+        if batch in pb:
+            cells = ", ".join(f"{k} {v['median_ms']:.2f} ms ({v['speedup']:.2f}x)" for k, v in pb[batch]["results"].items())
+            print(f"  {name} b{batch} {rt}: {cells}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
