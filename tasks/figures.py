@@ -5,6 +5,13 @@
 Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
 sparsity, in network order, for CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is
 drawn too because its records exist). A panel without a record says which command makes it.
+
+Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against sparsity per method, one panel per
+(task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
+Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
+allocation (`fcpts`), for every model with both records at the same sparsity and profile.
+Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
+with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
 """
 from __future__ import annotations
 
@@ -20,7 +27,8 @@ from .paper import METHOD_LABEL, best_records
 from .records import RUNS_DIR, all_records
 
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "paper_figures"
-METHOD_STYLE = {"fcpts": ("tab:red", "o"), "pot-l2norm": ("tab:blue", "s"), "pot-erk": ("tab:green", "^")}
+METHOD_STYLE = {"fcpts": ("tab:red", "o"), "pot-l2norm": ("tab:blue", "s"), "pot-erk": ("tab:green", "^"),
+                "probmask": ("tab:purple", "v"), "str": ("tab:brown", "D"), "fcpts-fixed": ("tab:orange", "o")}
 
 
 def figure4(records: list[dict], dataset: str, out: Path, target: float = 0.9) -> Path:
@@ -62,9 +70,147 @@ def figure4(records: list[dict], dataset: str, out: Path, target: float = 0.9) -
     return out
 
 
+def _panels(n: int, width: float = 4.6, height: float = 3.6):
+    cols = min(3, max(1, n))
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)
+
+
+def _preferred(records: list[dict]) -> list[dict]:
+    """One record per (task, dataset, model, method, sparsity): the most faithful profile."""
+    order = ["paper", "paper-cpu", "cpu", "fast"]
+    best: dict[tuple, dict] = {}
+    for r in records:
+        if r["profile"]["name"] not in order:
+            continue
+        key = (r["task"], r["dataset"], r["model"], r["method"], round(r["target_sparsity"], 4))
+        if key not in best or order.index(r["profile"]["name"]) < order.index(best[key]["profile"]["name"]):
+            best[key] = r
+    return list(best.values())
+
+
+def _save(fig, out: Path) -> Path:
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def figure1(records: list[dict], out: Path) -> Path:
+    recs = _preferred(records)
+    groups: dict[tuple, list[dict]] = {}
+    for r in recs:
+        groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
+    groups = {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
+    fig, axes = _panels(max(1, len(groups)))
+    if not groups:
+        axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
+        axes[0].axis("off")
+    for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
+        for method in sorted({r["method"] for r in rs}):
+            pts = sorted((r["target_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
+            color, marker = METHOD_STYLE.get(method, (None, "x"))
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
+                    label=METHOD_LABEL.get(method, method))
+        ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
+        profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
+        ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
+        ax.set_xlabel("global sparsity (%)")
+        ax.set_ylabel("top-1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def figure3(records: list[dict], out: Path) -> Path:
+    pairs = []
+    for r in records:
+        if r["method"] != "fcpts-fixed":
+            continue
+        learned = next((q for q in records if q["method"] == "fcpts" and q["profile"]["name"] == r["profile"]["name"]
+                        and (q["task"], q["dataset"], q["model"], q["target_sparsity"])
+                        == (r["task"], r["dataset"], r["model"], r["target_sparsity"])), None)
+        if learned is not None:
+            pairs.append((r, learned))
+    models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
+    fig, axes = _panels(max(1, len(models)))
+    if not models:
+        axes[0].text(0.5, 0.5, "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ...",
+                     ha="center", va="center")
+        axes[0].axis("off")
+    for ax, (ds, model) in zip(axes, models):
+        ps = sorted((p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)),
+                    key=lambda p: p[0]["target_sparsity"])
+        xs = range(len(ps))
+        ax.bar([x - 0.2 for x in xs], [p[0]["metrics"]["top1"] for p in ps], 0.4, color="white", edgecolor="tab:red",
+               hatch="//", label="ERK rates fixed")
+        ax.bar([x + 0.2 for x in xs], [p[1]["metrics"]["top1"] for p in ps], 0.4, color="tab:red",
+               label="learned allocation (FCPTS)")
+        ax.set_xticks(list(xs), [f"{p[0]['target_sparsity']:.0%}\n[{p[0]['profile']['name']}]" for p in ps])
+        ax.set_title(f"{model} on {ds}", fontsize=10)
+        ax.set_xlabel("global sparsity")
+        ax.set_ylabel("top-1 (%)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    return _save(fig, out)
+
+
+def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
+    """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer."""
+    import numpy as np
+    import torch
+
+    from fcpts.bridge import kde_density
+
+    from .data import resolve_data_root
+    from .models import cifar_resnet, default_cifar_weights, load_checkpoint
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    rec = next((r for r in _preferred(records) if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
+                == ("cifar10", "resnet56", "fcpts", 0.9)), None)
+    try:
+        model = cifar_resnet("resnet56", 10)
+        load_checkpoint(model, default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
+    except (FileNotFoundError, ValueError):
+        rec = None
+    if rec is None:
+        ax.text(0.5, 0.5, "needs the CIFAR-10 ResNet-56 checkpoint and its FCPTS 90% record", ha="center", va="center")
+        ax.axis("off")
+        return _save(fig, out)
+    row = next(p for p in rec["per_layer"] if p["name"] == layer)
+    w = dict(model.named_modules())[layer].weight.detach().flatten().double()
+    t = row["threshold"]
+    grid = torch.linspace(float(w.min()), float(w.max()), 600, dtype=torch.float64)
+    # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
+    density = kde_density(w, grid, 0.5 * w.std() * (100 / len(w)) ** 0.2)
+    r_t = float((w.abs() < t).double().mean())
+    ax.plot(grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)")
+    inside = (grid.abs() < t).numpy()
+    ax.fill_between(grid.numpy(), 0, density.numpy(), where=inside, color="tab:red", alpha=0.35,
+                    label=f"r(t) = P(|w| < t) = {r_t:.3f}")
+    for x in (-t, t):
+        ax.axvline(x, color="tab:red", linestyle="--", linewidth=0.9)
+    ax.set_xlabel("weight value w")
+    ax.set_ylabel("density")
+    ax.set_title(f"Bridge function at the learned threshold t = {t:.4f} (ResNet-56, CIFAR-10, 90%, "
+                 f"{rec['profile']['name']} profile)\nlayer sparsity in the record after reconstruction: "
+                 f"{row['sparsity']:.3f}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.set_xlim(*np.quantile(w.numpy(), [0.001, 0.999]))
+    return _save(fig, out)
+
+
 def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
     records = all_records(runs_dir)
-    return [figure4(records, ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    out = [figure4(records, ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
+    out.append(figure3(records, out_dir / "fig3_fixed_vs_learned.png"))
+    out.append(figure5(records, out_dir / "fig5_bridge.png"))
+    return out
 
 
 def main(argv=None) -> int:

@@ -63,3 +63,15 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     assert t2.count("**60.00/80.00**") == 1  # a sample-set ResNet-18 run never fills the paper's cell
     assert "| resnet18 (— · 70.88/90.45) | POT (L2Norm) | — · 70.06/89.12 |" in t2
     assert "efficientnet_lite0" not in table3([lite], ref).split("—: no record")[0]
+
+
+def test_figures_1_and_3_from_records(tmp_path):
+    from tasks.figures import figure1, figure3
+
+    def rec(method, sp, top1):
+        return {"task": "cifar", "dataset": "cifar10", "model": "resnet32", "method": method, "target_sparsity": sp,
+                "metrics": {"top1": top1}, "dense_metrics": {"top1": 92.6}, "profile": {"name": "paper-cpu"}}
+
+    records = [rec("fcpts", 0.7, 91.0), rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)]
+    for fig, out in ((figure1, "f1.png"), (figure3, "f3.png")):
+        assert fig(records, tmp_path / out).read_bytes()[:4] == b"\x89PNG"
