@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute reproduce-fcpts-r56 baselines-r32 clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ reproduce-cifar: setup
 	for ds in cifar10 cifar100; do for m in resnet32 resnet56; do \
 	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) || exit 1; \
 	done; done
+	$(PY) -m tasks.paper manifest
+
+# ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
+# POT (L2Norm, ERK), ProbMask, FCPTS at 50-90%, CPU profile; many hours on 2 cores, resumable.
+reproduce-imagenet-substitute: setup
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
 	$(PY) -m tasks.paper manifest
 
 # Re-run a fixed quick subset and compare with the committed reference records (±1 point).
