@@ -1,0 +1,118 @@
+"""The detection task end to end on a tiny VOC-layout set: training recipe (steps, resume), grid records."""
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from tasks import make_detection_set as mds
+from tasks import train_ssd, voc
+from tasks.ssd_models import SSDConfig, create_ssd
+from tasks.voc_data import SUBSTITUTE_MANIFEST, VOCDetection
+
+
+@pytest.fixture(scope="module")
+def tiny_set(tmp_path_factory):
+    """6 trainval + 4 test canvases in the VOC layout (random-pixel 'objects' and scenes: fast, no CIFAR)."""
+    root = tmp_path_factory.mktemp("voc")
+    rng = np.random.default_rng(0)
+    objects = rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8)
+    labels = np.arange(20) % 10
+    scenes = rng.integers(0, 256, (5, 32, 32, 3), dtype=np.uint8)
+    folder = mds.prepare_folder(root)
+    mds.write_split(folder, "trainval", 6, objects, labels, scenes, seed=0, tag=1, first_id=1, log=lambda s: None)
+    mds.write_split(folder, "test", 4, objects, labels, scenes, seed=0, tag=2, first_id=7, log=lambda s: None)
+    (folder / SUBSTITUTE_MANIFEST).write_text(json.dumps({"dataset": "voc-tiny"}))
+    return root
+
+
+def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
+    args = ["--data-root", str(tiny_set), "--image-size", "64", "--epochs", "2", "--batch-size", "2",
+            "--train-limit", "4", "--eval-limit", "4", "--eval-every", "1", "--out-dir", str(tmp_path / "w"),
+            "--checkpoint-dir", str(tmp_path / "ck"), "--no-progress"]
+    assert train_ssd.main(args) == 0
+    weights = tmp_path / "w" / "voc-tiny" / "mb2-ssd-lite-64.pth"
+    record = json.loads(weights.with_suffix(".json").read_text())
+    assert record["recipe"]["steps"] == 4 and len(record["history"]) == 2
+    assert record["history"][0]["test"]["map50"] >= 0 and "map50" in record["final_test"]
+    assert all(np.isfinite(h["cls_loss"]) and np.isfinite(h["loc_loss"]) for h in record["history"])
+    first = weights.read_bytes()
+    # a finished checkpoint is resumed, not retrained: same weights
+    assert train_ssd.main(args) == 0
+    assert "resuming" in capsys.readouterr().out
+    assert weights.read_bytes() == first
+    # the file is a plain pytorch-ssd state dict for an 11-class detector
+    state = torch.load(weights, weights_only=True)
+    assert tuple(state["classification_headers.5.weight"].shape) == (66, 64, 1, 1)
+
+
+def test_batches_depend_on_seed_and_step_only(tiny_set):
+    data = VOCDetection(tiny_set / "VOCdevkit" / "VOC2007", "trainval")
+    model = create_ssd("mb2-ssd-lite", 11)
+    ds = train_ssd.DetectionTrainSet(data, SSDConfig.for_model(model, 64))
+    a, b = train_ssd.batch_for_step(ds, 3, 2, 0), train_ssd.batch_for_step(ds, 3, 2, 0)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert a[0].shape == (2, 3, 64, 64) and a[1].shape == (2, len(ds.priors), 4)
+    assert (a[2] > 0).any()  # some priors matched an object
+
+
+def test_pot_folds_bn_through_the_distill_view():
+    from baselines.pot import POTConfig, pot
+    from tasks.ssd_models import DistillView
+
+    torch.manual_seed(0)
+    model = DistillView(create_ssd("mb2-ssd-lite", 11))
+    sparse, report = pot(model, torch.randn(4, 3, 64, 64), 0.9, POTConfig(allocation="erk", iterations=1, progress=False))
+    assert len(report.extra["folded_bn"]) > 60  # every conv -> BN pair, heads included
+    assert report.achieved_sparsity == pytest.approx(0.9, abs=1e-6)
+    assert sparse(torch.randn(1, 3, 64, 64)).shape == (1, len(SSDConfig.for_model(model.ssd, 64).priors()) * 11)
+
+
+def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatch):
+    run_grid = voc.run_grid  # keep method checkpoints out of the repository's results/
+    monkeypatch.setattr(voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k))
+    torch.manual_seed(0)
+    weights = tmp_path / "det.pth"
+    torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)
+    runs = tmp_path / "runs"
+    argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(weights),
+            "--methods", "fcpts", "erk", "--profile", "quick", "--results-dir", str(runs), "--no-progress"]
+    assert voc.main(argv) == 0
+    folder = runs / "voc" / "voc-tiny" / "mb2-ssd-lite-64"
+    for method in ("fcpts", "erk"):
+        rec = json.loads((folder / f"{method}-sp90-quick-seed0.json").read_text())
+        assert rec["hit_target"] and rec["achieved_sparsity"] == pytest.approx(0.9, abs=1e-5)
+        assert set(rec["metrics"]) >= {"map50", "ap50_per_class", "n_images"} and "top1" not in rec["metrics"]
+        assert rec["metrics"]["n_images"] == 4 and rec["substitute"] is True
+        assert rec["calibration"]["split"] == "trainval" and rec["calibration"]["labels_used"] is False
+    fc = json.loads((folder / "fcpts-sp90-quick-seed0.json").read_text())
+    assert fc["method_options"]["reconstruction"] == "mse-blocks"
+    assert "ssd.regression_headers.0" in fc["method_options"]["block_names"]
+    assert any(n.startswith("ssd.classification_headers") for n in (r["name"] for r in fc["per_layer"]))
+
+
+def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
+    assert voc.main(["--data-root", str(tmp_path), "--models", "mb1-ssd", "--profile", "quick"]) == 2
+    assert "--data-root" in capsys.readouterr().err
+    assert voc.main(["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64",
+                     "--profile", "quick", "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "tasks.train_ssd" in err and "--weights" in err
+
+
+def test_table4_keeps_substitute_rows_apart():
+    from tasks.tables_voc import table4
+
+    def rec(dataset, model, method, m, substitute):
+        return {"task": "voc", "dataset": dataset, "model": model, "method": method, "target_sparsity": 0.9,
+                "achieved_sparsity": 0.9, "hit_target": True, "profile": {"name": "cpu"}, "substitute": substitute,
+                "metrics": {"map50": m}, "dense_metrics": {"map50": 67.0}, "wall_s": 1.0, "reconstruction": "mse-blocks"}
+
+    text = table4([rec("voc2007", "mb1-ssd", "fcpts", 64.0, False),
+                   rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)])
+    main, subs = text.split("## Substitute rows")
+    assert "| MobileNetV1 SSD (`mb1-ssd`) | 67.0 · 67.7 | POT (L2Norm) | no record | 48.5 |" in main
+    assert "|  |  | FCPTS (ours) | **64.0** (−3.0) [cpu] | 65.1 |" in main
+    assert "mb2-ssd-lite-160" not in main and "| voc-cifar10 | mb2-ssd-lite-160 | 67.0 |" in subs
+    assert main.count("no record") == 6  # the 5 other paper cells and mb2-ssd-lite's dense
