@@ -57,7 +57,13 @@ from .ssd_models import (
     postprocess,
     reconstruction_blocks,
 )
-from .voc_data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from .voc_data import (
+    DetectionImages,
+    VOCDetection,
+    collate_images,
+    read_image_ids,
+    voc2007_dir,
+)
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9
