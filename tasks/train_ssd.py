@@ -112,6 +112,23 @@ def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, see
             torch.stack([lab for _, _, lab in items]))
 
 
+class _Steps(Dataset):
+    """Batches of steps start..total-1, so DataLoader workers can prepare them ahead (same batches)."""
+
+    def __init__(self, train_set: DetectionTrainSet, start: int, total: int, batch_size: int, seed: int):
+        self.train_set, self.start, self.total, self.batch_size, self.seed = train_set, start, total, batch_size, seed
+
+    def __len__(self) -> int:
+        return self.total - self.start
+
+    def __getitem__(self, k: int):
+        return batch_for_step(self.train_set, self.start + k, self.batch_size, self.seed)
+
+
+def _one_thread(_worker_id: int) -> None:
+    torch.set_num_threads(1)
+
+
 def lr_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return 0.1 + 0.9 * step / max(1, warmup)
@@ -131,6 +148,8 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     if args.base_net:
         model.base_net.load_state_dict(torch.load(args.base_net, map_location="cpu", weights_only=True))
+    device = torch.device(args.device)
+    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
     eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
@@ -168,7 +187,6 @@ def train(args: argparse.Namespace) -> dict:
         sched.load_state_dict(state["scheduler"])
         step, history, elapsed_before = state["step"], state["history"], state["elapsed_s"]
         print(f"resuming {ckpt} at step {step}/{total} (epoch {step // steps_per_epoch})")
-    model = model.to(memory_format=torch.channels_last)
     t0 = last_save = time.perf_counter()
 
     def save(at: int) -> None:
@@ -177,7 +195,7 @@ def train(args: argparse.Namespace) -> dict:
                      "elapsed_s": elapsed_before + time.perf_counter() - t0}, ckpt)
 
     def evaluate() -> dict:
-        m = evaluate_detector(model, test, eval_images, config)
+        m = evaluate_detector(model, test, eval_images, config, workers=args.workers)
         model.train()
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
@@ -185,8 +203,11 @@ def train(args: argparse.Namespace) -> dict:
                disable=args.no_progress, mininterval=5)
     sums, seen = {"loc": 0.0, "cls": 0.0}, 0
     model.train()
+    batches = iter(torch.utils.data.DataLoader(
+        _Steps(train_set, step, total, args.batch_size, args.seed), batch_size=None, num_workers=args.workers,
+        worker_init_fn=_one_thread if args.workers else None))
     while step < total:
-        x, targets, labels = batch_for_step(train_set, step, args.batch_size, args.seed)
+        x, targets, labels = (t.to(device) for t in next(batches))
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
         loc, cls = loss_fn(logits, regression, labels, targets)
         loss = loc + cls
@@ -219,14 +240,15 @@ def train(args: argparse.Namespace) -> dict:
     bar.close()
     wall_s = elapsed_before + time.perf_counter() - t0
     final = evaluate()
-    model = model.to(memory_format=torch.contiguous_format)
+    model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
     save_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
     record = {
         "task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size,
         "recipe": recipe, "final_test": final, "n_eval": len(test),
         "weights": {"path": _display_path(weights), "sha256": file_sha256(weights)},
-        "history": history, "wall_s": round(wall_s, 1), "device": device_description("cpu"),
+        "history": history, "wall_s": round(wall_s, 1), "device": device_description(device),
+        "workers": args.workers,
         "git_commit": git_commit(), "command": command_line(), "environment": environment(),
         "data_root": str(folder), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "note": "final model after the last epoch; the test split was only observed, never used to select",
@@ -263,6 +285,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
     p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 

@@ -45,6 +45,12 @@ def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
     # the file is a plain pytorch-ssd state dict for an 11-class detector
     state = torch.load(weights, weights_only=True)
     assert tuple(state["classification_headers.5.weight"].shape) == (66, 64, 1, 1)
+    # a worker process preparing the batches gives the same training
+    other = [a if a != str(tmp_path / "ck") else str(tmp_path / "ck2") for a in args]
+    other[other.index(str(tmp_path / "w"))] = str(tmp_path / "w2")
+    assert train_ssd.main(other + ["--workers", "1"]) == 0
+    state2 = torch.load(tmp_path / "w2" / "voc-tiny" / "mb2-ssd-lite-64.pth", weights_only=True)
+    assert all(torch.equal(state[k], state2[k]) for k in state)
 
 
 def test_batches_depend_on_seed_and_step_only(tiny_set):
