@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc reproduce-fcpts-r56 baselines-r32 clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,22 @@ reproduce-cifar: setup
 reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
 	$(PY) -m tasks.paper manifest
+
+# Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
+# canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (~5 h on 1 core, resumable), then
+# POT (L2Norm, ERK) and FCPTS at 90%.
+VOC_SUB ?= data/voc-cifar
+voc-substitute: setup
+	$(PY) -m tasks.make_detection_set --out $(VOC_SUB)
+	$(PY) -m tasks.train_ssd --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
+	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
+
+# Table 4 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
+# $(VOC_ROOT)/weights/voc/ (mobilenet-v1-ssd-mp-0_675.pth, mb2-ssd-lite-mp-0_686.pth). VOC_PROFILE=paper: GPU protocol.
+VOC_ROOT ?= ../shared/data
+VOC_PROFILE ?= cpu
+reproduce-voc: setup
+	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE)
 
 # Re-run a fixed quick subset and compare with the committed reference records (±1 point).
 check-regression: setup

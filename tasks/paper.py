@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .records import MANIFEST, RESULTS_DIR, RUNS_DIR, all_records, update_manifest
 from .tables_imagenet import table2, table3, table5
+from .tables_voc import table4 as voc_table4
 
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
@@ -157,6 +158,9 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         path = out_dir / name
         path.write_text(make(records, reference))
         written.append(path)
+    table4 = out_dir / "table4_voc.md"
+    table4.write_text(voc_table4(records, reference))
+    written.append(table4)
     return written
 
 

@@ -59,6 +59,11 @@ class Grid:
     runs_dir: Path = RESULTS_DIR / "runs"
     checkpoint_dir: Path = RESULTS_DIR / "checkpoints"
     progress: bool = True
+    metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
+
+
+def _show(metrics: dict, names: tuple[str, ...]) -> str:
+    return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
 
 
 def indices_hash(indices: list[int]) -> str:
@@ -87,8 +92,8 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
             if dense_metrics is None:
                 t = time.perf_counter()
                 dense_metrics = grid.evaluate(grid.build_model())
-                log(f"dense {grid.model} on {grid.dataset}: top-1 {dense_metrics['top1']:.2f} "
-                    f"top-5 {dense_metrics['top5']:.2f} ({time.perf_counter() - t:.0f}s)")
+                log(f"dense {grid.model} on {grid.dataset}: {_show(dense_metrics, grid.metric_names)} "
+                    f"({time.perf_counter() - t:.0f}s)")
             records.append(_run_cell(grid, method, target, path, dense_metrics, log))
     return records
 
@@ -139,7 +144,8 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     }
     write_json_atomic(path, record)
     ckpt.unlink(missing_ok=True)
-    log(f"[done] {method} {target:.0%}: top-1 {metrics['top1']:.2f} (dense {dense_metrics['top1']:.2f}), "
+    first = grid.metric_names[0]
+    log(f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
         f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}")
     return record
 

@@ -1,6 +1,6 @@
 """Table 4 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
 
-    python -m tasks.tables_voc        # writes results/tables/table4_voc.md (reads records only)
+Written by `python -m tasks.paper tables` (reads records and results/paper/paper_reference.csv only).
 
 Cells of the paper's detectors are filled only by records on the full VOC2007 test set (dataset `voc2007`)
 at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objects on scene canvases from
@@ -13,11 +13,16 @@ from pathlib import Path
 
 from .records import RESULTS_DIR, RUNS_DIR, all_records
 
-# The paper's Table 4 (../shared/paper/fcpts-aaai24.tex, table "VOC"): mAP (%) at 90% sparsity.
-PAPER_TABLE4 = {
-    "mb1-ssd": {"label": "MobileNetV1 SSD", "dense": 67.7, "pot-l2norm": 48.5, "pot-erk": 54.6, "fcpts": 65.1},
-    "mb2-ssd-lite": {"label": "MobileNetV2 SSD-Lite", "dense": 68.6, "pot-l2norm": 16.4, "pot-erk": 0.3, "fcpts": 59.1},
-}
+MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
+
+
+def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
+    """The paper's Table 4 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
+    out: dict[str, dict[str, str]] = {}
+    for r in reference:
+        if r["table"] == "table4":
+            out.setdefault(r["model"], {})[r["method"]] = r["top1"]
+    return out
 METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (ours)"}
 PROFILE_ORDER = ["paper", "cpu"]
@@ -38,16 +43,16 @@ def _cell(rec: dict | None) -> str:
     return f"**{m:.1f}** (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
 
 
-def table4(records: list[dict]) -> str:
+def table4(records: list[dict], reference: list[dict]) -> str:
     voc = [r for r in records if r["task"] == "voc"]
     lines = ["# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", "",
              "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.", "",
              "| model | dense: ours · paper | method | ours | paper |", "|---|---|---|---|---|"]
-    for model, ref in PAPER_TABLE4.items():
+    for model, ref in paper_table4(reference).items():
         recs = {m: _best(voc, "voc2007", model, m) for m in METHODS}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
         for i, m in enumerate(METHODS):
-            head = f"{ref['label']} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
+            head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
             lines.append(f"| {head} | {LABEL[m]} | {_cell(recs[m])} | {ref[m]} |")
     subs = sorted({(r["dataset"], r["model"]) for r in voc if r.get("substitute")})
     if subs:
@@ -76,11 +81,9 @@ def table4(records: list[dict]) -> str:
 
 
 def write_table4(runs_dir: Path = RUNS_DIR, out_dir: Path = RESULTS_DIR / "tables") -> Path:
+    from .paper import read_reference
+
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "table4_voc.md"
-    path.write_text(table4(all_records(runs_dir)))
+    path.write_text(table4(all_records(runs_dir), read_reference()))
     return path
-
-
-if __name__ == "__main__":
-    print(f"wrote {write_table4()}")

@@ -30,7 +30,6 @@ iterations per layer on the same images), `quick` (smoke test, not a result).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -89,25 +88,9 @@ PROFILES = {
 }
 
 
-class DetectionMetrics(dict):
-    """mAP metrics. The shared runner's log lines ask for 'top1'/'top5'; those lookups answer the mAP,
-    while the record (JSON) holds only the real keys."""
-
-    def __missing__(self, key):
-        if key in ("top1", "top5"):
-            return self["map50"]
-        raise KeyError(key)
-
-
-def _log(msg: str) -> None:
-    """The runner's lines, worded for detection."""
-    msg = re.sub(r"top-1 (\S+) top-5 \S+", r"mAP@0.5 \1", msg)
-    print(msg.replace("top-1 ", "mAP@0.5 "), flush=True)
-
-
 @torch.inference_mode()
 def evaluate_detector(model: torch.nn.Module, data: VOCDetection, images: DetectionImages, config: SSDConfig,
-                      batch_size: int = 32, workers: int = 0) -> DetectionMetrics:
+                      batch_size: int = 32, workers: int = 0) -> dict:
     """VOC07 mAP@0.5 (%) of a detector (or its DistillView) on the images of `data` listed by `images`."""
     ssd: SSD = model.ssd if isinstance(model, DistillView) else model
     was_training = ssd.training
@@ -127,9 +110,9 @@ def evaluate_detector(model: torch.nn.Module, data: VOCDetection, images: Detect
                                          det["scores"].cpu().double().numpy(), det["boxes"].cpu().double().numpy()))
     ssd.train(was_training)
     result = voc07_map(Detections.concat(detections), [data.annotations[i].ground_truth() for i in images.indices], data.class_names)
-    return DetectionMetrics({"map50": result["map"], "ap50_per_class": result["ap"], "n_images": len(images),
-                             "n_detections": result["n_detections"], "n_gt_boxes": result["n_gt"],
-                             "metric": "VOC07 11-point AP at IoU > 0.5, difficult ignored"})
+    return {"map50": result["map"], "ap50_per_class": result["ap"], "n_images": len(images),
+            "n_detections": result["n_detections"], "n_gt_boxes": result["n_gt"],
+            "metric": "VOC07 11-point AP at IoU > 0.5, difficult ignored"}
 
 
 def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
@@ -211,7 +194,7 @@ def build_grid(args: argparse.Namespace, arch: str) -> Grid:
                     "ssd_config": config.to_dict(), "reconstruction": args.reconstruction,
                     "data": {"root": str(folder), "eval_split": "test", "n_eval": len(test),
                              "n_trainval": len(trainval), "classes": list(test.class_names)}},
-        runs_dir=Path(args.results_dir), progress=not args.no_progress,
+        runs_dir=Path(args.results_dir), progress=not args.no_progress, metric_names=("map50",),
     )
 
 
@@ -257,7 +240,7 @@ def main(argv=None) -> int:
     records = []
     try:
         for arch in args.models:
-            records += run_grid(build_grid(args, arch), methods, args.sparsity, force=args.force, log=_log)
+            records += run_grid(build_grid(args, arch), methods, args.sparsity, force=args.force)
     except (DataNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -108,6 +108,7 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
 
 
 def test_table4_keeps_substitute_rows_apart():
+    from tasks.paper import read_reference
     from tasks.tables_voc import table4
 
     def rec(dataset, model, method, m, substitute):
@@ -116,7 +117,7 @@ def test_table4_keeps_substitute_rows_apart():
                 "metrics": {"map50": m}, "dense_metrics": {"map50": 67.0}, "wall_s": 1.0, "reconstruction": "mse-blocks"}
 
     text = table4([rec("voc2007", "mb1-ssd", "fcpts", 64.0, False),
-                   rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)])
+                   rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
     main, subs = text.split("## Substitute rows")
     assert "| MobileNetV1 SSD (`mb1-ssd`) | 67.0 · 67.7 | POT (L2Norm) | no record | 48.5 |" in main
     assert "|  |  | FCPTS (ours) | **64.0** (−3.0) [cpu] | 65.1 |" in main
