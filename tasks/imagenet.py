@@ -57,6 +57,28 @@ PROFILES = {
 }
 
 
+def with_fcpts_options(profile: Profile, pairs: list[str]) -> Profile:
+    """FCPTS option overrides (`--option lr=0.02 --option reconstruction=kl`) for design measurements;
+    the profile is renamed after them so such records never mix with the profile's own."""
+    import json
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    methods = dict(profile.methods)
+    for m in ("fcpts", "fcpts-fixed"):
+        methods[m] = {**methods.get(m, {}), "options": {**methods.get(m, {}).get("options", {}), **options}}
+    suffix = "-".join(f"{k}{v}" for k, v in options.items())
+    return Profile(f"{profile.name}-{suffix}", profile.n_calibration, profile.iterations, profile.batch_size,
+                   profile.eval_limit, f"{profile.note}; FCPTS options {options}", methods)
+
+
 def paper_methods(model: str) -> list[str]:
     """Table 2's methods for CNNs (and the substitute); Table 3's for ViTs (no ProbMask there)."""
     return ["pot-l2norm", "pot-erk", "fcpts"] if model in PAPER_VITS else ["pot-l2norm", "pot-erk", "probmask", "fcpts"]
@@ -91,6 +113,8 @@ def build_grid(args: argparse.Namespace, model_name: str) -> Grid:
         profile = Profile(f"{profile.name}-it{args.iterations}", profile.n_calibration, args.iterations,
                           profile.batch_size, profile.eval_limit, f"{profile.note}; iterations overridden",
                           profile.methods)
+    if args.option:
+        profile = with_fcpts_options(profile, args.option)
     dense, weights_info = pretrained(model_name, args.weights)
     eval_tf, calib_tf, preprocessing_info = preprocessing(model_name, dense)
     state = {k: v.clone() for k, v in dense.state_dict().items()}
@@ -137,6 +161,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="targets in [0,1) (default: the paper's, 0.5-0.9; ViTs 0.5-0.7)")
     p.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="FCPTS option override for design measurements (renames the profile), e.g. lr=0.02")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, "
                                        "then ../shared/data)")

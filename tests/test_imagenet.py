@@ -114,3 +114,14 @@ def test_cli_errors_exit_2(tmp_path, capsys):
     assert imagenet_main(["--data-root", str(tmp_path), "--profile", "quick"]) == 2
     assert "no ImageNet" in capsys.readouterr().err
     assert imagenet_main(["--models", "resnet999"]) == 2
+
+
+def test_fcpts_option_overrides_rename_the_profile():
+    from tasks.imagenet import PROFILES, with_fcpts_options
+
+    p = with_fcpts_options(PROFILES["cpu"], ["lr=0.02", "reconstruction=kl"])
+    assert p.name == "cpu-lr0.02-reconstructionkl"
+    assert p.options_for("fcpts") == {"lr": 0.02, "reconstruction": "kl"}
+    assert p.options_for("pot-l2norm") == PROFILES["cpu"].options_for("pot-l2norm")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        with_fcpts_options(PROFILES["cpu"], ["lr"])
