@@ -308,6 +308,10 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
     return lines
 
 
+def _loads(values: list[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
+
+
 def write_table(result: dict, path: Path) -> None:
     p = result["provenance"]
     lines = ["# Table 7 (ours): latency, memory and file size of sparse models on this machine", "",
@@ -326,7 +330,7 @@ def write_table(result: dict, path: Path) -> None:
              "|---|---|---|---:|---:|---:|---:|"]
     for name, fam in result["families"].items():
         lines += latency_rows(name, fam, list(fam["sparsity"]))
-    lines += ["| efficientnet-lite0 | - | - | no sparse model yet | | | |", "",
+    lines += ["| efficientnet-lite0 | - | - | no sparse model yet (records hold metrics, not weights) | | | |", "",
               "## File size and peak memory", "",
               "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
               "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
@@ -337,22 +341,25 @@ def write_table(result: dict, path: Path) -> None:
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, fam in result["families"].items():
         lines += storage_rows(name, fam)
-    lines += ["| efficientnet-lite0 | - | no sparse model yet | | | | | | | |", "", "## Runs", ""]
+    lines += ["| efficientnet-lite0 | - | no sparse model yet (records hold metrics, not weights) | | | | | | | |", "", "## Runs", ""]
     for name, fam in result["families"].items():
         sp = ", ".join(f"{k}: {v:.4f}" for k, v in fam["sparsity"].items())
-        lines.append(f"- {name}: input {fam['shape']}, {fam['note']}; measured sparsity {sp}.")
+        csr = next((pb["options"]["csr_weight_share"] for pb in fam["latency"].get("torch-csr", {}).values()), None)
+        csr = "" if csr is None else f"; torch-csr runs {csr:.1%} of the weights (Linear, 1x1 convs) as CSR"
+        lines.append(f"- {name}: input {fam['shape']}, {fam['note']}; measured sparsity {sp}{csr}.")
     for rt, v in result["runtimes"].items():
-        lines.append(f"- {rt}: {v}")
+        lines.append(f"- {rt}: {v.split(', options')[0] if rt == 'torch-csr' else v}")
     for rt, why in result["missing_runtimes"].items():
         lines.append(f"- {rt}: not measured: {why}")
     lines += ["- GPU 2:4 semi-structured sparsity: not measured (no GPU in this run).", "",
               "## Provenance", "",
-              f"- command: `{p['command']}`", f"- git commit: {p['git_commit']}", f"- date: {p['created']}",
+              f"- command: `{p['command']}`" + (f" (table re-rendered from its raw file by `{result['rendered_by']}`)"
+                                                if result.get("rendered_by") else ""), f"- git commit: {p['git_commit']}", f"- date: {p['created']}",
               f"- CPU: {p['cpu']['model']}, {p['cpu']['logical_cores']} logical cores, flags "
               f"{' '.join(p['cpu']['flags'])}, AMX: {'yes' if p['cpu']['amx'] else 'no'}",
               f"- threads per runtime: {p['threads']}; repetitions: batch 1 {result['runs']['1']}, batch 32 "
               f"{result['runs']['32']} after {result['warmup']} warm-up rounds",
-              f"- load average (1/5/15 min) at start {p['loadavg_1_5_15']}, at end {result['loadavg_end']}; "
+              f"- load average (1/5/15 min) at start {_loads(p['loadavg_1_5_15'])}, at end {_loads(result['loadavg_end'])}; "
               f"wall time {result['wall_s']:.0f} s",
               "- The CPU was shared with other long jobs while this ran, so absolute latencies are inflated and "
               "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
@@ -382,6 +389,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run: 64x64 inputs, 3 runs, table to a temp dir")
     p.add_argument("--table", default=str(TABLE))
     p.add_argument("--raw", default=str(RAW))
+    p.add_argument("--render", metavar="RAW_JSON", help="measure nothing: rewrite the table from a raw file")
     return p.parse_args(argv)
 
 
@@ -403,6 +411,12 @@ def build_families(args) -> dict[str, Family]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.render:
+        result = json.loads(Path(args.render).read_text())
+        result["rendered_by"] = command_line()
+        write_table(result, Path(args.table))
+        print(Path(args.table).read_text())
+        return 0
     if args.quick:
         args.size, args.runs_b1, args.runs_b32, args.warmup = 64, 3, 3, 1
         quick_dir = Path(tempfile.mkdtemp(prefix="fcpts-inference-quick-"))
