@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,24 @@ VOC_ROOT ?= ../shared/data
 VOC_PROFILE ?= cpu
 reproduce-voc: setup
 	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE)
+
+# Table 7: deploy the FCPTS ResNet-56 90% model (ONNX export, sparse storage, ONNX vs PyTorch top-1 on the
+# 10,000 test images; the checkpoint is re-made from its record only when missing), then latency, memory and
+# file size on every runtime that is installed (make deploy-runtimes adds DeepSparse and OpenVINO).
+# About 25 min on 2 busy cores.
+DEPLOY_CKPT := results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
+$(DEPLOY_CKPT): | setup
+	$(PY) -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
+
+deploy-table: setup $(DEPLOY_CKPT)
+	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --checkpoint $(DEPLOY_CKPT)
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.inference
+
+# Optional runtimes, each in its own virtual environment (found by tasks.deploy; or set FCPTS_DEEPSPARSE_PYTHON /
+# FCPTS_OPENVINO_PYTHON). DeepSparse pins onnx 1.14.1 and numpy 1.26, needs Python <= 3.11; licence: evaluation only.
+deploy-runtimes:
+	python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install --quiet deepsparse==1.8.0
+	$(PYTHON) -m venv .venv-openvino && .venv-openvino/bin/pip install --quiet openvino==2026.4.1
 
 # Re-run a fixed quick subset and compare with the committed reference records (±1 point).
 check-regression: setup
