@@ -15,31 +15,34 @@ import torch
 
 from baselines.registry import METHODS
 
-from .data import (CIFAR_CLASSES, CifarCalibration, DataNotFoundError, calibration_indices, load_cifar,
-                   normalize_cifar, resolve_data_root)
+from .data import (
+    CIFAR_CLASSES,
+    CifarCalibration,
+    DataNotFoundError,
+    calibration_indices,
+    load_cifar,
+    normalize_cifar,
+    resolve_data_root,
+)
 from .evaluate import classify
 from .models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
 from .records import RESULTS_DIR
-from .runner import Grid, Profile, format_table, indices_hash, run_grid
-
-def _pot(n_calibration: int, iterations: int) -> dict:
-    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in ("pot-l2norm", "pot-erk")}
-
+from .runner import Grid, Profile, format_table, indices_hash, pot_budget, run_grid
 
 PROFILES = {
     "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
                      note="METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
                           "(capped at the split), up to 20,000 iterations per layer",
-                     methods=_pot(10240, 20000)),
+                     methods=pot_budget(10240, 20000)),
     "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
                          note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
                               "images as FCPTS (CPU budget); compare times only within this profile",
-                         methods=_pot(1024, 1000)),
+                         methods=pot_budget(1024, 1000)),
     "fast": Profile("fast", n_calibration=1024, iterations=400, batch_size=64,
                     note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
-                    methods=_pot(1024, 500)),
+                    methods=pot_budget(1024, 500)),
     "quick": Profile("quick", n_calibration=128, iterations=10, batch_size=32, eval_limit=1000,
-                     note="smoke test only; not a result", methods=_pot(128, 5)),
+                     note="smoke test only; not a result", methods=pot_budget(128, 5)),
 }
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 

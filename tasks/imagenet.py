@@ -36,24 +36,19 @@ from .library_models import (
     pretrained,
 )
 from .records import RESULTS_DIR
-from .runner import Grid, Profile, format_table, indices_hash, run_grid
-
-
-def _per_method(n_pot: int, pot_iterations: int) -> dict:
-    return {m: {"n_calibration": n_pot, "options": {"iterations": pot_iterations}} for m in ("pot-l2norm", "pot-erk")}
-
+from .runner import Grid, Profile, format_table, indices_hash, pot_budget, run_grid
 
 PROFILES = {
     "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
                      note="METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
                           "POT 10,240 images (capped at the split), up to 20,000 iterations per layer",
-                     methods=_per_method(10240, 20000)),
+                     methods=pot_budget(10240, 20000)),
     "cpu": Profile("cpu", n_calibration=1000, iterations=200, batch_size=32,
                    note="2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods, "
                         "POT 500 iterations per layer on the same images; not the paper's protocol",
-                   methods=_per_method(1000, 500)),
+                   methods=pot_budget(1000, 500)),
     "quick": Profile("quick", n_calibration=32, iterations=3, batch_size=8, eval_limit=64,
-                     note="smoke test only; not a result", methods=_per_method(32, 3)),
+                     note="smoke test only; not a result", methods=pot_budget(32, 3)),
 }
 
 

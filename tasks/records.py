@@ -27,6 +27,12 @@ def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str
     return runs_dir / task / dataset / model / f"{method}-sp{round(target * 100):02d}-{profile}-seed{seed}.json"
 
 
+def repo_relative(path: Path) -> str:
+    """Repository-relative when inside the repository (records stay valid in any clone)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

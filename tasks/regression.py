@@ -5,9 +5,10 @@
 
 The subset covers the code paths the paper's tables depend on: FCPTS, both POT allocations and a
 magnitude baseline, on the real CIFAR-10 ResNet-20 checkpoint and real CIFAR-10 images. Runs are
-deterministic for a seed on one machine; across machines, float reductions may order differently, so
-a cell passes when the achieved sparsity is the same and top-1/top-5 lie within TOLERANCE points
-(the quick profile evaluates 1,000 test images: one point is ten images).
+deterministic for a seed and a thread count, so the subset always runs on one thread; float reductions
+can still order differently on another CPU (measured here: 1 vs 2 threads moved FCPTS's quick 90% cell
+by 1.1 points, its 80% cell by 0.6). A cell passes when the achieved sparsity is the same and top-1/top-5
+lie within TOLERANCE points (the quick profile evaluates 1,000 test images: one point is ten images).
 """
 from __future__ import annotations
 
@@ -16,16 +17,28 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 from .cifar import main as cifar_main
 from .records import RESULTS_DIR, read_record, record_path
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
-TOLERANCE = 1.0  # top-1 / top-5 points
+TOLERANCE = 1.5  # top-1 / top-5 points
 SUBSET = {"dataset": "cifar10", "model": "resnet20", "methods": ["fcpts", "pot-l2norm", "pot-erk", "lamp"],
           "sparsity": [0.9], "profile": "quick", "seed": 0}
 
 
 def run_subset(runs_dir: Path, progress: bool = False) -> None:
+    """Run the subset into runs_dir on one thread (see the module docstring)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _run(runs_dir, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(runs_dir: Path, progress: bool) -> None:
     argv = ["--dataset", SUBSET["dataset"], "--model", SUBSET["model"], "--methods", *SUBSET["methods"],
             "--sparsity", *map(str, SUBSET["sparsity"]), "--profile", SUBSET["profile"],
             "--seed", str(SUBSET["seed"]), "--results-dir", str(runs_dir), "--force"]

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from fcpts.distill import save_atomic
 
-from .data import REPO_ROOT, DataNotFoundError, resolve_data_root
+from .data import DataNotFoundError, resolve_data_root
 from .models import file_sha256
 from .records import (
     RESULTS_DIR,
@@ -46,6 +46,7 @@ from .records import (
     device_description,
     environment,
     git_commit,
+    repo_relative,
     write_json_atomic,
 )
 from .ssd_models import (
@@ -246,7 +247,7 @@ def train(args: argparse.Namespace) -> dict:
     record = {
         "task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size,
         "recipe": recipe, "final_test": final, "n_eval": len(test),
-        "weights": {"path": _display_path(weights), "sha256": file_sha256(weights)},
+        "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
         "history": history, "wall_s": round(wall_s, 1), "device": device_description(device),
         "workers": args.workers,
         "git_commit": git_commit(), "command": command_line(), "environment": environment(),
@@ -257,11 +258,6 @@ def train(args: argparse.Namespace) -> dict:
     print(f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
           f"{wall_s / 60:.1f} min -> {weights}")
     return record
-
-
-def _display_path(path: Path) -> str:
-    path = path.resolve()
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

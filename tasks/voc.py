@@ -43,7 +43,7 @@ from .data import DataNotFoundError, calibration_indices, resolve_data_root
 from .detection_metrics import Detections, voc07_map
 from .models import file_sha256
 from .records import RESULTS_DIR
-from .runner import Grid, Profile, indices_hash, run_grid
+from .runner import Grid, Profile, indices_hash, pot_budget, run_grid
 from .ssd_models import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -70,21 +70,18 @@ VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
 
-def _pot(n: int, iterations: int) -> dict:
-    return {m: {"n_calibration": n, "options": {"iterations": iterations}} for m in ("pot-l2norm", "pot-erk")}
-
 
 PROFILES = {
     "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
                      note="METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
                           "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer",
-                     methods=_pot(10240, 20000)),
+                     methods=pot_budget(10240, 20000)),
     "cpu": Profile("cpu", n_calibration=1024, iterations=400, batch_size=32,
                    note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
                         "POT 500 iterations per layer on the same images; not the paper's protocol",
-                   methods=_pot(1024, 500)),
+                   methods=pot_budget(1024, 500)),
     "quick": Profile("quick", n_calibration=8, iterations=2, batch_size=4, eval_limit=8,
-                     note="smoke test only; not a result", methods=_pot(8, 2)),
+                     note="smoke test only; not a result", methods=pot_budget(8, 2)),
 }
 
 

@@ -6,8 +6,15 @@ import torch
 
 import fcpts
 from baselines.registry import Budget, get_method
+from fcpts.masks import sparsity_summary
 from tasks import cifar
-from tasks.data import CifarCalibration, calibration_indices, load_cifar, normalize_cifar, resolve_data_root
+from tasks.data import (
+    CifarCalibration,
+    calibration_indices,
+    load_cifar,
+    normalize_cifar,
+    resolve_data_root,
+)
 from tasks.evaluate import classify
 from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
 
@@ -64,6 +71,11 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     assert rec["calibration"]["n_images"] == 128 and len(rec["calibration"]["indices"]) == 128
     assert rec["hit_target"] and rec["weights"]["sha256"].startswith("12fca82f")
     assert {"top1", "top5"} <= set(rec["metrics"])
+    # the sparse model itself is kept beside the records, with the recorded sparsity
+    state = torch.load(tmp_path / "models/cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.pt", weights_only=True)
+    model = cifar_resnet("resnet20")
+    model.load_state_dict(state)
+    assert sparsity_summary(model)[0] == rec["achieved_sparsity"]
     capsys.readouterr()
     assert cifar.main(argv) == 0  # second time: every cell is skipped
     assert capsys.readouterr().out.count("[skip]") == 4
