@@ -20,10 +20,10 @@ def test_compare_flags_a_drop_and_a_missing_record(tmp_path):
         new.write_text(ref.read_text())
     assert compare(run_dir) == []
     worse = json.loads(paths[0].read_text())
-    worse["metrics"]["top1"] -= 1.5
+    worse["metrics"]["top1"] -= 2.0
     paths[0].write_text(json.dumps(worse))
     paths[1].unlink()
     problems = compare(run_dir)
     assert len(problems) == 2
-    assert "top1" in problems[0] and "-1.50" in problems[0]
+    assert "top1" in problems[0] and "-2.00" in problems[0]
     assert "wrote no record" in problems[1]
