@@ -47,6 +47,7 @@ from .records import (
     repo_relative,
     write_json_atomic,
 )
+from .training_state import TrainingState
 
 
 def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -104,21 +105,11 @@ def train(args: argparse.Namespace) -> dict:
 
     out_dir = Path(args.out_dir) / args.dataset
     ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
-    step, history, elapsed_before = 0, [], 0.0
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step, history, elapsed_before = state["step"], state["history"], state["elapsed_s"]
-        print(f"resuming {ckpt} at step {step}/{total} (epoch {step // steps_per_epoch})")
-
-    t0 = last_save = time.perf_counter()
-
-    def save(at: int) -> None:
-        save_atomic({"fingerprint": fingerprint, "step": at, "model": model.state_dict(),
-                     "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "history": history,
-                     "elapsed_s": elapsed_before + time.perf_counter() - t0}, ckpt)
+    run = TrainingState(ckpt, fingerprint, model, opt, sched)
+    if run.resume():
+        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
+    step, history = run.step, run.history
+    last_save = time.perf_counter()
 
     bar = tqdm(total=total, initial=step, desc=f"train {args.dataset}/{args.model}", dynamic_ncols=True,
                disable=args.no_progress, mininterval=5)
@@ -145,20 +136,22 @@ def train(args: argparse.Namespace) -> dict:
         if step % steps_per_epoch == 0:
             entry = {"epoch": step // steps_per_epoch, "step": step, "train_loss": round(running_loss / seen, 5),
                      "train_top1": round(100 * running_correct / seen, 3), "lr": sched.get_last_lr()[0],
-                     "elapsed_s": round(elapsed_before + time.perf_counter() - t0, 1)}
+                     "elapsed_s": round(run.elapsed_s(), 1)}
             if entry["epoch"] % args.eval_every == 0 or step == total:
                 entry["test"] = classify(model, x_eval, y_eval)
                 model.train()
             history.append(entry)
             running_loss, running_correct, seen = 0.0, 0, 0
             print(json.dumps(entry), flush=True)
-            save(step)
+            run.step = step
+            run.save()
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            save(step)  # mid-epoch: the running train-set statistics restart, nothing else is lost
+            run.step = step
+            run.save()  # mid-epoch: the running train-set statistics restart, nothing else is lost
             last_save = time.perf_counter()
     bar.close()
-    wall_s = elapsed_before + time.perf_counter() - t0
+    wall_s = run.elapsed_s()
 
     final = classify(model, x_eval, y_eval)
     weights = out_dir / f"{args.model}.th"

@@ -56,6 +56,7 @@ from .ssd_models import (
     create_ssd,
     encode_targets,
 )
+from .training_state import TrainingState
 from .voc_data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 
 
@@ -180,20 +181,11 @@ def train(args: argparse.Namespace) -> dict:
     name = f"{args.model}-{args.image_size}"
     out_dir = Path(args.out_dir) / dataset
     ckpt = Path(args.checkpoint_dir) / "train_ssd" / dataset / f"{name}-{fingerprint}.pt"
-    step, history, elapsed_before = 0, [], 0.0
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        step, history, elapsed_before = state["step"], state["history"], state["elapsed_s"]
-        print(f"resuming {ckpt} at step {step}/{total} (epoch {step // steps_per_epoch})")
-    t0 = last_save = time.perf_counter()
-
-    def save(at: int) -> None:
-        save_atomic({"fingerprint": fingerprint, "step": at, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                     "scheduler": sched.state_dict(), "history": history,
-                     "elapsed_s": elapsed_before + time.perf_counter() - t0}, ckpt)
+    run = TrainingState(ckpt, fingerprint, model, opt, sched)
+    if run.resume():
+        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
+    step, history = run.step, run.history
+    last_save = time.perf_counter()
 
     def evaluate() -> dict:
         m = evaluate_detector(model, test, eval_images, config, workers=args.workers)
@@ -226,20 +218,22 @@ def train(args: argparse.Namespace) -> dict:
             epoch = step // steps_per_epoch
             entry = {"epoch": epoch, "step": step, "loc_loss": round(sums["loc"] / seen, 5),
                      "cls_loss": round(sums["cls"] / seen, 5), "lr": sched.get_last_lr()[0],
-                     "elapsed_s": round(elapsed_before + time.perf_counter() - t0, 1)}
+                     "elapsed_s": round(run.elapsed_s(), 1)}
             if epoch % args.eval_every == 0 and step < total:
                 entry["test"] = evaluate()
             history.append(entry)
             sums, seen = {"loc": 0.0, "cls": 0.0}, 0
             print(json.dumps({k: v for k, v in entry.items() if k != "test"} |
                              ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})), flush=True)
-            save(step)
+            run.step = step
+            run.save()
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            save(step)
+            run.step = step
+            run.save()
             last_save = time.perf_counter()
     bar.close()
-    wall_s = elapsed_before + time.perf_counter() - t0
+    wall_s = run.elapsed_s()
     final = evaluate()
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
