@@ -76,9 +76,7 @@ def build_grid(args: argparse.Namespace) -> Grid:
         root.mkdir(parents=True, exist_ok=True)
     profile = PROFILES[args.profile]
     if args.iterations is not None:
-        profile = Profile(f"{profile.name}-it{args.iterations}", profile.n_calibration, args.iterations,
-                          profile.batch_size, profile.eval_limit, f"{profile.note}; FCPTS iterations overridden",
-                          profile.methods)
+        profile = profile.with_iterations(args.iterations, "FCPTS iterations")
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if profile.eval_limit:
         x_test, y_test = x_test[: profile.eval_limit], y_test[: profile.eval_limit]

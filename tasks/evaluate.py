@@ -1,24 +1,36 @@
 """Classification metrics: top-1 / top-5 accuracy in percent."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 
 @torch.inference_mode()
-def classify(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> dict[str, float]:
-    """Top-1/top-5 (%) of `model` in eval mode on normalised inputs `x` with labels `y`."""
+def classify_batches(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    """Top-1/top-5 (%) of `model` in eval mode over (normalised inputs, labels) batches."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    top1 = top5 = 0
-    for i in range(0, len(x), batch_size):
-        logits = model(x[i : i + batch_size].to(device))
-        target = torch.as_tensor(y[i : i + batch_size], device=device).view(-1, 1)
-        k = min(5, logits.shape[1])
-        pred = logits.topk(k, dim=1).indices
+    top1 = top5 = n = 0
+    for x, y in batches:
+        logits = model(x.to(device))
+        target = torch.as_tensor(y, device=device).view(-1, 1)
+        pred = logits.topk(min(5, logits.shape[1]), dim=1).indices
         top1 += (pred[:, :1] == target).sum().item()
         top5 += (pred == target).any(dim=1).sum().item()
+        n += len(target)
     model.train(was_training)
-    n = len(x)
     return {"top1": 100.0 * top1 / n, "top5": 100.0 * top5 / n, "n_images": n}
+
+
+def classify(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> dict[str, float]:
+    """Top-1/top-5 (%) on in-memory inputs `x` with labels `y`."""
+    return classify_batches(model, ((x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)))
+
+
+def classify_dataset(model: nn.Module, dataset, batch_size: int = 50, workers: int = 0) -> dict[str, float]:
+    """Top-1/top-5 (%) streamed from a dataset of (image, label): any validation-set size fits in memory."""
+    return classify_batches(model, DataLoader(dataset, batch_size=batch_size, num_workers=workers))

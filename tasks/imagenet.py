@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import Subset
 
 from baselines.registry import METHODS
 
 from .data import DataNotFoundError, calibration_indices, resolve_data_root
+from .evaluate import classify_dataset
 from .imagenet_data import ImageFiles, imagenet_dir, list_split
 from .library_models import (
     MODELS,
@@ -70,8 +72,8 @@ def with_fcpts_options(profile: Profile, pairs: list[str]) -> Profile:
     for m in ("fcpts", "fcpts-fixed"):
         methods[m] = {**methods.get(m, {}), "options": {**methods.get(m, {}).get("options", {}), **options}}
     suffix = "-".join(f"{k}{v}" for k, v in options.items())
-    return Profile(f"{profile.name}-{suffix}", profile.n_calibration, profile.iterations, profile.batch_size,
-                   profile.eval_limit, f"{profile.note}; FCPTS options {options}", methods)
+    return replace(profile, name=f"{profile.name}-{suffix}", note=f"{profile.note}; FCPTS options {options}",
+                   methods=methods)
 
 
 def paper_methods(model: str) -> list[str]:
@@ -83,31 +85,12 @@ def paper_sparsities(model: str) -> list[float]:
     return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
-@torch.inference_mode()
-def classify_images(model: torch.nn.Module, dataset, batch_size: int = 50, workers: int = 0) -> dict[str, float]:
-    """Top-1/top-5 (%) streamed from a dataset of (image, label): any validation-set size fits in memory."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    top1 = top5 = n = 0
-    for x, y in DataLoader(dataset, batch_size=batch_size, num_workers=workers):
-        pred = model(x.to(device)).topk(5, dim=1).indices
-        y = y.to(device).view(-1, 1)
-        top1 += (pred[:, :1] == y).sum().item()
-        top5 += (pred == y).any(dim=1).sum().item()
-        n += len(y)
-    model.train(was_training)
-    return {"top1": 100.0 * top1 / n, "top5": 100.0 * top5 / n, "n_images": n}
-
-
 def build_grid(args: argparse.Namespace, model_name: str) -> Grid:
     folder = imagenet_dir(resolve_data_root(args.data_root))
     train, val = list_split(folder, "train"), list_split(folder, "val")
     profile = PROFILES[args.profile]
     if args.iterations is not None:
-        profile = Profile(f"{profile.name}-it{args.iterations}", profile.n_calibration, args.iterations,
-                          profile.batch_size, profile.eval_limit, f"{profile.note}; iterations overridden",
-                          profile.methods)
+        profile = profile.with_iterations(args.iterations)
     if args.option:
         profile = with_fcpts_options(profile, args.option)
     dense, weights_info = pretrained(model_name, args.weights)
@@ -134,7 +117,7 @@ def build_grid(args: argparse.Namespace, model_name: str) -> Grid:
         # A partial validation set is named by its size, so its results never pass for full ImageNet's.
         task="imagenet", dataset="imagenet" if len(val) == 50000 else f"imagenet-val{len(val)}",
         model=model_name, build_model=build_model, make_calibration=make_calibration,
-        evaluate=lambda m: classify_images(m, val_set, workers=args.workers),
+        evaluate=lambda m: classify_dataset(m, val_set, workers=args.workers),
         profile=profile, seed=args.seed,
         provenance={"weights": weights_info, "substitute": spec.substitute,
                     "model_source": f"{spec.library}:{spec.arch}", "preprocessing": preprocessing_info,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,11 @@ class Profile:
 
     def options_for(self, method: str) -> dict | None:
         return self.methods.get(method, {}).get("options")
+
+    def with_iterations(self, iterations: int, what: str = "iterations") -> Profile:
+        """The same profile with another iteration count, renamed so its records never mix with this one's."""
+        return replace(self, name=f"{self.name}-it{iterations}", iterations=iterations,
+                       note=f"{self.note}; {what} overridden")
 
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
