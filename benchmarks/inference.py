@@ -34,18 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fcpts.masks import prunable_layers, sparsity_summary
 from tasks import deploy
-from tasks.export import export_onnx, inference_copy
+from tasks.export import export_onnx, inference_copy, max_abs_diff, ort_session
 from tasks.records import command_line, write_json_atomic
 from tasks.sparse_storage import write_sparse_files, zlib_size
 
 TABLE = deploy.REPO_ROOT / "results" / "tables" / "table7_inference.md"
 RAW = deploy.DEPLOY_DIR / "table7_inference.json"
 CIFAR_CHECKPOINT = deploy.DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
+# Real sparse models from grid cells (their saved state dicts): the EfficientNet-Lite0 substitute
+DEFAULT_RECORDS = [deploy.REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
+                   for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")]
 EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
 TORCH_RUNTIMES = ["torch", "torch-csr"]
 
@@ -118,6 +120,7 @@ class Family:
     models: dict[str, nn.Module] = field(default_factory=dict)  # label -> inference model
     sparsity: dict[str, float] = field(default_factory=dict)
     files: dict[str, dict[str, Path]] = field(default_factory=dict)
+    onnx_max_abs_diff: dict[str, float] = field(default_factory=dict)  # ONNX vs torch, per model
 
 
 @torch.no_grad()
@@ -158,6 +161,27 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     return fam
 
 
+def record_families(paths: list[Path]) -> list[Family]:
+    """Real sparse models of run records (their saved state dicts), one family per task/dataset/model,
+    each with the dense weights the records started from."""
+    from tasks.saved_models import models_from_record
+
+    fams: dict[tuple, Family] = {}
+    for path in paths:
+        dense, sparse, shape, rec = models_from_record(path)
+        key = (rec["task"], rec["dataset"], rec["model"])
+        name = rec["model"] if rec["task"] == "imagenet" else f"{rec['dataset']}-{rec['model']}"
+        if key not in fams:
+            fams[key] = Family(name, shape, f"real weights ({rec['weights'].get('source') or rec['weights']['path']})")
+            fams[key].models["dense"], fams[key].sparsity["dense"] = inference_copy(dense), sparsity_summary(dense)[0]
+        s = sparsity_summary(sparse)[0]
+        m = rec["metrics"]
+        fams[key].note += (f"; {_label(s)}: {rec['method']} run record {Path(path).name} (top-1 {m['top1']:.2f} on "
+                           f"{m['n_images']} {rec['dataset']} images, dense {rec['dense_metrics']['top1']:.2f})")
+        fams[key].models[_label(s)], fams[key].sparsity[_label(s)] = inference_copy(sparse), s
+    return list(fams.values())
+
+
 def _label(s: float) -> str:
     return "dense" if s < 0.005 else f"{s:.0%}"
 
@@ -165,8 +189,10 @@ def _label(s: float) -> str:
 def export_family(fam: Family, work: Path) -> None:
     for label, m in fam.models.items():
         path = work / f"{fam.name}-{label.rstrip('%')}.onnx"
-        export_onnx(m, path, fam.shape)
+        data = export_onnx(m, path, fam.shape)
         fam.files[label] = write_sparse_files(path)
+        x = torch.randn(2, *fam.shape, generator=torch.Generator().manual_seed(0))
+        fam.onnx_max_abs_diff[label] = max_abs_diff(m, ort_session(data), x)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -330,7 +356,9 @@ def write_table(result: dict, path: Path) -> None:
              "|---|---|---|---:|---:|---:|---:|"]
     for name, fam in result["families"].items():
         lines += latency_rows(name, fam, list(fam["sparsity"]))
-    lines += ["| efficientnet-lite0 | - | - | no sparse model yet (records hold metrics, not weights) | | | |", "",
+    missing = [] if any("efficientnet" in n for n in result["families"]) else [
+        "| efficientnet_lite0 | - | - | not measured in this run: pass --records with a Lite0 run record | | | |"]
+    lines += [*missing, "",
               "## File size and peak memory", "",
               "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
               "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
@@ -341,12 +369,14 @@ def write_table(result: dict, path: Path) -> None:
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, fam in result["families"].items():
         lines += storage_rows(name, fam)
-    lines += ["| efficientnet-lite0 | - | no sparse model yet (records hold metrics, not weights) | | | | | | | |", "", "## Runs", ""]
+    lines += [m.replace("| - | - | not", "| - | not") + " | | |" for m in missing] + ["", "## Runs", ""]
     for name, fam in result["families"].items():
         sp = ", ".join(f"{k}: {v:.4f}" for k, v in fam["sparsity"].items())
         csr = next((pb["options"]["csr_weight_share"] for pb in fam["latency"].get("torch-csr", {}).values()), None)
         csr = "" if csr is None else f"; torch-csr runs {csr:.1%} of the weights (Linear, 1x1 convs) as CSR"
-        lines.append(f"- {name}: input {fam['shape']}, {fam['note']}; measured sparsity {sp}{csr}.")
+        diff = fam.get("onnx_max_abs_diff")
+        diff = "" if not diff else f"; ONNX vs PyTorch max |diff| {max(diff.values()):.1e} (2 random inputs)"
+        lines.append(f"- {name}: input {fam['shape']}, {fam['note']}; measured sparsity {sp}{csr}{diff}.")
     for rt, v in result["runtimes"].items():
         lines.append(f"- {rt}: {v.split(', options')[0] if rt == 'torch-csr' else v}")
     for rt, why in result["missing_runtimes"].items():
@@ -361,6 +391,10 @@ def write_table(result: dict, path: Path) -> None:
               f"{result['runs']['32']} after {result['warmup']} warm-up rounds",
               f"- load average (1/5/15 min) at start {_loads(p['loadavg_1_5_15'])}, at end {_loads(result['loadavg_end'])}; "
               f"wall time {result['wall_s']:.0f} s",
+              *[f"- {name} measured in a later run merged into this table: `{fp['command']}`, git commit "
+                f"{fp['git_commit']}, {fp['created']}, load average at start {_loads(fp['loadavg_1_5_15'])}, "
+                f"wall time {fp['wall_s']:.0f} s" for name, fam in result["families"].items()
+                if (fp := fam.get("provenance")) and fp.get("merged")],
               "- The CPU was shared with other long jobs while this ran, so absolute latencies are inflated and "
               "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
               f"cancels. Raw numbers: `{result['raw']}`."]
@@ -374,11 +408,15 @@ def write_table(result: dict, path: Path) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.inference", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar"])
+    p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
     p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.9],
                    help="rates for the random-weight models (Table 7 has 50/60/70%%; 90%% is where sparse kernels start to pay)")
     p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
     p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
+    p.add_argument("--records", nargs="+", default=[str(r) for r in DEFAULT_RECORDS],
+                   help="run records whose saved sparse models join the table (family 'records')")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the other families of the existing raw file; re-measure only --families")
     p.add_argument("--data-root")
     p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
     p.add_argument("--runs-b1", type=int, default=30)
@@ -403,6 +441,13 @@ def build_families(args) -> dict[str, Family]:
                       "python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json")
                 continue
             fam = cifar_family(ckpt, args.data_root)
+        elif name == "records":
+            present = [Path(r) for r in args.records if Path(r).is_file()]
+            for r in set(args.records) - {str(r) for r in present}:
+                print(f"[skip] record {r} does not exist (run its grid cell first)")
+            for fam in record_families(present):
+                fams[fam.name] = fam
+            continue
         else:
             fam = random_family(name, args.sparsity, args.size, seed=0)
         fams[fam.name] = fam
@@ -431,11 +476,21 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="fcpts-inference-"))
     result = {"provenance": prov, "runs": {"1": args.runs_b1, "32": args.runs_b32}, "warmup": args.warmup,
               "missing_runtimes": missing, "runtimes": {}, "families": {}}
+    merging = args.merge and Path(args.raw).is_file()
+    if merging:
+        result = json.loads(Path(args.raw).read_text())
+        result.pop("rendered_by", None)
+        if (result["runs"], result["warmup"]) != ({"1": args.runs_b1, "32": args.runs_b32}, args.warmup):
+            print(f"error: --merge needs the raw file's repetitions {result['runs']}, warm-up {result['warmup']}",
+                  file=sys.stderr)
+            return 2
     try:
         for name, fam in build_families(args).items():
             export_family(fam, work)
+            fam_t0 = time.perf_counter()
             fr = {"shape": list(fam.shape), "note": fam.note, "sparsity": fam.sparsity, "latency": {},
-                  "file_bytes": file_bytes(fam), "memory": {}}
+                  "file_bytes": file_bytes(fam), "memory": {}, "onnx_max_abs_diff": fam.onnx_max_abs_diff,
+                  "provenance": {**deploy.provenance(args.threads), "command": command_line(), "merged": merging}}
             for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
                 for rt in [r for r in runtimes if r in EXTERNAL]:
                     print(f"[time] {name} batch {batch} {rt}", flush=True)
@@ -452,12 +507,14 @@ def main(argv=None) -> int:
             if not args.no_memory:
                 print(f"[memory] {name}", flush=True)
                 fr["memory"] = measure_memory(fam, runtimes, args.threads)
+            fr["provenance"].update(loadavg_end=list(os.getloadavg()), wall_s=time.perf_counter() - fam_t0)
             result["families"][name] = fr
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["loadavg_end"] = list(os.getloadavg())
-    result["wall_s"] = time.perf_counter() - t0
-    result["provenance"]["command"] = command_line()
+    if not merging:  # a merge keeps the first run's provenance; families carry theirs
+        result["loadavg_end"] = list(os.getloadavg())
+        result["wall_s"] = time.perf_counter() - t0
+        result["provenance"]["command"] = command_line()
     raw = Path(args.raw)
     result["raw"] = str(raw.relative_to(deploy.REPO_ROOT)) if raw.is_relative_to(deploy.REPO_ROOT) else str(raw)
     write_json_atomic(Path(args.raw), result)

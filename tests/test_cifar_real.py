@@ -1,5 +1,6 @@
 """The CIFAR task on the real checkpoints and real lossless CIFAR-10 images in ../shared/data."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from fcpts.masks import sparsity_summary
 from tasks import cifar
 from tasks.data import (
     CifarCalibration,
+    DataNotFoundError,
     calibration_indices,
     load_cifar,
     normalize_cifar,
@@ -17,6 +19,7 @@ from tasks.data import (
 )
 from tasks.evaluate import classify
 from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.saved_models import models_from_record
 
 pytestmark = pytest.mark.skipif(not (resolve_data_root(must_exist=False) / "weights" / "cifar10").is_dir(),
                                 reason="needs CIFAR-10 and its checkpoints in ../shared/data or $FCPTS_DATA_ROOT")
@@ -76,6 +79,18 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     model = cifar_resnet("resnet20")
     model.load_state_dict(state)
     assert sparsity_summary(model)[0] == rec["achieved_sparsity"]
+    # ... and deployment rebuilds both models from the record alone, refusing a sparse file that changed
+    record_path = tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json"
+    dense, sparse, shape, _ = models_from_record(record_path)
+    assert shape == (3, 32, 32) and sparsity_summary(dense)[0] < 0.01
+    assert sparsity_summary(sparse)[0] == rec["achieved_sparsity"]
+    saved = Path(rec["sparse_model"]["path"])
+    torch.save({k: v + 1 for k, v in state.items()}, saved)
+    with pytest.raises(ValueError, match="sha256"):
+        models_from_record(record_path)
+    saved.unlink()
+    with pytest.raises(DataNotFoundError, match="re-create it with"):
+        models_from_record(record_path)
     capsys.readouterr()
     assert cifar.main(argv) == 0  # second time: every cell is skipped
     assert capsys.readouterr().out.count("[skip]") == 4

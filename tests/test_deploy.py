@@ -151,6 +151,29 @@ def test_benchmark_lists_missing_runtimes_instead_of_failing(monkeypatch):
     assert ok == ["onnxruntime", "torch"] and "openvino" in missing and "install" in missing["openvino"]
 
 
+def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_path):
+    """A later family (e.g. a newly finished real sparse model) joins the table without re-timing the rest."""
+    import json
+
+    from benchmarks.inference import main
+
+    common = ["--size", "32", "--sparsity", "0.9", "--runtimes", "onnxruntime", "--runs-b1", "2", "--runs-b32", "1",
+              "--warmup", "1", "--no-memory", "--table", str(tmp_path / "t7.md"), "--raw", str(tmp_path / "t7.json")]
+    assert main(["--families", "resnet18", *common]) == 0
+    first = json.loads((tmp_path / "t7.json").read_text())
+    assert main(["--families", "mobilenet_v2", "--merge", *common]) == 0
+    merged = json.loads((tmp_path / "t7.json").read_text())
+    assert list(merged["families"]) == ["resnet18", "mobilenet_v2"]
+    assert merged["families"]["resnet18"] == first["families"]["resnet18"]
+    assert merged["provenance"] == first["provenance"] and merged["families"]["mobilenet_v2"]["provenance"]["merged"]
+    table = (tmp_path / "t7.md").read_text()
+    assert "| mobilenet_v2 | 90% | onnxruntime |" in table and "| resnet18 | 90% | onnxruntime |" in table
+    assert "mobilenet_v2 measured in a later run merged into this table" in table
+    assert max(merged["families"]["mobilenet_v2"]["onnx_max_abs_diff"].values()) < 1e-4
+    more_runs = [("3" if prev == "--runs-b1" else a) for prev, a in zip(["", *common], common)]
+    assert main(["--families", "mobilenet_v2", "--merge", *more_runs]) == 2  # repetitions must match to merge
+
+
 def test_torch_csr_kernels_match_dense_layers():
     from benchmarks.inference import to_torch_csr
 

@@ -1,0 +1,66 @@
+"""The dense and sparse models behind a run record, rebuilt from what the runner saved.
+
+Every grid cell saves its sparse state dict (`record["sparse_model"]`, not committed: large and
+re-creatable) beside the record. Deployment and benchmarks start from there instead of re-running the
+method: the dense model comes from the record's weights, the sparse one is the same architecture with the
+saved state dict, checked against the sha256 the record holds.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .data import DataNotFoundError
+from .models import file_sha256
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    from .models import cifar_resnet, load_checkpoint
+
+    model = cifar_resnet(record["model"], num_classes=100 if record["dataset"] == "cifar100" else 10)
+    load_checkpoint(model, record["weights"]["path"])
+    return model, (3, 32, 32)
+
+
+def _dense_library(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    from .library_models import pretrained
+
+    w = record.get("weights", {})
+    path = w.get("path") if w.get("source") == "file" else None  # library/package weights: fetched by name
+    model, _ = pretrained(record["model"], path)
+    return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
+
+
+DENSE_BUILDERS = {"cifar": _dense_cifar, "imagenet": _dense_library}
+
+
+def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, tuple[int, ...], dict]:
+    """(dense model, sparse model, input shape without batch, record), both models in eval mode."""
+    record_path = Path(record_path)
+    if not record_path.is_file():
+        raise DataNotFoundError(f"run record {record_path} does not exist")
+    record = json.loads(record_path.read_text())
+    builder = DENSE_BUILDERS.get(record.get("task"))
+    if builder is None:
+        raise ValueError(f"{record_path}: task {record.get('task')!r} has no model builder here "
+                         f"(supported: {sorted(DENSE_BUILDERS)})")
+    saved = record.get("sparse_model")
+    if not saved:
+        raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n"
+                         f"  {record['command']}")
+    path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
+    if not path.is_file():
+        raise DataNotFoundError(f"sparse model {path} of {record_path} is missing (models are not committed); "
+                                f"re-create it with:\n  {record['command']}")
+    if file_sha256(path) != saved["sha256"]:
+        raise ValueError(f"sparse model {path} does not match the sha256 in {record_path}; it was overwritten "
+                         f"by another run. Re-create it with:\n  {record['command']}")
+    dense, shape = builder(record)
+    sparse, _ = builder(record)
+    sparse.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return dense.eval(), sparse.eval(), shape, record
