@@ -164,11 +164,16 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
 def record_families(paths: list[Path]) -> list[Family]:
     """Real sparse models of run records (their saved state dicts), one family per task/dataset/model,
     each with the dense weights the records started from."""
+    from tasks.data import DataNotFoundError
     from tasks.saved_models import models_from_record
 
     fams: dict[tuple, Family] = {}
     for path in paths:
-        dense, sparse, shape, rec = models_from_record(path)
+        try:
+            dense, sparse, shape, rec = models_from_record(path)
+        except DataNotFoundError as e:  # no record yet, or its sparse model (not committed) is not here
+            print(f"[skip] {e}")
+            continue
         key = (rec["task"], rec["dataset"], rec["model"])
         name = rec["model"] if rec["task"] == "imagenet" else f"{rec['dataset']}-{rec['model']}"
         if key not in fams:
@@ -442,10 +447,7 @@ def build_families(args) -> dict[str, Family]:
                 continue
             fam = cifar_family(ckpt, args.data_root)
         elif name == "records":
-            present = [Path(r) for r in args.records if Path(r).is_file()]
-            for r in set(args.records) - {str(r) for r in present}:
-                print(f"[skip] record {r} does not exist (run its grid cell first)")
-            for fam in record_families(present):
+            for fam in record_families([Path(r) for r in args.records]):
                 fams[fam.name] = fam
             continue
         else:

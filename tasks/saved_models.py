@@ -43,23 +43,24 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     """(dense model, sparse model, input shape without batch, record), both models in eval mode."""
     record_path = Path(record_path)
     if not record_path.is_file():
-        raise DataNotFoundError(f"run record {record_path} does not exist")
+        raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")
     record = json.loads(record_path.read_text())
     builder = DENSE_BUILDERS.get(record.get("task"))
     if builder is None:
         raise ValueError(f"{record_path}: task {record.get('task')!r} has no model builder here "
                          f"(supported: {sorted(DENSE_BUILDERS)})")
+    # relabelled records: today's spelling; --force because the finished cell would otherwise be skipped
+    command = record.get("equivalent_command", record["command"]) + " --force  # re-runs the cell, rewrites its record"
     saved = record.get("sparse_model")
     if not saved:
-        raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n"
-                         f"  {record['command']}")
+        raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n  {command}")
     path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
     if not path.is_file():
         raise DataNotFoundError(f"sparse model {path} of {record_path} is missing (models are not committed); "
-                                f"re-create it with:\n  {record['command']}")
+                                f"re-create it with:\n  {command}")
     if file_sha256(path) != saved["sha256"]:
         raise ValueError(f"sparse model {path} does not match the sha256 in {record_path}; it was overwritten "
-                         f"by another run. Re-create it with:\n  {record['command']}")
+                         f"by another run. Re-create it with:\n  {command}")
     dense, shape = builder(record)
     sparse, _ = builder(record)
     sparse.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
