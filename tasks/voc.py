@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -147,16 +148,16 @@ def build_grid(args: argparse.Namespace, arch: str) -> Grid:
     # A partial test set is named by its size, so its results never pass for the full set's.
     dataset = base if full else f"{base}-test{len(test)}"
 
+    if args.iterations is not None:
+        profile = profile.with_iterations(args.iterations)
     suffix = "" if args.reconstruction == "mse-blocks" else f"-{args.reconstruction}"
-    name = profile.name + (f"-it{args.iterations}" if args.iterations is not None else "") + suffix
     probe = create_ssd(arch, len(test.class_names))
     blocks = reconstruction_blocks(probe, args.reconstruction)
     methods = dict(profile.methods)
     for m in DISTILL_METHODS:
         methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
-    profile = Profile(name, profile.n_calibration, args.iterations or profile.iterations, profile.batch_size,
-                      profile.eval_limit, profile.note + f"; reconstruction {args.reconstruction}: "
-                      f"{RECONSTRUCTIONS[args.reconstruction]}", methods)
+    profile = replace(profile, name=profile.name + suffix, methods=methods,
+                      note=f"{profile.note}; reconstruction {args.reconstruction}: {RECONSTRUCTIONS[args.reconstruction]}")
 
     weights = Path(args.weights) if args.weights else default_weights(arch, args.image_size, data_root, base, substitute)
     if not weights.is_file():
