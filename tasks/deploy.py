@@ -247,19 +247,38 @@ def checkpoint_name(record: dict) -> str:
 
 
 def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | None, progress: bool) -> Path:
-    """Re-run a CIFAR record's method (same weights, calibration images, budget and seed); save the
-    sparse state dict with its provenance; return the checkpoint path."""
+    """A CIFAR record's sparse model as a deploy checkpoint with its provenance: the state dict the grid
+    saved beside the record when it is here, else a re-run of the record's method (same weights,
+    calibration images, budget and seed). Returns the checkpoint path."""
     import torch
 
     from baselines.registry import Budget, get_method, method_trains
 
     from . import cifar
+    from .data import DataNotFoundError
     from .records import command_line, git_commit
     from .runner import Profile
+    from .saved_models import models_from_record
 
     record = json.loads(Path(record_path).read_text())
     if record.get("task") != "cifar":
-        raise ValueError(f"{record_path}: only CIFAR records can be re-run here (task {record.get('task')!r})")
+        raise ValueError(f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
+                         "python -m benchmarks.inference --records RECORD times any task's saved sparse model")
+    out = out_dir / f"{checkpoint_name(record)}.pt"
+    provenance = {"model": record["model"], "dataset": record["dataset"], "method": record["method"],
+                  "target_sparsity": record["target_sparsity"], "record_top1": record["metrics"]["top1"],
+                  "source_record": str(record_path), "git_commit": git_commit(), "command": command_line()}
+    if record.get("sparse_model"):
+        try:
+            _, model, _, _ = models_from_record(record_path)
+        except DataNotFoundError as e:
+            print(f"{e}\nre-running the record's method instead")
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"state_dict": model.state_dict(), **provenance,
+                        "source": f"saved sparse model {record['sparse_model']['path']}"}, out)
+            print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
+            return out
     argv = ["--dataset", record["dataset"], "--model", record["model"], "--seed", str(record["seed"]),
             "--weights", record["weights"]["path"], "--device", "cpu"] + (["--data-root", data_root] if data_root else [])
     grid = cifar.build_grid(cifar.parse_args(argv))
@@ -281,13 +300,9 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
     metrics = grid.evaluate(model)
     print(f"re-ran {method} at {record['target_sparsity']:.0%}: top-1 {metrics['top1']:.2f} "
           f"(record {record['metrics']['top1']:.2f}), sparsity {report.achieved_sparsity:.6f}, {wall:.0f}s")
-    out = out_dir / f"{name}.pt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict(), "model": record["model"], "dataset": record["dataset"],
-                "method": method, "target_sparsity": record["target_sparsity"],
-                "achieved_sparsity": report.achieved_sparsity, "top1": metrics["top1"],
-                "record_top1": record["metrics"]["top1"], "source_record": str(record_path),
-                "rerun_wall_s": wall, "git_commit": git_commit(), "command": command_line(),
+    torch.save({"state_dict": model.state_dict(), **provenance, "source": "re-run of the record's method",
+                "achieved_sparsity": report.achieved_sparsity, "top1": metrics["top1"], "rerun_wall_s": wall,
                 "threads": torch.get_num_threads()}, out)
     return out
 

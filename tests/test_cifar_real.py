@@ -8,7 +8,7 @@ import torch
 import fcpts
 from baselines.registry import Budget, get_method
 from fcpts.masks import sparsity_summary
-from tasks import cifar
+from tasks import cifar, deploy
 from tasks.data import (
     CifarCalibration,
     DataNotFoundError,
@@ -84,6 +84,10 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     dense, sparse, shape, _ = models_from_record(record_path)
     assert shape == (3, 32, 32) and sparsity_summary(dense)[0] < 0.01
     assert sparsity_summary(sparse)[0] == rec["achieved_sparsity"]
+    ckpt = deploy.sparse_model_from_record(record_path, tmp_path / "deploy", None, progress=False)
+    deployed = torch.load(ckpt, weights_only=False)
+    assert deployed["source"].startswith("saved sparse model")  # no re-run: the grid's own weights
+    assert all(torch.equal(deployed["state_dict"][k], v) for k, v in state.items())
     saved = Path(rec["sparse_model"]["path"])
     torch.save({k: v + 1 for k, v in state.items()}, saved)
     with pytest.raises(ValueError, match="sha256"):
