@@ -20,10 +20,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
-    from .models import cifar_resnet, load_checkpoint
+    """The record's dense weights: its path when it exists here, else this machine's default location
+    for the same model (a clone elsewhere), accepted only with the record's sha256."""
+    from .data import CIFAR_CLASSES, resolve_data_root
+    from .models import cifar_resnet, default_cifar_weights, load_checkpoint
 
-    model = cifar_resnet(record["model"], num_classes=100 if record["dataset"] == "cifar100" else 10)
-    load_checkpoint(model, record["weights"]["path"])
+    model = cifar_resnet(record["model"], num_classes=CIFAR_CLASSES[record["dataset"]])
+    path = Path(record["weights"]["path"])
+    if not path.is_file():
+        path = default_cifar_weights(resolve_data_root(None), record["dataset"], record["model"])
+    info = load_checkpoint(model, path)
+    if info["sha256"] != record["weights"]["sha256"]:
+        raise ValueError(f"dense weights {path} are not the ones the record started from (sha256 "
+                         f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})")
     return model, (3, 32, 32)
 
 
