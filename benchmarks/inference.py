@@ -47,7 +47,7 @@ RAW = deploy.DEPLOY_DIR / "table7_inference.json"
 CIFAR_CHECKPOINT = deploy.DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
 # Real sparse models from grid cells (their saved state dicts): the EfficientNet-Lite0 substitute
 DEFAULT_RECORDS = [deploy.REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
-                   for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")]
+                   for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")]
 EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
 TORCH_RUNTIMES = ["torch", "torch-csr"]
 
