@@ -70,8 +70,9 @@ reproduce-voc: setup
 # Table 7: deploy the FCPTS ResNet-56 90% model (ONNX export, sparse storage, ONNX vs PyTorch top-1 on the
 # 10,000 test images; the checkpoint is re-made from its record only when missing), then latency, memory and
 # file size on every runtime that is installed (make deploy-runtimes adds DeepSparse and OpenVINO), with the
-# real sparse EfficientNet-Lite0 of the FCPTS 70% cpu cell (sparse models are not committed: when missing,
-# the cell is re-run, ~25 min, and its record rewritten). About 30 min on 2 busy cores.
+# real sparse EfficientNet-Lite0 of the FCPTS 50-70% cpu cells (sparse models are not committed: a missing
+# 70% one is re-made by re-running its cell, ~25 min, which rewrites its record; missing 50/60% ones are
+# skipped with the command that re-makes them). About 30 min on 2 busy cores.
 DEPLOY_CKPT := results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 $(DEPLOY_CKPT): | setup
 	$(PY) -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
