@@ -79,9 +79,6 @@ class Grid:
     provenance: dict = field(default_factory=dict)  # weights, data
     runs_dir: Path = RESULTS_DIR / "runs"
     checkpoint_dir: Path = RESULTS_DIR / "checkpoints"
-    # Each cell's sparse state dict goes to models_dir (default: runs_dir/models/, not committed: records
-    # hold metrics; deployment reads these).
-    models_dir: Path | None = None
     progress: bool = True
     metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
 
@@ -166,11 +163,11 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "per_layer": report.per_layer,
         "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
     }
-    models_dir = grid.models_dir or grid.runs_dir / "models"
-    model_path = models_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    # The sparse state dict goes to runs_dir/models/ (not committed; tasks.saved_models reads it back).
+    model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")
     save_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, model_path)
     record["sparse_model"] = {"path": repo_relative(model_path), "sha256": file_sha256(model_path),
-                              "note": "not committed; re-run the record's command to re-create it"}
+                              "note": "not committed; re-run the record's command with --force to re-create it"}
     write_json_atomic(path, record)
     ckpt.unlink(missing_ok=True)
     first = grid.metric_names[0]

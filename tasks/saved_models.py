@@ -13,10 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .data import DataNotFoundError
+from .data import REPO_ROOT, DataNotFoundError
 from .models import file_sha256
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:

@@ -143,12 +143,10 @@ def train(args: argparse.Namespace) -> dict:
             history.append(entry)
             running_loss, running_correct, seen = 0.0, 0, 0
             print(json.dumps(entry), flush=True)
-            run.step = step
-            run.save()
+            run.save(step)
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            run.step = step
-            run.save()  # mid-epoch: the running train-set statistics restart, nothing else is lost
+            run.save(step)  # mid-epoch: the running train-set statistics restart, nothing else is lost
             last_save = time.perf_counter()
     bar.close()
     wall_s = run.elapsed_s()

@@ -225,12 +225,10 @@ def train(args: argparse.Namespace) -> dict:
             sums, seen = {"loc": 0.0, "cls": 0.0}, 0
             print(json.dumps({k: v for k, v in entry.items() if k != "test"} |
                              ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})), flush=True)
-            run.step = step
-            run.save()
+            run.save(step)
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            run.step = step
-            run.save()
+            run.save(step)
             last_save = time.perf_counter()
     bar.close()
     wall_s = run.elapsed_s()

@@ -37,7 +37,9 @@ class TrainingState:
     def elapsed_s(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._t0
 
-    def save(self) -> None:
+    def save(self, step: int) -> None:
+        """Checkpoint the run as it stands after `step` optimiser steps."""
+        self.step = step
         save_atomic({"fingerprint": self.fingerprint, "step": self.step, "model": self.model.state_dict(),
                      "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "history": self.history, "elapsed_s": self.elapsed_s()}, self.path)

@@ -70,8 +70,6 @@ PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
-
-
 PROFILES = {
     "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
                      note="METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
