@@ -57,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sparsity", nargs="+", type=float, default=[0.9], help="global sparsity targets in [0,1)")
     p.add_argument("--profile", default="fast", choices=sorted(PROFILES))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded)")
+    p.add_argument("--pot-iterations", type=int,
+                   help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
@@ -77,6 +79,8 @@ def build_grid(args: argparse.Namespace) -> Grid:
     profile = PROFILES[args.profile]
     if args.iterations is not None:
         profile = profile.with_iterations(args.iterations, "FCPTS iterations")
+    if args.pot_iterations is not None:
+        profile = profile.with_pot_iterations(args.pot_iterations)
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if profile.eval_limit:
         x_test, y_test = x_test[: profile.eval_limit], y_test[: profile.eval_limit]

@@ -58,6 +58,15 @@ class Profile:
         return replace(self, name=f"{self.name}-it{iterations}", iterations=iterations,
                        note=f"{self.note}; {what} overridden")
 
+    def with_pot_iterations(self, iterations: int) -> Profile:
+        """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
+        methods = {**self.methods}
+        for m in ("pot-l2norm", "pot-erk"):
+            entry = methods.get(m, {})
+            methods[m] = {**entry, "options": {**entry.get("options", {}), "iterations": iterations}}
+        return replace(self, name=f"{self.name}-pot{iterations}", methods=methods,
+                       note=f"{self.note}; POT iterations per layer overridden to {iterations}")
+
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     """Profile.methods entry for both POT allocations: their own image count and iterations per layer."""
