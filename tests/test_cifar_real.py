@@ -98,3 +98,15 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     capsys.readouterr()
     assert cifar.main(argv) == 0  # second time: every cell is skipped
     assert capsys.readouterr().out.count("[skip]") == 4
+
+
+def test_pot_iterations_override_is_recorded_under_its_own_profile(tmp_path):
+    argv = ["--model", "resnet20", "--profile", "quick", "--methods", "pot-l2norm", "--sparsity", "0.5",
+            "--pot-iterations", "2", "--results-dir", str(tmp_path), "--no-progress"]
+    assert cifar.main(argv) == 0
+    rec = json.loads((tmp_path / "cifar/cifar10/resnet20/pot-l2norm-sp50-quick-pot2-seed0.json").read_text())
+    assert rec["profile"]["name"] == "quick-pot2" and rec["method_options"]["iterations"] == 2
+    assert {row["iterations"] for row in rec["per_layer"]} == {2}
+    # POT keeps its own image count; the training-loop methods' budget is untouched
+    assert rec["calibration"]["n_images"] == cifar.PROFILES["quick"].n_calibration_for("pot-l2norm")
+    assert rec["profile"]["iterations"] == cifar.PROFILES["quick"].iterations
