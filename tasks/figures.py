@@ -3,8 +3,9 @@
     python -m tasks.figures            # writes every figure into paper_figures/
 
 Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
-sparsity, in network order, for CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is
-drawn too because its records exist). A panel without a record says which command makes it.
+sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
+because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
+substitute on the 1,300-image sample). A panel without a record says which command makes it.
 
 Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against sparsity per method, one panel per
 (task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
@@ -23,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .paper import METHOD_LABEL, best_records
+from .paper import METHOD_LABEL
 from .records import RUNS_DIR, all_records
 
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "paper_figures"
@@ -31,43 +32,77 @@ METHOD_STYLE = {"fcpts": ("tab:red", "o"), "pot-l2norm": ("tab:blue", "s"), "pot
                 "probmask": ("tab:purple", "v"), "str": ("tab:brown", "D"), "fcpts-fixed": ("tab:orange", "o")}
 
 
-def figure4(records: list[dict], dataset: str, out: Path, target: float = 0.9) -> Path:
-    best = best_records([r for r in records if r["task"] == "cifar"])
-    models = ("resnet32", "resnet56")
-    fig, axes = plt.subplots(len(models), 1, figsize=(11, 3.6 * len(models)), squeeze=False)
-    for ax, model in zip(axes[:, 0], models):
-        drawn = []
-        for method, (color, marker) in METHOD_STYLE.items():
-            rec = best.get((dataset, model, method, target))
-            if rec is None:
-                continue
+# The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
+FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
+FIGURE4_HINT = {"cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
+                         "--profile paper-cpu",
+                "imagenet": "python -m tasks.imagenet --data-root IMAGENET --models {model} --all-methods "
+                            "--sparsity {target} --profile paper"}
+
+
+def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
+    """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
+    target, each with its methods' preferred records in METHOD_STYLE order."""
+    chosen = [r for r in _preferred(records) if (r["task"], r["dataset"]) == (task, dataset)
+              and round(r["target_sparsity"], 4) == target and "per_layer" in r]
+    # The paper's models get a panel even before they run, except on a partial ImageNet (`imagenet-val1300`),
+    # where they are never run.
+    paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
+    models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
+    order = list(METHOD_STYLE)
+    return {m: sorted((r for r in chosen if r["model"] == m and r["method"] in METHOD_STYLE),
+                      key=lambda r: order.index(r["method"])) for m in models}
+
+
+def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
+    """First layer, the first layer of each stage (`layer2.0.conv1`, `blocks.3.0.conv_pw`), last layer;
+    of two ticks closer than `gap` layers only the first is kept (the last layer's always)."""
+    def stage(name: str) -> str:
+        parts = name.split(".")[:-1]
+        numeric = [i for i, p in enumerate(parts) if p.isdigit()]
+        return ".".join(parts[: numeric[-1]] if numeric else parts)
+
+    gap = max(2, len(names) // limit)  # labels closer than this overlap; the later one wins at the end
+    ticks: list[int] = []
+    for i, n in enumerate(names):
+        if i in (0, len(names) - 1) or stage(n) != stage(names[i - 1]):
+            if ticks and i - ticks[-1] < gap:
+                if i != len(names) - 1:
+                    continue
+                ticks.pop()
+            ticks.append(i)
+    return ticks
+
+
+def figure4(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
+    panels = allocation_panels(records, task, dataset, target)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    for ax, (model, recs) in zip(axes[:, 0], panels.items()):
+        for rec in recs:
+            color, marker = METHOD_STYLE[rec["method"]]
             layers = rec["per_layer"]
-            xs = range(len(layers))
-            ax.plot(xs, [100 * layer["sparsity"] for layer in layers], color=color, marker=marker, markersize=3.5,
-                    linewidth=1.2, label=f"{METHOD_LABEL[method]}: top-1 {rec['metrics']['top1']:.2f}% "
-                                         f"[{rec['profile']['name']}]")
-            drawn.append(rec)
+            ax.plot(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color=color, marker=marker,
+                    markersize=3.5, linewidth=1.2,
+                    label=f"{METHOD_LABEL.get(rec['method'], rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% "
+                          f"[{rec['profile']['name']}]")
         ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8, label=f"global target {target:.0%}")
-        ax.set_title(f"{model} on {dataset}: per-layer sparsity at {target:.0%} global sparsity")
+        substitute = " (substitute for the paper's models)" if recs and recs[0].get("substitute") else ""
+        ax.set_title(f"{model} on {dataset}{substitute}: per-layer sparsity at {target:.0%} global sparsity")
         ax.set_ylabel("layer sparsity (%)")
         ax.set_ylim(-2, 102)
-        if drawn:
-            names = [layer["name"] for layer in drawn[0]["per_layer"]]
-            ticks = [i for i, n in enumerate(names) if i in (0, len(names) - 1) or n.endswith(".0.conv1")]
+        if recs:
+            names = [layer["name"] for layer in recs[0]["per_layer"]]
+            ticks = _stage_ticks(names)
             ax.set_xticks(ticks, [names[i] for i in ticks], rotation=30, ha="right", fontsize=8)
-            ax.set_xlabel("layer (network order; ticks mark the first conv, each stage's first block, the classifier)")
+            ax.set_xlabel(f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
+                          "layer, last layer; adjacent ones thinned)")
             ax.legend(fontsize=8, loc="lower left")
         else:
-            ax.text(0.5, 0.5, f"no record yet: python -m tasks.cifar --dataset {dataset} --model {model} "
-                              f"--all-methods --sparsity {target} --profile paper-cpu",
-                    ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
+            ax.text(0.5, 0.5, f"no record yet: {hint}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
             ax.set_xticks([])
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def _panels(n: int, width: float = 4.6, height: float = 3.6):
@@ -206,7 +241,9 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
 
 def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
     records = all_records(runs_dir)
-    out = [figure4(records, ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    out = [figure4(records, "cifar", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    imagenet_sets = sorted({r["dataset"] for r in records if r["task"] == "imagenet"}) or ["imagenet"]
+    out += [figure4(records, "imagenet", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in imagenet_sets]
     out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
     out.append(figure3(records, out_dir / "fig3_fixed_vs_learned.png"))
     out.append(figure5(records, out_dir / "fig5_bridge.png"))

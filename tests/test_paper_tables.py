@@ -35,15 +35,30 @@ def test_tables_from_records(tmp_path):
     assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | cpu: test |" in t6
 
 
-def test_figure4_from_records_and_without(tmp_path):
-    from tasks.figures import figure4
+def test_figure4_panels_from_records_and_without(tmp_path):
+    from tasks.figures import _stage_ticks, allocation_panels, figure4
 
     layers = [{"name": n, "sparsity": s} for n, s in (("conv1", 0.0), ("layer1.0.conv1", 0.8), ("linear", 0.95))]
     rec = {"task": "cifar", "dataset": "cifar100", "model": "resnet32", "method": "fcpts", "target_sparsity": 0.9,
            "metrics": {"top1": 60.0}, "profile": {"name": "paper-cpu"}, "per_layer": layers}
+    pot = dict(rec, method="pot-l2norm", profile={"name": "paper"})
+    fast = dict(rec, profile={"name": "fast"}, metrics={"top1": 55.0})
+    other_target = dict(rec, target_sparsity=0.7)
+    panels = allocation_panels([fast, rec, pot, other_target], "cifar", "cifar100")
+    assert list(panels) == ["resnet32", "resnet56"] and panels["resnet56"] == []
+    assert panels["resnet32"] == [rec, pot]  # preferred profile per method, METHOD_STYLE order, 90% only
+    lite = dict(rec, task="imagenet", dataset="imagenet-val1300", model="efficientnet_lite0", substitute=True)
+    assert allocation_panels([lite], "imagenet", "imagenet-val1300") == {"efficientnet_lite0": [lite]}
+    assert list(allocation_panels([], "imagenet", "imagenet")) == ["resnet18", "resnet50"]
     for records in ([rec], []):
-        out = figure4(records, "cifar100", tmp_path / f"fig{len(records)}.png")
+        out = figure4(records, "cifar", "cifar100", tmp_path / f"fig{len(records)}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    resnet = ["conv1"] + [f"layer{s}.{b}.conv{c}" for s in (1, 2, 3) for b in range(5) for c in (1, 2)] + ["linear"]
+    assert _stage_ticks(resnet) == [0, 11, 21, 31]  # layer1.0.conv1 sits next to conv1: thinned
+    lite = ["conv_stem", "blocks.0.0.conv_dw", "blocks.0.0.conv_pw"] + [
+        f"blocks.{s}.{b}.{c}" for s in (1, 2) for b in (0, 1) for c in ("conv_pw", "conv_dw", "conv_pwl")] + [
+        "conv_head", "classifier"]
+    assert _stage_ticks(lite) == [0, 3, 9, 16]  # conv_head and classifier adjacent: the last layer wins
 
 
 def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
