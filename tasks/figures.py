@@ -135,12 +135,17 @@ def _save(fig, out: Path) -> Path:
     return out
 
 
-def figure1(records: list[dict], out: Path) -> Path:
-    recs = _preferred(records)
+def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Figure 1's panels: (task, dataset, model) -> its preferred records, for models with two or more
+    sparsities (a single point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
-    for r in recs:
+    for r in _preferred(records):
         groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
-    groups = {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
+    return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
+
+
+def figure1(records: list[dict], out: Path) -> Path:
+    groups = accuracy_curves(records)
     fig, axes = _panels(max(1, len(groups)))
     if not groups:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
@@ -161,16 +166,17 @@ def figure1(records: list[dict], out: Path) -> Path:
     return _save(fig, out)
 
 
+def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
+    """Figure 3's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    def cell(r):
+        return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
+
+    learned = {cell(r): r for r in records if r["method"] == "fcpts"}
+    return [(r, learned[cell(r)]) for r in records if r["method"] == "fcpts-fixed" and cell(r) in learned]
+
+
 def figure3(records: list[dict], out: Path) -> Path:
-    pairs = []
-    for r in records:
-        if r["method"] != "fcpts-fixed":
-            continue
-        learned = next((q for q in records if q["method"] == "fcpts" and q["profile"]["name"] == r["profile"]["name"]
-                        and (q["task"], q["dataset"], q["model"], q["target_sparsity"])
-                        == (r["task"], r["dataset"], r["model"], r["target_sparsity"])), None)
-        if learned is not None:
-            pairs.append((r, learned))
+    pairs = fixed_learned_pairs(records)
     models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
     fig, axes = _panels(max(1, len(models)))
     if not models:

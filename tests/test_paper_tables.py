@@ -81,12 +81,18 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
 
 
 def test_figures_1_and_3_from_records(tmp_path):
-    from tasks.figures import figure1, figure3
+    from tasks.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
 
-    def rec(method, sp, top1):
-        return {"task": "cifar", "dataset": "cifar10", "model": "resnet32", "method": method, "target_sparsity": sp,
-                "metrics": {"top1": top1}, "dense_metrics": {"top1": 92.6}, "profile": {"name": "paper-cpu"}}
+    def rec(method, sp, top1, profile="paper-cpu", model="resnet32"):
+        return {"task": "cifar", "dataset": "cifar10", "model": model, "method": method, "target_sparsity": sp,
+                "metrics": {"top1": top1}, "dense_metrics": {"top1": 92.6}, "profile": {"name": profile}}
 
-    records = [rec("fcpts", 0.7, 91.0), rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)]
+    learned, fixed = rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)
+    records = [rec("fcpts", 0.7, 91.0), learned, fixed, rec("fcpts-fixed", 0.7, 80.0, profile="fast"),
+               rec("fcpts", 0.9, 70.0, profile="paper-cpu-pot100"), rec("fcpts", 0.9, 80.0, model="resnet56")]
+    assert fixed_learned_pairs(records) == [(fixed, learned)]  # same cell and profile only
+    curves = accuracy_curves(records)
+    assert list(curves) == [("cifar", "cifar10", "resnet32")]  # resnet56 has one sparsity: no curve
+    assert sorted(r["metrics"]["top1"] for r in curves[("cifar", "cifar10", "resnet32")]) == [80.0, 85.0, 88.0, 91.0]
     for fig, out in ((figure1, "f1.png"), (figure3, "f3.png")):
         assert fig(records, tmp_path / out).read_bytes()[:4] == b"\x89PNG"
