@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent  # not tasks.data.REPO_ROOT: workers run in venvs without torch
 DEPLOY_DIR = REPO_ROOT / "results" / "deploy"
 RESULT_MARK = "FCPTS_WORKER_RESULT "
 # sparse_storage's file kinds, by name, so a worker for a plain .onnx never imports onnx (memory, venvs)
