@@ -13,6 +13,9 @@ Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.
 5. layer-wise reconstruction, each layer independently on dense inputs with dense outputs as
    targets: squared error summed over channels and averaged over the rest, Adam (weights 1e-5,
    bias 1e-4), mask fixed, up to 20,000 iterations of one random batch of 64, stop when loss < 1e-5.
+   The loss is quadratic in the weights, so where it is cheaper it is computed from each image's input
+   Gram matrix instead of the layer's forward (`layer_objective.py`: same batches, same loss up to
+   rounding; 100-300x faster for MobileNet-style 1x1 convs at 112x112 on a CPU).
 
 OpenVINO's original POT differs: it prunes in two steps (r - 0.1, then r) and runs 30 x 40 Adam steps
 per layer. The msbench protocol is the default here because it is what the paper's numbers come from.
@@ -25,7 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -35,6 +37,8 @@ from fcpts.calibration import Calibration
 from fcpts.distill import save_atomic
 from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
+
+from .layer_objective import ForwardObjective, GramObjective, gram_plan, plain_layer
 
 
 @dataclass
@@ -49,6 +53,7 @@ class POTConfig:
     bias_correction: bool = True
     fold_bn: bool = True
     cache_bytes: float = 4e9  # memory for cached dense layer inputs; more layers share one forward
+    gram: bool = True  # same loss from per-image input Gram matrices where cheaper (layer_objective.py)
     seed: int = 0
     progress: bool = True
     checkpoint: str | None = None  # saved after every layer; a matching one is resumed
@@ -70,16 +75,6 @@ def correct_weight(weight: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     rho = w.std(dim=1, keepdim=True) / ((w * m).std(dim=1, keepdim=True) + 1e-9)
     corrected = rho * w + (w.mean(dim=1, keepdim=True) - (rho * w * m).mean(dim=1, keepdim=True))
     return (corrected * m).view_as(weight).to(weight.dtype)
-
-
-def _layer_out(layer: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if isinstance(layer, nn.Conv2d):
-        return layer._conv_forward(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
-def _channel_dims(out: torch.Tensor) -> list[int]:
-    return [d for d in range(out.dim()) if d != 1]
 
 
 class _Stop(Exception):
@@ -119,34 +114,35 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
     return {n: t.numel() * t.element_size() for n, t in got.items()}
 
 
+def layer_objective(layer: nn.Module, inputs: torch.Tensor, cfg: POTConfig) -> ForwardObjective | GramObjective:
+    """Gram statistics where they are cheaper per iteration and fit in cache_bytes, else the forward."""
+    if cfg.gram and plain_layer(layer):
+        plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, min(cfg.batch_size, len(inputs)))
+        if plan["gram_s"] < plan["forward_s"] and plan["bytes"] <= cfg.cache_bytes:
+            return GramObjective(layer, inputs)
+    return ForwardObjective(layer, inputs)
+
+
 def reconstruct_layer(dense_layer: nn.Module, layer: nn.Module, keep: torch.Tensor, inputs: torch.Tensor,
                       cfg: POTConfig, gen: torch.Generator) -> dict:
     """Bias correction, then Adam on the layer's own squared error with the mask held fixed."""
     w_dense = dense_layer.weight.detach()
-    b_dense = None if dense_layer.bias is None else dense_layer.bias.detach()
     if layer.bias is None:
         layer.bias = nn.Parameter(torch.zeros(layer.weight.shape[0], device=layer.weight.device))
+    b_dense = torch.zeros_like(layer.bias) if dense_layer.bias is None else dense_layer.bias.detach()
     layer.requires_grad_(True)
     keep_f = keep.to(layer.weight.dtype)
+    objective = layer_objective(layer, inputs, cfg)
+    del inputs  # a Gram objective keeps only its statistics
     if cfg.bias_correction:
         with torch.no_grad():
-            total, count = torch.zeros_like(layer.bias), 0
-            for i in range(0, len(inputs), 512):
-                x = inputs[i : i + 512]
-                diff = _layer_out(layer, x, w_dense, b_dense) - _layer_out(layer, x, layer.weight, layer.bias)
-                total += diff.sum(dim=_channel_dims(diff))
-                count += diff.numel() // diff.shape[1]
-            layer.bias.add_(total / count)
+            layer.bias.add_(objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
     opt = torch.optim.Adam([{"params": [layer.weight], "lr": cfg.lr_weight},
                             {"params": [layer.bias], "lr": cfg.lr_bias}])
     loss_value, it = float("nan"), 0
     for it in range(1, cfg.iterations + 1):
-        idx = torch.randint(len(inputs), (min(cfg.batch_size, len(inputs)),), generator=gen)
-        x = inputs[idx]
-        with torch.no_grad():
-            target = _layer_out(layer, x, w_dense, b_dense)
-        out = _layer_out(layer, x, layer.weight, layer.bias)
-        loss = (out - target).pow(2).sum(dim=1).mean()
+        idx = torch.randint(len(objective), (min(cfg.batch_size, len(objective)),), generator=gen)
+        loss = objective.loss(idx, layer.weight, layer.bias, w_dense, b_dense)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         layer.weight.grad.mul_(keep_f)
@@ -156,7 +152,8 @@ def reconstruct_layer(dense_layer: nn.Module, layer: nn.Module, keep: torch.Tens
         loss_value = loss.item()
         if loss_value < cfg.early_stop_loss:
             break
-    return {"iterations": it, "final_loss": loss_value, "early_stopped": loss_value < cfg.early_stop_loss}
+    return {"iterations": it, "final_loss": loss_value, "early_stopped": loss_value < cfg.early_stop_loss,
+            "objective": "gram" if isinstance(objective, GramObjective) else "forward"}
 
 
 def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[nn.Module, SparsityReport]:

@@ -1,0 +1,88 @@
+"""POT's layer loss from Gram statistics equals the loss from the layer's forward, gradients included."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from baselines.layer_objective import ForwardObjective, GramObjective, gram_plan, layer_output, plain_layer
+from baselines.pot import POTConfig, layer_objective, pot
+from fcpts.masks import prunable_layers
+
+LAYERS = {
+    "conv3x3-stride2": (lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1), (10, 4, 9, 9)),
+    "depthwise": (lambda: nn.Conv2d(6, 6, 3, padding=1, groups=6), (10, 6, 8, 8)),
+    "grouped-dilated": (lambda: nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2), (10, 4, 7, 7)),
+    "pointwise": (lambda: nn.Conv2d(5, 7, 1), (10, 5, 6, 6)),
+    "linear": (lambda: nn.Linear(12, 5), (10, 12)),
+    "linear-tokens": (lambda: nn.Linear(12, 5), (10, 3, 12)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_gram_loss_and_gradients_match_the_forward(name):
+    make, shape = LAYERS[name]
+    torch.manual_seed(0)
+    layer = make().double()
+    inputs = torch.randn(*shape, dtype=torch.float64)
+    w_dense, b_dense = layer.weight.detach().clone(), layer.bias.detach().clone()
+    keep = torch.rand_like(w_dense) > 0.6
+    idx = torch.tensor([3, 3, 7, 0, 9])  # repeats, as random batches have
+    results = []
+    for objective in (ForwardObjective(layer, inputs), GramObjective(layer, inputs)):
+        weight = (w_dense * keep).requires_grad_(True)
+        bias = (b_dense + 0.1).requires_grad_(True)
+        loss = objective.loss(idx, weight, bias, w_dense, b_dense)
+        loss.backward()
+        results.append((loss.detach(), weight.grad, bias.grad,
+                        objective.mean_error(weight.detach(), bias.detach(), w_dense, b_dense)))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert results[0][0] > 0
+
+
+def test_forward_objective_uses_the_layers_own_padding():
+    class SamePadConv(nn.Conv2d):  # like timm's Conv2dSame: pads inside forward, padding=0 on the module
+        def forward(self, x):
+            return F.conv2d(F.pad(x, (0, 1, 0, 1)), self.weight, self.bias, self.stride)
+
+    layer = SamePadConv(3, 4, 3, stride=2)
+    x = torch.randn(2, 3, 8, 8)
+    assert not plain_layer(layer)
+    out = layer_output(layer, x, layer.weight * 2, layer.bias)
+    assert out.shape == layer(x).shape == (2, 4, 4, 4)
+    torch.testing.assert_close(out - layer.bias.view(1, -1, 1, 1), 2 * (layer(x) - layer.bias.view(1, -1, 1, 1)))
+    assert isinstance(layer_objective(layer, x, POTConfig()), ForwardObjective)
+
+
+def test_objective_choice_by_cost_and_memory():
+    wide = torch.randn(4, 8, 32, 32)
+    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTConfig()), GramObjective)
+    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTConfig(gram=False)), ForwardObjective)
+    plan = gram_plan(nn.Conv2d(8, 16, 1), wide, len(wide), 100, 4)
+    assert plan["bytes"] == 4 * 8 * 9 * 4 and plan["gram_s"] < plan["forward_s"]
+    tight = POTConfig(cache_bytes=plan["bytes"] - 1)
+    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, tight), ForwardObjective)
+    # a classifier on pooled features has one position: its forward is cheaper
+    assert isinstance(layer_objective(nn.Linear(64, 10), torch.randn(4, 64), POTConfig()), ForwardObjective)
+    # the estimate ranks what was measured on the reference CPU (100 iterations of 64, ~1,000 images):
+    # EfficientNet-Lite0's 16->96 1x1 conv at 112x112, forward 203 s vs Gram 0.7 s; a CIFAR ResNet 3x3
+    # 64->64 conv at 8x8, forward 0.8 s vs Gram 10.3 s
+    pw = gram_plan(nn.Conv2d(16, 96, 1), torch.randn(1, 16, 112, 112), 1000, 100, 64)
+    dense3x3 = gram_plan(nn.Conv2d(64, 64, 3, padding=1), torch.randn(1, 64, 8, 8), 1024, 100, 64)
+    assert pw["gram_s"] * 10 < pw["forward_s"] and dense3x3["forward_s"] * 3 < dense3x3["gram_s"]
+
+
+def test_pot_with_and_without_gram_statistics_agree():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1, groups=16),
+                        nn.ReLU(), nn.Conv2d(16, 24, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(24, 5)).eval()
+    x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    fast, report = pot(net, x, 0.6, POTConfig(**cfg))
+    slow, _ = pot(net, x, 0.6, POTConfig(gram=False, **cfg))
+    assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "forward"]
+    for (name, a), b in zip(prunable_layers(fast).items(), prunable_layers(slow).values()):
+        assert torch.equal(a.weight != 0, b.weight != 0), name
+        torch.testing.assert_close(a.weight, b.weight, rtol=1e-3, atol=1e-5)
+        torch.testing.assert_close(a.bias, b.bias, rtol=1e-3, atol=1e-5)
