@@ -4,8 +4,8 @@ The error of a linear layer is linear in (W - W_dense, b - b_dense), so a batch'
 image's input statistics: the Gram matrix of its patches (im2col columns) and their sum. Where those are
 small (1x1 and depthwise convs at high resolution: EfficientNet/MobileNet's early layers), an iteration
 costs a few small matrix products instead of three passes over 64 full feature maps, with the same
-batches and the same loss up to float rounding. Elsewhere (or for layers whose forward is not a plain
-nn.Conv2d / nn.Linear, e.g. timm's Conv2dSame) the loss is computed from the layer's own forward.
+batches and the same loss up to float rounding. Elsewhere, or where a layer's forward is not linear in its
+weight (checked on one image), the loss is computed from the layer's own forward.
 """
 from __future__ import annotations
 
@@ -57,18 +57,27 @@ class ForwardObjective:
         return total / count
 
 
-def plain_layer(layer: nn.Module) -> bool:
-    if type(layer) is nn.Linear:
-        return True
-    return (type(layer) is nn.Conv2d and layer.padding_mode == "zeros" and not isinstance(layer.padding, str))
+class NotLinearInWeights(ValueError):
+    """The layer's forward is not conv/linear in its weight (e.g. weight standardisation)."""
+
+
+def gram_candidate(layer: nn.Module) -> bool:
+    return isinstance(layer, (nn.Conv2d, nn.Linear)) and getattr(layer, "padding_mode", "zeros") == "zeros"
 
 
 def _patches(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """(n, groups, D, positions): the input columns each output position's dot product sees."""
     if isinstance(layer, nn.Linear):
         return x.reshape(x.shape[0], -1, x.shape[-1]).transpose(1, 2).unsqueeze(1)
-    cols = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
-    return cols.view(x.shape[0], layer.groups, -1, cols.shape[-1])
+    if type(layer) is nn.Conv2d and not isinstance(layer.padding, str):
+        cols = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
+        return cols.view(x.shape[0], layer.groups, -1, cols.shape[-1])
+    # A subclass (timm's Conv2dSame pads inside forward): its own forward with one-hot kernels
+    g, (kh, kw) = layer.groups, layer.kernel_size
+    d = layer.in_channels // g * kh * kw
+    eye = torch.eye(d, dtype=x.dtype, device=x.device).view(d, -1, kh, kw).repeat(g, 1, 1, 1)
+    cols = layer_output(layer, x, eye, torch.zeros(g * d, dtype=x.dtype, device=x.device))
+    return cols.flatten(2).view(x.shape[0], g, d, -1)
 
 
 def gram_plan(layer: nn.Module, sample: torch.Tensor, n_images: int, iterations: int, batch: int) -> dict:
@@ -98,9 +107,10 @@ class GramObjective:
     """The same loss from per-image patch Gram matrices G_n = U_n U_n^T and sums s_n = U_n 1."""
 
     def __init__(self, layer: nn.Module, inputs: torch.Tensor, chunk: int = 64):
-        if not plain_layer(layer):
-            raise ValueError(f"{type(layer).__name__} is not a plain Conv2d/Linear; use ForwardObjective")
+        if not gram_candidate(layer):
+            raise NotLinearInWeights(f"{type(layer).__name__} is not a Conv2d/Linear with zero padding")
         self.layer = layer
+        self._check_patches(inputs[:1])
         grams, sums = [], []
         with torch.no_grad():
             for i in range(0, len(inputs), chunk):
@@ -109,6 +119,18 @@ class GramObjective:
                 sums.append(u.sum(-1))
         self.grams, self.sums = torch.cat(grams), torch.cat(sums)  # (n, g, D, D), (n, g, D)
         self.positions = u.shape[-1]
+
+    @torch.no_grad()
+    def _check_patches(self, x: torch.Tensor) -> None:
+        """The layer's forward must equal W @ patches + b, or the statistics would describe another loss."""
+        u = _patches(self.layer, x)[0]  # (g, D, P)
+        w = self.layer.weight.detach()
+        bias = torch.zeros(w.shape[0], dtype=w.dtype) if self.layer.bias is None else self.layer.bias.detach()
+        mine = torch.einsum("god,gdp->gop", w.reshape(u.shape[0], -1, u.shape[1]), u).reshape(w.shape[0], -1)
+        ref = layer_output(self.layer, x, w, bias)
+        ref = ref.movedim(channel_dim(self.layer), 1).reshape(w.shape[0], -1) - bias[:, None]
+        if ref.shape != mine.shape or not torch.allclose(mine, ref, rtol=1e-4, atol=1e-5 * (ref.abs().max() + 1)):
+            raise NotLinearInWeights(f"{type(self.layer).__name__}'s forward is not W @ patches + b")
 
     def __len__(self) -> int:
         return len(self.grams)

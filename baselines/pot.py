@@ -38,7 +38,7 @@ from fcpts.distill import save_atomic
 from fcpts.masks import apply_keep_masks, check_target, prunable_layers, sparsity_summary
 from fcpts.options import SparsityReport
 
-from .layer_objective import ForwardObjective, GramObjective, gram_plan, plain_layer
+from .layer_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_candidate, gram_plan
 
 
 @dataclass
@@ -116,10 +116,13 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
 
 def layer_objective(layer: nn.Module, inputs: torch.Tensor, cfg: POTConfig) -> ForwardObjective | GramObjective:
     """Gram statistics where they are cheaper per iteration and fit in cache_bytes, else the forward."""
-    if cfg.gram and plain_layer(layer):
+    if cfg.gram and gram_candidate(layer):
         plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, min(cfg.batch_size, len(inputs)))
         if plan["gram_s"] < plan["forward_s"] and plan["bytes"] <= cfg.cache_bytes:
-            return GramObjective(layer, inputs)
+            try:
+                return GramObjective(layer, inputs)
+            except NotLinearInWeights:
+                pass
     return ForwardObjective(layer, inputs)
 
 

@@ -4,11 +4,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines.layer_objective import ForwardObjective, GramObjective, gram_plan, layer_output, plain_layer
+from baselines.layer_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
 from baselines.pot import POTConfig, layer_objective, pot
 from fcpts.masks import prunable_layers
 
+class SamePadConv(nn.Conv2d):
+    """Like timm's Conv2dSame: padding=0 on the module, asymmetric 'same' padding inside forward."""
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (0, 1, 0, 1)), self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+
+
+class StandardizedConv(nn.Conv2d):
+    """Weight standardisation: the output is not linear in the weight."""
+
+    def forward(self, x):
+        w = self.weight - self.weight.mean(dim=(1, 2, 3), keepdim=True)
+        return self._conv_forward(x, w / (w.std(dim=(1, 2, 3), keepdim=True) + 1e-5), self.bias)
+
+
 LAYERS = {
+    "same-pad-depthwise-stride2": (lambda: SamePadConv(6, 6, 3, stride=2, groups=6), (10, 6, 8, 8)),
     "conv3x3-stride2": (lambda: nn.Conv2d(4, 6, 3, stride=2, padding=1), (10, 4, 9, 9)),
     "depthwise": (lambda: nn.Conv2d(6, 6, 3, padding=1, groups=6), (10, 6, 8, 8)),
     "grouped-dilated": (lambda: nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2), (10, 4, 7, 7)),
@@ -40,18 +56,18 @@ def test_gram_loss_and_gradients_match_the_forward(name):
     assert results[0][0] > 0
 
 
-def test_forward_objective_uses_the_layers_own_padding():
-    class SamePadConv(nn.Conv2d):  # like timm's Conv2dSame: pads inside forward, padding=0 on the module
-        def forward(self, x):
-            return F.conv2d(F.pad(x, (0, 1, 0, 1)), self.weight, self.bias, self.stride)
-
+def test_objectives_use_the_layers_own_forward():
     layer = SamePadConv(3, 4, 3, stride=2)
     x = torch.randn(2, 3, 8, 8)
-    assert not plain_layer(layer)
     out = layer_output(layer, x, layer.weight * 2, layer.bias)
-    assert out.shape == layer(x).shape == (2, 4, 4, 4)
+    assert out.shape == layer(x).shape == (2, 4, 4, 4)  # its padding, not Conv2d's padding=0
     torch.testing.assert_close(out - layer.bias.view(1, -1, 1, 1), 2 * (layer(x) - layer.bias.view(1, -1, 1, 1)))
-    assert isinstance(layer_objective(layer, x, POTConfig()), ForwardObjective)
+    big = torch.randn(2, 3, 32, 32)
+    assert isinstance(layer_objective(layer, big, POTConfig()), GramObjective)
+    standardized = StandardizedConv(3, 4, 3, padding=1)
+    with pytest.raises(NotLinearInWeights):
+        GramObjective(standardized, big)
+    assert isinstance(layer_objective(standardized, big, POTConfig()), ForwardObjective)
 
 
 def test_objective_choice_by_cost_and_memory():
