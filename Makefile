@@ -103,9 +103,11 @@ figures: setup
 tables: setup
 	$(PY) -m tasks.paper tables
 
-# Time of one FCPTS step over one plain training step (benchmark, not a test).
+# Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
+# (benchmarks, not tests).
 bench: setup
 	$(PY) -m benchmarks.step_time --model resnet56 --batch-size 64
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.pot_objective --images 256 --iterations 50
 
 clean:
 	rm -rf $(VENV) .pytest_cache results/checkpoints

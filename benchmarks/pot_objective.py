@@ -1,0 +1,70 @@
+"""Benchmark: POT's layer reconstruction with the forward loss vs the Gram-statistics loss, per layer shape.
+
+For each layer shape (real shapes from CIFAR ResNets and EfficientNet-Lite0), times the set-up and
+`--iterations` Adam-free loss+backward steps of both objectives on the same random batches, in this one
+process, and prints the ratio with the cost estimate that POT uses to choose between them
+(`baselines.layer_objective.gram_plan`). Inputs are random: only speed is measured here; that both give
+the same loss and gradients is tests/test_layer_objective.py's job.
+
+    python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
+    python -m benchmarks.pot_objective --images 256    # fewer cached images: a quicker look
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+from baselines.layer_objective import ForwardObjective, GramObjective, gram_plan
+
+SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)
+    "cifar-resnet 3x3 16->16 @32": (lambda: nn.Conv2d(16, 16, 3, padding=1), (16, 32, 32), 1024),
+    "cifar-resnet 3x3 64->64 @8": (lambda: nn.Conv2d(64, 64, 3, padding=1), (64, 8, 8), 1024),
+    "lite0 1x1 16->96 @112": (lambda: nn.Conv2d(16, 96, 1), (16, 112, 112), 1000),
+    "lite0 depthwise 3x3 144 @56": (lambda: nn.Conv2d(144, 144, 3, padding=1, groups=144), (144, 56, 56), 1000),
+    "lite0 1x1 672->112 @14": (lambda: nn.Conv2d(672, 112, 1), (672, 14, 14), 1000),
+}
+
+
+def time_objective(cls, layer: nn.Module, inputs: torch.Tensor, iterations: int, batch: int) -> tuple[float, float]:
+    """(set-up seconds, seconds for the iterations) of one objective; the same batches for every class."""
+    w_dense, b_dense = layer.weight.detach(), layer.bias.detach()
+    weight = (w_dense * 0.5).requires_grad_(True)
+    bias = b_dense.clone().requires_grad_(True)
+    gen = torch.Generator().manual_seed(0)
+    t0 = time.perf_counter()
+    objective = cls(layer, inputs)
+    t1 = time.perf_counter()
+    for _ in range(iterations):
+        idx = torch.randint(len(objective), (batch,), generator=gen)
+        weight.grad = bias.grad = None
+        objective.loss(idx, weight, bias, w_dense, b_dense).backward()
+    return t1 - t0, time.perf_counter() - t1
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iterations", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--images", type=int, help="cached images per layer (default: as in the profiles)")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"{args.iterations} iterations of {args.batch_size}, {args.threads} thread(s); seconds")
+    print(f"{'layer':32s} {'forward':>9s} {'gram':>14s} {'forward/gram':>12s} {'estimate':>9s}")
+    for name, (make, shape, images) in SHAPES.items():
+        torch.manual_seed(0)
+        layer, n = make(), args.images or images
+        inputs = torch.randn(n, *shape)
+        plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size)
+        _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, args.batch_size)
+        setup_s, gram_s = time_objective(GramObjective, layer, inputs, args.iterations, args.batch_size)
+        print(f"{name:32s} {forward_s:9.2f} {setup_s:6.2f} + {gram_s:5.2f} {forward_s / (setup_s + gram_s):12.2f} "
+              f"{plan['forward_s'] / plan['gram_s']:9.2f}", flush=True)
+        del inputs
+
+
+if __name__ == "__main__":
+    main()
