@@ -52,7 +52,8 @@ class POTConfig:
     weight_correction: bool = True
     bias_correction: bool = True
     fold_bn: bool = True
-    cache_bytes: float = 4e9  # memory for cached dense layer inputs; more layers share one forward
+    cache_bytes: float = 4e9  # cached dense layer inputs (more layers share one forward); Gram statistics
+    # of one layer may take as much again
     gram: bool = True  # same loss from per-image input Gram matrices where cheaper (layer_objective.py)
     seed: int = 0
     progress: bool = True
@@ -115,7 +116,8 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
 
 
 def layer_objective(layer: nn.Module, inputs: torch.Tensor, cfg: POTConfig) -> ForwardObjective | GramObjective:
-    """Gram statistics where they are cheaper per iteration and fit in cache_bytes, else the forward."""
+    """Gram statistics where the whole reconstruction is estimated cheaper with them and they fit in
+    cache_bytes (on top of the cached inputs), else the layer's forward."""
     if cfg.gram and gram_candidate(layer):
         plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, min(cfg.batch_size, len(inputs)))
         if plan["gram_s"] < plan["forward_s"] and plan["bytes"] <= cfg.cache_bytes:
