@@ -187,15 +187,20 @@ def figure3(records: list[dict], out: Path) -> Path:
         ps = sorted((p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)),
                     key=lambda p: p[0]["target_sparsity"])
         xs = range(len(ps))
-        ax.bar([x - 0.2 for x in xs], [p[0]["metrics"]["top1"] for p in ps], 0.4, color="white", edgecolor="tab:red",
-               hatch="//", label="ERK rates fixed")
-        ax.bar([x + 0.2 for x in xs], [p[1]["metrics"]["top1"] for p in ps], 0.4, color="tab:red",
-               label="learned allocation (FCPTS)")
+        fixed = ax.bar([x - 0.2 for x in xs], [p[0]["metrics"]["top1"] for p in ps], 0.4, color="white",
+                       edgecolor="tab:red", hatch="//", label="ERK rates fixed")
+        learned = ax.bar([x + 0.2 for x in xs], [p[1]["metrics"]["top1"] for p in ps], 0.4, color="tab:red",
+                         label="learned allocation (FCPTS)")
+        for bars in (fixed, learned):
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        top = max(max(p[0]["metrics"]["top1"], p[1]["metrics"]["top1"]) for p in ps)
+        ax.set_ylim(0, max(1.0, top) * 1.3)  # room for the legend above the bars
         ax.set_xticks(list(xs), [f"{p[0]['target_sparsity']:.0%}\n[{p[0]['profile']['name']}]" for p in ps])
-        ax.set_title(f"{model} on {ds}", fontsize=10)
+        substitute = " (substitute)" if ps[0][0].get("substitute") else ""
+        ax.set_title(f"{model} on {ds}{substitute}", fontsize=10)
         ax.set_xlabel("global sparsity")
         ax.set_ylabel("top-1 (%)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
         ax.grid(alpha=0.3, axis="y")
     return _save(fig, out)
 
