@@ -24,8 +24,9 @@ Records of a non-default reconstruction carry it in the profile name (e.g. `cpu-
 magnitude methods ignore the output; BN folding traces the wrapper with torch.fx.
 
 Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images capped at trainval's 5,011 and
-20,000 iterations per layer: a GPU protocol), `cpu` (1,024 images, 400 iterations of 32; POT 500
-iterations per layer on the same images), `quick` (smoke test, not a result).
+20,000 iterations per layer: a GPU protocol), `cpu` (1,024 images, 400 iterations of 32; POT 1,000
+iterations per layer on the same images, as the classification tasks' CPU profiles), `quick` (smoke test,
+not a result).
 """
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ PROFILES = {
                      methods=pot_budget(10240, 20000)),
     "cpu": Profile("cpu", n_calibration=1024, iterations=400, batch_size=32,
                    note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-                        "POT 500 iterations per layer on the same images; not the paper's protocol",
-                   methods=pot_budget(1024, 500)),
+                        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
+                   methods=pot_budget(1024, 1000)),
     "quick": Profile("quick", n_calibration=8, iterations=2, batch_size=4, eval_limit=8,
                      note="smoke test only; not a result", methods=pot_budget(8, 2)),
 }
