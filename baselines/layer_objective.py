@@ -125,7 +125,7 @@ class GramObjective:
         """The layer's forward must equal W @ patches + b, or the statistics would describe another loss."""
         u = _patches(self.layer, x)[0]  # (g, D, P)
         w = self.layer.weight.detach()
-        bias = torch.zeros(w.shape[0], dtype=w.dtype) if self.layer.bias is None else self.layer.bias.detach()
+        bias = w.new_zeros(w.shape[0]) if self.layer.bias is None else self.layer.bias.detach()
         mine = torch.einsum("god,gdp->gop", w.reshape(u.shape[0], -1, u.shape[1]), u).reshape(w.shape[0], -1)
         ref = layer_output(self.layer, x, w, bias)
         ref = ref.movedim(channel_dim(self.layer), 1).reshape(w.shape[0], -1) - bias[:, None]
