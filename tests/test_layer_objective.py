@@ -64,6 +64,7 @@ def test_objectives_use_the_layers_own_forward():
     torch.testing.assert_close(out - layer.bias.view(1, -1, 1, 1), 2 * (layer(x) - layer.bias.view(1, -1, 1, 1)))
     big = torch.randn(2, 3, 32, 32)
     assert isinstance(layer_objective(layer, big, POTConfig()), GramObjective)
+    GramObjective(SamePadConv(3, 4, 3, stride=2, bias=False), big)  # timm's convs before BN have no bias
     standardized = StandardizedConv(3, 4, 3, padding=1)
     with pytest.raises(NotLinearInWeights):
         GramObjective(standardized, big)
