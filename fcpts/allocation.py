@@ -109,14 +109,18 @@ def _lowest_k_mask(scores: torch.Tensor, k: int, tiebreak: torch.Tensor | None =
 def keep_masks_for_rates(
     layers: dict[str, nn.Module], rates: dict[str, float], target: float | None = None
 ) -> dict[str, torch.Tensor]:
-    """Magnitude masks with the given per-layer rates; with `target`, counts total it exactly."""
+    """Magnitude masks with the given per-layer rates; with `target`, counts total it exactly.
+
+    Weights already exactly zero are always outside the mask (pruned), also in a layer whose count is lower:
+    a method that rewrites kept weights (POT's weight correction shifts them) must not revive them.
+    """
     numels = _numels(layers)
+    zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
     if target is None:
         counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
     else:
-        zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
         counts = rates_to_counts(rates, numels, target, zeros)
-    return {n: _lowest_k_mask(m.weight.abs(), counts[n]) for n, m in layers.items()}
+    return {n: _lowest_k_mask(m.weight.abs(), max(counts[n], zeros[n])) for n, m in layers.items()}
 
 
 @torch.no_grad()
