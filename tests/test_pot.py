@@ -78,8 +78,8 @@ def test_pot_hits_target_and_never_revives_a_pruned_weight(how):
 
 
 def test_pot_erk_stays_exact_with_weights_that_are_already_zero():
-    """Lite0 has exact zeros in layers ERK keeps dense; weight correction shifts kept weights, so such zeros
-    must be outside the mask or POT ends above the target's density (measured: 0.699795 for 0.7)."""
+    """Lite0 has layers with more exact zeros than ERK's count for them; weight correction shifts kept weights,
+    so such zeros must be outside the mask or POT ends above the target's density (measured: 0.699795 for 0.7)."""
     model = small_cnn()
     w = model[3].weight.data  # ERK gives this conv 71% at a 60% target; make 75% of it zero already
     w[w.abs() <= w.abs().flatten().kthvalue(round(0.75 * w.numel())).values] = 0.0
