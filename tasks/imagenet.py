@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -74,12 +73,8 @@ def with_fcpts_options(profile: Profile, pairs: list[str]) -> Profile:
             options[key] = json.loads(value)
         except json.JSONDecodeError:
             options[key] = value
-    methods = dict(profile.methods)
-    for m in ("fcpts", "fcpts-fixed"):
-        methods[m] = {**methods.get(m, {}), "options": {**methods.get(m, {}).get("options", {}), **options}}
     suffix = "-".join(f"{k}{v}" for k, v in options.items())
-    return replace(profile, name=f"{profile.name}-{suffix}", note=f"{profile.note}; FCPTS options {options}",
-                   methods=methods)
+    return profile.with_method_options(("fcpts", "fcpts-fixed"), options, suffix, f"FCPTS options {options}")
 
 
 def paper_methods(model: str) -> list[str]:

@@ -33,6 +33,9 @@ from .records import (
 )
 
 
+POT_METHODS = ("pot-l2norm", "pot-erk")  # one budget for both allocations
+
+
 @dataclass
 class Profile:
     """How much work a run gets. The same profile gives every method the same budget and data."""
@@ -58,19 +61,24 @@ class Profile:
         return replace(self, name=f"{self.name}-it{iterations}", iterations=iterations,
                        note=f"{self.note}; {what} overridden")
 
+    def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
+        """The same profile with `options` merged into each of `methods`' own options, renamed
+        `<name>-<suffix>` so its records never mix with this one's."""
+        entries = dict(self.methods)
+        for m in methods:
+            entry = entries.get(m, {})
+            entries[m] = {**entry, "options": {**entry.get("options", {}), **options}}
+        return replace(self, name=f"{self.name}-{suffix}", methods=entries, note=f"{self.note}; {what}")
+
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
-        methods = {**self.methods}
-        for m in ("pot-l2norm", "pot-erk"):
-            entry = methods.get(m, {})
-            methods[m] = {**entry, "options": {**entry.get("options", {}), "iterations": iterations}}
-        return replace(self, name=f"{self.name}-pot{iterations}", methods=methods,
-                       note=f"{self.note}; POT iterations per layer overridden to {iterations}")
+        return self.with_method_options(POT_METHODS, {"iterations": iterations}, f"pot{iterations}",
+                                        f"POT iterations per layer overridden to {iterations}")
 
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     """Profile.methods entry for both POT allocations: their own image count and iterations per layer."""
-    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in ("pot-l2norm", "pot-erk")}
+    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}
 
 
 @dataclass
