@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .paper import METHOD_LABEL
-from .records import RUNS_DIR, all_records
+from .records import RUNS_DIR, all_records, preferred_records
 
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "paper_figures"
 METHOD_STYLE = {"fcpts": ("tab:red", "o"), "pot-l2norm": ("tab:blue", "s"), "pot-erk": ("tab:green", "^"),
@@ -43,7 +43,7 @@ FIGURE4_HINT = {"cifar": "python -m tasks.cifar --dataset {dataset} --model {mod
 def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
     """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
     target, each with its methods' preferred records in METHOD_STYLE order."""
-    chosen = [r for r in _preferred(records) if (r["task"], r["dataset"]) == (task, dataset)
+    chosen = [r for r in preferred_records(records).values() if (r["task"], r["dataset"]) == (task, dataset)
               and round(r["target_sparsity"], 4) == target and "per_layer" in r]
     # The paper's models get a panel even before they run, except on a partial ImageNet (`imagenet-val1300`),
     # where they are never run.
@@ -114,19 +114,6 @@ def _panels(n: int, width: float = 4.6, height: float = 3.6):
     return fig, list(axes.flat)
 
 
-def _preferred(records: list[dict]) -> list[dict]:
-    """One record per (task, dataset, model, method, sparsity): the most faithful profile."""
-    order = ["paper", "paper-cpu", "cpu", "fast"]
-    best: dict[tuple, dict] = {}
-    for r in records:
-        if r["profile"]["name"] not in order:
-            continue
-        key = (r["task"], r["dataset"], r["model"], r["method"], round(r["target_sparsity"], 4))
-        if key not in best or order.index(r["profile"]["name"]) < order.index(best[key]["profile"]["name"]):
-            best[key] = r
-    return list(best.values())
-
-
 def _save(fig, out: Path) -> Path:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +126,7 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     """Figure 1's panels: (task, dataset, model) -> its preferred records, for models with two or more
     sparsities (a single point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
-    for r in _preferred(records):
+    for r in preferred_records(records).values():
         groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
@@ -216,7 +203,7 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     from .models import cifar_resnet, default_cifar_weights, load_checkpoint
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    rec = next((r for r in _preferred(records) if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
+    rec = next((r for r in preferred_records(records).values() if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
                 == ("cifar10", "resnet56", "fcpts", 0.9)), None)
     try:
         model = cifar_resnet("resnet56", 10)

@@ -15,33 +15,26 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .records import MANIFEST, RESULTS_DIR, RUNS_DIR, all_records, update_manifest
+from .records import (
+    MANIFEST,
+    RESULTS_DIR,
+    RUNS_DIR,
+    all_records,
+    preferred_records,
+    update_manifest,
+)
 from .tables_imagenet import table2, table3, table5
 from .tables_voc import table4 as voc_table4
 
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
-PROFILE_ORDER = ["paper", "paper-cpu", "fast"]
 METHOD_LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (ours)"}
 
 
 def read_reference(path: Path = REFERENCE) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
-
-
-def best_records(records: list[dict]) -> dict[tuple, dict]:
-    """(dataset, model, method, sparsity) -> the record of the most faithful profile present."""
-    out: dict[tuple, dict] = {}
-    for r in records:
-        if r["profile"]["name"] not in PROFILE_ORDER:
-            continue
-        key = (r["dataset"], r["model"], r["method"], round(r["target_sparsity"], 4))
-        rank = PROFILE_ORDER.index(r["profile"]["name"])
-        if key not in out or rank < PROFILE_ORDER.index(out[key]["profile"]["name"]):
-            out[key] = r
-    return out
 
 
 def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
@@ -55,7 +48,7 @@ def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
 
 def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> tuple[str, list[dict]]:
     ref = {(r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table1"}
-    best = best_records([r for r in records if r["task"] == "cifar"])
+    best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
     lines = ["# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper", "",
              "Each cell: **ours** top-1/top-5 [profile] · paper top-1/top-5. Drop = dense top-1 − sparse top-1.", "",

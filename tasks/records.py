@@ -64,6 +64,31 @@ def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
+# The record that stands for a cell when several profiles ran it: the most faithful first. Each task uses a
+# subset (cifar: paper, paper-cpu, fast; imagenet, voc: paper, cpu); variants such as `cpu-it400`,
+# `cpu-pot100` or `quick` never stand for a cell. Tables and figures all choose through preferred_records.
+PROFILE_PREFERENCE = ("paper", "paper-cpu", "cpu", "fast")
+
+
+def cell_key(record: dict) -> tuple:
+    """(task, dataset, model, method, target sparsity rounded to 4 places)."""
+    return (record["task"], record["dataset"], record["model"], record["method"],
+            round(record["target_sparsity"], 4))
+
+
+def preferred_records(records: list[dict]) -> dict[tuple, dict]:
+    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell."""
+    out: dict[tuple, dict] = {}
+    for r in records:
+        if r["profile"]["name"] not in PROFILE_PREFERENCE:
+            continue
+        key = cell_key(r)
+        if key not in out or (PROFILE_PREFERENCE.index(r["profile"]["name"])
+                              < PROFILE_PREFERENCE.index(out[key]["profile"]["name"])):
+            out[key] = r
+    return out
+
+
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
 
 

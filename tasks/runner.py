@@ -32,7 +32,6 @@ from .records import (
     write_json_atomic,
 )
 
-
 POT_METHODS = ("pot-l2norm", "pot-erk")  # one budget for both allocations
 
 

@@ -7,18 +7,19 @@ as a substitute, with no paper numbers beside them.
 from __future__ import annotations
 
 from .library_models import MODELS
+from .records import preferred_records
 
 LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "probmask": "ProbMask", "str": "STR",
          "fcpts": "FCPTS (ours)", "fcpts-fixed": "FCPTS, ERK rates fixed"}
-PROFILE_ORDER = ["paper", "cpu"]
 NO_DATA = "—"
 
 
 def _best(records: list[dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
-    found = [r for r in records if r["task"] == "imagenet" and r["model"] == model and r["method"] == method
-             and round(r["target_sparsity"], 4) == sparsity and r["profile"]["name"] in PROFILE_ORDER
-             and (r["dataset"] == "imagenet") == full_imagenet]
-    return min(found, key=lambda r: PROFILE_ORDER.index(r["profile"]["name"]), default=None)
+    """The preferred record of the cell on full ImageNet, or else on a partial validation set."""
+    found = sorted((key[1], r) for key, r in preferred_records(records).items()
+                   if key[0] == "imagenet" and key[2:] == (model, method, round(sparsity, 4))
+                   and (key[1] == "imagenet") == full_imagenet)
+    return found[0][1] if found else None
 
 
 def _cell(rec: dict | None, paper: dict | None, missing: str) -> str:

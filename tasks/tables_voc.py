@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import RESULTS_DIR, RUNS_DIR, all_records
+from .records import RESULTS_DIR, RUNS_DIR, all_records, preferred_records
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 
@@ -25,14 +25,11 @@ def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
     return out
 METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (ours)"}
-PROFILE_ORDER = ["paper", "cpu"]
 SPARSITY = 0.9
 
 
 def _best(records: list[dict], dataset: str, model: str, method: str) -> dict | None:
-    found = [r for r in records if r["dataset"] == dataset and r["model"] == model and r["method"] == method
-             and round(r["target_sparsity"], 4) == SPARSITY and r["profile"]["name"] in PROFILE_ORDER]
-    return min(found, key=lambda r: PROFILE_ORDER.index(r["profile"]["name"]), default=None)
+    return preferred_records(records).get(("voc", dataset, model, method, SPARSITY))
 
 
 def _cell(rec: dict | None) -> str:

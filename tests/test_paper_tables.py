@@ -2,6 +2,7 @@
 import json
 
 from tasks.paper import read_reference, write_tables
+from tasks.records import preferred_records
 
 
 def test_reference_data_is_the_papers_table1():
@@ -96,3 +97,17 @@ def test_figures_1_and_3_from_records(tmp_path):
     assert sorted(r["metrics"]["top1"] for r in curves[("cifar", "cifar10", "resnet32")]) == [80.0, 85.0, 88.0, 91.0]
     for fig, out in ((figure1, "f1.png"), (figure3, "f3.png")):
         assert fig(records, tmp_path / out).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_preferred_records_takes_the_most_faithful_profile_and_ignores_variants():
+    def rec(profile, task="cifar", dataset="cifar10", sp=0.9, top1=50.0):
+        return {"task": task, "dataset": dataset, "model": "m", "method": "fcpts", "target_sparsity": sp,
+                "profile": {"name": profile}, "metrics": {"top1": top1}}
+
+    fast, paper_cpu = rec("fast", top1=80.0), rec("paper-cpu", top1=70.0)
+    only_variant = rec("cpu-it400", sp=0.7)
+    lite_cpu = rec("cpu", task="imagenet", dataset="imagenet-val1300")
+    best = preferred_records([fast, rec("paper-cpu-pot100", top1=90.0), paper_cpu, only_variant, lite_cpu,
+                              rec("quick", task="imagenet", dataset="imagenet-val1300")])
+    assert best == {("cifar", "cifar10", "m", "fcpts", 0.9): paper_cpu,  # not fast, not the higher variant
+                    ("imagenet", "imagenet-val1300", "m", "fcpts", 0.9): lite_cpu}  # not quick
