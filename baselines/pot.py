@@ -193,16 +193,20 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[n
     per_image = _bytes_per_image(dense, names, images) if names else {}
     bar = tqdm(total=len(layers), initial=len(per_layer_log), disable=not cfg.progress,
                desc=f"pot-{cfg.allocation} {target:.2f}", dynamic_ncols=True)
-    start = 0
+    start, collect_s = 0, 0.0
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
         while end < len(names) and (end == start or used + per_image[names[end]] * len(images) <= cfg.cache_bytes):
             used += per_image[names[end]] * len(images)
             end += 1
+        tic = time.perf_counter()
         inputs = collect_inputs(dense, names[start:end], images)
+        collect_s += time.perf_counter() - tic
         for n in names[start:end]:
             layer = layers[n]
+            tic = time.perf_counter()
             per_layer_log[n] = reconstruct_layer(dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen)
+            per_layer_log[n]["wall_s"] = round(time.perf_counter() - tic, 2)  # statistics + steps, not inputs
             layer.requires_grad_(False)
             if ckpt is not None:
                 save_atomic({"fingerprint": fingerprint, "model": model.state_dict(), "log": per_layer_log,
@@ -220,5 +224,6 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTConfig) -> tuple[n
         method=f"pot-{cfg.allocation}", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
         wall_s=elapsed_before + time.perf_counter() - t0, seed=cfg.seed, calibration_indices=calib.indices,
         options=asdict(cfg), extra={"folded_bn": [list(p) for p in folded],
-                                    "resumed_layers": len(layers) - len(names)},
+                                    "resumed_layers": len(layers) - len(names),
+                                    "input_collection_s": round(collect_s, 1)},  # this process's share
     )

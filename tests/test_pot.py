@@ -141,5 +141,7 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     monkeypatch.setattr(pot_module, "reconstruct_layer", original)
     resumed, report = pot(small_cnn(), x, 0.6, POTConfig(checkpoint=str(ckpt), **cfg))
     assert report.extra["resumed_layers"] == 1
+    assert all(r["wall_s"] >= 0 for r in report.per_layer)  # the resumed layer keeps its time from the log
+    assert report.extra["input_collection_s"] >= 0
     for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
