@@ -7,10 +7,16 @@ cannot aim at a target, so we search the decay on s by bisection in log space ov
 trials (each with the same distillation budget as FCPTS: same calibration data, iterations, optimiser,
 KL on outputs) and keep the trial whose sparsity is closest to the target. The report states the
 sparsity reached and every trial; there is no exact-target step, so a miss stays a miss.
+
+A trial never looks at the target (its batches depend only on the step), and the bisection starts at the
+same decay for every target, so runs at several targets share their first trials: with a checkpoint
+path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
+target (marked `reused` in the report; wall_s still counts their compute).
 """
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,6 +83,18 @@ def _trial(dense: nn.Module, calib: Calibration, target: float, decay: float, cf
     return model, sparsity, loop
 
 
+def _trial_cache(cfg: STRConfig, calib: Calibration, dense: nn.Module, decay: float) -> Path | None:
+    """Where a finished trial is kept: keyed by everything a trial depends on (not target or search)."""
+    if not cfg.checkpoint:
+        return None
+    options = {k: v for k, v in asdict(cfg).items() if k not in ("search_runs", "tolerance", "decay_range")}
+    digest = hashlib.sha256()
+    for t in dense.state_dict().values():
+        digest.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    key = run_fingerprint(None, {**options, "decay": decay, "dense": digest.hexdigest()}, calib, dense)
+    return Path(cfg.checkpoint).parent / "str-trials" / f"{key}.pt"
+
+
 def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -> tuple[nn.Module, SparsityReport]:
     target = check_target(target)
     device = next(model.parameters()).device
@@ -99,10 +117,19 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
         decay = 10 ** ((lo + hi) / 2)
         k = len(state["trials"])
         trial_ckpt = f"{cfg.checkpoint}.trial{k}" if cfg.checkpoint else None
-        trial_model, sparsity, loop = _trial(dense, calib, target, decay, cfg, device, trial_ckpt)
-        row = {"decay": decay, "sparsity": sparsity, "wall_s": loop.wall_s, "final_rec": loop.history[-1]["rec"]}
+        cache = _trial_cache(cfg, calib, dense, decay)
+        if cache is not None and cache.exists():
+            done = torch.load(cache, weights_only=False)
+            row, trial_state, history = {**done["row"], "reused": True}, done["state"], done["history"]
+        else:
+            trial_model, sparsity, loop = _trial(dense, calib, target, decay, cfg, device, trial_ckpt)
+            row = {"decay": decay, "sparsity": sparsity, "wall_s": loop.wall_s, "final_rec": loop.history[-1]["rec"]}
+            trial_state, history = trial_model.state_dict(), loop.history
+            if cache is not None:
+                save_atomic({"row": row, "state": trial_state, "history": history}, cache)
+        sparsity = row["sparsity"]
         if state["best"] is None or abs(sparsity - target) < abs(state["best"]["row"]["sparsity"] - target):
-            state["best"] = {"row": row, "state": trial_model.state_dict(), "history": loop.history}
+            state["best"] = {"row": row, "state": trial_state, "history": history}
         state["trials"].append(row)
         if side is not None:
             save_atomic(state, side)
@@ -117,5 +144,6 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
         history=state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]), seed=cfg.seed,
         calibration_indices=calib.indices, options=asdict(cfg),
         extra={"trials": state["trials"], "chosen_decay": best["decay"],
-               "converged_to_target": abs(achieved - target) < cfg.tolerance},
+               "converged_to_target": abs(achieved - target) < cfg.tolerance,
+               "reused_trials": sum(bool(t.get("reused")) for t in state["trials"])},
     )

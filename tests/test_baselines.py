@@ -75,3 +75,26 @@ def test_checkpoint_of_another_run_is_refused(name, tmp_path):
     with pytest.raises(ValueError, match="different run"):
         get_method(name)(net(), images(), 0.6, Budget(iterations=2, batch_size=8, progress=False, checkpoint=ckpt,
                                                       options=options))
+
+
+def test_str_runs_at_other_targets_reuse_finished_trials(tmp_path, monkeypatch):
+    """Trials never look at the target: a second target reuses the first run's trials, with the same result
+    as a run that computes them itself."""
+    import baselines.str as str_module
+    calls = []
+    original = str_module._trial
+    monkeypatch.setattr(str_module, "_trial", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+
+    def run(target, folder):
+        return get_method("str")(net(), images(), target, Budget(iterations=2, batch_size=8, progress=False,
+                                 checkpoint=str(tmp_path / folder / f"str-{target}.pt"), options={"search_runs": 2}))
+
+    run(0.6, "shared")
+    first = list(calls)
+    model, report = run(0.5, "shared")
+    assert report.extra["trials"][0]["reused"] and report.extra["reused_trials"] >= 1
+    assert calls[len(first):] == [t["decay"] for t in report.extra["trials"] if not t.get("reused")]
+    alone, alone_report = run(0.5, "alone")
+    assert [t["decay"] for t in alone_report.extra["trials"]] == [t["decay"] for t in report.extra["trials"]]
+    for a, b in zip(alone.state_dict().values(), model.state_dict().values()):
+        assert torch.equal(a, b)
