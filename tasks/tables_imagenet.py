@@ -15,7 +15,8 @@ NO_DATA = "—"
 
 
 def _best(records: list[dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
-    """The preferred record of the cell on full ImageNet, or else on a partial validation set."""
+    """The preferred record of the cell on full ImageNet (full_imagenet) or on a partial validation set
+    (`imagenet-val<N>`; the first by name if several)."""
     found = sorted((key[1], r) for key, r in preferred_records(records).items()
                    if key[0] == "imagenet" and key[2:] == (model, method, round(sparsity, 4))
                    and (key[1] == "imagenet") == full_imagenet)
