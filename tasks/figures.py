@@ -96,7 +96,7 @@ def figure4(records: list[dict], task: str, dataset: str, out: Path, target: flo
             ax.set_xticks(ticks, [names[i] for i in ticks], rotation=30, ha="right", fontsize=8)
             ax.set_xlabel(f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
                           "layer, last layer; adjacent ones thinned)")
-            ax.legend(fontsize=8, loc="lower left")
+            ax.legend(fontsize=8, loc="lower center")
         else:
             hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
             ax.text(0.5, 0.5, f"no record yet: {hint}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
