@@ -19,7 +19,9 @@ def test_tables_from_records(tmp_path):
               "metrics": {"top1": 90.5, "top5": 99.6}, "dense_metrics": {"top1": 93.39, "top5": 99.77},
               "profile": {"name": "paper"}, "wall_s": 600.0, "device": "cpu: test"}
     (runs / "fcpts-sp90-paper-seed0.json").write_text(json.dumps(record))
-    pot = dict(record, method="pot-l2norm", metrics={"top1": 20.0, "top5": 70.0}, wall_s=1800.0)
+    pot = dict(record, method="pot-l2norm", metrics={"top1": 20.0, "top5": 70.0}, wall_s=1800.0,
+               per_layer=[{"name": "a", "iterations": 9, "objective": "gram"}, {"name": "b", "iterations": 9,
+                                                                                 "objective": "forward"}])
     (runs / "pot-l2norm-sp90-paper-seed0.json").write_text(json.dumps(pot))
     trained = tmp_path / "weights" / "cifar100"
     trained.mkdir(parents=True)
@@ -33,7 +35,7 @@ def test_tables_from_records(tmp_path):
     assert "**67.50/89.90** (trained here) · 70.16/90.89" in t1  # CIFAR-100 dense from the training record
     assert "- cifar100 resnet32: 67.50/89.90 after 40 epochs (2.0 h on cpu: test)" in t1
     t6 = paths[3].read_text()
-    assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | cpu: test |" in t6
+    assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | Gram on 1/2 layers | cpu: test |" in t6
 
 
 def test_figure4_panels_from_records_and_without(tmp_path):
