@@ -62,19 +62,7 @@ PROFILES = {
 def with_fcpts_options(profile: Profile, pairs: list[str]) -> Profile:
     """FCPTS option overrides (`--option lr=0.02 --option reconstruction=kl`) for design measurements;
     the profile is renamed after them so such records never mix with the profile's own."""
-    import json
-
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--option wants KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    suffix = "-".join(f"{k}{v}" for k, v in options.items())
-    return profile.with_method_options(("fcpts", "fcpts-fixed"), options, suffix, f"FCPTS options {options}")
+    return profile.with_option_pairs(("fcpts", "fcpts-fixed"), pairs, "", "FCPTS options")
 
 
 def paper_methods(model: str) -> list[str]:

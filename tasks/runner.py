@@ -6,6 +6,7 @@ model is evaluated once per grid and only if some cell still has to run.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -69,10 +70,30 @@ class Profile:
             entries[m] = {**entry, "options": {**entry.get("options", {}), **options}}
         return replace(self, name=f"{self.name}-{suffix}", methods=entries, note=f"{self.note}; {what}")
 
+    def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
+        """`KEY=VALUE` overrides (values read as JSON where they parse: 0.02, false) for `methods`, the
+        profile renamed `<name>-<prefix><key><value>...`, for design measurements that never mix with it."""
+        options = parse_option_pairs(pairs)
+        suffix = prefix + "-".join(f"{k}{v}" for k, v in options.items())
+        return self.with_method_options(methods, options, suffix, f"{what} {options}")
+
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
         return self.with_method_options(POT_METHODS, {"iterations": iterations}, f"pot{iterations}",
                                         f"POT iterations per layer overridden to {iterations}")
+
+
+def parse_option_pairs(pairs: list[str]) -> dict:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"an option override wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
 
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:

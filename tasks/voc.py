@@ -45,7 +45,7 @@ from .data import DataNotFoundError, calibration_indices, resolve_data_root
 from .detection_metrics import Detections, voc07_map
 from .models import file_sha256
 from .records import RESULTS_DIR
-from .runner import Grid, Profile, indices_hash, pot_budget, run_grid
+from .runner import POT_METHODS, Grid, Profile, indices_hash, pot_budget, run_grid
 from .ssd_models import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -149,6 +149,8 @@ def build_grid(args: argparse.Namespace, arch: str) -> Grid:
 
     if args.iterations is not None:
         profile = profile.with_iterations(args.iterations)
+    if args.pot_option:
+        profile = profile.with_option_pairs(POT_METHODS, args.pot_option, "pot-", "POT options")
     suffix = "" if args.reconstruction == "mse-blocks" else f"-{args.reconstruction}"
     probe = create_ssd(arch, len(test.class_names))
     blocks = reconstruction_blocks(probe, args.reconstruction)
@@ -214,6 +216,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sparsity", nargs="+", type=float, default=[PAPER_SPARSITY])
     p.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded)")
+    p.add_argument("--pot-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="POT option override for design measurements (renames the profile), e.g. fold_bn=false")
     p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS),
                    help="FCPTS's reconstruction output on the detector (see above)")
     p.add_argument("--image-size", type=int, default=300, help="square input (pytorch-ssd: 300)")

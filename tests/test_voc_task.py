@@ -98,6 +98,23 @@ def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatc
     assert any(n.startswith("ssd.classification_headers") for n in (r["name"] for r in fc["per_layer"]))
 
 
+def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_path, monkeypatch):
+    run_grid = voc.run_grid
+    monkeypatch.setattr(voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k))
+    torch.manual_seed(0)
+    weights = tmp_path / "det.pth"
+    torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)
+    argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(weights),
+            "--methods", "pot-l2norm", "--pot-option", "fold_bn=false", "--profile", "quick",
+            "--results-dir", str(tmp_path / "runs"), "--no-progress"]
+    assert voc.main(argv) == 0
+    rec = json.loads((tmp_path / "runs" / "voc" / "voc-tiny" / "mb2-ssd-lite-64" /
+                      "pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json").read_text())
+    assert rec["method_options"]["fold_bn"] is False and rec["method_report"]["extra"]["folded_bn"] == []
+    assert rec["profile"]["methods"]["pot-erk"]["options"]["fold_bn"] is False  # both allocations
+    assert voc.main([*argv[:-1], "--pot-option", "fold_bn"]) == 2  # not KEY=VALUE: a clear error
+
+
 def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
     assert voc.main(["--data-root", str(tmp_path), "--models", "mb1-ssd", "--profile", "quick"]) == 2
     assert "--data-root" in capsys.readouterr().err
