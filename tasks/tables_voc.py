@@ -51,6 +51,10 @@ def table4(records: list[dict], reference: list[dict]) -> str:
         for i, m in enumerate(METHODS):
             head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
             lines.append(f"| {head} | {LABEL[m]} | {_cell(recs[m])} | {ref[m]} |")
+    if not any(r["dataset"] == "voc2007" for r in voc):
+        lines += ["", ("no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
+                       "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
+                       "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells.")]
     subs = sorted({(r["dataset"], r["model"]) for r in voc if r.get("substitute")})
     if subs:
         lines += ["", "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)", "",

@@ -140,3 +140,5 @@ def test_table4_keeps_substitute_rows_apart():
     assert "|  |  | FCPTS (ours) | **64.0** (−3.0) [cpu] | 65.1 |" in main
     assert "mb2-ssd-lite-160" not in main and "| voc-cifar10 | mb2-ssd-lite-160 | 67.0 |" in subs
     assert main.count("no record") == 6  # the 5 other paper cells and mb2-ssd-lite's dense
+    without_voc = table4([rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
+    assert "no record: PASCAL VOC2007" in without_voc and "no record: PASCAL VOC2007" not in text
