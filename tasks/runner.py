@@ -84,6 +84,7 @@ class Profile:
 
 
 def parse_option_pairs(pairs: list[str]) -> dict:
+    """`["lr=0.02", "fold_bn=false", "reconstruction=kl"]` -> {"lr": 0.02, "fold_bn": False, "reconstruction": "kl"}."""
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

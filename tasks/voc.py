@@ -21,7 +21,8 @@ through FCPTS's block MSE (`--reconstruction`):
   mse-blocks  mse-heads + MSE on every backbone block and extra layer (default; FCPTS's measured CIFAR
               default, the released code's layer loss)
 Records of a non-default reconstruction carry it in the profile name (e.g. `cpu-kl-box`). POT and the
-magnitude methods ignore the output; BN folding traces the wrapper with torch.fx.
+magnitude methods ignore the output; BN folding traces the wrapper with torch.fx. POT folds BN before it
+prunes (msbench's procedure); `--pot-option fold_bn=false` measures it without (profile `cpu-pot-fold_bnFalse`).
 
 Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images capped at trainval's 5,011 and
 20,000 iterations per layer: a GPU protocol), `cpu` (1,024 images, 400 iterations of 32; POT 1,000
