@@ -83,15 +83,22 @@ def _trial(dense: nn.Module, calib: Calibration, target: float, decay: float, cf
     return model, sparsity, loop
 
 
-def _trial_cache(cfg: STRConfig, calib: Calibration, dense: nn.Module, decay: float) -> Path | None:
-    """Where a finished trial is kept: keyed by everything a trial depends on (not target or search)."""
+def _trial_identity(cfg: STRConfig, dense: nn.Module) -> dict | None:
+    """Everything a trial depends on but its decay (not the target or the search), for the trial cache."""
     if not cfg.checkpoint:
         return None
-    options = {k: v for k, v in asdict(cfg).items() if k not in ("search_runs", "tolerance", "decay_range")}
     digest = hashlib.sha256()
     for t in dense.state_dict().values():
         digest.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    key = run_fingerprint(None, {**options, "decay": decay, "dense": digest.hexdigest()}, calib, dense)
+    options = {k: v for k, v in asdict(cfg).items() if k not in ("search_runs", "tolerance", "decay_range")}
+    return {**options, "dense": digest.hexdigest()}
+
+
+def _trial_cache(cfg: STRConfig, identity: dict | None, calib: Calibration, dense: nn.Module, decay: float) -> Path | None:
+    """Where the finished trial at `decay` is kept, shared by runs at other targets."""
+    if identity is None:
+        return None
+    key = run_fingerprint(None, {**identity, "decay": decay}, calib, dense)
     return Path(cfg.checkpoint).parent / "str-trials" / f"{key}.pt"
 
 
@@ -109,6 +116,7 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
         if state.get("fingerprint") != fingerprint:
             raise ValueError(f"STR trials file {side} belongs to a different run; delete it or pass another path")
     lo, hi = (math.log10(v) for v in cfg.decay_range)
+    identity = _trial_identity(cfg, dense)
     for t in state["trials"]:  # replay the search decisions of finished trials
         lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
     while len(state["trials"]) < cfg.search_runs:
@@ -117,7 +125,7 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STRConfig) -
         decay = 10 ** ((lo + hi) / 2)
         k = len(state["trials"])
         trial_ckpt = f"{cfg.checkpoint}.trial{k}" if cfg.checkpoint else None
-        cache = _trial_cache(cfg, calib, dense, decay)
+        cache = _trial_cache(cfg, identity, calib, dense, decay)
         if cache is not None and cache.exists():
             done = torch.load(cache, weights_only=False)
             row, trial_state, history = {**done["row"], "reused": True}, done["state"], done["history"]

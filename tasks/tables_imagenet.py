@@ -14,10 +14,10 @@ LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "probmask": "Prob
 NO_DATA = "—"
 
 
-def _best(records: list[dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
-    """The preferred record of the cell on full ImageNet (full_imagenet) or on a partial validation set
-    (`imagenet-val<N>`; the first by name if several)."""
-    found = sorted((key[1], r) for key, r in preferred_records(records).items()
+def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
+    """From preferred_records' map: the cell's record on full ImageNet (full_imagenet) or on a partial
+    validation set (`imagenet-val<N>`; the first by name if several)."""
+    found = sorted((key[1], r) for key, r in preferred.items()
                    if key[0] == "imagenet" and key[2:] == (model, method, round(sparsity, 4))
                    and (key[1] == "imagenet") == full_imagenet)
     return found[0][1] if found else None
@@ -36,6 +36,7 @@ def _cell(rec: dict | None, paper: dict | None, missing: str) -> str:
 def imagenet_table(title: str, table: str, records: list[dict], reference: list[dict], models: list[str],
                    methods: list[str], sparsities: list[float], substitute_methods: list[str] | None = None) -> str:
     ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
+    preferred = preferred_records(records)
     lines = [f"# {title}", "",
              "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5.", "",
              "| model (dense: ours · paper) | method | " + " | ".join(f"{int(s * 100)}%" for s in sparsities) + " |",
@@ -47,14 +48,14 @@ def imagenet_table(title: str, table: str, records: list[dict], reference: list[
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
         head = f"{model} ({dense} · {dense_ref['top1']}/{dense_ref['top5']})" if dense_ref else model
         for method in methods:
-            cells = [_cell(_best(records, model, method, s, True), ref.get((model, method, s)), NO_DATA)
+            cells = [_cell(_best(preferred, model, method, s, True), ref.get((model, method, s)), NO_DATA)
                      for s in sparsities]
             lines.append(f"| {head} | {LABEL[method]} | " + " | ".join(cells) + " |")
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     for model in sub:
         for method in (methods if substitute_methods is None else substitute_methods):
-            recs = [_best(records, model, method, s, False) for s in sparsities]
+            recs = [_best(preferred, model, method, s, False) for s in sparsities]
             dense = next((r for r in recs if r), None)
             head = (f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                     f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**")

@@ -28,8 +28,8 @@ LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (
 SPARSITY = 0.9
 
 
-def _best(records: list[dict], dataset: str, model: str, method: str) -> dict | None:
-    return preferred_records(records).get(("voc", dataset, model, method, SPARSITY))
+def _best(preferred: dict[tuple, dict], dataset: str, model: str, method: str) -> dict | None:
+    return preferred.get(("voc", dataset, model, method, SPARSITY))
 
 
 def _cell(rec: dict | None) -> str:
@@ -42,11 +42,12 @@ def _cell(rec: dict | None) -> str:
 
 def table4(records: list[dict], reference: list[dict]) -> str:
     voc = [r for r in records if r["task"] == "voc"]
+    preferred = preferred_records(voc)
     lines = ["# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", "",
              "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.", "",
              "| model | dense: ours · paper | method | ours | paper |", "|---|---|---|---|---|"]
     for model, ref in paper_table4(reference).items():
-        recs = {m: _best(voc, "voc2007", model, m) for m in METHODS}
+        recs = {m: _best(preferred, "voc2007", model, m) for m in METHODS}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
         for i, m in enumerate(METHODS):
             head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
@@ -60,7 +61,7 @@ def table4(records: list[dict], reference: list[dict]) -> str:
         lines += ["", "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)", "",
                   "| dataset | model | dense (ours) | method | ours |", "|---|---|---|---|---|"]
         for dataset, model in subs:
-            recs = {m: _best(voc, dataset, model, m) for m in METHODS}
+            recs = {m: _best(preferred, dataset, model, m) for m in METHODS}
             dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
             for i, m in enumerate(METHODS):
                 head = f"{dataset} | {model} | {dense}" if i == 0 else " |  | "
