@@ -149,12 +149,30 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
                 records.append(done)
                 continue
             if dense_metrics is None:
-                t = time.perf_counter()
-                dense_metrics = grid.evaluate(grid.build_model())
-                log(f"dense {grid.model} on {grid.dataset}: {_show(dense_metrics, grid.metric_names)} "
-                    f"({time.perf_counter() - t:.0f}s)")
+                dense_metrics = _dense_metrics(grid, log)
             records.append(_run_cell(grid, method, target, path, dense_metrics, log))
     return records
+
+
+def _dense_metrics(grid: Grid, log) -> dict:
+    """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
+    skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
+    a record names: weights, data, preprocessing, model, environment."""
+    identity = {"task": grid.task, "dataset": grid.dataset, "model": grid.model, "provenance": grid.provenance,
+                "environment": environment(), "metrics": list(grid.metric_names),
+                "eval_limit": grid.profile.eval_limit}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cache = grid.checkpoint_dir / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
+    if cache.exists():
+        metrics = json.loads(cache.read_text())["metrics"]
+        log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
+        return metrics
+    t = time.perf_counter()
+    metrics = grid.evaluate(grid.build_model())
+    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} "
+        f"({time.perf_counter() - t:.0f}s)")
+    write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+    return metrics
 
 
 def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
