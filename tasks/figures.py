@@ -7,8 +7,9 @@ sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR
 because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
 substitute on the 1,300-image sample). A panel without a record says which command makes it.
 
-Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against sparsity per method, one panel per
-(task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
+Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
+POTs, ProbMask, STR), one panel per (task, dataset, model) with records at two or more sparsities (the paper
+shows ImageNet ResNet-50).
 Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
 allocation (`fcpts`), for every model with both records at the same sparsity and profile.
 Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
@@ -31,6 +32,7 @@ FIGURES_DIR = Path(__file__).resolve().parent.parent / "paper_figures"
 METHOD_STYLE = {"fcpts": ("tab:red", "o"), "pot-l2norm": ("tab:blue", "s"), "pot-erk": ("tab:green", "^"),
                 "probmask": ("tab:purple", "v"), "str": ("tab:brown", "D"), "fcpts-fixed": ("tab:orange", "o")}
 
+FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legend order
 
 # The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
@@ -123,10 +125,12 @@ def _save(fig, out: Path) -> Path:
 
 
 def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
-    """Figure 1's panels: (task, dataset, model) -> its preferred records, for models with two or more
-    sparsities (a single point is no curve)."""
+    """Figure 1's panels: (task, dataset, model) -> its preferred records of the compared methods (not the
+    fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
     for r in preferred_records(records).values():
+        if r["method"] not in FIGURE1_METHODS:
+            continue
         groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
@@ -138,9 +142,10 @@ def figure1(records: list[dict], out: Path) -> Path:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
         axes[0].axis("off")
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
-        for method in sorted({r["method"] for r in rs}):
-            pts = sorted((r["target_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
-            color, marker = METHOD_STYLE.get(method, (None, "x"))
+        for method in [m for m in FIGURE1_METHODS if any(r["method"] == m for r in rs)]:
+            # At the sparsity reached: STR has no exact-target step and may end off its target.
+            pts = sorted((r["achieved_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
+            color, marker = METHOD_STYLE[method]
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
                     label=METHOD_LABEL.get(method, method))
         ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")

@@ -29,7 +29,8 @@ from .tables_voc import table4 as voc_table4
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
-METHOD_LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (ours)"}
+METHOD_LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "fcpts": "FCPTS (ours)", "probmask": "ProbMask",
+                "str": "STR", "fcpts-fixed": "FCPTS, ERK rates fixed"}
 
 
 def read_reference(path: Path = REFERENCE) -> list[dict]:
