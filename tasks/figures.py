@@ -51,8 +51,9 @@ def allocation_panels(records: list[dict], task: str, dataset: str, target: floa
     # where they are never run.
     paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
     models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
-    order = list(METHOD_STYLE)
-    return {m: sorted((r for r in chosen if r["model"] == m and r["method"] in METHOD_STYLE),
+    # Not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it.
+    order = list(FIGURE1_METHODS)
+    return {m: sorted((r for r in chosen if r["model"] == m and r["method"] in order),
                       key=lambda r: order.index(r["method"])) for m in models}
 
 
@@ -78,7 +79,7 @@ def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
 
 def figure4(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
     panels = allocation_panels(records, task, dataset, target)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 3.6 * len(panels)), squeeze=False)
     for ax, (model, recs) in zip(axes[:, 0], panels.items()):
         for rec in recs:
             color, marker = METHOD_STYLE[rec["method"]]
@@ -98,7 +99,7 @@ def figure4(records: list[dict], task: str, dataset: str, out: Path, target: flo
             ax.set_xticks(ticks, [names[i] for i in ticks], rotation=30, ha="right", fontsize=8)
             ax.set_xlabel(f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
                           "layer, last layer; adjacent ones thinned)")
-            ax.legend(fontsize=8, loc="lower center")
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no layer hidden
         else:
             hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
             ax.text(0.5, 0.5, f"no record yet: {hint}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
@@ -151,7 +152,7 @@ def figure1(records: list[dict], out: Path) -> Path:
         ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
         ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
-        ax.set_xlabel("global sparsity (%)")
+        ax.set_xlabel("global sparsity reached (%)")
         ax.set_ylabel("top-1 (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
