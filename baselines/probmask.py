@@ -8,7 +8,7 @@ from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores trai
 weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
 
 Deterministic export (documented choice): keep exactly the round((1 - target) * N) highest scores over
-all layers, equal scores ordered by |W|; the random Bernoulli(s) evaluation mask of the paper is not
+all layers, equal scores ordered by |W| and weights that are already zero pruned first; the random Bernoulli(s) evaluation mask of the paper is not
 used, so the exported model has exactly the target sparsity and is reproducible.
 """
 from __future__ import annotations
@@ -80,6 +80,16 @@ def project_scores(scores: list[torch.Tensor], kept: float) -> float:
     return v
 
 
+@torch.no_grad()
+def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], target: float) -> dict:
+    """Keep the round((1 - target) * N) highest scores; equal scores by |W|. A weight that is already zero
+    spends no budget when pruned and wastes it when kept (a pretrained model can hold exact zeros in dead
+    filters, which get no gradient: EfficientNet-Lite0's TF port has 0.13%), so it goes first."""
+    magnitudes = {n: w.detach().abs() for n, w in weights.items()}
+    ranked = {n: torch.where(magnitudes[n] == 0, torch.full_like(s, -1.0), s) for n, s in scores.items()}
+    return global_keep_masks(ranked, target, tiebreak=magnitudes)
+
+
 def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMaskConfig) -> tuple[nn.Module, SparsityReport]:
     target = check_target(target)
     device = next(model.parameters()).device
@@ -119,14 +129,15 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
-    magnitudes = {n: m.weight.detach().abs() for n, m in layers.items()}
-    masks = global_keep_masks(final_scores, target, tiebreak=magnitudes)
-    apply_keep_masks(layers, masks)
+    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
     model.eval()
     achieved, per_layer = sparsity_summary(model)
-    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / sum(s.numel() for s in final_scores.values())
+    n_scores = sum(s.numel() for s in final_scores.values())
+    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
+    # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
+    undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
     return model, SparsityReport(
         method="probmask", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
         history=loop.history, wall_s=loop.wall_s, seed=cfg.seed, calibration_indices=calib.indices,
-        options=asdict(cfg), extra={"kept_fraction_by_s_gt_half": hard},
+        options=asdict(cfg), extra={"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided},
     )
