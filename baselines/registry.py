@@ -7,6 +7,7 @@ optional checkpoint path for resumable runs. Methods that need no data ignore wh
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,17 +34,37 @@ class Budget:
 Method = Callable[[nn.Module, Any, float, Budget], "tuple[nn.Module, SparsityReport]"]
 METHODS: dict[str, Method] = {}
 _TRAINS: dict[str, bool] = {}
+_OPTIONS: dict[str, Callable[[], type | None]] = {}  # the options dataclass, imported only when asked
 
 
-def register(name: str, trains: bool = True):
-    """Add a method; `trains` says it runs a distillation loop (tasks then give it augmented data)."""
+def register(name: str, trains: bool = True, options: Callable[[], type | None] = lambda: None):
+    """Add a method; `trains` says it runs a distillation loop (tasks then give it augmented data);
+    `options` returns the dataclass its `budget.options` overrides must be fields of (None: takes none)."""
 
     def wrap(fn: Method) -> Method:
         METHODS[name] = fn
         _TRAINS[name] = trains
+        _OPTIONS[name] = options
         return fn
 
     return wrap
+
+
+def training_methods() -> list[str]:
+    """The methods that run a distillation loop (FCPTS, its fixed-rate ablation, STR, ProbMask)."""
+    return [m for m in METHODS if _TRAINS[m]]
+
+
+def check_options(name: str, options: dict | None) -> None:
+    """A clear error, before any work, for an override the method does not have (a typo, or an FCPTS-only
+    option such as `reconstruction` given to ProbMask)."""
+    get_method(name)
+    cls = _OPTIONS[name]()
+    known = {f.name for f in dataclasses.fields(cls)} if cls else set()
+    unknown = sorted(set(options or {}) - known)
+    if unknown:
+        raise ValueError(f"method {name!r} has no option {', '.join(unknown)}; its options: "
+                         f"{', '.join(sorted(known)) or 'none'}")
 
 
 def method_trains(name: str) -> bool:
@@ -65,13 +86,13 @@ def _fcpts(model, calibration, target, budget: Budget, **fixed):
     return fcpts.sparsify(model, calibration, target, **opts)
 
 
-@register("fcpts")
+@register("fcpts", options=lambda: fcpts.FCPTSOptions)
 def fcpts_method(model, calibration, target, budget: Budget):
     """FCPTS with learned thresholds (the paper's method)."""
     return _fcpts(model, calibration, target, budget)
 
 
-@register("fcpts-fixed")
+@register("fcpts-fixed", options=lambda: fcpts.FCPTSOptions)
 def fcpts_fixed(model, calibration, target, budget: Budget):
     """ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3 ablation)."""
     return _fcpts(model, calibration, target, budget, learn_thresholds=False)
@@ -87,21 +108,39 @@ def _magnitude(name: str, model: nn.Module, target: float, masks_of: Callable) -
     return model, SparsityReport(name, target, achieved, per_layer, wall_s=time.perf_counter() - t0)
 
 
-def _pot(allocation_name: str, model, calibration, target, budget: Budget):
-    from .pot import POTConfig, pot
+def _pot_options():
+    from .pot import POTConfig
 
-    cfg = POTConfig(allocation=allocation_name, seed=budget.seed, progress=budget.progress,
+    return POTConfig
+
+
+def _str_options():
+    from .str import STRConfig
+
+    return STRConfig
+
+
+def _probmask_options():
+    from .probmask import ProbMaskConfig
+
+    return ProbMaskConfig
+
+
+def _pot(allocation_name: str, model, calibration, target, budget: Budget):
+    from .pot import pot
+
+    cfg = _pot_options()(allocation=allocation_name, seed=budget.seed, progress=budget.progress,
                     checkpoint=budget.checkpoint, **(budget.options or {}))
     return pot(model, calibration, target, cfg)
 
 
-@register("pot-l2norm", trains=False)
+@register("pot-l2norm", trains=False, options=_pot_options)
 def pot_l2norm(model, calibration, target, budget: Budget):
     """POT with the L2Norm global allocation (msbench protocol)."""
     return _pot("l2norm", model, calibration, target, budget)
 
 
-@register("pot-erk", trains=False)
+@register("pot-erk", trains=False, options=_pot_options)
 def pot_erk(model, calibration, target, budget: Budget):
     """POT with ERK allocation (msbench protocol)."""
     return _pot("erk", model, calibration, target, budget)
@@ -113,20 +152,20 @@ def _budget_config(cls, budget: Budget):
                progress=budget.progress, checkpoint=budget.checkpoint, **(budget.options or {}))
 
 
-@register("str")
+@register("str", options=_str_options)
 def str_method(model, calibration, target, budget: Budget):
     """STR with a bisection search of its threshold decay; records the sparsity it reached."""
-    from .str import STRConfig, str_sparsify
+    from .str import str_sparsify
 
-    return str_sparsify(model, calibration, target, _budget_config(STRConfig, budget))
+    return str_sparsify(model, calibration, target, _budget_config(_str_options(), budget))
 
 
-@register("probmask")
+@register("probmask", options=_probmask_options)
 def probmask(model, calibration, target, budget: Budget):
     """ProbMask with global projection and a deterministic exact export."""
-    from .probmask import ProbMaskConfig, probmask_sparsify
+    from .probmask import probmask_sparsify
 
-    return probmask_sparsify(model, calibration, target, _budget_config(ProbMaskConfig, budget))
+    return probmask_sparsify(model, calibration, target, _budget_config(_probmask_options(), budget))
 
 
 @register("uniform", trains=False)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from baselines.registry import Budget, get_method, method_trains
+from baselines.registry import Budget, check_options, get_method, method_trains
 from fcpts.distill import save_atomic
 
 from .models import file_sha256
@@ -135,8 +135,8 @@ def _thin(history: list[dict], every: int = 10) -> list[dict]:
 
 def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: bool = False,
              log: Callable[[str], None] = print) -> list[dict]:
-    for m in methods:
-        get_method(m)  # fail fast on a typo, before any work
+    for m in methods:  # fail fast on a typo in a method or an option, before any work
+        check_options(m, grid.profile.options_for(m))
     git_commit()  # pin the commit of the code that is about to run
     records, dense_metrics = [], None
     for method in methods:

@@ -107,3 +107,15 @@ def test_str_runs_at_other_targets_reuse_finished_trials(tmp_path, monkeypatch):
     assert [t["decay"] for t in alone_report.extra["trials"]] == [t["decay"] for t in report.extra["trials"]]
     for a, b in zip(alone.state_dict().values(), model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_option_overrides_are_checked_against_the_method():
+    from baselines.registry import check_options
+
+    check_options("fcpts", {"lr": 0.02, "reconstruction": "kl"})
+    check_options("pot-erk", {"iterations": 10, "fold_bn": False})
+    check_options("uniform", None)
+    with pytest.raises(ValueError, match="'pot-l2norm' has no option lr"):
+        check_options("pot-l2norm", {"lr": 0.02})  # POT's rates are lr_weight / lr_bias
+    with pytest.raises(ValueError, match="its options: none"):
+        check_options("lamp", {"iterations": 5})

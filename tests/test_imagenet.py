@@ -116,12 +116,34 @@ def test_cli_errors_exit_2(tmp_path, capsys):
     assert imagenet_main(["--models", "resnet999"]) == 2
 
 
-def test_fcpts_option_overrides_rename_the_profile():
-    from tasks.imagenet import PROFILES, with_fcpts_options
+def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile():
+    from tasks.imagenet import PROFILES, with_training_options
 
-    p = with_fcpts_options(PROFILES["cpu"], ["lr=0.02", "reconstruction=kl"])
-    assert p.name == "cpu-lr0.02-reconstructionkl"
-    assert p.options_for("fcpts") == {"lr": 0.02, "reconstruction": "kl"}
+    p = with_training_options(PROFILES["cpu"], ["lr=0.005", "reconstruction=kl"], ["fcpts", "pot-l2norm"])
+    assert p.name == "cpu-lr0.005-reconstructionkl"
+    assert p.options_for("fcpts") == {"lr": 0.005, "reconstruction": "kl"}
     assert p.options_for("pot-l2norm") == PROFILES["cpu"].options_for("pot-l2norm")
+    assert p.options_for("probmask") == {"lr": 0.02}  # not run here, so not overridden
+    p = with_training_options(PROFILES["cpu"], ["lr=0.005"], ["probmask"])
+    assert p.options_for("probmask") == {"lr": 0.005} and p.options_for("fcpts") == {"lr": 0.02}
     with pytest.raises(ValueError, match="KEY=VALUE"):
-        with_fcpts_options(PROFILES["cpu"], ["lr"])
+        with_training_options(PROFILES["cpu"], ["lr"], ["fcpts"])
+
+
+def test_cpu_profile_gives_every_training_method_the_same_lr():
+    from baselines.registry import training_methods
+    from tasks.imagenet import PROFILES
+
+    assert {"fcpts", "fcpts-fixed", "probmask", "str"} <= set(training_methods())
+    assert {PROFILES["cpu"].options_for(m)["lr"] for m in training_methods()} == {0.02}
+
+
+@needs_sample
+def test_an_option_the_method_lacks_fails_before_any_work(tmp_path, capsys):
+    """`reconstruction` is FCPTS's; ProbMask has no such option: exit 2 naming it, no dense evaluation."""
+    args = ["--models", "efficientnet_lite0", "--methods", "probmask", "--sparsity", "0.5", "--profile", "quick",
+            "--option", "reconstruction=kl", "--results-dir", str(tmp_path), "--no-progress"]
+    assert imagenet_main(args) == 2
+    err = capsys.readouterr()
+    assert "'probmask' has no option reconstruction" in err.err
+    assert "dense" not in err.out
