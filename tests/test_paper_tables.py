@@ -80,7 +80,9 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     assert "**60.00/80.00** (−22.38) [cpu]" in t2  # the substitute row
     assert t2.count("**60.00/80.00**") == 1  # a sample-set ResNet-18 run never fills the paper's cell
     assert "| resnet18 (— · 70.88/90.45) | POT (L2Norm) | — · 70.06/89.12 |" in t2
-    assert "efficientnet_lite0" not in table3([lite], ref).split("—: no record")[0]
+    t3 = table3([lite], ref)
+    assert "efficientnet_lite0" not in t3.split("—: no record")[0]
+    assert "No substitute rows" in t3 and "Substitute rows:" not in t3 and "Substitute rows:" in t2
 
 
 def test_figures_1_and_3_from_records(tmp_path):
