@@ -130,7 +130,7 @@ def _pot(allocation_name: str, model, calibration, target, budget: Budget):
     from .pot import pot
 
     cfg = _pot_options()(allocation=allocation_name, seed=budget.seed, progress=budget.progress,
-                    checkpoint=budget.checkpoint, **(budget.options or {}))
+                         checkpoint=budget.checkpoint, **(budget.options or {}))
     return pot(model, calibration, target, cfg)
 
 
