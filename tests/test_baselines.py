@@ -119,3 +119,20 @@ def test_option_overrides_are_checked_against_the_method():
         check_options("pot-l2norm", {"lr": 0.02})  # POT's rates are lr_weight / lr_bias
     with pytest.raises(ValueError, match="its options: none"):
         check_options("lamp", {"iterations": 5})
+
+
+def test_probmask_scores_learn_which_weights_matter():
+    """All weights have magnitude 1, but only the first 4 inputs carry signal: magnitude (the export's
+    tiebreak) cannot tell them apart, so keeping them shows the scores learned from the loss. Chance keeps
+    8 of the 32 kept weights there."""
+    torch.manual_seed(0)
+    d, k = 16, 4
+    x = torch.randn(2048, d) * torch.tensor([3.0] * k + [0.01] * (d - k))
+    model = nn.Sequential(nn.Linear(d, 8, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.sign(torch.randn(8, d)))
+    sparse, report = get_method("probmask")(model, x, 0.75, Budget(iterations=200, batch_size=64, progress=False))
+    w = sparse[0].weight
+    assert int((w != 0).sum()) == 32
+    assert int((w[:, :k] != 0).sum()) >= 28
+    assert 0 <= report.extra["scores_undecided_fraction"] <= 1
