@@ -8,8 +8,9 @@ from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores trai
 weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
 
 Deterministic export (documented choice): keep exactly the round((1 - target) * N) highest scores over
-all layers, equal scores ordered by |W| and weights that are already zero pruned first; the random Bernoulli(s) evaluation mask of the paper is not
-used, so the exported model has exactly the target sparsity and is reproducible.
+all layers, equal scores ordered by |W| and weights that are already zero pruned first; the random
+Bernoulli(s) evaluation mask of the paper is not used, so the exported model has exactly the target
+sparsity and is reproducible.
 """
 from __future__ import annotations
 
