@@ -46,9 +46,12 @@ reproduce-cifar: setup
 	$(PY) -m tasks.paper manifest
 
 # ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
-# POT (L2Norm, ERK), ProbMask, FCPTS at 50-90%, CPU profile; many hours on 2 cores, resumable.
+# POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
+# held at 70/90% (Figure 3); CPU profile; 20-30 min a cell on one core (about 12 core-hours), resumable.
 reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu
 	$(PY) -m tasks.paper manifest
 
 # Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
