@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -19,8 +19,13 @@ setup: $(VENV)/.installed
 run: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile fast --force
 
-test: setup
+# Lint, types, then every test (unit, integration on real data, results checks).
+test: setup lint
 	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check fcpts tasks benchmarks tests
+	$(PY) -m mypy
 
 # Full protocol of METHOD.md for the same cell (1,600 iterations; resumable).
 reproduce-fcpts-r56: setup
@@ -33,8 +38,8 @@ baselines-r32: setup
 # Dense CIFAR-100 ResNet-32/56 of our own (no pretrained ones exist here); resumable, ~2 h (R32) and
 # ~4 h (R56) on 1 CPU core for 40 epochs. Writes results/weights/cifar100/<model>.{th,json}.
 train-cifar100: setup
-	$(PY) -m tasks.train --dataset cifar100 --model resnet32 --epochs 40
-	$(PY) -m tasks.train --dataset cifar100 --model resnet56 --epochs 40
+	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
+	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet56 --epochs 40
 
 # Table 1's grid: ResNet-32/56 x CIFAR-10/100 x 70/80/90% x POT (L2Norm, ERK), FCPTS. Hours on a CPU;
 # finished cells are skipped, an interrupted cell resumes. PROFILE=paper for POT's full budget.
@@ -43,7 +48,7 @@ reproduce-cifar: setup
 	for ds in cifar10 cifar100; do for m in resnet32 resnet56; do \
 	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) || exit 1; \
 	done; done
-	$(PY) -m tasks.paper manifest
+	$(PY) -m tasks.reporting manifest
 
 # ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
 # POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
@@ -52,15 +57,15 @@ reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu
-	$(PY) -m tasks.paper manifest
+	$(PY) -m tasks.reporting manifest
 
 # Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
 # canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (~5 h on 1 core, resumable), then
 # POT (L2Norm, ERK) and FCPTS at 90%.
 VOC_SUB ?= data/voc-cifar
 voc-substitute: setup
-	$(PY) -m tasks.make_detection_set --out $(VOC_SUB)
-	$(PY) -m tasks.train_ssd --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
+	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
+	$(PY) -m tasks.detection.train --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
 	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
 
 # Table 4 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
@@ -100,11 +105,11 @@ check-regression: setup
 
 # Paper figures from the committed records into paper_figures/.
 figures: setup
-	$(PY) -m tasks.figures
+	$(PY) -m tasks.reporting figures
 
 # Paper tables from the committed records, beside the paper's numbers (seconds; runs nothing).
 tables: setup
-	$(PY) -m tasks.paper tables
+	$(PY) -m tasks.reporting tables
 
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).

@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 
 import fcpts
-from tasks.data import CifarCalibration, calibration_indices, load_cifar, normalize_cifar, resolve_data_root
-from tasks.evaluate import classify
-from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
-from tasks.records import device_description, git_commit
+from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
+from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.evaluate import classify
+from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.grid.records import device_description, git_commit
 
 VARIANTS = {
     "default": {},

@@ -36,11 +36,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fcpts.masks import prunable_layers, sparsity_summary
-from tasks import deploy
-from tasks.export import export_onnx, inference_copy, max_abs_diff, ort_session
-from tasks.records import command_line, write_json_atomic
-from tasks.sparse_storage import write_sparse_files, zlib_size
+from fcpts.core.masks import prunable_layers, sparsity_summary
+from tasks.deploy import runtimes as deploy
+from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
+from tasks.grid.records import command_line
+from fcpts.core.io import write_json_atomic
+from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
 
 TABLE = deploy.REPO_ROOT / "results" / "tables" / "table7_inference.md"
 RAW = deploy.DEPLOY_DIR / "table7_inference.json"
@@ -148,8 +149,8 @@ def random_family(name: str, sparsities: list[float], size: int, seed: int) -> F
 
 def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
-    from tasks.data import resolve_data_root
-    from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
+    from tasks.grid.data import resolve_data_root
+    from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 
     sparse, meta = deploy.load_sparse_checkpoint(checkpoint, None, None)
     dense = cifar_resnet(meta["model"])
@@ -164,8 +165,8 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
 def record_families(paths: list[Path]) -> list[Family]:
     """Real sparse models of run records (their saved state dicts), one family per task/dataset/model,
     each with the dense weights the records started from."""
-    from tasks.data import DataNotFoundError
-    from tasks.saved_models import models_from_record
+    from tasks.grid.data import DataNotFoundError
+    from tasks.deploy.saved_models import models_from_record
 
     fams: dict[tuple, Family] = {}
     for path in paths:

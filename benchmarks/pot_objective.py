@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from baselines.layer_objective import ForwardObjective, GramObjective, gram_plan
+from fcpts.methods.pot_objective import ForwardObjective, GramObjective, gram_plan
 
 SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)
     "cifar-resnet 3x3 16->16 @32": (lambda: nn.Conv2d(16, 16, 3, padding=1), (16, 32, 32), 1024),

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import fcpts
-from tasks.models import cifar_resnet
+from tasks.cifar.models import cifar_resnet
 
 
 def plain_step_time(model, x, y, steps: int, channels_last: bool) -> float:

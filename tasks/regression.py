@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
-from .cifar import main as cifar_main
-from .records import RESULTS_DIR, read_record, record_path
+from tasks.cifar import grid as cifar
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import read_record, record_path
+from tasks.grid.runner import run_grid
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 TOLERANCE = 1.5  # top-1 / top-5 points
@@ -39,13 +41,9 @@ def run_subset(runs_dir: Path, progress: bool = False) -> None:
 
 
 def _run(runs_dir: Path, progress: bool) -> None:
-    argv = ["--dataset", SUBSET["dataset"], "--model", SUBSET["model"], "--methods", *SUBSET["methods"],
-            "--sparsity", *map(str, SUBSET["sparsity"]), "--profile", SUBSET["profile"],
-            "--seed", str(SUBSET["seed"]), "--results-dir", str(runs_dir), "--force"]
-    if not progress:
-        argv.append("--no-progress")
-    if cifar_main(argv) != 0:
-        raise RuntimeError("the regression subset failed to run (see the error above)")
+    grid = cifar.build_grid(dataset=SUBSET["dataset"], model=SUBSET["model"], profile=cifar.PROFILES[SUBSET["profile"]],
+                            seed=SUBSET["seed"], runs_dir=runs_dir, progress=progress)
+    run_grid(grid, SUBSET["methods"], SUBSET["sparsity"], force=True)
 
 
 def subset_paths(runs_dir: Path) -> list[Path]:

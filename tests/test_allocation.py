@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from fcpts import allocation
-from fcpts.masks import prunable_layers
+from fcpts.core import allocation
+from fcpts.core.masks import prunable_layers
 
 
 def three_layers():

@@ -3,10 +3,10 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.probmask import export_masks, kept_fraction, project_scores
-from baselines.registry import METHODS, Budget, get_method
-from baselines.str import SoftThreshold
-from fcpts.masks import sparsity_summary
+from fcpts.methods.probmask import export_masks, kept_fraction, project_scores
+from fcpts.methods import METHODS, get_method
+from fcpts.methods.soft_threshold import SoftThreshold
+from fcpts.core.masks import sparsity_summary
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
 
@@ -22,6 +22,12 @@ def images():
     return torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
+def run(name, model, x, target, options=None, **budget):
+    """A method run the way the grid runs it: a budget it takes what it needs from, plus overrides."""
+    method = get_method(name)
+    return method(model, x, target, method.make_options({"progress": False, **budget}, options))
+
+
 def test_registry_has_every_method():
     assert set(ALL) <= set(METHODS)
     with pytest.raises(ValueError, match="available"):
@@ -31,8 +37,7 @@ def test_registry_has_every_method():
 @pytest.mark.parametrize("name", [m for m in ALL if m != "str"])
 def test_every_method_but_str_lands_exactly_on_target(name):
     options = {"iterations": 5} if name.startswith("pot") else None
-    model, report = get_method(name)(net(), images(), 0.75, Budget(iterations=4, batch_size=8, progress=False,
-                                                                   options=options))
+    model, report = run(name, net(), images(), 0.75, iterations=4, batch_size=8, options=options)
     achieved, per_layer = sparsity_summary(model)
     n = sum(r["numel"] for r in per_layer)
     assert round(achieved * n) == round(0.75 * n)
@@ -42,8 +47,7 @@ def test_every_method_but_str_lands_exactly_on_target(name):
 def test_str_shrinks_kept_weights_and_reports_what_it_reached():
     p = SoftThreshold(s_init=0.0)  # threshold sigmoid(0) = 0.5
     assert p(torch.tensor([-2.0, 0.3, 0.75])).tolist() == [-1.5, 0.0, 0.25]
-    model, report = get_method("str")(net(), images(), 0.6, Budget(iterations=3, batch_size=8, progress=False,
-                                                                   options={"search_runs": 2}))
+    model, report = run("str", net(), images(), 0.6, iterations=3, batch_size=8, options={"search_runs": 2})
     assert len(report.extra["trials"]) == 2
     assert report.achieved_sparsity == pytest.approx(sparsity_summary(model)[0])
     assert report.extra["converged_to_target"] == (abs(report.achieved_sparsity - 0.6) < 0.005)
@@ -79,46 +83,44 @@ def test_checkpoint_of_another_run_is_refused(name, tmp_path):
     """A checkpoint is identified by target, options and calibration, not only by method and seed."""
     ckpt = str(tmp_path / "run.pt")
     options = {"search_runs": 1} if name == "str" else None
-    get_method(name)(net(), images(), 0.7, Budget(iterations=2, batch_size=8, progress=False, checkpoint=ckpt,
-                                                  options=options))
+    run(name, net(), images(), 0.7, iterations=2, batch_size=8, checkpoint=ckpt, options=options)
     with pytest.raises(ValueError, match="different run"):
-        get_method(name)(net(), images(), 0.6, Budget(iterations=2, batch_size=8, progress=False, checkpoint=ckpt,
-                                                      options=options))
+        run(name, net(), images(), 0.6, iterations=2, batch_size=8, checkpoint=ckpt, options=options)
 
 
 def test_str_runs_at_other_targets_reuse_finished_trials(tmp_path, monkeypatch):
     """Trials never look at the target: a second target reuses the first run's trials, with the same result
     as a run that computes them itself."""
-    import baselines.str as str_module
+    import fcpts.methods.soft_threshold as str_module
     calls = []
     original = str_module._trial
-    monkeypatch.setattr(str_module, "_trial", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+    monkeypatch.setattr(str_module, "_trial", lambda *a, **k: calls.append(a[2]) or original(*a, **k))
 
-    def run(target, folder):
-        return get_method("str")(net(), images(), target, Budget(iterations=2, batch_size=8, progress=False,
-                                 checkpoint=str(tmp_path / folder / f"str-{target}.pt"), options={"search_runs": 2}))
+    def run_str(target, folder):
+        return run("str", net(), images(), target, iterations=2, batch_size=8,
+                   checkpoint=str(tmp_path / folder / f"str-{target}.pt"), options={"search_runs": 2})
 
-    run(0.6, "shared")
+    run_str(0.6, "shared")
     first = list(calls)
-    model, report = run(0.5, "shared")
+    model, report = run_str(0.5, "shared")
     assert report.extra["trials"][0]["reused"] and report.extra["reused_trials"] >= 1
     assert calls[len(first):] == [t["decay"] for t in report.extra["trials"] if not t.get("reused")]
-    alone, alone_report = run(0.5, "alone")
+    alone, alone_report = run_str(0.5, "alone")
     assert [t["decay"] for t in alone_report.extra["trials"]] == [t["decay"] for t in report.extra["trials"]]
     for a, b in zip(alone.state_dict().values(), model.state_dict().values()):
         assert torch.equal(a, b)
 
 
 def test_option_overrides_are_checked_against_the_method():
-    from baselines.registry import check_options
-
-    check_options("fcpts", {"lr": 0.02, "reconstruction": "kl"})
-    check_options("pot-erk", {"iterations": 10, "fold_bn": False})
-    check_options("uniform", None)
+    get_method("fcpts").check_overrides({"lr": 0.02, "reconstruction": "kl"})
+    get_method("pot-erk").check_overrides({"iterations": 10, "fold_bn": False})
+    get_method("uniform").check_overrides(None)
     with pytest.raises(ValueError, match="'pot-l2norm' has no option lr"):
-        check_options("pot-l2norm", {"lr": 0.02})  # POT's rates are lr_weight / lr_bias
-    with pytest.raises(ValueError, match="its options: none"):
-        check_options("lamp", {"iterations": 5})
+        get_method("pot-l2norm").check_overrides({"lr": 0.02})  # POT's rates are lr_weight / lr_bias
+    with pytest.raises(ValueError, match="'lamp' has no option iterations"):
+        get_method("lamp").check_overrides({"iterations": 5})
+    with pytest.raises(ValueError, match="has no option allocation"):
+        get_method("pot-erk").check_overrides({"allocation": "l2norm"})  # pinned by the registry entry
 
 
 def test_probmask_scores_learn_which_weights_matter():
@@ -131,7 +133,7 @@ def test_probmask_scores_learn_which_weights_matter():
     model = nn.Sequential(nn.Linear(d, 8, bias=False))
     with torch.no_grad():
         model[0].weight.copy_(torch.sign(torch.randn(8, d)))
-    sparse, report = get_method("probmask")(model, x, 0.75, Budget(iterations=200, batch_size=64, progress=False))
+    sparse, report = run("probmask", model, x, 0.75, iterations=200, batch_size=64)
     w = sparse[0].weight
     assert int((w != 0).sum()) == 32
     assert int((w[:, :k] != 0).sum()) >= 28

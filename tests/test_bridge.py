@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from fcpts.bridge import Bridge, histogram_density, kde_density
+from fcpts.core.bridge import Bridge, histogram_density, kde_density
 
 
 def normal_pdf(x, sigma):

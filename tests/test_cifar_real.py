@@ -6,20 +6,15 @@ import pytest
 import torch
 
 import fcpts
-from baselines.registry import Budget, get_method
-from fcpts.masks import sparsity_summary
-from tasks import cifar, deploy
-from tasks.data import (
-    CifarCalibration,
-    DataNotFoundError,
-    calibration_indices,
-    load_cifar,
-    normalize_cifar,
-    resolve_data_root,
-)
-from tasks.evaluate import classify
-from tasks.models import cifar_resnet, default_cifar_weights, load_checkpoint
-from tasks.saved_models import models_from_record
+from fcpts.methods import get_method
+from fcpts.core.masks import sparsity_summary
+from tasks.cifar import grid as cifar
+from tasks.deploy import runtimes as deploy
+from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
+from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
+from tasks.grid.evaluate import classify
+from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.deploy.saved_models import models_from_record
 
 pytestmark = pytest.mark.skipif(not (resolve_data_root(must_exist=False) / "weights" / "cifar10").is_dir(),
                                 reason="needs CIFAR-10 and its checkpoints in ../shared/data or $FCPTS_DATA_ROOT")
@@ -51,7 +46,7 @@ def test_quick_fcpts_improves_over_its_magnitude_start(test_set):
     x_eval, y_eval = test_set[0][:2000], test_set[1][:2000]
     x_train, _ = load_cifar(resolve_data_root(), "cifar10", "train")
     calib = CifarCalibration(x_train[calibration_indices(len(x_train), 256, 0)])
-    start, _ = get_method("erk")(dense("resnet20"), None, 0.9, Budget())
+    start, _ = get_method("erk")(dense("resnet20"), None, 0.9)
     start_top1 = classify(start, x_eval, y_eval)["top1"]
     model, report = fcpts.sparsify(dense("resnet20"), calib, 0.9, iterations=60, batch_size=64, progress=False)
     top1 = classify(model, x_eval, y_eval)["top1"]
@@ -64,7 +59,7 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     argv = ["--model", "resnet20", "--profile", "quick", "--methods", "erk", "fcpts", "--sparsity", "0.5", "0.8",
             "--results-dir", str(tmp_path), "--no-progress"]
     assert cifar.main(argv) == 0
-    files = sorted(tmp_path.rglob("*.json"))
+    files = sorted(f for f in tmp_path.rglob("*.json") if ".checkpoints" not in f.parts)
     assert len(files) == 4
     rec = json.loads((tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json").read_text())
     for key in ["task", "dataset", "model", "method", "target_sparsity", "achieved_sparsity", "metrics",

@@ -4,7 +4,8 @@ import pickle
 import numpy as np
 import pytest
 
-from tasks.data import DataNotFoundError, calibration_indices, load_cifar, resolve_data_root
+from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
+from tasks.cifar.data import load_cifar
 
 needs_data = pytest.mark.skipif(not (resolve_data_root(must_exist=False) / "cifar10").is_dir(),
                                 reason="needs CIFAR in ../shared/data or $FCPTS_DATA_ROOT")

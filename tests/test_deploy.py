@@ -10,11 +10,17 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from tasks import deploy
-from tasks.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
-from tasks.models import cifar_resnet
-from tasks.sparse_storage import (from_sparse_initializers, load_any, pack_bitmask, to_sparse_initializers,
-                                  unpack_bitmask, write_sparse_files)
+from tasks.deploy import runtimes as deploy
+from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
+from tasks.cifar.models import cifar_resnet
+from tasks.deploy.sparse_storage import (
+    from_sparse_initializers,
+    load_any,
+    pack_bitmask,
+    to_sparse_initializers,
+    unpack_bitmask,
+    write_sparse_files,
+)
 
 
 @torch.no_grad()
@@ -202,7 +208,8 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
     """A sparse checkpoint on real CIFAR-10 test images: ONNX top-1 equals PyTorch top-1, files shrink."""
-    from tasks.data import DataNotFoundError, load_cifar, resolve_data_root
+    from tasks.grid.data import DataNotFoundError, resolve_data_root
+    from tasks.cifar.data import load_cifar
 
     try:
         load_cifar(resolve_data_root(), "cifar10", "test")

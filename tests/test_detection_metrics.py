@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.detection_metrics import Detection, GroundTruth, voc07_ap, voc07_map
+from tasks.detection.metrics import Detection, GroundTruth, voc07_ap, voc07_map
 
 CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 

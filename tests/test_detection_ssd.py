@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fcpts.distill import kl_distill
-from tasks.ssd_models import (
+from fcpts.core.loop import kl_distill
+from tasks.detection.ssd import (
     DistillView,
     MultiboxLoss,
     SSDConfig,

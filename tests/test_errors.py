@@ -4,10 +4,11 @@ import torch
 from torch import nn
 
 import fcpts
-from fcpts.masks import NoPrunableLayersError
-from tasks import cifar
-from tasks.data import DataNotFoundError, load_cifar, resolve_data_root
-from tasks.models import cifar_resnet, load_checkpoint
+from fcpts.core.masks import NoPrunableLayersError
+from tasks.cifar import grid as cifar
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.cifar.data import load_cifar
+from tasks.cifar.models import cifar_resnet, load_checkpoint
 
 
 @pytest.mark.parametrize("target", [-0.1, 1.0, 1.5])

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import fcpts
-from tasks.data import DEFAULT_DATA_ROOT, DataNotFoundError
-from tasks.imagenet import main as imagenet_main
-from tasks.imagenet_data import ImageFiles, class_index, imagenet_dir, list_split
-from tasks.library_models import architecture, map_state_dict, preprocessing, pretrained
+from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
+from tasks.imagenet.grid import main as imagenet_main
+from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
+from tasks.imagenet.models import architecture, map_state_dict, preprocessing, pretrained
 
 SAMPLE = DEFAULT_DATA_ROOT / "imagenet"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="ImageNet sample not available")
@@ -117,7 +117,7 @@ def test_cli_errors_exit_2(tmp_path, capsys):
 
 
 def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile():
-    from tasks.imagenet import PROFILES, with_training_options
+    from tasks.imagenet.grid import PROFILES, with_training_options
 
     p = with_training_options(PROFILES["cpu"], ["lr=0.005", "reconstruction=kl"], ["fcpts", "pot-l2norm"])
     assert p.name == "cpu-lr0.005-reconstructionkl"
@@ -131,8 +131,8 @@ def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile(
 
 
 def test_cpu_profile_gives_every_training_method_the_same_lr():
-    from baselines.registry import training_methods
-    from tasks.imagenet import PROFILES
+    from fcpts.methods.registry import training_methods
+    from tasks.imagenet.grid import PROFILES
 
     assert {"fcpts", "fcpts-fixed", "probmask", "str"} <= set(training_methods())
     assert {PROFILES["cpu"].options_for(m)["lr"] for m in training_methods()} == {0.02}

@@ -4,9 +4,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines.layer_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
-from baselines.pot import POTConfig, layer_objective, pot
-from fcpts.masks import prunable_layers
+from fcpts.methods.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
+from fcpts.methods.pot import POTOptions, layer_objective, pot
+from fcpts.core.masks import prunable_layers
 
 class SamePadConv(nn.Conv2d):
     """Like timm's Conv2dSame: padding=0 on the module, asymmetric 'same' padding inside forward."""
@@ -63,24 +63,24 @@ def test_objectives_use_the_layers_own_forward():
     assert out.shape == layer(x).shape == (2, 4, 4, 4)  # its padding, not Conv2d's padding=0
     torch.testing.assert_close(out - layer.bias.view(1, -1, 1, 1), 2 * (layer(x) - layer.bias.view(1, -1, 1, 1)))
     big = torch.randn(2, 3, 32, 32)
-    assert isinstance(layer_objective(layer, big, POTConfig()), GramObjective)
+    assert isinstance(layer_objective(layer, big, POTOptions()), GramObjective)
     GramObjective(SamePadConv(3, 4, 3, stride=2, bias=False), big)  # timm's convs before BN have no bias
     standardized = StandardizedConv(3, 4, 3, padding=1)
     with pytest.raises(NotLinearInWeights):
         GramObjective(standardized, big)
-    assert isinstance(layer_objective(standardized, big, POTConfig()), ForwardObjective)
+    assert isinstance(layer_objective(standardized, big, POTOptions()), ForwardObjective)
 
 
 def test_objective_choice_by_cost_and_memory():
     wide = torch.randn(4, 8, 32, 32)
-    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTConfig()), GramObjective)
-    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTConfig(gram=False)), ForwardObjective)
+    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTOptions()), GramObjective)
+    assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, POTOptions(gram=False)), ForwardObjective)
     plan = gram_plan(nn.Conv2d(8, 16, 1), wide, len(wide), 100, 4)
     assert plan["bytes"] == 4 * 8 * 9 * 4 and plan["gram_s"] < plan["forward_s"]
-    tight = POTConfig(cache_bytes=plan["bytes"] - 1)
+    tight = POTOptions(cache_bytes=plan["bytes"] - 1)
     assert isinstance(layer_objective(nn.Conv2d(8, 16, 1), wide, tight), ForwardObjective)
     # a classifier on pooled features has one position: its forward is cheaper
-    assert isinstance(layer_objective(nn.Linear(64, 10), torch.randn(4, 64), POTConfig()), ForwardObjective)
+    assert isinstance(layer_objective(nn.Linear(64, 10), torch.randn(4, 64), POTOptions()), ForwardObjective)
     # the estimate ranks what was measured on the reference CPU (100 iterations of 64, ~1,000 images):
     # EfficientNet-Lite0's 16->96 1x1 conv at 112x112, forward 203 s vs Gram 0.7 s; a CIFAR ResNet 3x3
     # 64->64 conv at 8x8, forward 0.8 s vs Gram 10.3 s
@@ -96,8 +96,8 @@ def test_pot_with_and_without_gram_statistics_agree():
                         nn.Linear(24, 5)).eval()
     x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
-    fast, report = pot(net, x, 0.6, POTConfig(**cfg))
-    slow, _ = pot(net, x, 0.6, POTConfig(gram=False, **cfg))
+    fast, report = pot(net, x, 0.6, POTOptions(**cfg))
+    slow, _ = pot(net, x, 0.6, POTOptions(gram=False, **cfg))
     assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "forward"]
     for (name, a), b in zip(prunable_layers(fast).items(), prunable_layers(slow).values()):
         assert torch.equal(a.weight != 0, b.weight != 0), name

@@ -1,8 +1,8 @@
 """Tables are built from records alone, with the paper's numbers beside them."""
 import json
 
-from tasks.paper import read_reference, write_tables
-from tasks.records import preferred_records
+from tasks.reporting.paper import read_reference, write_tables
+from tasks.grid.records import preferred_records
 
 
 def test_reference_data_is_the_papers_table1():
@@ -39,7 +39,7 @@ def test_tables_from_records(tmp_path):
 
 
 def test_figure4_panels_from_records_and_without(tmp_path):
-    from tasks.figures import _stage_ticks, allocation_panels, figure4
+    from tasks.reporting.figures import _stage_ticks, allocation_panels, figure4
 
     layers = [{"name": n, "sparsity": s} for n, s in (("conv1", 0.0), ("layer1.0.conv1", 0.8), ("linear", 0.95))]
     rec = {"task": "cifar", "dataset": "cifar100", "model": "resnet32", "method": "fcpts", "target_sparsity": 0.9,
@@ -49,7 +49,7 @@ def test_figure4_panels_from_records_and_without(tmp_path):
     other_target = dict(rec, target_sparsity=0.7)
     panels = allocation_panels([fast, rec, pot, other_target], "cifar", "cifar100")
     assert list(panels) == ["resnet32", "resnet56"] and panels["resnet56"] == []
-    assert panels["resnet32"] == [rec, pot]  # preferred profile per method, METHOD_STYLE order, 90% only
+    assert panels["resnet32"] == [rec, pot]  # preferred profile per method, legend order, 90% only
     lite = dict(rec, task="imagenet", dataset="imagenet-val1300", model="efficientnet_lite0", substitute=True)
     assert allocation_panels([lite], "imagenet", "imagenet-val1300") == {"efficientnet_lite0": [lite]}
     assert list(allocation_panels([], "imagenet", "imagenet")) == ["resnet18", "resnet50"]
@@ -65,8 +65,8 @@ def test_figure4_panels_from_records_and_without(tmp_path):
 
 
 def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
-    from tasks.paper import read_reference
-    from tasks.tables_imagenet import table2, table3
+    from tasks.reporting.paper import read_reference
+    from tasks.reporting.tables_imagenet import table2, table3
 
     ref = read_reference()
     assert {(r["model"], r["method"], r["sparsity"], r["top1"]) for r in ref if r["table"] == "table2"} >= {
@@ -90,7 +90,7 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
 
 
 def test_figures_1_and_3_from_records(tmp_path):
-    from tasks.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
+    from tasks.reporting.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
 
     def rec(method, sp, top1, profile="paper-cpu", model="resnet32"):
         return {"task": "cifar", "dataset": "cifar10", "model": model, "method": method, "target_sparsity": sp,

@@ -5,10 +5,10 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.pot import POTConfig, collect_inputs, correct_weight, pot, pot_masks
-from fcpts.bn_fold import fold_batchnorm
-from fcpts.masks import prunable_layers, sparsity_summary
-from tasks.models import cifar_resnet
+from fcpts.methods.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
+from fcpts.core.bn import fold_batchnorm
+from fcpts.core.masks import prunable_layers, sparsity_summary
+from tasks.cifar.models import cifar_resnet
 
 
 def small_cnn():
@@ -69,7 +69,7 @@ def test_weight_correction_restores_each_channels_std():
 def test_pot_hits_target_and_never_revives_a_pruned_weight(how):
     model = small_cnn()
     x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    sparse, report = pot(model, x, 0.6, POTConfig(allocation=how, iterations=30, batch_size=16, progress=False))
+    sparse, report = pot(model, x, 0.6, POTOptions(allocation=how, iterations=30, batch_size=16, progress=False))
     achieved, per_layer = sparsity_summary(sparse)
     n = sum(r["numel"] for r in per_layer)
     assert round(achieved * n) == round(0.6 * n)
@@ -84,7 +84,7 @@ def test_pot_erk_stays_exact_with_weights_that_are_already_zero():
     w = model[3].weight.data  # ERK gives this conv 71% at a 60% target; make 75% of it zero already
     w[w.abs() <= w.abs().flatten().kthvalue(round(0.75 * w.numel())).values] = 0.0
     x = torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    sparse, report = pot(model, x, 0.6, POTConfig(allocation="erk", iterations=5, batch_size=16, progress=False))
+    sparse, report = pot(model, x, 0.6, POTOptions(allocation="erk", iterations=5, batch_size=16, progress=False))
     assert next(r for r in report.per_layer if r["name"] == "3")["sparsity"] == round(0.75 * w.numel()) / w.numel()
     achieved, per_layer = sparsity_summary(sparse)
     n = sum(r["numel"] for r in per_layer)
@@ -97,11 +97,11 @@ def test_reconstruction_keeps_the_mask_and_lowers_the_loss():
     ref = copy.deepcopy(model)
     fold_batchnorm(ref)
     masks = pot_masks(prunable_layers(ref), 0.7, "l2norm")
-    sparse, report = pot(model, x, 0.7, POTConfig(iterations=200, batch_size=16, progress=False,
+    sparse, report = pot(model, x, 0.7, POTOptions(iterations=200, batch_size=16, progress=False,
                                                   lr_weight=1e-3, lr_bias=1e-3))
     for name, layer in prunable_layers(sparse).items():
         assert torch.equal(layer.weight != 0, masks[name]), name
-    short, _ = pot(small_cnn(), x, 0.7, POTConfig(iterations=1, batch_size=16, progress=False,
+    short, _ = pot(small_cnn(), x, 0.7, POTOptions(iterations=1, batch_size=16, progress=False,
                                                   lr_weight=1e-3, lr_bias=1e-3))
     inp = collect_inputs(ref, ["3"], x)["3"]
     err_long = (sparse[3](inp) - ref[3](inp)).pow(2).mean()
@@ -114,7 +114,7 @@ def test_bias_correction_zeroes_the_mean_output_shift():
     x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(2))
     dense = copy.deepcopy(model)
     fold_batchnorm(dense)
-    sparse, _ = pot(model, x, 0.8, POTConfig(iterations=0, progress=False))
+    sparse, _ = pot(model, x, 0.8, POTOptions(iterations=0, progress=False))
     inp = collect_inputs(dense, ["3"], x)["3"]
     shift = (dense[3](inp) - sparse[3](inp)).mean(dim=(0, 2, 3))
     assert shift.abs().max() < 1e-4
@@ -123,10 +123,10 @@ def test_bias_correction_zeroes_the_mean_output_shift():
 def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(3))
     cfg = dict(iterations=20, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
-    ref, _ = pot(small_cnn(), x, 0.6, POTConfig(**cfg))
+    ref, _ = pot(small_cnn(), x, 0.6, POTOptions(**cfg))
     ckpt = tmp_path / "pot.pt"
     calls = {"n": 0}
-    import baselines.pot as pot_module
+    import fcpts.methods.pot as pot_module
     original = pot_module.reconstruct_layer
 
     def interrupted(*args, **kwargs):
@@ -137,9 +137,9 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pot_module, "reconstruct_layer", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        pot(small_cnn(), x, 0.6, POTConfig(checkpoint=str(ckpt), **cfg))
+        pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
     monkeypatch.setattr(pot_module, "reconstruct_layer", original)
-    resumed, report = pot(small_cnn(), x, 0.6, POTConfig(checkpoint=str(ckpt), **cfg))
+    resumed, report = pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
     assert report.extra["resumed_layers"] == 1
     assert all(r["wall_s"] >= 0 for r in report.per_layer)  # the resumed layer keeps its time from the log
     assert report.extra["input_collection_s"] >= 0

@@ -2,7 +2,7 @@
 reference records (real CIFAR-10 images, the real ResNet-20 checkpoint)."""
 import json
 
-from tasks.records import read_record
+from tasks.grid.records import read_record
 from tasks.regression import REFERENCE_DIR, compare, run_subset, subset_paths
 
 

@@ -3,7 +3,8 @@
 import torch
 from torch import nn
 
-from tasks.runner import Grid, Profile, run_grid
+from tasks.grid.runner import Grid, run_grid
+from tasks.grid.profiles import Profile
 
 
 def _grid(tmp_path, calls: list, weights: str) -> Grid:

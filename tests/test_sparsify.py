@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 import fcpts
-from fcpts.masks import sparsity_summary
+from fcpts.core.masks import sparsity_summary
 
 
 def tiny_net():
@@ -139,7 +139,7 @@ def test_input_model_is_modified_in_place_but_teacher_is_a_copy():
 
 
 def test_eval_mode_teacher_is_folded_and_gives_the_same_outputs():
-    from fcpts.distill import frozen_teacher
+    from fcpts.core.loop import frozen_teacher
 
     model = tiny_net().eval()
     model[1].running_mean.uniform_(-0.5, 0.5)

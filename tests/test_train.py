@@ -4,8 +4,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.models import cifar_resnet, load_checkpoint
-from tasks.train import augment_batch, lr_factor, main, parse_args, train
+from tasks.cifar.models import cifar_resnet, load_checkpoint
+from tasks.cifar.train import augment_batch, lr_factor, main, parse_args, train
 
 TINY = ["--dataset", "cifar100", "--model", "resnet20", "--train-limit", "256", "--eval-limit", "200",
         "--batch-size", "64", "--eval-every", "1", "--no-progress"]
@@ -57,20 +57,20 @@ def _run_until_step(args, steps):
     class Stop(Exception):
         pass
 
-    real_save = t.save_atomic
+    real_save = t.save_torch_atomic
 
     def save_then_stop(obj, path):
         real_save(obj, path)
         if obj.get("step") == steps:
             raise Stop
 
-    t.save_atomic = save_then_stop
+    t.save_torch_atomic = save_then_stop
     try:
         train(args)
     except Stop:
         pass
     finally:
-        t.save_atomic = real_save
+        t.save_torch_atomic = real_save
     (ckpt,) = list(Path(args.checkpoint_dir).rglob("*.pt"))
     return torch.load(ckpt, weights_only=False)
 

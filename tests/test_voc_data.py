@@ -3,15 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.data import DataNotFoundError, load_cifar, resolve_data_root
-from tasks.voc_data import (
-    DetectionImages,
-    VOCDetection,
-    preprocess,
-    read_rgb,
-    voc2007_dir,
-    write_jpeg,
-)
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.cifar.data import load_cifar
+from tasks.detection.data import DetectionImages, VOCDetection, preprocess, read_rgb, voc2007_dir, write_jpeg
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).
 VOC2007_000001 = """<annotation>
@@ -123,7 +117,7 @@ def _cifar_test_sources():
     try:
         root = resolve_data_root(None)
         objects, labels = load_cifar(root, "cifar10", "test")
-        from tasks.make_detection_set import _scenes
+        from tasks.detection.make_set import _scenes
 
         return objects[:200], labels[:200], _scenes(root, "test")
     except DataNotFoundError as e:
@@ -131,7 +125,7 @@ def _cifar_test_sources():
 
 
 def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
-    from tasks import make_detection_set as mds
+    from tasks.detection import make_set as mds
 
     objects, labels, scenes = _cifar_test_sources()
     assert len(scenes) == 600  # 6 CIFAR-100 scene classes x 100 test images

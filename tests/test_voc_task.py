@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from tasks import make_detection_set as mds
-from tasks import train_ssd, voc
-from tasks.ssd_models import SSDConfig, create_ssd
-from tasks.voc_data import SUBSTITUTE_MANIFEST, VOCDetection
+from tasks.detection import make_set as mds
+from tasks.detection import train as train_ssd
+from tasks.detection import grid as voc
+from tasks.detection.ssd import SSDConfig, create_ssd
+from tasks.detection.data import SUBSTITUTE_MANIFEST, VOCDetection
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +65,12 @@ def test_batches_depend_on_seed_and_step_only(tiny_set):
 
 
 def test_pot_folds_bn_through_the_distill_view():
-    from baselines.pot import POTConfig, pot
-    from tasks.ssd_models import DistillView
+    from fcpts.methods.pot import POTOptions, pot
+    from tasks.detection.ssd import DistillView
 
     torch.manual_seed(0)
     model = DistillView(create_ssd("mb2-ssd-lite", 11))
-    sparse, report = pot(model, torch.randn(4, 3, 64, 64), 0.9, POTConfig(allocation="erk", iterations=1, progress=False))
+    sparse, report = pot(model, torch.randn(4, 3, 64, 64), 0.9, POTOptions(allocation="erk", iterations=1, progress=False))
     assert len(report.extra["folded_bn"]) > 60  # every conv -> BN pair, heads included
     assert report.achieved_sparsity == pytest.approx(0.9, abs=1e-6)
     assert sparse(torch.randn(1, 3, 64, 64)).shape == (1, len(SSDConfig.for_model(model.ssd, 64).priors()) * 11)
@@ -125,8 +126,8 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
 
 
 def test_table4_keeps_substitute_rows_apart():
-    from tasks.paper import read_reference
-    from tasks.tables_voc import table4
+    from tasks.reporting.paper import read_reference
+    from tasks.reporting.tables_voc import table4
 
     def rec(dataset, model, method, m, substitute):
         return {"task": "voc", "dataset": dataset, "model": model, "method": method, "target_sparsity": 0.9,

@@ -1,0 +1,86 @@
+"""BatchNorm and sparsity: fold BN into the convolution that feeds it, re-estimate BN statistics.
+
+Folding (eval-mode statistics, in place):
+
+Pairs are found with torch.fx: a BatchNorm2d whose input is the output of a Conv2d used nowhere else.
+Subclasses count (timm's Conv2dSame, BatchNormAct2d): they are traced as leaves, so shape-dependent
+padding code does not break tracing. The conv gains a bias; the BN module is replaced by nn.Identity, or
+by its own dropout + activation when it carries them (timm's BatchNormAct2d). Module names stay
+unchanged, so per-layer reports of a folded model line up with the original's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+from torch import nn
+
+from .calibration import Calibration
+
+
+class _ConvBnLeafTracer(torch.fx.Tracer):
+    """Keeps every Conv2d / BatchNorm2d subclass (library layers too) as one call_module node."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, (nn.Conv2d, nn.BatchNorm2d)) or super().is_leaf_module(m, qualname)
+
+
+def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
+    """(conv name, bn name) for every foldable Conv2d -> BatchNorm2d edge."""
+    try:
+        graph = _ConvBnLeafTracer().trace(model)
+    except Exception as e:  # tracing fails on data-dependent control flow
+        raise ValueError(
+            f"cannot fold BatchNorm in {type(model).__name__}: torch.fx could not trace it ({e}); "
+            "fold it yourself or use a traceable model"
+        ) from e
+    modules = dict(model.named_modules())
+    pairs = []
+    for node in graph.nodes:
+        if node.op != "call_module" or not isinstance(modules.get(node.target), nn.BatchNorm2d):
+            continue
+        src = node.args[0]
+        if (isinstance(src, torch.fx.Node) and src.op == "call_module"
+                and isinstance(modules.get(src.target), nn.Conv2d) and len(src.users) == 1):
+            pairs.append((src.target, node.target))
+    return pairs
+
+
+@torch.no_grad()
+def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    conv.weight.mul_(scale.view(-1, 1, 1, 1))
+    bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+    new_bias = bn.bias + (bias - bn.running_mean) * scale
+    conv.bias = nn.Parameter(new_bias.detach().clone())
+
+
+def fold_batchnorm(model: nn.Module) -> list[tuple[str, str]]:
+    """Fold every Conv2d -> BatchNorm2d pair of `model` in place; returns the pairs folded."""
+    pairs = conv_bn_pairs(model)
+    modules = dict(model.named_modules())
+    for conv_name, bn_name in pairs:
+        fold_conv_bn(modules[conv_name], modules[bn_name])
+        parent_name, _, attr = bn_name.rpartition(".")
+        bn = modules[bn_name]
+        tail = [m for m in (getattr(bn, "drop", None), getattr(bn, "act", None)) if isinstance(m, nn.Module)]
+        replacement = nn.Sequential(*tail) if tail else nn.Identity()
+        setattr(modules[parent_name] if parent_name else model, attr, replacement)
+    return pairs
+
+
+@torch.no_grad()
+def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, batch_size: int = 256) -> None:
+    """Replace BN running statistics by exact averages over the calibration set (final sparse weights)."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative moving average
+    model.train()
+    for i in range(0, len(calib), batch_size):
+        idx = list(range(i, min(i + batch_size, len(calib))))
+        model(calib.take(idx, seed=calib.seed + i).to(device))
+    for m, mom in zip(bns, saved):
+        m.momentum = mom

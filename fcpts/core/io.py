@@ -1,0 +1,67 @@
+"""Files that are never half written: the one atomic writer of the suite, and content hashes.
+
+A write goes to a unique temporary file in the target's folder, is flushed to disk, then renamed over the
+target. An interrupted run leaves either the old file or the new one, and two processes writing the same
+path never share a temporary name.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call `write(f)` on a fresh temporary file, fsync it, and rename it to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    """JSON with one-space indent and a final newline (the suite's record format)."""
+    return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def save_torch_atomic(obj: Any, path: str | Path) -> Path:
+    return atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tensors_sha256(state: Mapping[str, torch.Tensor]) -> str:
+    """Hash of a state dict's names, dtypes, shapes and bytes: the identity of a model's weights."""
+    digest = hashlib.sha256()
+    for name, t in state.items():
+        t = t.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        if t.numel():
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

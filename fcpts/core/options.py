@@ -1,0 +1,92 @@
+"""Option bases shared by every method: layer choice, seed, progress, checkpoint; and the training budget.
+
+Each method's options are one dataclass derived from `MethodOptions` (one-shot methods) or `TrainingOptions`
+(methods that run the shared distillation loop). Unknown keyword options are an error naming the known ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from torch import nn
+
+from .masks import prunable_layers
+
+T = TypeVar("T", bound="MethodOptions")
+FilterFn = Callable[[nn.Module, str], bool]
+
+
+@dataclass
+class MethodOptions:
+    exclude: list[str] = field(default_factory=list)  # layer names kept dense
+    filter_fn: FilterFn | None = None  # filter_fn(module, name) -> prune this Conv2d/Linear? (torchao's convention)
+    seed: int = 0
+    device: str | None = None  # None: the model's device
+    progress: bool = True
+    checkpoint: str | None = None  # path: resume from it and save to it
+    checkpoint_every_s: float = 180.0
+    checkpoint_every_steps: int | None = 100  # also save every this many steps (None: by time only)
+
+    def layers(self, model: nn.Module) -> dict[str, nn.Module]:
+        """The layers this run prunes, by qualified name."""
+        return prunable_layers(model, self.exclude, self.filter_fn)
+
+    def validate(self) -> None:
+        """Raise a clear error for a value the method cannot use (before any work)."""
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_kwargs(cls: type[T], **kwargs: Any) -> T:
+        unknown = sorted(set(kwargs) - cls.field_names())
+        if unknown:
+            raise TypeError(f"unknown {cls.__name__} options {unknown}; known options: {sorted(cls.field_names())}")
+        options = cls(**kwargs)
+        options.validate()
+        return options
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: a filter function is recorded by its qualified name."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if callable(value):
+                value = getattr(value, "__qualname__", repr(value))
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        return out
+
+
+@dataclass
+class TrainingOptions(MethodOptions):
+    """The budget and optimiser every distillation-loop method shares (FCPTS's released defaults)."""
+
+    iterations: int = 1600
+    batch_size: int = 64
+    lr: float | None = None  # None: default_lr(batch_size)
+    momentum: float = 0.9
+    weight_decay: float = 3e-4
+    warmup_iterations: int | None = None  # None: one epoch over the calibration set
+    temperature: float = 4.0  # KL temperature
+    teacher_mode: str = "train"
+
+    def resolved_lr(self, batch_size: int) -> float:
+        return self.lr if self.lr is not None else default_lr(batch_size)
+
+    def validate(self) -> None:
+        if self.iterations < 0 or self.batch_size < 1:
+            raise ValueError(f"iterations must be >= 0 and batch_size >= 1, got {self.iterations}, {self.batch_size}")
+        check_choice(self, "teacher_mode", ("train", "eval"))
+
+
+def check_choice(options: MethodOptions, name: str, allowed: tuple[str, ...]) -> None:
+    if getattr(options, name) not in allowed:
+        raise ValueError(f"option {name}={getattr(options, name)!r} is not one of {allowed}")
+
+
+def default_lr(batch_size: int) -> float:
+    """The released code's SGD learning rate: 0.04 x batch / 256."""
+    return 0.04 * batch_size / 256

@@ -1,0 +1,155 @@
+"""ProbMask (Zhou et al. 2021) under the post-training budget.
+
+Every prunable weight gets a keep-probability s in [0, 1] (init 1). Training mask: the binary-concrete
+relaxation m = sigmoid((logit(s) + logit(u)) * T), u ~ U(0, 1), with the inverse temperature T annealed
+exponentially from 1 to 33. After every step the scores are projected onto the global budget
+sum(clamp(s - v, 0, 1)) = kept(t) * N by bisection on v, where the kept fraction follows a cubic schedule
+from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores train with Adam (6e-3),
+weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
+
+Deterministic export (documented choice): keep exactly the round((1 - target) * N) highest scores over
+all layers, equal scores ordered by |W| and weights that are already zero pruned first; the random
+Bernoulli(s) evaluation mask of the paper is not used, so the exported model has exactly the target
+sparsity and is reproducible.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from fcpts.core.allocation import global_keep_masks
+from fcpts.core.calibration import Calibration
+from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
+from fcpts.core.options import TrainingOptions
+from fcpts.core.report import SparsityReport
+
+from .registry import Method, register
+
+
+@dataclass
+class ProbMaskOptions(TrainingOptions):
+    score_lr: float = 6e-3  # Adam on scores; weights use the shared SGD settings
+    t_start: float = 1.0
+    t_end: float = 33.0
+    schedule_fraction: float = 0.75  # kept fraction reaches 1 - target after this share of steps
+
+
+class ProbMaskParam(nn.Module):
+    """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval."""
+
+    def __init__(self, shape: torch.Size):
+        super().__init__()
+        self.scores = nn.Parameter(torch.ones(shape))
+        self.inv_temperature = 1.0
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return weight * (self.scores > 0.5).to(weight.dtype)
+        eps = 1e-6
+        s = self.scores.clamp(eps, 1 - eps)
+        u = torch.rand_like(s).clamp(eps, 1 - eps)
+        logits = torch.log(s) - torch.log1p(-s) + torch.log(u) - torch.log1p(-u)
+        return weight * torch.sigmoid(logits * self.inv_temperature)
+
+
+def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: float) -> float:
+    """Cubic schedule: 1 at step 0, 1 - target from schedule_fraction * iterations on."""
+    span = max(1, round(schedule_fraction * iterations))
+    progress = min(1.0, (step + 1) / span)
+    return (1 - target) + target * (1 - progress) ** 3
+
+
+@torch.no_grad()
+def project_scores(scores: list[torch.Tensor], kept: float) -> float:
+    """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N."""
+    flat = torch.cat([s.flatten() for s in scores]).double()
+    budget = kept * flat.numel()
+    if flat.clamp(0, 1).sum() <= budget:
+        v = 0.0
+    else:
+        lo, hi = float(flat.min()) - 1.0, float(flat.max())
+        for _ in range(100):
+            v = 0.5 * (lo + hi)
+            if (flat - v).clamp(0, 1).sum() > budget:
+                lo = v
+            else:
+                hi = v
+        v = hi
+    for s in scores:
+        s.sub_(v).clamp_(0, 1)
+    return v
+
+
+@torch.no_grad()
+def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], target: float) -> dict:
+    """Keep the round((1 - target) * N) highest scores; equal scores by |W|. A weight that is already zero
+    spends no budget when pruned and wastes it when kept (a pretrained model can hold exact zeros in dead
+    filters, which get no gradient: EfficientNet-Lite0's TF port has 0.13%), so it goes first."""
+    magnitudes = {n: w.detach().abs() for n, w in weights.items()}
+    ranked = {n: torch.where(magnitudes[n] == 0, torch.full_like(s, -1.0), s) for n, s in scores.items()}
+    return global_keep_masks(ranked, target, tiebreak=magnitudes)
+
+
+def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMaskOptions) -> tuple[nn.Module, SparsityReport]:
+    """ProbMask under the post-training budget, exported deterministically at exactly the target."""
+    target = check_target(target)
+    cfg.validate()
+    device = next(model.parameters()).device
+    layers = cfg.layers(model)
+    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    identity = run_identity(target, cfg, calib, model)
+    teacher = frozen_teacher(model, cfg.teacher_mode)
+    params = {}
+    for name, module in layers.items():
+        params[name] = ProbMaskParam(module.weight.shape).to(device)
+        parametrize.register_parametrization(module, "weight", params[name])
+    scores = [p.scores for p in params.values()]
+    ids = {id(s) for s in scores}
+    lr = cfg.resolved_lr(calib.batch_size)
+    sgd = torch.optim.SGD([p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    adam = torch.optim.Adam(scores, lr=cfg.score_lr)
+    factor = warmup_cosine(cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch,
+                           cfg.iterations)
+    scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
+    torch.manual_seed(cfg.seed)  # the relaxed masks' noise
+
+    def before(step: int) -> None:
+        inv_t = cfg.t_start * (cfg.t_end / cfg.t_start) ** (step / max(1, cfg.iterations - 1))
+        for p in params.values():
+            p.inv_temperature = inv_t
+
+    def after(step: int) -> None:
+        project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
+
+    def loss_fn(y_s, y_t, _step):
+        rec = kl_distill(y_s, y_t, cfg.temperature)
+        return rec, {"rec": rec.item()}
+
+    loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=[sgd, adam],
+                      scheduler=scheds, loss_fn=loss_fn, device=device,
+                      checkpoint=run_checkpoint(cfg, identity, f"probmask {target:.2%}"), before_step=before,
+                      after_step=after, progress=cfg.progress, desc=f"probmask {target:.2f}")
+    final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
+    for module in layers.values():
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
+    model.eval()
+    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    n_scores = sum(s.numel() for s in final_scores.values())
+    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
+    # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
+    undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
+    return model, SparsityReport(
+        method="probmask", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
+        history=loop.history, wall_s=loop.wall_s, seed=cfg.seed, calibration_indices=calib.indices,
+        options=cfg.to_dict(), extra={"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided},
+    )
+
+
+register(Method("probmask", "ProbMask", probmask_sparsify, ProbMaskOptions, trains=True, style=("tab:purple", "v"),
+                summary="ProbMask with global projection and a deterministic exact export"))

@@ -1,0 +1,154 @@
+"""STR: Soft Threshold Reparameterization (Kusupati et al. 2020) under the post-training budget.
+
+Each prunable weight becomes W_s = sign(W) * relu(|W| - sigmoid(s_l)), one learnable scalar s_l per
+layer (kept weights are shrunk by the threshold, unlike FCPTS). Sparsity is driven only indirectly:
+weight decay on s pulls it from a very negative start (nearly dense) towards 0, raising thresholds. STR
+cannot aim at a target, so we search the decay on s by bisection in log space over `search_runs` full
+trials (each with the same distillation budget as FCPTS: same calibration data, iterations, optimiser,
+KL on outputs) and keep the trial whose sparsity is closest to the target. The report states the
+sparsity reached and every trial; there is no exact-target step, so a miss stays a miss.
+
+A trial never looks at the target (its batches depend only on the step), and the bisection starts at the
+same decay for every target, so runs at several targets share their first trials: with a checkpoint
+path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
+target (marked `reused` in the report; wall_s still counts their compute).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
+
+from fcpts.core.calibration import Calibration
+from fcpts.core.checkpoint import Checkpoint
+from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.masks import check_target, sparsity_summary
+from fcpts.core.options import TrainingOptions
+from fcpts.core.report import SparsityReport
+
+from .registry import Method, register
+
+
+@dataclass
+class STROptions(TrainingOptions):
+    s_init: float = -10.0  # sigmoid(-10) = 4.5e-5: starts (almost) dense
+    decay_range: tuple[float, float] = (1e-3, 10.0)  # searched weight decay on s
+    search_runs: int = 5
+    tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
+
+
+class SoftThreshold(nn.Module):
+    """Parametrization W -> sign(W) * relu(|W| - sigmoid(s))."""
+
+    def __init__(self, s_init: float):
+        super().__init__()
+        self.score = nn.Parameter(torch.tensor(float(s_init)))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return torch.sign(weight) * F.relu(weight.abs() - torch.sigmoid(self.score))
+
+
+def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, device, identity: dict,
+           ckpt: str | None):
+    model = copy.deepcopy(dense)
+    teacher = frozen_teacher(dense, cfg.teacher_mode)
+    layers = cfg.layers(model)
+    scores = []
+    for module in layers.values():
+        p = SoftThreshold(cfg.s_init).to(device)
+        parametrize.register_parametrization(module, "weight", p)
+        scores.append(p.score)
+    ids = {id(s) for s in scores}
+    lr = cfg.resolved_lr(calib.batch_size)
+    opt = torch.optim.SGD([{"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": cfg.weight_decay},
+                           {"params": scores, "weight_decay": decay}], lr=lr, momentum=cfg.momentum)
+    warmup = cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, cfg.iterations))
+
+    def loss_fn(y_s, y_t, _step):
+        rec = kl_distill(y_s, y_t, cfg.temperature)
+        return rec, {"rec": rec.item()}
+
+    loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=opt,
+                      scheduler=sched, loss_fn=loss_fn, device=device,
+                      checkpoint=run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt),
+                      progress=cfg.progress, desc=f"str decay={decay:.3g}")
+    for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+    model.eval()
+    sparsity, _ = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    return model, sparsity, loop
+
+
+def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
+    """Where the finished trial at `decay` is kept, shared by runs at other targets (a trial never looks
+    at the target or the search settings, so they are not part of its identity)."""
+    trial_identity = {**identity, "target": None, "decay": decay,
+                      "options": {k: v for k, v in identity["options"].items()
+                                  if k not in ("search_runs", "tolerance", "decay_range")}}
+    folder = Path(cfg.checkpoint).parent / "str-trials" if cfg.checkpoint else None
+    cache = Checkpoint(None, trial_identity, label=f"str trial decay={decay:.3g}")
+    cache.path = folder / f"{cache.key}.pt" if folder else None
+    return cache
+
+
+def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) -> tuple[nn.Module, SparsityReport]:
+    """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
+    target = check_target(target)
+    cfg.validate()
+    device = next(model.parameters()).device
+    cfg.layers(model)  # clear error before any work
+    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    dense = copy.deepcopy(model)
+    identity = run_identity(target, cfg, calib, dense)
+    search = run_checkpoint(cfg, identity, f"str {target:.2%} search",
+                            cfg.checkpoint + ".trials.pt" if cfg.checkpoint else None)
+    state = search.load() or {"trials": [], "best": None}
+    lo, hi = (math.log10(v) for v in cfg.decay_range)
+    for t in state["trials"]:  # replay the search decisions of finished trials
+        lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
+    while len(state["trials"]) < cfg.search_runs:
+        if state["trials"] and min(abs(t["sparsity"] - target) for t in state["trials"]) < cfg.tolerance:
+            break
+        decay = 10 ** ((lo + hi) / 2)
+        k = len(state["trials"])
+        trial_ckpt = f"{cfg.checkpoint}.trial{k}" if cfg.checkpoint else None
+        cache = _trial_cache(cfg, identity, decay)
+        done = cache.load()
+        if done is not None:
+            row, trial_state, history = {**done["row"], "reused": True}, done["state"], done["history"]
+        else:
+            trial_model, sparsity, loop = _trial(dense, calib, decay, cfg, device, identity, trial_ckpt)
+            row = {"decay": decay, "sparsity": sparsity, "wall_s": loop.wall_s, "final_rec": loop.history[-1]["rec"]}
+            trial_state, history = trial_model.state_dict(), loop.history
+            cache.save({"row": row, "state": trial_state, "history": history}, progress="a finished trial")
+        sparsity = row["sparsity"]
+        if state["best"] is None or abs(sparsity - target) < abs(state["best"]["row"]["sparsity"] - target):
+            state["best"] = {"row": row, "state": trial_state, "history": history}
+        state["trials"].append(row)
+        search.save(state, progress=f"trial {len(state['trials'])} of at most {cfg.search_runs}")
+        if trial_ckpt:
+            Path(trial_ckpt).unlink(missing_ok=True)
+        lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
+    model.load_state_dict(state["best"]["state"])
+    model.eval()
+    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    best = state["best"]["row"]
+    return model, SparsityReport(
+        method="str", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
+        history=state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]), seed=cfg.seed,
+        calibration_indices=calib.indices, options=cfg.to_dict(),
+        extra={"trials": state["trials"], "chosen_decay": best["decay"],
+               "converged_to_target": abs(achieved - target) < cfg.tolerance,
+               "reused_trials": sum(bool(t.get("reused")) for t in state["trials"])},
+    )
+
+
+register(Method("str", "STR", str_sparsify, STROptions, trains=True, style=("tab:brown", "D"),
+                summary="STR with a bisection search of its threshold decay; records the sparsity it reached"))

@@ -1,0 +1,78 @@
+"""Learnable per-layer thresholds as weight parametrizations (torchao style).
+
+Each prunable layer's weight becomes `W * M(|W|, t)` with `t = sigmoid(s)` on raw |W| (released code),
+`s` a learnable scalar. Removing the parametrization leaves the plain layer with its original weight.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from fcpts.core.masks import threshold_mask
+
+MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
+
+
+class ThresholdSparsity(nn.Module):
+    """Parametrization W -> W * M(|W|, sigmoid(score))."""
+
+    def __init__(self, score: float, threshold_grad: bool):
+        super().__init__()
+        self.score = nn.Parameter(torch.tensor(float(score)))
+        self.threshold_grad = threshold_grad
+
+    def threshold(self) -> torch.Tensor:
+        return torch.sigmoid(self.score)
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        t = self.threshold()
+        if not self.threshold_grad:
+            t = t.detach()
+        return weight * threshold_mask(weight, t)
+
+
+def initial_score(weight: torch.Tensor, rate: float) -> float:
+    """Score whose threshold prunes exactly floor(rate * n) weights of this layer.
+
+    The threshold sits midway between the k-th and (k+1)-th smallest |W|, so neither is a tie.
+    """
+    mags = weight.detach().abs().flatten().double()
+    k = math.floor(rate * mags.numel() + 1e-9)
+    if k <= 0:
+        return MIN_SCORE
+    lower = torch.kthvalue(mags, k).values.item()
+    upper = torch.kthvalue(mags, k + 1).values.item() if k < mags.numel() else lower * 2 + 1e-12
+    t = 0.5 * (lower + upper)
+    t = min(max(t, 1e-13), 1 - 1e-7)
+    return max(MIN_SCORE, math.log(t) - math.log1p(-t))
+
+
+def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
+    """Parametrize each layer's weight; returns the parametrization of each layer by name."""
+    params = {}
+    for name, module in layers.items():
+        p = ThresholdSparsity(initial_score(module.weight, rates[name]), threshold_grad)
+        parametrize.register_parametrization(module, "weight", p.to(module.weight.device))
+        params[name] = p
+    return params
+
+
+@torch.no_grad()
+def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module], rates: dict[str, float]) -> None:
+    """Re-set each threshold so its layer prunes exactly floor(rate * n) weights (fixed allocation)."""
+    for name, p in params.items():
+        p.score.fill_(initial_score(original_weight(layers[name]), rates[name]))
+
+
+def original_weight(module: nn.Module) -> torch.Tensor:
+    """The unmasked weight of a parametrized layer."""
+    return module.parametrizations.weight.original
+
+
+def detach_all(layers: dict[str, nn.Module]) -> None:
+    """Remove the parametrizations, restoring plain layers with their (unmasked) learned weights."""
+    for module in layers.values():
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)

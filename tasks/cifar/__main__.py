@@ -1,0 +1,5 @@
+import sys
+
+from tasks.cifar.grid import main
+
+sys.exit(main())

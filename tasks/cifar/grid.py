@@ -1,0 +1,123 @@
+"""CIFAR-10/100 classification: dense evaluation, then each method x sparsity, one record per run.
+
+    python -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.7 0.8 0.9
+
+Calibration images come from the training split (a seeded subset, labels unused); accuracy is measured
+on the test split. Profiles: `paper` (METHOD.md's protocol: 1,024 images, 1,600 iterations of batch 64),
+`fast` (the same data, fewer iterations: minutes on a CPU), `quick` (tiny, for tests).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
+from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.grid import cli
+from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.evaluate import classify
+from tasks.grid.paths import RUNS_DIR
+from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.rerun import register_task
+from tasks.grid.runner import Grid, format_table, indices_hash, run_grid
+
+PROFILES = {
+    "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
+                     note="METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
+                          "(capped at the split), up to 20,000 iterations per layer",
+                     methods=pot_budget(10240, 20000)),
+    "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
+                         note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
+                              "images as FCPTS (CPU budget); compare times only within this profile",
+                         methods=pot_budget(1024, 1000)),
+    "fast": Profile("fast", n_calibration=1024, iterations=400, batch_size=64,
+                    note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
+                    methods=pot_budget(1024, 500)),
+    "quick": Profile("quick", n_calibration=128, iterations=10, batch_size=32, eval_limit=1000,
+                     note="smoke test only; not a result", methods=pot_budget(128, 5)),
+}
+PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
+
+
+def build_grid(*, dataset: str, model: str, profile: Profile, seed: int = 0, data_root: str | None = None,
+               download: bool = False, weights: str | None = None, runs_dir: str | Path = RUNS_DIR,
+               checkpoint_dir: str | Path | None = None, device: str = "cpu", progress: bool = True) -> Grid:
+    """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
+    root = resolve_data_root(data_root, must_exist=not download)
+    if download:
+        root.mkdir(parents=True, exist_ok=True)
+    x_test, y_test = load_cifar(root, dataset, "test", download)
+    if profile.eval_limit:
+        x_test, y_test = x_test[: profile.eval_limit], y_test[: profile.eval_limit]
+    x_train, _ = load_cifar(root, dataset, "train", download)
+
+    def make_calibration(n: int, augment: bool):
+        """n seeded training images (capped at the split's size, which the record then shows)."""
+        idx = calibration_indices(len(x_train), min(n, len(x_train)), seed)
+        info = {"split": "train", "n_images": len(idx), "n_requested": n, "seed": seed,
+                "indices_sha256": indices_hash(idx), "indices": idx, "augment": "crop4+flip" if augment else "none"}
+        return CifarCalibration(x_train[idx], augment=augment), info
+
+    weights_path = Path(weights) if weights else default_cifar_weights(root, dataset, model)
+    num_classes = CIFAR_CLASSES[dataset]
+    probe = cifar_resnet(model, num_classes)
+    weights_info = load_checkpoint(probe, weights_path)  # fail early on a bad file
+    state = {k: v.clone() for k, v in probe.state_dict().items()}
+    torch_device = torch.device(device)
+
+    def build_model():
+        m = cifar_resnet(model, num_classes)
+        m.load_state_dict(state)
+        return m.to(torch_device)
+
+    x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
+    return Grid(
+        task="cifar", dataset=dataset, model=model, build_model=build_model,
+        make_calibration=make_calibration,
+        evaluate=lambda m: classify(m, x_eval, y_eval),
+        profile=profile, seed=seed,
+        provenance={"weights": weights_info,
+                    "data": {"root": str(root), "eval_split": "test", "n_eval": len(y_test)}},
+        runs_dir=Path(runs_dir), checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, progress=progress,
+    )
+
+
+@register_task("cifar")
+def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
+    """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
+    return build_grid(dataset=record["dataset"], model=record["model"], profile=profile, seed=record["seed"],
+                      weights=record["weights"]["path"], **where)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tasks.cifar", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
+    p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
+    cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])
+    p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
+    args = p.parse_args(argv)
+    args.methods = PAPER_METHODS if args.all_methods else args.methods
+    cli.check_methods(p, args.methods)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    def run() -> int:
+        runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
+        grid = build_grid(dataset=args.dataset, model=args.model,
+                          profile=cli.profile_from_args(args, PROFILES, args.methods), seed=args.seed,
+                          data_root=args.data_root, download=args.download, weights=args.weights,
+                          runs_dir=runs_dir, checkpoint_dir=checkpoint_dir, device=args.device,
+                          progress=not args.no_progress)
+        records = run_grid(grid, args.methods, args.sparsity, force=args.force)
+        print()
+        print(format_table(records))
+        return 0
+
+    return cli.run_main(run)

@@ -1,0 +1,199 @@
+"""Dense CIFAR training: the suite's own CIFAR-100 (or CIFAR-10) ResNets, where no pretrained ones exist.
+
+    python -m tasks.train --dataset cifar100 --model resnet32 --epochs 40
+
+Recipe (He et al. 2016 / akamaster, shortened for a CPU): SGD momentum 0.9 (Nesterov), batch 128,
+lr 0.1 x batch/128 with a linear warm-up over the first epoch then cosine to zero, weight decay 5e-4,
+4-pixel padded random crop + horizontal flip, the ImageNet normalisation the CIFAR-10 checkpoints use.
+The reported accuracy is the final model's on the test split (no checkpoint selection on test data).
+
+Resumable: a checkpoint with model, optimiser, step and history is written atomically every few
+minutes; batches depend only on (seed, step), so a resumed run equals an uninterrupted one. The result
+is `results/weights/<dataset>/<model>.th` (the akamaster format: `state_dict`, `best_prec1`) and its
+training record `<model>.json` beside it, which `tasks.cifar` then finds by default.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from fcpts.core.io import save_torch_atomic
+
+from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.evaluate import classify
+from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
+from fcpts.core.io import file_sha256
+from tasks.grid.paths import RESULTS_DIR, repo_relative
+from tasks.grid.records import command_line, device_description, environment, git_commit
+from fcpts.core.io import write_json_atomic
+from tasks.grid.training_state import TrainingState
+
+
+def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """(B, 32, 32, 3) uint8 -> normalised (B, 3, 32, 32): zero-padded random 32x32 crop and flip."""
+    b = x_uint8.shape[0]
+    padded = F.pad(x_uint8.permute(0, 3, 1, 2), (4, 4, 4, 4))
+    dy, dx = torch.randint(0, 9, (2, b), generator=generator)
+    flip = torch.rand(b, generator=generator) < 0.5
+    crops = torch.stack([padded[i, :, dy[i]:dy[i] + 32, dx[i]:dx[i] + 32] for i in range(b)])
+    crops = torch.where(flip.view(b, 1, 1, 1), crops.flip(3), crops)
+    return normalize_cifar(crops.permute(0, 2, 3, 1))
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warm-up from 0.1x to 1x over `warmup` steps, then cosine to zero at `total`."""
+    if step < warmup:
+        return 0.1 + 0.9 * step / max(1, warmup)
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def recipe_fingerprint(recipe: dict) -> str:
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def train(args: argparse.Namespace) -> dict:
+    root = resolve_data_root(args.data_root, must_exist=not args.download)
+    x_train, y_train = load_cifar(root, args.dataset, "train", args.download)
+    x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
+    if args.train_limit:
+        x_train, y_train = x_train[: args.train_limit], y_train[: args.train_limit]
+    if args.eval_limit:
+        x_test, y_test = x_test[: args.eval_limit], y_test[: args.eval_limit]
+    x_train, y_train = torch.as_tensor(x_train), torch.as_tensor(y_train)
+    x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
+
+    steps_per_epoch = len(x_train) // args.batch_size
+    total = steps_per_epoch * args.epochs
+    if total == 0:
+        raise ValueError(f"{len(x_train)} training images make no full batch of {args.batch_size}")
+    lr = args.lr if args.lr is not None else 0.1 * args.batch_size / 128
+    recipe = {"dataset": args.dataset, "model": args.model, "epochs": args.epochs, "batch_size": args.batch_size,
+              "lr": lr, "momentum": 0.9, "nesterov": True, "weight_decay": args.weight_decay,
+              "warmup_steps": steps_per_epoch, "schedule": "linear warm-up 1 epoch, cosine to 0",
+              "augment": "pad4 random crop + horizontal flip", "seed": args.seed, "n_train": len(x_train),
+              "steps": total}
+    fingerprint = recipe_fingerprint(recipe)
+
+    torch.manual_seed(args.seed)
+    model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset]).to(memory_format=torch.channels_last)
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]  # BN and biases: no decay
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": args.weight_decay},
+                           {"params": no_decay, "weight_decay": 0.0}], lr=lr, momentum=0.9, nesterov=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
+
+    out_dir = Path(args.out_dir) / args.dataset
+    ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
+    run = TrainingState(ckpt, fingerprint, model, opt, sched)
+    if run.resume():
+        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
+    step, history = run.step, run.history
+    last_save = time.perf_counter()
+
+    bar = tqdm(total=total, initial=step, desc=f"train {args.dataset}/{args.model}", dynamic_ncols=True,
+               disable=args.no_progress, mininterval=5)
+    running_loss, running_correct, seen = 0.0, 0, 0
+    model.train()
+    while step < total:
+        epoch, pos = divmod(step, steps_per_epoch)
+        perm = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + epoch))
+        idx = perm[pos * args.batch_size:(pos + 1) * args.batch_size]
+        x = augment_batch(x_train[idx], torch.Generator().manual_seed(args.seed * 7_919 + step))
+        x = x.contiguous(memory_format=torch.channels_last)
+        y = y_train[idx]
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        running_loss += loss.item() * len(y)
+        running_correct += (logits.argmax(1) == y).sum().item()
+        seen += len(y)
+        bar.update(1)
+        if step % steps_per_epoch == 0:
+            entry = {"epoch": step // steps_per_epoch, "step": step, "train_loss": round(running_loss / seen, 5),
+                     "train_top1": round(100 * running_correct / seen, 3), "lr": sched.get_last_lr()[0],
+                     "elapsed_s": round(run.elapsed_s(), 1)}
+            if entry["epoch"] % args.eval_every == 0 or step == total:
+                entry["test"] = classify(model, x_eval, y_eval)
+                model.train()
+            history.append(entry)
+            running_loss, running_correct, seen = 0.0, 0, 0
+            print(json.dumps(entry), flush=True)
+            run.save(step)
+            last_save = time.perf_counter()
+        elif time.perf_counter() - last_save > args.checkpoint_every_s:
+            run.save(step)  # mid-epoch: the running train-set statistics restart, nothing else is lost
+            last_save = time.perf_counter()
+    bar.close()
+    wall_s = run.elapsed_s()
+
+    final = classify(model, x_eval, y_eval)
+    weights = out_dir / f"{args.model}.th"
+    state_dict = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_torch_atomic({"state_dict": state_dict, "best_prec1": final["top1"], "epochs": args.epochs,
+                 "recipe_fingerprint": fingerprint}, weights)
+    record = {
+        "task": "train", "dataset": args.dataset, "model": args.model, "recipe": recipe,
+        "final_test": final, "n_eval": len(y_eval), "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
+        "history": history, "wall_s": round(wall_s, 1), "device": device_description("cpu"),
+        "git_commit": git_commit(), "command": command_line(), "environment": environment(),
+        "data_root": str(root), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": "final model after the last epoch; the test split was only observed, never used to select",
+    }
+    write_json_atomic(out_dir / f"{args.model}.json", record)
+    print(f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
+          f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}")
+    return record
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tasks.cifar.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
+    p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
+    p.add_argument("--epochs", type=int, default=40, help="40 fits a CPU (hours); the classic schedule is 160-200")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, help="peak learning rate (default 0.1 x batch/128)")
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=5, help="epochs between test-set looks (reported only)")
+    p.add_argument("--train-limit", type=int, help="use only the first N training images (tests)")
+    p.add_argument("--eval-limit", type=int, help="evaluate on the first N test images (tests)")
+    p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--download", action="store_true")
+    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
+    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
+    p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.epochs < 1 or args.batch_size < 1:
+        print("error: --epochs and --batch-size must be positive", file=sys.stderr)
+        return 2
+    try:
+        train(args)
+    except (DataNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

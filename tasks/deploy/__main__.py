@@ -1,0 +1,5 @@
+import sys
+
+from tasks.deploy.runtimes import main
+
+sys.exit(main())

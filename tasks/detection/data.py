@@ -1,0 +1,197 @@
+"""PASCAL VOC reader (the standard `VOCdevkit/VOC2007` layout) and the detectors' image pipelines.
+
+    <root>/VOCdevkit/VOC2007/          (or <root>/VOC2007/, or <root> itself)
+        JPEGImages/<id>.jpg
+        Annotations/<id>.xml           <size>, <object><name>, <difficult>, <bndbox> xmin ymin xmax ymax
+        ImageSets/Main/test.txt        one image id per line (also trainval.txt, train.txt, val.txt)
+        labels.txt                     optional (pytorch-ssd's convention): comma-separated class names;
+                                       absent: the 20 VOC classes
+
+Boxes are returned 0-based (XML coordinates minus 1, as pytorch-ssd reads them), labels index the class
+list with 0 = BACKGROUND, and `difficult` flags are kept (the metric ignores those boxes). An object
+whose class is not in the list is an error naming the file (a custom set needs its labels.txt).
+
+Images: decoded RGB uint8, resized to the detector's square input with plain bilinear interpolation (no
+antialiasing, like OpenCV's INTER_LINEAR in pytorch-ssd), then (x - 127) / 128.
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import Dataset
+
+from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
+from tasks.detection.metrics import GroundTruth
+from tasks.detection.ssd import VOC_CLASSES
+
+SUBSTITUTE_MANIFEST = "substitute.json"  # written by tasks.make_detection_set
+
+
+def voc2007_dir(data_root: Path) -> Path:
+    """The VOC2007 folder under a data root: root/VOCdevkit/VOC2007, root/VOC2007 or root itself."""
+    candidates = [data_root / "VOCdevkit" / "VOC2007", data_root / "VOC2007", data_root]
+    for c in candidates:
+        if (c / "Annotations").is_dir() or (c / "JPEGImages").is_dir():
+            return c
+    raise DataNotFoundError(
+        "PASCAL VOC2007 not found: looked for " + ", ".join(f"{c}/Annotations" for c in candidates) +
+        f". Pass --data-root DIR (or set {ENV_DATA_ROOT}=DIR) to the folder that holds VOCdevkit/VOC2007 "
+        "(JPEGImages/, Annotations/, ImageSets/Main/test.txt); the CPU substitute set is made with "
+        "`python -m tasks.make_detection_set --out DIR`.")
+
+
+def read_class_names(folder: Path) -> tuple[str, ...]:
+    """('BACKGROUND', classes...) from labels.txt (comma-separated, pytorch-ssd) or VOC's 20 classes."""
+    path = folder / "labels.txt"
+    if not path.is_file():
+        return VOC_CLASSES
+    names = [n.strip().replace(" ", "") for n in path.read_text().replace("\n", ",").split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"{path} names no classes")
+    return ("BACKGROUND", *names)
+
+
+def read_image_ids(folder: Path, split: str) -> list[str]:
+    path = folder / "ImageSets" / "Main" / f"{split}.txt"
+    if not path.is_file():
+        raise DataNotFoundError(f"{path} is missing: the VOC2007 split '{split}' lists its image ids there. "
+                                f"Check --data-root (now pointing at {folder}); VOC2007's test split comes in "
+                                "VOCtest_06-Nov-2007.tar, trainval in VOCtrainval_06-Nov-2007.tar.")
+    ids = [line.strip().split()[0] for line in path.read_text().splitlines() if line.strip()]
+    if not ids:
+        raise ValueError(f"{path} lists no images")
+    return ids
+
+
+@dataclass
+class Annotation:
+    image_id: str
+    width: int
+    height: int
+    boxes: torch.Tensor  # (N, 4) float32, 0-based x1 y1 x2 y2
+    labels: torch.Tensor  # (N,) int64, 1..C-1
+    difficult: torch.Tensor  # (N,) bool
+
+    def ground_truth(self) -> GroundTruth:
+        return GroundTruth(self.image_id, self.boxes, self.labels, self.difficult)
+
+
+def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
+    if not path.is_file():
+        raise DataNotFoundError(f"annotation {path} is missing (listed in the split file); check --data-root")
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise ValueError(f"{path} is not valid XML ({e})") from e
+
+    def number(node, tag: str) -> float:
+        el = node.find(tag)
+        if el is None or el.text is None:
+            raise ValueError(f"{path}: <{tag}> missing")
+        return float(el.text)
+
+    size = root.find("size")
+    width = int(number(size, "width")) if size is not None else 0
+    height = int(number(size, "height")) if size is not None else 0
+    boxes, labels, difficult = [], [], []
+    for obj in root.findall("object"):
+        name = (obj.findtext("name") or "").strip().lower()
+        if name not in class_index:
+            raise ValueError(f"{path}: object class {name!r} is not one of {sorted(class_index)}; "
+                             "give the dataset a labels.txt with its classes")
+        bb = obj.find("bndbox")
+        if bb is None:
+            raise ValueError(f"{path}: object {name!r} has no <bndbox>")
+        boxes.append([number(bb, t) - 1.0 for t in ("xmin", "ymin", "xmax", "ymax")])
+        labels.append(class_index[name])
+        diff = (obj.findtext("difficult") or "0").strip()
+        difficult.append(diff not in ("", "0"))
+    return Annotation(path.stem, width, height, torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+                      torch.tensor(labels, dtype=torch.int64), torch.tensor(difficult, dtype=torch.bool))
+
+
+class VOCDetection:
+    """One split of a VOC-layout folder: ids, class names, annotations (parsed once) and images."""
+
+    def __init__(self, folder: Path, split: str = "test", limit: int | None = None):
+        self.folder, self.split = Path(folder), split
+        self.class_names = read_class_names(self.folder)
+        index = {n.lower(): i for i, n in enumerate(self.class_names) if i > 0}
+        self.ids = read_image_ids(self.folder, split)[:limit]
+        self.annotations = [parse_annotation(self.folder / "Annotations" / f"{i}.xml", index) for i in self.ids]
+        missing = [i for i in self.ids[:1] if not (self.folder / "JPEGImages" / f"{i}.jpg").is_file()]
+        if missing:
+            raise DataNotFoundError(f"{self.folder / 'JPEGImages' / (missing[0] + '.jpg')} is missing; check --data-root")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def image(self, i: int) -> torch.Tensor:
+        """(3, H, W) uint8 RGB."""
+        path = self.folder / "JPEGImages" / f"{self.ids[i]}.jpg"
+        if not path.is_file():
+            raise DataNotFoundError(f"{path} is missing; check --data-root")
+        return read_rgb(path)
+
+    def manifest(self) -> dict | None:
+        """The substitute set's description when this folder was made by tasks.make_detection_set."""
+        p = self.folder / SUBSTITUTE_MANIFEST
+        return json.loads(p.read_text()) if p.is_file() else None
+
+
+def read_rgb(path: Path) -> torch.Tensor:
+    """(3, H, W) uint8 RGB of an image file (Pillow: libjpeg, as OpenCV in pytorch-ssd)."""
+    with Image.open(path) as im:
+        return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).contiguous()
+
+
+def write_jpeg(image: torch.Tensor, path: Path, quality: int = 90) -> None:
+    """(3, H, W) uint8 RGB -> baseline JPEG (4:2:0, the given quality)."""
+    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path, format="JPEG", quality=quality)
+
+
+def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: float = 128.0) -> torch.Tensor:
+    """(3, H, W) or (B, 3, H, W) uint8 RGB -> float (.., 3, size, size): bilinear resize, (x - 127) / 128."""
+    x = image_uint8.float()
+    batched = x.dim() == 4
+    x = F.interpolate(x if batched else x[None], size=(size, size), mode="bilinear", align_corners=False,
+                      antialias=False)
+    x = (x - mean) / std
+    return x if batched else x[0]
+
+
+class DetectionImages(Dataset):
+    """Preprocessed images of a split, as (image, index); `cache` keeps them in memory (small sets)."""
+
+    def __init__(self, data: VOCDetection, size: int, indices: list[int] | None = None, cache: bool = False,
+                 flip: bool = False):
+        self.data, self.size = data, size
+        self.indices = list(range(len(data))) if indices is None else list(indices)
+        self.flip = flip
+        self._cache: dict[int, torch.Tensor] | None = {} if cache else None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
+        i = self.indices[k]
+        if self._cache is not None and i in self._cache:
+            x = self._cache[i]
+        else:
+            x = preprocess(self.data.image(i), self.size)
+            if self._cache is not None:
+                self._cache[i] = x
+        if self.flip and torch.rand(()) < 0.5:  # weak augmentation for the distillation methods
+            x = x.flip(-1)
+        return x, i
+
+
+def collate_images(batch):
+    return torch.stack([b[0] for b in batch]), [b[1] for b in batch]

@@ -1,0 +1,250 @@
+"""PASCAL VOC detection (the paper's Table 4): dense VOC07 mAP, then each detector x method x sparsity.
+
+    python -m tasks.voc --all-methods --data-root DIR            # mb1-ssd and mb2-ssd-lite at 90%, VOC2007 test
+    python -m tasks.voc --data-root data/voc-cifar --models mb2-ssd-lite --image-size 160 --all-methods
+                                                                 # the CPU substitute (tasks.make_detection_set)
+
+Detectors: pytorch-ssd's MobileNetV1-SSD (`mb1-ssd`) and MobileNetV2-SSD-Lite (`mb2-ssd-lite`), see
+tasks/ssd_models.py. Weights: `--weights PATH`, else pytorch-ssd's released files
+(`mobilenet-v1-ssd-mp-0_675.pth`, `mb2-ssd-lite-mp-0_686.pth`) looked up in `<data-root>/weights/voc/`
+and `<data-root>/models/`; for a substitute set, this suite's own `results/weights/<dataset>/<model>-<size>.pth`
+(tasks.train_ssd). Data: `VOCdevkit/VOC2007` (tasks/voc_data.py); calibration images come from `trainval`
+(images only, no boxes), mAP is VOC07 11-point mAP@0.5 on `test` with difficult boxes ignored
+(tasks/detection_metrics.py).
+
+What the methods see: the detector wrapped in `DistillView`, whose forward returns one tensor, the
+per-prior class log-probabilities at temperature T (= FCPTS's 4): FCPTS's output KL is then the mean
+per-prior KL of the class distributions. Box offsets, and by default the rest of the network, enter
+through FCPTS's block MSE (`--reconstruction`):
+  kl-box      KL(class distributions) + MSE on the regression-header outputs (the box offsets)
+  mse-heads   kl-box + MSE on the classification-header outputs (MSE on all head outputs)
+  mse-blocks  mse-heads + MSE on every backbone block and extra layer (default; FCPTS's measured CIFAR
+              default, the released code's layer loss)
+Records of a non-default reconstruction carry it in the profile name (e.g. `cpu-kl-box`). POT and the
+magnitude methods ignore the output; BN folding traces the wrapper with torch.fx. POT folds BN before it
+prunes (msbench's procedure); `--pot-option fold_bn=false` measures it without (profile `cpu-pot-fold_bnFalse`).
+
+Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images capped at trainval's 5,011 and
+20,000 iterations per layer: a GPU protocol), `cpu` (1,024 images, 400 iterations of 32; POT 1,000
+iterations per layer on the same images, as the classification tasks' CPU profiles), `quick` (smoke test,
+not a result).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from fcpts.core.io import file_sha256
+from tasks.detection.metrics import Detections, voc07_map
+from tasks.grid import cli
+from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.rerun import register_task
+from tasks.grid.runner import Grid, indices_hash, run_grid
+from tasks.detection.ssd import (
+    ARCHITECTURES,
+    RECONSTRUCTIONS,
+    RELEASED,
+    SSD,
+    DistillView,
+    SSDConfig,
+    create_ssd,
+    load_ssd_weights,
+    postprocess,
+    reconstruction_blocks,
+)
+from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+
+PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
+PAPER_SPARSITY = 0.9
+VOC07_TEST_IMAGES = 4952
+DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
+
+PROFILES = {
+    "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
+                     note="METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
+                          "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer",
+                     methods=pot_budget(10240, 20000)),
+    "cpu": Profile("cpu", n_calibration=1024, iterations=400, batch_size=32,
+                   note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
+                        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
+                   methods=pot_budget(1024, 1000)),
+    "quick": Profile("quick", n_calibration=8, iterations=2, batch_size=4, eval_limit=8,
+                     note="smoke test only; not a result", methods=pot_budget(8, 2)),
+}
+
+
+@torch.inference_mode()
+def evaluate_detector(model: torch.nn.Module, data: VOCDetection, images: DetectionImages, config: SSDConfig,
+                      batch_size: int = 32, workers: int = 0) -> dict:
+    """VOC07 mAP@0.5 (%) of a detector (or its DistillView) on the images of `data` listed by `images`."""
+    ssd: SSD = model.ssd if isinstance(model, DistillView) else model
+    was_training = ssd.training
+    ssd.eval()
+    device = next(ssd.parameters()).device
+    priors = config.priors().to(device)
+    detections: list[Detections] = []
+    for x, idx in DataLoader(images, batch_size=batch_size, num_workers=workers, collate_fn=collate_images):
+        logits, regression = ssd(x.to(device))
+        sizes = []
+        for i in idx:
+            a = data.annotations[i]
+            sizes.append((a.height, a.width) if a.height and a.width else tuple(data.image(i).shape[-2:]))
+        for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
+            n = len(det["scores"])
+            detections.append(Detections(np.full(n, data.ids[i], dtype=object), det["labels"].cpu().numpy(),
+                                         det["scores"].cpu().double().numpy(), det["boxes"].cpu().double().numpy()))
+    ssd.train(was_training)
+    result = voc07_map(Detections.concat(detections), [data.annotations[i].ground_truth() for i in images.indices], data.class_names)
+    return {"map50": result["map"], "ap50_per_class": result["ap"], "n_images": len(images),
+            "n_detections": result["n_detections"], "n_gt_boxes": result["n_gt"],
+            "metric": "VOC07 11-point AP at IoU > 0.5, difficult ignored"}
+
+
+def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
+    if substitute:
+        candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
+        hint = (f"train it with `python -m tasks.train_ssd --data-root <set> --model {arch} "
+                f"--image-size {image_size}`")
+    else:
+        name = RELEASED[arch][0]
+        candidates = [data_root / "weights" / "voc" / name, data_root / "models" / name]
+        hint = (f"pytorch-ssd's released {name} (github.com/qfgaohao/pytorch-ssd, README's model links, "
+                f"e.g. https://storage.googleapis.com/models-hao/{name})")
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise DataNotFoundError(f"no weights for {arch}: looked for {', '.join(map(str, candidates))}. Pass "
+                            f"--weights PATH, or put {hint} there.")
+
+
+def model_name(arch: str, image_size: int) -> str:
+    return arch if image_size == 300 else f"{arch}-{image_size}"
+
+
+def build_grid(*, arch: str, profile: Profile, image_size: int = 300, reconstruction: str = "mse-blocks",
+               seed: int = 0, data_root: str | None = None, weights: str | None = None, workers: int = 0,
+               runs_dir: str | Path = RUNS_DIR, checkpoint_dir: str | Path | None = None, device: str = "cpu",
+               progress: bool = True) -> Grid:
+    """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
+    data_root_path = resolve_data_root(data_root)
+    folder = voc2007_dir(data_root_path)
+    test = VOCDetection(folder, "test", limit=profile.eval_limit)
+    trainval = VOCDetection(folder, "trainval")
+    manifest = test.manifest()
+    substitute = manifest is not None
+    base = manifest["dataset"] if substitute else "voc2007"
+    n_test_all = len(read_image_ids(folder, "test"))
+    full = len(test) == n_test_all and (substitute or n_test_all == VOC07_TEST_IMAGES)
+    # A partial test set is named by its size, so its results never pass for the full set's.
+    dataset = base if full else f"{base}-test{len(test)}"
+
+    suffix = "" if reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}") else f"-{reconstruction}"
+    probe = create_ssd(arch, len(test.class_names))
+    blocks = reconstruction_blocks(probe, reconstruction)
+    methods = dict(profile.methods)
+    for m in DISTILL_METHODS:
+        methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
+    profile = replace(profile, name=profile.name + suffix, methods=methods,
+                      note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}")
+
+    weights_path = Path(weights) if weights else default_weights(arch, image_size, data_root_path, base, substitute)
+    if not weights_path.is_file():
+        raise DataNotFoundError(f"--weights {weights_path} does not exist")
+    load_info = load_ssd_weights(probe, weights_path)
+    state = {k: v.clone() for k, v in probe.state_dict().items()}
+    config = SSDConfig.for_model(probe, image_size)
+    torch_device = torch.device(device)
+
+    def build_model():
+        m = create_ssd(arch, len(test.class_names))
+        m.load_state_dict(state)
+        return DistillView(m).to(torch_device)
+
+    def make_calibration(n: int, augment: bool):
+        idx = calibration_indices(len(trainval), min(n, len(trainval)), seed)
+        info = {"split": "trainval", "n_images": len(idx), "n_requested": n, "seed": seed,
+                "indices_sha256": indices_hash(idx), "indices": idx, "image_ids": [trainval.ids[i] for i in idx],
+                "augment": "horizontal flip" if augment else "none", "labels_used": False}
+        return DetectionImages(trainval, image_size, idx, cache=len(idx) * image_size ** 2 * 12 < 2**31,
+                               flip=augment), info
+
+    eval_images = DetectionImages(test, image_size, cache=len(test) * image_size ** 2 * 12 < 2**31)
+    return Grid(
+        task="voc", dataset=dataset, model=model_name(arch, image_size), build_model=build_model,
+        make_calibration=make_calibration,
+        evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
+        profile=profile, seed=seed,
+        provenance={"weights": {**load_info, "path": str(weights_path), "sha256": file_sha256(weights_path)},
+                    "substitute": substitute, "substitute_manifest": manifest,
+                    "paper_dense_map": None if substitute else RELEASED[arch][1],
+                    "ssd_config": config.to_dict(), "reconstruction": reconstruction,
+                    "data": {"root": str(folder), "eval_split": "test", "n_eval": len(test),
+                             "n_trainval": len(trainval), "classes": list(test.class_names)}},
+        runs_dir=Path(runs_dir), checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, progress=progress,
+        metric_names=("map50",),
+    )
+
+
+@register_task("voc")
+def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
+    """The grid a record came from, for re-running its cell (the record's profile already carries the
+    reconstruction's options)."""
+    image_size = record["ssd_config"]["image_size"]
+    return build_grid(arch=record["model"].removesuffix(f"-{image_size}"), profile=profile, image_size=image_size,
+                      reconstruction=record.get("reconstruction", "mse-blocks"), seed=record["seed"],
+                      weights=record["weights"]["path"], **where)
+
+
+def format_table(records: list[dict]) -> str:
+    head = f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    rows = [head, "-" * len(head)]
+    for r in records:
+        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
+        rows.append(f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
+                    f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}")
+    return "\n".join(rows)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tasks.voc", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
+    cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
+    p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS),
+                   help="FCPTS's reconstruction output on the detector (see above)")
+    p.add_argument("--image-size", type=int, default=300, help="square input (pytorch-ssd: 300)")
+    p.add_argument("--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
+    args = p.parse_args(argv)
+    if args.weights and len(args.models) != 1:
+        p.error("--weights needs exactly one model in --models")
+    args.methods = PAPER_METHODS if args.all_methods else args.methods
+    cli.check_methods(p, args.methods)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    def run() -> int:
+        runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
+        profile = cli.profile_from_args(args, PROFILES, args.methods)
+        records = []
+        for arch in args.models:
+            grid = build_grid(arch=arch, profile=profile, image_size=args.image_size,
+                              reconstruction=args.reconstruction, seed=args.seed, data_root=args.data_root,
+                              weights=args.weights, workers=args.workers, runs_dir=runs_dir,
+                              checkpoint_dir=checkpoint_dir, device=args.device, progress=not args.no_progress)
+            records += run_grid(grid, args.methods, args.sparsity, force=args.force)
+        print()
+        print(format_table(records))
+        return 0
+
+    return cli.run_main(run)

@@ -1,0 +1,182 @@
+"""A small detection set in the PASCAL VOC layout from real images: CIFAR-10 objects on real scene canvases.
+
+    python -m tasks.make_detection_set --out data/voc-cifar          # 4,000 trainval + 500 test images
+
+There is no VOC here; this set stands in for it on a CPU (Table 4's substitute row). Each image is a
+canvas of random size (160-240 x 120-200 px) cut from a CIFAR-100 scene photograph (cloud, forest,
+mountain, plain, sea, road), upscaled and lightly jittered, with 1-3 CIFAR-10 images (10 classes) pasted
+at known boxes (side 20-80 px, aspect 0.8-1.25, overlapping earlier objects by at most IoU 0.1). Objects
+smaller than 28 px are flagged `difficult` (the metric ignores them, training skips them, as in VOC).
+Trainval objects and backgrounds come from the CIFAR training splits, test ones from the test splits, so
+no pixel of a test object was seen in training.
+
+Written as VOC: `<out>/VOCdevkit/VOC2007/{JPEGImages/*.jpg (quality 90), Annotations/*.xml,
+ImageSets/Main/{trainval,test}.txt, labels.txt}` plus `substitute.json` (how it was made: seed, sources,
+counts). Deterministic: image k of a split depends only on (seed, split, k). The images are regenerable
+and are not committed: `<out>/.gitignore` ignores the folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torchvision.ops import box_iou
+
+from tasks.grid.paths import REPO_ROOT
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.cifar.data import load_cifar
+from tasks.detection.data import SUBSTITUTE_MANIFEST, write_jpeg
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+# CIFAR-100 fine labels used as backgrounds (official label order): cloud, forest, mountain, plain, sea, road.
+SCENE_LABELS = {"cloud": 23, "forest": 33, "mountain": 49, "plain": 60, "sea": 71, "road": 68}
+DEFAULT_OUT = REPO_ROOT / "data" / "voc-cifar"
+GENERATOR_VERSION = 1
+
+
+def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """(3, H, W) uint8 -> (3, h, w) uint8, bilinear (antialiased when shrinking)."""
+    out = F.interpolate(img[None].float(), size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+    return out[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray, scenes: np.ndarray,
+               min_side: int = 20, max_side: int = 80, difficult_below: int = 28):
+    """One canvas with 1-3 pasted objects: (image (3, H, W) uint8, [(label, x1, y1, x2, y2, difficult)])
+    with boxes in pixel coordinates, x2/y2 exclusive."""
+    width, height = int(rng.integers(160, 241)), int(rng.integers(120, 201))
+    scene = torch.as_tensor(scenes[rng.integers(len(scenes))]).permute(2, 0, 1)
+    # a random crop of the scene (at least half of it), upscaled to the canvas, with a brightness jitter
+    ch, cw = int(rng.integers(16, 33)), int(rng.integers(16, 33))
+    y0, x0 = int(rng.integers(0, 33 - ch)), int(rng.integers(0, 33 - cw))
+    canvas = _resize(scene[:, y0:y0 + ch, x0:x0 + cw], height, width).float()
+    canvas = (canvas * rng.uniform(0.8, 1.2)).clamp(0, 255)
+    if rng.random() < 0.5:
+        canvas = canvas.flip(-1)
+    placed: list[list[float]] = []
+    out = []
+    for _ in range(int(rng.integers(1, 4))):
+        for _attempt in range(20):
+            side = float(np.exp(rng.uniform(np.log(min_side), np.log(max_side))))
+            aspect = float(np.exp(rng.uniform(np.log(0.8), np.log(1.25))))
+            w = round(min(side * float(np.sqrt(aspect)), width))
+            h = round(min(side / float(np.sqrt(aspect)), height))
+            x, y = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
+            box = [x, y, x + w, y + h]
+            if not placed or box_iou(torch.tensor([box], dtype=torch.float), torch.tensor(placed)).max() <= 0.1:
+                break
+        else:
+            continue  # no room: fewer objects
+        k = int(rng.integers(len(objects)))
+        obj = torch.as_tensor(objects[k]).permute(2, 0, 1)
+        if rng.random() < 0.5:
+            obj = obj.flip(-1)
+        canvas[:, y:y + h, x:x + w] = _resize(obj, h, w).float()
+        placed.append([float(v) for v in box])
+        out.append((int(labels[k]), x, y, x + w, y + h, min(w, h) < difficult_below))
+    return canvas.round().clamp(0, 255).to(torch.uint8), out
+
+
+def annotation_xml(image_id: str, width: int, height: int, objects, class_names) -> bytes:
+    """VOC2007 annotation; bndbox in 1-based inclusive pixels (xmin = x1 + 1, xmax = x2)."""
+    root = ET.Element("annotation")
+    ET.SubElement(root, "folder").text = "VOC2007"
+    ET.SubElement(root, "filename").text = f"{image_id}.jpg"
+    source = ET.SubElement(root, "source")
+    ET.SubElement(source, "database").text = "CIFAR-10 objects on CIFAR-100 scenes (tasks.make_detection_set)"
+    size = ET.SubElement(root, "size")
+    for tag, v in (("width", width), ("height", height), ("depth", 3)):
+        ET.SubElement(size, tag).text = str(v)
+    ET.SubElement(root, "segmented").text = "0"
+    for label, x1, y1, x2, y2, difficult in objects:
+        obj = ET.SubElement(root, "object")
+        ET.SubElement(obj, "name").text = class_names[label]
+        ET.SubElement(obj, "pose").text = "Unspecified"
+        ET.SubElement(obj, "truncated").text = "0"
+        ET.SubElement(obj, "difficult").text = "1" if difficult else "0"
+        bb = ET.SubElement(obj, "bndbox")
+        for tag, v in (("xmin", x1 + 1), ("ymin", y1 + 1), ("xmax", x2), ("ymax", y2)):
+            ET.SubElement(bb, tag).text = str(int(v))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8")
+
+
+def _scenes(root: Path, split: str) -> np.ndarray:
+    x, y = load_cifar(root, "cifar100", split)
+    return x[np.isin(y, list(SCENE_LABELS.values()))]
+
+
+def write_split(folder: Path, split: str, n: int, objects: np.ndarray, labels: np.ndarray, scenes: np.ndarray,
+                seed: int, tag: int, first_id: int, quality: int = 90, log=print) -> dict:
+    """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
+    ids, n_obj, n_difficult = [], np.zeros(len(CIFAR10_CLASSES), dtype=int), 0
+    for k in range(n):
+        image, objs = make_image(np.random.default_rng([seed, tag, k]), objects, labels, scenes)
+        image_id = f"{first_id + k:06d}"
+        write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg", quality)
+        (folder / "Annotations" / f"{image_id}.xml").write_bytes(
+            annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES))
+        ids.append(image_id)
+        for o in objs:
+            n_obj[o[0]] += 1
+            n_difficult += int(o[5])
+        if (k + 1) % 1000 == 0:
+            log(f"{split}: {k + 1}/{n}")
+    (folder / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    return {"images": n, "objects": int(n_obj.sum()), "difficult": n_difficult,
+            "objects_per_class": dict(zip(CIFAR10_CLASSES, n_obj.tolist()))}
+
+
+def prepare_folder(out: Path) -> Path:
+    folder = out / "VOCdevkit" / "VOC2007"
+    for sub in ("JPEGImages", "Annotations", "ImageSets/Main"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    (out / ".gitignore").write_text("# generated by tasks.make_detection_set; regenerable, not committed\n*\n")
+    (folder / "labels.txt").write_text(",".join(CIFAR10_CLASSES) + "\n")
+    return folder
+
+
+def make_set(out: Path, data_root: Path, n_trainval: int = 4000, n_test: int = 500, seed: int = 0,
+             quality: int = 90, log=print) -> Path:
+    folder = prepare_folder(out)
+    counts, first_id = {}, 1
+    for split, n, cifar_split, tag in (("trainval", n_trainval, "train", 1), ("test", n_test, "test", 2)):
+        objects, labels = load_cifar(data_root, "cifar10", cifar_split)
+        counts[split] = write_split(folder, split, n, objects, labels, _scenes(data_root, cifar_split), seed, tag,
+                                    first_id, quality, log)
+        counts[split].update(object_source=f"cifar10/{cifar_split}", background_source=f"cifar100/{cifar_split}")
+        first_id += n
+    manifest = {"dataset": "voc-cifar10", "generator": "tasks.make_detection_set", "version": GENERATOR_VERSION,
+                "seed": seed, "jpeg_quality": quality, "classes": list(CIFAR10_CLASSES),
+                "background_classes": list(SCENE_LABELS), "data_root": str(data_root), "splits": counts,
+                "note": "substitute for PASCAL VOC2007 on a CPU; not comparable to VOC numbers"}
+    (folder / SUBSTITUTE_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    log(f"wrote {n_trainval} trainval + {n_test} test images to {folder}")
+    return folder
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tasks.detection.make_set", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
+    p.add_argument("--data-root", help="folder with cifar10/ and cifar100/ (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--trainval", type=int, default=4000)
+    p.add_argument("--test", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    try:
+        make_set(Path(args.out), resolve_data_root(args.data_root), args.trainval, args.test, args.seed)
+    except DataNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

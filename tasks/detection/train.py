@@ -1,0 +1,281 @@
+"""Dense detector training: the suite's own SSD for the CPU substitute of PASCAL VOC (no VOC checkpoint here).
+
+    python -m tasks.make_detection_set --out data/voc-cifar
+    python -m tasks.train_ssd --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
+
+Recipe (pytorch-ssd's train_ssd.py, from scratch because no ImageNet backbone is available offline; pass
+`--base-net PATH` for a backbone state dict in pytorch-ssd's `base_net` layout):
+- SSD augmentation with torchvision's box-aware transforms: photometric distortion, zoom-out (expand on
+  the mean colour, up to `--max-zoom-out`), SSD's random IoU crop, horizontal flip; then the detector's
+  preprocessing (bilinear resize to the square input, (x - 127) / 128);
+- priors matched to ground truth at IoU 0.5 (each box also claims its best prior), difficult boxes left
+  out (pytorch-ssd's keep_difficult=False);
+- MultiBox loss: cross-entropy with hard-negative mining (3 negatives per positive, per image) plus
+  smooth L1 on the positives' offsets, each divided by the number of positives;
+- SGD momentum 0.9, weight decay 5e-4 (not on BN and biases), peak lr 0.05 x batch/32 after a one-epoch
+  linear warm-up, cosine to 0 (pytorch-ssd: lr 0.01 with a pretrained backbone; from scratch a higher rate).
+
+Resumable: a checkpoint (model, optimiser, scheduler, step, history) is written atomically every epoch and
+every few minutes; batches and their augmentation depend only on (seed, step), so a resumed run repeats
+an uninterrupted one. The result is `results/weights/<dataset>/<model>-<size>.pth` (a plain state dict,
+pytorch-ssd's format) and its training record `.json` beside it; `tasks.voc` finds it by default. The
+test-split mAP is observed every `--eval-every` epochs and at the end, never used to select.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from fcpts.core.io import save_torch_atomic
+
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from fcpts.core.io import file_sha256
+from tasks.grid.paths import RESULTS_DIR, repo_relative
+from tasks.grid.records import command_line, device_description, environment, git_commit
+from fcpts.core.io import write_json_atomic
+from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
+from tasks.grid.training_state import TrainingState
+from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
+
+
+class DetectionTrainSet(Dataset):
+    """(image (3, S, S) float, regression targets (A, 4), prior labels (A,)) with SSD augmentation."""
+
+    def __init__(self, data: VOCDetection, config: SSDConfig, augment: bool = True, max_zoom_out: float = 2.0):
+        import torchvision.transforms.v2 as T
+
+        self.data, self.config = data, config
+        self.priors = config.priors()
+        self.augment = T.Compose([
+            T.RandomPhotometricDistort(p=0.5),
+            T.RandomZoomOut(fill=int(config.image_mean), side_range=(1.0, max_zoom_out), p=0.5),
+            T.RandomIoUCrop(),
+            T.RandomHorizontalFlip(),
+            T.SanitizeBoundingBoxes(min_size=1.0),
+        ]) if augment else None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def sample(self, i: int, seed: int):
+        from torchvision import tv_tensors
+
+        ann = self.data.annotations[i]
+        keep = ~ann.difficult
+        image = self.data.image(i)
+        h, w = image.shape[-2:]
+        boxes, labels = ann.boxes[keep], ann.labels[keep]
+        if self.augment is not None and len(boxes):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                out = self.augment({"image": tv_tensors.Image(image),
+                                    "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
+                                    "labels": labels})
+            image, boxes, labels = out["image"].as_subclass(torch.Tensor), out["boxes"].as_subclass(torch.Tensor), out["labels"]
+            h, w = image.shape[-2:]
+        rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
+        targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)
+        return preprocess(image, self.config.image_size), targets, prior_labels
+
+    def __getitem__(self, i: int):
+        return self.sample(i, seed=i)
+
+
+def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, seed: int):
+    """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
+    steps_per_epoch = len(train_set) // batch_size
+    epoch, pos = divmod(step, steps_per_epoch)
+    perm = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    idx = perm[pos * batch_size:(pos + 1) * batch_size].tolist()
+    items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
+    return (torch.stack([x for x, _, _ in items]), torch.stack([t for _, t, _ in items]),
+            torch.stack([lab for _, _, lab in items]))
+
+
+class _Steps(Dataset):
+    """Batches of steps start..total-1, so DataLoader workers can prepare them ahead (same batches)."""
+
+    def __init__(self, train_set: DetectionTrainSet, start: int, total: int, batch_size: int, seed: int):
+        self.train_set, self.start, self.total, self.batch_size, self.seed = train_set, start, total, batch_size, seed
+
+    def __len__(self) -> int:
+        return self.total - self.start
+
+    def __getitem__(self, k: int):
+        return batch_for_step(self.train_set, self.start + k, self.batch_size, self.seed)
+
+
+def _one_thread(_worker_id: int) -> None:
+    torch.set_num_threads(1)
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return 0.1 + 0.9 * step / max(1, warmup)
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def train(args: argparse.Namespace) -> dict:
+    from tasks.detection.grid import evaluate_detector  # the task's own metric
+
+    folder = voc2007_dir(resolve_data_root(args.data_root))
+    trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
+    test = VOCDetection(folder, "test", limit=args.eval_limit)
+    manifest = trainval.manifest() or {}
+    dataset = manifest.get("dataset", "voc2007")
+    num_classes = len(trainval.class_names)
+    torch.manual_seed(args.seed)
+    model = create_ssd(args.model, num_classes)
+    if args.base_net:
+        model.base_net.load_state_dict(torch.load(args.base_net, map_location="cpu", weights_only=True))
+    device = torch.device(args.device)
+    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
+    config = SSDConfig.for_model(model, args.image_size)
+    train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
+    eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
+
+    steps_per_epoch = len(train_set) // args.batch_size
+    total = steps_per_epoch * args.epochs
+    if steps_per_epoch == 0:
+        raise ValueError(f"{len(train_set)} training images make no full batch of {args.batch_size}")
+    lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
+    recipe = {"dataset": dataset, "model": args.model, "image_size": args.image_size, "epochs": args.epochs,
+              "batch_size": args.batch_size, "lr": lr, "momentum": 0.9, "weight_decay": args.weight_decay,
+              "warmup_steps": steps_per_epoch, "schedule": "linear warm-up 1 epoch, cosine to 0",
+              "augment": "none" if args.no_augment else
+              f"photometric, zoom-out <= {args.max_zoom_out}, SSD IoU crop, flip",
+              "loss": "multibox: CE with 3:1 hard negatives + smooth L1, / positives", "match_iou": config.match_iou,
+              "seed": args.seed, "n_train": len(train_set), "train_split": args.train_split, "steps": total,
+              "base_net": file_sha256(Path(args.base_net)) if args.base_net else None, "ssd_config": config.to_dict()}
+    fingerprint = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    decay = [p for p in model.parameters() if p.dim() > 1]
+    no_decay = [p for p in model.parameters() if p.dim() <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": args.weight_decay},
+                           {"params": no_decay, "weight_decay": 0.0}], lr=lr, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
+    loss_fn = MultiboxLoss()
+
+    name = f"{args.model}-{args.image_size}"
+    out_dir = Path(args.out_dir) / dataset
+    ckpt = Path(args.checkpoint_dir) / "train_ssd" / dataset / f"{name}-{fingerprint}.pt"
+    run = TrainingState(ckpt, fingerprint, model, opt, sched)
+    if run.resume():
+        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
+    step, history = run.step, run.history
+    last_save = time.perf_counter()
+
+    def evaluate() -> dict:
+        m = evaluate_detector(model, test, eval_images, config, workers=args.workers)
+        model.train()
+        return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
+
+    bar = tqdm(total=total, initial=step, desc=f"train {dataset}/{name}", dynamic_ncols=True,
+               disable=args.no_progress, mininterval=5)
+    sums, seen = {"loc": 0.0, "cls": 0.0}, 0
+    model.train()
+    batches = iter(torch.utils.data.DataLoader(
+        _Steps(train_set, step, total, args.batch_size, args.seed), batch_size=None, num_workers=args.workers,
+        worker_init_fn=_one_thread if args.workers else None))
+    while step < total:
+        x, targets, labels = (t.to(device) for t in next(batches))
+        logits, regression = model(x.contiguous(memory_format=torch.channels_last))
+        loc, cls = loss_fn(logits, regression, labels, targets)
+        loss = loc + cls
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        sums["loc"] += loc.item()
+        sums["cls"] += cls.item()
+        seen += 1
+        bar.update(1)
+        bar.set_postfix(loc=f"{loc.item():.3f}", cls=f"{cls.item():.3f}", refresh=False)
+        if step % steps_per_epoch == 0:
+            epoch = step // steps_per_epoch
+            entry = {"epoch": epoch, "step": step, "loc_loss": round(sums["loc"] / seen, 5),
+                     "cls_loss": round(sums["cls"] / seen, 5), "lr": sched.get_last_lr()[0],
+                     "elapsed_s": round(run.elapsed_s(), 1)}
+            if epoch % args.eval_every == 0 and step < total:
+                entry["test"] = evaluate()
+            history.append(entry)
+            sums, seen = {"loc": 0.0, "cls": 0.0}, 0
+            print(json.dumps({k: v for k, v in entry.items() if k != "test"} |
+                             ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})), flush=True)
+            run.save(step)
+            last_save = time.perf_counter()
+        elif time.perf_counter() - last_save > args.checkpoint_every_s:
+            run.save(step)
+            last_save = time.perf_counter()
+    bar.close()
+    wall_s = run.elapsed_s()
+    final = evaluate()
+    model = model.to("cpu", memory_format=torch.contiguous_format)
+    weights = out_dir / f"{name}.pth"
+    save_torch_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    record = {
+        "task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size,
+        "recipe": recipe, "final_test": final, "n_eval": len(test),
+        "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
+        "history": history, "wall_s": round(wall_s, 1), "device": device_description(device),
+        "workers": args.workers,
+        "git_commit": git_commit(), "command": command_line(), "environment": environment(),
+        "data_root": str(folder), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": "final model after the last epoch; the test split was only observed, never used to select",
+    }
+    write_json_atomic(weights.with_suffix(".json"), record)
+    print(f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
+          f"{wall_s / 60:.1f} min -> {weights}")
+    return record
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tasks.detection.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
+    p.add_argument("--model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
+    p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")
+    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, help="peak learning rate (default 0.05 x batch/32)")
+    p.add_argument("--weight-decay", type=float, default=5e-4)
+    p.add_argument("--max-zoom-out", type=float, default=2.0, help="largest zoom-out (SSD's expand; pytorch-ssd 4)")
+    p.add_argument("--no-augment", action="store_true")
+    p.add_argument("--base-net", help="state dict for base_net (pytorch-ssd layout), e.g. an ImageNet backbone")
+    p.add_argument("--train-split", default="trainval")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=10, help="epochs between test-set looks (reported only)")
+    p.add_argument("--train-limit", type=int, help="use only the first N training images (tests)")
+    p.add_argument("--eval-limit", type=int, help="evaluate on the first N test images (tests)")
+    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
+    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
+    p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        train(args)
+    except (DataNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The command-line flags every task shares, and the checks that run before any cell does.
+
+Each task adds its own flags (models, datasets, task options); methods, targets, profile overrides, seed,
+folders, device and resume control are declared here once. Every argument of a grid is validated at parse
+time, so a typo in the last target fails before hours of earlier cells.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from fcpts.core.masks import check_target
+from fcpts.methods import METHODS, get_method, training_methods
+from tasks.grid.data import DataNotFoundError
+from tasks.grid.paths import RUNS_DIR
+from tasks.grid.profiles import POT_METHODS, Profile
+
+
+def target(text: str) -> float:
+    """argparse type: a global sparsity target in [0, 1)."""
+    try:
+        return check_target(float(text))
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_grid_args(p: argparse.ArgumentParser, profiles: dict[str, Profile], default_profile: str,
+                  paper_methods: str, default_sparsity: Sequence[float] | None) -> None:
+    p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
+    p.add_argument("--all-methods", action="store_true", help=f"the paper's set: {paper_methods}")
+    p.add_argument("--sparsity", nargs="+", type=target, default=list(default_sparsity) if default_sparsity else None,
+                   help="global sparsity targets in [0, 1)")
+    p.add_argument("--profile", default=default_profile, choices=sorted(profiles))
+    p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
+    p.add_argument("--pot-iterations", type=int,
+                   help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="option override for the training-loop methods run, for design measurements (renames "
+                        "the profile), e.g. lr=0.005")
+    p.add_argument("--pot-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="POT option override for design measurements (renames the profile), e.g. fold_bn=false")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights", help="dense weights file for the (single) model")
+    p.add_argument("--results-dir", default=str(RUNS_DIR), help="where records go (default: results/runs)")
+    p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--force", action="store_true", help="redo cells that already have a record, from a clean start")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def check_methods(p: argparse.ArgumentParser, methods: Sequence[str]) -> None:
+    for m in methods:
+        if m not in METHODS:
+            p.error(f"unknown method {m!r}; available: {', '.join(sorted(METHODS))}")
+
+
+def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], methods: Sequence[str]) -> Profile:
+    """The chosen profile with the command line's overrides, renamed so its records never mix with it."""
+    profile = profiles[args.profile]
+    if args.iterations is not None:
+        profile = profile.with_iterations(args.iterations)
+    if args.pot_iterations is not None:
+        profile = profile.with_pot_iterations(args.pot_iterations)
+    if args.option:
+        trained = tuple(m for m in methods if m in training_methods())
+        profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
+    if args.pot_option:
+        profile = profile.with_option_pairs(POT_METHODS, args.pot_option, "pot-", "POT options")
+    for m in methods:  # an option a method lacks fails here, before any data is read
+        get_method(m).check_overrides(profile.options_for(m))
+    return profile
+
+
+def run_main(main: Callable[[], int]) -> int:
+    """Log to stderr, and turn the errors a user can fix into one line and exit status 2."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        return main()
+    except (DataNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def runs_and_checkpoints(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    return Path(args.results_dir), Path(args.checkpoint_dir) if args.checkpoint_dir else None

@@ -1,0 +1,45 @@
+"""The data-root rule every task shares, the error for missing data, and seeded calibration subsets.
+
+Data root, first match wins: `--data-root`, the FCPTS_DATA_ROOT environment variable, then `../shared/data`
+beside the repository when it exists.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from tasks.grid.paths import REPO_ROOT
+
+DEFAULT_DATA_ROOT = REPO_ROOT.parent / "shared" / "data"
+ENV_DATA_ROOT = "FCPTS_DATA_ROOT"
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A dataset or weights file is missing; the message says where we looked and what to pass."""
+
+
+def resolve_data_root(data_root: str | os.PathLike | None = None, must_exist: bool = True) -> Path:
+    """Apply the data-root rule; with must_exist, a missing folder is a clear error."""
+    if data_root is not None:
+        root, source = Path(data_root), "--data-root"
+    elif os.environ.get(ENV_DATA_ROOT):
+        root, source = Path(os.environ[ENV_DATA_ROOT]), f"${ENV_DATA_ROOT}"
+    else:
+        root, source = DEFAULT_DATA_ROOT, "the default"
+    if must_exist and not root.is_dir():
+        raise DataNotFoundError(
+            f"data root {root} (from {source}) does not exist. Pass --data-root DIR or set "
+            f"{ENV_DATA_ROOT}=DIR to a folder holding CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz); "
+            "add --download to fetch CIFAR there with torchvision."
+        )
+    return root
+
+
+def calibration_indices(n_available: int, n: int, seed: int) -> list[int]:
+    """A seeded random subset of the training split (sorted, so records read naturally)."""
+    if not 0 < n <= n_available:
+        raise ValueError(f"need 1..{n_available} calibration images, asked for {n}")
+    g = torch.Generator().manual_seed(seed)
+    return sorted(torch.randperm(n_available, generator=g)[:n].tolist())

@@ -1,0 +1,77 @@
+"""Profiles: how much work a run gets. One profile gives every method the same budget and data.
+
+A profile renamed by an override (`--iterations`, `--pot-iterations`, `--option`) never shares records
+with the profile it came from.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+POT_METHODS = ("pot-l2norm", "pot-erk")  # one budget for both allocations
+
+
+@dataclass
+class Profile:
+    """How much work a run gets. The same profile gives every method the same budget and data."""
+
+    name: str
+    n_calibration: int
+    iterations: int
+    batch_size: int = 64
+    eval_limit: int | None = None  # None: the whole test split
+    note: str = ""
+    # Per-method deviations from the common budget, e.g. POT's per-layer iterations and its own
+    # calibration size: {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
+    methods: dict[str, dict] = field(default_factory=dict)
+
+    def n_calibration_for(self, method: str) -> int:
+        return self.methods.get(method, {}).get("n_calibration", self.n_calibration)
+
+    def options_for(self, method: str) -> dict | None:
+        return self.methods.get(method, {}).get("options")
+
+    def with_iterations(self, iterations: int, what: str = "iterations") -> Profile:
+        """The same profile with another iteration count, renamed so its records never mix with this one's."""
+        return replace(self, name=f"{self.name}-it{iterations}", iterations=iterations,
+                       note=f"{self.note}; {what} overridden")
+
+    def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
+        """The same profile with `options` merged into each of `methods`' own options, renamed
+        `<name>-<suffix>` so its records never mix with this one's."""
+        entries = dict(self.methods)
+        for m in methods:
+            entry = entries.get(m, {})
+            entries[m] = {**entry, "options": {**entry.get("options", {}), **options}}
+        return replace(self, name=f"{self.name}-{suffix}", methods=entries, note=f"{self.note}; {what}")
+
+    def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
+        """`KEY=VALUE` overrides (values read as JSON where they parse: 0.02, false) for `methods`, the
+        profile renamed `<name>-<prefix><key><value>...`, for design measurements that never mix with it."""
+        options = parse_option_pairs(pairs)
+        suffix = prefix + "-".join(f"{k}{v}" for k, v in options.items())
+        return self.with_method_options(methods, options, suffix, f"{what} {options}")
+
+    def with_pot_iterations(self, iterations: int) -> Profile:
+        """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
+        return self.with_method_options(POT_METHODS, {"iterations": iterations}, f"pot{iterations}",
+                                        f"POT iterations per layer overridden to {iterations}")
+
+
+def parse_option_pairs(pairs: list[str]) -> dict:
+    """`["lr=0.02", "fold_bn=false", "reconstruction=kl"]` -> {"lr": 0.02, "fold_bn": False, "reconstruction": "kl"}."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"an option override wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
+    """Profile.methods entry for both POT allocations: their own image count and iterations per layer."""
+    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}

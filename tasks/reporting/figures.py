@@ -1,0 +1,267 @@
+"""The paper's figures, drawn from run records alone (never from the paper's numbers).
+
+    python -m tasks.figures            # writes every figure into paper_figures/
+
+Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
+sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
+because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
+substitute on the 1,300-image sample). A panel without a record says which command makes it.
+
+Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
+POTs, ProbMask, STR), one panel per (task, dataset, model) with records at two or more sparsities (the paper
+shows ImageNet ResNet-50).
+Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
+allocation (`fcpts`), for every model with both records at the same sparsity and profile.
+Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
+with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from fcpts.methods import METHODS, label
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from tasks.grid.records import all_records, preferred_records
+
+FIGURES_DIR = REPO_ROOT / "paper_figures"
+
+FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legend order
+
+# The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
+FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
+FIGURE4_HINT = {"cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
+                         "--profile paper-cpu",
+                "imagenet": "python -m tasks.imagenet --data-root IMAGENET --models {model} --all-methods "
+                            "--sparsity {target} --profile paper"}
+
+
+def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
+    """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
+    target, each with its methods' preferred records in Figure 1's legend order."""
+    chosen = [r for r in preferred_records(records).values() if (r["task"], r["dataset"]) == (task, dataset)
+              and round(r["target_sparsity"], 4) == target and "per_layer" in r]
+    # The paper's models get a panel even before they run, except on a partial ImageNet (`imagenet-val1300`),
+    # where they are never run.
+    paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
+    models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
+    # Not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it.
+    order = list(FIGURE1_METHODS)
+    return {m: sorted((r for r in chosen if r["model"] == m and r["method"] in order),
+                      key=lambda r: order.index(r["method"])) for m in models}
+
+
+def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
+    """First layer, the first layer of each stage (`layer2.0.conv1`, `blocks.3.0.conv_pw`), last layer;
+    of two ticks closer than `gap` layers only the first is kept (the last layer's always)."""
+    def stage(name: str) -> str:
+        parts = name.split(".")[:-1]
+        numeric = [i for i, p in enumerate(parts) if p.isdigit()]
+        return ".".join(parts[: numeric[-1]] if numeric else parts)
+
+    gap = max(2, len(names) // limit)  # labels closer than this overlap; the later one wins at the end
+    ticks: list[int] = []
+    for i, n in enumerate(names):
+        if i in (0, len(names) - 1) or stage(n) != stage(names[i - 1]):
+            if ticks and i - ticks[-1] < gap:
+                if i != len(names) - 1:
+                    continue
+                ticks.pop()
+            ticks.append(i)
+    return ticks
+
+
+def figure4(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
+    panels = allocation_panels(records, task, dataset, target)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 3.6 * len(panels)), squeeze=False)
+    for ax, (model, recs) in zip(axes[:, 0], panels.items()):
+        for rec in recs:
+            color, marker = METHODS[rec["method"]].style
+            layers = rec["per_layer"]
+            ax.plot(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color=color, marker=marker,
+                    markersize=3.5, linewidth=1.2,
+                    label=f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% "
+                          f"[{rec['profile']['name']}]")
+        ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8, label=f"global target {target:.0%}")
+        substitute = " (substitute for the paper's models)" if recs and recs[0].get("substitute") else ""
+        ax.set_title(f"{model} on {dataset}{substitute}: per-layer sparsity at {target:.0%} global sparsity")
+        ax.set_ylabel("layer sparsity (%)")
+        ax.set_ylim(-2, 102)
+        if recs:
+            names = [layer["name"] for layer in recs[0]["per_layer"]]
+            ticks = _stage_ticks(names)
+            ax.set_xticks(ticks, [names[i] for i in ticks], rotation=30, ha="right", fontsize=8)
+            ax.set_xlabel(f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
+                          "layer, last layer; adjacent ones thinned)")
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no layer hidden
+        else:
+            hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
+            ax.text(0.5, 0.5, f"no record yet: {hint}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
+            ax.set_xticks([])
+        ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+def _panels(n: int, width: float = 4.6, height: float = 3.6):
+    cols = min(3, max(1, n))
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)
+
+
+def _save(fig, out: Path) -> Path:
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Figure 1's panels: (task, dataset, model) -> its preferred records of the compared methods (not the
+    fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in preferred_records(records).values():
+        if r["method"] not in FIGURE1_METHODS:
+            continue
+        groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
+    return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
+
+
+def figure1(records: list[dict], out: Path) -> Path:
+    groups = accuracy_curves(records)
+    fig, axes = _panels(max(1, len(groups)))
+    if not groups:
+        axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
+        axes[0].axis("off")
+    for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
+        for method in [m for m in FIGURE1_METHODS if any(r["method"] == m for r in rs)]:
+            # At the sparsity reached: STR has no exact-target step and may end off its target.
+            pts = sorted((r["achieved_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
+            color, marker = METHODS[method].style
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
+                    label=label(method))
+        ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
+        profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
+        ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
+        ax.set_xlabel("global sparsity reached (%)")
+        ax.set_ylabel("top-1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
+    """Figure 3's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    def cell(r):
+        return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
+
+    learned = {cell(r): r for r in records if r["method"] == "fcpts"}
+    return [(r, learned[cell(r)]) for r in records if r["method"] == "fcpts-fixed" and cell(r) in learned]
+
+
+def figure3(records: list[dict], out: Path) -> Path:
+    pairs = fixed_learned_pairs(records)
+    models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
+    fig, axes = _panels(max(1, len(models)))
+    if not models:
+        axes[0].text(0.5, 0.5, "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ...",
+                     ha="center", va="center")
+        axes[0].axis("off")
+    for ax, (ds, model) in zip(axes, models):
+        ps = sorted((p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)),
+                    key=lambda p: p[0]["target_sparsity"])
+        xs = range(len(ps))
+        fixed = ax.bar([x - 0.2 for x in xs], [p[0]["metrics"]["top1"] for p in ps], 0.4, color="white",
+                       edgecolor="tab:red", hatch="//", label="ERK rates fixed")
+        learned = ax.bar([x + 0.2 for x in xs], [p[1]["metrics"]["top1"] for p in ps], 0.4, color="tab:red",
+                         label="learned allocation (FCPTS)")
+        for bars in (fixed, learned):
+            ax.bar_label(bars, fmt="%.2f", fontsize=7)
+        top = max(max(p[0]["metrics"]["top1"], p[1]["metrics"]["top1"]) for p in ps)
+        ax.set_ylim(0, max(1.0, top) * 1.3)  # room for the legend above the bars
+        ax.set_xticks(list(xs), [f"{p[0]['target_sparsity']:.0%}\n[{p[0]['profile']['name']}]" for p in ps])
+        substitute = " (substitute)" if ps[0][0].get("substitute") else ""
+        ax.set_title(f"{model} on {ds}{substitute}", fontsize=10)
+        ax.set_xlabel("global sparsity")
+        ax.set_ylabel("top-1 (%)")
+        ax.legend(fontsize=7, loc="upper left", ncol=2)
+        ax.grid(alpha=0.3, axis="y")
+    return _save(fig, out)
+
+
+def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
+    """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer."""
+    import numpy as np
+    import torch
+
+    from fcpts.core.bridge import kde_density
+
+    from tasks.grid.data import resolve_data_root
+    from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    rec = next((r for r in preferred_records(records).values() if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
+                == ("cifar10", "resnet56", "fcpts", 0.9)), None)
+    try:
+        model = cifar_resnet("resnet56", 10)
+        load_checkpoint(model, default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
+    except (FileNotFoundError, ValueError):
+        rec = None
+    if rec is None:
+        ax.text(0.5, 0.5, "needs the CIFAR-10 ResNet-56 checkpoint and its FCPTS 90% record", ha="center", va="center")
+        ax.axis("off")
+        return _save(fig, out)
+    row = next(p for p in rec["per_layer"] if p["name"] == layer)
+    w = dict(model.named_modules())[layer].weight.detach().flatten().double()
+    t = row["threshold"]
+    grid = torch.linspace(float(w.min()), float(w.max()), 600, dtype=torch.float64)
+    # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
+    density = kde_density(w, grid, 0.5 * w.std() * (100 / len(w)) ** 0.2)
+    r_t = float((w.abs() < t).double().mean())
+    ax.plot(grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)")
+    inside = (grid.abs() < t).numpy()
+    ax.fill_between(grid.numpy(), 0, density.numpy(), where=inside, color="tab:red", alpha=0.35,
+                    label=f"r(t) = P(|w| < t) = {r_t:.3f}")
+    for x in (-t, t):
+        ax.axvline(x, color="tab:red", linestyle="--", linewidth=0.9)
+    ax.set_xlabel("weight value w")
+    ax.set_ylabel("density")
+    ax.set_title(f"Bridge function at the learned threshold t = {t:.4f} (ResNet-56, CIFAR-10, 90%, "
+                 f"{rec['profile']['name']} profile)\nlayer sparsity in the record after reconstruction: "
+                 f"{row['sparsity']:.3f}", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.set_xlim(*np.quantile(w.numpy(), [0.001, 0.999]))
+    return _save(fig, out)
+
+
+def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
+    records = all_records(runs_dir)
+    out = [figure4(records, "cifar", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    imagenet_sets = sorted({r["dataset"] for r in records if r["task"] == "imagenet"}) or ["imagenet"]
+    out += [figure4(records, "imagenet", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in imagenet_sets]
+    out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
+    out.append(figure3(records, out_dir / "fig3_fixed_vs_learned.png"))
+    out.append(figure5(records, out_dir / "fig5_bridge.png"))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tasks.reporting figures", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out-dir", default=str(FIGURES_DIR))
+    args = p.parse_args(argv)
+    for path in write_figures(out_dir=Path(args.out_dir)):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

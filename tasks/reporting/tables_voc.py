@@ -1,0 +1,83 @@
+"""Table 4 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
+
+Written by `python -m tasks.paper tables` (reads records and results/paper/paper_reference.csv only).
+
+Cells of the paper's detectors are filled only by records on the full VOC2007 test set (dataset `voc2007`)
+at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objects on scene canvases from
+tasks.make_detection_set, with this suite's own detector) get rows of their own, labelled as such, with no
+paper numbers beside them. Every record of the task is also listed, reconstruction variants included.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from fcpts.methods import label
+from tasks.grid.records import all_records, preferred_records
+
+MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
+
+
+def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
+    """The paper's Table 4 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
+    out: dict[str, dict[str, str]] = {}
+    for r in reference:
+        if r["table"] == "table4":
+            out.setdefault(r["model"], {})[r["method"]] = r["top1"]
+    return out
+METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
+SPARSITY = 0.9
+
+
+def _best(preferred: dict[tuple, dict], dataset: str, model: str, method: str) -> dict | None:
+    return preferred.get(("voc", dataset, model, method, SPARSITY))
+
+
+def _cell(rec: dict | None) -> str:
+    if rec is None:
+        return "no record"
+    m, d = rec["metrics"]["map50"], rec["dense_metrics"]["map50"]
+    extra = "" if rec.get("hit_target", True) else f", reached {rec['achieved_sparsity']:.3f}"
+    return f"**{m:.1f}** (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
+
+
+def table4(records: list[dict], reference: list[dict]) -> str:
+    voc = [r for r in records if r["task"] == "voc"]
+    preferred = preferred_records(voc)
+    lines = ["# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", "",
+             "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.", "",
+             "| model | dense: ours · paper | method | ours | paper |", "|---|---|---|---|---|"]
+    for model, ref in paper_table4(reference).items():
+        recs = {m: _best(preferred, "voc2007", model, m) for m in METHODS}
+        dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
+        for i, m in enumerate(METHODS):
+            head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
+            lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} | {ref[m]} |")
+    if not any(r["dataset"] == "voc2007" for r in voc):
+        lines += ["", ("no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
+                       "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
+                       "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells.")]
+    subs = sorted({(r["dataset"], r["model"]) for r in voc if r.get("substitute")})
+    if subs:
+        lines += ["", "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)", "",
+                  "| dataset | model | dense (ours) | method | ours |", "|---|---|---|---|---|"]
+        for dataset, model in subs:
+            recs = {m: _best(preferred, dataset, model, m) for m in METHODS}
+            dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
+            for i, m in enumerate(METHODS):
+                head = f"{dataset} | {model} | {dense}" if i == 0 else " |  | "
+                lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} |")
+        lines += ["", ("Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
+                       "(tasks.make_detection_set), detector trained by this suite (tasks.train_ssd); see each "
+                       "record's `substitute_manifest`, `ssd_config` and `weights`.")]
+    if voc:
+        lines += ["", "## All detection records", "",
+                  "| dataset | model | method | sparsity | profile | reconstruction | mAP | dense | wall s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"],
+                                            r["profile"]["name"])):
+            rec = r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—"
+            lines.append(f"| {r['dataset']} | {r['model']} | {r['method']} | {r['achieved_sparsity']:.4f} | "
+                         f"{r['profile']['name']} | {rec} | {r['metrics']['map50']:.2f} | "
+                         f"{r['dense_metrics']['map50']:.2f} | {r['wall_s']:.0f} |")
+    return "\n".join(lines) + "\n"
