@@ -33,7 +33,7 @@ def test_excluding_an_unknown_layer():
 
 
 def test_unknown_option():
-    with pytest.raises(TypeError, match="unknown FCPTS options"):
+    with pytest.raises(TypeError, match="'fcpts' has no option iteratons"):
         fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), 0.5, iteratons=3)
 
 

@@ -117,17 +117,24 @@ def test_cli_errors_exit_2(tmp_path, capsys):
 
 
 def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile():
-    from tasks.imagenet.grid import PROFILES, with_training_options
+    from tasks.grid import cli
+    from tasks.imagenet.grid import PROFILES, parse_args
 
-    p = with_training_options(PROFILES["cpu"], ["lr=0.005", "reconstruction=kl"], ["fcpts", "pot-l2norm"])
+    def profile(options, methods):
+        args = parse_args(["--methods", *methods, *[f"--option={o}" for o in options]])
+        return cli.profile_from_args(args, PROFILES, args.methods)
+
+    p = profile(["lr=0.005", "reconstruction=kl"], ["fcpts", "pot-l2norm"])
     assert p.name == "cpu-lr0.005-reconstructionkl"
     assert p.options_for("fcpts") == {"lr": 0.005, "reconstruction": "kl"}
     assert p.options_for("pot-l2norm") == PROFILES["cpu"].options_for("pot-l2norm")
     assert p.options_for("probmask") == {"lr": 0.02}  # not run here, so not overridden
-    p = with_training_options(PROFILES["cpu"], ["lr=0.005"], ["probmask"])
+    p = profile(["lr=0.005"], ["probmask"])
     assert p.options_for("probmask") == {"lr": 0.005} and p.options_for("fcpts") == {"lr": 0.02}
     with pytest.raises(ValueError, match="KEY=VALUE"):
-        with_training_options(PROFILES["cpu"], ["lr"], ["fcpts"])
+        profile(["lr"], ["fcpts"])
+    with pytest.raises(ValueError, match="'probmask' has no option reconstruction"):
+        profile(["reconstruction=kl"], ["probmask"])
 
 
 def test_cpu_profile_gives_every_training_method_the_same_lr():

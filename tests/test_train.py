@@ -52,7 +52,7 @@ def test_training_writes_loadable_weights_and_record_and_resumes_exactly(tmp_pat
 
 def _run_until_step(args, steps):
     """Run training and stop it (as a kill would) right after the checkpoint at `steps`."""
-    import tasks.training_state as t
+    import fcpts.core.checkpoint as t
 
     class Stop(Exception):
         pass

@@ -18,6 +18,10 @@ from torch import nn
 from fcpts.core.options import MethodOptions
 from fcpts.core.report import SparsityReport
 
+class UnknownOptionError(TypeError, ValueError):
+    """An option the method does not have: a TypeError to a library caller, a ValueError to a grid."""
+
+
 RunFn = Callable[[nn.Module, Any, float, Any], "tuple[nn.Module, SparsityReport]"]
 # What a grid grants every method alike; training-loop methods also take the iteration budget.
 SHARED_BUDGET = ("seed", "progress", "checkpoint")
@@ -41,7 +45,7 @@ class Method:
         known = self.options.field_names() - set(self.fixed)
         unknown = sorted(set(overrides or {}) - known)
         if unknown:
-            raise ValueError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: "
+            raise UnknownOptionError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: "
                              f"{', '.join(sorted(known)) or 'none'}")
 
     def make_options(self, budget: Mapping[str, Any] | None = None,

@@ -101,7 +101,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
     args = p.parse_args(argv)
     args.methods = PAPER_METHODS if args.all_methods else args.methods
-    cli.check_methods(p, args.methods)
     return args
 
 
@@ -109,6 +108,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
+        cli.check_methods(args.methods)
         runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
         grid = build_grid(dataset=args.dataset, model=args.model,
                           profile=cli.profile_from_args(args, PROFILES, args.methods), seed=args.seed,

@@ -226,7 +226,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.weights and len(args.models) != 1:
         p.error("--weights needs exactly one model in --models")
     args.methods = PAPER_METHODS if args.all_methods else args.methods
-    cli.check_methods(p, args.methods)
     return args
 
 
@@ -234,6 +233,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
+        cli.check_methods(args.methods)
         runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
         profile = cli.profile_from_args(args, PROFILES, args.methods)
         records = []

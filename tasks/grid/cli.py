@@ -53,10 +53,9 @@ def add_grid_args(p: argparse.ArgumentParser, profiles: dict[str, Profile], defa
     p.add_argument("--no-progress", action="store_true")
 
 
-def check_methods(p: argparse.ArgumentParser, methods: Sequence[str]) -> None:
+def check_methods(methods: Sequence[str]) -> None:
     for m in methods:
-        if m not in METHODS:
-            p.error(f"unknown method {m!r}; available: {', '.join(sorted(METHODS))}")
+        get_method(m)  # an unknown name is a ValueError listing the known ones
 
 
 def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], methods: Sequence[str]) -> Profile:

@@ -125,12 +125,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.models == ["paper"]:
         args.models = PAPER_CNNS + PAPER_VITS
-    for name in args.models:
-        if name not in MODELS:
-            p.error(f"unknown model {name!r}; available: {', '.join(MODELS)}")
     if args.weights and len(args.models) != 1:
         p.error("--weights needs exactly one model in --models")
-    cli.check_methods(p, args.methods)
     return args
 
 
@@ -138,9 +134,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
+        cli.check_methods(args.methods)
         runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
         plans = []
         for model_name in args.models:  # every model's profile and options are checked before any cell runs
+            get_spec(model_name)
             methods = paper_methods(model_name) if args.all_methods else args.methods
             plans.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
         records = []
