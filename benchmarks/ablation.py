@@ -18,9 +18,9 @@ import torch
 
 import fcpts
 from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
+from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid.records import device_description, git_commit
 
 VARIANTS = {

@@ -18,6 +18,7 @@ from torch import nn
 from fcpts.core.options import MethodOptions
 from fcpts.core.report import SparsityReport
 
+
 class UnknownOptionError(TypeError, ValueError):
     """An option the method does not have: a TypeError to a library caller, a ValueError to a grid."""
 

@@ -27,16 +27,13 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from fcpts.core.io import save_torch_atomic
-
+from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
-from fcpts.core.io import file_sha256
 from tasks.grid.paths import RESULTS_DIR, repo_relative
 from tasks.grid.records import command_line, device_description, environment, git_commit
-from fcpts.core.io import write_json_atomic
 from tasks.grid.training_state import TrainingState
 
 

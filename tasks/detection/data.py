@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
 from tasks.detection.metrics import GroundTruth
 from tasks.detection.ssd import VOC_CLASSES
+from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
 
 SUBSTITUTE_MANIFEST = "substitute.json"  # written by tasks.make_detection_set
 

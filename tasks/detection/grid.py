@@ -40,13 +40,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from fcpts.core.io import file_sha256
+from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
-from tasks.grid import cli
-from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.profiles import Profile, pot_budget
-from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, indices_hash, run_grid
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -59,7 +54,12 @@ from tasks.detection.ssd import (
     postprocess,
     reconstruction_blocks,
 )
-from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from tasks.grid import cli
+from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.rerun import register_task
+from tasks.grid.runner import Grid, indices_hash, run_grid
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9

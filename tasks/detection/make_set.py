@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import box_iou
 
-from tasks.grid.paths import REPO_ROOT
-from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.cifar.data import load_cifar
 from tasks.detection.data import SUBSTITUTE_MANIFEST, write_jpeg
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.paths import REPO_ROOT
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # CIFAR-100 fine labels used as backgrounds (official label order): cloud, forest, mountain, plain, sea, road.

@@ -36,16 +36,13 @@ import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from fcpts.core.io import save_torch_atomic
-
+from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
+from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
+from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 from tasks.grid.data import DataNotFoundError, resolve_data_root
-from fcpts.core.io import file_sha256
 from tasks.grid.paths import RESULTS_DIR, repo_relative
 from tasks.grid.records import command_line, device_description, environment, git_commit
-from fcpts.core.io import write_json_atomic
-from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 from tasks.grid.training_state import TrainingState
-from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 
 
 class DetectionTrainSet(Dataset):

@@ -11,12 +11,12 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from fcpts.core.io import write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+
 
 def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float,
                 profile: str, seed: int) -> Path:

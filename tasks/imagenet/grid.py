@@ -16,7 +16,6 @@ per layer), `quick` (smoke test, not a result).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch

@@ -203,9 +203,8 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     import torch
 
     from fcpts.core.bridge import kde_density
-
-    from tasks.grid.data import resolve_data_root
     from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+    from tasks.grid.data import resolve_data_root
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     rec = next((r for r in preferred_records(records).values() if (r["dataset"], r["model"], r["method"], r["target_sparsity"])

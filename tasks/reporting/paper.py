@@ -15,9 +15,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from tasks.grid.records import MANIFEST, all_records, preferred_records, update_manifest
 from fcpts.methods import label
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from tasks.grid.records import MANIFEST, all_records, preferred_records, update_manifest
 from tasks.reporting.tables_imagenet import table2, table3, table5
 from tasks.reporting.tables_voc import table4 as voc_table4
 

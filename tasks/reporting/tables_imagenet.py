@@ -6,9 +6,9 @@ as a substitute, with no paper numbers beside them.
 """
 from __future__ import annotations
 
-from tasks.imagenet.models import MODELS
 from fcpts.methods import label
 from tasks.grid.records import preferred_records
+from tasks.imagenet.models import MODELS
 
 NO_DATA = "—"
 NOT_RUN = "not run yet"  # a substitute cell this workplace can fill

@@ -9,11 +9,8 @@ paper numbers beside them. Every record of the task is also listed, reconstructi
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from fcpts.methods import label
-from tasks.grid.records import all_records, preferred_records
+from tasks.grid.records import preferred_records
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 

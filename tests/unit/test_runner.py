@@ -3,8 +3,8 @@
 import torch
 from torch import nn
 
-from tasks.grid.runner import Grid, run_grid
 from tasks.grid.profiles import Profile
+from tasks.grid.runner import Grid, run_grid
 
 
 def _grid(tmp_path, calls: list, weights: str) -> Grid:

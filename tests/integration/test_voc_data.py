@@ -114,14 +114,14 @@ def test_unknown_class_needs_labels_txt(tmp_path):
 
 
 def _cifar_test_sources():
-    try:
-        root = resolve_data_root(None)
-        objects, labels = load_cifar(root, "cifar10", "test")
-        from tasks.detection.make_set import _scenes
+    from tasks.detection.make_set import _scenes
+    from tests.conftest import require_data
 
-        return objects[:200], labels[:200], _scenes(root, "test")
-    except DataNotFoundError as e:
-        pytest.skip(f"CIFAR not available: {e}")
+    require_data("cifar10/test.npz.xz", "CIFAR-10's test images")
+    require_data("cifar100/test.npz.xz", "CIFAR-100's test images")
+    root = resolve_data_root(None)
+    objects, labels = load_cifar(root, "cifar10", "test")
+    return objects[:200], labels[:200], _scenes(root, "test")
 
 
 def test_generated_set_is_valid_voc_and_deterministic(tmp_path):

@@ -3,10 +3,10 @@ import pytest
 import torch
 from torch import nn
 
-from fcpts.methods.probmask import export_masks, kept_fraction, project_scores
-from fcpts.methods import METHODS, get_method
-from fcpts.methods.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
+from fcpts.methods import METHODS, get_method
+from fcpts.methods.probmask import export_masks, kept_fraction, project_scores
+from fcpts.methods.soft_threshold import SoftThreshold
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
 

@@ -9,12 +9,17 @@ import torch
 
 import fcpts
 from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
-from tasks.imagenet.grid import main as imagenet_main
 from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
+from tasks.imagenet.grid import main as imagenet_main
 from tasks.imagenet.models import architecture, map_state_dict, preprocessing, pretrained
+from tests.conftest import require_data
 
-SAMPLE = DEFAULT_DATA_ROOT / "imagenet"
-needs_sample = pytest.mark.skipif(not SAMPLE.is_dir(), reason="ImageNet sample not available")
+needs_sample = pytest.mark.usefixtures("imagenet_sample")
+
+
+@pytest.fixture
+def imagenet_sample():
+    return require_data("imagenet", "the ImageNet sample (1,000 train / 1,300 val images)")
 
 
 @needs_sample

@@ -3,9 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from fcpts.methods import thresholds
 from fcpts.core.bridge import Bridge
 from fcpts.core.masks import hard_mask, threshold_mask
+from fcpts.methods import thresholds
 
 
 def test_mask_forward_is_step_of_magnitude():

@@ -4,9 +4,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fcpts.methods.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
-from fcpts.methods.pot import POTOptions, layer_objective, pot
 from fcpts.core.masks import prunable_layers
+from fcpts.methods.pot import POTOptions, layer_objective, pot
+from fcpts.methods.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
+
 
 class SamePadConv(nn.Conv2d):
     """Like timm's Conv2dSame: padding=0 on the module, asymmetric 'same' padding inside forward."""

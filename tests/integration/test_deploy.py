@@ -208,13 +208,9 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
     """A sparse checkpoint on real CIFAR-10 test images: ONNX top-1 equals PyTorch top-1, files shrink."""
-    from tasks.grid.data import DataNotFoundError, resolve_data_root
-    from tasks.cifar.data import load_cifar
+    from tests.conftest import require_data
 
-    try:
-        load_cifar(resolve_data_root(), "cifar10", "test")
-    except DataNotFoundError as e:
-        pytest.skip(f"CIFAR-10 not available: {e}")
+    require_data("cifar10/test.npz.xz", "CIFAR-10's test images")
     ckpt = tmp_path / "r20-sp90.pt"
     torch.save({"state_dict": tiny_sparse_resnet().state_dict(), "model": "resnet20", "dataset": "cifar10"}, ckpt)
     rec = deploy.deploy_cifar(ckpt, tmp_path, None, None, None, eval_limit=300, threads=1)

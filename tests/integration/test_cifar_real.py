@@ -6,18 +6,15 @@ import pytest
 import torch
 
 import fcpts
-from fcpts.methods import get_method
 from fcpts.core.masks import sparsity_summary
+from fcpts.methods import get_method
 from tasks.cifar import grid as cifar
-from tasks.deploy import runtimes as deploy
 from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
+from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.deploy import runtimes as deploy
+from tasks.deploy.saved_models import models_from_record
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
-from tasks.deploy.saved_models import models_from_record
-
-pytestmark = pytest.mark.skipif(not (resolve_data_root(must_exist=False) / "weights" / "cifar10").is_dir(),
-                                reason="needs CIFAR-10 and its checkpoints in ../shared/data or $FCPTS_DATA_ROOT")
 
 PUBLISHED = {"resnet20": 91.73, "resnet32": 92.63, "resnet44": 93.10, "resnet56": 93.39}
 

@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 
-from tasks.grid.records import MANIFEST, all_records, read_manifest, read_record
 from tasks.grid.paths import RUNS_DIR
+from tasks.grid.records import MANIFEST, all_records, read_manifest, read_record
 
 FULL_PROFILES = ("paper", "paper-cpu")
 RECORDS = all_records(RUNS_DIR)

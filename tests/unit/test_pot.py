@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch import nn
 
-from fcpts.methods.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
+from fcpts.methods.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from tasks.cifar.models import cifar_resnet
 
 

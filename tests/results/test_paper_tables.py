@@ -1,8 +1,8 @@
 """Tables are built from records alone, with the paper's numbers beside them."""
 import json
 
-from tasks.reporting.paper import read_reference, write_tables
 from tasks.grid.records import preferred_records
+from tasks.reporting.paper import read_reference, write_tables
 
 
 def test_reference_data_is_the_papers_table1():

@@ -1,0 +1,24 @@
+"""Shared test helpers: real data is required in CI and skipped, with the reason, on a user's machine."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tasks.grid.data import resolve_data_root
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_data(relative: str, what: str) -> Path:
+    """The path `relative` under the data root; a missing one fails the test in CI (a vacuous pass would hide
+    that nothing real was tested) and skips it elsewhere, saying how to provide it."""
+    path = resolve_data_root(must_exist=False) / relative
+    if not path.exists():
+        message = (f"{what} not found at {path}: put the suite's shared data folder beside the repository "
+                   "(../shared/data) or set FCPTS_DATA_ROOT")
+        if IN_CI:
+            pytest.fail(f"CI must test on real data: {message}")
+        pytest.skip(message)
+    return path

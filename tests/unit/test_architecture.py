@@ -1,0 +1,101 @@
+"""The layer rule of docs/design.md: core <- methods <- grid <- task drivers <- reporting, and no cycles.
+
+Every import in the library and the suite (module level or inside a function) is read from the source, so a
+new upward import or cycle fails here before it confuses anyone.
+"""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYERS = [  # (prefix, layer); the longest matching prefix wins
+    ("fcpts.core", 0), ("fcpts.methods", 1), ("fcpts", 1),
+    ("tasks.grid", 2), ("tasks", 2),
+    ("tasks.cifar", 3), ("tasks.imagenet", 3), ("tasks.detection", 3), ("tasks.deploy", 3), ("tasks.voc", 3),
+    ("tasks.regression", 3),
+    ("tasks.reporting", 4),
+    ("benchmarks", 5),
+]
+NAMES = ["core", "methods", "grid", "drivers", "reporting", "benchmarks"]
+
+
+def layer_of(module: str) -> int | None:
+    best = None
+    for prefix, layer in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, layer)
+    return None if best is None else best[1]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str | None = None) -> set[str]:
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package.split(".")
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = [p for d in ("fcpts", "tasks", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    modules = {module_name(p): p for p in files}
+    return {m: {i for i in imports_of(p) if i in modules and i != m} for m, p in modules.items()}
+
+
+def test_no_import_from_a_lower_layer_to_a_higher_one():
+    upward = []
+    for module, deps in graph().items():
+        for dep in deps:
+            if layer_of(dep) is not None and layer_of(module) is not None and layer_of(dep) > layer_of(module):
+                upward.append(f"{module} ({NAMES[layer_of(module)]}) imports {dep} ({NAMES[layer_of(dep)]})")
+    assert not upward, "\n".join(sorted(upward))
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in graph() if layer_of(m) is None] == []
+
+
+def test_no_import_cycles():
+    g = graph()
+    # A package's __init__ importing its own submodules is how packages work, not a cycle between modules.
+    edges = {m: {d for d in deps if not (m.startswith(d + ".") and g.get(d) is not None)} for m, deps in g.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for d in edges[m]:
+            if state.get(d) == 1:
+                cycles.append(" -> ".join(stack[stack.index(d):] + [m, d]) if d in stack else f"{m} -> {d}")
+            elif d not in state:
+                visit(d, stack + [m])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_rule_catches_an_upward_import(tmp_path):
+    assert layer_of("fcpts.core.masks") < layer_of("fcpts.methods.pot") < layer_of("tasks.grid.runner")
+    assert layer_of("tasks.grid.runner") < layer_of("tasks.cifar.grid") < layer_of("tasks.reporting.paper")
+    bad = tmp_path / "masks.py"
+    bad.write_text("from tasks.grid import runner\nfrom ..methods import pot\n")
+    found = imports_of(bad, "fcpts.core.masks")
+    assert {"tasks.grid.runner", "fcpts.methods.pot"} <= found
+    assert all(layer_of(m) > layer_of("fcpts.core.masks") for m in ("tasks.grid.runner", "fcpts.methods.pot"))
