@@ -19,15 +19,13 @@ from tasks.grid import cli
 from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.paths import RUNS_DIR
-from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, format_table, indices_hash, run_grid
+from tasks.grid.runner import Grid, format_table, indices_hash
 
 PROFILES = {
-    "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
-                     note="METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
-                          "(capped at the split), up to 20,000 iterations per layer",
-                     methods=pot_budget(10240, 20000)),
+    "paper": paper_profile("METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
+                           "(capped at the split), up to 20,000 iterations per layer"),
     "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
                          note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
                               "images as FCPTS (CPU budget); compare times only within this profile",
@@ -99,25 +97,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
-    args = p.parse_args(argv)
-    args.methods = PAPER_METHODS if args.all_methods else args.methods
+    args = cli.parse(p, argv, PAPER_METHODS)
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
 
-    def run() -> int:
-        cli.check_methods(args.methods)
-        runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
-        grid = build_grid(dataset=args.dataset, model=args.model,
-                          profile=cli.profile_from_args(args, PROFILES, args.methods), seed=args.seed,
-                          data_root=args.data_root, download=args.download, weights=args.weights,
-                          runs_dir=runs_dir, checkpoint_dir=checkpoint_dir, device=args.device,
-                          progress=not args.no_progress)
-        records = run_grid(grid, args.methods, args.sparsity, force=args.force)
-        print()
-        print(format_table(records))
-        return 0
+    def plans():
+        profile = cli.profile_from_args(args, PROFILES, args.methods)
+        grid = build_grid(dataset=args.dataset, model=args.model, profile=profile, download=args.download,
+                          **cli.where(args))
+        yield grid, args.methods, args.sparsity
 
-    return cli.run_main(run)
+    return cli.run_grids(args, plans, format_table)

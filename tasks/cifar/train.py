@@ -20,20 +20,20 @@ import json
 import math
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
+from fcpts.core.io import save_torch_atomic
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
-from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid import cli
+from tasks.grid.data import resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.paths import RESULTS_DIR, repo_relative
-from tasks.grid.records import command_line, device_description, environment, git_commit
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import device_description, write_training_record
 from tasks.grid.training_state import TrainingState
 
 
@@ -143,15 +143,10 @@ def train(args: argparse.Namespace) -> dict:
     state_dict = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_torch_atomic({"state_dict": state_dict, "best_prec1": final["top1"], "epochs": args.epochs,
                  "recipe_fingerprint": fingerprint}, weights)
-    record = {
+    record = write_training_record(weights, {
         "task": "train", "dataset": args.dataset, "model": args.model, "recipe": recipe,
-        "final_test": final, "n_eval": len(y_eval), "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
-        "history": history, "wall_s": round(wall_s, 1), "device": device_description("cpu"),
-        "git_commit": git_commit(), "command": command_line(), "environment": environment(),
-        "data_root": str(root), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "note": "final model after the last epoch; the test split was only observed, never used to select",
-    }
-    write_json_atomic(out_dir / f"{args.model}.json", record)
+        "final_test": final, "n_eval": len(y_eval), "history": history, "wall_s": round(wall_s, 1),
+        "device": device_description("cpu"), "data_root": str(root)})
     print(f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
           f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}")
     return record
@@ -181,15 +176,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.epochs < 1 or args.batch_size < 1:
-        print("error: --epochs and --batch-size must be positive", file=sys.stderr)
-        return 2
-    try:
+
+    def run() -> int:
+        if args.epochs < 1 or args.batch_size < 1:
+            raise ValueError("--epochs and --batch-size must be positive")
         train(args)
-    except (DataNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return cli.run_main(run)
 
 
 if __name__ == "__main__":

@@ -329,11 +329,10 @@ def deploy_cifar(checkpoint: Path, out_dir: Path, data_root: str | None, model_n
     import torch
 
     from fcpts.core.masks import sparsity_summary
-
     from tasks.cifar.data import load_cifar, normalize_cifar
-    from tasks.grid.data import resolve_data_root
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
     from tasks.deploy.sparse_storage import load_any, write_sparse_files
+    from tasks.grid.data import resolve_data_root
 
     model, meta = load_sparse_checkpoint(checkpoint, model_name, dataset)
     sparsity, _ = sparsity_summary(model)
@@ -423,9 +422,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    from fcpts.core.io import write_json_atomic
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import git_commit
-    from fcpts.core.io import write_json_atomic
 
     torch.set_num_threads(args.threads)
     git_commit()  # pin the commit of the code that runs

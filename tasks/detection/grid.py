@@ -57,9 +57,9 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, indices_hash, run_grid
+from tasks.grid.runner import Grid, indices_hash
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9
@@ -67,10 +67,8 @@ VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
 PROFILES = {
-    "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
-                     note="METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
-                          "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer",
-                     methods=pot_budget(10240, 20000)),
+    "paper": paper_profile("METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
+                           "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"),
     "cpu": Profile("cpu", n_calibration=1024, iterations=400, batch_size=32,
                    note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
                         "POT 1,000 iterations per layer on the same images; not the paper's protocol",
@@ -222,29 +220,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=300, help="square input (pytorch-ssd: 300)")
     p.add_argument("--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
-    args = p.parse_args(argv)
-    if args.weights and len(args.models) != 1:
-        p.error("--weights needs exactly one model in --models")
-    args.methods = PAPER_METHODS if args.all_methods else args.methods
+    args = cli.parse(p, argv, PAPER_METHODS)
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
 
-    def run() -> int:
-        cli.check_methods(args.methods)
-        runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
+    def plans():
         profile = cli.profile_from_args(args, PROFILES, args.methods)
-        records = []
         for arch in args.models:
             grid = build_grid(arch=arch, profile=profile, image_size=args.image_size,
-                              reconstruction=args.reconstruction, seed=args.seed, data_root=args.data_root,
-                              weights=args.weights, workers=args.workers, runs_dir=runs_dir,
-                              checkpoint_dir=checkpoint_dir, device=args.device, progress=not args.no_progress)
-            records += run_grid(grid, args.methods, args.sparsity, force=args.force)
-        print()
-        print(format_table(records))
-        return 0
+                              reconstruction=args.reconstruction, workers=args.workers, **cli.where(args))
+            yield grid, args.methods, args.sparsity
 
-    return cli.run_main(run)
+    return cli.run_grids(args, plans, format_table)

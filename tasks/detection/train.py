@@ -29,19 +29,19 @@ import json
 import math
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
-from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
+from fcpts.core.io import file_sha256, save_torch_atomic
 from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
-from tasks.grid.data import DataNotFoundError, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR, repo_relative
-from tasks.grid.records import command_line, device_description, environment, git_commit
+from tasks.grid import cli
+from tasks.grid.data import resolve_data_root
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import device_description, write_training_record
 from tasks.grid.training_state import TrainingState
 
 
@@ -221,17 +221,10 @@ def train(args: argparse.Namespace) -> dict:
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
     save_torch_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
-    record = {
+    record = write_training_record(weights, {
         "task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size,
-        "recipe": recipe, "final_test": final, "n_eval": len(test),
-        "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
-        "history": history, "wall_s": round(wall_s, 1), "device": device_description(device),
-        "workers": args.workers,
-        "git_commit": git_commit(), "command": command_line(), "environment": environment(),
-        "data_root": str(folder), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "note": "final model after the last epoch; the test split was only observed, never used to select",
-    }
-    write_json_atomic(weights.with_suffix(".json"), record)
+        "recipe": recipe, "final_test": final, "n_eval": len(test), "history": history, "wall_s": round(wall_s, 1),
+        "device": device_description(device), "workers": args.workers, "data_root": str(folder)})
     print(f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
           f"{wall_s / 60:.1f} min -> {weights}")
     return record
@@ -266,12 +259,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        train(args)
-    except (DataNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run_main(lambda: train(args) or 0)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,6 +20,7 @@ from fcpts.methods import METHODS, get_method, training_methods
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
+from tasks.grid.runner import Grid, run_grid
 
 
 def target(text: str) -> float:
@@ -53,6 +55,13 @@ def add_grid_args(p: argparse.ArgumentParser, profiles: dict[str, Profile], defa
     p.add_argument("--no-progress", action="store_true")
 
 
+def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, paper_methods: Sequence[str]) -> argparse.Namespace:
+    """Parse; `--all-methods` becomes the paper's method list."""
+    args = p.parse_args(argv)
+    args.methods = list(paper_methods) if args.all_methods else args.methods
+    return args
+
+
 def check_methods(methods: Sequence[str]) -> None:
     for m in methods:
         get_method(m)  # an unknown name is a ValueError listing the known ones
@@ -85,5 +94,29 @@ def run_main(main: Callable[[], int]) -> int:
         return 2
 
 
-def runs_and_checkpoints(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    return Path(args.results_dir), Path(args.checkpoint_dir) if args.checkpoint_dir else None
+def where(args: argparse.Namespace) -> dict[str, Any]:
+    """The build_grid arguments every task takes from the shared flags."""
+    if args.weights and len(getattr(args, "models", [None])) != 1:
+        raise ValueError("--weights needs exactly one model in --models")
+    return {"seed": args.seed, "data_root": args.data_root, "weights": args.weights,
+            "runs_dir": Path(args.results_dir), "checkpoint_dir": Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+            "device": args.device, "progress": not args.no_progress}
+
+
+GridPlan = tuple[Grid, Sequence[str], Sequence[float]]
+
+
+def run_grids(args: argparse.Namespace, plans: Callable[[], Iterable[GridPlan]],
+              table: Callable[[list[dict]], str]) -> int:
+    """A task's main: check the methods, run each (grid, methods, targets) planned, print the table."""
+
+    def run() -> int:
+        check_methods(args.methods)
+        records: list[dict] = []
+        for grid, methods, targets in plans():
+            records += run_grid(grid, list(methods), list(targets), force=args.force)
+        print()
+        print(table(records))
+        return 0
+
+    return run_main(run)

@@ -75,3 +75,10 @@ def parse_option_pairs(pairs: list[str]) -> dict:
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     """Profile.methods entry for both POT allocations: their own image count and iterations per layer."""
     return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}
+
+
+def paper_profile(note: str) -> Profile:
+    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64; POT 10,240 images (capped at
+    the split) and up to 20,000 iterations per layer."""
+    return Profile("paper", n_calibration=1024, iterations=1600, batch_size=64, note=note,
+                   methods=pot_budget(10240, 20000))

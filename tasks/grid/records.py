@@ -9,13 +9,15 @@ import json
 import platform
 import subprocess
 import sys
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from fcpts.core.io import write_text_atomic
-from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from fcpts.core.io import write_json_atomic, write_text_atomic
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 
 
 def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float,
@@ -120,6 +122,22 @@ def command_line() -> str:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     prog = ["-m", spec.name] if spec is not None and spec.name else [sys.argv[0]]
     return " ".join(["python", *prog, *sys.argv[1:]])
+
+
+def provenance() -> dict[str, Any]:
+    """What every record says about where it came from: code, command, environment, time."""
+    return {"git_commit": git_commit(), "command": command_line(), "environment": environment(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_training_record(weights: Path, record: dict) -> dict:
+    """The record beside a dense model the suite trained itself (weights hash and provenance added)."""
+    from fcpts.core.io import file_sha256
+
+    record = {**record, "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)}, **provenance(),
+              "note": "final model after the last epoch; the test split was only observed, never used to select"}
+    write_json_atomic(weights.with_suffix(".json"), record)
+    return record
 
 
 def environment() -> dict[str, str]:

@@ -26,17 +26,15 @@ from tasks.grid import cli
 from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
 from tasks.grid.paths import RUNS_DIR
-from tasks.grid.profiles import Profile, pot_budget
+from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, format_table, indices_hash, run_grid
+from tasks.grid.runner import Grid, format_table, indices_hash
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
 
 PROFILES = {
-    "paper": Profile("paper", n_calibration=1024, iterations=1600, batch_size=64,
-                     note="METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
-                          "POT 10,240 images (capped at the split), up to 20,000 iterations per layer",
-                     methods=pot_budget(10240, 20000)),
+    "paper": paper_profile("METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
+                           "POT 10,240 images (capped at the split), up to 20,000 iterations per layer"),
     # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
     # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Measured on the Lite0 substitute at 70%,
     # 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see the README).
@@ -124,30 +122,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.models == ["paper"]:
         args.models = PAPER_CNNS + PAPER_VITS
-    if args.weights and len(args.models) != 1:
-        p.error("--weights needs exactly one model in --models")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
 
-    def run() -> int:
-        cli.check_methods(args.methods)
-        runs_dir, checkpoint_dir = cli.runs_and_checkpoints(args)
-        plans = []
+    def plans():
+        checked = []
         for model_name in args.models:  # every model's profile and options are checked before any cell runs
             get_spec(model_name)
             methods = paper_methods(model_name) if args.all_methods else args.methods
-            plans.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
-        records = []
-        for model_name, methods, profile in plans:
-            grid = build_grid(model_name=model_name, profile=profile, seed=args.seed, data_root=args.data_root,
-                              weights=args.weights, workers=args.workers, runs_dir=runs_dir,
-                              checkpoint_dir=checkpoint_dir, device=args.device, progress=not args.no_progress)
-            records += run_grid(grid, methods, args.sparsity or paper_sparsities(model_name), force=args.force)
-        print()
-        print(format_table(records))
-        return 0
+            checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
+        for model_name, methods, profile in checked:
+            grid = build_grid(model_name=model_name, profile=profile, workers=args.workers, **cli.where(args))
+            yield grid, methods, args.sparsity or paper_sparsities(model_name)
 
-    return cli.run_main(run)
+    return cli.run_grids(args, plans, format_table)
