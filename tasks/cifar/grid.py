@@ -101,13 +101,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def plans(args: argparse.Namespace):
+    """The (grid, methods, targets) this command line asks for."""
+    profile = cli.profile_from_args(args, PROFILES, args.methods)
+    grid = build_grid(dataset=args.dataset, model=args.model, profile=profile, download=args.download,
+                      **cli.where(args))
+    yield grid, args.methods, args.sparsity
+
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-
-    def plans():
-        profile = cli.profile_from_args(args, PROFILES, args.methods)
-        grid = build_grid(dataset=args.dataset, model=args.model, profile=profile, download=args.download,
-                          **cli.where(args))
-        yield grid, args.methods, args.sparsity
-
-    return cli.run_grids(args, plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table)

@@ -224,14 +224,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def plans(args: argparse.Namespace):
+    """The (grid, methods, targets) this command line asks for."""
+    profile = cli.profile_from_args(args, PROFILES, args.methods)
+    for arch in args.models:
+        grid = build_grid(arch=arch, profile=profile, image_size=args.image_size,
+                          reconstruction=args.reconstruction, workers=args.workers, **cli.where(args))
+        yield grid, args.methods, args.sparsity
+
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-
-    def plans():
-        profile = cli.profile_from_args(args, PROFILES, args.methods)
-        for arch in args.models:
-            grid = build_grid(arch=arch, profile=profile, image_size=args.image_size,
-                              reconstruction=args.reconstruction, workers=args.workers, **cli.where(args))
-            yield grid, args.methods, args.sparsity
-
-    return cli.run_grids(args, plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table)

@@ -106,14 +106,14 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
 GridPlan = tuple[Grid, Sequence[str], Sequence[float]]
 
 
-def run_grids(args: argparse.Namespace, plans: Callable[[], Iterable[GridPlan]],
+def run_grids(args: argparse.Namespace, plans: Callable[[argparse.Namespace], Iterable[GridPlan]],
               table: Callable[[list[dict]], str]) -> int:
     """A task's main: check the methods, run each (grid, methods, targets) planned, print the table."""
 
     def run() -> int:
         check_methods(args.methods)
         records: list[dict] = []
-        for grid, methods, targets in plans():
+        for grid, methods, targets in plans(args):
             records += run_grid(grid, list(methods), list(targets), force=args.force)
         print()
         print(table(records))

@@ -125,17 +125,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def plans(args: argparse.Namespace):
+    """The (grid, methods, targets) this command line asks for."""
+    checked = []
+    for model_name in args.models:  # every model's profile and options are checked before any cell runs
+        get_spec(model_name)
+        methods = paper_methods(model_name) if args.all_methods else args.methods
+        checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
+    for model_name, methods, profile in checked:
+        grid = build_grid(model_name=model_name, profile=profile, workers=args.workers, **cli.where(args))
+        yield grid, methods, args.sparsity or paper_sparsities(model_name)
+
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-
-    def plans():
-        checked = []
-        for model_name in args.models:  # every model's profile and options are checked before any cell runs
-            get_spec(model_name)
-            methods = paper_methods(model_name) if args.all_methods else args.methods
-            checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
-        for model_name, methods, profile in checked:
-            grid = build_grid(model_name=model_name, profile=profile, workers=args.workers, **cli.where(args))
-            yield grid, methods, args.sparsity or paper_sparsities(model_name)
-
-    return cli.run_grids(args, plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table)
