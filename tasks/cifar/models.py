@@ -85,7 +85,7 @@ def load_checkpoint(model: nn.Module, path: str | Path) -> dict:
     if not path.is_file():
         raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH or --data-root DIR")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # tensors and numbers only: never runs code
     except Exception as e:  # pickle/zip errors differ by corruption kind
         raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
     state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None

@@ -20,9 +20,16 @@ from fcpts.core.io import write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 
 
+def sparsity_tag(target: float) -> str:
+    """`sp90` for 0.9, `sp90.4` for 0.904: whole percentages keep their short names, any other target
+    its exact digits, so two targets never share a file."""
+    percent = round(target * 100, 10)
+    return f"sp{int(percent):02d}" if percent == int(percent) else f"sp{percent:.10g}"
+
+
 def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float,
                 profile: str, seed: int) -> Path:
-    return runs_dir / task / dataset / model / f"{method}-sp{round(target * 100):02d}-{profile}-seed{seed}.json"
+    return runs_dir / task / dataset / model / f"{method}-{sparsity_tag(target)}-{profile}-seed{seed}.json"
 
 
 def read_record(path: Path) -> dict | None:
@@ -120,7 +127,7 @@ def device_description(device: torch.device | str = "cpu") -> str:
 def command_line() -> str:
     """The command as typed: `python -m tasks.cifar ...` (module name from __main__'s spec)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    prog = ["-m", spec.name] if spec is not None and spec.name else [sys.argv[0]]
+    prog = ["-m", spec.name.removesuffix(".__main__")] if spec is not None and spec.name else [sys.argv[0]]
     return " ".join(["python", *prog, *sys.argv[1:]])
 
 

@@ -19,6 +19,8 @@ from torch import nn
 
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
 from fcpts.methods import get_method
+from fcpts.core.masks import check_target, prunable_layers
+from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.records import command_line, device_description, environment, git_commit, read_record, record_path
@@ -61,21 +63,52 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
     for m in methods:  # fail fast on a typo in a method or an option, before any work
         get_method(m).check_overrides(grid.profile.options_for(m))
+    for target in sparsities:
+        check_target(target)
     git_commit()  # pin the commit of the code that is about to run
-    records, dense_metrics = [], None
+    records, dense_metrics, busy = [], None, []
     for method in methods:
         for target in sparsities:
             path = record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target,
                                grid.profile.name, grid.seed)
             done = None if force else read_record(path)
             if done is not None:
+                _check_same_cell(done, path, target, grid)
                 log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
                 records.append(done)
                 continue
-            if dense_metrics is None:
-                dense_metrics = _dense_metrics(grid, log)
-            records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+            try:
+                with cell_lock(path):
+                    if force:
+                        _clear_checkpoints(grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt"))
+                    elif read_record(path) is not None:  # finished by another process while we waited
+                        records.append(read_record(path))
+                        continue
+                    if dense_metrics is None:
+                        dense_metrics = _dense_metrics(grid, log)
+                    records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+            except CellBusy as e:
+                log(f"[busy] {e}")
+                busy.append(path)
+    if busy:
+        log(f"{len(busy)} cell(s) left to the processes running them; re-run this command afterwards to collect them")
     return records
+
+
+def _check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None:
+    """A record found under a cell's name must be that cell: same target, same dense weights."""
+    if record["target_sparsity"] != target:
+        raise ValueError(f"{path} holds target {record['target_sparsity']}, not {target}; move it away")
+    mine, theirs = grid.provenance.get("weights", {}).get("sha256"), record.get("weights", {}).get("sha256")
+    if mine and theirs and mine != theirs:
+        raise ValueError(f"{path} was made from other dense weights (sha256 {theirs[:12]}, these are {mine[:12]}); "
+                         "pass another --results-dir for this model, or --force to replace the record")
+
+
+def _clear_checkpoints(ckpt: Path) -> None:
+    """--force starts clean: the cell's checkpoint and any side files a method keeps beside it."""
+    for stale in [ckpt, *ckpt.parent.glob(ckpt.name + ".*")]:
+        stale.unlink(missing_ok=True)
 
 
 def _dense_metrics(grid: Grid, log) -> dict:
@@ -141,6 +174,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "environment": environment(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **grid.provenance,
+        "mask_sha256": mask_sha256(model),
         "per_layer": report.per_layer,
         "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
     }
@@ -155,6 +189,15 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     log(f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
         f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}")
     return record
+
+
+def mask_sha256(model: nn.Module) -> str:
+    """Hash of where the zeros are in every prunable weight: which model a record describes."""
+    digest = hashlib.sha256()
+    for name, layer in prunable_layers(model).items():
+        digest.update(name.encode())
+        digest.update((layer.weight.detach().cpu() == 0).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def format_table(records: list[dict]) -> str:
