@@ -37,17 +37,21 @@ import torch
 from torch import nn
 
 from fcpts.core.masks import prunable_layers, sparsity_summary
-from tasks.deploy import runtimes as deploy
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
 from tasks.grid.records import command_line
 from fcpts.core.io import write_json_atomic
+from tasks.deploy.checkpoints import load_sparse_checkpoint
+from tasks.deploy.driver import DEPLOY_DIR, provenance
+from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory, run_worker, runtime_version
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
+from tasks.deploy.worker import time_interleaved
+from tasks.grid.paths import REPO_ROOT
 
-TABLE = deploy.REPO_ROOT / "results" / "tables" / "table7_inference.md"
-RAW = deploy.DEPLOY_DIR / "table7_inference.json"
-CIFAR_CHECKPOINT = deploy.DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
+TABLE = REPO_ROOT / "results" / "tables" / "table7_inference.md"
+RAW = DEPLOY_DIR / "table7_inference.json"
+CIFAR_CHECKPOINT = DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
 # Real sparse models from grid cells (their saved state dicts): the EfficientNet-Lite0 substitute
-DEFAULT_RECORDS = [deploy.REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
+DEFAULT_RECORDS = [REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
                    for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")]
 EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
 TORCH_RUNTIMES = ["torch", "torch-csr"]
@@ -152,7 +156,7 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     from tasks.grid.data import resolve_data_root
     from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 
-    sparse, meta = deploy.load_sparse_checkpoint(checkpoint, None, None)
+    sparse, meta = load_sparse_checkpoint(checkpoint, None, None)
     dense = cifar_resnet(meta["model"])
     load_checkpoint(dense, default_cifar_weights(resolve_data_root(data_root), meta["dataset"], meta["model"]))
     fam = Family(f"cifar10-{meta['model']}", (3, 32, 32), f"real weights: FCPTS sparse model {checkpoint.name}")
@@ -219,8 +223,8 @@ def speedups(times: dict, dense) -> dict:
 
 def time_external(runtime: str, fam: Family, batch: int, runs: int, warmup: int, threads: int) -> dict:
     files = [str(fam.files[k]["dense"]) for k in fam.models]
-    r = deploy.run_worker(runtime, ["--models", *files, "--shape", *map(str, fam.shape), "--batch", str(batch),
-                                    "--runs", str(runs), "--warmup", str(warmup)], threads)
+    r = run_worker(runtime, ["--models", *files, "--shape", *map(str, fam.shape), "--batch", str(batch),
+                             "--runs", str(runs), "--warmup", str(warmup)], threads)
     times = {k: r["times_s"][f] for k, f in zip(fam.models, files)}
     return {"version": r["version"], "options": r["options"], "results": speedups(times, "dense")}
 
@@ -237,7 +241,7 @@ def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dic
             err = (csr(x[:2]) - m(x[:2])).abs().max().item()
             assert err < 1e-3, f"CSR model differs from the dense one by {err}"
             runners[("torch-csr", label)] = csr
-    times = deploy.time_interleaved(runners, x, warmup, runs)
+    times = time_interleaved(runners, x, warmup, runs)
     out = {"torch": {}, "torch-csr": {}}
     for (rt, label), res in speedups(times, ("torch", "dense")).items():
         out[rt][label] = res
@@ -251,10 +255,10 @@ def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:
     """VmHWM of a fresh process per file: onnxruntime for each storage format, DeepSparse for the plain file."""
     mem = {}
     for label, files in fam.files.items():
-        mem[label] = {f"onnxruntime:{kind}": deploy.peak_memory("onnxruntime", p, fam.shape, threads)
+        mem[label] = {f"onnxruntime:{kind}": peak_memory("onnxruntime", p, fam.shape, threads)
                       for kind, p in files.items()}
         if "deepsparse" in runtimes:
-            mem[label]["deepsparse:dense"] = deploy.peak_memory("deepsparse", files["dense"], fam.shape, threads)
+            mem[label]["deepsparse:dense"] = peak_memory("deepsparse", files["dense"], fam.shape, threads)
     return mem
 
 
@@ -271,9 +275,9 @@ def available_runtimes(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
             ok.append(rt)
             continue
         try:
-            deploy.runtime_version(rt)
+            runtime_version(rt)
             ok.append(rt)
-        except deploy.RuntimeNotInstalled as e:
+        except RuntimeNotInstalled as e:
             missing[rt] = str(e)
     return ok, missing
 
@@ -471,7 +475,7 @@ def main(argv=None) -> int:
         args.table, args.raw = str(quick_dir / "table7.md"), str(quick_dir / "table7.json")
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    prov = deploy.provenance(args.threads)
+    prov = provenance(args.threads)
     t0 = time.perf_counter()
     runtimes, missing = available_runtimes(args.runtimes)
     for rt, why in missing.items():
@@ -493,7 +497,7 @@ def main(argv=None) -> int:
             fam_t0 = time.perf_counter()
             fr = {"shape": list(fam.shape), "note": fam.note, "sparsity": fam.sparsity, "latency": {},
                   "file_bytes": file_bytes(fam), "memory": {}, "onnx_max_abs_diff": fam.onnx_max_abs_diff,
-                  "provenance": {**deploy.provenance(args.threads), "command": command_line(), "merged": merging}}
+                  "provenance": {**provenance(args.threads), "command": command_line(), "merged": merging}}
             for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
                 for rt in [r for r in runtimes if r in EXTERNAL]:
                     print(f"[time] {name} batch {batch} {rt}", flush=True)
@@ -519,7 +523,7 @@ def main(argv=None) -> int:
         result["wall_s"] = time.perf_counter() - t0
         result["provenance"]["command"] = command_line()
     raw = Path(args.raw)
-    result["raw"] = str(raw.relative_to(deploy.REPO_ROOT)) if raw.is_relative_to(deploy.REPO_ROOT) else str(raw)
+    result["raw"] = str(raw.relative_to(REPO_ROOT)) if raw.is_relative_to(REPO_ROOT) else str(raw)
     write_json_atomic(Path(args.raw), result)
     write_table(result, Path(args.table))
     print(Path(args.table).read_text())
