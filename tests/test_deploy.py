@@ -151,7 +151,7 @@ def test_missing_runtime_is_a_clear_error(monkeypatch):
 
 
 def test_benchmark_lists_missing_runtimes_instead_of_failing(monkeypatch):
-    from benchmarks.inference import available_runtimes
+    from benchmarks.inference_measure import available_runtimes
 
     monkeypatch.setenv("FCPTS_OPENVINO_PYTHON", "/nonexistent/python")
     ok, missing = available_runtimes(["onnxruntime", "openvino", "torch"])
@@ -182,7 +182,7 @@ def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_
 
 
 def test_torch_csr_kernels_match_dense_layers():
-    from benchmarks.inference import to_torch_csr
+    from benchmarks.inference_csr import to_torch_csr
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
