@@ -1,5 +1,5 @@
 import sys
 
-from tasks.deploy.runtimes import main
+from tasks.deploy.driver import main
 
 sys.exit(main())

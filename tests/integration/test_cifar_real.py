@@ -11,7 +11,7 @@ from fcpts.methods import get_method
 from tasks.cifar import grid as cifar
 from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
-from tasks.deploy import runtimes as deploy
+from tasks.deploy.checkpoints import sparse_model_from_record
 from tasks.deploy.saved_models import models_from_record
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
@@ -76,7 +76,7 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     dense, sparse, shape, _ = models_from_record(record_path)
     assert shape == (3, 32, 32) and sparsity_summary(dense)[0] < 0.01
     assert sparsity_summary(sparse)[0] == rec["achieved_sparsity"]
-    ckpt = deploy.sparse_model_from_record(record_path, tmp_path / "deploy", None, progress=False)
+    ckpt = sparse_model_from_record(record_path, tmp_path / "deploy", None, progress=False)
     deployed = torch.load(ckpt, weights_only=False)
     assert deployed["source"].startswith("saved sparse model")  # no re-run: the grid's own weights
     assert all(torch.equal(deployed["state_dict"][k], v) for k, v in state.items())

@@ -10,7 +10,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from tasks.deploy import runtimes as deploy
+from tasks.deploy import checkpoints, driver, runtimes
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
 from tasks.cifar.models import cifar_resnet
 from tasks.deploy.sparse_storage import (
@@ -122,11 +122,11 @@ def test_dense_model_is_not_made_bigger(tmp_path):
 
 def test_onnxruntime_worker_times_interleaved_and_reports_peak_memory(exported):
     _, path, files = exported
-    r = deploy.run_worker("onnxruntime", ["--models", str(path), str(files["bitmask"]), "--shape", "3", "32", "32",
+    r = runtimes.run_worker("onnxruntime", ["--models", str(path), str(files["bitmask"]), "--shape", "3", "32", "32",
                                           "--batch", "2", "--runs", "3", "--warmup", "1"])
     assert set(r["median_s"]) == {str(path), str(files["bitmask"])}
     assert all(len(v) == 3 and min(v) > 0 for v in r["times_s"].values())
-    mem = deploy.peak_memory("onnxruntime", path, (3, 32, 32))
+    mem = runtimes.peak_memory("onnxruntime", path, (3, 32, 32))
     assert mem["vmhwm_mib"] > mem["vmhwm_after_import_mib"] > 10
 
 
@@ -138,19 +138,20 @@ def test_missing_runtime_is_a_clear_error(monkeypatch):
     except ImportError:
         pass
     monkeypatch.setenv("FCPTS_DEEPSPARSE_PYTHON", sys.executable)
-    with pytest.raises(deploy.RuntimeNotInstalled, match=r"deepsparse is not installed.*pip install deepsparse==1\.8\.0"):
-        deploy.runtime_version("deepsparse")
-    with pytest.raises(deploy.RuntimeNotInstalled, match="not installed"):
-        deploy.run_worker("deepsparse", ["--models", "x.onnx", "--shape", "3", "32", "32"])
+    not_installed = r"deepsparse is not installed.*pip install deepsparse==1\.8\.0"
+    with pytest.raises(runtimes.RuntimeNotInstalled, match=not_installed):
+        runtimes.runtime_version("deepsparse")
+    with pytest.raises(runtimes.RuntimeNotInstalled, match="not installed"):
+        runtimes.run_worker("deepsparse", ["--models", "x.onnx", "--shape", "3", "32", "32"])
     monkeypatch.setenv("FCPTS_OPENVINO_PYTHON", "/nonexistent/python")
-    with pytest.raises(deploy.RuntimeNotInstalled, match="cannot start /nonexistent/python.*pip install openvino"):
-        deploy.runtime_version("openvino")
+    with pytest.raises(runtimes.RuntimeNotInstalled, match="cannot start /nonexistent/python.*pip install openvino"):
+        runtimes.runtime_version("openvino")
     with pytest.raises(ValueError, match="unknown runtime"):
-        deploy.runtime_version("tensorrt")
+        runtimes.runtime_version("tensorrt")
 
 
 def test_benchmark_lists_missing_runtimes_instead_of_failing(monkeypatch):
-    from benchmarks.inference import available_runtimes
+    from benchmarks.inference_measure import available_runtimes
 
     monkeypatch.setenv("FCPTS_OPENVINO_PYTHON", "/nonexistent/python")
     ok, missing = available_runtimes(["onnxruntime", "openvino", "torch"])
@@ -181,7 +182,7 @@ def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_
 
 
 def test_torch_csr_kernels_match_dense_layers():
-    from benchmarks.inference import to_torch_csr
+    from benchmarks.inference_csr import to_torch_csr
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
@@ -200,10 +201,10 @@ def test_torch_csr_kernels_match_dense_layers():
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        deploy.load_sparse_checkpoint(tmp_path / "none.pt", "resnet20", "cifar10")
+        checkpoints.load_sparse_checkpoint(tmp_path / "none.pt", "resnet20", "cifar10")
     with pytest.raises(ValueError, match="pass --model"):
         torch.save({"a": torch.zeros(1)}, tmp_path / "anon.pt")
-        deploy.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
+        checkpoints.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
 
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
@@ -213,7 +214,7 @@ def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
     require_data("cifar10/test.npz.xz", "CIFAR-10's test images")
     ckpt = tmp_path / "r20-sp90.pt"
     torch.save({"state_dict": tiny_sparse_resnet().state_dict(), "model": "resnet20", "dataset": "cifar10"}, ckpt)
-    rec = deploy.deploy_cifar(ckpt, tmp_path, None, None, None, eval_limit=300, threads=1)
+    rec = driver.deploy_cifar(ckpt, tmp_path, None, None, None, eval_limit=300, threads=1)
     assert rec["n_images"] == 300 and abs(rec["sparsity"] - 0.9) < 0.01
     assert all(d == 0.0 for d in rec["top1_diff_points"].values())
     assert all(d < 1e-4 for d in rec["max_abs_diff"].values())

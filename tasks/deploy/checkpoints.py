@@ -1,0 +1,81 @@
+"""The sparse CIFAR model to deploy, with its provenance: run records hold metrics, not weights, so the
+model comes from the state dict the grid saved beside the record or from re-running the record's method.
+Torch is imported inside the functions so that the worker process, which shares this package, never loads it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tasks.grid.paths import RESULTS_DIR
+
+
+def checkpoint_name(record: dict) -> str:
+    from tasks.grid.records import sparsity_tag
+
+    return (f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"
+            f"-{record['profile']['name']}-seed{record['seed']}")
+
+
+def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | None, progress: bool) -> Path:
+    """A CIFAR record's sparse model as a deploy checkpoint with its provenance: the state dict the grid
+    saved beside the record when it is here, else a re-run of the record's method (same weights,
+    calibration images, budget and seed). Returns the checkpoint path."""
+    import torch
+
+    import tasks.cifar.grid  # noqa: F401 - registers the CIFAR task for re-running its records
+    from tasks.deploy.saved_models import models_from_record
+    from tasks.grid.data import DataNotFoundError
+    from tasks.grid.records import command_line, git_commit
+    from tasks.grid.rerun import rerun_record
+
+    record = json.loads(Path(record_path).read_text())
+    if record.get("task") != "cifar":
+        raise ValueError(f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
+                         "python -m benchmarks.inference --records RECORD times any task's saved sparse model")
+    out = out_dir / f"{checkpoint_name(record)}.pt"
+    provenance = {"model": record["model"], "dataset": record["dataset"], "method": record["method"],
+                  "target_sparsity": record["target_sparsity"], "record_top1": record["metrics"]["top1"],
+                  "source_record": str(record_path), "git_commit": git_commit(), "command": command_line()}
+    if record.get("sparse_model"):
+        try:
+            _, model, _, _ = models_from_record(record_path)
+        except DataNotFoundError as e:
+            print(f"{e}\nre-running the record's method instead")
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"state_dict": model.state_dict(), **provenance,
+                        "source": f"saved sparse model {record['sparse_model']['path']}"}, out)
+            print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
+            return out
+    scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)
+    rerun, rerun_path = rerun_record(record, runs_dir=scratch, data_root=data_root, device="cpu", progress=progress)
+    if rerun["calibration"]["indices_sha256"] != record["calibration"]["indices_sha256"]:
+        raise ValueError(f"{record_path}: calibration images differ from the record's; cannot reproduce it")
+    _, model, _, _ = models_from_record(rerun_path)
+    print(f"re-ran {record['method']} at {record['target_sparsity']:.0%}: top-1 {rerun['metrics']['top1']:.2f} "
+          f"(record {record['metrics']['top1']:.2f}), sparsity {rerun['achieved_sparsity']:.6f}, "
+          f"{rerun['wall_s']:.0f}s")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": model.state_dict(), **provenance, "source": "re-run of the record's method",
+                "achieved_sparsity": rerun["achieved_sparsity"], "top1": rerun["metrics"]["top1"],
+                "rerun_wall_s": rerun["wall_s"], "threads": torch.get_num_threads()}, out)
+    return out
+
+
+def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | None):
+    """(model, metadata) from a checkpoint written by `sparse_model_from_record` or a plain state dict."""
+    import torch
+
+    from tasks.cifar.data import CIFAR_CLASSES
+    from tasks.cifar.models import cifar_resnet, load_checkpoint
+
+    raw = torch.load(path, map_location="cpu", weights_only=True) if Path(path).is_file() else {}
+    meta = raw if isinstance(raw, dict) and "state_dict" in raw else {}
+    model_name = model_name or meta.get("model")
+    dataset = dataset or meta.get("dataset") or "cifar10"
+    if not model_name:
+        raise ValueError(f"{path} does not say which model it holds; pass --model (e.g. resnet56)")
+    model = cifar_resnet(model_name, CIFAR_CLASSES[dataset])
+    info = load_checkpoint(model, path)  # clear errors for missing / corrupt / mismatched files
+    return model.eval(), {**info, "model": model_name, "dataset": dataset}

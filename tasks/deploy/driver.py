@@ -1,0 +1,165 @@
+"""Deployment of sparse models: ONNX export, sparse storage, accuracy check, latency and peak memory.
+
+    python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
+    python -m tasks.deploy --checkpoint results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
+
+Run records hold metrics, not weights, so `--record` re-runs the record's method with the record's data,
+budget and seed, saves the sparse state dict under results/deploy/ and deploys it; `--checkpoint` starts
+from such a file (or any CIFAR ResNet state dict: pass --model/--dataset when it carries no metadata).
+Deploying means: export to ONNX (BN folded, opset 17), write the sparse storage files, compare ONNX and
+PyTorch outputs and top-1 on the test split, measure file sizes and the peak resident memory (VmHWM) of
+a fresh inference process per file, and write a JSON record beside the files.
+
+Runtimes live behind one worker (`python -m tasks.deploy worker ...`) that imports only numpy, the
+runtime and, for bitmask files, onnx, so it runs in a runtime's own virtual environment (DeepSparse pins
+onnx 1.14 and numpy 1.26) and its VmHWM is the inference process's own. Torch is never imported here at
+module level for the same reason.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_record
+from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
+from tasks.deploy.worker import worker_main
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # no torch there: workers run in venvs without it
+
+DEPLOY_DIR = RESULTS_DIR / "deploy"
+
+
+def file_sizes(paths: dict[str, Path]) -> dict[str, int]:
+    from tasks.deploy.sparse_storage import zlib_size
+
+    sizes = {k: p.stat().st_size for k, p in paths.items()}
+    sizes["dense_zlib"] = zlib_size(paths["dense"])
+    return sizes
+
+
+def deploy_cifar(checkpoint: Path, out_dir: Path, data_root: str | None, model_name: str | None,
+                 dataset: str | None, eval_limit: int | None, threads: int) -> dict:
+    """Export, store sparsely, check against PyTorch on the test split, measure memory; the record."""
+    import numpy as np
+    import torch
+
+    from fcpts.core.masks import sparsity_summary
+
+    from tasks.cifar.data import load_cifar, normalize_cifar
+    from tasks.grid.data import resolve_data_root
+    from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
+    from tasks.deploy.sparse_storage import load_any, write_sparse_files
+
+    model, meta = load_sparse_checkpoint(checkpoint, model_name, dataset)
+    sparsity, _ = sparsity_summary(model)
+    root = resolve_data_root(data_root)
+    x_u8, y = load_cifar(root, meta["dataset"], "test")
+    if eval_limit:
+        x_u8, y = x_u8[:eval_limit], y[:eval_limit]
+    x = normalize_cifar(x_u8)
+    stem = out_dir / Path(checkpoint).name.removesuffix(".pt")
+    export_onnx(inference_copy(model), stem.with_suffix(".onnx"), tuple(x.shape[1:]))
+    paths = write_sparse_files(stem.with_suffix(".onnx"))
+    with torch.inference_mode():
+        ref = torch.cat([model(x[i:i + 500]) for i in range(0, len(x), 500)]).numpy()
+    outputs = {k: ort_predict(ort_session(load_any(p).SerializeToString() if k == "bitmask" else str(p), threads), x)
+               for k, p in paths.items()}
+    top1 = lambda logits: 100.0 * float((logits.argmax(1) == y).mean())  # noqa: E731
+    onnx_top1 = {k: top1(v) for k, v in outputs.items()}
+    memory = {k: peak_memory("onnxruntime", p, tuple(x.shape[1:]), threads) for k, p in paths.items()}
+    return {
+        "checkpoint": meta, "sparsity": sparsity, "n_images": len(y),
+        "top1_pytorch": top1(ref), "top1_onnx": onnx_top1,
+        "top1_diff_points": {k: v - top1(ref) for k, v in onnx_top1.items()},
+        "max_abs_diff": {k: float(np.abs(v - ref).max()) for k, v in outputs.items()},
+        "prediction_disagreements": {k: int((v.argmax(1) != ref.argmax(1)).sum()) for k, v in outputs.items()},
+        "files": {k: str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for k, p in paths.items()},
+        "file_bytes": file_sizes(paths), "peak_memory_onnxruntime": memory,
+    }
+
+
+def provenance(threads: int) -> dict:
+    """Command, commit, device (CPU model, flags), threads, load and date of this run."""
+    from datetime import datetime, timezone
+
+    from tasks.grid.records import command_line, environment, git_commit
+
+    return {"command": command_line(), "git_commit": git_commit(), "cpu": cpu_description(),
+            "threads": threads, "loadavg_1_5_15": list(os.getloadavg()), "environment": environment(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def cpu_description() -> dict:
+    """CPU model, logical cores and the SIMD flags that decide which sparse kernels can run."""
+    model, flags = "unknown", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        model = next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name"))
+        flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
+              "amx_tile", "amx_bf16", "amx_int8")
+    return {"model": model, "logical_cores": os.cpu_count(), "flags": [f for f in wanted if f in flags],
+            "amx": any(f.startswith("amx") for f in flags)}
+
+
+def print_summary(rec: dict) -> None:
+    print(f"sparsity {rec['sparsity']:.6f}; top-1 on {rec['n_images']} test images: PyTorch {rec['top1_pytorch']:.2f}")
+    for k in rec["top1_onnx"]:
+        m = rec["peak_memory_onnxruntime"][k]
+        print(f"  ONNX ({k:18s}) top-1 {rec['top1_onnx'][k]:.2f} (diff {rec['top1_diff_points'][k]:+.2f}), "
+              f"max |diff| {rec['max_abs_diff'][k]:.2e}, {rec['prediction_disagreements'][k]} disagreements, "
+              f"file {rec['file_bytes'][k] / 1e6:.3f} MB, ORT VmHWM {m['vmhwm_mib']:.1f} MiB")
+    print(f"  dense file under zlib: {rec['file_bytes']['dense_zlib'] / 1e6:.3f} MB")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tasks.deploy", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", help="sparse CIFAR ResNet state dict (e.g. from a previous --record run)")
+    src.add_argument("--record", help="CIFAR run record: re-run its method, save the sparse model, deploy it")
+    p.add_argument("--model", help="CIFAR model name when the checkpoint does not say (resnet20/32/44/56)")
+    p.add_argument("--dataset", help="cifar10 or cifar100 when the checkpoint does not say")
+    p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--out-dir", default=str(DEPLOY_DIR))
+    p.add_argument("--eval-limit", type=int, help="first N test images only (default: all)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        return worker_main(argv[1:])
+    args = parse_args(argv)
+    import torch
+
+    from tasks.grid.data import DataNotFoundError
+    from tasks.grid.records import git_commit
+    from fcpts.core.io import write_json_atomic
+
+    torch.set_num_threads(args.threads)
+    git_commit()  # pin the commit of the code that runs
+    out_dir = Path(args.out_dir)
+    try:
+        ckpt = (sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress)
+                if args.record else Path(args.checkpoint))
+        rec = deploy_cifar(ckpt, out_dir, args.data_root, args.model, args.dataset, args.eval_limit, args.threads)
+    except (DataNotFoundError, ValueError, RuntimeNotInstalled) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rec["provenance"] = provenance(args.threads)
+    path = out_dir / f"{ckpt.name.removesuffix('.pt')}.json"
+    write_json_atomic(path, rec)
+    print_summary(rec)
+    print(f"record: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
