@@ -7,6 +7,7 @@ as one JSON line to the output file, with provenance; variants already there are
     python -m benchmarks.ablation --model resnet56 --target 0.9 --iterations 100 400 1600 \
         --variants default control-only teacher-eval --out results/ablations/resnet56-sp90.jsonl
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,15 +55,20 @@ def _reconstruction(row: dict) -> str:
 
 def summarize(paths: list[str]) -> str:
     """A markdown table of finished rows (for the README), straight from the JSON lines."""
-    rows = ["| model | variant | reconstruction | lr | iterations | top-1 | sparsity before exact step | wall s | threads |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| model | variant | reconstruction | lr | iterations | top-1 | sparsity before exact step | wall s "
+        "| threads |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for path in paths:
         for line in Path(path).read_text().splitlines():
             r = json.loads(line)
             lr = r["options"].get("lr", 0.01)
-            rows.append(f"| {r['model']} | {r['variant']} | {_reconstruction(r)} | {lr} | {r['iterations']} | "
-                        f"{r['top1']:.2f} | {r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | "
-                        f"{r['device'].split(', ')[-1].split()[0]} |")
+            rows.append(
+                f"| {r['model']} | {r['variant']} | {_reconstruction(r)} | {lr} | {r['iterations']} | "
+                f"{r['top1']:.2f} | {r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | "
+                f"{r['device'].split(', ')[-1].split()[0]} |"
+            )
     return "\n".join(rows)
 
 
@@ -108,24 +114,36 @@ def main() -> None:
             model = cifar_resnet(args.model)
             load_checkpoint(model, weights)
             t = time.perf_counter()
-            model, report = fcpts.sparsify(model, calib, args.target, iterations=iterations, seed=args.seed,
-                                           progress=False, **VARIANTS[variant])
+            model, report = fcpts.sparsify(
+                model, calib, args.target, iterations=iterations, seed=args.seed, progress=False, **VARIANTS[variant]
+            )
             wall = time.perf_counter() - t
             metrics = classify(model, x_eval, y_eval)
             row = {
-                "model": args.model, "target": args.target, "variant": variant, "options": VARIANTS[variant],
+                "model": args.model,
+                "target": args.target,
+                "variant": variant,
+                "options": VARIANTS[variant],
                 "resolved_options": {k: v for k, v in report.options.items() if k not in ("progress", "checkpoint")},
-                "iterations": iterations, "top1": metrics["top1"], "top5": metrics["top5"],
+                "iterations": iterations,
+                "top1": metrics["top1"],
+                "top5": metrics["top5"],
                 "achieved_sparsity": report.achieved_sparsity,
                 "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],
                 "final_rec_loss": report.history[-1]["rec"] if report.history else None,
-                "wall_s": round(wall, 1), "n_calibration": len(idx), "seed": args.seed,
-                "device": device_description(), "git_commit": git_commit(),
+                "wall_s": round(wall, 1),
+                "n_calibration": len(idx),
+                "seed": args.seed,
+                "device": device_description(),
+                "git_commit": git_commit(),
             }
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"{variant:14s} it={iterations:5d} top1={metrics['top1']:.2f} "
-                  f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s", flush=True)
+            print(
+                f"{variant:14s} it={iterations:5d} top1={metrics['top1']:.2f} "
+                f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ without im2col; 3x3 and depthwise convs stay dense).
     python -m benchmarks.inference                       # writes results/tables/table7_inference.md
     python -m benchmarks.inference --quick               # smoke run, tiny shapes, few repetitions
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,22 +53,37 @@ TABLE = REPO_ROOT / "results" / "tables" / "table7_inference.md"
 RAW = DEPLOY_DIR / "table7_inference.json"
 CIFAR_CHECKPOINT = DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
 # Real sparse models from grid cells (their saved state dicts): the EfficientNet-Lite0 substitute
-DEFAULT_RECORDS = [REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
-                   for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")]
+DEFAULT_RECORDS = [
+    REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
+    for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")
+]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.inference", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.inference", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
-    p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.9],
-                   help="rates for the random-weight models (Table 7 has 50/60/70%%; 90%% is where sparse kernels start to pay)")
+    p.add_argument(
+        "--sparsity",
+        nargs="+",
+        type=float,
+        default=[0.5, 0.6, 0.7, 0.9],
+        help="rates for the random-weight models (Table 7 has 50/60/70%%; 90%% is where sparse kernels start to pay)",
+    )
     p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
     p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
-    p.add_argument("--records", nargs="+", default=[str(r) for r in DEFAULT_RECORDS],
-                   help="run records whose saved sparse models join the table (family 'records')")
-    p.add_argument("--merge", action="store_true",
-                   help="keep the other families of the existing raw file; re-measure only --families")
+    p.add_argument(
+        "--records",
+        nargs="+",
+        default=[str(r) for r in DEFAULT_RECORDS],
+        help="run records whose saved sparse models join the table (family 'records')",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other families of the existing raw file; re-measure only --families",
+    )
     p.add_argument("--data-root")
     p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
     p.add_argument("--runs-b1", type=int, default=30)
@@ -102,23 +118,38 @@ def main(argv=None) -> int:
     for rt, why in missing.items():
         print(f"[missing] {why}")
     work = Path(tempfile.mkdtemp(prefix="fcpts-inference-"))
-    result = {"provenance": prov, "runs": {"1": args.runs_b1, "32": args.runs_b32}, "warmup": args.warmup,
-              "missing_runtimes": missing, "runtimes": {}, "families": {}}
+    result = {
+        "provenance": prov,
+        "runs": {"1": args.runs_b1, "32": args.runs_b32},
+        "warmup": args.warmup,
+        "missing_runtimes": missing,
+        "runtimes": {},
+        "families": {},
+    }
     merging = args.merge and Path(args.raw).is_file()
     if merging:
         result = json.loads(Path(args.raw).read_text())
         result.pop("rendered_by", None)
         if (result["runs"], result["warmup"]) != ({"1": args.runs_b1, "32": args.runs_b32}, args.warmup):
-            print(f"error: --merge needs the raw file's repetitions {result['runs']}, warm-up {result['warmup']}",
-                  file=sys.stderr)
+            print(
+                f"error: --merge needs the raw file's repetitions {result['runs']}, warm-up {result['warmup']}",
+                file=sys.stderr,
+            )
             return 2
     try:
         for name, fam in build_families(args).items():
             export_family(fam, work)
             fam_t0 = time.perf_counter()
-            fr = {"shape": list(fam.shape), "note": fam.note, "sparsity": fam.sparsity, "latency": {},
-                  "file_bytes": file_bytes(fam), "memory": {}, "onnx_max_abs_diff": fam.onnx_max_abs_diff,
-                  "provenance": {**provenance(args.threads), "command": command_line(), "merged": merging}}
+            fr = {
+                "shape": list(fam.shape),
+                "note": fam.note,
+                "sparsity": fam.sparsity,
+                "latency": {},
+                "file_bytes": file_bytes(fam),
+                "memory": {},
+                "onnx_max_abs_diff": fam.onnx_max_abs_diff,
+                "provenance": {**provenance(args.threads), "command": command_line(), "merged": merging},
+            }
             for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
                 for rt in [r for r in runtimes if r in EXTERNAL]:
                     print(f"[time] {name} batch {batch} {rt}", flush=True)

@@ -1,6 +1,7 @@
 """Sparse kernels for torch itself, so Table 7 (`benchmarks.inference`) can say whether torch's CSR
 matmul (MKL on CPU) turns sparsity into speed where a sparse GEMM applies without im2col: Linear and
 plain 1x1 convs."""
+
 from __future__ import annotations
 
 import warnings
@@ -41,8 +42,13 @@ class CSRConv1x1(nn.Module):
 
 
 def csr_applies(m: nn.Module) -> bool:
-    return isinstance(m, nn.Linear) or (isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.groups == 1
-                                        and m.padding == (0, 0) and m.dilation == (1, 1))
+    return isinstance(m, nn.Linear) or (
+        isinstance(m, nn.Conv2d)
+        and m.kernel_size == (1, 1)
+        and m.groups == 1
+        and m.padding == (0, 0)
+        and m.dilation == (1, 1)
+    )
 
 
 def to_torch_csr(model: nn.Module) -> tuple[nn.Module, int]:
@@ -58,6 +64,9 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, int]:
             continue
         moved += m.weight.numel()
         parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, attr,
-                CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
+        setattr(
+            model.get_submodule(parent) if parent else model,
+            attr,
+            CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m),
+        )
     return model, moved / total

@@ -3,6 +3,7 @@ model and its sparse versions: random weights show what a sparsity rate costs or
 from deploy checkpoints and run records show what the methods actually produce. Every model is exported
 to ONNX beside its sparse storage files, so all runtimes read the same graphs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -55,8 +56,8 @@ def random_family(name: str, sparsities: list[float], size: int, seed: int) -> F
 
 def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
-    from tasks.grid.data import resolve_data_root
     from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+    from tasks.grid.data import resolve_data_root
 
     sparse, meta = load_sparse_checkpoint(checkpoint, None, None)
     dense = cifar_resnet(meta["model"])
@@ -71,8 +72,8 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
 def record_families(paths: list[Path]) -> list[Family]:
     """Real sparse models of run records (their saved state dicts), one family per task/dataset/model,
     each with the dense weights the records started from."""
-    from tasks.grid.data import DataNotFoundError
     from tasks.deploy.saved_models import models_from_record
+    from tasks.grid.data import DataNotFoundError
 
     fams: dict[tuple, Family] = {}
     for path in paths:
@@ -88,8 +89,10 @@ def record_families(paths: list[Path]) -> list[Family]:
             fams[key].models["dense"], fams[key].sparsity["dense"] = inference_copy(dense), sparsity_summary(dense)[0]
         s = sparsity_summary(sparse)[0]
         m = rec["metrics"]
-        fams[key].note += (f"; {_label(s)}: {rec['method']} run record {Path(path).name} (top-1 {m['top1']:.2f} on "
-                           f"{m['n_images']} {rec['dataset']} images, dense {rec['dense_metrics']['top1']:.2f})")
+        fams[key].note += (
+            f"; {_label(s)}: {rec['method']} run record {Path(path).name} (top-1 {m['top1']:.2f} on "
+            f"{m['n_images']} {rec['dataset']} images, dense {rec['dense_metrics']['top1']:.2f})"
+        )
         fams[key].models[_label(s)], fams[key].sparsity[_label(s)] = inference_copy(sparse), s
     return list(fams.values())
 
@@ -113,8 +116,10 @@ def build_families(args) -> dict[str, Family]:
         if name == "cifar":
             ckpt = Path(args.cifar_checkpoint)
             if not ckpt.is_file():
-                print(f"[skip] cifar: no sparse checkpoint at {ckpt}; make one with "
-                      "python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json")
+                print(
+                    f"[skip] cifar: no sparse checkpoint at {ckpt}; make one with "
+                    "python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"
+                )
                 continue
             fam = cifar_family(ckpt, args.data_root)
         elif name == "records":

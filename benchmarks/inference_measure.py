@@ -2,6 +2,7 @@
 model with calls interleaved, so a shared CPU's drift hits dense and sparse alike; a missing runtime is
 reported, not fatal.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,16 +26,34 @@ def speedups(times: dict, dense) -> dict:
     out = {}
     for k, v in times.items():
         q = statistics.quantiles([d / t for d, t in zip(times[dense], v)], n=4) if len(v) > 1 else [1.0] * 3
-        out[k] = {"median_ms": 1e3 * statistics.median(v), "runs": len(v),
-                  "speedup": statistics.median(times[dense]) / statistics.median(v),
-                  "round_ratio_q25_q50_q75": q, "times_ms": [round(1e3 * t, 4) for t in v]}
+        out[k] = {
+            "median_ms": 1e3 * statistics.median(v),
+            "runs": len(v),
+            "speedup": statistics.median(times[dense]) / statistics.median(v),
+            "round_ratio_q25_q50_q75": q,
+            "times_ms": [round(1e3 * t, 4) for t in v],
+        }
     return out
 
 
 def time_external(runtime: str, fam: Family, batch: int, runs: int, warmup: int, threads: int) -> dict:
     files = [str(fam.files[k]["dense"]) for k in fam.models]
-    r = run_worker(runtime, ["--models", *files, "--shape", *map(str, fam.shape), "--batch", str(batch),
-                             "--runs", str(runs), "--warmup", str(warmup)], threads)
+    r = run_worker(
+        runtime,
+        [
+            "--models",
+            *files,
+            "--shape",
+            *map(str, fam.shape),
+            "--batch",
+            str(batch),
+            "--runs",
+            str(runs),
+            "--warmup",
+            str(warmup),
+        ],
+        threads,
+    )
     times = {k: r["times_s"][f] for k, f in zip(fam.models, files)}
     return {"version": r["version"], "options": r["options"], "results": speedups(times, "dense")}
 
@@ -56,25 +75,33 @@ def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dic
     for (rt, label), res in speedups(times, ("torch", "dense")).items():
         out[rt][label] = res
     out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels
-    return {"torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
-            "torch-csr": {"version": torch.__version__, "options": {"csr_weight_share": moved},
-                          "results": out["torch-csr"]}}
+    return {
+        "torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
+        "torch-csr": {
+            "version": torch.__version__,
+            "options": {"csr_weight_share": moved},
+            "results": out["torch-csr"],
+        },
+    }
 
 
 def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:
     """VmHWM of a fresh process per file: onnxruntime for each storage format, DeepSparse for the plain file."""
     mem = {}
     for label, files in fam.files.items():
-        mem[label] = {f"onnxruntime:{kind}": peak_memory("onnxruntime", p, fam.shape, threads)
-                      for kind, p in files.items()}
+        mem[label] = {
+            f"onnxruntime:{kind}": peak_memory("onnxruntime", p, fam.shape, threads) for kind, p in files.items()
+        }
         if "deepsparse" in runtimes:
             mem[label]["deepsparse:dense"] = peak_memory("deepsparse", files["dense"], fam.shape, threads)
     return mem
 
 
 def file_bytes(fam: Family) -> dict:
-    return {label: {**{k: p.stat().st_size for k, p in files.items()}, "dense_zlib": zlib_size(files["dense"])}
-            for label, files in fam.files.items()}
+    return {
+        label: {**{k: p.stat().st_size for k, p in files.items()}, "dense_zlib": zlib_size(files["dense"])}
+        for label, files in fam.files.items()
+    }
 
 
 def available_runtimes(wanted: list[str]) -> tuple[list[str], dict[str, str]]:

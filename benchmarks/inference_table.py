@@ -2,6 +2,7 @@
 from a raw file without timing anything, and the verdict rule (when sparsity counts as paying) sits in
 one place.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,7 @@ def latency_rows(name: str, fam_result: dict, labels: list[str]) -> list[str]:
     for rt, per_batch in fam_result["latency"].items():
         for label in labels:
             b1, b32 = per_batch.get("1", {}).get("results", {}), per_batch.get("32", {}).get("results", {})
-            cell = lambda r: (f"{r[label]['median_ms']:.2f} | {_speedup(r[label])}" if label in r else "- | -")  # noqa: E731
+            cell = lambda r: f"{r[label]['median_ms']:.2f} | {_speedup(r[label])}" if label in r else "- | -"  # noqa: E731
             rows.append(f"| {name} | {label} | {rt} | {cell(b1)} | {cell(b32)} |")
     return rows
 
@@ -37,9 +38,11 @@ def storage_rows(name: str, fam_result: dict) -> list[str]:
     for label, b in fam_result["file_bytes"].items():
         mem = fam_result["memory"].get(label, {})
         m = lambda k: f"{mem[k]['vmhwm_mib']:.0f} (+{mem[k]['model_mib']:.0f})" if k in mem else "-"  # noqa: E731
-        rows.append(f"| {name} | {label} | {_fmt_mb(b['dense'], ref)} | {_fmt_mb(b['sparse_initializer'], ref)} | "
-                    f"{_fmt_mb(b['bitmask'], ref)} | {_fmt_mb(b['dense_zlib'], ref)} | {m('onnxruntime:dense')} | "
-                    f"{m('onnxruntime:sparse_initializer')} | {m('onnxruntime:bitmask')} | {m('deepsparse:dense')} |")
+        rows.append(
+            f"| {name} | {label} | {_fmt_mb(b['dense'], ref)} | {_fmt_mb(b['sparse_initializer'], ref)} | "
+            f"{_fmt_mb(b['bitmask'], ref)} | {_fmt_mb(b['dense_zlib'], ref)} | {m('onnxruntime:dense')} | "
+            f"{m('onnxruntime:sparse_initializer')} | {m('onnxruntime:bitmask')} | {m('deepsparse:dense')} |"
+        )
     return rows
 
 
@@ -51,17 +54,28 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
             if label == "dense":
                 continue
             for batch in ("1", "32"):
-                cells = {rt: pb[batch]["results"][label] for rt, pb in fam["latency"].items()
-                         if batch in pb and label in pb[batch]["results"]}
+                cells = {
+                    rt: pb[batch]["results"][label]
+                    for rt, pb in fam["latency"].items()
+                    if batch in pb and label in pb[batch]["results"]
+                }
                 if not cells:
                     continue
-                wins = sorted((rt for rt in cells if faster(cells[rt], threshold)), key=lambda rt: -cells[rt]["speedup"])
+                wins = sorted(
+                    (rt for rt in cells if faster(cells[rt], threshold)), key=lambda rt: -cells[rt]["speedup"]
+                )
                 best = max(cells, key=lambda rt: cells[rt]["speedup"])
                 ort = fam["latency"].get("onnxruntime", {}).get(batch, {}).get("results", {}).get("dense")
-                vs_ort = lambda rt: (f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"  # noqa: E731
-                                     if ort and rt != "onnxruntime" else "")
-                verdict = (", ".join(f"**{rt} {cells[rt]['speedup']:.2f}x**{vs_ort(rt)}" for rt in wins) if wins
-                           else f"none (largest: {best} {cells[best]['speedup']:.2f}x)")
+                vs_ort = lambda rt: (
+                    f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"  # noqa: E731
+                    if ort and rt != "onnxruntime"
+                    else ""
+                )
+                verdict = (
+                    ", ".join(f"**{rt} {cells[rt]['speedup']:.2f}x**{vs_ort(rt)}" for rt in wins)
+                    if wins
+                    else f"none (largest: {best} {cells[best]['speedup']:.2f}x)"
+                )
                 lines.append(f"| {name} | {label} | {batch} | {verdict} |")
     return lines
 
@@ -72,33 +86,50 @@ def _loads(values: list[float]) -> str:
 
 def write_table(result: dict, path: Path) -> None:
     p = result["provenance"]
-    lines = ["# Table 7 (ours): latency, memory and file size of sparse models on this machine", "",
-             "Speed-up = median dense time / median sparse time of the same runtime, the models' calls interleaved "
-             "round by round in one process (>1: sparse is faster); in brackets the quartiles of the same-round "
-             "ratios, i.e. the noise. Latency: median ms per call after warm-up.", "",
-             "## Which runtime turns sparsity into speed", "",
-             "A runtime counts when its speed-up over its own dense run is >= 1.10x and the sparse model won at "
-             "least 3 rounds in 4. In brackets: its sparse latency against onnxruntime's dense latency (the "
-             "reference point; separate processes, so not interleaved).", "",
-             "| model | sparsity | batch | runtime that speeds up |", "|---|---|---:|---|",
-             *verdicts(result), "",
-             "## Latency", "",
-             "| model | sparsity | runtime | batch 1 ms | batch 1 speed-up (quartiles) | batch 32 ms | "
-             "batch 32 speed-up (quartiles) |",
-             "|---|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "# Table 7 (ours): latency, memory and file size of sparse models on this machine",
+        "",
+        "Speed-up = median dense time / median sparse time of the same runtime, the models' calls interleaved "
+        "round by round in one process (>1: sparse is faster); in brackets the quartiles of the same-round "
+        "ratios, i.e. the noise. Latency: median ms per call after warm-up.",
+        "",
+        "## Which runtime turns sparsity into speed",
+        "",
+        "A runtime counts when its speed-up over its own dense run is >= 1.10x and the sparse model won at "
+        "least 3 rounds in 4. In brackets: its sparse latency against onnxruntime's dense latency (the "
+        "reference point; separate processes, so not interleaved).",
+        "",
+        "| model | sparsity | batch | runtime that speeds up |",
+        "|---|---|---:|---|",
+        *verdicts(result),
+        "",
+        "## Latency",
+        "",
+        "| model | sparsity | runtime | batch 1 ms | batch 1 speed-up (quartiles) | batch 32 ms | "
+        "batch 32 speed-up (quartiles) |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for name, fam in result["families"].items():
         lines += latency_rows(name, fam, list(fam["sparsity"]))
-    missing = [] if any("efficientnet" in n for n in result["families"]) else [
-        "| efficientnet_lite0 | - | - | not measured in this run: pass --records with a Lite0 run record | | | |"]
-    lines += [*missing, "",
-              "## File size and peak memory", "",
-              "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
-              "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
-              "and zlib -9 of the plain file. Peak memory: VmHWM in MiB of a fresh process that loads the file and "
-              "runs 5 batch-1 inferences (in brackets: growth after importing the runtime).", "",
-              "| model | sparsity | ONNX MB | sparse_initializer MB | bitmask MB | zlib MB | ORT VmHWM (plain) | "
-              "ORT VmHWM (sparse_initializer) | ORT VmHWM (bitmask) | DeepSparse VmHWM |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    missing = (
+        []
+        if any("efficientnet" in n for n in result["families"])
+        else ["| efficientnet_lite0 | - | - | not measured in this run: pass --records with a Lite0 run record | | | |"]
+    )
+    lines += [
+        *missing,
+        "",
+        "## File size and peak memory",
+        "",
+        "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
+        "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
+        "and zlib -9 of the plain file. Peak memory: VmHWM in MiB of a fresh process that loads the file and "
+        "runs 5 batch-1 inferences (in brackets: growth after importing the runtime).",
+        "",
+        "| model | sparsity | ONNX MB | sparse_initializer MB | bitmask MB | zlib MB | ORT VmHWM (plain) | "
+        "ORT VmHWM (sparse_initializer) | ORT VmHWM (bitmask) | DeepSparse VmHWM |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, fam in result["families"].items():
         lines += storage_rows(name, fam)
     lines += [m.replace("| - | - | not", "| - | not") + " | | |" for m in missing] + ["", "## Runs", ""]
@@ -113,22 +144,31 @@ def write_table(result: dict, path: Path) -> None:
         lines.append(f"- {rt}: {v.split(', options')[0] if rt == 'torch-csr' else v}")
     for rt, why in result["missing_runtimes"].items():
         lines.append(f"- {rt}: not measured: {why}")
-    lines += ["- GPU 2:4 semi-structured sparsity: not measured (no GPU in this run).", "",
-              "## Provenance", "",
-              f"- command: `{p['command']}`" + (f" (table re-rendered from its raw file by `{result['rendered_by']}`)"
-                                                if result.get("rendered_by") else ""), f"- git commit: {p['git_commit']}", f"- date: {p['created']}",
-              f"- CPU: {p['cpu']['model']}, {p['cpu']['logical_cores']} logical cores, flags "
-              f"{' '.join(p['cpu']['flags'])}, AMX: {'yes' if p['cpu']['amx'] else 'no'}",
-              f"- threads per runtime: {p['threads']}; repetitions: batch 1 {result['runs']['1']}, batch 32 "
-              f"{result['runs']['32']} after {result['warmup']} warm-up rounds",
-              f"- load average (1/5/15 min) at start {_loads(p['loadavg_1_5_15'])}, at end {_loads(result['loadavg_end'])}; "
-              f"wall time {result['wall_s']:.0f} s",
-              *[f"- {name} measured in a later run merged into this table: `{fp['command']}`, git commit "
-                f"{fp['git_commit']}, {fp['created']}, load average at start {_loads(fp['loadavg_1_5_15'])}, "
-                f"wall time {fp['wall_s']:.0f} s" for name, fam in result["families"].items()
-                if (fp := fam.get("provenance")) and fp.get("merged")],
-              "- The CPU was shared with other long jobs while this ran, so absolute latencies are inflated and "
-              "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
-              f"cancels. Raw numbers: `{result['raw']}`."]
+    lines += [
+        "- GPU 2:4 semi-structured sparsity: not measured (no GPU in this run).",
+        "",
+        "## Provenance",
+        "",
+        f"- command: `{p['command']}`"
+        + (f" (table re-rendered from its raw file by `{result['rendered_by']}`)" if result.get("rendered_by") else ""),
+        f"- git commit: {p['git_commit']}",
+        f"- date: {p['created']}",
+        f"- CPU: {p['cpu']['model']}, {p['cpu']['logical_cores']} logical cores, flags "
+        f"{' '.join(p['cpu']['flags'])}, AMX: {'yes' if p['cpu']['amx'] else 'no'}",
+        f"- threads per runtime: {p['threads']}; repetitions: batch 1 {result['runs']['1']}, batch 32 "
+        f"{result['runs']['32']} after {result['warmup']} warm-up rounds",
+        f"- load average (1/5/15 min) at start {_loads(p['loadavg_1_5_15'])}, at end {_loads(result['loadavg_end'])}; "
+        f"wall time {result['wall_s']:.0f} s",
+        *[
+            f"- {name} measured in a later run merged into this table: `{fp['command']}`, git commit "
+            f"{fp['git_commit']}, {fp['created']}, load average at start {_loads(fp['loadavg_1_5_15'])}, "
+            f"wall time {fp['wall_s']:.0f} s"
+            for name, fam in result["families"].items()
+            if (fp := fam.get("provenance")) and fp.get("merged")
+        ],
+        "- The CPU was shared with other long jobs while this ran, so absolute latencies are inflated and "
+        "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
+        f"cancels. Raw numbers: `{result['raw']}`.",
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

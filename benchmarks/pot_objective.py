@@ -9,6 +9,7 @@ the same loss and gradients is tests/test_layer_objective.py's job.
     python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
     python -m benchmarks.pot_objective --images 256    # fewer cached images: a quicker look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,11 @@ def main(argv=None) -> None:
         plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size)
         _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, args.batch_size)
         setup_s, gram_s = time_objective(GramObjective, layer, inputs, args.iterations, args.batch_size)
-        print(f"{name:32s} {forward_s:9.2f} {setup_s:6.2f} + {gram_s:5.2f} {forward_s / (setup_s + gram_s):12.2f} "
-              f"{plan['forward_s'] / plan['gram_s']:9.2f}", flush=True)
+        print(
+            f"{name:32s} {forward_s:9.2f} {setup_s:6.2f} + {gram_s:5.2f} {forward_s / (setup_s + gram_s):12.2f} "
+            f"{plan['forward_s'] / plan['gram_s']:9.2f}",
+            flush=True,
+        )
         del inputs
 
 

@@ -9,6 +9,7 @@ compared with, behind one registry.
 pairs; labels are ignored). The returned model is the same module object, in eval mode, with plain
 weights holding exact zeros; its global sparsity over the pruned Conv2d/Linear weights is round(target * N) / N.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,9 +25,13 @@ __all__ = ["sparsify", "FCPTSOptions", "SparsityReport", "METHODS", "Method", "g
 __version__ = "0.2.0"
 
 
-def sparsify(model: nn.Module, calibration: Any, target: float,
-             filter_fn: Callable[[nn.Module, str], bool] | None = None,
-             **options: Any) -> tuple[nn.Module, SparsityReport]:
+def sparsify(
+    model: nn.Module,
+    calibration: Any,
+    target: float,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    **options: Any,
+) -> tuple[nn.Module, SparsityReport]:
     """Sparsify `model` in place to global sparsity `target` in [0, 1) with FCPTS.
 
     `filter_fn(module, name)` chooses which Conv2d/Linear layers are pruned (default: all of them);

@@ -10,6 +10,7 @@ can still order differently on another CPU (measured here: 1 vs 2 threads moved 
 by 1.1 points, its 80% cell by 0.6). A cell passes when the achieved sparsity is the same and top-1/top-5
 lie within TOLERANCE points (the quick profile evaluates 1,000 test images: one point is ten images).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,14 @@ from tasks.grid.runner import run_grid
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 TOLERANCE = 1.5  # top-1 / top-5 points
-SUBSET = {"dataset": "cifar10", "model": "resnet20", "methods": ["fcpts", "pot-l2norm", "pot-erk", "lamp"],
-          "sparsity": [0.9], "profile": "quick", "seed": 0}
+SUBSET = {
+    "dataset": "cifar10",
+    "model": "resnet20",
+    "methods": ["fcpts", "pot-l2norm", "pot-erk", "lamp"],
+    "sparsity": [0.9],
+    "profile": "quick",
+    "seed": 0,
+}
 
 
 def run_subset(runs_dir: Path, progress: bool = False) -> None:
@@ -41,14 +48,23 @@ def run_subset(runs_dir: Path, progress: bool = False) -> None:
 
 
 def _run(runs_dir: Path, progress: bool) -> None:
-    grid = cifar.build_grid(dataset=SUBSET["dataset"], model=SUBSET["model"], profile=cifar.PROFILES[SUBSET["profile"]],
-                            seed=SUBSET["seed"], runs_dir=runs_dir, progress=progress)
+    grid = cifar.build_grid(
+        dataset=SUBSET["dataset"],
+        model=SUBSET["model"],
+        profile=cifar.PROFILES[SUBSET["profile"]],
+        seed=SUBSET["seed"],
+        runs_dir=runs_dir,
+        progress=progress,
+    )
     run_grid(grid, SUBSET["methods"], SUBSET["sparsity"], force=True)
 
 
 def subset_paths(runs_dir: Path) -> list[Path]:
-    return [record_path(runs_dir, "cifar", SUBSET["dataset"], SUBSET["model"], m, sp, SUBSET["profile"], SUBSET["seed"])
-            for m in SUBSET["methods"] for sp in SUBSET["sparsity"]]
+    return [
+        record_path(runs_dir, "cifar", SUBSET["dataset"], SUBSET["model"], m, sp, SUBSET["profile"], SUBSET["seed"])
+        for m in SUBSET["methods"]
+        for sp in SUBSET["sparsity"]
+    ]
 
 
 def compare(new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerance: float = TOLERANCE) -> list[str]:
@@ -64,18 +80,23 @@ def compare(new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerance: float
             problems.append(f"{name}: the re-run wrote no record")
             continue
         if abs(new["achieved_sparsity"] - ref["achieved_sparsity"]) > 1e-9 or not new["hit_target"]:
-            problems.append(f"{name}: sparsity {new['achieved_sparsity']:.9f} vs reference {ref['achieved_sparsity']:.9f}")
+            problems.append(
+                f"{name}: sparsity {new['achieved_sparsity']:.9f} vs reference {ref['achieved_sparsity']:.9f}"
+            )
         for metric in ("top1", "top5"):
             delta = new["metrics"][metric] - ref["metrics"][metric]
             if abs(delta) > tolerance:
-                problems.append(f"{name}: {metric} {new['metrics'][metric]:.2f} vs reference "
-                                f"{ref['metrics'][metric]:.2f} ({delta:+.2f} > ±{tolerance})")
+                problems.append(
+                    f"{name}: {metric} {new['metrics'][metric]:.2f} vs reference "
+                    f"{ref['metrics'][metric]:.2f} ({delta:+.2f} > ±{tolerance})"
+                )
     return problems
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tasks.regression", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.regression", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
     p.add_argument("--tolerance", type=float, default=TOLERANCE)
     args = p.parse_args(argv)
@@ -89,8 +110,10 @@ def main(argv=None) -> int:
         for ref_path, new_path in zip(subset_paths(REFERENCE_DIR), subset_paths(Path(tmp))):
             ref, new = read_record(ref_path), read_record(new_path)
             if ref and new:
-                print(f"{ref_path.stem:32s} top-1 {new['metrics']['top1']:6.2f} (reference {ref['metrics']['top1']:6.2f})"
-                      f"  top-5 {new['metrics']['top5']:6.2f} ({ref['metrics']['top5']:6.2f})")
+                print(
+                    f"{ref_path.stem:32s} top-1 {new['metrics']['top1']:6.2f} (reference {ref['metrics']['top1']:6.2f})"
+                    f"  top-5 {new['metrics']['top5']:6.2f} ({ref['metrics']['top5']:6.2f})"
+                )
     if problems:
         print("REGRESSION:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
 """`python -m tasks.voc`: the detection task on a VOC-layout folder (the same as `python -m tasks.detection`)."""
+
 import sys
 
 from tasks.detection.grid import main

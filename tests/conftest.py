@@ -1,4 +1,5 @@
 """Shared test helpers: real data is required in CI and skipped, with the reason, on a user's machine."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,10 @@ def require_data(relative: str, what: str) -> Path:
     that nothing real was tested) and skips it elsewhere, saying how to provide it."""
     path = resolve_data_root(must_exist=False) / relative
     if not path.exists():
-        message = (f"{what} not found at {path}: put the suite's shared data folder beside the repository "
-                   "(../shared/data) or set FCPTS_DATA_ROOT")
+        message = (
+            f"{what} not found at {path}: put the suite's shared data folder beside the repository "
+            "(../shared/data) or set FCPTS_DATA_ROOT"
+        )
         if IN_CI:
             pytest.fail(f"CI must test on real data: {message}")
         pytest.skip(message)

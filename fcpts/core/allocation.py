@@ -5,6 +5,7 @@ into masks whose zero count totals exactly round(target * N). Global cuts (globa
 LAMP, and FCPTS's final exact step) share one routine, `global_keep_masks`, that ranks a score per
 weight over all layers and prunes exactly the lowest ones.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,9 @@ def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, floa
     return {name: target for name in layers}
 
 
-def rates_to_counts(rates: dict[str, float], numels: dict[str, int], target: float,
-                    zeros: dict[str, int] | None = None) -> dict[str, int]:
+def rates_to_counts(
+    rates: dict[str, float], numels: dict[str, int], target: float, zeros: dict[str, int] | None = None
+) -> dict[str, int]:
     """Per-layer prune counts from rates, adjusted so the model ends with exactly round(target * N) zeros.
 
     floor(r_l * n_l) first (the released code's rounding), then the remainder goes to the layers
@@ -124,8 +126,9 @@ def keep_masks_for_rates(
 
 
 @torch.no_grad()
-def global_keep_masks(scores: dict[str, torch.Tensor], target: float,
-                      tiebreak: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def global_keep_masks(
+    scores: dict[str, torch.Tensor], target: float, tiebreak: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """Prune exactly round(target * N) weights with the lowest scores across all layers
     (equal scores: the lower `tiebreak`, e.g. |W|, goes first)."""
     target = check_target(target)

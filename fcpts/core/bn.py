@@ -8,6 +8,7 @@ padding code does not break tracing. The conv gains a bias; the BN module is rep
 by its own dropout + activation when it carries them (timm's BatchNormAct2d). Module names stay
 unchanged, so per-layer reports of a folded model line up with the original's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,9 +40,13 @@ def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
         if node.op != "call_module" or not isinstance(modules.get(node.target), nn.BatchNorm2d):
             continue
         src = node.args[0]
-        if (isinstance(src, torch.fx.Node) and src.op == "call_module"
-                and isinstance(modules.get(src.target), nn.Conv2d) and len(src.users) == 1):
-            pairs.append((src.target, node.target))
+        if (
+            isinstance(src, torch.fx.Node)
+            and src.op == "call_module"
+            and isinstance(modules.get(src.target), nn.Conv2d)
+            and len(src.users) == 1
+        ):
+            pairs.append((str(src.target), str(node.target)))
     return pairs
 
 

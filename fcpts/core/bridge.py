@@ -8,6 +8,7 @@ dr/dt = p(t) + p(-t), where p is a density estimate of the layer's signed weight
   0.5 std is a near-standard, slightly smoother choice.
 - "histogram" (released code): a 100-bin histogram density over [min W, max W].
 """
+
 from __future__ import annotations
 
 import math

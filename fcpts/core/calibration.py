@@ -4,6 +4,7 @@ A step's batch depends only on (seed, step): the epoch's shuffle is seeded by (s
 random transform in a Dataset runs under a forked RNG seeded by (seed, step). So a run restarted from
 a checkpoint at step k sees exactly the batches it would have seen, and the caller's RNG is untouched.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,9 +17,7 @@ class Calibration:
             if data.dim() < 2 or data.shape[0] == 0:
                 raise ValueError(f"calibration tensor must be (N, ...) with N >= 1, got shape {tuple(data.shape)}")
         elif not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
-            raise TypeError(
-                f"calibration must be a tensor of inputs or a map-style Dataset, got {type(data).__name__}"
-            )
+            raise TypeError(f"calibration must be a tensor of inputs or a map-style Dataset, got {type(data).__name__}")
         if len(data) == 0:
             raise ValueError("calibration data is empty: pass at least one image")
         if isinstance(data, torch.Tensor):
@@ -61,5 +60,6 @@ def check_finite(x: torch.Tensor, what: str) -> None:
     """NaN or Inf in inputs would silently give a NaN model: stop before any work instead."""
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).flatten(1).any(1).sum()) if x.dim() > 1 else 1
-        raise ValueError(f"{what} contain NaN or Inf values ({bad} of {len(x)} images); "
-                         "fix or drop those images before sparsifying")
+        raise ValueError(
+            f"{what} contain NaN or Inf values ({bad} of {len(x)} images); fix or drop those images before sparsifying"
+        )

@@ -5,6 +5,7 @@ weights' hash, the options, the calibration indices, the target). It is resumed 
 another run, a corrupt file or an unreadable one is a clear error naming the file and the fix. Files are
 written atomically and read with `weights_only=True` (tensors, numbers, strings, lists, dicts only).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,11 +56,13 @@ class Checkpoint:
         except Exception as e:  # noqa: BLE001 - any failure to read means the same thing to the user
             raise CheckpointError(
                 f"checkpoint {self.path} is corrupt or unreadable ({type(e).__name__}: {str(e)[:200]}); "
-                "delete it, or re-run with --force to start this cell clean") from None
+                "delete it, or re-run with --force to start this cell clean"
+            ) from None
         if not isinstance(state, dict) or state.get("identity_key") != self.key:
             raise CheckpointError(
                 f"checkpoint {self.path} belongs to a different run (dense weights, options, calibration "
-                "images or target differ); delete it, or re-run with --force to start this cell clean")
+                "images or target differ); delete it, or re-run with --force to start this cell clean"
+            )
         log.info("resuming %s from %s (%s)", self.label, state.get("progress", "a checkpoint"), self.path)
         self._last_step = int(state.get("step", 0))
         return state
@@ -75,8 +78,15 @@ class Checkpoint:
         """Write `state` (plus identity) atomically; `progress` says where it stands, e.g. 'step 400'."""
         if self.path is None:
             return
-        save_torch_atomic({"identity_key": self.key, "identity": json.dumps(self.identity, default=str),
-                           "progress": progress or f"step {step}", **state}, self.path)
+        save_torch_atomic(
+            {
+                "identity_key": self.key,
+                "identity": json.dumps(self.identity, default=str),
+                "progress": progress or f"step {step}",
+                **state,
+            },
+            self.path,
+        )
         self._last_time, self._last_step = time.perf_counter(), step
 
     def clear(self) -> None:

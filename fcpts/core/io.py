@@ -4,6 +4,7 @@ A write goes to a unique temporary file in the target's folder, is flushed to di
 target. An interrupted run leaves either the old file or the new one, and two processes writing the same
 path never share a temporary name.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -5,6 +5,7 @@ loss on (student output, teacher output, step). The loop owns progress, history,
 the checkpoint: everything needed to resume (student, teacher, optimisers, schedulers, step, history,
 elapsed time) is saved through `fcpts.core.checkpoint` by time and by steps and at the end.
 """
+
 from __future__ import annotations
 
 import copy
@@ -65,17 +66,28 @@ def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     return teacher
 
 
-def run_identity(target: float | None, options: MethodOptions | dict, calib: Calibration, model: nn.Module,
-                 **extra: Any) -> dict:
+def run_identity(
+    target: float | None, options: MethodOptions | dict, calib: Calibration, model: nn.Module, **extra: Any
+) -> dict:
     """Everything that changes a run's result: target, options, calibration images, the dense weights."""
     opts = options.to_dict() if isinstance(options, MethodOptions) else dict(options)
-    return {"target": target, "options": {k: v for k, v in opts.items() if k not in NOT_IDENTITY},
-            "calibration": calib.indices, "dense_weights": tensors_sha256(model.state_dict()), **extra}
+    return {
+        "target": target,
+        "options": {k: v for k, v in opts.items() if k not in NOT_IDENTITY},
+        "calibration": calib.indices,
+        "dense_weights": tensors_sha256(model.state_dict()),
+        **extra,
+    }
 
 
 def run_checkpoint(options: MethodOptions, identity: dict, label: str, path: str | None = None) -> Checkpoint:
-    return Checkpoint(path or options.checkpoint, identity, every_s=options.checkpoint_every_s,
-                      every_steps=options.checkpoint_every_steps, label=label)
+    return Checkpoint(
+        path or options.checkpoint,
+        identity,
+        every_s=options.checkpoint_every_s,
+        every_steps=options.checkpoint_every_steps,
+        label=label,
+    )
 
 
 @dataclass
@@ -92,7 +104,8 @@ def _finite_or_raise(value: float, what: str, step: int, desc: str) -> None:
     if not math.isfinite(value):
         raise FloatingPointError(
             f"{desc}: {what} is {value} at step {step}; check the calibration images and the dense model's "
-            "outputs for NaN/Inf, or lower the learning rate")
+            "outputs for NaN/Inf, or lower the learning rate"
+        )
 
 
 def train_loop(
@@ -129,15 +142,25 @@ def train_loop(
     t0 = time.perf_counter()
 
     def save(step: int) -> None:
-        checkpoint.save({"step": step, "model": model.state_dict(), "teacher": teacher.state_dict(),
-                         "optimizers": [o.state_dict() for o in optimizers],
-                         "schedulers": [sch.state_dict() for sch in schedulers], "history": result.history,
-                         "elapsed_s": elapsed_before + time.perf_counter() - t0}, step, f"step {step}")
+        checkpoint.save(
+            {
+                "step": step,
+                "model": model.state_dict(),
+                "teacher": teacher.state_dict(),
+                "optimizers": [o.state_dict() for o in optimizers],
+                "schedulers": [sch.state_dict() for sch in schedulers],
+                "history": result.history,
+                "elapsed_s": elapsed_before + time.perf_counter() - t0,
+            },
+            step,
+            f"step {step}",
+        )
 
     start = result.resumed_from_step
     model.train()
-    bar = tqdm(range(start, iterations), initial=start, total=iterations, disable=not progress, desc=desc,
-               dynamic_ncols=True)
+    bar = tqdm(
+        range(start, iterations), initial=start, total=iterations, disable=not progress, desc=desc, dynamic_ncols=True
+    )
     for step in bar:
         step_t0 = time.perf_counter()
         if before_step is not None:
@@ -161,9 +184,15 @@ def train_loop(
             after_step(step)
         loss_value = loss.item()
         _finite_or_raise(loss_value, "the loss", step, desc)
-        result.history.append({"step": step, "loss": round(loss_value, 6),
-                               **{k: round(v, 8) for k, v in logs.items()}, "lr": schedulers[0].get_last_lr()[0],
-                               "step_s": round(time.perf_counter() - step_t0, 5)})
+        result.history.append(
+            {
+                "step": step,
+                "loss": round(loss_value, 6),
+                **{k: round(v, 8) for k, v in logs.items()},
+                "lr": schedulers[0].get_last_lr()[0],
+                "step_s": round(time.perf_counter() - step_t0, 5),
+            }
+        )
         if step % 10 == 0:
             bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
         if checkpoint.due(step + 1):

@@ -3,6 +3,7 @@
 These are the sparsity tools shared by FCPTS and every baseline: a layer list, a mask that is a
 step function of |W| with a straight-through gradient, and exact counting of zeros.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -17,8 +18,9 @@ class NoPrunableLayersError(ValueError):
     """Raised when a model has no Conv2d/Linear layer left to prune."""
 
 
-def prunable_layers(model: nn.Module, exclude: Iterable[str] = (),
-                    filter_fn: Callable[[nn.Module, str], bool] | None = None) -> dict[str, nn.Module]:
+def prunable_layers(
+    model: nn.Module, exclude: Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
+) -> dict[str, nn.Module]:
     """Every Conv2d and Linear of `model` by qualified name, minus `exclude` (kept dense) and minus those
     for which `filter_fn(module, name)` is False (torchao's convention).
 
@@ -36,8 +38,7 @@ def prunable_layers(model: nn.Module, exclude: Iterable[str] = (),
     layers = {
         name: module
         for name, module in model.named_modules()
-        if isinstance(module, PRUNABLE_TYPES) and name not in exclude
-        and (filter_fn is None or filter_fn(module, name))
+        if isinstance(module, PRUNABLE_TYPES) and name not in exclude and (filter_fn is None or filter_fn(module, name))
     }
     if not layers:
         left_out = "after excluding " + str(sorted(exclude)) if exclude else ""
@@ -93,8 +94,9 @@ def layer_sparsity(weight: torch.Tensor) -> float:
     return float((weight == 0).sum().item()) / weight.numel()
 
 
-def sparsity_summary(model: nn.Module, exclude: Iterable[str] = (),
-                     filter_fn: Callable[[nn.Module, str], bool] | None = None) -> tuple[float, list[dict]]:
+def sparsity_summary(
+    model: nn.Module, exclude: Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
+) -> tuple[float, list[dict]]:
     """Global sparsity (zeros / all prunable weights) and a per-layer list (name, numel, sparsity).
 
     Biases and BN parameters are not counted, as in METHOD.md.

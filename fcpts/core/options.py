@@ -3,6 +3,7 @@
 Each method's options are one dataclass derived from `MethodOptions` (one-shot methods) or `TrainingOptions`
 (methods that run the shared distillation loop). Unknown keyword options are an error naming the known ones.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The report every method returns with its sparse model: enough to reproduce the run and to plot it."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -2,6 +2,7 @@
 
 Adding a method is one module (with its `register(Method(...))`) and its test; nothing else lists methods.
 """
+
 from __future__ import annotations
 
 import importlib

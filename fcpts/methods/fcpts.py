@@ -5,6 +5,7 @@ weights, biases, BN affine parameters and per-layer thresholds are trained toget
 (released-code defaults), then every threshold is scaled by one global factor so the model has
 exactly round(target * N) zeros, and the masks are folded into plain weights.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,8 +62,12 @@ class FCPTSOptions(TrainingOptions):
 
     def validate(self) -> None:
         super().validate()
-        for name, allowed in (("reconstruction", ("kl", "mse-blocks")), ("bridge", ("kde", "histogram")),
-                              ("control_loss", ("abs", "squared")), ("threshold_grad", ("ste", "control-only"))):
+        for name, allowed in (
+            ("reconstruction", ("kl", "mse-blocks")),
+            ("bridge", ("kde", "histogram")),
+            ("control_loss", ("abs", "squared")),
+            ("threshold_grad", ("ste", "control-only")),
+        ):
             check_choice(self, name, allowed)
         if self.kde_points < 1 or self.kde_bandwidth <= 0:
             raise ValueError("kde_points must be >= 1 and kde_bandwidth > 0")
@@ -130,8 +135,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     params = thresholds.attach(layers, rates, threshold_grad=learn_t and opts.threshold_grad == "ste")
     gen = torch.Generator().manual_seed(opts.seed)
     bridges = {
-        n: Bridge(numels[n], opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen)
-        for n in layers
+        n: Bridge(numels[n], opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen) for n in layers
     }
 
     score_params = [p.score for p in params.values()]
@@ -156,21 +160,30 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         rec = kl_distill(y_s, y_t, opts.temperature)
         if taps_s is not None:
             rec = rec + sum(F.mse_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
-        global_r = sum(
-            bridges[n](params[n].threshold(), thresholds.original_weight(m)) * numels[n] for n, m in layers.items()
-        ) / total
+        global_r = (
+            sum(bridges[n](params[n].threshold(), thresholds.original_weight(m)) * numels[n] for n, m in layers.items())
+            / total
+        )
         gap = global_r - target
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
         loss = rec + opts.control_weight * control if learn_t else rec
         return loss, {"rec": rec.item(), "control": control.item(), "sparsity": global_r.item()}
 
     loop = train_loop(
-        model=model, teacher=teacher, calib=calib, iterations=opts.iterations, optimizer=optimizer,
-        scheduler=scheduler, loss_fn=loss_fn, device=device,
+        model=model,
+        teacher=teacher,
+        calib=calib,
+        iterations=opts.iterations,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        loss_fn=loss_fn,
+        device=device,
         checkpoint=run_checkpoint(opts, identity, f"fcpts {target:.2%}"),
         # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
         before_step=None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates)),
-        progress=opts.progress, desc=f"fcpts {target:.2f}", channels_last=opts.channels_last,
+        progress=opts.progress,
+        desc=f"fcpts {target:.2f}",
+        channels_last=opts.channels_last,
     )
     if taps_s is not None:
         taps_s.remove()
@@ -217,8 +230,26 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     return model, report
 
 
-register(Method("fcpts", "FCPTS (ours)", run, FCPTSOptions, trains=True, style=("tab:red", "o"),
-                summary="learned per-layer thresholds, net-wise reconstruction, exact global target"))
-register(Method("fcpts-fixed", "FCPTS, ERK rates fixed", run, FCPTSOptions, trains=True,
-                fixed={"learn_thresholds": False}, style=("tab:orange", "o"),
-                summary="ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3)"))
+register(
+    Method(
+        "fcpts",
+        "FCPTS (ours)",
+        run,
+        FCPTSOptions,
+        trains=True,
+        style=("tab:red", "o"),
+        summary="learned per-layer thresholds, net-wise reconstruction, exact global target",
+    )
+)
+register(
+    Method(
+        "fcpts-fixed",
+        "FCPTS, ERK rates fixed",
+        run,
+        FCPTSOptions,
+        trains=True,
+        fixed={"learn_thresholds": False},
+        style=("tab:orange", "o"),
+        summary="ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3)",
+    )
+)

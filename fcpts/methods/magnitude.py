@@ -3,6 +3,7 @@
 `uniform` (the same rate everywhere), `erk` (FCPTS's starting point), `global-magnitude` (one cut over all
 layers by |W|), `lamp` (LAMP scores, one global cut). Each lands on exactly round(target * N) zeros.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,14 +48,25 @@ def magnitude(model: nn.Module, calibration, target: float, opts: MagnitudeOptio
     apply_keep_masks(layers, keep_masks(layers, target, opts.allocation))
     model.eval()
     achieved, per_layer = sparsity_summary(model, opts.exclude, opts.filter_fn)
-    return model, SparsityReport(opts.allocation, target, achieved, per_layer, wall_s=time.perf_counter() - t0,
-                                 seed=opts.seed, options=opts.to_dict())
+    return model, SparsityReport(
+        opts.allocation,
+        target,
+        achieved,
+        per_layer,
+        wall_s=time.perf_counter() - t0,
+        seed=opts.seed,
+        options=opts.to_dict(),
+    )
 
 
 for _name, _label, _summary in (
-        ("uniform", "Uniform magnitude", "magnitude pruning, the same rate in every layer"),
-        ("erk", "ERK magnitude", "magnitude pruning with ERK rates (FCPTS's starting point)"),
-        ("global-magnitude", "Global magnitude", "magnitude pruning, one cut over all layers"),
-        ("lamp", "LAMP", "LAMP scores, one global cut")):
-    register(Method(_name, _label, magnitude, MagnitudeOptions, fixed={"allocation": _name}, in_paper=False,
-                    summary=_summary))
+    ("uniform", "Uniform magnitude", "magnitude pruning, the same rate in every layer"),
+    ("erk", "ERK magnitude", "magnitude pruning with ERK rates (FCPTS's starting point)"),
+    ("global-magnitude", "Global magnitude", "magnitude pruning, one cut over all layers"),
+    ("lamp", "LAMP", "LAMP scores, one global cut"),
+):
+    register(
+        Method(
+            _name, _label, magnitude, MagnitudeOptions, fixed={"allocation": _name}, in_paper=False, summary=_summary
+        )
+    )

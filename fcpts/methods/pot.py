@@ -20,6 +20,7 @@ Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.
 OpenVINO's original POT differs: it prunes in two steps (r - 0.1, then r) and runs 30 x 40 Adam steps
 per layer. The msbench protocol is the default here because it is what the paper's numbers come from.
 """
+
 from __future__ import annotations
 
 import copy
@@ -84,7 +85,9 @@ class _Stop(Exception):
 
 
 @torch.no_grad()
-def collect_inputs(model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 256) -> dict[str, torch.Tensor]:
+def collect_inputs(
+    model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 256
+) -> dict[str, torch.Tensor]:
     """Inputs of the named layers over all images, from one (early-stopped) pass of the dense model."""
     modules = dict(model.named_modules())
     store: dict[str, list[torch.Tensor]] = {n: [] for n in names}
@@ -129,8 +132,14 @@ def layer_objective(layer: nn.Module, inputs: torch.Tensor, cfg: POTOptions) -> 
     return ForwardObjective(layer, inputs)
 
 
-def reconstruct_layer(dense_layer: nn.Module, layer: nn.Module, keep: torch.Tensor, inputs: torch.Tensor,
-                      cfg: POTOptions, gen: torch.Generator) -> dict:
+def reconstruct_layer(
+    dense_layer: nn.Module,
+    layer: nn.Module,
+    keep: torch.Tensor,
+    inputs: torch.Tensor,
+    cfg: POTOptions,
+    gen: torch.Generator,
+) -> dict:
     """Bias correction, then Adam on the layer's own squared error with the mask held fixed."""
     w_dense = dense_layer.weight.detach()
     if layer.bias is None:
@@ -143,8 +152,9 @@ def reconstruct_layer(dense_layer: nn.Module, layer: nn.Module, keep: torch.Tens
     if cfg.bias_correction:
         with torch.no_grad():
             layer.bias.add_(objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
-    opt = torch.optim.Adam([{"params": [layer.weight], "lr": cfg.lr_weight},
-                            {"params": [layer.bias], "lr": cfg.lr_bias}])
+    opt = torch.optim.Adam(
+        [{"params": [layer.weight], "lr": cfg.lr_weight}, {"params": [layer.bias], "lr": cfg.lr_bias}]
+    )
     loss_value, it = float("nan"), 0
     for it in range(1, cfg.iterations + 1):
         idx = torch.randint(len(objective), (min(cfg.batch_size, len(objective)),), generator=gen)
@@ -158,8 +168,12 @@ def reconstruct_layer(dense_layer: nn.Module, layer: nn.Module, keep: torch.Tens
         loss_value = loss.item()
         if loss_value < cfg.early_stop_loss:
             break
-    return {"iterations": it, "final_loss": loss_value, "early_stopped": loss_value < cfg.early_stop_loss,
-            "objective": "gram" if isinstance(objective, GramObjective) else "forward"}
+    return {
+        "iterations": it,
+        "final_loss": loss_value,
+        "early_stopped": loss_value < cfg.early_stop_loss,
+        "objective": "gram" if isinstance(objective, GramObjective) else "forward",
+    }
 
 
 def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
@@ -192,8 +206,13 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         gen.set_state(state["generator"])
     names = [n for n in layers if n not in per_layer_log]
     per_image = _bytes_per_image(dense, names, images) if names else {}
-    bar = tqdm(total=len(layers), initial=len(per_layer_log), disable=not cfg.progress,
-               desc=f"pot-{cfg.allocation} {target:.2f}", dynamic_ncols=True)
+    bar = tqdm(
+        total=len(layers),
+        initial=len(per_layer_log),
+        disable=not cfg.progress,
+        desc=f"pot-{cfg.allocation} {target:.2f}",
+        dynamic_ncols=True,
+    )
     start, collect_s = 0, 0.0
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
@@ -209,9 +228,15 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
             per_layer_log[n] = reconstruct_layer(dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen)
             per_layer_log[n]["wall_s"] = round(time.perf_counter() - tic, 2)  # statistics + steps, not inputs
             layer.requires_grad_(False)
-            checkpoint.save({"model": model.state_dict(), "log": per_layer_log, "generator": gen.get_state(),
-                             "elapsed_s": elapsed_before + time.perf_counter() - t0},
-                            progress=f"layer {len(per_layer_log)} of {len(layers)}")
+            checkpoint.save(
+                {
+                    "model": model.state_dict(),
+                    "log": per_layer_log,
+                    "generator": gen.get_state(),
+                    "elapsed_s": elapsed_before + time.perf_counter() - t0,
+                },
+                progress=f"layer {len(per_layer_log)} of {len(layers)}",
+            )
             bar.update(1)
             bar.set_postfix(layer=n, loss=f"{per_layer_log[n]['final_loss']:.2e}")
         start = end
@@ -222,15 +247,41 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     for row in per_layer:
         row.update(per_layer_log[row["name"]])
     return model, SparsityReport(
-        method=f"pot-{cfg.allocation}", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
-        wall_s=elapsed_before + time.perf_counter() - t0, seed=cfg.seed, calibration_indices=calib.indices,
-        options=cfg.to_dict(), extra={"folded_bn": [list(p) for p in folded],
-                                    "resumed_layers": len(layers) - len(names),
-                                    "input_collection_s": round(collect_s, 1)},  # this process's share
+        method=f"pot-{cfg.allocation}",
+        target_sparsity=target,
+        achieved_sparsity=achieved,
+        per_layer=per_layer,
+        wall_s=elapsed_before + time.perf_counter() - t0,
+        seed=cfg.seed,
+        calibration_indices=calib.indices,
+        options=cfg.to_dict(),
+        extra={
+            "folded_bn": [list(p) for p in folded],
+            "resumed_layers": len(layers) - len(names),
+            "input_collection_s": round(collect_s, 1),
+        },  # this process's share
     )
 
 
-register(Method("pot-l2norm", "POT (L2Norm)", pot, POTOptions, fixed={"allocation": "l2norm"},
-                style=("tab:blue", "s"), summary="POT with the L2Norm global allocation (msbench protocol)"))
-register(Method("pot-erk", "POT (ERK)", pot, POTOptions, fixed={"allocation": "erk"}, style=("tab:green", "^"),
-                summary="POT with ERK allocation (msbench protocol)"))
+register(
+    Method(
+        "pot-l2norm",
+        "POT (L2Norm)",
+        pot,
+        POTOptions,
+        fixed={"allocation": "l2norm"},
+        style=("tab:blue", "s"),
+        summary="POT with the L2Norm global allocation (msbench protocol)",
+    )
+)
+register(
+    Method(
+        "pot-erk",
+        "POT (ERK)",
+        pot,
+        POTOptions,
+        fixed={"allocation": "erk"},
+        style=("tab:green", "^"),
+        summary="POT with ERK allocation (msbench protocol)",
+    )
+)

@@ -7,6 +7,7 @@ costs a few small matrix products instead of three passes over 64 full feature m
 batches and the same loss up to float rounding. Elsewhere, or where a layer's forward is not linear in its
 weight (checked on one image), the loss is computed from the layer's own forward.
 """
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ all layers, equal scores ordered by |W| and weights that are already zero pruned
 Bernoulli(s) evaluation mask of the paper is not used, so the exported model has exactly the target
 sparsity and is reproducible.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,7 +95,9 @@ def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tenso
     return global_keep_masks(ranked, target, tiebreak=magnitudes)
 
 
-def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMaskOptions) -> tuple[nn.Module, SparsityReport]:
+def probmask_sparsify(
+    model: nn.Module, calibration, target: float, cfg: ProbMaskOptions
+) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
     target = check_target(target)
     cfg.validate()
@@ -110,11 +113,13 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
     scores = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
     lr = cfg.resolved_lr(calib.batch_size)
-    sgd = torch.optim.SGD([p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay)
+    sgd = torch.optim.SGD(
+        [p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
     adam = torch.optim.Adam(scores, lr=cfg.score_lr)
-    factor = warmup_cosine(cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch,
-                           cfg.iterations)
+    factor = warmup_cosine(
+        cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch, cfg.iterations
+    )
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
     torch.manual_seed(cfg.seed)  # the relaxed masks' noise
 
@@ -130,10 +135,21 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
         rec = kl_distill(y_s, y_t, cfg.temperature)
         return rec, {"rec": rec.item()}
 
-    loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=[sgd, adam],
-                      scheduler=scheds, loss_fn=loss_fn, device=device,
-                      checkpoint=run_checkpoint(cfg, identity, f"probmask {target:.2%}"), before_step=before,
-                      after_step=after, progress=cfg.progress, desc=f"probmask {target:.2f}")
+    loop = train_loop(
+        model=model,
+        teacher=teacher,
+        calib=calib,
+        iterations=cfg.iterations,
+        optimizer=[sgd, adam],
+        scheduler=scheds,
+        loss_fn=loss_fn,
+        device=device,
+        checkpoint=run_checkpoint(cfg, identity, f"probmask {target:.2%}"),
+        before_step=before,
+        after_step=after,
+        progress=cfg.progress,
+        desc=f"probmask {target:.2f}",
+    )
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
@@ -145,11 +161,27 @@ def probmask_sparsify(model: nn.Module, calibration, target: float, cfg: ProbMas
     # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
     undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
     return model, SparsityReport(
-        method="probmask", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
-        history=loop.history, wall_s=loop.wall_s, seed=cfg.seed, calibration_indices=calib.indices,
-        options=cfg.to_dict(), extra={"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided},
+        method="probmask",
+        target_sparsity=target,
+        achieved_sparsity=achieved,
+        per_layer=per_layer,
+        history=loop.history,
+        wall_s=loop.wall_s,
+        seed=cfg.seed,
+        calibration_indices=calib.indices,
+        options=cfg.to_dict(),
+        extra={"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided},
     )
 
 
-register(Method("probmask", "ProbMask", probmask_sparsify, ProbMaskOptions, trains=True, style=("tab:purple", "v"),
-                summary="ProbMask with global projection and a deterministic exact export"))
+register(
+    Method(
+        "probmask",
+        "ProbMask",
+        probmask_sparsify,
+        ProbMaskOptions,
+        trains=True,
+        style=("tab:purple", "v"),
+        summary="ProbMask with global projection and a deterministic exact export",
+    )
+)

@@ -7,6 +7,7 @@ Every record has the same call: (model, calibration, target, options) -> (sparse
 Its label and plot style are the only ones tables, figures and command lines use. A method registers itself
 in its own module (`register(Method(...))`); `fcpts.methods` imports every module of the package.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -46,19 +47,23 @@ class Method:
         known = self.options.field_names() - set(self.fixed)
         unknown = sorted(set(overrides or {}) - known)
         if unknown:
-            raise UnknownOptionError(f"method {self.name!r} has no option {', '.join(unknown)}; its options: "
-                             f"{', '.join(sorted(known)) or 'none'}")
+            raise UnknownOptionError(
+                f"method {self.name!r} has no option {', '.join(unknown)}; its options: "
+                f"{', '.join(sorted(known)) or 'none'}"
+            )
 
-    def make_options(self, budget: Mapping[str, Any] | None = None,
-                     overrides: Mapping[str, Any] | None = None) -> MethodOptions:
+    def make_options(
+        self, budget: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> MethodOptions:
         """Options from a grid's budget (only what this method takes), overrides, then the pinned values."""
         self.check_overrides(overrides)
         granted = SHARED_BUDGET + (TRAINING_BUDGET if self.trains else ())
         values = {k: v for k, v in (budget or {}).items() if k in granted}
         return self.options.from_kwargs(**{**values, **(overrides or {}), **self.fixed})
 
-    def __call__(self, model: nn.Module, calibration: Any, target: float,
-                 options: MethodOptions | None = None, **overrides: Any) -> tuple[nn.Module, SparsityReport]:
+    def __call__(
+        self, model: nn.Module, calibration: Any, target: float, options: MethodOptions | None = None, **overrides: Any
+    ) -> tuple[nn.Module, SparsityReport]:
         if options is None:
             options = self.make_options(overrides=overrides)
         elif overrides:

@@ -13,6 +13,7 @@ same decay for every target, so runs at several targets share their first trials
 path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
 target (marked `reused` in the report; wall_s still counts their compute).
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,8 +55,9 @@ class SoftThreshold(nn.Module):
         return torch.sign(weight) * F.relu(weight.abs() - torch.sigmoid(self.score))
 
 
-def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, device, identity: dict,
-           ckpt: str | None):
+def _trial(
+    dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, device, identity: dict, ckpt: str | None
+):
     model = copy.deepcopy(dense)
     teacher = frozen_teacher(dense, cfg.teacher_mode)
     layers = cfg.layers(model)
@@ -66,8 +68,14 @@ def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, 
         scores.append(p.score)
     ids = {id(s) for s in scores}
     lr = cfg.resolved_lr(calib.batch_size)
-    opt = torch.optim.SGD([{"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": cfg.weight_decay},
-                           {"params": scores, "weight_decay": decay}], lr=lr, momentum=cfg.momentum)
+    opt = torch.optim.SGD(
+        [
+            {"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": cfg.weight_decay},
+            {"params": scores, "weight_decay": decay},
+        ],
+        lr=lr,
+        momentum=cfg.momentum,
+    )
     warmup = cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, cfg.iterations))
 
@@ -75,10 +83,19 @@ def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, 
         rec = kl_distill(y_s, y_t, cfg.temperature)
         return rec, {"rec": rec.item()}
 
-    loop = train_loop(model=model, teacher=teacher, calib=calib, iterations=cfg.iterations, optimizer=opt,
-                      scheduler=sched, loss_fn=loss_fn, device=device,
-                      checkpoint=run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt),
-                      progress=cfg.progress, desc=f"str decay={decay:.3g}")
+    loop = train_loop(
+        model=model,
+        teacher=teacher,
+        calib=calib,
+        iterations=cfg.iterations,
+        optimizer=opt,
+        scheduler=sched,
+        loss_fn=loss_fn,
+        device=device,
+        checkpoint=run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt),
+        progress=cfg.progress,
+        desc=f"str decay={decay:.3g}",
+    )
     for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()
@@ -89,9 +106,14 @@ def _trial(dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, 
 def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
     """Where the finished trial at `decay` is kept, shared by runs at other targets (a trial never looks
     at the target or the search settings, so they are not part of its identity)."""
-    trial_identity = {**identity, "target": None, "decay": decay,
-                      "options": {k: v for k, v in identity["options"].items()
-                                  if k not in ("search_runs", "tolerance", "decay_range")}}
+    trial_identity = {
+        **identity,
+        "target": None,
+        "decay": decay,
+        "options": {
+            k: v for k, v in identity["options"].items() if k not in ("search_runs", "tolerance", "decay_range")
+        },
+    }
     folder = Path(cfg.checkpoint).parent / "str-trials" if cfg.checkpoint else None
     cache = Checkpoint(None, trial_identity, label=f"str trial decay={decay:.3g}")
     cache.path = folder / f"{cache.key}.pt" if folder else None
@@ -107,8 +129,9 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     dense = copy.deepcopy(model)
     identity = run_identity(target, cfg, calib, dense)
-    search = run_checkpoint(cfg, identity, f"str {target:.2%} search",
-                            cfg.checkpoint + ".trials.pt" if cfg.checkpoint else None)
+    search = run_checkpoint(
+        cfg, identity, f"str {target:.2%} search", cfg.checkpoint + ".trials.pt" if cfg.checkpoint else None
+    )
     state = search.load() or {"trials": [], "best": None}
     lo, hi = (math.log10(v) for v in cfg.decay_range)
     for t in state["trials"]:  # replay the search decisions of finished trials
@@ -141,14 +164,32 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     best = state["best"]["row"]
     return model, SparsityReport(
-        method="str", target_sparsity=target, achieved_sparsity=achieved, per_layer=per_layer,
-        history=state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]), seed=cfg.seed,
-        calibration_indices=calib.indices, options=cfg.to_dict(),
-        extra={"trials": state["trials"], "chosen_decay": best["decay"],
-               "converged_to_target": abs(achieved - target) < cfg.tolerance,
-               "reused_trials": sum(bool(t.get("reused")) for t in state["trials"])},
+        method="str",
+        target_sparsity=target,
+        achieved_sparsity=achieved,
+        per_layer=per_layer,
+        history=state["best"]["history"],
+        wall_s=sum(t["wall_s"] for t in state["trials"]),
+        seed=cfg.seed,
+        calibration_indices=calib.indices,
+        options=cfg.to_dict(),
+        extra={
+            "trials": state["trials"],
+            "chosen_decay": best["decay"],
+            "converged_to_target": abs(achieved - target) < cfg.tolerance,
+            "reused_trials": sum(bool(t.get("reused")) for t in state["trials"]),
+        },
     )
 
 
-register(Method("str", "STR", str_sparsify, STROptions, trains=True, style=("tab:brown", "D"),
-                summary="STR with a bisection search of its threshold decay; records the sparsity it reached"))
+register(
+    Method(
+        "str",
+        "STR",
+        str_sparsify,
+        STROptions,
+        trains=True,
+        style=("tab:brown", "D"),
+        summary="STR with a bisection search of its threshold decay; records the sparsity it reached",
+    )
+)

@@ -3,9 +3,11 @@
 Each prunable layer's weight becomes `W * M(|W|, t)` with `t = sigmoid(s)` on raw |W| (released code),
 `s` a learnable scalar. Removing the parametrization leaves the plain layer with its original weight.
 """
+
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -69,7 +71,7 @@ def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module]
 
 def original_weight(module: nn.Module) -> torch.Tensor:
     """The unmasked weight of a parametrized layer."""
-    return module.parametrizations.weight.original
+    return cast(torch.Tensor, module.parametrizations.weight.original)
 
 
 def detach_all(layers: dict[str, nn.Module]) -> None:

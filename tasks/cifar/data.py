@@ -4,6 +4,7 @@ Under the data root (tasks.grid.data), CIFAR is read from either
 - this workplace's lossless archives `cifar10/{train,test}.npz.xz`, `cifar100/{train,test}.npz.xz`, or
 - the standard torchvision layout `cifar-10-batches-py/`, `cifar-100-python/` (created by `--download`).
 """
+
 from __future__ import annotations
 
 import io
@@ -49,8 +50,10 @@ def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> 
         try:  # fetches and checks the archive's md5
             cls(str(root), train=split == "train", download=True)
         except OSError as e:  # URLError and friends: offline or blocked
-            raise DataNotFoundError(f"could not download {dataset} to {root} ({e}); are you offline? "
-                                    "Copy cifar-10-batches-py/ or cifar-100-python/ there by hand") from e
+            raise DataNotFoundError(
+                f"could not download {dataset} to {root} ({e}); are you offline? "
+                "Copy cifar-10-batches-py/ or cifar-100-python/ there by hand"
+            ) from e
     if tv_dir.is_dir():
         return _read_cifar_python(tv_dir, dataset, split)
     raise DataNotFoundError(
@@ -61,8 +64,10 @@ def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> 
 
 
 _PY_FILES = {
-    ("cifar10", "train"): [f"data_batch_{i}" for i in range(1, 6)], ("cifar10", "test"): ["test_batch"],
-    ("cifar100", "train"): ["train"], ("cifar100", "test"): ["test"],
+    ("cifar10", "train"): [f"data_batch_{i}" for i in range(1, 6)],
+    ("cifar10", "test"): ["test_batch"],
+    ("cifar100", "train"): ["train"],
+    ("cifar100", "test"): ["test"],
 }
 
 
@@ -81,7 +86,9 @@ def _read_cifar_python(folder: Path, dataset: str, split: str) -> tuple[np.ndarr
             data = np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
             labels = batch["labels"] if "labels" in batch else batch["fine_labels"]
         except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as e:
-            raise ValueError(f"{path} is corrupt or not a CIFAR batch ({type(e).__name__}: {e}); re-run with --download") from e
+            raise ValueError(
+                f"{path} is corrupt or not a CIFAR batch ({type(e).__name__}: {e}); re-run with --download"
+            ) from e
         xs.append(data)
         ys.append(np.asarray(labels, dtype=np.int64))
     return np.concatenate(xs), np.concatenate(ys)
@@ -104,9 +111,7 @@ class CifarCalibration(Dataset):
 
         self.images = torch.as_tensor(np.asarray(x_uint8)).permute(0, 3, 1, 2).contiguous()
         steps = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if augment else []
-        self.transform = T.Compose(
-            steps + [T.ToDtype(torch.float32, scale=True), T.Normalize(CIFAR_MEAN, CIFAR_STD)]
-        )
+        self.transform = T.Compose(steps + [T.ToDtype(torch.float32, scale=True), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
 
     def __len__(self) -> int:
         return len(self.images)

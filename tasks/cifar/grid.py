@@ -6,6 +6,7 @@ Calibration images come from the training split (a seeded subset, labels unused)
 on the test split. Profiles: `paper` (METHOD.md's protocol: 1,024 images, 1,600 iterations of batch 64),
 `fast` (the same data, fewer iterations: minutes on a CPU), `quick` (tiny, for tests).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,24 +25,54 @@ from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, format_table, indices_hash
 
 PROFILES = {
-    "paper": paper_profile("METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
-                           "(capped at the split), up to 20,000 iterations per layer"),
-    "paper-cpu": Profile("paper-cpu", n_calibration=1024, iterations=1600, batch_size=64,
-                         note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
-                              "images as FCPTS (CPU budget); compare times only within this profile",
-                         methods=pot_budget(1024, 1000)),
-    "fast": Profile("fast", n_calibration=1024, iterations=400, batch_size=64,
-                    note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
-                    methods=pot_budget(1024, 500)),
-    "quick": Profile("quick", n_calibration=128, iterations=10, batch_size=32, eval_limit=1000,
-                     note="smoke test only; not a result", methods=pot_budget(128, 5)),
+    "paper": paper_profile(
+        "METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
+        "(capped at the split), up to 20,000 iterations per layer"
+    ),
+    "paper-cpu": Profile(
+        "paper-cpu",
+        n_calibration=1024,
+        iterations=1600,
+        batch_size=64,
+        note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
+        "images as FCPTS (CPU budget); compare times only within this profile",
+        methods=pot_budget(1024, 1000),
+    ),
+    "fast": Profile(
+        "fast",
+        n_calibration=1024,
+        iterations=400,
+        batch_size=64,
+        note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
+        methods=pot_budget(1024, 500),
+    ),
+    "quick": Profile(
+        "quick",
+        n_calibration=128,
+        iterations=10,
+        batch_size=32,
+        eval_limit=1000,
+        note="smoke test only; not a result",
+        methods=pot_budget(128, 5),
+    ),
 }
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 
 
-def build_grid(*, dataset: str, model: str, profile: Profile, seed: int = 0, data_root: str | None = None,
-               download: bool = False, weights: str | None = None, runs_dir: str | Path = RUNS_DIR,
-               checkpoint_dir: str | Path | None = None, device: str = "cpu", progress: bool = True) -> Grid:
+def build_grid(
+    *,
+    dataset: str,
+    model: str,
+    profile: Profile,
+    seed: int = 0,
+    data_root: str | None = None,
+    download: bool = False,
+    weights: str | None = None,
+    runs_dir: str | Path = RUNS_DIR,
+    checkpoint_dir: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> Grid:
     """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
     root = resolve_data_root(data_root, must_exist=not download)
     if download:
@@ -54,8 +85,15 @@ def build_grid(*, dataset: str, model: str, profile: Profile, seed: int = 0, dat
     def make_calibration(n: int, augment: bool):
         """n seeded training images (capped at the split's size, which the record then shows)."""
         idx = calibration_indices(len(x_train), min(n, len(x_train)), seed)
-        info = {"split": "train", "n_images": len(idx), "n_requested": n, "seed": seed,
-                "indices_sha256": indices_hash(idx), "indices": idx, "augment": "crop4+flip" if augment else "none"}
+        info = {
+            "split": "train",
+            "n_images": len(idx),
+            "n_requested": n,
+            "seed": seed,
+            "indices_sha256": indices_hash(idx),
+            "indices": idx,
+            "augment": "crop4+flip" if augment else "none",
+        }
         return CifarCalibration(x_train[idx], augment=augment), info
 
     weights_path = Path(weights) if weights else default_cifar_weights(root, dataset, model)
@@ -72,26 +110,38 @@ def build_grid(*, dataset: str, model: str, profile: Profile, seed: int = 0, dat
 
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
     return Grid(
-        task="cifar", dataset=dataset, model=model, build_model=build_model,
+        task="cifar",
+        dataset=dataset,
+        model=model,
+        build_model=build_model,
         make_calibration=make_calibration,
         evaluate=lambda m: classify(m, x_eval, y_eval),
-        profile=profile, seed=seed,
-        provenance={"weights": weights_info,
-                    "data": {"root": str(root), "eval_split": "test", "n_eval": len(y_test)}},
-        runs_dir=Path(runs_dir), checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, progress=progress,
+        profile=profile,
+        seed=seed,
+        provenance={"weights": weights_info, "data": {"root": str(root), "eval_split": "test", "n_eval": len(y_test)}},
+        runs_dir=Path(runs_dir),
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        progress=progress,
     )
 
 
 @register_task("cifar")
 def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
-    return build_grid(dataset=record["dataset"], model=record["model"], profile=profile, seed=record["seed"],
-                      weights=record["weights"]["path"], **where)
+    return build_grid(
+        dataset=record["dataset"],
+        model=record["model"],
+        profile=profile,
+        seed=record["seed"],
+        weights=record["weights"]["path"],
+        **where,
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.cifar", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.cifar", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])
@@ -104,10 +154,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
-    grid = build_grid(dataset=args.dataset, model=args.model, profile=profile, download=args.download,
-                      **cli.where(args))
+    grid = build_grid(
+        dataset=args.dataset, model=args.model, profile=profile, download=args.download, **cli.where(args)
+    )
     yield grid, args.methods, args.sparsity
-
 
 
 def main(argv=None) -> int:

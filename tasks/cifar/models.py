@@ -4,6 +4,7 @@ CIFAR ResNet-20/32/44/56 (He et al. 2016, Sec. 4.2): 3 stages of 16/32/64 channe
 shortcuts (stride-2 subsampling plus zero-padded channels), global average pool, one linear layer.
 Parameter names match the akamaster/pytorch_resnet_cifar10 checkpoints.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

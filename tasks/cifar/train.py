@@ -12,6 +12,7 @@ minutes; batches depend only on (seed, step), so a resumed run equals an uninter
 is `results/weights/<dataset>/<model>.th` (the akamaster format: `state_dict`, `best_prec1`) and its
 training record `<model>.json` beside it, which `tasks.cifar` then finds by default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Te
     padded = F.pad(x_uint8.permute(0, 3, 1, 2), (4, 4, 4, 4))
     dy, dx = torch.randint(0, 9, (2, b), generator=generator)
     flip = torch.rand(b, generator=generator) < 0.5
-    crops = torch.stack([padded[i, :, dy[i]:dy[i] + 32, dx[i]:dx[i] + 32] for i in range(b)])
+    crops = torch.stack([padded[i, :, dy[i] : dy[i] + 32, dx[i] : dx[i] + 32] for i in range(b)])
     crops = torch.where(flip.view(b, 1, 1, 1), crops.flip(3), crops)
     return normalize_cifar(crops.permute(0, 2, 3, 1))
 
@@ -75,19 +76,34 @@ def train(args: argparse.Namespace) -> dict:
     if total == 0:
         raise ValueError(f"{len(x_train)} training images make no full batch of {args.batch_size}")
     lr = args.lr if args.lr is not None else 0.1 * args.batch_size / 128
-    recipe = {"dataset": args.dataset, "model": args.model, "epochs": args.epochs, "batch_size": args.batch_size,
-              "lr": lr, "momentum": 0.9, "nesterov": True, "weight_decay": args.weight_decay,
-              "warmup_steps": steps_per_epoch, "schedule": "linear warm-up 1 epoch, cosine to 0",
-              "augment": "pad4 random crop + horizontal flip", "seed": args.seed, "n_train": len(x_train),
-              "steps": total}
+    recipe = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": lr,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": args.weight_decay,
+        "warmup_steps": steps_per_epoch,
+        "schedule": "linear warm-up 1 epoch, cosine to 0",
+        "augment": "pad4 random crop + horizontal flip",
+        "seed": args.seed,
+        "n_train": len(x_train),
+        "steps": total,
+    }
     fingerprint = recipe_fingerprint(recipe)
 
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset]).to(memory_format=torch.channels_last)
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
     no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]  # BN and biases: no decay
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": args.weight_decay},
-                           {"params": no_decay, "weight_decay": 0.0}], lr=lr, momentum=0.9, nesterov=True)
+    opt = torch.optim.SGD(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        momentum=0.9,
+        nesterov=True,
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
 
     out_dir = Path(args.out_dir) / args.dataset
@@ -98,14 +114,20 @@ def train(args: argparse.Namespace) -> dict:
     step, history = run.step, run.history
     last_save = time.perf_counter()
 
-    bar = tqdm(total=total, initial=step, desc=f"train {args.dataset}/{args.model}", dynamic_ncols=True,
-               disable=args.no_progress, mininterval=5)
+    bar = tqdm(
+        total=total,
+        initial=step,
+        desc=f"train {args.dataset}/{args.model}",
+        dynamic_ncols=True,
+        disable=args.no_progress,
+        mininterval=5,
+    )
     running_loss, running_correct, seen = 0.0, 0, 0
     model.train()
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         perm = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + epoch))
-        idx = perm[pos * args.batch_size:(pos + 1) * args.batch_size]
+        idx = perm[pos * args.batch_size : (pos + 1) * args.batch_size]
         x = augment_batch(x_train[idx], torch.Generator().manual_seed(args.seed * 7_919 + step))
         x = x.contiguous(memory_format=torch.channels_last)
         y = y_train[idx]
@@ -121,9 +143,14 @@ def train(args: argparse.Namespace) -> dict:
         seen += len(y)
         bar.update(1)
         if step % steps_per_epoch == 0:
-            entry = {"epoch": step // steps_per_epoch, "step": step, "train_loss": round(running_loss / seen, 5),
-                     "train_top1": round(100 * running_correct / seen, 3), "lr": sched.get_last_lr()[0],
-                     "elapsed_s": round(run.elapsed_s(), 1)}
+            entry = {
+                "epoch": step // steps_per_epoch,
+                "step": step,
+                "train_loss": round(running_loss / seen, 5),
+                "train_top1": round(100 * running_correct / seen, 3),
+                "lr": sched.get_last_lr()[0],
+                "elapsed_s": round(run.elapsed_s(), 1),
+            }
             if entry["epoch"] % args.eval_every == 0 or step == total:
                 entry["test"] = classify(model, x_eval, y_eval)
                 model.train()
@@ -141,20 +168,41 @@ def train(args: argparse.Namespace) -> dict:
     final = classify(model, x_eval, y_eval)
     weights = out_dir / f"{args.model}.th"
     state_dict = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_torch_atomic({"state_dict": state_dict, "best_prec1": final["top1"], "epochs": args.epochs,
-                 "recipe_fingerprint": fingerprint}, weights)
-    record = write_training_record(weights, {
-        "task": "train", "dataset": args.dataset, "model": args.model, "recipe": recipe,
-        "final_test": final, "n_eval": len(y_eval), "history": history, "wall_s": round(wall_s, 1),
-        "device": device_description("cpu"), "data_root": str(root)})
-    print(f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
-          f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}")
+    save_torch_atomic(
+        {
+            "state_dict": state_dict,
+            "best_prec1": final["top1"],
+            "epochs": args.epochs,
+            "recipe_fingerprint": fingerprint,
+        },
+        weights,
+    )
+    record = write_training_record(
+        weights,
+        {
+            "task": "train",
+            "dataset": args.dataset,
+            "model": args.model,
+            "recipe": recipe,
+            "final_test": final,
+            "n_eval": len(y_eval),
+            "history": history,
+            "wall_s": round(wall_s, 1),
+            "device": device_description("cpu"),
+            "data_root": str(root),
+        },
+    )
+    print(
+        f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
+        f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}"
+    )
     return record
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.cifar.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.cifar.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
     p.add_argument("--epochs", type=int, default=40, help="40 fits a CPU (hours); the classic schedule is 160-200")

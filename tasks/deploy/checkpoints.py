@@ -2,6 +2,7 @@
 model comes from the state dict the grid saved beside the record or from re-running the record's method.
 Torch is imported inside the functions so that the worker process, which shares this package, never loads it.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ from tasks.grid.paths import RESULTS_DIR
 def checkpoint_name(record: dict) -> str:
     from tasks.grid.records import sparsity_tag
 
-    return (f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"
-            f"-{record['profile']['name']}-seed{record['seed']}")
+    return (
+        f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"
+        f"-{record['profile']['name']}-seed{record['seed']}"
+    )
 
 
 def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | None, progress: bool) -> Path:
@@ -31,12 +34,21 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
 
     record = json.loads(Path(record_path).read_text())
     if record.get("task") != "cifar":
-        raise ValueError(f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
-                         "python -m benchmarks.inference --records RECORD times any task's saved sparse model")
+        raise ValueError(
+            f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
+            "python -m benchmarks.inference --records RECORD times any task's saved sparse model"
+        )
     out = out_dir / f"{checkpoint_name(record)}.pt"
-    provenance = {"model": record["model"], "dataset": record["dataset"], "method": record["method"],
-                  "target_sparsity": record["target_sparsity"], "record_top1": record["metrics"]["top1"],
-                  "source_record": str(record_path), "git_commit": git_commit(), "command": command_line()}
+    provenance = {
+        "model": record["model"],
+        "dataset": record["dataset"],
+        "method": record["method"],
+        "target_sparsity": record["target_sparsity"],
+        "record_top1": record["metrics"]["top1"],
+        "source_record": str(record_path),
+        "git_commit": git_commit(),
+        "command": command_line(),
+    }
     if record.get("sparse_model"):
         try:
             _, model, _, _ = models_from_record(record_path)
@@ -44,8 +56,14 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
             print(f"{e}\nre-running the record's method instead")
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
-            torch.save({"state_dict": model.state_dict(), **provenance,
-                        "source": f"saved sparse model {record['sparse_model']['path']}"}, out)
+            torch.save(
+                {
+                    "state_dict": model.state_dict(),
+                    **provenance,
+                    "source": f"saved sparse model {record['sparse_model']['path']}",
+                },
+                out,
+            )
             print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
             return out
     scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)
@@ -53,13 +71,24 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
     if rerun["calibration"]["indices_sha256"] != record["calibration"]["indices_sha256"]:
         raise ValueError(f"{record_path}: calibration images differ from the record's; cannot reproduce it")
     _, model, _, _ = models_from_record(rerun_path)
-    print(f"re-ran {record['method']} at {record['target_sparsity']:.0%}: top-1 {rerun['metrics']['top1']:.2f} "
-          f"(record {record['metrics']['top1']:.2f}), sparsity {rerun['achieved_sparsity']:.6f}, "
-          f"{rerun['wall_s']:.0f}s")
+    print(
+        f"re-ran {record['method']} at {record['target_sparsity']:.0%}: top-1 {rerun['metrics']['top1']:.2f} "
+        f"(record {record['metrics']['top1']:.2f}), sparsity {rerun['achieved_sparsity']:.6f}, "
+        f"{rerun['wall_s']:.0f}s"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": model.state_dict(), **provenance, "source": "re-run of the record's method",
-                "achieved_sparsity": rerun["achieved_sparsity"], "top1": rerun["metrics"]["top1"],
-                "rerun_wall_s": rerun["wall_s"], "threads": torch.get_num_threads()}, out)
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            **provenance,
+            "source": "re-run of the record's method",
+            "achieved_sparsity": rerun["achieved_sparsity"],
+            "top1": rerun["metrics"]["top1"],
+            "rerun_wall_s": rerun["wall_s"],
+            "threads": torch.get_num_threads(),
+        },
+        out,
+    )
     return out
 
 

@@ -15,6 +15,7 @@ runtime and, for bitmask files, onnx, so it runs in a runtime's own virtual envi
 onnx 1.14 and numpy 1.26) and its VmHWM is the inference process's own. Torch is never imported here at
 module level for the same reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,18 +39,24 @@ def file_sizes(paths: dict[str, Path]) -> dict[str, int]:
     return sizes
 
 
-def deploy_cifar(checkpoint: Path, out_dir: Path, data_root: str | None, model_name: str | None,
-                 dataset: str | None, eval_limit: int | None, threads: int) -> dict:
+def deploy_cifar(
+    checkpoint: Path,
+    out_dir: Path,
+    data_root: str | None,
+    model_name: str | None,
+    dataset: str | None,
+    eval_limit: int | None,
+    threads: int,
+) -> dict:
     """Export, store sparsely, check against PyTorch on the test split, measure memory; the record."""
     import numpy as np
     import torch
 
     from fcpts.core.masks import sparsity_summary
-
     from tasks.cifar.data import load_cifar, normalize_cifar
-    from tasks.grid.data import resolve_data_root
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
     from tasks.deploy.sparse_storage import load_any, write_sparse_files
+    from tasks.grid.data import resolve_data_root
 
     model, meta = load_sparse_checkpoint(checkpoint, model_name, dataset)
     sparsity, _ = sparsity_summary(model)
@@ -62,20 +69,28 @@ def deploy_cifar(checkpoint: Path, out_dir: Path, data_root: str | None, model_n
     export_onnx(inference_copy(model), stem.with_suffix(".onnx"), tuple(x.shape[1:]))
     paths = write_sparse_files(stem.with_suffix(".onnx"))
     with torch.inference_mode():
-        ref = torch.cat([model(x[i:i + 500]) for i in range(0, len(x), 500)]).numpy()
-    outputs = {k: ort_predict(ort_session(load_any(p).SerializeToString() if k == "bitmask" else str(p), threads), x)
-               for k, p in paths.items()}
+        ref = torch.cat([model(x[i : i + 500]) for i in range(0, len(x), 500)]).numpy()
+    outputs = {
+        k: ort_predict(ort_session(load_any(p).SerializeToString() if k == "bitmask" else str(p), threads), x)
+        for k, p in paths.items()
+    }
     top1 = lambda logits: 100.0 * float((logits.argmax(1) == y).mean())  # noqa: E731
     onnx_top1 = {k: top1(v) for k, v in outputs.items()}
     memory = {k: peak_memory("onnxruntime", p, tuple(x.shape[1:]), threads) for k, p in paths.items()}
     return {
-        "checkpoint": meta, "sparsity": sparsity, "n_images": len(y),
-        "top1_pytorch": top1(ref), "top1_onnx": onnx_top1,
+        "checkpoint": meta,
+        "sparsity": sparsity,
+        "n_images": len(y),
+        "top1_pytorch": top1(ref),
+        "top1_onnx": onnx_top1,
         "top1_diff_points": {k: v - top1(ref) for k, v in onnx_top1.items()},
         "max_abs_diff": {k: float(np.abs(v - ref).max()) for k, v in outputs.items()},
         "prediction_disagreements": {k: int((v.argmax(1) != ref.argmax(1)).sum()) for k, v in outputs.items()},
-        "files": {k: str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for k, p in paths.items()},
-        "file_bytes": file_sizes(paths), "peak_memory_onnxruntime": memory,
+        "files": {
+            k: str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for k, p in paths.items()
+        },
+        "file_bytes": file_sizes(paths),
+        "peak_memory_onnxruntime": memory,
     }
 
 
@@ -85,9 +100,15 @@ def provenance(threads: int) -> dict:
 
     from tasks.grid.records import command_line, environment, git_commit
 
-    return {"command": command_line(), "git_commit": git_commit(), "cpu": cpu_description(),
-            "threads": threads, "loadavg_1_5_15": list(os.getloadavg()), "environment": environment(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "command": command_line(),
+        "git_commit": git_commit(),
+        "cpu": cpu_description(),
+        "threads": threads,
+        "loadavg_1_5_15": list(os.getloadavg()),
+        "environment": environment(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def cpu_description() -> dict:
@@ -100,25 +121,43 @@ def cpu_description() -> dict:
         flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
     except (OSError, StopIteration):
         pass
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "amx_tile", "amx_bf16", "amx_int8")
-    return {"model": model, "logical_cores": os.cpu_count(), "flags": [f for f in wanted if f in flags],
-            "amx": any(f.startswith("amx") for f in flags)}
+    wanted = (
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512_vnni",
+        "avx_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+    )
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "flags": [f for f in wanted if f in flags],
+        "amx": any(f.startswith("amx") for f in flags),
+    }
 
 
 def print_summary(rec: dict) -> None:
     print(f"sparsity {rec['sparsity']:.6f}; top-1 on {rec['n_images']} test images: PyTorch {rec['top1_pytorch']:.2f}")
     for k in rec["top1_onnx"]:
         m = rec["peak_memory_onnxruntime"][k]
-        print(f"  ONNX ({k:18s}) top-1 {rec['top1_onnx'][k]:.2f} (diff {rec['top1_diff_points'][k]:+.2f}), "
-              f"max |diff| {rec['max_abs_diff'][k]:.2e}, {rec['prediction_disagreements'][k]} disagreements, "
-              f"file {rec['file_bytes'][k] / 1e6:.3f} MB, ORT VmHWM {m['vmhwm_mib']:.1f} MiB")
+        print(
+            f"  ONNX ({k:18s}) top-1 {rec['top1_onnx'][k]:.2f} (diff {rec['top1_diff_points'][k]:+.2f}), "
+            f"max |diff| {rec['max_abs_diff'][k]:.2e}, {rec['prediction_disagreements'][k]} disagreements, "
+            f"file {rec['file_bytes'][k] / 1e6:.3f} MB, ORT VmHWM {m['vmhwm_mib']:.1f} MiB"
+        )
     print(f"  dense file under zlib: {rec['file_bytes']['dense_zlib'] / 1e6:.3f} MB")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.deploy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="sparse CIFAR ResNet state dict (e.g. from a previous --record run)")
     src.add_argument("--record", help="CIFAR run record: re-run its method, save the sparse model, deploy it")
@@ -139,16 +178,19 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
+    from fcpts.core.io import write_json_atomic
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import git_commit
-    from fcpts.core.io import write_json_atomic
 
     torch.set_num_threads(args.threads)
     git_commit()  # pin the commit of the code that runs
     out_dir = Path(args.out_dir)
     try:
-        ckpt = (sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress)
-                if args.record else Path(args.checkpoint))
+        ckpt = (
+            sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress)
+            if args.record
+            else Path(args.checkpoint)
+        )
         rec = deploy_cifar(ckpt, out_dir, args.data_root, args.model, args.dataset, args.eval_limit, args.threads)
     except (DataNotFoundError, ValueError, RuntimeNotInstalled) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -5,6 +5,7 @@ deployment runtime would do anyway), opset 17, a dynamic batch axis. Folding mul
 BN scale, which keeps zeros zero but turns them into -0.0 under a negative scale; those are written as
 +0.0, so every pruned weight is the bit pattern 0 that sparse storage and sparse kernels look for.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,8 +33,7 @@ def inference_copy(model: nn.Module) -> nn.Module:
     return model
 
 
-def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[int, ...],
-                opset: int = OPSET) -> bytes:
+def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[int, ...], opset: int = OPSET) -> bytes:
     """Export `model` as-is (call `inference_copy` first) with a dynamic batch axis; returns the bytes
     and writes them to `path` when given. Uses the TorchScript exporter (dynamo=False): it handles the
     CIFAR ResNets' channel-padding F.pad shortcut and needs no extra dependencies."""
@@ -41,9 +41,16 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(model, (dummy,), buf, opset_version=opset, dynamo=False,
-                          input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+        torch.onnx.export(
+            model,
+            (dummy,),
+            buf,
+            opset_version=opset,
+            dynamo=False,
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+        )
     data = buf.getvalue()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +72,7 @@ def ort_predict(session, x: torch.Tensor | np.ndarray, batch_size: int = 500) ->
     """Outputs of `session` on `x`, batch by batch."""
     x = np.asarray(x, dtype=np.float32)
     name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: x[i:i + batch_size]})[0] for i in range(0, len(x), batch_size)])
+    return np.concatenate([session.run(None, {name: x[i : i + batch_size]})[0] for i in range(0, len(x), batch_size)])
 
 
 @torch.inference_mode()

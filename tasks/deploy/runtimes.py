@@ -2,6 +2,7 @@
 virtual environment (DeepSparse pins onnx 1.14 and numpy 1.26), and a fresh process per measurement
 makes its peak memory the inference's own. Missing runtimes become errors that say how to install them.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,14 +17,26 @@ RESULT_MARK = "FCPTS_WORKER_RESULT "
 
 # runtime -> (import name, environment variable naming its python, default venv folder, install hint)
 RUNTIMES = {
-    "onnxruntime": ("onnxruntime", "FCPTS_ONNXRUNTIME_PYTHON", None,
-                    "pip install onnxruntime (a core dependency of this suite)"),
-    "deepsparse": ("deepsparse", "FCPTS_DEEPSPARSE_PYTHON", ".venv-deepsparse",
-                   "python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install deepsparse==1.8.0 "
-                   "(Python <= 3.11; pins onnx 1.14.1 and numpy 1.26, hence its own environment; Neural Magic "
-                   "Community License: evaluation use only)"),
-    "openvino": ("openvino", "FCPTS_OPENVINO_PYTHON", ".venv-openvino",
-                 "python3 -m venv .venv-openvino && .venv-openvino/bin/pip install openvino"),
+    "onnxruntime": (
+        "onnxruntime",
+        "FCPTS_ONNXRUNTIME_PYTHON",
+        None,
+        "pip install onnxruntime (a core dependency of this suite)",
+    ),
+    "deepsparse": (
+        "deepsparse",
+        "FCPTS_DEEPSPARSE_PYTHON",
+        ".venv-deepsparse",
+        "python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install deepsparse==1.8.0 "
+        "(Python <= 3.11; pins onnx 1.14.1 and numpy 1.26, hence its own environment; Neural Magic "
+        "Community License: evaluation use only)",
+    ),
+    "openvino": (
+        "openvino",
+        "FCPTS_OPENVINO_PYTHON",
+        ".venv-openvino",
+        "python3 -m venv .venv-openvino && .venv-openvino/bin/pip install openvino",
+    ),
 }
 
 
@@ -54,15 +67,17 @@ def runtime_version(runtime: str, python: str | None = None) -> str:
     python = python or runtime_python(runtime)
     code = f"import {module} as m; print(getattr(m, '__version__', None) or m.get_version())"
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                             env=_worker_env(1))
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, env=_worker_env(1))
     except OSError as e:
-        raise RuntimeNotInstalled(f"{runtime}: cannot start {python} ({e}). Install: {hint}; "
-                                  f"or set {env}=/path/to/python") from e
+        raise RuntimeNotInstalled(
+            f"{runtime}: cannot start {python} ({e}). Install: {hint}; or set {env}=/path/to/python"
+        ) from e
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["?"])[-1]
-        raise RuntimeNotInstalled(f"{runtime} is not installed for {python} ({last}). Install: {hint}; "
-                                  f"then set {env}=/path/to/that/python (or use the default venv folder)")
+        raise RuntimeNotInstalled(
+            f"{runtime} is not installed for {python} ({last}). Install: {hint}; "
+            f"then set {env}=/path/to/that/python (or use the default venv folder)"
+        )
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -77,18 +92,37 @@ def run_worker(runtime: str, args: list[str], threads: int = 1, timeout: float =
     python = runtime_python(runtime)
     runtime_version(runtime, python)  # clear error when missing
     cmd = [python, "-m", "tasks.deploy", "worker", "--runtime", runtime, "--threads", str(threads), *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=_worker_env(threads),
-                         timeout=timeout)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, env=_worker_env(threads), timeout=timeout)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith(RESULT_MARK)]
     if out.returncode != 0 or not lines:
         tail = "\n".join((out.stderr or out.stdout).strip().splitlines()[-15:])
         raise RuntimeError(f"{runtime} worker failed (exit {out.returncode}): {' '.join(cmd)}\n{tail}")
-    return json.loads(lines[-1][len(RESULT_MARK):])
+    return json.loads(lines[-1][len(RESULT_MARK) :])
 
 
 def peak_memory(runtime: str, path: str | Path, shape: tuple[int, ...], threads: int = 1) -> dict:
     """VmHWM of a fresh process that loads one model file and runs 5 batch-1 inferences."""
-    r = run_worker(runtime, ["--mode", "memory", "--models", str(path), "--shape", *map(str, shape),
-                             "--batch", "1", "--warmup", "1", "--runs", "5"], threads)
-    return {"vmhwm_mib": r["vmhwm_kib"] / 1024, "vmhwm_after_import_mib": r["vmhwm_kib_after_import"] / 1024,
-            "model_mib": (r["vmhwm_kib"] - r["vmhwm_kib_after_import"]) / 1024, "runtime_version": r["version"]}
+    r = run_worker(
+        runtime,
+        [
+            "--mode",
+            "memory",
+            "--models",
+            str(path),
+            "--shape",
+            *map(str, shape),
+            "--batch",
+            "1",
+            "--warmup",
+            "1",
+            "--runs",
+            "5",
+        ],
+        threads,
+    )
+    return {
+        "vmhwm_mib": r["vmhwm_kib"] / 1024,
+        "vmhwm_after_import_mib": r["vmhwm_kib_after_import"] / 1024,
+        "model_mib": (r["vmhwm_kib"] - r["vmhwm_kib_after_import"]) / 1024,
+        "runtime_version": r["version"],
+    }

@@ -5,6 +5,7 @@ re-creatable) beside the record. Deployment and benchmarks start from there inst
 method: the dense model comes from the record's weights, the sparse one is the same architecture with the
 saved state dict, checked against the sha256 the record holds.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,10 @@ def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
         path = default_cifar_weights(resolve_data_root(None), record["dataset"], record["model"])
     info = load_checkpoint(model, path)
     if info["sha256"] != record["weights"]["sha256"]:
-        raise ValueError(f"dense weights {path} are not the ones the record started from (sha256 "
-                         f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})")
+        raise ValueError(
+            f"dense weights {path} are not the ones the record started from (sha256 "
+            f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})"
+        )
     return model, (3, 32, 32)
 
 
@@ -56,8 +59,10 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     record = json.loads(record_path.read_text())
     builder = DENSE_BUILDERS.get(record.get("task"))
     if builder is None:
-        raise ValueError(f"{record_path}: task {record.get('task')!r} has no model builder here "
-                         f"(supported: {sorted(DENSE_BUILDERS)})")
+        raise ValueError(
+            f"{record_path}: task {record.get('task')!r} has no model builder here "
+            f"(supported: {sorted(DENSE_BUILDERS)})"
+        )
     # relabelled records: today's spelling; --force because the finished cell would otherwise be skipped
     command = record.get("equivalent_command", record["command"]) + " --force  # re-runs the cell, rewrites its record"
     saved = record.get("sparse_model")
@@ -65,11 +70,15 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
         raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n  {command}")
     path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
     if not path.is_file():
-        raise DataNotFoundError(f"sparse model {path} of {record_path} is missing (models are not committed); "
-                                f"re-create it with:\n  {command}")
+        raise DataNotFoundError(
+            f"sparse model {path} of {record_path} is missing (models are not committed); "
+            f"re-create it with:\n  {command}"
+        )
     if file_sha256(path) != saved["sha256"]:
-        raise ValueError(f"sparse model {path} does not match the sha256 in {record_path}; it was overwritten "
-                         f"by another run. Re-create it with:\n  {command}")
+        raise ValueError(
+            f"sparse model {path} does not match the sha256 in {record_path}; it was overwritten "
+            f"by another run. Re-create it with:\n  {command}"
+        )
     dense, shape = builder(record)
     sparse, _ = builder(record)
     sparse.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

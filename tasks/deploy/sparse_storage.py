@@ -13,6 +13,7 @@ Two formats, both lossless (a weight is "zero" only when all its bits are zero, 
 
 Only numpy and onnx are imported, so runtimes in their own virtual environments can load these files.
 """
+
 from __future__ import annotations
 
 import io
@@ -135,8 +136,9 @@ def unpack_bitmask(data: bytes) -> onnx.ModelProto:
         by_name = {t.name: t for t in model.graph.initializer}
         for k, entry in enumerate(index):
             dtype = np.dtype(f"<u{entry['itemsize']}")
-            nonzero = np.unpackbits(np.frombuffer(z.read(f"mask_{k}"), np.uint8), count=entry["n"],
-                                    bitorder="little").astype(bool)
+            nonzero = np.unpackbits(
+                np.frombuffer(z.read(f"mask_{k}"), np.uint8), count=entry["n"], bitorder="little"
+            ).astype(bool)
             dense = np.zeros(entry["n"], dtype=dtype)
             dense[nonzero] = np.frombuffer(z.read(f"values_{k}"), dtype=dtype)
             by_name[entry["name"]].raw_data = dense.tobytes()

@@ -2,6 +2,7 @@
 for bitmask files, onnx (never torch), so it runs in a runtime's own virtual environment and its VmHWM
 is the inference's own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,12 @@ def _load_openvino(path: str, batch: int, threads: int):
     import openvino as ov
 
     core = ov.Core()
-    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
-              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": 1,
+    }
     applied = dict(config)
     try:  # acts only with AMX + int8 FullyConnected; set so the run shows it was tried
         core.set_property("CPU", {"CPU_SPARSE_WEIGHTS_DECOMPRESSION_RATE": 0.5})
@@ -99,7 +104,7 @@ def time_interleaved(runners: dict, x, warmup: int, runs: int, min_sample_s: flo
     k = max(1, round(min_sample_s / max(first, 1e-6))) if warmup else 1
     times = {n: [] for n in names}
     for r in range(runs):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             t = time.perf_counter()
             for _ in range(k):
                 runners[n](x)
@@ -130,9 +135,17 @@ def worker_main(argv: list[str]) -> int:
         runners[path], applied = LOADERS[a.runtime](path, a.batch, a.threads)
         load_s[path] = time.perf_counter() - t
     times = time_interleaved(runners, x, a.warmup, a.runs)
-    result = {"runtime": a.runtime, "version": getattr(module, "__version__", None) or module.get_version(),
-              "python": sys.executable, "batch": a.batch, "threads": a.threads, "options": applied,
-              "load_s": load_s, "vmhwm_kib_after_import": hwm_start, "vmhwm_kib": vm_hwm_kib()}
+    result = {
+        "runtime": a.runtime,
+        "version": getattr(module, "__version__", None) or module.get_version(),
+        "python": sys.executable,
+        "batch": a.batch,
+        "threads": a.threads,
+        "options": applied,
+        "load_s": load_s,
+        "vmhwm_kib_after_import": hwm_start,
+        "vmhwm_kib": vm_hwm_kib(),
+    }
     if a.mode == "time":
         result["times_s"] = times
         result["median_s"] = {n: statistics.median(v) for n, v in times.items()}

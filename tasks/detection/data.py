@@ -14,6 +14,7 @@ whose class is not in the list is an error naming the file (a custom set needs i
 Images: decoded RGB uint8, resized to the detector's square input with plain bilinear interpolation (no
 antialiasing, like OpenCV's INTER_LINEAR in pytorch-ssd), then (x - 127) / 128.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,12 @@ def voc2007_dir(data_root: Path) -> Path:
         if (c / "Annotations").is_dir() or (c / "JPEGImages").is_dir():
             return c
     raise DataNotFoundError(
-        "PASCAL VOC2007 not found: looked for " + ", ".join(f"{c}/Annotations" for c in candidates) +
-        f". Pass --data-root DIR (or set {ENV_DATA_ROOT}=DIR) to the folder that holds VOCdevkit/VOC2007 "
+        "PASCAL VOC2007 not found: looked for "
+        + ", ".join(f"{c}/Annotations" for c in candidates)
+        + f". Pass --data-root DIR (or set {ENV_DATA_ROOT}=DIR) to the folder that holds VOCdevkit/VOC2007 "
         "(JPEGImages/, Annotations/, ImageSets/Main/test.txt); the CPU substitute set is made with "
-        "`python -m tasks.make_detection_set --out DIR`.")
+        "`python -m tasks.make_detection_set --out DIR`."
+    )
 
 
 def read_class_names(folder: Path) -> tuple[str, ...]:
@@ -61,9 +64,11 @@ def read_class_names(folder: Path) -> tuple[str, ...]:
 def read_image_ids(folder: Path, split: str) -> list[str]:
     path = folder / "ImageSets" / "Main" / f"{split}.txt"
     if not path.is_file():
-        raise DataNotFoundError(f"{path} is missing: the VOC2007 split '{split}' lists its image ids there. "
-                                f"Check --data-root (now pointing at {folder}); VOC2007's test split comes in "
-                                "VOCtest_06-Nov-2007.tar, trainval in VOCtrainval_06-Nov-2007.tar.")
+        raise DataNotFoundError(
+            f"{path} is missing: the VOC2007 split '{split}' lists its image ids there. "
+            f"Check --data-root (now pointing at {folder}); VOC2007's test split comes in "
+            "VOCtest_06-Nov-2007.tar, trainval in VOCtrainval_06-Nov-2007.tar."
+        )
     ids = [line.strip().split()[0] for line in path.read_text().splitlines() if line.strip()]
     if not ids:
         raise ValueError(f"{path} lists no images")
@@ -104,8 +109,10 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
     for obj in root.findall("object"):
         name = (obj.findtext("name") or "").strip().lower()
         if name not in class_index:
-            raise ValueError(f"{path}: object class {name!r} is not one of {sorted(class_index)}; "
-                             "give the dataset a labels.txt with its classes")
+            raise ValueError(
+                f"{path}: object class {name!r} is not one of {sorted(class_index)}; "
+                "give the dataset a labels.txt with its classes"
+            )
         bb = obj.find("bndbox")
         if bb is None:
             raise ValueError(f"{path}: object {name!r} has no <bndbox>")
@@ -113,8 +120,14 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
         labels.append(class_index[name])
         diff = (obj.findtext("difficult") or "0").strip()
         difficult.append(diff not in ("", "0"))
-    return Annotation(path.stem, width, height, torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
-                      torch.tensor(labels, dtype=torch.int64), torch.tensor(difficult, dtype=torch.bool))
+    return Annotation(
+        path.stem,
+        width,
+        height,
+        torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+        torch.tensor(labels, dtype=torch.int64),
+        torch.tensor(difficult, dtype=torch.bool),
+    )
 
 
 class VOCDetection:
@@ -128,7 +141,9 @@ class VOCDetection:
         self.annotations = [parse_annotation(self.folder / "Annotations" / f"{i}.xml", index) for i in self.ids]
         missing = [i for i in self.ids[:1] if not (self.folder / "JPEGImages" / f"{i}.jpg").is_file()]
         if missing:
-            raise DataNotFoundError(f"{self.folder / 'JPEGImages' / (missing[0] + '.jpg')} is missing; check --data-root")
+            raise DataNotFoundError(
+                f"{self.folder / 'JPEGImages' / (missing[0] + '.jpg')} is missing; check --data-root"
+            )
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -161,8 +176,9 @@ def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: f
     """(3, H, W) or (B, 3, H, W) uint8 RGB -> float (.., 3, size, size): bilinear resize, (x - 127) / 128."""
     x = image_uint8.float()
     batched = x.dim() == 4
-    x = F.interpolate(x if batched else x[None], size=(size, size), mode="bilinear", align_corners=False,
-                      antialias=False)
+    x = F.interpolate(
+        x if batched else x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=False
+    )
     x = (x - mean) / std
     return x if batched else x[0]
 
@@ -170,8 +186,9 @@ def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: f
 class DetectionImages(Dataset):
     """Preprocessed images of a split, as (image, index); `cache` keeps them in memory (small sets)."""
 
-    def __init__(self, data: VOCDetection, size: int, indices: list[int] | None = None, cache: bool = False,
-                 flip: bool = False):
+    def __init__(
+        self, data: VOCDetection, size: int, indices: list[int] | None = None, cache: bool = False, flip: bool = False
+    ):
         self.data, self.size = data, size
         self.indices = list(range(len(data))) if indices is None else list(indices)
         self.flip = flip

@@ -29,6 +29,7 @@ Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images cappe
 iterations per layer on the same images, as the classification tasks' CPU profiles), `quick` (smoke test,
 not a result).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,20 +68,40 @@ VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
 PROFILES = {
-    "paper": paper_profile("METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
-                           "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"),
-    "cpu": Profile("cpu", n_calibration=1024, iterations=400, batch_size=32,
-                   note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-                        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
-                   methods=pot_budget(1024, 1000)),
-    "quick": Profile("quick", n_calibration=8, iterations=2, batch_size=4, eval_limit=8,
-                     note="smoke test only; not a result", methods=pot_budget(8, 2)),
+    "paper": paper_profile(
+        "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
+        "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
+    ),
+    "cpu": Profile(
+        "cpu",
+        n_calibration=1024,
+        iterations=400,
+        batch_size=32,
+        note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
+        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
+        methods=pot_budget(1024, 1000),
+    ),
+    "quick": Profile(
+        "quick",
+        n_calibration=8,
+        iterations=2,
+        batch_size=4,
+        eval_limit=8,
+        note="smoke test only; not a result",
+        methods=pot_budget(8, 2),
+    ),
 }
 
 
 @torch.inference_mode()
-def evaluate_detector(model: torch.nn.Module, data: VOCDetection, images: DetectionImages, config: SSDConfig,
-                      batch_size: int = 32, workers: int = 0) -> dict:
+def evaluate_detector(
+    model: torch.nn.Module,
+    data: VOCDetection,
+    images: DetectionImages,
+    config: SSDConfig,
+    batch_size: int = 32,
+    workers: int = 0,
+) -> dict:
     """VOC07 mAP@0.5 (%) of a detector (or its DistillView) on the images of `data` listed by `images`."""
     ssd: SSD = model.ssd if isinstance(model, DistillView) else model
     was_training = ssd.training
@@ -96,40 +117,67 @@ def evaluate_detector(model: torch.nn.Module, data: VOCDetection, images: Detect
             sizes.append((a.height, a.width) if a.height and a.width else tuple(data.image(i).shape[-2:]))
         for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
             n = len(det["scores"])
-            detections.append(Detections(np.full(n, data.ids[i], dtype=object), det["labels"].cpu().numpy(),
-                                         det["scores"].cpu().double().numpy(), det["boxes"].cpu().double().numpy()))
+            detections.append(
+                Detections(
+                    np.full(n, data.ids[i], dtype=object),
+                    det["labels"].cpu().numpy(),
+                    det["scores"].cpu().double().numpy(),
+                    det["boxes"].cpu().double().numpy(),
+                )
+            )
     ssd.train(was_training)
-    result = voc07_map(Detections.concat(detections), [data.annotations[i].ground_truth() for i in images.indices], data.class_names)
-    return {"map50": result["map"], "ap50_per_class": result["ap"], "n_images": len(images),
-            "n_detections": result["n_detections"], "n_gt_boxes": result["n_gt"],
-            "metric": "VOC07 11-point AP at IoU > 0.5, difficult ignored"}
+    result = voc07_map(
+        Detections.concat(detections), [data.annotations[i].ground_truth() for i in images.indices], data.class_names
+    )
+    return {
+        "map50": result["map"],
+        "ap50_per_class": result["ap"],
+        "n_images": len(images),
+        "n_detections": result["n_detections"],
+        "n_gt_boxes": result["n_gt"],
+        "metric": "VOC07 11-point AP at IoU > 0.5, difficult ignored",
+    }
 
 
 def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
     if substitute:
         candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
-        hint = (f"train it with `python -m tasks.train_ssd --data-root <set> --model {arch} "
-                f"--image-size {image_size}`")
+        hint = f"train it with `python -m tasks.train_ssd --data-root <set> --model {arch} --image-size {image_size}`"
     else:
         name = RELEASED[arch][0]
         candidates = [data_root / "weights" / "voc" / name, data_root / "models" / name]
-        hint = (f"pytorch-ssd's released {name} (github.com/qfgaohao/pytorch-ssd, README's model links, "
-                f"e.g. https://storage.googleapis.com/models-hao/{name})")
+        hint = (
+            f"pytorch-ssd's released {name} (github.com/qfgaohao/pytorch-ssd, README's model links, "
+            f"e.g. https://storage.googleapis.com/models-hao/{name})"
+        )
     for c in candidates:
         if c.is_file():
             return c
-    raise DataNotFoundError(f"no weights for {arch}: looked for {', '.join(map(str, candidates))}. Pass "
-                            f"--weights PATH, or put {hint} there.")
+    raise DataNotFoundError(
+        f"no weights for {arch}: looked for {', '.join(map(str, candidates))}. Pass "
+        f"--weights PATH, or put {hint} there."
+    )
 
 
 def model_name(arch: str, image_size: int) -> str:
     return arch if image_size == 300 else f"{arch}-{image_size}"
 
 
-def build_grid(*, arch: str, profile: Profile, image_size: int = 300, reconstruction: str = "mse-blocks",
-               seed: int = 0, data_root: str | None = None, weights: str | None = None, workers: int = 0,
-               runs_dir: str | Path = RUNS_DIR, checkpoint_dir: str | Path | None = None, device: str = "cpu",
-               progress: bool = True) -> Grid:
+def build_grid(
+    *,
+    arch: str,
+    profile: Profile,
+    image_size: int = 300,
+    reconstruction: str = "mse-blocks",
+    seed: int = 0,
+    data_root: str | None = None,
+    weights: str | None = None,
+    workers: int = 0,
+    runs_dir: str | Path = RUNS_DIR,
+    checkpoint_dir: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
     data_root_path = resolve_data_root(data_root)
     folder = voc2007_dir(data_root_path)
@@ -143,14 +191,20 @@ def build_grid(*, arch: str, profile: Profile, image_size: int = 300, reconstruc
     # A partial test set is named by its size, so its results never pass for the full set's.
     dataset = base if full else f"{base}-test{len(test)}"
 
-    suffix = "" if reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}") else f"-{reconstruction}"
+    suffix = (
+        "" if reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}") else f"-{reconstruction}"
+    )
     probe = create_ssd(arch, len(test.class_names))
     blocks = reconstruction_blocks(probe, reconstruction)
     methods = dict(profile.methods)
     for m in DISTILL_METHODS:
         methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
-    profile = replace(profile, name=profile.name + suffix, methods=methods,
-                      note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}")
+    profile = replace(
+        profile,
+        name=profile.name + suffix,
+        methods=methods,
+        note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
+    )
 
     weights_path = Path(weights) if weights else default_weights(arch, image_size, data_root_path, base, substitute)
     if not weights_path.is_file():
@@ -167,25 +221,49 @@ def build_grid(*, arch: str, profile: Profile, image_size: int = 300, reconstruc
 
     def make_calibration(n: int, augment: bool):
         idx = calibration_indices(len(trainval), min(n, len(trainval)), seed)
-        info = {"split": "trainval", "n_images": len(idx), "n_requested": n, "seed": seed,
-                "indices_sha256": indices_hash(idx), "indices": idx, "image_ids": [trainval.ids[i] for i in idx],
-                "augment": "horizontal flip" if augment else "none", "labels_used": False}
-        return DetectionImages(trainval, image_size, idx, cache=len(idx) * image_size ** 2 * 12 < 2**31,
-                               flip=augment), info
+        info = {
+            "split": "trainval",
+            "n_images": len(idx),
+            "n_requested": n,
+            "seed": seed,
+            "indices_sha256": indices_hash(idx),
+            "indices": idx,
+            "image_ids": [trainval.ids[i] for i in idx],
+            "augment": "horizontal flip" if augment else "none",
+            "labels_used": False,
+        }
+        return DetectionImages(
+            trainval, image_size, idx, cache=len(idx) * image_size**2 * 12 < 2**31, flip=augment
+        ), info
 
-    eval_images = DetectionImages(test, image_size, cache=len(test) * image_size ** 2 * 12 < 2**31)
+    eval_images = DetectionImages(test, image_size, cache=len(test) * image_size**2 * 12 < 2**31)
     return Grid(
-        task="voc", dataset=dataset, model=model_name(arch, image_size), build_model=build_model,
+        task="voc",
+        dataset=dataset,
+        model=model_name(arch, image_size),
+        build_model=build_model,
         make_calibration=make_calibration,
         evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
-        profile=profile, seed=seed,
-        provenance={"weights": {**load_info, "path": str(weights_path), "sha256": file_sha256(weights_path)},
-                    "substitute": substitute, "substitute_manifest": manifest,
-                    "paper_dense_map": None if substitute else RELEASED[arch][1],
-                    "ssd_config": config.to_dict(), "reconstruction": reconstruction,
-                    "data": {"root": str(folder), "eval_split": "test", "n_eval": len(test),
-                             "n_trainval": len(trainval), "classes": list(test.class_names)}},
-        runs_dir=Path(runs_dir), checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, progress=progress,
+        profile=profile,
+        seed=seed,
+        provenance={
+            "weights": {**load_info, "path": str(weights_path), "sha256": file_sha256(weights_path)},
+            "substitute": substitute,
+            "substitute_manifest": manifest,
+            "paper_dense_map": None if substitute else RELEASED[arch][1],
+            "ssd_config": config.to_dict(),
+            "reconstruction": reconstruction,
+            "data": {
+                "root": str(folder),
+                "eval_split": "test",
+                "n_eval": len(test),
+                "n_trainval": len(trainval),
+                "classes": list(test.class_names),
+            },
+        },
+        runs_dir=Path(runs_dir),
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        progress=progress,
         metric_names=("map50",),
     )
 
@@ -195,30 +273,48 @@ def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
     reconstruction's options)."""
     image_size = record["ssd_config"]["image_size"]
-    return build_grid(arch=record["model"].removesuffix(f"-{image_size}"), profile=profile, image_size=image_size,
-                      reconstruction=record.get("reconstruction", "mse-blocks"), seed=record["seed"],
-                      weights=record["weights"]["path"], **where)
+    return build_grid(
+        arch=record["model"].removesuffix(f"-{image_size}"),
+        profile=profile,
+        image_size=image_size,
+        reconstruction=record.get("reconstruction", "mse-blocks"),
+        seed=record["seed"],
+        weights=record["weights"]["path"],
+        **where,
+    )
 
 
 def format_table(records: list[dict]) -> str:
-    head = f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    head = (
+        f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} "
+        f"{'time s':>7s}"
+    )
     rows = [head, "-" * len(head)]
     for r in records:
         d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
-        rows.append(f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-                    f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}")
+        rows.append(
+            f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
+            f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}"
+        )
     return "\n".join(rows)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.voc", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.voc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
-    p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS),
-                   help="FCPTS's reconstruction output on the detector (see above)")
+    p.add_argument(
+        "--reconstruction",
+        default="mse-blocks",
+        choices=sorted(RECONSTRUCTIONS),
+        help="FCPTS's reconstruction output on the detector (see above)",
+    )
     p.add_argument("--image-size", type=int, default=300, help="square input (pytorch-ssd: 300)")
-    p.add_argument("--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument(
+        "--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)"
+    )
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
     args = cli.parse(p, argv, PAPER_METHODS)
     return args
@@ -228,10 +324,15 @@ def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     for arch in args.models:
-        grid = build_grid(arch=arch, profile=profile, image_size=args.image_size,
-                          reconstruction=args.reconstruction, workers=args.workers, **cli.where(args))
+        grid = build_grid(
+            arch=arch,
+            profile=profile,
+            image_size=args.image_size,
+            reconstruction=args.reconstruction,
+            workers=args.workers,
+            **cli.where(args),
+        )
         yield grid, args.methods, args.sparsity
-
 
 
 def main(argv=None) -> int:

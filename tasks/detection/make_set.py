@@ -15,6 +15,7 @@ ImageSets/Main/{trainval,test}.txt, labels.txt}` plus `substitute.json` (how it 
 counts). Deterministic: image k of a split depends only on (seed, split, k). The images are regenerable
 and are not committed: `<out>/.gitignore` ignores the folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,15 @@ def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return out[0].round().clamp(0, 255).to(torch.uint8)
 
 
-def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray, scenes: np.ndarray,
-               min_side: int = 20, max_side: int = 80, difficult_below: int = 28):
+def make_image(
+    rng: np.random.Generator,
+    objects: np.ndarray,
+    labels: np.ndarray,
+    scenes: np.ndarray,
+    min_side: int = 20,
+    max_side: int = 80,
+    difficult_below: int = 28,
+):
     """One canvas with 1-3 pasted objects: (image (3, H, W) uint8, [(label, x1, y1, x2, y2, difficult)])
     with boxes in pixel coordinates, x2/y2 exclusive."""
     width, height = int(rng.integers(160, 241)), int(rng.integers(120, 201))
@@ -55,7 +63,7 @@ def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray
     # a random crop of the scene (at least half of it), upscaled to the canvas, with a brightness jitter
     ch, cw = int(rng.integers(16, 33)), int(rng.integers(16, 33))
     y0, x0 = int(rng.integers(0, 33 - ch)), int(rng.integers(0, 33 - cw))
-    canvas = _resize(scene[:, y0:y0 + ch, x0:x0 + cw], height, width).float()
+    canvas = _resize(scene[:, y0 : y0 + ch, x0 : x0 + cw], height, width).float()
     canvas = (canvas * rng.uniform(0.8, 1.2)).clamp(0, 255)
     if rng.random() < 0.5:
         canvas = canvas.flip(-1)
@@ -77,7 +85,7 @@ def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray
         obj = torch.as_tensor(objects[k]).permute(2, 0, 1)
         if rng.random() < 0.5:
             obj = obj.flip(-1)
-        canvas[:, y:y + h, x:x + w] = _resize(obj, h, w).float()
+        canvas[:, y : y + h, x : x + w] = _resize(obj, h, w).float()
         placed.append([float(v) for v in box])
         out.append((int(labels[k]), x, y, x + w, y + h, min(w, h) < difficult_below))
     return canvas.round().clamp(0, 255).to(torch.uint8), out
@@ -112,8 +120,19 @@ def _scenes(root: Path, split: str) -> np.ndarray:
     return x[np.isin(y, list(SCENE_LABELS.values()))]
 
 
-def write_split(folder: Path, split: str, n: int, objects: np.ndarray, labels: np.ndarray, scenes: np.ndarray,
-                seed: int, tag: int, first_id: int, quality: int = 90, log=print) -> dict:
+def write_split(
+    folder: Path,
+    split: str,
+    n: int,
+    objects: np.ndarray,
+    labels: np.ndarray,
+    scenes: np.ndarray,
+    seed: int,
+    tag: int,
+    first_id: int,
+    quality: int = 90,
+    log=print,
+) -> dict:
     """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
     ids, n_obj, n_difficult = [], np.zeros(len(CIFAR10_CLASSES), dtype=int), 0
     for k in range(n):
@@ -121,7 +140,8 @@ def write_split(folder: Path, split: str, n: int, objects: np.ndarray, labels: n
         image_id = f"{first_id + k:06d}"
         write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg", quality)
         (folder / "Annotations" / f"{image_id}.xml").write_bytes(
-            annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES))
+            annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES)
+        )
         ids.append(image_id)
         for o in objs:
             n_obj[o[0]] += 1
@@ -129,8 +149,12 @@ def write_split(folder: Path, split: str, n: int, objects: np.ndarray, labels: n
         if (k + 1) % 1000 == 0:
             log(f"{split}: {k + 1}/{n}")
     (folder / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
-    return {"images": n, "objects": int(n_obj.sum()), "difficult": n_difficult,
-            "objects_per_class": dict(zip(CIFAR10_CLASSES, n_obj.tolist()))}
+    return {
+        "images": n,
+        "objects": int(n_obj.sum()),
+        "difficult": n_difficult,
+        "objects_per_class": dict(zip(CIFAR10_CLASSES, n_obj.tolist())),
+    }
 
 
 def prepare_folder(out: Path) -> Path:
@@ -142,30 +166,45 @@ def prepare_folder(out: Path) -> Path:
     return folder
 
 
-def make_set(out: Path, data_root: Path, n_trainval: int = 4000, n_test: int = 500, seed: int = 0,
-             quality: int = 90, log=print) -> Path:
+def make_set(
+    out: Path, data_root: Path, n_trainval: int = 4000, n_test: int = 500, seed: int = 0, quality: int = 90, log=print
+) -> Path:
     folder = prepare_folder(out)
     counts, first_id = {}, 1
     for split, n, cifar_split, tag in (("trainval", n_trainval, "train", 1), ("test", n_test, "test", 2)):
         objects, labels = load_cifar(data_root, "cifar10", cifar_split)
-        counts[split] = write_split(folder, split, n, objects, labels, _scenes(data_root, cifar_split), seed, tag,
-                                    first_id, quality, log)
+        counts[split] = write_split(
+            folder, split, n, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, quality, log
+        )
         counts[split].update(object_source=f"cifar10/{cifar_split}", background_source=f"cifar100/{cifar_split}")
         first_id += n
-    manifest = {"dataset": "voc-cifar10", "generator": "tasks.make_detection_set", "version": GENERATOR_VERSION,
-                "seed": seed, "jpeg_quality": quality, "classes": list(CIFAR10_CLASSES),
-                "background_classes": list(SCENE_LABELS), "data_root": str(data_root), "splits": counts,
-                "note": "substitute for PASCAL VOC2007 on a CPU; not comparable to VOC numbers"}
+    manifest = {
+        "dataset": "voc-cifar10",
+        "generator": "tasks.make_detection_set",
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "jpeg_quality": quality,
+        "classes": list(CIFAR10_CLASSES),
+        "background_classes": list(SCENE_LABELS),
+        "data_root": str(data_root),
+        "splits": counts,
+        "note": "substitute for PASCAL VOC2007 on a CPU; not comparable to VOC numbers",
+    }
     (folder / SUBSTITUTE_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     log(f"wrote {n_trainval} trainval + {n_test} test images to {folder}")
     return folder
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tasks.detection.make_set", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.detection.make_set",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
-    p.add_argument("--data-root", help="folder with cifar10/ and cifar100/ (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument(
+        "--data-root", help="folder with cifar10/ and cifar100/ (default: $FCPTS_DATA_ROOT, then ../shared/data)"
+    )
     p.add_argument("--trainval", type=int, default=4000)
     p.add_argument("--test", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)

@@ -15,6 +15,7 @@ published 67.7 / 68.6 of the paper's detectors), per class:
 Boxes are continuous (x1, y1, x2, y2) pixel coordinates and IoU is torchvision's `box_iou` (no +1 on
 widths), as in pytorch-ssd; the reader subtracts 1 from the XML's 1-based coordinates.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -56,8 +57,13 @@ class Detection:
     box: Sequence[float]
 
 
-def match_class(image_ids: np.ndarray, scores: np.ndarray, boxes: np.ndarray,
-                gt: dict[str, tuple[torch.Tensor, torch.Tensor]], iou_threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def match_class(
+    image_ids: np.ndarray,
+    scores: np.ndarray,
+    boxes: np.ndarray,
+    gt: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    iou_threshold: float = 0.5,
+) -> tuple[np.ndarray, np.ndarray]:
     """TP and FP flags along the score ranking for one class's detections (arrays of image ids, scores,
     (N, 4) boxes); gt: image_id -> (boxes, difficult)."""
     n = len(scores)
@@ -100,22 +106,31 @@ class Detections:
     @classmethod
     def from_list(cls, detections: Iterable[Detection]) -> Detections:
         d = list(detections)
-        return cls(np.array([x.image_id for x in d], dtype=object), np.array([int(x.label) for x in d], dtype=np.int64),
-                   np.array([float(x.score) for x in d], dtype=float),
-                   np.array([list(x.box) for x in d], dtype=float).reshape(-1, 4))
+        return cls(
+            np.array([x.image_id for x in d], dtype=object),
+            np.array([int(x.label) for x in d], dtype=np.int64),
+            np.array([float(x.score) for x in d], dtype=float),
+            np.array([list(x.box) for x in d], dtype=float).reshape(-1, 4),
+        )
 
     @classmethod
     def concat(cls, parts: list[Detections]) -> Detections:
         if not parts:
             return cls.from_list([])
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("image_ids", "labels", "scores", "boxes")))
+        return cls(
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("image_ids", "labels", "scores", "boxes"))
+        )
 
     def __len__(self) -> int:
         return len(self.scores)
 
 
-def voc07_map(detections: Detections | Iterable[Detection], ground_truth: Iterable[GroundTruth],
-              class_names: Sequence[str], iou_threshold: float = 0.5) -> dict:
+def voc07_map(
+    detections: Detections | Iterable[Detection],
+    ground_truth: Iterable[GroundTruth],
+    class_names: Sequence[str],
+    iou_threshold: float = 0.5,
+) -> dict:
     """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"}; labels index
     `class_names` (0 = background, never evaluated)."""
     if not isinstance(detections, Detections):
@@ -133,13 +148,17 @@ def voc07_map(detections: Detections | Iterable[Detection], ground_truth: Iterab
             ap[class_names[c]] = None  # no non-difficult box: undefined, left out of the mean
             continue
         sel = detections.labels == c
-        tp, fp = match_class(detections.image_ids[sel], detections.scores[sel], detections.boxes[sel],
-                             gt_by_class[c], iou_threshold)
+        tp, fp = match_class(
+            detections.image_ids[sel], detections.scores[sel], detections.boxes[sel], gt_by_class[c], iou_threshold
+        )
         tp, fp = np.cumsum(tp), np.cumsum(fp)
         recall = tp / n_positive[c]
         precision = tp / np.maximum(tp + fp, np.finfo(float).eps)
         ap[class_names[c]] = 100.0 * voc07_ap(precision, recall)
     defined = [v for v in ap.values() if v is not None]
-    return {"map": float(np.mean(defined)) if defined else 0.0, "ap": ap,
-            "n_gt": {class_names[c]: n_positive[c] for c in range(1, len(class_names))},
-            "n_detections": len(detections)}
+    return {
+        "map": float(np.mean(defined)) if defined else 0.0,
+        "ap": ap,
+        "n_gt": {class_names[c]: n_positive[c] for c in range(1, len(class_names))},
+        "n_detections": len(detections),
+    }

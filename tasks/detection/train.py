@@ -21,6 +21,7 @@ an uninterrupted one. The result is `results/weights/<dataset>/<model>-<size>.pt
 pytorch-ssd's format) and its training record `.json` beside it; `tasks.voc` finds it by default. The
 test-split mAP is observed every `--eval-every` epochs and at the end, never used to select.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,13 +54,19 @@ class DetectionTrainSet(Dataset):
 
         self.data, self.config = data, config
         self.priors = config.priors()
-        self.augment = T.Compose([
-            T.RandomPhotometricDistort(p=0.5),
-            T.RandomZoomOut(fill=int(config.image_mean), side_range=(1.0, max_zoom_out), p=0.5),
-            T.RandomIoUCrop(),
-            T.RandomHorizontalFlip(),
-            T.SanitizeBoundingBoxes(min_size=1.0),
-        ]) if augment else None
+        self.augment = (
+            T.Compose(
+                [
+                    T.RandomPhotometricDistort(p=0.5),
+                    T.RandomZoomOut(fill=int(config.image_mean), side_range=(1.0, max_zoom_out), p=0.5),
+                    T.RandomIoUCrop(),
+                    T.RandomHorizontalFlip(),
+                    T.SanitizeBoundingBoxes(min_size=1.0),
+                ]
+            )
+            if augment
+            else None
+        )
 
     def __len__(self) -> int:
         return len(self.data)
@@ -75,10 +82,18 @@ class DetectionTrainSet(Dataset):
         if self.augment is not None and len(boxes):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                out = self.augment({"image": tv_tensors.Image(image),
-                                    "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
-                                    "labels": labels})
-            image, boxes, labels = out["image"].as_subclass(torch.Tensor), out["boxes"].as_subclass(torch.Tensor), out["labels"]
+                out = self.augment(
+                    {
+                        "image": tv_tensors.Image(image),
+                        "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
+                        "labels": labels,
+                    }
+                )
+            image, boxes, labels = (
+                out["image"].as_subclass(torch.Tensor),
+                out["boxes"].as_subclass(torch.Tensor),
+                out["labels"],
+            )
             h, w = image.shape[-2:]
         rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
         targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)
@@ -93,10 +108,13 @@ def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, see
     steps_per_epoch = len(train_set) // batch_size
     epoch, pos = divmod(step, steps_per_epoch)
     perm = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-    idx = perm[pos * batch_size:(pos + 1) * batch_size].tolist()
+    idx = perm[pos * batch_size : (pos + 1) * batch_size].tolist()
     items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
-    return (torch.stack([x for x, _, _ in items]), torch.stack([t for _, t, _ in items]),
-            torch.stack([lab for _, _, lab in items]))
+    return (
+        torch.stack([x for x, _, _ in items]),
+        torch.stack([t for _, t, _ in items]),
+        torch.stack([lab for _, _, lab in items]),
+    )
 
 
 class _Steps(Dataset):
@@ -146,20 +164,36 @@ def train(args: argparse.Namespace) -> dict:
     if steps_per_epoch == 0:
         raise ValueError(f"{len(train_set)} training images make no full batch of {args.batch_size}")
     lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
-    recipe = {"dataset": dataset, "model": args.model, "image_size": args.image_size, "epochs": args.epochs,
-              "batch_size": args.batch_size, "lr": lr, "momentum": 0.9, "weight_decay": args.weight_decay,
-              "warmup_steps": steps_per_epoch, "schedule": "linear warm-up 1 epoch, cosine to 0",
-              "augment": "none" if args.no_augment else
-              f"photometric, zoom-out <= {args.max_zoom_out}, SSD IoU crop, flip",
-              "loss": "multibox: CE with 3:1 hard negatives + smooth L1, / positives", "match_iou": config.match_iou,
-              "seed": args.seed, "n_train": len(train_set), "train_split": args.train_split, "steps": total,
-              "base_net": file_sha256(Path(args.base_net)) if args.base_net else None, "ssd_config": config.to_dict()}
+    recipe = {
+        "dataset": dataset,
+        "model": args.model,
+        "image_size": args.image_size,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": lr,
+        "momentum": 0.9,
+        "weight_decay": args.weight_decay,
+        "warmup_steps": steps_per_epoch,
+        "schedule": "linear warm-up 1 epoch, cosine to 0",
+        "augment": "none" if args.no_augment else f"photometric, zoom-out <= {args.max_zoom_out}, SSD IoU crop, flip",
+        "loss": "multibox: CE with 3:1 hard negatives + smooth L1, / positives",
+        "match_iou": config.match_iou,
+        "seed": args.seed,
+        "n_train": len(train_set),
+        "train_split": args.train_split,
+        "steps": total,
+        "base_net": file_sha256(Path(args.base_net)) if args.base_net else None,
+        "ssd_config": config.to_dict(),
+    }
     fingerprint = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     decay = [p for p in model.parameters() if p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": args.weight_decay},
-                           {"params": no_decay, "weight_decay": 0.0}], lr=lr, momentum=0.9)
+    opt = torch.optim.SGD(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        momentum=0.9,
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
     loss_fn = MultiboxLoss()
 
@@ -177,13 +211,24 @@ def train(args: argparse.Namespace) -> dict:
         model.train()
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
-    bar = tqdm(total=total, initial=step, desc=f"train {dataset}/{name}", dynamic_ncols=True,
-               disable=args.no_progress, mininterval=5)
+    bar = tqdm(
+        total=total,
+        initial=step,
+        desc=f"train {dataset}/{name}",
+        dynamic_ncols=True,
+        disable=args.no_progress,
+        mininterval=5,
+    )
     sums, seen = {"loc": 0.0, "cls": 0.0}, 0
     model.train()
-    batches = iter(torch.utils.data.DataLoader(
-        _Steps(train_set, step, total, args.batch_size, args.seed), batch_size=None, num_workers=args.workers,
-        worker_init_fn=_one_thread if args.workers else None))
+    batches = iter(
+        torch.utils.data.DataLoader(
+            _Steps(train_set, step, total, args.batch_size, args.seed),
+            batch_size=None,
+            num_workers=args.workers,
+            worker_init_fn=_one_thread if args.workers else None,
+        )
+    )
     while step < total:
         x, targets, labels = (t.to(device) for t in next(batches))
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
@@ -201,15 +246,25 @@ def train(args: argparse.Namespace) -> dict:
         bar.set_postfix(loc=f"{loc.item():.3f}", cls=f"{cls.item():.3f}", refresh=False)
         if step % steps_per_epoch == 0:
             epoch = step // steps_per_epoch
-            entry = {"epoch": epoch, "step": step, "loc_loss": round(sums["loc"] / seen, 5),
-                     "cls_loss": round(sums["cls"] / seen, 5), "lr": sched.get_last_lr()[0],
-                     "elapsed_s": round(run.elapsed_s(), 1)}
+            entry = {
+                "epoch": epoch,
+                "step": step,
+                "loc_loss": round(sums["loc"] / seen, 5),
+                "cls_loss": round(sums["cls"] / seen, 5),
+                "lr": sched.get_last_lr()[0],
+                "elapsed_s": round(run.elapsed_s(), 1),
+            }
             if epoch % args.eval_every == 0 and step < total:
                 entry["test"] = evaluate()
             history.append(entry)
             sums, seen = {"loc": 0.0, "cls": 0.0}, 0
-            print(json.dumps({k: v for k, v in entry.items() if k != "test"} |
-                             ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})), flush=True)
+            print(
+                json.dumps(
+                    {k: v for k, v in entry.items() if k != "test"}
+                    | ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})
+                ),
+                flush=True,
+            )
             run.save(step)
             last_save = time.perf_counter()
         elif time.perf_counter() - last_save > args.checkpoint_every_s:
@@ -221,18 +276,36 @@ def train(args: argparse.Namespace) -> dict:
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
     save_torch_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
-    record = write_training_record(weights, {
-        "task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size,
-        "recipe": recipe, "final_test": final, "n_eval": len(test), "history": history, "wall_s": round(wall_s, 1),
-        "device": device_description(device), "workers": args.workers, "data_root": str(folder)})
-    print(f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
-          f"{wall_s / 60:.1f} min -> {weights}")
+    record = write_training_record(
+        weights,
+        {
+            "task": "train_ssd",
+            "dataset": dataset,
+            "model": args.model,
+            "image_size": args.image_size,
+            "recipe": recipe,
+            "final_test": final,
+            "n_eval": len(test),
+            "history": history,
+            "wall_s": round(wall_s, 1),
+            "device": device_description(device),
+            "workers": args.workers,
+            "data_root": str(folder),
+        },
+    )
+    print(
+        f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
+        f"{wall_s / 60:.1f} min -> {weights}"
+    )
     return record
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.detection.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.detection.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
     p.add_argument("--model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")

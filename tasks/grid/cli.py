@@ -4,6 +4,7 @@ Each task adds its own flags (models, datasets, task options); methods, targets,
 folders, device and resume control are declared here once. Every argument of a grid is validated at parse
 time, so a typo in the last target fails before hours of earlier cells.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,21 +32,44 @@ def target(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_grid_args(p: argparse.ArgumentParser, profiles: dict[str, Profile], default_profile: str,
-                  paper_methods: str, default_sparsity: Sequence[float] | None) -> None:
+def add_grid_args(
+    p: argparse.ArgumentParser,
+    profiles: dict[str, Profile],
+    default_profile: str,
+    paper_methods: str,
+    default_sparsity: Sequence[float] | None,
+) -> None:
     p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
     p.add_argument("--all-methods", action="store_true", help=f"the paper's set: {paper_methods}")
-    p.add_argument("--sparsity", nargs="+", type=target, default=list(default_sparsity) if default_sparsity else None,
-                   help="global sparsity targets in [0, 1)")
+    p.add_argument(
+        "--sparsity",
+        nargs="+",
+        type=target,
+        default=list(default_sparsity) if default_sparsity else None,
+        help="global sparsity targets in [0, 1)",
+    )
     p.add_argument("--profile", default=default_profile, choices=sorted(profiles))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
-    p.add_argument("--pot-iterations", type=int,
-                   help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="option override for the training-loop methods run, for design measurements (renames "
-                        "the profile), e.g. lr=0.005")
-    p.add_argument("--pot-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="POT option override for design measurements (renames the profile), e.g. fold_bn=false")
+    p.add_argument(
+        "--pot-iterations",
+        type=int,
+        help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="option override for the training-loop methods run, for design measurements (renames "
+        "the profile), e.g. lr=0.005",
+    )
+    p.add_argument(
+        "--pot-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="dense weights file for the (single) model")
     p.add_argument("--results-dir", default=str(RUNS_DIR), help="where records go (default: results/runs)")
@@ -98,16 +122,25 @@ def where(args: argparse.Namespace) -> dict[str, Any]:
     """The build_grid arguments every task takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
-    return {"seed": args.seed, "data_root": args.data_root, "weights": args.weights,
-            "runs_dir": Path(args.results_dir), "checkpoint_dir": Path(args.checkpoint_dir) if args.checkpoint_dir else None,
-            "device": args.device, "progress": not args.no_progress}
+    return {
+        "seed": args.seed,
+        "data_root": args.data_root,
+        "weights": args.weights,
+        "runs_dir": Path(args.results_dir),
+        "checkpoint_dir": Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+        "device": args.device,
+        "progress": not args.no_progress,
+    }
 
 
 GridPlan = tuple[Grid, Sequence[str], Sequence[float]]
 
 
-def run_grids(args: argparse.Namespace, plans: Callable[[argparse.Namespace], Iterable[GridPlan]],
-              table: Callable[[list[dict]], str]) -> int:
+def run_grids(
+    args: argparse.Namespace,
+    plans: Callable[[argparse.Namespace], Iterable[GridPlan]],
+    table: Callable[[list[dict]], str],
+) -> int:
     """A task's main: check the methods, run each (grid, methods, targets) planned, print the table."""
 
     def run() -> int:

@@ -3,6 +3,7 @@
 Data root, first match wins: `--data-root`, the FCPTS_DATA_ROOT environment variable, then `../shared/data`
 beside the repository when it exists.
 """
+
 from __future__ import annotations
 
 import os

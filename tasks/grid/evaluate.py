@@ -1,4 +1,5 @@
 """Classification metrics: top-1 / top-5 accuracy in percent."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -28,7 +29,9 @@ def classify_batches(model: nn.Module, batches: Iterable[tuple[torch.Tensor, tor
 
 def classify(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 500) -> dict[str, float]:
     """Top-1/top-5 (%) on in-memory inputs `x` with labels `y`."""
-    return classify_batches(model, ((x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)))
+    return classify_batches(
+        model, ((x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size))
+    )
 
 
 def classify_dataset(model: nn.Module, dataset, batch_size: int = 50, workers: int = 0) -> dict[str, float]:

@@ -4,6 +4,7 @@ folder never run the same cell; the second one skips it and says who holds it.
 A lock whose process is gone (same host, dead pid) is stale and taken over; a lock from another host is
 respected, and its message says how to remove it if that job is known to be dead.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def cell_lock(record: Path):
             stale = holder is not None and holder.get("host") == me["host"] and not _alive(int(holder["pid"]))
             if not stale:
                 who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
-                raise CellBusy(f"{record.name} is being run by {who} ({lock}); remove that file only if that "
-                               "job is dead") from None
+                raise CellBusy(
+                    f"{record.name} is being run by {who} ({lock}); remove that file only if that job is dead"
+                ) from None
             lock.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as f:

@@ -3,6 +3,7 @@
 FCPTS_RESULTS_DIR moves everything the suite writes (records, tables, checkpoints, weights it trains) to
 another folder, e.g. for an installed copy; each command's --results-dir / --checkpoint-dir narrows it.
 """
+
 from __future__ import annotations
 
 import os

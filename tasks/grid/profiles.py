@@ -3,6 +3,7 @@
 A profile renamed by an override (`--iterations`, `--pot-iterations`, `--option`) never shares records
 with the profile it came from.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ class Profile:
 
     def with_iterations(self, iterations: int, what: str = "iterations") -> Profile:
         """The same profile with another iteration count, renamed so its records never mix with this one's."""
-        return replace(self, name=f"{self.name}-it{iterations}", iterations=iterations,
-                       note=f"{self.note}; {what} overridden")
+        return replace(
+            self, name=f"{self.name}-it{iterations}", iterations=iterations, note=f"{self.note}; {what} overridden"
+        )
 
     def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
         """The same profile with `options` merged into each of `methods`' own options, renamed
@@ -54,8 +56,12 @@ class Profile:
 
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
-        return self.with_method_options(POT_METHODS, {"iterations": iterations}, f"pot{iterations}",
-                                        f"POT iterations per layer overridden to {iterations}")
+        return self.with_method_options(
+            POT_METHODS,
+            {"iterations": iterations},
+            f"pot{iterations}",
+            f"POT iterations per layer overridden to {iterations}",
+        )
 
 
 def parse_option_pairs(pairs: list[str]) -> dict:
@@ -80,5 +86,6 @@ def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
 def paper_profile(note: str) -> Profile:
     """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64; POT 10,240 images (capped at
     the split) and up to 20,000 iterations per layer."""
-    return Profile("paper", n_calibration=1024, iterations=1600, batch_size=64, note=note,
-                   methods=pot_budget(10240, 20000))
+    return Profile(
+        "paper", n_calibration=1024, iterations=1600, batch_size=64, note=note, methods=pot_budget(10240, 20000)
+    )

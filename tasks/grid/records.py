@@ -3,6 +3,7 @@
 A record is the only thing that crosses from running to reporting. It is written atomically (temp file
 + rename), so an interrupted grid never leaves a half record, and a finished cell is skipped on resume.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ def sparsity_tag(target: float) -> str:
     return f"sp{int(percent):02d}" if percent == int(percent) else f"sp{percent:.10g}"
 
 
-def record_path(runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float,
-                profile: str, seed: int) -> Path:
+def record_path(
+    runs_dir: Path, task: str, dataset: str, model: str, method: str, target: float, profile: str, seed: int
+) -> Path:
     return runs_dir / task / dataset / model / f"{method}-{sparsity_tag(target)}-{profile}-seed{seed}.json"
 
 
@@ -62,8 +64,7 @@ PROFILE_PREFERENCE = ("paper", "paper-cpu", "cpu", "fast")
 
 def cell_key(record: dict) -> tuple:
     """(task, dataset, model, method, target sparsity rounded to 4 places)."""
-    return (record["task"], record["dataset"], record["model"], record["method"],
-            round(record["target_sparsity"], 4))
+    return (record["task"], record["dataset"], record["model"], record["method"], round(record["target_sparsity"], 4))
 
 
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
@@ -73,8 +74,9 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
         if r["profile"]["name"] not in PROFILE_PREFERENCE:
             continue
         key = cell_key(r)
-        if key not in out or (PROFILE_PREFERENCE.index(r["profile"]["name"])
-                              < PROFILE_PREFERENCE.index(out[key]["profile"]["name"])):
+        if key not in out or (
+            PROFILE_PREFERENCE.index(r["profile"]["name"]) < PROFILE_PREFERENCE.index(out[key]["profile"]["name"])
+        ):
             out[key] = r
     return out
 
@@ -102,10 +104,12 @@ def git_commit() -> str:
     """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
     that runs is the code at start-up, whatever is committed while a long grid runs."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -133,16 +137,24 @@ def command_line() -> str:
 
 def provenance() -> dict[str, Any]:
     """What every record says about where it came from: code, command, environment, time."""
-    return {"git_commit": git_commit(), "command": command_line(), "environment": environment(),
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "git_commit": git_commit(),
+        "command": command_line(),
+        "environment": environment(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def write_training_record(weights: Path, record: dict) -> dict:
     """The record beside a dense model the suite trained itself (weights hash and provenance added)."""
     from fcpts.core.io import file_sha256
 
-    record = {**record, "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)}, **provenance(),
-              "note": "final model after the last epoch; the test split was only observed, never used to select"}
+    record = {
+        **record,
+        "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},
+        **provenance(),
+        "note": "final model after the last epoch; the test split was only observed, never used to select",
+    }
     write_json_atomic(weights.with_suffix(".json"), record)
     return record
 

@@ -3,6 +3,7 @@ a record (weights, data, seed), and `rerun_record` runs the same method, target 
 
 Used by the regression check and by deploy (which re-makes a sparse model it cannot find).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,8 +30,10 @@ def register_task(name: str) -> Callable[[GridForRecord], GridForRecord]:
 
 def grid_for_record(record: dict, **where: Any) -> Grid:
     if record["task"] not in TASKS:
-        raise ValueError(f"no task {record['task']!r} is registered for re-running records; import its driver "
-                         f"(known: {', '.join(sorted(TASKS)) or 'none'})")
+        raise ValueError(
+            f"no task {record['task']!r} is registered for re-running records; import its driver "
+            f"(known: {', '.join(sorted(TASKS)) or 'none'})"
+        )
     return TASKS[record["task"]](record, Profile(**record["profile"]), **where)
 
 
@@ -38,5 +41,13 @@ def rerun_record(record: dict, runs_dir: str | Path, force: bool = True, **where
     """Run the record's cell again into `runs_dir`; returns the new record and its path."""
     grid = grid_for_record(record, runs_dir=runs_dir, **where)
     (new,) = run_grid(grid, [record["method"]], [record["target_sparsity"]], force=force)
-    return new, record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, record["method"],
-                            record["target_sparsity"], grid.profile.name, grid.seed)
+    return new, record_path(
+        grid.runs_dir,
+        grid.task,
+        grid.dataset,
+        grid.model,
+        record["method"],
+        record["target_sparsity"],
+        grid.profile.name,
+        grid.seed,
+    )

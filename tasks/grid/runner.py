@@ -3,6 +3,7 @@
 Finished cells are skipped (resume), an unfinished method run continues from its checkpoint, the dense
 model is evaluated once per grid and only if some cell still has to run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,8 @@ import torch
 from torch import nn
 
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
-from fcpts.methods import get_method
 from fcpts.core.masks import check_target, prunable_layers
+from fcpts.methods import get_method
 from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
@@ -57,8 +58,9 @@ def _thin(history: list[dict], every: int = 10) -> list[dict]:
     return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
 
 
-def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: bool = False,
-             log: Callable[[str], None] = print) -> list[dict]:
+def run_grid(
+    grid: Grid, methods: list[str], sparsities: list[float], force: bool = False, log: Callable[[str], None] = print
+) -> list[dict]:
     if grid.checkpoint_dir is None:
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
     for m in methods:  # fail fast on a typo in a method or an option, before any work
@@ -69,8 +71,9 @@ def run_grid(grid: Grid, methods: list[str], sparsities: list[float], force: boo
     records, dense_metrics, busy = [], None, []
     for method in methods:
         for target in sparsities:
-            path = record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target,
-                               grid.profile.name, grid.seed)
+            path = record_path(
+                grid.runs_dir, grid.task, grid.dataset, grid.model, method, target, grid.profile.name, grid.seed
+            )
             done = None if force else read_record(path)
             if done is not None:
                 _check_same_cell(done, path, target, grid)
@@ -101,8 +104,10 @@ def _check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> Non
         raise ValueError(f"{path} holds target {record['target_sparsity']}, not {target}; move it away")
     mine, theirs = grid.provenance.get("weights", {}).get("sha256"), record.get("weights", {}).get("sha256")
     if mine and theirs and mine != theirs:
-        raise ValueError(f"{path} was made from other dense weights (sha256 {theirs[:12]}, these are {mine[:12]}); "
-                         "pass another --results-dir for this model, or --force to replace the record")
+        raise ValueError(
+            f"{path} was made from other dense weights (sha256 {theirs[:12]}, these are {mine[:12]}); "
+            "pass another --results-dir for this model, or --force to replace the record"
+        )
 
 
 def _clear_checkpoints(ckpt: Path) -> None:
@@ -115,9 +120,15 @@ def _dense_metrics(grid: Grid, log) -> dict:
     """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
     skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
     a record names: weights, data, preprocessing, model, environment."""
-    identity = {"task": grid.task, "dataset": grid.dataset, "model": grid.model, "provenance": grid.provenance,
-                "environment": environment(), "metrics": list(grid.metric_names),
-                "eval_limit": grid.profile.eval_limit}
+    identity = {
+        "task": grid.task,
+        "dataset": grid.dataset,
+        "model": grid.model,
+        "provenance": grid.provenance,
+        "environment": environment(),
+        "metrics": list(grid.metric_names),
+        "eval_limit": grid.profile.eval_limit,
+    }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoint_dir / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists():
@@ -126,8 +137,7 @@ def _dense_metrics(grid: Grid, log) -> dict:
         return metrics
     t = time.perf_counter()
     metrics = grid.evaluate(grid.build_model())
-    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} "
-        f"({time.perf_counter() - t:.0f}s)")
+    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} ({time.perf_counter() - t:.0f}s)")
     write_json_atomic(cache, {"identity": identity, "metrics": metrics})
     return metrics
 
@@ -135,8 +145,12 @@ def _dense_metrics(grid: Grid, log) -> dict:
 def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
     ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
     spec = get_method(method)
-    budget = {"iterations": grid.profile.iterations, "batch_size": grid.profile.batch_size, "seed": grid.seed,
-              "options": grid.profile.options_for(method)}
+    budget = {
+        "iterations": grid.profile.iterations,
+        "batch_size": grid.profile.batch_size,
+        "seed": grid.seed,
+        "options": grid.profile.options_for(method),
+    }
     options = spec.make_options({**budget, "progress": grid.progress, "checkpoint": str(ckpt)}, budget["options"])
     calibration, calibration_info = grid.make_calibration(grid.profile.n_calibration_for(method), spec.trains)
     log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
@@ -181,13 +195,18 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     # The sparse state dict goes to runs_dir/models/ (not committed; tasks.saved_models reads it back).
     model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")
     save_torch_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, model_path)
-    record["sparse_model"] = {"path": repo_relative(model_path), "sha256": file_sha256(model_path),
-                              "note": "not committed; re-run the record's command with --force to re-create it"}
+    record["sparse_model"] = {
+        "path": repo_relative(model_path),
+        "sha256": file_sha256(model_path),
+        "note": "not committed; re-run the record's command with --force to re-create it",
+    }
     write_json_atomic(path, record)
     ckpt.unlink(missing_ok=True)
     first = grid.metric_names[0]
-    log(f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
-        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}")
+    log(
+        f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
+        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}"
+    )
     return record
 
 
@@ -201,11 +220,16 @@ def mask_sha256(model: nn.Module) -> str:
 
 
 def format_table(records: list[dict]) -> str:
-    head = f"{'method':18s} {'target':>6s} {'achieved':>9s} {'top1':>7s} {'top5':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    head = (
+        f"{'method':18s} {'target':>6s} {'achieved':>9s} {'top1':>7s} {'top5':>7s} {'dense':>7s} {'drop':>6s} "
+        f"{'time s':>7s}"
+    )
     rows = [head, "-" * len(head)]
     for r in records:
         d = r["dense_metrics"]["top1"]
-        rows.append(f"{r['method']:18s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-                    f"{r['metrics']['top1']:7.2f} {r['metrics']['top5']:7.2f} {d:7.2f} "
-                    f"{d - r['metrics']['top1']:6.2f} {r['wall_s']:7.0f}")
+        rows.append(
+            f"{r['method']:18s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
+            f"{r['metrics']['top1']:7.2f} {r['metrics']['top5']:7.2f} {d:7.2f} "
+            f"{d - r['metrics']['top1']:6.2f} {r['wall_s']:7.0f}"
+        )
     return "\n".join(rows)

@@ -3,6 +3,7 @@
 Shared by the suite's training recipes (tasks.cifar.train, tasks.detection.train), through the suite's one
 checkpoint mechanism: saved atomically, resumed only by the run with the same recipe.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,14 @@ from fcpts.core.checkpoint import Checkpoint
 
 
 class TrainingState:
-    def __init__(self, path: Path, fingerprint: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                 scheduler: torch.optim.lr_scheduler.LRScheduler):
+    def __init__(
+        self,
+        path: Path,
+        fingerprint: str,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+    ):
         self.checkpoint = Checkpoint(path, {"recipe": fingerprint}, label=f"training {Path(path).stem}")
         self.path, self.fingerprint = path, fingerprint
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
@@ -41,6 +48,14 @@ class TrainingState:
     def save(self, step: int) -> None:
         """Checkpoint the run as it stands after `step` optimiser steps."""
         self.step = step
-        self.checkpoint.save({"step": self.step, "model": self.model.state_dict(),
-                              "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                              "history": self.history, "elapsed_s": self.elapsed_s()}, step)
+        self.checkpoint.save(
+            {
+                "step": self.step,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "history": self.history,
+                "elapsed_s": self.elapsed_s(),
+            },
+            step,
+        )

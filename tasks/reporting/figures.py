@@ -15,6 +15,7 @@ allocation (`fcpts`), for every model with both records at the same sparsity and
 Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
 with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,30 +36,42 @@ FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legen
 
 # The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
-FIGURE4_HINT = {"cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
-                         "--profile paper-cpu",
-                "imagenet": "python -m tasks.imagenet --data-root IMAGENET --models {model} --all-methods "
-                            "--sparsity {target} --profile paper"}
+FIGURE4_HINT = {
+    "cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
+    "--profile paper-cpu",
+    "imagenet": "python -m tasks.imagenet --data-root IMAGENET --models {model} --all-methods "
+    "--sparsity {target} --profile paper",
+}
 
 
 def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
     """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
     target, each with its methods' preferred records in Figure 1's legend order."""
-    chosen = [r for r in preferred_records(records).values() if (r["task"], r["dataset"]) == (task, dataset)
-              and round(r["target_sparsity"], 4) == target and "per_layer" in r]
+    chosen = [
+        r
+        for r in preferred_records(records).values()
+        if (r["task"], r["dataset"]) == (task, dataset)
+        and round(r["target_sparsity"], 4) == target
+        and "per_layer" in r
+    ]
     # The paper's models get a panel even before they run, except on a partial ImageNet (`imagenet-val1300`),
     # where they are never run.
     paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
     models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
     # Not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it.
     order = list(FIGURE1_METHODS)
-    return {m: sorted((r for r in chosen if r["model"] == m and r["method"] in order),
-                      key=lambda r: order.index(r["method"])) for m in models}
+    return {
+        m: sorted(
+            (r for r in chosen if r["model"] == m and r["method"] in order), key=lambda r: order.index(r["method"])
+        )
+        for m in models
+    }
 
 
 def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
     """First layer, the first layer of each stage (`layer2.0.conv1`, `blocks.3.0.conv_pw`), last layer;
     of two ticks closer than `gap` layers only the first is kept (the last layer's always)."""
+
     def stage(name: str) -> str:
         parts = name.split(".")[:-1]
         numeric = [i for i, p in enumerate(parts) if p.isdigit()]
@@ -83,10 +96,15 @@ def figure4(records: list[dict], task: str, dataset: str, out: Path, target: flo
         for rec in recs:
             color, marker = METHODS[rec["method"]].style
             layers = rec["per_layer"]
-            ax.plot(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color=color, marker=marker,
-                    markersize=3.5, linewidth=1.2,
-                    label=f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% "
-                          f"[{rec['profile']['name']}]")
+            ax.plot(
+                range(len(layers)),
+                [100 * layer["sparsity"] for layer in layers],
+                color=color,
+                marker=marker,
+                markersize=3.5,
+                linewidth=1.2,
+                label=f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% [{rec['profile']['name']}]",
+            )
         ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8, label=f"global target {target:.0%}")
         substitute = " (substitute for the paper's models)" if recs and recs[0].get("substitute") else ""
         ax.set_title(f"{model} on {dataset}{substitute}: per-layer sparsity at {target:.0%} global sparsity")
@@ -96,8 +114,10 @@ def figure4(records: list[dict], task: str, dataset: str, out: Path, target: flo
             names = [layer["name"] for layer in recs[0]["per_layer"]]
             ticks = _stage_ticks(names)
             ax.set_xticks(ticks, [names[i] for i in ticks], rotation=30, ha="right", fontsize=8)
-            ax.set_xlabel(f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
-                          "layer, last layer; adjacent ones thinned)")
+            ax.set_xlabel(
+                f"layer (network order, {len(names)} layers; ticks: first layer, each stage's first "
+                "layer, last layer; adjacent ones thinned)"
+            )
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no layer hidden
         else:
             hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
@@ -146,8 +166,7 @@ def figure1(records: list[dict], out: Path) -> Path:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
             pts = sorted((r["achieved_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
             color, marker = METHODS[method].style
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
-                    label=label(method))
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=label(method))
         ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
         ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
@@ -160,6 +179,7 @@ def figure1(records: list[dict], out: Path) -> Path:
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
     """Figure 3's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
 
@@ -172,17 +192,35 @@ def figure3(records: list[dict], out: Path) -> Path:
     models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
     fig, axes = _panels(max(1, len(models)))
     if not models:
-        axes[0].text(0.5, 0.5, "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ...",
-                     ha="center", va="center")
+        axes[0].text(
+            0.5,
+            0.5,
+            "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ...",
+            ha="center",
+            va="center",
+        )
         axes[0].axis("off")
     for ax, (ds, model) in zip(axes, models):
-        ps = sorted((p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)),
-                    key=lambda p: p[0]["target_sparsity"])
+        ps = sorted(
+            (p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)), key=lambda p: p[0]["target_sparsity"]
+        )
         xs = range(len(ps))
-        fixed = ax.bar([x - 0.2 for x in xs], [p[0]["metrics"]["top1"] for p in ps], 0.4, color="white",
-                       edgecolor="tab:red", hatch="//", label="ERK rates fixed")
-        learned = ax.bar([x + 0.2 for x in xs], [p[1]["metrics"]["top1"] for p in ps], 0.4, color="tab:red",
-                         label="learned allocation (FCPTS)")
+        fixed = ax.bar(
+            [x - 0.2 for x in xs],
+            [p[0]["metrics"]["top1"] for p in ps],
+            0.4,
+            color="white",
+            edgecolor="tab:red",
+            hatch="//",
+            label="ERK rates fixed",
+        )
+        learned = ax.bar(
+            [x + 0.2 for x in xs],
+            [p[1]["metrics"]["top1"] for p in ps],
+            0.4,
+            color="tab:red",
+            label="learned allocation (FCPTS)",
+        )
         for bars in (fixed, learned):
             ax.bar_label(bars, fmt="%.2f", fontsize=7)
         top = max(max(p[0]["metrics"]["top1"], p[1]["metrics"]["top1"]) for p in ps)
@@ -207,8 +245,14 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     from tasks.grid.data import resolve_data_root
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    rec = next((r for r in preferred_records(records).values() if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
-                == ("cifar10", "resnet56", "fcpts", 0.9)), None)
+    rec = next(
+        (
+            r
+            for r in preferred_records(records).values()
+            if (r["dataset"], r["model"], r["method"], r["target_sparsity"]) == ("cifar10", "resnet56", "fcpts", 0.9)
+        ),
+        None,
+    )
     try:
         model = cifar_resnet("resnet56", 10)
         load_checkpoint(model, default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
@@ -225,17 +269,29 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
     density = kde_density(w, grid, 0.5 * w.std() * (100 / len(w)) ** 0.2)
     r_t = float((w.abs() < t).double().mean())
-    ax.plot(grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)")
+    ax.plot(
+        grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)"
+    )
     inside = (grid.abs() < t).numpy()
-    ax.fill_between(grid.numpy(), 0, density.numpy(), where=inside, color="tab:red", alpha=0.35,
-                    label=f"r(t) = P(|w| < t) = {r_t:.3f}")
+    ax.fill_between(
+        grid.numpy(),
+        0,
+        density.numpy(),
+        where=inside,
+        color="tab:red",
+        alpha=0.35,
+        label=f"r(t) = P(|w| < t) = {r_t:.3f}",
+    )
     for x in (-t, t):
         ax.axvline(x, color="tab:red", linestyle="--", linewidth=0.9)
     ax.set_xlabel("weight value w")
     ax.set_ylabel("density")
-    ax.set_title(f"Bridge function at the learned threshold t = {t:.4f} (ResNet-56, CIFAR-10, 90%, "
-                 f"{rec['profile']['name']} profile)\nlayer sparsity in the record after reconstruction: "
-                 f"{row['sparsity']:.3f}", fontsize=9)
+    ax.set_title(
+        f"Bridge function at the learned threshold t = {t:.4f} (ResNet-56, CIFAR-10, 90%, "
+        f"{rec['profile']['name']} profile)\nlayer sparsity in the record after reconstruction: "
+        f"{row['sparsity']:.3f}",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
     ax.set_xlim(*np.quantile(w.numpy(), [0.001, 0.999]))
     return _save(fig, out)
@@ -253,8 +309,11 @@ def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> lis
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tasks.reporting figures", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.reporting figures",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out-dir", default=str(FIGURES_DIR))
     args = p.parse_args(argv)
     for path in write_figures(out_dir=Path(args.out_dir)):

@@ -7,6 +7,7 @@ Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs 
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
 cells without a record say so.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,13 +42,19 @@ def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
 
 
 def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> tuple[str, list[dict]]:
-    ref = {(r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table1"}
+    ref = {
+        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table1"
+    }
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
-    lines = ["# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper", "",
-             "Each cell: **ours** top-1/top-5 [profile] · paper top-1/top-5. Drop = dense top-1 − sparse top-1.", "",
-             "| model | method | " + " | ".join(f"{ds} {int(sp * 100)}%" for ds, sp in cells) + " |",
-             "|---|---|" + "---|" * len(cells)]
+    lines = [
+        "# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
+        "",
+        "Each cell: **ours** top-1/top-5 [profile] · paper top-1/top-5. Drop = dense top-1 − sparse top-1.",
+        "",
+        "| model | method | " + " | ".join(f"{ds} {int(sp * 100)}%" for ds, sp in cells) + " |",
+        "|---|---|" + "---|" * len(cells),
+    ]
     rows, trained_notes = [], {}
     for model in ("resnet32", "resnet56"):
         dense_cells = []
@@ -77,19 +84,37 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 m = rec["metrics"]
                 drop = rec["dense_metrics"]["top1"] - m["top1"]
                 out.append(f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}] · {paper}")
-                rows.append({"dataset": ds, "model": model, "method": method, "sparsity": sp,
-                             "top1": m["top1"], "top5": m["top5"], "dense_top1": rec["dense_metrics"]["top1"],
-                             "drop": round(drop, 2), "profile": rec["profile"]["name"],
-                             "paper_top1": p["top1"] if p else "", "paper_top5": p["top5"] if p else "",
-                             "record": rec["_path"]})
+                rows.append(
+                    {
+                        "dataset": ds,
+                        "model": model,
+                        "method": method,
+                        "sparsity": sp,
+                        "top1": m["top1"],
+                        "top5": m["top5"],
+                        "dense_top1": rec["dense_metrics"]["top1"],
+                        "drop": round(drop, 2),
+                        "profile": rec["profile"]["name"],
+                        "paper_top1": p["top1"] if p else "",
+                        "paper_top5": p["top5"] if p else "",
+                        "record": rec["_path"],
+                    }
+                )
             lines.append(f"| {model} | {label(method)} | " + " | ".join(out) + " |")
-    lines += ["", ("Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
-                   "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with `python -m tasks.train` "
-                   "(lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):")]
+    lines += [
+        "",
+        (
+            "Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
+            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with `python -m tasks.train` "
+            "(lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):"
+        ),
+    ]
     for (ds, model), t in sorted(trained_notes.items()):
-        lines.append(f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
-                     f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
-                     f"`{t['command']}`")
+        lines.append(
+            f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
+            f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
+            f"`{t['command']}`"
+        )
     if not trained_notes:
         lines.append("- none trained yet")
     lines.append("")
@@ -105,10 +130,13 @@ def pot_layer_loss(record: dict) -> str:
 
 
 def table6(records: list[dict], reference: list[dict]) -> str:
-    lines = ["# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell", "",
-             "| dataset | model | sparsity | profile | POT (L2Norm) min | POT (ERK) min | FCPTS min | FCPTS / POT "
-             "| POT layer loss | device |",
-             "|---|---|---|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
+        "",
+        "| dataset | model | sparsity | profile | POT (L2Norm) min | POT (ERK) min | FCPTS min | FCPTS / POT "
+        "| POT layer loss | device |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---|",
+    ]
     groups = defaultdict(dict)
     for r in records:
         groups[(r["dataset"], r["model"], r["target_sparsity"], r["profile"]["name"])][r["method"]] = r
@@ -118,21 +146,31 @@ def table6(records: list[dict], reference: list[dict]) -> str:
         t = {m: by[m]["wall_s"] / 60 for m in by}
         pot = [t[m] for m in ("pot-l2norm", "pot-erk") if m in t]
         devices = sorted({by[m]["device"] for m in by if m in ("pot-l2norm", "pot-erk", "fcpts")})
-        lines.append(f"| {ds} | {model} | {sp:.0%} | {prof} | " + " | ".join(
-            f"{t[m]:.1f}" if m in t else "—" for m in ("pot-l2norm", "pot-erk", "fcpts"))
+        lines.append(
+            f"| {ds} | {model} | {sp:.0%} | {prof} | "
+            + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in ("pot-l2norm", "pot-erk", "fcpts"))
             + f" | {t['fcpts'] / (sum(pot) / len(pot)):.2f} | "
             + "; ".join(sorted({pot_layer_loss(by[m]) for m in ("pot-l2norm", "pot-erk") if m in by}))
-            + f" | {'; '.join(devices)} |")
-    lines += ["", "Paper (one RTX 3090): " + "; ".join(
-        f"{r['method'].upper()} {r['dataset']} {r['model']} {r['note'].split('=')[1]} min"
-        for r in reference if r["table"] == "table6"),
-        "", "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
+            + f" | {'; '.join(devices)} |"
+        )
+    lines += [
+        "",
+        "Paper (one RTX 3090): "
+        + "; ".join(
+            f"{r['method'].upper()} {r['dataset']} {r['model']} {r['note'].split('=')[1]} min"
+            for r in reference
+            if r["table"] == "table6"
+        ),
+        "",
+        "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
         "jobs are slower than they would be alone (records name the device and thread count). The `paper-cpu` "
         "profile cuts POT to 1,000 of its 20,000 iterations per layer and 1,024 of its 10,240 images, so its "
         "POT times are far below the paper protocol's; only `paper` rows measure the paper's comparison. "
         "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
-        "baselines/layer_objective.py); rows with different entries are not a like-for-like time comparison.", ""]
+        "baselines/layer_objective.py); rows with different entries are not a like-for-like time comparison.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -140,22 +178,51 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
     records, reference = all_records(runs_dir), read_reference()
     out_dir.mkdir(parents=True, exist_ok=True)
     md, rows = table1(records, reference, weights_dir)
-    written = [out_dir / "table1_cifar.md", out_dir / "table1_cifar.csv", out_dir / "table1_cifar.tex",
-               out_dir / "table6_time.md"]
+    written = [
+        out_dir / "table1_cifar.md",
+        out_dir / "table1_cifar.csv",
+        out_dir / "table1_cifar.tex",
+        out_dir / "table6_time.md",
+    ]
     written[0].write_text(md)
     with open(written[1], "w", newline="") as f:
-        fields = ["dataset", "model", "method", "sparsity", "top1", "top5", "dense_top1", "drop", "profile",
-                  "paper_top1", "paper_top5", "record"]
+        fields = [
+            "dataset",
+            "model",
+            "method",
+            "sparsity",
+            "top1",
+            "top5",
+            "dense_top1",
+            "drop",
+            "profile",
+            "paper_top1",
+            "paper_top5",
+            "record",
+        ]
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    tex = ["\\begin{tabular}{llllrrrr}", "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\",
-           "\\hline"] + [f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
-                         f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\" for r in rows] + ["\\end{tabular}", ""]
+    tex = (
+        [
+            "\\begin{tabular}{llllrrrr}",
+            "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\",
+            "\\hline",
+        ]
+        + [
+            f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
+            f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\"
+            for r in rows
+        ]
+        + ["\\end{tabular}", ""]
+    )
     written[2].write_text("\n".join(tex))
     written[3].write_text(table6(records, reference))
-    for name, make in (("table2_imagenet_cnn.md", table2), ("table3_imagenet_vit.md", table3),
-                       ("table5_learned_masks.md", table5)):
+    for name, make in (
+        ("table2_imagenet_cnn.md", table2),
+        ("table3_imagenet_vit.md", table3),
+        ("table5_learned_masks.md", table5),
+    ):
         path = out_dir / name
         path.write_text(make(records, reference))
         written.append(path)
@@ -166,10 +233,14 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tasks.reporting", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["tables", "manifest", "figures"],
-                   help="tables: write results/tables/; manifest: add the present records to results/runs/MANIFEST.txt")
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.reporting", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "what",
+        choices=["tables", "manifest", "figures"],
+        help="tables: write results/tables/; manifest: add the present records to results/runs/MANIFEST.txt",
+    )
     args = p.parse_args(argv)
     if args.what == "manifest":
         print(f"{len(update_manifest())} records in {MANIFEST.relative_to(RESULTS_DIR.parent)}")

@@ -7,6 +7,7 @@ at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objec
 tasks.make_detection_set, with this suite's own detector) get rows of their own, labelled as such, with no
 paper numbers beside them. Every record of the task is also listed, reconstruction variants included.
 """
+
 from __future__ import annotations
 
 from fcpts.methods import label
@@ -22,6 +23,8 @@ def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
         if r["table"] == "table4":
             out.setdefault(r["model"], {})[r["method"]] = r["top1"]
     return out
+
+
 METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 SPARSITY = 0.9
 
@@ -41,9 +44,14 @@ def _cell(rec: dict | None) -> str:
 def table4(records: list[dict], reference: list[dict]) -> str:
     voc = [r for r in records if r["task"] == "voc"]
     preferred = preferred_records(voc)
-    lines = ["# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", "",
-             "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.", "",
-             "| model | dense: ours · paper | method | ours | paper |", "|---|---|---|---|---|"]
+    lines = [
+        "# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper",
+        "",
+        "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.",
+        "",
+        "| model | dense: ours · paper | method | ours | paper |",
+        "|---|---|---|---|---|",
+    ]
     for model, ref in paper_table4(reference).items():
         recs = {m: _best(preferred, "voc2007", model, m) for m in METHODS}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
@@ -51,30 +59,52 @@ def table4(records: list[dict], reference: list[dict]) -> str:
             head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
             lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} | {ref[m]} |")
     if not any(r["dataset"] == "voc2007" for r in voc):
-        lines += ["", ("no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
-                       "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
-                       "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells.")]
+        lines += [
+            "",
+            (
+                "no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
+                "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
+                "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells."
+            ),
+        ]
     subs = sorted({(r["dataset"], r["model"]) for r in voc if r.get("substitute")})
     if subs:
-        lines += ["", "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)", "",
-                  "| dataset | model | dense (ours) | method | ours |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)",
+            "",
+            "| dataset | model | dense (ours) | method | ours |",
+            "|---|---|---|---|---|",
+        ]
         for dataset, model in subs:
             recs = {m: _best(preferred, dataset, model, m) for m in METHODS}
             dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
             for i, m in enumerate(METHODS):
                 head = f"{dataset} | {model} | {dense}" if i == 0 else " |  | "
                 lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} |")
-        lines += ["", ("Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
-                       "(tasks.make_detection_set), detector trained by this suite (tasks.train_ssd); see each "
-                       "record's `substitute_manifest`, `ssd_config` and `weights`.")]
+        lines += [
+            "",
+            (
+                "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
+                "(tasks.make_detection_set), detector trained by this suite (tasks.train_ssd); see each "
+                "record's `substitute_manifest`, `ssd_config` and `weights`."
+            ),
+        ]
     if voc:
-        lines += ["", "## All detection records", "",
-                  "| dataset | model | method | sparsity | profile | reconstruction | mAP | dense | wall s |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"],
-                                            r["profile"]["name"])):
+        lines += [
+            "",
+            "## All detection records",
+            "",
+            "| dataset | model | method | sparsity | profile | reconstruction | mAP | dense | wall s |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in sorted(
+            voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"], r["profile"]["name"])
+        ):
             rec = r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—"
-            lines.append(f"| {r['dataset']} | {r['model']} | {r['method']} | {r['achieved_sparsity']:.4f} | "
-                         f"{r['profile']['name']} | {rec} | {r['metrics']['map50']:.2f} | "
-                         f"{r['dense_metrics']['map50']:.2f} | {r['wall_s']:.0f} |")
+            lines.append(
+                f"| {r['dataset']} | {r['model']} | {r['method']} | {r['achieved_sparsity']:.4f} | "
+                f"{r['profile']['name']} | {rec} | {r['metrics']['map50']:.2f} | "
+                f"{r['dense_metrics']['map50']:.2f} | {r['wall_s']:.0f} |"
+            )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
 """Integration tests run on the real data under ../shared/data (CIFAR images and pretrained weights)."""
+
 import pytest
 
 from tests.conftest import require_data

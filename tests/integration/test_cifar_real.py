@@ -1,4 +1,5 @@
 """The CIFAR task on the real checkpoints and real lossless CIFAR-10 images in ../shared/data."""
+
 import json
 from pathlib import Path
 
@@ -53,15 +54,44 @@ def test_quick_fcpts_improves_over_its_magnitude_start(test_set):
 
 
 def test_grid_writes_records_and_resumes(tmp_path, capsys):
-    argv = ["--model", "resnet20", "--profile", "quick", "--methods", "erk", "fcpts", "--sparsity", "0.5", "0.8",
-            "--results-dir", str(tmp_path), "--no-progress"]
+    argv = [
+        "--model",
+        "resnet20",
+        "--profile",
+        "quick",
+        "--methods",
+        "erk",
+        "fcpts",
+        "--sparsity",
+        "0.5",
+        "0.8",
+        "--results-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert cifar.main(argv) == 0
     files = sorted(f for f in tmp_path.rglob("*.json") if ".checkpoints" not in f.parts)
     assert len(files) == 4
     rec = json.loads((tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json").read_text())
-    for key in ["task", "dataset", "model", "method", "target_sparsity", "achieved_sparsity", "metrics",
-                "dense_metrics", "calibration", "profile", "wall_s", "device", "git_commit", "command", "per_layer",
-                "weights", "seed"]:
+    for key in [
+        "task",
+        "dataset",
+        "model",
+        "method",
+        "target_sparsity",
+        "achieved_sparsity",
+        "metrics",
+        "dense_metrics",
+        "calibration",
+        "profile",
+        "wall_s",
+        "device",
+        "git_commit",
+        "command",
+        "per_layer",
+        "weights",
+        "seed",
+    ]:
         assert key in rec, key
     assert rec["calibration"]["n_images"] == 128 and len(rec["calibration"]["indices"]) == 128
     assert rec["hit_target"] and rec["weights"]["sha256"].startswith("12fca82f")
@@ -93,8 +123,21 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
 
 
 def test_pot_iterations_override_is_recorded_under_its_own_profile(tmp_path):
-    argv = ["--model", "resnet20", "--profile", "quick", "--methods", "pot-l2norm", "--sparsity", "0.5",
-            "--pot-iterations", "2", "--results-dir", str(tmp_path), "--no-progress"]
+    argv = [
+        "--model",
+        "resnet20",
+        "--profile",
+        "quick",
+        "--methods",
+        "pot-l2norm",
+        "--sparsity",
+        "0.5",
+        "--pot-iterations",
+        "2",
+        "--results-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert cifar.main(argv) == 0
     rec = json.loads((tmp_path / "cifar/cifar10/resnet20/pot-l2norm-sp50-quick-pot2-seed0.json").read_text())
     assert rec["profile"]["name"] == "quick-pot2" and rec["method_options"]["iterations"] == 2

@@ -1,4 +1,5 @@
 """CIFAR readers: the torchvision ("python version") layout next to this workplace's archives."""
+
 import pickle
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Deployment: ONNX export of sparse models, lossless sparse storage, runtime workers and their errors."""
+
 from __future__ import annotations
 
 import sys
@@ -10,9 +11,9 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from tasks.cifar.models import cifar_resnet
 from tasks.deploy import checkpoints, driver, runtimes
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
-from tasks.cifar.models import cifar_resnet
 from tasks.deploy.sparse_storage import (
     from_sparse_initializers,
     load_any,
@@ -122,8 +123,24 @@ def test_dense_model_is_not_made_bigger(tmp_path):
 
 def test_onnxruntime_worker_times_interleaved_and_reports_peak_memory(exported):
     _, path, files = exported
-    r = runtimes.run_worker("onnxruntime", ["--models", str(path), str(files["bitmask"]), "--shape", "3", "32", "32",
-                                          "--batch", "2", "--runs", "3", "--warmup", "1"])
+    r = runtimes.run_worker(
+        "onnxruntime",
+        [
+            "--models",
+            str(path),
+            str(files["bitmask"]),
+            "--shape",
+            "3",
+            "32",
+            "32",
+            "--batch",
+            "2",
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+        ],
+    )
     assert set(r["median_s"]) == {str(path), str(files["bitmask"])}
     assert all(len(v) == 3 and min(v) > 0 for v in r["times_s"].values())
     mem = runtimes.peak_memory("onnxruntime", path, (3, 32, 32))
@@ -164,8 +181,25 @@ def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_
 
     from benchmarks.inference import main
 
-    common = ["--size", "32", "--sparsity", "0.9", "--runtimes", "onnxruntime", "--runs-b1", "2", "--runs-b32", "1",
-              "--warmup", "1", "--no-memory", "--table", str(tmp_path / "t7.md"), "--raw", str(tmp_path / "t7.json")]
+    common = [
+        "--size",
+        "32",
+        "--sparsity",
+        "0.9",
+        "--runtimes",
+        "onnxruntime",
+        "--runs-b1",
+        "2",
+        "--runs-b32",
+        "1",
+        "--warmup",
+        "1",
+        "--no-memory",
+        "--table",
+        str(tmp_path / "t7.md"),
+        "--raw",
+        str(tmp_path / "t7.json"),
+    ]
     assert main(["--families", "resnet18", *common]) == 0
     first = json.loads((tmp_path / "t7.json").read_text())
     assert main(["--families", "mobilenet_v2", "--merge", *common]) == 0
@@ -185,8 +219,15 @@ def test_torch_csr_kernels_match_dense_layers():
     from benchmarks.inference_csr import to_torch_csr
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1),
-                          nn.Conv2d(16, 32, 1, bias=False), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 5))
+    model = nn.Sequential(
+        nn.Conv2d(8, 16, 1, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.Conv2d(16, 32, 1, bias=False),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 5),
+    )
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, (nn.Conv2d, nn.Linear)):

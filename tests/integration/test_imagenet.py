@@ -1,5 +1,6 @@
 """ImageNet task: folder reader on the real sample, library models, offline errors, the paper's
 architectures (random weights, never reported), and a smoke run of the CLI."""
+
 import json
 import time
 from pathlib import Path
@@ -106,10 +107,23 @@ def test_paper_architectures_sparsify_exactly(name):
 
 @needs_sample
 def test_cli_quick_run_writes_labelled_records(tmp_path):
-    argv = ["--models", "efficientnet_lite0", "--methods", "erk", "--sparsity", "0.5", "--profile", "quick",
-            "--results-dir", str(tmp_path), "--no-progress"]
+    argv = [
+        "--models",
+        "efficientnet_lite0",
+        "--methods",
+        "erk",
+        "--sparsity",
+        "0.5",
+        "--profile",
+        "quick",
+        "--results-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert imagenet_main(argv) == 0
-    rec = json.loads(Path(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json").read_text())
+    rec = json.loads(
+        Path(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json").read_text()
+    )
     assert rec["substitute"] is True and rec["model_source"] == "timm:tf_efficientnet_lite0"
     assert rec["hit_target"] and rec["data"]["n_eval"] == 64
     assert len(rec["calibration"]["files"]) == 32
@@ -153,8 +167,21 @@ def test_cpu_profile_gives_every_training_method_the_same_lr():
 @needs_sample
 def test_an_option_the_method_lacks_fails_before_any_work(tmp_path, capsys):
     """`reconstruction` is FCPTS's; ProbMask has no such option: exit 2 naming it, no dense evaluation."""
-    args = ["--models", "efficientnet_lite0", "--methods", "probmask", "--sparsity", "0.5", "--profile", "quick",
-            "--option", "reconstruction=kl", "--results-dir", str(tmp_path), "--no-progress"]
+    args = [
+        "--models",
+        "efficientnet_lite0",
+        "--methods",
+        "probmask",
+        "--sparsity",
+        "0.5",
+        "--profile",
+        "quick",
+        "--option",
+        "reconstruction=kl",
+        "--results-dir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert imagenet_main(args) == 2
     err = capsys.readouterr()
     assert "'probmask' has no option reconstruction" in err.err

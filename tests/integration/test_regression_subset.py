@@ -1,5 +1,6 @@
 """`make check-regression` in miniature: re-run the fixed quick subset and compare to the committed
 reference records (real CIFAR-10 images, the real ResNet-20 checkpoint)."""
+
 import json
 
 from tasks.grid.records import read_record

@@ -1,4 +1,5 @@
 """Dense training recipe (tasks.train) on real CIFAR-100 images, tiny sizes."""
+
 import json
 from pathlib import Path
 
@@ -7,8 +8,21 @@ import torch
 from tasks.cifar.models import cifar_resnet, load_checkpoint
 from tasks.cifar.train import augment_batch, lr_factor, main, parse_args, train
 
-TINY = ["--dataset", "cifar100", "--model", "resnet20", "--train-limit", "256", "--eval-limit", "200",
-        "--batch-size", "64", "--eval-every", "1", "--no-progress"]
+TINY = [
+    "--dataset",
+    "cifar100",
+    "--model",
+    "resnet20",
+    "--train-limit",
+    "256",
+    "--eval-limit",
+    "200",
+    "--batch-size",
+    "64",
+    "--eval-every",
+    "1",
+    "--no-progress",
+]
 
 
 def test_augment_batch_crops_and_flips_within_the_padded_image():
@@ -27,8 +41,9 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
 
 
 def test_training_writes_loadable_weights_and_record_and_resumes_exactly(tmp_path):
-    straight = parse_args([*TINY, "--epochs", "2", "--out-dir", str(tmp_path / "a"),
-                           "--checkpoint-dir", str(tmp_path / "ca")])
+    straight = parse_args(
+        [*TINY, "--epochs", "2", "--out-dir", str(tmp_path / "a"), "--checkpoint-dir", str(tmp_path / "ca")]
+    )
     rec = train(straight)
     assert [h["epoch"] for h in rec["history"]] == [1, 2]
     assert rec["history"][1]["train_loss"] < rec["history"][0]["train_loss"]

@@ -1,11 +1,12 @@
 """VOC reader on the real VOC2007 XML format; the CIFAR-based substitute set's generator."""
+
 import numpy as np
 import pytest
 import torch
 
-from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.cifar.data import load_cifar
 from tasks.detection.data import DetectionImages, VOCDetection, preprocess, read_rgb, voc2007_dir, write_jpeg
+from tasks.grid.data import DataNotFoundError, resolve_data_root
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).
 VOC2007_000001 = """<annotation>
@@ -56,7 +57,8 @@ VOC2007_000001 = """<annotation>
 # Same format, a difficult object (as VOC marks them).
 DIFFICULT = VOC2007_000001.replace("000001", "000002").replace(
     "<name>dog</name>\n\t\t<pose>Left</pose>\n\t\t<truncated>1</truncated>\n\t\t<difficult>0</difficult>",
-    "<name>bottle</name>\n\t\t<pose>Unspecified</pose>\n\t\t<truncated>0</truncated>\n\t\t<difficult>1</difficult>")
+    "<name>bottle</name>\n\t\t<pose>Unspecified</pose>\n\t\t<truncated>0</truncated>\n\t\t<difficult>1</difficult>",
+)
 
 
 def make_voc(root, xmls: dict[str, str], split="test"):
@@ -66,8 +68,10 @@ def make_voc(root, xmls: dict[str, str], split="test"):
     gen = torch.Generator().manual_seed(0)
     for image_id, xml in xmls.items():
         (folder / "Annotations" / f"{image_id}.xml").write_text(xml)
-        write_jpeg(torch.randint(0, 256, (3, 500, 353), dtype=torch.uint8, generator=gen),
-                   folder / "JPEGImages" / f"{image_id}.jpg")
+        write_jpeg(
+            torch.randint(0, 256, (3, 500, 353), dtype=torch.uint8, generator=gen),
+            folder / "JPEGImages" / f"{image_id}.jpg",
+        )
     (folder / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in xmls))
     return folder
 
@@ -132,15 +136,18 @@ def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
     folders = []
     for run in ("a", "b"):
         folder = mds.prepare_folder(tmp_path / run)
-        counts = mds.write_split(folder, "test", 4, objects, labels, scenes, seed=3, tag=2, first_id=1, log=lambda s: None)
+        counts = mds.write_split(
+            folder, "test", 4, objects, labels, scenes, seed=3, tag=2, first_id=1, log=lambda s: None
+        )
         folders.append(folder)
     assert counts["images"] == 4 and 4 <= counts["objects"] <= 12
     assert (tmp_path / "a" / ".gitignore").read_text().strip().endswith("*")
     a, b = (VOCDetection(f, "test") for f in folders)
     assert a.class_names[1:] == mds.CIFAR10_CLASSES
     for k in range(4):
-        assert (folders[0] / "Annotations" / f"{k + 1:06d}.xml").read_bytes() == \
-               (folders[1] / "Annotations" / f"{k + 1:06d}.xml").read_bytes()
+        assert (folders[0] / "Annotations" / f"{k + 1:06d}.xml").read_bytes() == (
+            folders[1] / "Annotations" / f"{k + 1:06d}.xml"
+        ).read_bytes()
         # the XML boxes are where make_image pasted the objects, and the JPEG holds its pixels
         image, objs = mds.make_image(np.random.default_rng([3, 2, k]), objects, labels, scenes)
         ann = a.annotations[k]

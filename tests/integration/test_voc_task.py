@@ -1,4 +1,5 @@
 """The detection task end to end on a tiny VOC-layout set: training recipe (steps, resume), grid records."""
+
 import json
 from dataclasses import replace
 
@@ -6,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from tasks.detection import grid as voc
 from tasks.detection import make_set as mds
 from tasks.detection import train as train_ssd
-from tasks.detection import grid as voc
-from tasks.detection.ssd import SSDConfig, create_ssd
 from tasks.detection.data import SUBSTITUTE_MANIFEST, VOCDetection
+from tasks.detection.ssd import SSDConfig, create_ssd
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +30,27 @@ def tiny_set(tmp_path_factory):
 
 
 def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
-    args = ["--data-root", str(tiny_set), "--image-size", "64", "--epochs", "2", "--batch-size", "2",
-            "--train-limit", "4", "--eval-limit", "4", "--eval-every", "1", "--out-dir", str(tmp_path / "w"),
-            "--checkpoint-dir", str(tmp_path / "ck"), "--no-progress"]
+    args = [
+        "--data-root",
+        str(tiny_set),
+        "--image-size",
+        "64",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "2",
+        "--train-limit",
+        "4",
+        "--eval-limit",
+        "4",
+        "--eval-every",
+        "1",
+        "--out-dir",
+        str(tmp_path / "w"),
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--no-progress",
+    ]
     assert train_ssd.main(args) == 0
     weights = tmp_path / "w" / "voc-tiny" / "mb2-ssd-lite-64.pth"
     record = json.loads(weights.with_suffix(".json").read_text())
@@ -70,7 +89,9 @@ def test_pot_folds_bn_through_the_distill_view():
 
     torch.manual_seed(0)
     model = DistillView(create_ssd("mb2-ssd-lite", 11))
-    sparse, report = pot(model, torch.randn(4, 3, 64, 64), 0.9, POTOptions(allocation="erk", iterations=1, progress=False))
+    sparse, report = pot(
+        model, torch.randn(4, 3, 64, 64), 0.9, POTOptions(allocation="erk", iterations=1, progress=False)
+    )
     assert len(report.extra["folded_bn"]) > 60  # every conv -> BN pair, heads included
     assert report.achieved_sparsity == pytest.approx(0.9, abs=1e-6)
     assert sparse(torch.randn(1, 3, 64, 64)).shape == (1, len(SSDConfig.for_model(model.ssd, 64).priors()) * 11)
@@ -78,13 +99,31 @@ def test_pot_folds_bn_through_the_distill_view():
 
 def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatch):
     run_grid = voc.run_grid  # keep method checkpoints out of the repository's results/
-    monkeypatch.setattr(voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k))
+    monkeypatch.setattr(
+        voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k)
+    )
     torch.manual_seed(0)
     weights = tmp_path / "det.pth"
     torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)
     runs = tmp_path / "runs"
-    argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(weights),
-            "--methods", "fcpts", "erk", "--profile", "quick", "--results-dir", str(runs), "--no-progress"]
+    argv = [
+        "--data-root",
+        str(tiny_set),
+        "--models",
+        "mb2-ssd-lite",
+        "--image-size",
+        "64",
+        "--weights",
+        str(weights),
+        "--methods",
+        "fcpts",
+        "erk",
+        "--profile",
+        "quick",
+        "--results-dir",
+        str(runs),
+        "--no-progress",
+    ]
     assert voc.main(argv) == 0
     folder = runs / "voc" / "voc-tiny" / "mb2-ssd-lite-64"
     for method in ("fcpts", "erk"):
@@ -101,16 +140,42 @@ def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatc
 
 def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_path, monkeypatch):
     run_grid = voc.run_grid
-    monkeypatch.setattr(voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k))
+    monkeypatch.setattr(
+        voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k)
+    )
     torch.manual_seed(0)
     weights = tmp_path / "det.pth"
     torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)
-    argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(weights),
-            "--methods", "pot-l2norm", "--pot-option", "fold_bn=false", "--profile", "quick",
-            "--results-dir", str(tmp_path / "runs"), "--no-progress"]
+    argv = [
+        "--data-root",
+        str(tiny_set),
+        "--models",
+        "mb2-ssd-lite",
+        "--image-size",
+        "64",
+        "--weights",
+        str(weights),
+        "--methods",
+        "pot-l2norm",
+        "--pot-option",
+        "fold_bn=false",
+        "--profile",
+        "quick",
+        "--results-dir",
+        str(tmp_path / "runs"),
+        "--no-progress",
+    ]
     assert voc.main(argv) == 0
-    rec = json.loads((tmp_path / "runs" / "voc" / "voc-tiny" / "mb2-ssd-lite-64" /
-                      "pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json").read_text())
+    rec = json.loads(
+        (
+            tmp_path
+            / "runs"
+            / "voc"
+            / "voc-tiny"
+            / "mb2-ssd-lite-64"
+            / "pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json"
+        ).read_text()
+    )
     assert rec["method_options"]["fold_bn"] is False and rec["method_report"]["extra"]["folded_bn"] == []
     assert rec["profile"]["methods"]["pot-erk"]["options"]["fold_bn"] is False  # both allocations
     assert voc.main([*argv[:-1], "--pot-option", "fold_bn"]) == 2  # not KEY=VALUE: a clear error
@@ -119,8 +184,23 @@ def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_pa
 def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
     assert voc.main(["--data-root", str(tmp_path), "--models", "mb1-ssd", "--profile", "quick"]) == 2
     assert "--data-root" in capsys.readouterr().err
-    assert voc.main(["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64",
-                     "--profile", "quick", "--results-dir", str(tmp_path)]) == 2
+    assert (
+        voc.main(
+            [
+                "--data-root",
+                str(tiny_set),
+                "--models",
+                "mb2-ssd-lite",
+                "--image-size",
+                "64",
+                "--profile",
+                "quick",
+                "--results-dir",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "tasks.train_ssd" in err and "--weights" in err
 
@@ -130,12 +210,29 @@ def test_table4_keeps_substitute_rows_apart():
     from tasks.reporting.tables_voc import table4
 
     def rec(dataset, model, method, m, substitute):
-        return {"task": "voc", "dataset": dataset, "model": model, "method": method, "target_sparsity": 0.9,
-                "achieved_sparsity": 0.9, "hit_target": True, "profile": {"name": "cpu"}, "substitute": substitute,
-                "metrics": {"map50": m}, "dense_metrics": {"map50": 67.0}, "wall_s": 1.0, "reconstruction": "mse-blocks"}
+        return {
+            "task": "voc",
+            "dataset": dataset,
+            "model": model,
+            "method": method,
+            "target_sparsity": 0.9,
+            "achieved_sparsity": 0.9,
+            "hit_target": True,
+            "profile": {"name": "cpu"},
+            "substitute": substitute,
+            "metrics": {"map50": m},
+            "dense_metrics": {"map50": 67.0},
+            "wall_s": 1.0,
+            "reconstruction": "mse-blocks",
+        }
 
-    text = table4([rec("voc2007", "mb1-ssd", "fcpts", 64.0, False),
-                   rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
+    text = table4(
+        [
+            rec("voc2007", "mb1-ssd", "fcpts", 64.0, False),
+            rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True),
+        ],
+        read_reference(),
+    )
     main, subs = text.split("## Substitute rows")
     assert "| MobileNetV1 SSD (`mb1-ssd`) | 67.0 · 67.7 | POT (L2Norm) | no record | 48.5 |" in main
     assert "|  |  | FCPTS (ours) | **64.0** (−3.0) [cpu] | 65.1 |" in main

@@ -1,4 +1,5 @@
 """Tables are built from records alone, with the paper's numbers beside them."""
+
 import json
 
 from tasks.grid.records import preferred_records
@@ -6,7 +7,9 @@ from tasks.reporting.paper import read_reference, write_tables
 
 
 def test_reference_data_is_the_papers_table1():
-    ref = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in read_reference() if r["table"] == "table1"}
+    ref = {
+        (r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in read_reference() if r["table"] == "table1"
+    }
     assert ref[("cifar10", "resnet56", "fcpts", "0.9")]["top1"] == "92.02"
     assert ref[("cifar100", "resnet32", "pot-l2norm", "0.9")]["top5"] == "11.55"
     assert len([k for k in ref if k[2] != "dense"]) == 36
@@ -15,19 +18,43 @@ def test_reference_data_is_the_papers_table1():
 def test_tables_from_records(tmp_path):
     runs = tmp_path / "runs" / "cifar" / "cifar10" / "resnet56"
     runs.mkdir(parents=True)
-    record = {"task": "cifar", "dataset": "cifar10", "model": "resnet56", "method": "fcpts", "target_sparsity": 0.9,
-              "metrics": {"top1": 90.5, "top5": 99.6}, "dense_metrics": {"top1": 93.39, "top5": 99.77},
-              "profile": {"name": "paper"}, "wall_s": 600.0, "device": "cpu: test"}
+    record = {
+        "task": "cifar",
+        "dataset": "cifar10",
+        "model": "resnet56",
+        "method": "fcpts",
+        "target_sparsity": 0.9,
+        "metrics": {"top1": 90.5, "top5": 99.6},
+        "dense_metrics": {"top1": 93.39, "top5": 99.77},
+        "profile": {"name": "paper"},
+        "wall_s": 600.0,
+        "device": "cpu: test",
+    }
     (runs / "fcpts-sp90-paper-seed0.json").write_text(json.dumps(record))
-    pot = dict(record, method="pot-l2norm", metrics={"top1": 20.0, "top5": 70.0}, wall_s=1800.0,
-               per_layer=[{"name": "a", "iterations": 9, "objective": "gram"}, {"name": "b", "iterations": 9,
-                                                                                 "objective": "forward"}])
+    pot = dict(
+        record,
+        method="pot-l2norm",
+        metrics={"top1": 20.0, "top5": 70.0},
+        wall_s=1800.0,
+        per_layer=[
+            {"name": "a", "iterations": 9, "objective": "gram"},
+            {"name": "b", "iterations": 9, "objective": "forward"},
+        ],
+    )
     (runs / "pot-l2norm-sp90-paper-seed0.json").write_text(json.dumps(pot))
     trained = tmp_path / "weights" / "cifar100"
     trained.mkdir(parents=True)
-    (trained / "resnet32.json").write_text(json.dumps({
-        "final_test": {"top1": 67.5, "top5": 89.9}, "recipe": {"epochs": 40}, "wall_s": 7200.0,
-        "device": "cpu: test", "command": "python -m tasks.train --model resnet32"}))
+    (trained / "resnet32.json").write_text(
+        json.dumps(
+            {
+                "final_test": {"top1": 67.5, "top5": 89.9},
+                "recipe": {"epochs": 40},
+                "wall_s": 7200.0,
+                "device": "cpu: test",
+                "command": "python -m tasks.train --model resnet32",
+            }
+        )
+    )
     paths = write_tables(tmp_path / "runs", tmp_path / "tables", tmp_path / "weights")
     t1 = paths[0].read_text()
     assert "**90.50/99.60** (−2.89) [paper] · 92.02/99.78" in t1
@@ -42,8 +69,16 @@ def test_figure4_panels_from_records_and_without(tmp_path):
     from tasks.reporting.figures import _stage_ticks, allocation_panels, figure4
 
     layers = [{"name": n, "sparsity": s} for n, s in (("conv1", 0.0), ("layer1.0.conv1", 0.8), ("linear", 0.95))]
-    rec = {"task": "cifar", "dataset": "cifar100", "model": "resnet32", "method": "fcpts", "target_sparsity": 0.9,
-           "metrics": {"top1": 60.0}, "profile": {"name": "paper-cpu"}, "per_layer": layers}
+    rec = {
+        "task": "cifar",
+        "dataset": "cifar100",
+        "model": "resnet32",
+        "method": "fcpts",
+        "target_sparsity": 0.9,
+        "metrics": {"top1": 60.0},
+        "profile": {"name": "paper-cpu"},
+        "per_layer": layers,
+    }
     pot = dict(rec, method="pot-l2norm", profile={"name": "paper"})
     fast = dict(rec, profile={"name": "fast"}, metrics={"top1": 55.0})
     other_target = dict(rec, target_sparsity=0.7)
@@ -58,9 +93,11 @@ def test_figure4_panels_from_records_and_without(tmp_path):
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     resnet = ["conv1"] + [f"layer{s}.{b}.conv{c}" for s in (1, 2, 3) for b in range(5) for c in (1, 2)] + ["linear"]
     assert _stage_ticks(resnet) == [0, 11, 21, 31]  # layer1.0.conv1 sits next to conv1: thinned
-    lite = ["conv_stem", "blocks.0.0.conv_dw", "blocks.0.0.conv_pw"] + [
-        f"blocks.{s}.{b}.{c}" for s in (1, 2) for b in (0, 1) for c in ("conv_pw", "conv_dw", "conv_pwl")] + [
-        "conv_head", "classifier"]
+    lite = (
+        ["conv_stem", "blocks.0.0.conv_dw", "blocks.0.0.conv_pw"]
+        + [f"blocks.{s}.{b}.{c}" for s in (1, 2) for b in (0, 1) for c in ("conv_pw", "conv_dw", "conv_pwl")]
+        + ["conv_head", "classifier"]
+    )
     assert _stage_ticks(lite) == [0, 3, 9, 16]  # conv_head and classifier adjacent: the last layer wins
 
 
@@ -70,10 +107,18 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
 
     ref = read_reference()
     assert {(r["model"], r["method"], r["sparsity"], r["top1"]) for r in ref if r["table"] == "table2"} >= {
-        ("resnet50", "fcpts", "0.9", "56.91"), ("mobilenet_v2", "pot-l2norm", "0.8", "0.22")}
-    base = {"task": "imagenet", "target_sparsity": 0.7, "hit_target": True, "profile": {"name": "cpu"},
-            "metrics": {"top1": 60.0, "top5": 80.0}, "dense_metrics": {"top1": 82.38, "top5": 95.15},
-            "data": {"n_eval": 1300}}
+        ("resnet50", "fcpts", "0.9", "56.91"),
+        ("mobilenet_v2", "pot-l2norm", "0.8", "0.22"),
+    }
+    base = {
+        "task": "imagenet",
+        "target_sparsity": 0.7,
+        "hit_target": True,
+        "profile": {"name": "cpu"},
+        "metrics": {"top1": 60.0, "top5": 80.0},
+        "dense_metrics": {"top1": 82.38, "top5": 95.15},
+        "data": {"n_eval": 1300},
+    }
     lite = dict(base, model="efficientnet_lite0", method="fcpts", dataset="imagenet-val1300")
     sample_r18 = dict(base, model="resnet18", method="fcpts", dataset="imagenet-val1300")
     t2 = table2([lite, sample_r18], ref)
@@ -84,8 +129,11 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     assert "efficientnet_lite0" not in t3.split("—: no record")[0]
     assert "No substitute rows" in t3 and "Substitute rows:" not in t3 and "Substitute rows:" in t2
     assert "`not run yet`: `python -m tasks.imagenet" in t2  # says how to fill the empty substitute cells
-    grid = [dict(lite, method=m, target_sparsity=sp) for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")
-            for sp in (0.5, 0.6, 0.7, 0.8, 0.9)]
+    grid = [
+        dict(lite, method=m, target_sparsity=sp)
+        for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")
+        for sp in (0.5, 0.6, 0.7, 0.8, 0.9)
+    ]
     assert "not run yet" not in table2(grid, ref)  # nothing to fill: no such line
 
 
@@ -93,13 +141,27 @@ def test_figures_1_and_3_from_records(tmp_path):
     from tasks.reporting.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
 
     def rec(method, sp, top1, profile="paper-cpu", model="resnet32"):
-        return {"task": "cifar", "dataset": "cifar10", "model": model, "method": method, "target_sparsity": sp,
-                "achieved_sparsity": sp, "metrics": {"top1": top1}, "dense_metrics": {"top1": 92.6},
-                "profile": {"name": profile}}
+        return {
+            "task": "cifar",
+            "dataset": "cifar10",
+            "model": model,
+            "method": method,
+            "target_sparsity": sp,
+            "achieved_sparsity": sp,
+            "metrics": {"top1": top1},
+            "dense_metrics": {"top1": 92.6},
+            "profile": {"name": profile},
+        }
 
     learned, fixed = rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)
-    records = [rec("fcpts", 0.7, 91.0), learned, fixed, rec("fcpts-fixed", 0.7, 80.0, profile="fast"),
-               rec("fcpts", 0.9, 70.0, profile="paper-cpu-pot100"), rec("fcpts", 0.9, 80.0, model="resnet56")]
+    records = [
+        rec("fcpts", 0.7, 91.0),
+        learned,
+        fixed,
+        rec("fcpts-fixed", 0.7, 80.0, profile="fast"),
+        rec("fcpts", 0.9, 70.0, profile="paper-cpu-pot100"),
+        rec("fcpts", 0.9, 80.0, model="resnet56"),
+    ]
     assert fixed_learned_pairs(records) == [(fixed, learned)]  # same cell and profile only
     curves = accuracy_curves(records)
     assert list(curves) == [("cifar", "cifar10", "resnet32")]  # resnet56 has one sparsity: no curve
@@ -111,13 +173,30 @@ def test_figures_1_and_3_from_records(tmp_path):
 
 def test_preferred_records_takes_the_most_faithful_profile_and_ignores_variants():
     def rec(profile, task="cifar", dataset="cifar10", sp=0.9, top1=50.0):
-        return {"task": task, "dataset": dataset, "model": "m", "method": "fcpts", "target_sparsity": sp,
-                "profile": {"name": profile}, "metrics": {"top1": top1}}
+        return {
+            "task": task,
+            "dataset": dataset,
+            "model": "m",
+            "method": "fcpts",
+            "target_sparsity": sp,
+            "profile": {"name": profile},
+            "metrics": {"top1": top1},
+        }
 
     fast, paper_cpu = rec("fast", top1=80.0), rec("paper-cpu", top1=70.0)
     only_variant = rec("cpu-it400", sp=0.7)
     lite_cpu = rec("cpu", task="imagenet", dataset="imagenet-val1300")
-    best = preferred_records([fast, rec("paper-cpu-pot100", top1=90.0), paper_cpu, only_variant, lite_cpu,
-                              rec("quick", task="imagenet", dataset="imagenet-val1300")])
-    assert best == {("cifar", "cifar10", "m", "fcpts", 0.9): paper_cpu,  # not fast, not the higher variant
-                    ("imagenet", "imagenet-val1300", "m", "fcpts", 0.9): lite_cpu}  # not quick
+    best = preferred_records(
+        [
+            fast,
+            rec("paper-cpu-pot100", top1=90.0),
+            paper_cpu,
+            only_variant,
+            lite_cpu,
+            rec("quick", task="imagenet", dataset="imagenet-val1300"),
+        ]
+    )
+    assert best == {
+        ("cifar", "cifar10", "m", "fcpts", 0.9): paper_cpu,  # not fast, not the higher variant
+        ("imagenet", "imagenet-val1300", "m", "fcpts", 0.9): lite_cpu,
+    }  # not quick

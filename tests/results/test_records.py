@@ -4,6 +4,7 @@ Fails when a record that was run before is missing, when FCPTS falls below POT i
 90%, when the paper's headline cell (CIFAR-10 ResNet-56, 90%) drops more than 3 points from dense, or
 when a full-protocol record misses its target sparsity.
 """
+
 from collections import defaultdict
 
 import pytest
@@ -31,7 +32,9 @@ def test_every_present_record_is_in_the_manifest():
 def _cells():
     cells = defaultdict(dict)
     for r in RECORDS:
-        cells[(r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"])][r["method"]] = r
+        cells[(r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"])][
+            r["method"]
+        ] = r
     return cells
 
 
@@ -54,16 +57,21 @@ def test_fcpts_beats_pot_at_80_and_90_percent():
 
 
 def test_resnet56_cifar10_drop_at_90_percent_within_3_points():
-    headline = [r for r in RECORDS if (r["dataset"], r["model"], r["method"], r["target_sparsity"]) ==
-                ("cifar10", "resnet56", "fcpts", 0.9) and r["profile"]["name"] in FULL_PROFILES]
+    headline = [
+        r
+        for r in RECORDS
+        if (r["dataset"], r["model"], r["method"], r["target_sparsity"]) == ("cifar10", "resnet56", "fcpts", 0.9)
+        and r["profile"]["name"] in FULL_PROFILES
+    ]
     assert headline, "no full-protocol record for FCPTS, CIFAR-10 ResNet-56, 90%"
     for r in headline:
         drop = r["dense_metrics"]["top1"] - r["metrics"]["top1"]
         assert drop <= 3.0, f"{r['_path']}: drop {drop:.2f} > 3 points"
 
 
-@pytest.mark.parametrize("record", [r for r in RECORDS if r["profile"]["name"] in FULL_PROFILES],
-                         ids=lambda r: r["_path"])
+@pytest.mark.parametrize(
+    "record", [r for r in RECORDS if r["profile"]["name"] in FULL_PROFILES], ids=lambda r: r["_path"]
+)
 def test_full_protocol_records_hit_target_and_carry_provenance(record):
     if record["method"] != "str":  # STR has no exact step; its report says what it reached
         assert record["hit_target"], f"achieved {record['achieved_sparsity']} for target {record['target_sparsity']}"

@@ -1,4 +1,5 @@
 """Allocations on hand-checked examples and exact global counts on adversarial cases."""
+
 import pytest
 import torch
 from torch import nn

@@ -3,14 +3,22 @@
 Every import in the library and the suite (module level or inside a function) is read from the source, so a
 new upward import or cycle fails here before it confuses anyone.
 """
+
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = [  # (prefix, layer); the longest matching prefix wins
-    ("fcpts.core", 0), ("fcpts.methods", 1), ("fcpts", 1),
-    ("tasks.grid", 2), ("tasks", 2),
-    ("tasks.cifar", 3), ("tasks.imagenet", 3), ("tasks.detection", 3), ("tasks.deploy", 3), ("tasks.voc", 3),
+    ("fcpts.core", 0),
+    ("fcpts.methods", 1),
+    ("fcpts", 1),
+    ("tasks.grid", 2),
+    ("tasks", 2),
+    ("tasks.cifar", 3),
+    ("tasks.imagenet", 3),
+    ("tasks.detection", 3),
+    ("tasks.deploy", 3),
+    ("tasks.voc", 3),
     ("tasks.regression", 3),
     ("tasks.reporting", 4),
     ("benchmarks", 5),
@@ -80,7 +88,7 @@ def test_no_import_cycles():
         state[m] = 1
         for d in edges[m]:
             if state.get(d) == 1:
-                cycles.append(" -> ".join(stack[stack.index(d):] + [m, d]) if d in stack else f"{m} -> {d}")
+                cycles.append(" -> ".join(stack[stack.index(d) :] + [m, d]) if d in stack else f"{m} -> {d}")
             elif d not in state:
                 visit(d, stack + [m])
         state[m] = 2

@@ -1,4 +1,5 @@
 """The bridge function r(t) and its density-based derivative."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """VOC07 mAP@0.5 against a case worked out by hand."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,12 @@ CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 
 
 def gt(image_id, boxes, labels, difficult):
-    return GroundTruth(image_id, torch.tensor(boxes, dtype=torch.float32), torch.tensor(labels),
-                       torch.tensor(difficult, dtype=torch.bool))
+    return GroundTruth(
+        image_id,
+        torch.tensor(boxes, dtype=torch.float32),
+        torch.tensor(labels),
+        torch.tensor(difficult, dtype=torch.bool),
+    )
 
 
 def test_voc07_map_hand_worked():
@@ -20,19 +25,21 @@ def test_voc07_map_hand_worked():
     #   image C: dog g4 [50,50,60,60]
     #   image D: cat [0,0,20,20]
     # Non-difficult dogs: g1, g3, g4 -> 3 positives.
-    truth = [gt("A", [[0, 0, 10, 10], [20, 20, 30, 30]], [1, 1], [False, True]),
-             gt("B", [[0, 0, 10, 10]], [1], [False]),
-             gt("C", [[50, 50, 60, 60]], [1], [False]),
-             gt("D", [[0, 0, 20, 20]], [2], [False])]
+    truth = [
+        gt("A", [[0, 0, 10, 10], [20, 20, 30, 30]], [1, 1], [False, True]),
+        gt("B", [[0, 0, 10, 10]], [1], [False]),
+        gt("C", [[50, 50, 60, 60]], [1], [False]),
+        gt("D", [[0, 0, 20, 20]], [2], [False]),
+    ]
     dets = [
-        Detection("A", 1, 0.9, [0, 0, 10, 10]),   # d1: IoU 1 with g1                          -> TP
+        Detection("A", 1, 0.9, [0, 0, 10, 10]),  # d1: IoU 1 with g1                          -> TP
         Detection("A", 1, 0.8, [20, 20, 30, 30]),  # d2: IoU 1 with difficult g2                -> ignored
-        Detection("A", 1, 0.7, [1, 0, 10, 10]),    # d3: IoU 90/100 = 0.9 with g1, taken by d1  -> FP
-        Detection("B", 1, 0.6, [0, 0, 10, 20]),    # d4: IoU 100/200 = 0.5, not > 0.5          -> FP
+        Detection("A", 1, 0.7, [1, 0, 10, 10]),  # d3: IoU 90/100 = 0.9 with g1, taken by d1  -> FP
+        Detection("B", 1, 0.6, [0, 0, 10, 20]),  # d4: IoU 100/200 = 0.5, not > 0.5          -> FP
         Detection("C", 1, 0.5, [50, 50, 60, 60]),  # d5: IoU 1 with g4                          -> TP
-        Detection("D", 1, 0.4, [0, 0, 20, 20]),    # d6: no dog in D                            -> FP
-        Detection("D", 2, 0.3, [0, 0, 20, 20]),    # cat: IoU 1                                 -> TP
-        Detection("A", 3, 0.9, [0, 0, 10, 10]),    # bird: no bird anywhere (class left out of the mean)
+        Detection("D", 1, 0.4, [0, 0, 20, 20]),  # d6: no dog in D                            -> FP
+        Detection("D", 2, 0.3, [0, 0, 20, 20]),  # cat: IoU 1                                 -> TP
+        Detection("A", 3, 0.9, [0, 0, 10, 10]),  # bird: no bird anywhere (class left out of the mean)
     ]
     # Dog, along the ranking d1..d6 (d2 counts as neither): cumulative TP 1 1 1 1 2 2, FP 0 0 1 2 2 3
     #   precision 1, 1, 1/2, 1/3, 1/2, 2/5;   recall 1/3, 1/3, 1/3, 1/3, 2/3, 2/3

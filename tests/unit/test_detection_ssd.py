@@ -1,4 +1,5 @@
 """The two SSD detectors: pytorch-ssd's key layout, priors, box coding, NMS, the loss, the distillation view."""
+
 import math
 
 import pytest
@@ -20,26 +21,45 @@ from tasks.detection.ssd import (
 
 # Shapes of pytorch-ssd's layout (create_mobilenetv1_ssd / create_mobilenetv2_ssd_lite, 21 VOC classes).
 MB1_KEYS = {
-    "base_net.0.0.weight": (32, 3, 3, 3), "base_net.0.1.running_var": (32,),
-    "base_net.1.0.weight": (32, 1, 3, 3), "base_net.1.3.weight": (64, 32, 1, 1), "base_net.1.4.bias": (64,),
-    "base_net.11.3.weight": (512, 512, 1, 1), "base_net.13.3.weight": (1024, 1024, 1, 1),
-    "extras.0.0.weight": (256, 1024, 1, 1), "extras.0.2.weight": (512, 256, 3, 3), "extras.3.2.bias": (256,),
-    "classification_headers.0.weight": (126, 512, 3, 3), "classification_headers.1.weight": (126, 1024, 3, 3),
-    "classification_headers.5.weight": (126, 256, 3, 3), "regression_headers.0.weight": (24, 512, 3, 3),
+    "base_net.0.0.weight": (32, 3, 3, 3),
+    "base_net.0.1.running_var": (32,),
+    "base_net.1.0.weight": (32, 1, 3, 3),
+    "base_net.1.3.weight": (64, 32, 1, 1),
+    "base_net.1.4.bias": (64,),
+    "base_net.11.3.weight": (512, 512, 1, 1),
+    "base_net.13.3.weight": (1024, 1024, 1, 1),
+    "extras.0.0.weight": (256, 1024, 1, 1),
+    "extras.0.2.weight": (512, 256, 3, 3),
+    "extras.3.2.bias": (256,),
+    "classification_headers.0.weight": (126, 512, 3, 3),
+    "classification_headers.1.weight": (126, 1024, 3, 3),
+    "classification_headers.5.weight": (126, 256, 3, 3),
+    "regression_headers.0.weight": (24, 512, 3, 3),
     "regression_headers.5.bias": (24,),
 }
 MB2_KEYS = {
-    "base_net.0.0.weight": (32, 3, 3, 3), "base_net.1.conv.0.weight": (32, 1, 3, 3),
-    "base_net.1.conv.3.weight": (16, 32, 1, 1), "base_net.2.conv.0.weight": (96, 16, 1, 1),
-    "base_net.14.conv.0.weight": (576, 96, 1, 1), "base_net.14.conv.3.weight": (576, 1, 3, 3),
-    "base_net.14.conv.6.weight": (160, 576, 1, 1), "base_net.17.conv.6.weight": (320, 960, 1, 1),
-    "base_net.18.0.weight": (1280, 320, 1, 1), "base_net.18.1.running_mean": (1280,),
-    "extras.0.conv.0.weight": (256, 1280, 1, 1), "extras.0.conv.6.weight": (512, 256, 1, 1),
-    "extras.3.conv.0.weight": (64, 256, 1, 1), "extras.3.conv.6.weight": (64, 64, 1, 1),
-    "classification_headers.0.0.weight": (576, 1, 3, 3), "classification_headers.0.0.bias": (576,),
-    "classification_headers.0.1.weight": (576,), "classification_headers.0.3.weight": (126, 576, 1, 1),
-    "classification_headers.1.3.weight": (126, 1280, 1, 1), "classification_headers.5.weight": (126, 64, 1, 1),
-    "regression_headers.0.3.weight": (24, 576, 1, 1), "regression_headers.5.weight": (24, 64, 1, 1),
+    "base_net.0.0.weight": (32, 3, 3, 3),
+    "base_net.1.conv.0.weight": (32, 1, 3, 3),
+    "base_net.1.conv.3.weight": (16, 32, 1, 1),
+    "base_net.2.conv.0.weight": (96, 16, 1, 1),
+    "base_net.14.conv.0.weight": (576, 96, 1, 1),
+    "base_net.14.conv.3.weight": (576, 1, 3, 3),
+    "base_net.14.conv.6.weight": (160, 576, 1, 1),
+    "base_net.17.conv.6.weight": (320, 960, 1, 1),
+    "base_net.18.0.weight": (1280, 320, 1, 1),
+    "base_net.18.1.running_mean": (1280,),
+    "extras.0.conv.0.weight": (256, 1280, 1, 1),
+    "extras.0.conv.6.weight": (512, 256, 1, 1),
+    "extras.3.conv.0.weight": (64, 256, 1, 1),
+    "extras.3.conv.6.weight": (64, 64, 1, 1),
+    "classification_headers.0.0.weight": (576, 1, 3, 3),
+    "classification_headers.0.0.bias": (576,),
+    "classification_headers.0.1.weight": (576,),
+    "classification_headers.0.3.weight": (126, 576, 1, 1),
+    "classification_headers.1.3.weight": (126, 1280, 1, 1),
+    "classification_headers.5.weight": (126, 64, 1, 1),
+    "regression_headers.0.3.weight": (24, 576, 1, 1),
+    "regression_headers.5.weight": (24, 64, 1, 1),
 }
 
 
@@ -55,8 +75,9 @@ def mb2():
     return create_ssd("mb2-ssd-lite").eval()
 
 
-@pytest.mark.parametrize("name,keys,n_params,n_tensors", [("mb1", MB1_KEYS, 9_468_996, 202),
-                                                           ("mb2", MB2_KEYS, 3_388_228, 478)])
+@pytest.mark.parametrize(
+    "name,keys,n_params,n_tensors", [("mb1", MB1_KEYS, 9_468_996, 202), ("mb2", MB2_KEYS, 3_388_228, 478)]
+)
 def test_pytorch_ssd_layout(request, name, keys, n_params, n_tensors):
     model = request.getfixturevalue(name)
     sd = model.state_dict()
@@ -88,9 +109,14 @@ def test_priors_match_pytorch_ssd_config():
     assert priors.shape == (3000, 4)  # 6 x (19^2 + 10^2 + 5^2 + 3^2 + 2^2 + 1)
     c = 0.5 / (300 / 16)
     small, big = 60 / 300, math.sqrt(60 * 105) / 300
-    expected = [[c, c, small, small], [c, c, big, big], [c, c, small * 2**0.5, small / 2**0.5],
-                [c, c, small / 2**0.5, small * 2**0.5], [c, c, small * 3**0.5, small / 3**0.5],
-                [c, c, small / 3**0.5, small * 3**0.5]]
+    expected = [
+        [c, c, small, small],
+        [c, c, big, big],
+        [c, c, small * 2**0.5, small / 2**0.5],
+        [c, c, small / 2**0.5, small * 2**0.5],
+        [c, c, small * 3**0.5, small / 3**0.5],
+        [c, c, small / 3**0.5, small * 3**0.5],
+    ]
     assert torch.allclose(priors[:6], torch.tensor(expected), atol=1e-6)
     # second cell of the first map moves along x (pytorch-ssd iterates rows j, then columns i)
     assert priors[6, 0] == pytest.approx(1.5 / (300 / 16)) and priors[6, 1] == pytest.approx(c)

@@ -1,4 +1,5 @@
 """Bad input gets a clear error that names the problem and the fix."""
+
 import pytest
 import torch
 from torch import nn

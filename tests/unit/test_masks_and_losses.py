@@ -1,4 +1,5 @@
 """The threshold mask's straight-through gradient and the control loss's gradient sign."""
+
 import pytest
 import torch
 from torch import nn

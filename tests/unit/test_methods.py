@@ -1,4 +1,5 @@
 """The registry and the defining behaviour of STR and ProbMask."""
+
 import pytest
 import torch
 from torch import nn
@@ -13,9 +14,16 @@ ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "unif
 
 def net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                         nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
 
 
 def images():
@@ -92,19 +100,28 @@ def test_str_runs_at_other_targets_reuse_finished_trials(tmp_path, monkeypatch):
     """Trials never look at the target: a second target reuses the first run's trials, with the same result
     as a run that computes them itself."""
     import fcpts.methods.soft_threshold as str_module
+
     calls = []
     original = str_module._trial
     monkeypatch.setattr(str_module, "_trial", lambda *a, **k: calls.append(a[2]) or original(*a, **k))
 
     def run_str(target, folder):
-        return run("str", net(), images(), target, iterations=2, batch_size=8,
-                   checkpoint=str(tmp_path / folder / f"str-{target}.pt"), options={"search_runs": 2})
+        return run(
+            "str",
+            net(),
+            images(),
+            target,
+            iterations=2,
+            batch_size=8,
+            checkpoint=str(tmp_path / folder / f"str-{target}.pt"),
+            options={"search_runs": 2},
+        )
 
     run_str(0.6, "shared")
     first = list(calls)
     model, report = run_str(0.5, "shared")
     assert report.extra["trials"][0]["reused"] and report.extra["reused_trials"] >= 1
-    assert calls[len(first):] == [t["decay"] for t in report.extra["trials"] if not t.get("reused")]
+    assert calls[len(first) :] == [t["decay"] for t in report.extra["trials"] if not t.get("reused")]
     alone, alone_report = run_str(0.5, "alone")
     assert [t["decay"] for t in alone_report.extra["trials"]] == [t["decay"] for t in report.extra["trials"]]
     for a, b in zip(alone.state_dict().values(), model.state_dict().values()):

@@ -1,4 +1,5 @@
 """POT's defining pieces: BN folding, weight correction, bias correction, masked reconstruction."""
+
 import copy
 
 import pytest
@@ -13,9 +14,17 @@ from tasks.cifar.models import cifar_resnet
 
 def small_cnn():
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                        nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     for m in net.modules():  # non-trivial BN statistics
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
@@ -62,7 +71,8 @@ def test_weight_correction_restores_each_channels_std():
         masked = (w[c] * keep[c]).flatten()
         assert (rho * masked).std().item() == pytest.approx(w[c].std().item(), rel=1e-6)
         assert (rho * w[c] + shift).mean().item() == pytest.approx(
-            w[c].mean().item() + rho * (w[c].mean() - masked.mean()).item(), rel=1e-6)
+            w[c].mean().item() + rho * (w[c].mean() - masked.mean()).item(), rel=1e-6
+        )
 
 
 @pytest.mark.parametrize("how", ["l2norm", "erk"])
@@ -97,12 +107,14 @@ def test_reconstruction_keeps_the_mask_and_lowers_the_loss():
     ref = copy.deepcopy(model)
     fold_batchnorm(ref)
     masks = pot_masks(prunable_layers(ref), 0.7, "l2norm")
-    sparse, report = pot(model, x, 0.7, POTOptions(iterations=200, batch_size=16, progress=False,
-                                                  lr_weight=1e-3, lr_bias=1e-3))
+    sparse, report = pot(
+        model, x, 0.7, POTOptions(iterations=200, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    )
     for name, layer in prunable_layers(sparse).items():
         assert torch.equal(layer.weight != 0, masks[name]), name
-    short, _ = pot(small_cnn(), x, 0.7, POTOptions(iterations=1, batch_size=16, progress=False,
-                                                  lr_weight=1e-3, lr_bias=1e-3))
+    short, _ = pot(
+        small_cnn(), x, 0.7, POTOptions(iterations=1, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    )
     inp = collect_inputs(ref, ["3"], x)["3"]
     err_long = (sparse[3](inp) - ref[3](inp)).pow(2).mean()
     err_short = (short[3](inp) - ref[3](inp)).pow(2).mean()
@@ -127,6 +139,7 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     ckpt = tmp_path / "pot.pt"
     calls = {"n": 0}
     import fcpts.methods.pot as pot_module
+
     original = pot_module.reconstruct_layer
 
     def interrupted(*args, **kwargs):

@@ -1,4 +1,5 @@
 """POT's layer loss from Gram statistics equals the loss from the layer's forward, gradients included."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -50,8 +51,14 @@ def test_gram_loss_and_gradients_match_the_forward(name):
         bias = (b_dense + 0.1).requires_grad_(True)
         loss = objective.loss(idx, weight, bias, w_dense, b_dense)
         loss.backward()
-        results.append((loss.detach(), weight.grad, bias.grad,
-                        objective.mean_error(weight.detach(), bias.detach(), w_dense, b_dense)))
+        results.append(
+            (
+                loss.detach(),
+                weight.grad,
+                bias.grad,
+                objective.mean_error(weight.detach(), bias.detach(), w_dense, b_dense),
+            )
+        )
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert results[0][0] > 0
@@ -92,9 +99,17 @@ def test_objective_choice_by_cost_and_memory():
 
 def test_pot_with_and_without_gram_statistics_agree():
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1, groups=16),
-                        nn.ReLU(), nn.Conv2d(16, 24, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                        nn.Linear(24, 5)).eval()
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1, groups=16),
+        nn.ReLU(),
+        nn.Conv2d(16, 24, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(24, 5),
+    ).eval()
     x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
     fast, report = pot(net, x, 0.6, POTOptions(**cfg))

@@ -19,10 +19,20 @@ def _grid(tmp_path, calls: list, weights: str) -> Grid:
     def calibration(n, augment):
         return torch.randn(n, 3, 8, 8), {"split": "train", "n_images": n, "indices": list(range(n))}
 
-    return Grid(task="t", dataset="d", model="m", build_model=build, make_calibration=calibration,
-                evaluate=evaluate, profile=Profile("tiny", n_calibration=4, iterations=1), seed=0,
-                provenance={"weights": {"sha256": weights}}, runs_dir=tmp_path / "runs",
-                checkpoint_dir=tmp_path / "ck", progress=False)
+    return Grid(
+        task="t",
+        dataset="d",
+        model="m",
+        build_model=build,
+        make_calibration=calibration,
+        evaluate=evaluate,
+        profile=Profile("tiny", n_calibration=4, iterations=1),
+        seed=0,
+        provenance={"weights": {"sha256": weights}},
+        runs_dir=tmp_path / "runs",
+        checkpoint_dir=tmp_path / "ck",
+        progress=False,
+    )
 
 
 def test_dense_metrics_are_evaluated_once_per_identity(tmp_path):

@@ -1,4 +1,5 @@
 """fcpts.sparsify end to end on small models: exact target, plain output modules, determinism, resume."""
+
 import copy
 
 import pytest
@@ -14,9 +15,15 @@ from fcpts.core.masks import sparsity_summary
 def tiny_net():
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-        nn.Conv2d(8, 8, 1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 1), nn.Linear(1, 5),  # tiny layers: 8 and 5 weights
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 1),
+        nn.Linear(1, 5),  # tiny layers: 8 and 5 weights
     )
 
 
@@ -87,8 +94,9 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path):
     ref, _ = fcpts.sparsify(tiny_net(), FailingAt(x, fail_at=10**9), 0.8, **opts)
     ckpt = tmp_path / "run.pt"
     with pytest.raises(KeyboardInterrupt):
-        fcpts.sparsify(tiny_net(), FailingAt(x, fail_at=8 * 3 + 1), 0.8, checkpoint=str(ckpt),
-                       checkpoint_every_s=0, **opts)
+        fcpts.sparsify(
+            tiny_net(), FailingAt(x, fail_at=8 * 3 + 1), 0.8, checkpoint=str(ckpt), checkpoint_every_s=0, **opts
+        )
     assert ckpt.exists()
     resumed, report = fcpts.sparsify(tiny_net(), FailingAt(x, fail_at=10**9), 0.8, checkpoint=str(ckpt), **opts)
     assert report.extra["resumed_from_step"] == 3
@@ -106,8 +114,9 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
 def test_torchvision_model_and_kept_dense_layers():
     model = torchvision.models.mobilenet_v2(num_classes=10)
     x = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(0))
-    model, report = fcpts.sparsify(model, x, 0.7, iterations=2, batch_size=4, progress=False,
-                                   exclude=["classifier.1"], reconstruction="mse-blocks")
+    model, report = fcpts.sparsify(
+        model, x, 0.7, iterations=2, batch_size=4, progress=False, exclude=["classifier.1"], reconstruction="mse-blocks"
+    )
     assert torch.count_nonzero(model.classifier[1].weight) == model.classifier[1].weight.numel()
     achieved, per_layer = sparsity_summary(model, exclude=["classifier.1"])
     n = sum(r["numel"] for r in per_layer)
@@ -117,16 +126,26 @@ def test_torchvision_model_and_kept_dense_layers():
 
 
 def test_fixed_allocation_keeps_erk_rates():
-    model, report = fcpts.sparsify(tiny_net(), images(), 0.8, iterations=4, batch_size=8, progress=False,
-                                   learn_thresholds=False)
+    model, report = fcpts.sparsify(
+        tiny_net(), images(), 0.8, iterations=4, batch_size=8, progress=False, learn_thresholds=False
+    )
     assert report.method == "fcpts-fixed"
     for row in report.per_layer:
         assert abs(row["sparsity"] - row["initial_sparsity"]) * row["numel"] <= 1.0 + 1e-9
 
 
 def test_histogram_bridge_and_squared_control_run():
-    model, report = fcpts.sparsify(tiny_net(), images(), 0.5, iterations=2, batch_size=8, progress=False,
-                                   bridge="histogram", control_loss="squared", threshold_grad="ste")
+    model, report = fcpts.sparsify(
+        tiny_net(),
+        images(),
+        0.5,
+        iterations=2,
+        batch_size=8,
+        progress=False,
+        bridge="histogram",
+        control_loss="squared",
+        threshold_grad="ste",
+    )
     assert report.options["bridge"] == "histogram"
 
 

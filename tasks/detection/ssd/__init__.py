@@ -6,6 +6,7 @@ package so that the grid, training and tests import them from one place while ea
     loss      the MultiBox training loss
     distill   the one-tensor view of a detector that FCPTS and the other distillation methods reconstruct
 """
+
 from tasks.detection.ssd.boxes import PriorSpec, SSDConfig, decode_boxes, encode_targets, postprocess
 from tasks.detection.ssd.distill import RECONSTRUCTIONS, DistillView, reconstruction_blocks
 from tasks.detection.ssd.loss import MultiboxLoss
@@ -19,7 +20,19 @@ from tasks.detection.ssd.model import (
 )
 
 __all__ = [
-    "ARCHITECTURES", "RECONSTRUCTIONS", "RELEASED", "SSD", "VOC_CLASSES", "DistillView", "MultiboxLoss",
-    "PriorSpec", "SSDConfig", "create_ssd", "decode_boxes", "encode_targets", "load_ssd_weights", "postprocess",
+    "ARCHITECTURES",
+    "RECONSTRUCTIONS",
+    "RELEASED",
+    "SSD",
+    "VOC_CLASSES",
+    "DistillView",
+    "MultiboxLoss",
+    "PriorSpec",
+    "SSDConfig",
+    "create_ssd",
+    "decode_boxes",
+    "encode_targets",
+    "load_ssd_weights",
+    "postprocess",
     "reconstruction_blocks",
 ]

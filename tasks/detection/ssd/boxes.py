@@ -12,6 +12,7 @@ pytorch-ssd's configuration, torchvision's ops:
 Other input sizes (the CPU substitute) scale the box sizes by size/300 and take the feature-map sizes
 from the network itself (`SSDConfig.for_model`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -43,8 +44,12 @@ class PriorSpec:
 
 
 VOC300_SPECS = (
-    PriorSpec(19, 16, 60, 105), PriorSpec(10, 32, 105, 150), PriorSpec(5, 64, 150, 195),
-    PriorSpec(3, 100, 195, 240), PriorSpec(2, 150, 240, 285), PriorSpec(1, 300, 285, 330),
+    PriorSpec(19, 16, 60, 105),
+    PriorSpec(10, 32, 105, 150),
+    PriorSpec(5, 64, 150, 195),
+    PriorSpec(3, 100, 195, 240),
+    PriorSpec(2, 150, 240, 285),
+    PriorSpec(1, 300, 285, 330),
 )
 _VOC300_SIZES = (60, 105, 150, 195, 240, 285, 330)
 
@@ -72,8 +77,10 @@ class SSDConfig:
         if image_size == 300 and tuple(feature_map_sizes) == tuple(s.feature_map_size for s in VOC300_SPECS):
             return cls(**kw)
         scale = image_size / 300
-        specs = tuple(PriorSpec(int(n), image_size / n, _VOC300_SIZES[i] * scale, _VOC300_SIZES[i + 1] * scale)
-                      for i, n in enumerate(feature_map_sizes))
+        specs = tuple(
+            PriorSpec(int(n), image_size / n, _VOC300_SIZES[i] * scale, _VOC300_SIZES[i + 1] * scale)
+            for i, n in enumerate(feature_map_sizes)
+        )
         return cls(image_size=image_size, specs=specs, **kw)
 
     @classmethod
@@ -97,8 +104,9 @@ class SSDConfig:
         return torch.tensor(out, dtype=torch.float32).clamp_(0.0, 1.0)
 
     def box_coder(self) -> BoxCoder:
-        return BoxCoder(weights=(1 / self.center_variance, 1 / self.center_variance,
-                                 1 / self.size_variance, 1 / self.size_variance))
+        return BoxCoder(
+            weights=(1 / self.center_variance, 1 / self.center_variance, 1 / self.size_variance, 1 / self.size_variance)
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,8 +121,9 @@ def decode_boxes(regression: torch.Tensor, priors_cxcywh: torch.Tensor, config: 
     return torch.stack(boxes).reshape(shape)
 
 
-def encode_targets(gt_boxes: torch.Tensor, gt_labels: torch.Tensor, priors_cxcywh: torch.Tensor,
-                   config: SSDConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_targets(
+    gt_boxes: torch.Tensor, gt_labels: torch.Tensor, priors_cxcywh: torch.Tensor, config: SSDConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     """pytorch-ssd's MatchPrior: each prior takes the ground truth it overlaps most (background, label 0,
     below `match_iou`), each ground truth also claims its best prior; returns (A, 4) regression targets and
     (A,) labels. Boxes are corner-form relative to the image; labels 1..C-1."""
@@ -133,8 +142,13 @@ def encode_targets(gt_boxes: torch.Tensor, gt_labels: torch.Tensor, priors_cxcyw
 
 
 @torch.no_grad()
-def postprocess(class_logits: torch.Tensor, regression: torch.Tensor, priors: torch.Tensor, config: SSDConfig,
-                image_sizes: Sequence[tuple[int, int]]) -> list[dict[str, torch.Tensor]]:
+def postprocess(
+    class_logits: torch.Tensor,
+    regression: torch.Tensor,
+    priors: torch.Tensor,
+    config: SSDConfig,
+    image_sizes: Sequence[tuple[int, int]],
+) -> list[dict[str, torch.Tensor]]:
     """Detections per image: {"boxes" (K, 4) xyxy in original pixels (0-based), "scores", "labels"}.
     `image_sizes` are the original (height, width)."""
     probs = F.softmax(class_logits.float(), dim=-1)

@@ -1,5 +1,6 @@
 """The output that PTS methods reconstruct on a detector: distillation methods expect a model with one
 output tensor and named blocks, and an SSD has two outputs whose softmax must be taken per prior."""
+
 from __future__ import annotations
 
 import torch
@@ -41,7 +42,7 @@ RECONSTRUCTIONS = {
     "kl-box": "KL on per-prior class distributions (T=4) + MSE on the box-offset (regression) header outputs",
     "mse-heads": "kl-box + MSE on the class-logit header outputs: MSE on every head output",
     "mse-blocks": "mse-heads + MSE on every backbone block and extra layer output (FCPTS's CIFAR default, "
-                  "released code's layer loss)",
+    "released code's layer loss)",
 }
 
 

@@ -1,4 +1,5 @@
 """SSD's training loss, kept apart from the networks because only training (not the PTS grid) needs it."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ class MultiboxLoss:
     neg_pos_ratio: int = 3
     stats: dict = field(default_factory=dict)
 
-    def __call__(self, logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor,
-                 targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         num_classes = logits.shape[-1]
         with torch.no_grad():
             bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]

@@ -9,6 +9,7 @@ Key names and shapes follow pytorch-ssd (`base_net.{i}`, `extras.{i}`, `classifi
 `mb2-ssd-lite-mp-0_686.pth`, plain state dicts) load with `load_ssd_weights`. The network's forward
 returns raw `(class_logits (B, A, C), box_regression (B, A, 4))`, A priors in pytorch-ssd's order.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -18,9 +19,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
-VOC_CLASSES = ("BACKGROUND", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
-               "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
-               "train", "tvmonitor")
+VOC_CLASSES = (
+    "BACKGROUND",
+    "aeroplane",
+    "bicycle",
+    "bird",
+    "boat",
+    "bottle",
+    "bus",
+    "car",
+    "cat",
+    "chair",
+    "cow",
+    "diningtable",
+    "dog",
+    "horse",
+    "motorbike",
+    "person",
+    "pottedplant",
+    "sheep",
+    "sofa",
+    "train",
+    "tvmonitor",
+)
 
 
 def _conv_bn(inp: int, oup: int, stride: int, act=nn.ReLU) -> nn.Sequential:
@@ -29,15 +50,22 @@ def _conv_bn(inp: int, oup: int, stride: int, act=nn.ReLU) -> nn.Sequential:
 
 def _conv_dw(inp: int, oup: int, stride: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False), nn.BatchNorm2d(inp), nn.ReLU(inplace=True),
-        nn.Conv2d(inp, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup), nn.ReLU(inplace=True),
+        nn.Conv2d(inp, inp, 3, stride, 1, groups=inp, bias=False),
+        nn.BatchNorm2d(inp),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(inp, oup, 1, 1, 0, bias=False),
+        nn.BatchNorm2d(oup),
+        nn.ReLU(inplace=True),
     )
 
 
 def mobilenet_v1_features() -> nn.Sequential:
     """MobileNetV1's 14 conv stages (`MobileNetV1(1001).model` in pytorch-ssd)."""
-    cfg = [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)] + \
-          [(512, 512, 1)] * 5 + [(512, 1024, 2), (1024, 1024, 1)]
+    cfg = (
+        [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)]
+        + [(512, 512, 1)] * 5
+        + [(512, 1024, 2), (1024, 1024, 1)]
+    )
     return nn.Sequential(_conv_bn(3, 32, 2), *[_conv_dw(i, o, s) for i, o, s in cfg])
 
 
@@ -51,8 +79,13 @@ class InvertedResidual(nn.Module):
         layers: list[nn.Module] = []
         if expand_ratio != 1:
             layers += [nn.Conv2d(inp, hidden, 1, 1, 0, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
-        layers += [nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden),
-                   nn.ReLU6(inplace=True), nn.Conv2d(hidden, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup)]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, oup, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(oup),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -61,22 +94,32 @@ class InvertedResidual(nn.Module):
 
 def mobilenet_v2_features() -> nn.Sequential:
     """MobileNetV2 (width 1.0) `features`: conv_bn, 17 inverted residuals, 1x1 conv to 1280 (19 modules)."""
-    setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-               (6, 320, 1, 1)]
+    setting = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]
     layers: list[nn.Module] = [_conv_bn(3, 32, 2, nn.ReLU6)]
     inp = 32
     for t, c, n, s in setting:
         for i in range(n):
             layers.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
             inp = c
-    layers.append(nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True)))
+    layers.append(
+        nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True))
+    )
     return nn.Sequential(*layers)
 
 
 def separable_conv(inp: int, oup: int) -> nn.Sequential:
     """SSD-Lite header (pytorch-ssd's SeperableConv2d): 3x3 depthwise (with bias), BN, ReLU6, 1x1 conv."""
-    return nn.Sequential(nn.Conv2d(inp, inp, 3, padding=1, groups=inp), nn.BatchNorm2d(inp), nn.ReLU6(),
-                         nn.Conv2d(inp, oup, 1))
+    return nn.Sequential(
+        nn.Conv2d(inp, inp, 3, padding=1, groups=inp), nn.BatchNorm2d(inp), nn.ReLU6(), nn.Conv2d(inp, oup, 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -92,8 +135,16 @@ class Source:
 class SSD(nn.Module):
     """Backbone `base_net`, `extras`, one classification and one regression header per feature map."""
 
-    def __init__(self, num_classes: int, base_net: nn.Sequential, sources: Sequence[Source], extras: nn.ModuleList,
-                 classification_headers: nn.ModuleList, regression_headers: nn.ModuleList, arch: str = ""):
+    def __init__(
+        self,
+        num_classes: int,
+        base_net: nn.Sequential,
+        sources: Sequence[Source],
+        extras: nn.ModuleList,
+        classification_headers: nn.ModuleList,
+        regression_headers: nn.ModuleList,
+        arch: str = "",
+    ):
         super().__init__()
         self.num_classes, self.arch = num_classes, arch
         self.sources = tuple(sources)
@@ -105,15 +156,15 @@ class SSD(nn.Module):
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         feats, start = [], 0
         for src in self.sources:
-            for layer in self.base_net[start:src.index]:
+            for layer in self.base_net[start : src.index]:
                 x = layer(x)
             start = src.index
             if src.sub is not None:  # tap inside a block that has no residual connection (pytorch-ssd)
                 sub = getattr(self.base_net[src.index], src.sub)
-                for layer in sub[:src.sub_split]:
+                for layer in sub[: src.sub_split]:
                     x = layer(x)
                 feats.append(x)
-                for layer in sub[src.sub_split:]:
+                for layer in sub[src.sub_split :]:
                     x = layer(x)
                 start = src.index + 1
             else:
@@ -146,9 +197,12 @@ class SSD(nn.Module):
 
 def create_mb1_ssd(num_classes: int = 21) -> SSD:
     """pytorch-ssd `create_mobilenetv1_ssd`: sources after base_net[11] (512 ch, stride 16) and [13]."""
-    extras = nn.ModuleList([
-        nn.Sequential(nn.Conv2d(i, m, 1), nn.ReLU(), nn.Conv2d(m, o, 3, stride=2, padding=1), nn.ReLU())
-        for i, m, o in [(1024, 256, 512), (512, 128, 256), (256, 128, 256), (256, 128, 256)]])
+    extras = nn.ModuleList(
+        [
+            nn.Sequential(nn.Conv2d(i, m, 1), nn.ReLU(), nn.Conv2d(m, o, 3, stride=2, padding=1), nn.ReLU())
+            for i, m, o in [(1024, 256, 512), (512, 128, 256), (256, 128, 256), (256, 128, 256)]
+        ]
+    )
     chans = [512, 1024, 512, 256, 256, 256]
     cls = nn.ModuleList([nn.Conv2d(c, 6 * num_classes, 3, padding=1) for c in chans])
     reg = nn.ModuleList([nn.Conv2d(c, 6 * 4, 3, padding=1) for c in chans])
@@ -159,13 +213,20 @@ def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
     """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): sources inside base_net[14] after its
     expansion (576 ch, stride 16) and after base_net[18] (1280 ch); inverted-residual extras;
     depthwise-separable headers except the last (1x1 conv)."""
-    extras = nn.ModuleList([InvertedResidual(1280, 512, 2, 0.2), InvertedResidual(512, 256, 2, 0.25),
-                            InvertedResidual(256, 256, 2, 0.5), InvertedResidual(256, 64, 2, 0.25)])
+    extras = nn.ModuleList(
+        [
+            InvertedResidual(1280, 512, 2, 0.2),
+            InvertedResidual(512, 256, 2, 0.25),
+            InvertedResidual(256, 256, 2, 0.5),
+            InvertedResidual(256, 64, 2, 0.25),
+        ]
+    )
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
-    return SSD(num_classes, mobilenet_v2_features(), [Source(14, "conv", 3), Source(19)], extras, cls, reg,
-               arch="mb2-ssd-lite")
+    return SSD(
+        num_classes, mobilenet_v2_features(), [Source(14, "conv", 3), Source(19)], extras, cls, reg, arch="mb2-ssd-lite"
+    )
 
 
 ARCHITECTURES = {"mb1-ssd": create_mb1_ssd, "mb2-ssd-lite": create_mb2_ssd_lite}
@@ -199,11 +260,16 @@ def load_ssd_weights(model: SSD, path: str | Path) -> dict:
     own = model.state_dict()
     missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
     unexpected = [k for k in state if k not in own]
-    wrong = [f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}" for k, v in state.items()
-             if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    wrong = [
+        f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and tuple(v.shape) != tuple(own[k].shape)
+    ]
     if missing or unexpected or wrong:
-        raise ValueError(f"{path} does not fit {model.arch} with {model.num_classes} classes: "
-                         f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected "
-                         f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}, shape mismatch {wrong[:3]}")
+        raise ValueError(
+            f"{path} does not fit {model.arch} with {model.num_classes} classes: "
+            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected "
+            f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}, shape mismatch {wrong[:3]}"
+        )
     model.load_state_dict(state, strict=False)  # num_batches_tracked may be absent in old files
     return {"path": str(path), "n_tensors": len(state)}
