@@ -35,7 +35,7 @@ lint: setup
 reproduce-fcpts-r56: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper
 
-# Issue 3's comparison: POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
+# The POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
 baselines-r32: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet32 --all-methods --sparsity 0.7 0.8 0.9 --profile paper-cpu
 

@@ -1,6 +1,6 @@
 """Dense CIFAR training: the suite's own CIFAR-100 (or CIFAR-10) ResNets, where no pretrained ones exist.
 
-    python -m tasks.train --dataset cifar100 --model resnet32 --epochs 40
+    python -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
 
 Recipe (He et al. 2016 / akamaster, shortened for a CPU): SGD momentum 0.9 (Nesterov), batch 128,
 lr 0.1 x batch/128 with a linear warm-up over the first epoch then cosine to zero, weight decay 5e-4,

@@ -2,15 +2,15 @@
 
     python -m tasks.voc --all-methods --data-root DIR            # mb1-ssd and mb2-ssd-lite at 90%, VOC2007 test
     python -m tasks.voc --data-root data/voc-cifar --models mb2-ssd-lite --image-size 160 --all-methods
-                                                                 # the CPU substitute (tasks.make_detection_set)
+                                                                 # the CPU substitute (tasks.detection.make_set)
 
 Detectors: pytorch-ssd's MobileNetV1-SSD (`mb1-ssd`) and MobileNetV2-SSD-Lite (`mb2-ssd-lite`), see
-tasks/ssd_models.py. Weights: `--weights PATH`, else pytorch-ssd's released files
+tasks/detection/ssd/. Weights: `--weights PATH`, else pytorch-ssd's released files
 (`mobilenet-v1-ssd-mp-0_675.pth`, `mb2-ssd-lite-mp-0_686.pth`) looked up in `<data-root>/weights/voc/`
 and `<data-root>/models/`; for a substitute set, this suite's own `results/weights/<dataset>/<model>-<size>.pth`
-(tasks.train_ssd). Data: `VOCdevkit/VOC2007` (tasks/voc_data.py); calibration images come from `trainval`
+(tasks.detection.train). Data: `VOCdevkit/VOC2007` (tasks/detection/data.py); calibration images come from `trainval`
 (images only, no boxes), mAP is VOC07 11-point mAP@0.5 on `test` with difficult boxes ignored
-(tasks/detection_metrics.py).
+(tasks/detection/metrics.py).
 
 What the methods see: the detector wrapped in `DistillView`, whose forward returns one tensor, the
 per-prior class log-probabilities at temperature T (= FCPTS's 4): FCPTS's output KL is then the mean
@@ -142,7 +142,7 @@ def evaluate_detector(
 def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
     if substitute:
         candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
-        hint = f"train it with `python -m tasks.train_ssd --data-root <set> --model {arch} --image-size {image_size}`"
+        hint = f"train it with `python -m tasks.detection.train --data-root <set> --model {arch} --image-size {image_size}`"
     else:
         name = RELEASED[arch][0]
         candidates = [data_root / "weights" / "voc" / name, data_root / "models" / name]

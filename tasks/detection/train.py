@@ -1,7 +1,7 @@
 """Dense detector training: the suite's own SSD for the CPU substitute of PASCAL VOC (no VOC checkpoint here).
 
-    python -m tasks.make_detection_set --out data/voc-cifar
-    python -m tasks.train_ssd --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
+    python -m tasks.detection.make_set --out data/voc-cifar
+    python -m tasks.detection.train --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
 
 Recipe (pytorch-ssd's train_ssd.py, from scratch because no ImageNet backbone is available offline; pass
 `--base-net PATH` for a backbone state dict in pytorch-ssd's `base_net` layout):

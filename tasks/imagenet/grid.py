@@ -4,7 +4,7 @@
     python -m tasks.imagenet --models efficientnet_lite0 --methods fcpts --sparsity 0.7 --profile cpu
 
 Data: an ImageNet folder with `train/<wnid>/` (calibration) and `val/<wnid>/` (evaluation), see
-tasks/imagenet_data.py. Models and their preprocessing come from torchvision/timm (tasks/library_models.py);
+tasks/imagenet/data.py. Models and their preprocessing come from torchvision/timm (tasks/imagenet/models.py);
 `--weights PATH` loads a local state dict. Calibration: a seeded subset of `train/` with the released code's
 weak augmentation for the training-loop methods (random resized crop + flip) and the plain evaluation
 transform for POT and the magnitude methods.
@@ -40,7 +40,7 @@ PROFILES = {
     ),
     # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
     # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Measured on the Lite0 substitute at 70%,
-    # 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see the README).
+    # 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see docs/results.md).
     # One rate for all of them, so no method is compared at a rate tuned for another.
     # POT 1,000 iterations per layer, as CIFAR's paper-cpu: with the Gram objective a Lite0 run takes 30 min of a
     # shared core (16 min at 100 iterations, whose fixed costs dominate); measured at 70%: POT L2Norm 36.77 with

@@ -1,6 +1,6 @@
 """The paper's figures, drawn from run records alone (never from the paper's numbers).
 
-    python -m tasks.figures            # writes every figure into paper_figures/
+    python -m tasks.reporting figures  # writes every figure into paper_figures/
 
 Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
 sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too

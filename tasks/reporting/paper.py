@@ -1,7 +1,7 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
-    python -m tasks.paper tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md, table2/3/5
-    python -m tasks.paper manifest   # adds the present records to results/runs/MANIFEST.txt (regression test)
+    python -m tasks.reporting tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md, table2/3/5
+    python -m tasks.reporting manifest   # adds the present records to results/runs/MANIFEST.txt (regression test)
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
@@ -33,7 +33,7 @@ def read_reference(path: Path = REFERENCE) -> list[dict]:
 
 
 def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
-    """The record `tasks.train` wrote beside a dense model this suite trained itself, if any."""
+    """The record `tasks.cifar.train` wrote beside a dense model this suite trained itself, if any."""
     path = weights_dir / dataset / f"{model}.json"
     try:
         return json.loads(path.read_text())
@@ -105,7 +105,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         "",
         (
             "Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
-            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with `python -m tasks.train` "
+            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with `python -m tasks.cifar.train` "
             "(lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):"
         ),
     ]
@@ -168,7 +168,7 @@ def table6(records: list[dict], reference: list[dict]) -> str:
         "POT times are far below the paper protocol's; only `paper` rows measure the paper's comparison. "
         "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
-        "baselines/layer_objective.py); rows with different entries are not a like-for-like time comparison.",
+        "fcpts/methods/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         "",
     ]
     return "\n".join(lines)

@@ -1,10 +1,10 @@
 """Table 4 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
 
-Written by `python -m tasks.paper tables` (reads records and results/paper/paper_reference.csv only).
+Written by `python -m tasks.reporting tables` (reads records and results/paper/paper_reference.csv only).
 
 Cells of the paper's detectors are filled only by records on the full VOC2007 test set (dataset `voc2007`)
 at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objects on scene canvases from
-tasks.make_detection_set, with this suite's own detector) get rows of their own, labelled as such, with no
+tasks.detection.make_set, with this suite's own detector) get rows of their own, labelled as such, with no
 paper numbers beside them. Every record of the task is also listed, reconstruction variants included.
 """
 
@@ -86,7 +86,7 @@ def table4(records: list[dict], reference: list[dict]) -> str:
             "",
             (
                 "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
-                "(tasks.make_detection_set), detector trained by this suite (tasks.train_ssd); see each "
+                "(tasks.detection.make_set), detector trained by this suite (tasks.detection.train); see each "
                 "record's `substitute_manifest`, `ssd_config` and `weights`."
             ),
         ]

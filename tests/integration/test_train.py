@@ -1,4 +1,4 @@
-"""Dense training recipe (tasks.train) on real CIFAR-100 images, tiny sizes."""
+"""Dense training recipe (tasks.cifar.train) on real CIFAR-100 images, tiny sizes."""
 
 import json
 from pathlib import Path

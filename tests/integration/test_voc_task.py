@@ -202,7 +202,7 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
         == 2
     )
     err = capsys.readouterr().err
-    assert "tasks.train_ssd" in err and "--weights" in err
+    assert "tasks.detection.train" in err and "--weights" in err
 
 
 def test_table4_keeps_substitute_rows_apart():

@@ -1,0 +1,154 @@
+"""No wrong record, ever: resume identity, exact record names, NaN inputs, corrupt checkpoints, concurrent
+runs, early validation, logged resume, and a main job that leaves the repository clean."""
+
+import logging
+import multiprocessing
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import fcpts
+from fcpts.core.checkpoint import Checkpoint, CheckpointError
+from tasks.grid.profiles import Profile
+from tasks.grid.records import read_record
+from tasks.grid.runner import Grid, run_grid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def net(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+
+
+def images(n: int = 16) -> torch.Tensor:
+    return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def grid(tmp_path: Path, weights: str = "a", slow_s: float = 0.0, seed: int = 0) -> Grid:
+    def evaluate(model):
+        time.sleep(slow_s)
+        return {"top1": 100.0 * float((model[0].weight == 0).float().mean()), "top5": 0.0}
+
+    return Grid(
+        task="t", dataset="d", model="m", build_model=lambda: net(seed),
+        make_calibration=lambda n, augment: (images(n), {"n_images": n, "indices": list(range(n))}),
+        evaluate=evaluate, profile=Profile("tiny", n_calibration=8, iterations=3, batch_size=4), seed=0,
+        provenance={"weights": {"sha256": weights}}, runs_dir=tmp_path / "runs", progress=False,
+    )  # fmt: skip
+
+
+def test_models_with_equal_shapes_and_other_weights_never_share_a_checkpoint(tmp_path):
+    ckpt = str(tmp_path / "run.pt")
+    fcpts.sparsify(net(0), images(), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=ckpt)
+    with pytest.raises(CheckpointError, match="belongs to a different run"):
+        fcpts.sparsify(net(1), images(), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=ckpt)
+
+
+def test_a_record_from_other_dense_weights_is_not_taken_for_this_cell(tmp_path):
+    run_grid(grid(tmp_path, weights="a"), ["uniform"], [0.5], log=lambda _: None)
+    with pytest.raises(ValueError, match="other dense weights"):
+        run_grid(grid(tmp_path, weights="b"), ["uniform"], [0.5], log=lambda _: None)
+    run_grid(grid(tmp_path, weights="b"), ["uniform"], [0.5], force=True, log=lambda _: None)
+
+
+def test_close_targets_get_their_own_records(tmp_path):
+    records = run_grid(grid(tmp_path), ["uniform"], [0.9, 0.904], log=lambda _: None)
+    assert [r["target_sparsity"] for r in records] == [0.9, 0.904]
+    names = sorted(p.name for p in (tmp_path / "runs/t/d/m").glob("*.json"))
+    assert names == ["uniform-sp90-tiny-seed0.json", "uniform-sp90.4-tiny-seed0.json"]
+
+
+@pytest.mark.parametrize("method", ["fcpts", "pot-l2norm"])
+def test_nan_calibration_images_stop_the_run_with_a_named_error(method):
+    x = images()
+    x[3, 0, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        fcpts.get_method(method)(net(), x, 0.5, iterations=2, progress=False)
+
+
+def test_a_nan_dense_model_stops_the_run_naming_the_step():
+    model = net()
+    with torch.no_grad():
+        model[3].bias.fill_(float("inf"))
+    with pytest.raises(FloatingPointError, match="step 0"):
+        fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False)
+
+
+def test_a_truncated_checkpoint_names_its_file_and_force_starts_clean(tmp_path):
+    g = grid(tmp_path)
+    run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
+    ckpt = g.checkpoint_dir / "t/d/m/fcpts-sp50-tiny-seed0.pt"
+    fcpts.sparsify(net(), images(8), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=str(ckpt))
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # a kill during a copy, a full disk
+    (tmp_path / "runs/t/d/m/fcpts-sp50-tiny-seed0.json").unlink()
+    with pytest.raises(CheckpointError, match=re.escape(str(ckpt)) + ".*--force"):
+        run_grid(grid(tmp_path), ["fcpts"], [0.5], log=lambda _: None)
+    (record,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], force=True, log=lambda _: None)
+    assert record["hit_target"]
+
+
+def _run_cell(folder: str, queue) -> None:
+    lines: list[str] = []
+    records = run_grid(grid(Path(folder), slow_s=1.0), ["uniform"], [0.5], log=lines.append)
+    queue.put((len(records), lines))
+
+
+def test_two_processes_on_one_cell_end_with_one_record_and_no_crash(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_run_cell, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    results = [queue.get(timeout=5) for _ in procs]
+    record = read_record(tmp_path / "runs/t/d/m/uniform-sp50-tiny-seed0.json")
+    assert record is not None and record["hit_target"]
+    # the second one either found the finished record or skipped the busy cell, saying who held it
+    assert sum(n for n, _ in results) >= 1
+    assert not list((tmp_path / "runs").rglob("*.lock")) and not list((tmp_path / "runs").rglob("*.tmp"))
+
+
+def test_a_bad_target_fails_before_any_cell_runs(tmp_path, capsys):
+    from tasks.cifar import grid as cifar
+
+    with pytest.raises(SystemExit) as stop:
+        cifar.main(["--methods", "uniform", "--sparsity", "0.5", "1.2", "--results-dir", str(tmp_path)])
+    assert stop.value.code == 2 and "got 1.2" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.json"))
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        run_grid(grid(tmp_path), ["uniform"], [0.5, 1.2], log=lambda _: None)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_checkpoints_are_saved_by_steps_and_resume_is_logged(tmp_path, monkeypatch, caplog):
+    saved: list[int] = []
+    real_save = Checkpoint.save
+
+    def spy(self, state, step=0, progress=None):
+        saved.append(step)
+        real_save(self, state, step, progress)
+
+    monkeypatch.setattr(Checkpoint, "save", spy)
+    ckpt = str(tmp_path / "run.pt")
+    options = dict(iterations=6, batch_size=4, progress=False, checkpoint=ckpt, checkpoint_every_steps=2)
+    fcpts.sparsify(net(), images(), 0.5, **options)
+    assert saved == [2, 4, 6]
+    with caplog.at_level(logging.INFO, logger="fcpts"):
+        fcpts.sparsify(net(), images(), 0.5, **options)
+    assert f"from step 6 ({ckpt})" in caplog.text and "resuming fcpts" in caplog.text
+
+
+def test_the_main_job_writes_where_git_does_not_track():
+    run = re.search(r"^run:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    results_dir = re.search(r"--results-dir (\S+)", run).group(1)
+    record = f"{results_dir}/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"
+    ignored = subprocess.run(["git", "check-ignore", "-q", record], cwd=ROOT)
+    assert ignored.returncode == 0, f"make run would write {record}, which git tracks"
