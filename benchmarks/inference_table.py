@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fcpts.core.io import write_text_atomic
+
 
 def _fmt_mb(n: int, ref: int) -> str:
     return f"{n / 1e6:.2f} ({n / ref:.2f}x)"
@@ -171,4 +173,4 @@ def write_table(result: dict, path: Path) -> None:
         f"cancels. Raw numbers: `{result['raw']}`.",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")

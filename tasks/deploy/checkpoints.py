@@ -27,6 +27,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
     import torch
 
     import tasks.cifar.grid  # noqa: F401 - registers the CIFAR task for re-running its records
+    from fcpts.core.io import save_torch_atomic
     from tasks.deploy.saved_models import models_from_record
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import command_line, git_commit
@@ -55,8 +56,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
         except DataNotFoundError as e:
             print(f"{e}\nre-running the record's method instead")
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(
+            save_torch_atomic(
                 {
                     "state_dict": model.state_dict(),
                     **provenance,
@@ -76,8 +76,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
         f"(record {record['metrics']['top1']:.2f}), sparsity {rerun['achieved_sparsity']:.6f}, "
         f"{rerun['wall_s']:.0f}s"
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
+    save_torch_atomic(
         {
             "state_dict": model.state_dict(),
             **provenance,

@@ -142,7 +142,10 @@ def evaluate_detector(
 def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
     if substitute:
         candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
-        hint = f"train it with `python -m tasks.detection.train --data-root <set> --model {arch} --image-size {image_size}`"
+        hint = (
+            f"train it with `python -m tasks.detection.train --data-root <set> --model {arch} "
+            f"--image-size {image_size}`"
+        )
     else:
         name = RELEASED[arch][0]
         candidates = [data_root / "weights" / "voc" / name, data_root / "models" / name]

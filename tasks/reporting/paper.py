@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from collections import defaultdict
 from pathlib import Path
 
+from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import MANIFEST, all_records, preferred_records, update_manifest
@@ -105,8 +107,8 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         "",
         (
             "Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
-            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with `python -m tasks.cifar.train` "
-            "(lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):"
+            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with "
+            "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):"
         ),
     ]
     for (ds, model), t in sorted(trained_notes.items()):
@@ -184,8 +186,8 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         out_dir / "table1_cifar.tex",
         out_dir / "table6_time.md",
     ]
-    written[0].write_text(md)
-    with open(written[1], "w", newline="") as f:
+    write_text_atomic(written[0], md)
+    with io.StringIO(newline="") as f:
         fields = [
             "dataset",
             "model",
@@ -203,6 +205,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
+        write_text_atomic(written[1], f.getvalue())
     tex = (
         [
             "\\begin{tabular}{llllrrrr}",
@@ -216,18 +219,18 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         ]
         + ["\\end{tabular}", ""]
     )
-    written[2].write_text("\n".join(tex))
-    written[3].write_text(table6(records, reference))
+    write_text_atomic(written[2], "\n".join(tex))
+    write_text_atomic(written[3], table6(records, reference))
     for name, make in (
         ("table2_imagenet_cnn.md", table2),
         ("table3_imagenet_vit.md", table3),
         ("table5_learned_masks.md", table5),
     ):
         path = out_dir / name
-        path.write_text(make(records, reference))
+        write_text_atomic(path, make(records, reference))
         written.append(path)
     table4 = out_dir / "table4_voc.md"
-    table4.write_text(voc_table4(records, reference))
+    write_text_atomic(table4, voc_table4(records, reference))
     written.append(table4)
     return written
 
