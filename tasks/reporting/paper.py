@@ -108,7 +108,8 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         (
             "Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
             "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with "
-            "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, not absolute numbers):"
+            "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, "
+            "not absolute numbers):"
         ),
     ]
     for (ds, model), t in sorted(trained_notes.items()):
