@@ -82,21 +82,60 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
+# A committed record's headline number may differ from the one registered for it by at most this much: records
+# print two decimals, so anything more means the file was edited or re-run without registering the new value.
+COMMITTED_TOLERANCE = 0.005
+
+
+def headline(record: dict) -> tuple[str, float]:
+    """(metric name, value): top-1 for classification, mAP@0.5 for detection."""
+    name = "top1" if "top1" in record["metrics"] else "map50"
+    return name, float(record["metrics"][name])
+
+
+def read_manifest_values(path: Path = MANIFEST) -> dict[str, float | None]:
+    """Record path (relative to the runs folder) -> its registered headline value (None: not registered)."""
+    if not path.is_file():
+        return {}
+    entries: dict[str, float | None] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            rel, _, value = line.partition("\t")
+            entries[rel.strip()] = float(value.split("=", 1)[1]) if "=" in value else None
+    return entries
 
 
 def read_manifest(path: Path = MANIFEST) -> list[str]:
     """Record paths (relative to the runs folder) that were run before and must stay present."""
-    if not path.is_file():
-        return []
-    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return list(read_manifest_values(path))
 
 
-def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST) -> list[str]:
-    """Add every record now present; never removes one (dropping a cell is a deliberate manual edit)."""
-    entries = sorted(set(read_manifest(path)) | {r["_path"] for r in all_records(runs_dir)})
-    header = "# Records that were run and committed; tests/test_records.py fails when one goes missing.\n"
-    write_text_atomic(path, header + "".join(f"{e}\n" for e in entries))
-    return entries
+def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: tuple[str, ...] = ()) -> list[str]:
+    """Register every record now present with its headline value; never removes an entry, never changes a
+    registered value unless its path is in `refresh` (accepting a re-run is a deliberate act)."""
+    entries = read_manifest_values(path)
+    for r in all_records(runs_dir):
+        if entries.get(r["_path"]) is None or r["_path"] in refresh:
+            entries[r["_path"]] = headline(r)[1]
+    header = (
+        "# Records that were run and committed, with their headline number (top-1 or mAP@0.5);\n"
+        "# tests/results/test_records.py fails when one goes missing or its number moves.\n"
+    )
+    lines = [f"{p}\tvalue={v:.2f}" if v is not None else p for p, v in sorted(entries.items())]
+    write_text_atomic(path, header + "".join(f"{line}\n" for line in lines))
+    return sorted(entries)
+
+
+def moved_records(
+    records: list[dict], registered: dict[str, float | None], tolerance: float = COMMITTED_TOLERANCE
+) -> list[str]:
+    """Records whose headline number is not the registered one."""
+    problems = []
+    for r in records:
+        expected = registered.get(r["_path"])
+        if expected is not None and abs(headline(r)[1] - expected) > tolerance:
+            problems.append(f"{r['_path']}: {headline(r)[0]} {headline(r)[1]:.2f}, registered {expected:.2f}")
+    return problems
 
 
 @lru_cache(maxsize=1)

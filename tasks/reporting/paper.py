@@ -1,7 +1,7 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
     python -m tasks.reporting tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md, table2/3/5
-    python -m tasks.reporting manifest   # adds the present records to results/runs/MANIFEST.txt (regression test)
+    python -m tasks.reporting manifest   # registers the present records and their numbers (regression test)
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
@@ -243,11 +243,20 @@ def main(argv=None) -> int:
     p.add_argument(
         "what",
         choices=["tables", "manifest", "figures"],
-        help="tables: write results/tables/; manifest: add the present records to results/runs/MANIFEST.txt",
+        help="tables: write results/tables/; manifest: register the present records and their headline numbers "
+        "in results/runs/MANIFEST.txt",
+    )
+    p.add_argument(
+        "--refresh",
+        nargs="*",
+        default=[],
+        metavar="RECORD",
+        help="with manifest: accept the current number of these records (paths relative to results/runs)",
     )
     args = p.parse_args(argv)
     if args.what == "manifest":
-        print(f"{len(update_manifest())} records in {MANIFEST.relative_to(RESULTS_DIR.parent)}")
+        entries = update_manifest(refresh=tuple(args.refresh))
+        print(f"{len(entries)} records in {MANIFEST.relative_to(RESULTS_DIR.parent)}")
         return 0
     for path in write_tables():
         print(f"wrote {path.relative_to(RESULTS_DIR.parent)}")

@@ -1,6 +1,7 @@
 """Regression checks on the committed run records (no runs; reads results/ only).
 
-Fails when a record that was run before is missing, when FCPTS falls below POT in a cell at 80% or
+Fails when a record that was run before is missing, when its headline number is not the one registered for
+it in results/runs/MANIFEST.txt, when FCPTS falls below POT in a cell at 80% or
 90%, when the paper's headline cell (CIFAR-10 ResNet-56, 90%) drops more than 3 points from dense, or
 when a full-protocol record misses its target sparsity.
 """
@@ -10,7 +11,15 @@ from collections import defaultdict
 import pytest
 
 from tasks.grid.paths import RUNS_DIR
-from tasks.grid.records import MANIFEST, all_records, read_manifest, read_record
+from tasks.grid.records import (
+    COMMITTED_TOLERANCE,
+    MANIFEST,
+    all_records,
+    moved_records,
+    read_manifest,
+    read_manifest_values,
+    read_record,
+)
 
 FULL_PROFILES = ("paper", "paper-cpu")
 RECORDS = all_records(RUNS_DIR)
@@ -26,7 +35,31 @@ def test_every_record_run_before_is_present():
 def test_every_present_record_is_in_the_manifest():
     listed = set(read_manifest(MANIFEST))
     unlisted = [r["_path"] for r in RECORDS if r["_path"] not in listed]
-    assert not unlisted, f"run `python -m tasks.paper manifest` to register: {unlisted}"
+    assert not unlisted, f"run `python -m tasks.reporting manifest` to register: {unlisted}"
+
+
+def test_every_committed_number_is_the_registered_one():
+    registered = read_manifest_values(MANIFEST)
+    assert sum(v is not None for v in registered.values()) == len(registered), "entries without a number"
+    problems = moved_records(RECORDS, registered)
+    assert not problems, (
+        f"committed numbers moved by more than {COMMITTED_TOLERANCE} (re-run? then register with "
+        f"`python -m tasks.reporting manifest --refresh PATH`): {problems}"
+    )
+
+
+def test_moving_a_committed_number_is_caught():
+    """A copy of a real record lowered by 5 points (or by 0.01, over the tolerance) fails the check."""
+    registered = read_manifest_values(MANIFEST)
+    record = next(
+        r
+        for r in RECORDS
+        if r["_path"].endswith("resnet32/fcpts-sp90-paper-cpu-seed0.json") and r["dataset"] == "cifar100"
+    )
+    for delta in (-5.0, 10.0, 0.01):
+        moved = {**record, "metrics": {**record["metrics"], "top1": record["metrics"]["top1"] + delta}}
+        assert moved_records([moved], registered), delta
+    assert moved_records([record], registered) == []
 
 
 def _cells():
