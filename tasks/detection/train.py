@@ -332,7 +332,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return cli.run_main(lambda: train(args) or 0)
+
+    def run() -> int:
+        train(args)
+        return 0
+
+    return cli.run_main(run)
 
 
 if __name__ == "__main__":
