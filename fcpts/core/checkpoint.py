@@ -41,7 +41,7 @@ class Checkpoint:
     every_steps: int | None = None
     label: str = "run"
     _last_time: float = field(default_factory=time.perf_counter, repr=False)
-    _last_step: int = field(default=0, repr=False)
+    last_step: int = field(default=0, repr=False)  # the step of the last save (or of the resumed state)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path) if self.path else None
@@ -64,13 +64,13 @@ class Checkpoint:
                 "images or target differ); delete it, or re-run with --force to start this cell clean"
             )
         log.info("resuming %s from %s (%s)", self.label, state.get("progress", "a checkpoint"), self.path)
-        self._last_step = int(state.get("step", 0))
+        self.last_step = int(state.get("step", 0))
         return state
 
     def due(self, step: int) -> bool:
         if self.path is None:
             return False
-        if self.every_steps and step - self._last_step >= self.every_steps:
+        if self.every_steps and step - self.last_step >= self.every_steps:
             return True
         return time.perf_counter() - self._last_time >= self.every_s
 
@@ -87,7 +87,7 @@ class Checkpoint:
             },
             self.path,
         )
-        self._last_time, self._last_step = time.perf_counter(), step
+        self._last_time, self.last_step = time.perf_counter(), step
 
     def clear(self) -> None:
         if self.path is not None:

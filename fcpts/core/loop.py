@@ -198,7 +198,7 @@ def train_loop(
         if checkpoint.due(step + 1):
             save(step + 1)
     bar.close()
-    if iterations > start:
+    if iterations > start and checkpoint.last_step != iterations:
         save(iterations)
     result.wall_s = elapsed_before + time.perf_counter() - t0
     return result

@@ -1,7 +1,6 @@
 """The detection task end to end on a tiny VOC-layout set: training recipe (steps, resume), grid records."""
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -98,10 +97,6 @@ def test_pot_folds_bn_through_the_distill_view():
 
 
 def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatch):
-    run_grid = voc.run_grid  # keep method checkpoints out of the repository's results/
-    monkeypatch.setattr(
-        voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k)
-    )
     torch.manual_seed(0)
     weights = tmp_path / "det.pth"
     torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)
@@ -139,10 +134,6 @@ def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatc
 
 
 def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_path, monkeypatch):
-    run_grid = voc.run_grid
-    monkeypatch.setattr(
-        voc, "run_grid", lambda g, *a, **k: run_grid(replace(g, checkpoint_dir=tmp_path / "ck"), *a, **k)
-    )
     torch.manual_seed(0)
     weights = tmp_path / "det.pth"
     torch.save(create_ssd("mb2-ssd-lite", 11).state_dict(), weights)

@@ -100,7 +100,7 @@ def _run_cell(folder: str, queue) -> None:
 
 
 def test_two_processes_on_one_cell_end_with_one_record_and_no_crash(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # no fork of an initialised OpenMP pool
     queue = ctx.Queue()
     procs = [ctx.Process(target=_run_cell, args=(str(tmp_path), queue)) for _ in range(2)]
     for p in procs:
