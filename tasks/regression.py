@@ -23,7 +23,7 @@ import torch
 from tasks.cifar import grid as cifar
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import read_record, record_path
-from tasks.grid.runner import run_grid
+from tasks.grid.runner import Where, run_grid
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 TOLERANCE = 1.5  # top-1 / top-5 points
@@ -48,14 +48,9 @@ def run_subset(runs_dir: Path, progress: bool = False) -> None:
 
 
 def _run(runs_dir: Path, progress: bool) -> None:
-    grid = cifar.build_grid(
-        dataset=SUBSET["dataset"],
-        model=SUBSET["model"],
-        profile=cifar.PROFILES[SUBSET["profile"]],
-        seed=SUBSET["seed"],
-        runs_dir=runs_dir,
-        progress=progress,
-    )
+    where = Where(seed=SUBSET["seed"], runs_dir=runs_dir, progress=progress)
+    profile = cifar.PROFILES[SUBSET["profile"]]
+    grid = cifar.build_grid(dataset=SUBSET["dataset"], model=SUBSET["model"], profile=profile, where=where)
     run_grid(grid, SUBSET["methods"], SUBSET["sparsity"], force=True)
 
 

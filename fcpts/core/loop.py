@@ -24,8 +24,9 @@ from .bn import fold_batchnorm
 from .calibration import Calibration
 from .checkpoint import Checkpoint
 from .io import tensors_sha256
-from .options import MethodOptions
+from .options import MethodOptions, TrainingOptions
 
+LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[str, Any]]"]
 # Options that change how a run is watched or saved, never its result.
 NOT_IDENTITY = ("progress", "checkpoint", "checkpoint_every_s", "checkpoint_every_steps", "device")
 
@@ -35,6 +36,16 @@ def kl_distill(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tempe
     log_p_s = F.log_softmax(student_logits.flatten(1) / temperature, dim=1)
     p_t = F.softmax(teacher_logits.flatten(1) / temperature, dim=1)
     return F.kl_div(log_p_s, p_t, reduction="sum") * temperature**2 / student_logits.shape[0]
+
+
+def kl_loss(temperature: float) -> LossFn:
+    """The output KL alone as a loop's loss (STR, ProbMask)."""
+
+    def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, _step: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        rec = kl_distill(y_s, y_t, temperature)
+        return rec, {"rec": rec.item()}
+
+    return loss_fn
 
 
 def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
@@ -97,9 +108,6 @@ class LoopResult:
     wall_s: float = 0.0
 
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[str, Any]]"]
-
-
 def _finite_or_raise(value: float, what: str, step: int, desc: str) -> None:
     if not math.isfinite(value):
         raise FloatingPointError(
@@ -109,22 +117,23 @@ def _finite_or_raise(value: float, what: str, step: int, desc: str) -> None:
 
 
 def train_loop(
-    *,
     model: nn.Module,
     teacher: nn.Module,
     calib: Calibration,
-    iterations: int,
+    options: TrainingOptions,
     optimizer: torch.optim.Optimizer | list[torch.optim.Optimizer],
     scheduler: torch.optim.lr_scheduler.LRScheduler | list[torch.optim.lr_scheduler.LRScheduler],
     loss_fn: LossFn,
-    device: torch.device,
     checkpoint: Checkpoint,
+    device: torch.device,
+    *,
+    desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
-    progress: bool = True,
-    desc: str = "distill",
     channels_last: bool = False,
 ) -> LoopResult:
+    """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`."""
+    iterations, progress = options.iterations, options.progress
     optimizers = optimizer if isinstance(optimizer, list) else [optimizer]
     schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
     result, elapsed_before = LoopResult(), 0.0

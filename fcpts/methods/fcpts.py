@@ -169,22 +169,11 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         loss = rec + opts.control_weight * control if learn_t else rec
         return loss, {"rec": rec.item(), "control": control.item(), "sparsity": global_r.item()}
 
-    loop = train_loop(
-        model=model,
-        teacher=teacher,
-        calib=calib,
-        iterations=opts.iterations,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        loss_fn=loss_fn,
-        device=device,
-        checkpoint=run_checkpoint(opts, identity, f"fcpts {target:.2%}"),
-        # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
-        before_step=None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates)),
-        progress=opts.progress,
-        desc=f"fcpts {target:.2f}",
-        channels_last=opts.channels_last,
-    )
+    # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
+    pin = None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates))
+    checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
+    loop = train_loop(model, teacher, calib, opts, optimizer, scheduler, loss_fn, checkpoint, device,
+                      desc=f"fcpts {target:.2f}", before_step=pin, channels_last=opts.channels_last)  # fmt: skip
     if taps_s is not None:
         taps_s.remove()
         taps_t.remove()

@@ -23,7 +23,7 @@ from torch.nn.utils import parametrize
 
 from fcpts.core.allocation import global_keep_masks
 from fcpts.core.calibration import Calibration
-from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
@@ -131,25 +131,9 @@ def probmask_sparsify(
     def after(step: int) -> None:
         project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
 
-    def loss_fn(y_s, y_t, _step):
-        rec = kl_distill(y_s, y_t, cfg.temperature)
-        return rec, {"rec": rec.item()}
-
-    loop = train_loop(
-        model=model,
-        teacher=teacher,
-        calib=calib,
-        iterations=cfg.iterations,
-        optimizer=[sgd, adam],
-        scheduler=scheds,
-        loss_fn=loss_fn,
-        device=device,
-        checkpoint=run_checkpoint(cfg, identity, f"probmask {target:.2%}"),
-        before_step=before,
-        after_step=after,
-        progress=cfg.progress,
-        desc=f"probmask {target:.2f}",
-    )
+    checkpoint = run_checkpoint(cfg, identity, f"probmask {target:.2%}")
+    loop = train_loop(model, teacher, calib, cfg, [sgd, adam], scheds, kl_loss(cfg.temperature), checkpoint, device,
+                      desc=f"probmask {target:.2f}", before_step=before, after_step=after)  # fmt: skip
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)

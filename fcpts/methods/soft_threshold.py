@@ -28,7 +28,7 @@ from torch.nn.utils import parametrize
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
-from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import check_target, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
@@ -79,23 +79,9 @@ def _trial(
     warmup = cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, cfg.iterations))
 
-    def loss_fn(y_s, y_t, _step):
-        rec = kl_distill(y_s, y_t, cfg.temperature)
-        return rec, {"rec": rec.item()}
-
-    loop = train_loop(
-        model=model,
-        teacher=teacher,
-        calib=calib,
-        iterations=cfg.iterations,
-        optimizer=opt,
-        scheduler=sched,
-        loss_fn=loss_fn,
-        device=device,
-        checkpoint=run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt),
-        progress=cfg.progress,
-        desc=f"str decay={decay:.3g}",
-    )
+    checkpoint = run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
+    loop = train_loop(model, teacher, calib, cfg, opt, sched, kl_loss(cfg.temperature), checkpoint, device,
+                      desc=f"str decay={decay:.3g}")  # fmt: skip
     for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()

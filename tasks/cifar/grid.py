@@ -10,6 +10,7 @@ on the test split. Profiles: `paper` (METHOD.md's protocol: 1,024 images, 1,600 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,12 +18,11 @@ import torch
 from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid import cli
-from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, format_table, indices_hash
+from tasks.grid.runner import Grid, Where, dense_factory, format_table
 
 PROFILES = {
     "paper": paper_profile(
@@ -59,22 +59,9 @@ PROFILES = {
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 
 
-def build_grid(
-    *,
-    dataset: str,
-    model: str,
-    profile: Profile,
-    seed: int = 0,
-    data_root: str | None = None,
-    download: bool = False,
-    weights: str | None = None,
-    runs_dir: str | Path = RUNS_DIR,
-    checkpoint_dir: str | Path | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-) -> Grid:
+def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, download: bool = False) -> Grid:
     """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
-    root = resolve_data_root(data_root, must_exist=not download)
+    root = resolve_data_root(where.data_root, must_exist=not download)
     if download:
         root.mkdir(parents=True, exist_ok=True)
     x_test, y_test = load_cifar(root, dataset, "test", download)
@@ -83,59 +70,32 @@ def build_grid(
     x_train, _ = load_cifar(root, dataset, "train", download)
 
     def make_calibration(n: int, augment: bool):
-        """n seeded training images (capped at the split's size, which the record then shows)."""
-        idx = calibration_indices(len(x_train), min(n, len(x_train)), seed)
-        info = {
-            "split": "train",
-            "n_images": len(idx),
-            "n_requested": n,
-            "seed": seed,
-            "indices_sha256": indices_hash(idx),
-            "indices": idx,
-            "augment": "crop4+flip" if augment else "none",
-        }
+        idx, info = calibration_subset(len(x_train), n, where.seed, "train", "crop4+flip" if augment else "none")
         return CifarCalibration(x_train[idx], augment=augment), info
 
-    weights_path = Path(weights) if weights else default_cifar_weights(root, dataset, model)
+    weights_path = Path(where.weights) if where.weights else default_cifar_weights(root, dataset, model)
     num_classes = CIFAR_CLASSES[dataset]
     probe = cifar_resnet(model, num_classes)
     weights_info = load_checkpoint(probe, weights_path)  # fail early on a bad file
-    state = {k: v.clone() for k, v in probe.state_dict().items()}
-    torch_device = torch.device(device)
-
-    def build_model():
-        m = cifar_resnet(model, num_classes)
-        m.load_state_dict(state)
-        return m.to(torch_device)
-
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
     return Grid(
         task="cifar",
         dataset=dataset,
         model=model,
-        build_model=build_model,
+        build_model=dense_factory(lambda: cifar_resnet(model, num_classes), probe, where.device),
         make_calibration=make_calibration,
         evaluate=lambda m: classify(m, x_eval, y_eval),
         profile=profile,
-        seed=seed,
         provenance={"weights": weights_info, "data": {"root": str(root), "eval_split": "test", "n_eval": len(y_test)}},
-        runs_dir=Path(runs_dir),
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-        progress=progress,
+        **where.grid_fields(),
     )
 
 
 @register_task("cifar")
-def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
-    return build_grid(
-        dataset=record["dataset"],
-        model=record["model"],
-        profile=profile,
-        seed=record["seed"],
-        weights=record["weights"]["path"],
-        **where,
-    )
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(dataset=record["dataset"], model=record["model"], profile=profile, where=where)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -155,7 +115,7 @@ def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     grid = build_grid(
-        dataset=args.dataset, model=args.model, profile=profile, download=args.download, **cli.where(args)
+        dataset=args.dataset, model=args.model, profile=profile, where=cli.where(args), download=args.download
     )
     yield grid, args.methods, args.sparsity
 

@@ -32,6 +32,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import command_line, git_commit
     from tasks.grid.rerun import rerun_record
+    from tasks.grid.runner import Where
 
     record = json.loads(Path(record_path).read_text())
     if record.get("task") != "cifar":
@@ -67,7 +68,7 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
             print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
             return out
     scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)
-    rerun, rerun_path = rerun_record(record, runs_dir=scratch, data_root=data_root, device="cpu", progress=progress)
+    rerun, rerun_path = rerun_record(record, Where(runs_dir=scratch, data_root=data_root, progress=progress))
     if rerun["calibration"]["indices_sha256"] != record["calibration"]["indices_sha256"]:
         raise ValueError(f"{record_path}: calibration images differ from the record's; cannot reproduce it")
     _, model, _, _ = models_from_record(rerun_path)

@@ -56,11 +56,11 @@ from tasks.detection.ssd import (
     reconstruction_blocks,
 )
 from tasks.grid import cli
-from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
+from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, indices_hash
+from tasks.grid.runner import Grid, Where, dense_factory
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9
@@ -167,22 +167,11 @@ def model_name(arch: str, image_size: int) -> str:
 
 
 def build_grid(
-    *,
-    arch: str,
-    profile: Profile,
-    image_size: int = 300,
-    reconstruction: str = "mse-blocks",
-    seed: int = 0,
-    data_root: str | None = None,
-    weights: str | None = None,
-    workers: int = 0,
-    runs_dir: str | Path = RUNS_DIR,
-    checkpoint_dir: str | Path | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-) -> Grid:
+    *, arch: str, profile: Profile, where: Where, image_size: int = 300, reconstruction: str = "mse-blocks",
+    workers: int = 0
+) -> Grid:  # fmt: skip
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
-    data_root_path = resolve_data_root(data_root)
+    data_root_path = resolve_data_root(where.data_root)
     folder = voc2007_dir(data_root_path)
     test = VOCDetection(folder, "test", limit=profile.eval_limit)
     trainval = VOCDetection(folder, "trainval")
@@ -209,32 +198,20 @@ def build_grid(
         note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
     )
 
-    weights_path = Path(weights) if weights else default_weights(arch, image_size, data_root_path, base, substitute)
+    weights_path = (
+        Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, base, substitute)
+    )
     if not weights_path.is_file():
         raise DataNotFoundError(f"--weights {weights_path} does not exist")
     load_info = load_ssd_weights(probe, weights_path)
-    state = {k: v.clone() for k, v in probe.state_dict().items()}
     config = SSDConfig.for_model(probe, image_size)
-    torch_device = torch.device(device)
-
-    def build_model():
-        m = create_ssd(arch, len(test.class_names))
-        m.load_state_dict(state)
-        return DistillView(m).to(torch_device)
+    build_ssd = dense_factory(lambda: create_ssd(arch, len(test.class_names)), probe, where.device)
 
     def make_calibration(n: int, augment: bool):
-        idx = calibration_indices(len(trainval), min(n, len(trainval)), seed)
-        info = {
-            "split": "trainval",
-            "n_images": len(idx),
-            "n_requested": n,
-            "seed": seed,
-            "indices_sha256": indices_hash(idx),
-            "indices": idx,
-            "image_ids": [trainval.ids[i] for i in idx],
-            "augment": "horizontal flip" if augment else "none",
-            "labels_used": False,
-        }
+        idx, info = calibration_subset(
+            len(trainval), n, where.seed, "trainval", "horizontal flip" if augment else "none"
+        )
+        info.update(image_ids=[trainval.ids[i] for i in idx], labels_used=False)
         return DetectionImages(
             trainval, image_size, idx, cache=len(idx) * image_size**2 * 12 < 2**31, flip=augment
         ), info
@@ -244,11 +221,10 @@ def build_grid(
         task="voc",
         dataset=dataset,
         model=model_name(arch, image_size),
-        build_model=build_model,
+        build_model=lambda: DistillView(build_ssd()),
         make_calibration=make_calibration,
         evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
         profile=profile,
-        seed=seed,
         provenance={
             "weights": {**load_info, "path": str(weights_path), "sha256": file_sha256(weights_path)},
             "substitute": substitute,
@@ -264,27 +240,19 @@ def build_grid(
                 "classes": list(test.class_names),
             },
         },
-        runs_dir=Path(runs_dir),
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-        progress=progress,
         metric_names=("map50",),
+        **where.grid_fields(),
     )
 
 
 @register_task("voc")
-def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
     reconstruction's options)."""
     image_size = record["ssd_config"]["image_size"]
-    return build_grid(
-        arch=record["model"].removesuffix(f"-{image_size}"),
-        profile=profile,
-        image_size=image_size,
-        reconstruction=record.get("reconstruction", "mse-blocks"),
-        seed=record["seed"],
-        weights=record["weights"]["path"],
-        **where,
-    )
+    arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)
 
 
 def format_table(records: list[dict]) -> str:
@@ -333,7 +301,7 @@ def plans(args: argparse.Namespace):
             image_size=args.image_size,
             reconstruction=args.reconstruction,
             workers=args.workers,
-            **cli.where(args),
+            where=cli.where(args),
         )
         yield grid, args.methods, args.sparsity
 

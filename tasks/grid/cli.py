@@ -12,7 +12,6 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -21,7 +20,7 @@ from fcpts.methods import METHODS, get_method, training_methods
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
-from tasks.grid.runner import Grid, run_grid
+from tasks.grid.runner import Grid, Where, run_grid
 
 
 def target(text: str) -> float:
@@ -118,19 +117,13 @@ def run_main(main: Callable[[], int]) -> int:
         return 2
 
 
-def where(args: argparse.Namespace) -> dict[str, Any]:
-    """The build_grid arguments every task takes from the shared flags."""
+def where(args: argparse.Namespace) -> Where:
+    """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
-    return {
-        "seed": args.seed,
-        "data_root": args.data_root,
-        "weights": args.weights,
-        "runs_dir": Path(args.results_dir),
-        "checkpoint_dir": Path(args.checkpoint_dir) if args.checkpoint_dir else None,
-        "device": args.device,
-        "progress": not args.no_progress,
-    }
+    return Where(seed=args.seed, data_root=args.data_root, weights=args.weights, runs_dir=Path(args.results_dir),
+                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None, device=args.device,
+                 progress=not args.no_progress)  # fmt: skip
 
 
 GridPlan = tuple[Grid, Sequence[str], Sequence[float]]

@@ -6,6 +6,7 @@ beside the repository when it exists.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -44,3 +45,23 @@ def calibration_indices(n_available: int, n: int, seed: int) -> list[int]:
         raise ValueError(f"need 1..{n_available} calibration images, asked for {n}")
     g = torch.Generator().manual_seed(seed)
     return sorted(torch.randperm(n_available, generator=g)[:n].tolist())
+
+
+def calibration_subset(
+    n_available: int, n: int, seed: int, split: str, augment: str, **extra
+) -> tuple[list[int], dict]:
+    """A seeded calibration subset (capped at the split's size, which the record then shows) and what a record
+    says about it: split, counts, seed, indices and their hash, augmentation."""
+    idx = calibration_indices(n_available, min(n, n_available), seed)
+    digest = hashlib.sha256(",".join(map(str, idx)).encode()).hexdigest()[:16]
+    info = {
+        "split": split,
+        "n_images": len(idx),
+        "n_requested": n,
+        "seed": seed,
+        "indices_sha256": digest,
+        "indices": idx,
+        **extra,
+        "augment": augment,
+    }
+    return idx, info

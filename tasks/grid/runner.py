@@ -27,6 +27,41 @@ from tasks.grid.profiles import Profile
 from tasks.grid.records import command_line, device_description, environment, git_commit, read_record, record_path
 
 
+@dataclass(frozen=True)
+class Where:
+    """What every task's grid takes besides its own data and model: the seed, where data, weights and results
+    are, and what runs it."""
+
+    seed: int = 0
+    data_root: str | None = None
+    weights: str | None = None  # dense weights file (None: the task's default for the model)
+    runs_dir: str | Path = RUNS_DIR
+    checkpoint_dir: str | Path | None = None
+    device: str = "cpu"
+    progress: bool = True
+
+    def grid_fields(self) -> dict[str, Any]:
+        """The Grid fields that come from here."""
+        return {
+            "seed": self.seed,
+            "runs_dir": Path(self.runs_dir),
+            "progress": self.progress,
+            "checkpoint_dir": Path(self.checkpoint_dir) if self.checkpoint_dir else None,
+        }
+
+
+def dense_factory(make: Callable[[], nn.Module], dense: nn.Module, device: str) -> Callable[[], nn.Module]:
+    """Fresh copies of a dense model for each cell: `make()` with `dense`'s weights, on `device`."""
+    state = {k: v.clone() for k, v in dense.state_dict().items()}
+
+    def build() -> nn.Module:
+        model = make()
+        model.load_state_dict(state)
+        return model.to(torch.device(device))
+
+    return build
+
+
 @dataclass
 class Grid:
     task: str

@@ -17,19 +17,17 @@ per layer), `quick` (smoke test, not a result).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from dataclasses import replace
 
-import torch
 from torch.utils.data import Subset
 
 from fcpts.methods import training_methods
 from tasks.grid import cli
-from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
-from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import Profile, paper_profile, pot_budget
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, format_table, indices_hash
+from tasks.grid.runner import Grid, Where, dense_factory, format_table
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
 
@@ -76,44 +74,17 @@ def paper_sparsities(model: str) -> list[float]:
     return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
-def build_grid(
-    *,
-    model_name: str,
-    profile: Profile,
-    seed: int = 0,
-    data_root: str | None = None,
-    weights: str | None = None,
-    workers: int = 0,
-    runs_dir: str | Path = RUNS_DIR,
-    checkpoint_dir: str | Path | None = None,
-    device: str = "cpu",
-    progress: bool = True,
-) -> Grid:
+def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int = 0) -> Grid:
     """The ImageNet grid of one model: its library's weights and preprocessing, train/ calibration, val/ metrics."""
-    folder = imagenet_dir(resolve_data_root(data_root))
+    folder = imagenet_dir(resolve_data_root(where.data_root))
     train, val = list_split(folder, "train"), list_split(folder, "val")
-    dense, weights_info = pretrained(model_name, weights)
+    dense, weights_info = pretrained(model_name, where.weights)
     eval_tf, calib_tf, preprocessing_info = preprocessing(model_name, dense)
-    state = {k: v.clone() for k, v in dense.state_dict().items()}
-    torch_device = torch.device(device)
-
-    def build_model():
-        m = architecture(model_name)
-        m.load_state_dict(state)
-        return m.to(torch_device)
 
     def make_calibration(n: int, augment: bool):
-        idx = calibration_indices(len(train), min(n, len(train)), seed)
-        info = {
-            "split": "train",
-            "n_images": len(idx),
-            "n_requested": n,
-            "seed": seed,
-            "indices_sha256": indices_hash(idx),
-            "indices": idx,
-            "files": [str(train[i][0].relative_to(folder)) for i in idx],
-            "augment": "random-resized-crop+flip" if augment else "none (eval transform)",
-        }
+        augmentation = "random-resized-crop+flip" if augment else "none (eval transform)"
+        idx, info = calibration_subset(len(train), n, where.seed, "train", augmentation)
+        info["files"] = [str(train[i][0].relative_to(folder)) for i in idx]
         return Subset(ImageFiles(train, calib_tf if augment else eval_tf, cache=True), idx), info
 
     val_set = ImageFiles(val[: profile.eval_limit] if profile.eval_limit else val, eval_tf)
@@ -123,11 +94,10 @@ def build_grid(
         task="imagenet",
         dataset="imagenet" if len(val) == 50000 else f"imagenet-val{len(val)}",
         model=model_name,
-        build_model=build_model,
+        build_model=dense_factory(lambda: architecture(model_name), dense, where.device),
         make_calibration=make_calibration,
         evaluate=lambda m: classify_dataset(m, val_set, workers=workers),
         profile=profile,
-        seed=seed,
         provenance={
             "weights": weights_info,
             "substitute": spec.substitute,
@@ -135,17 +105,17 @@ def build_grid(
             "preprocessing": preprocessing_info,
             "data": {"root": str(folder), "eval_split": "val", "n_eval": len(val_set), "n_train_available": len(train)},
         },
-        runs_dir=Path(runs_dir),
-        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
-        progress=progress,
+        **where.grid_fields(),
     )
 
 
 @register_task("imagenet")
-def grid_for_record(record: dict, profile: Profile, **where) -> Grid:
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
     weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None
-    return build_grid(model_name=record["model"], profile=profile, seed=record["seed"], weights=weights, **where)
+    return build_grid(
+        model_name=record["model"], profile=profile, where=replace(where, seed=record["seed"], weights=weights)
+    )
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -178,7 +148,7 @@ def plans(args: argparse.Namespace):
         methods = paper_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
-        grid = build_grid(model_name=model_name, profile=profile, workers=args.workers, **cli.where(args))
+        grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
         yield grid, methods, args.sparsity or paper_sparsities(model_name)
 
 
