@@ -12,7 +12,13 @@ Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.
 4. bias correction: bias += per-channel mean of the dense output minus that of the sparse output;
 5. layer-wise reconstruction, each layer independently on dense inputs with dense outputs as
    targets: squared error summed over channels and averaged over the rest, Adam (weights 1e-5,
-   bias 1e-4), mask fixed, up to 20,000 iterations of one random batch of 64, stop when loss < 1e-5.
+   bias 1e-4), mask fixed, up to 20,000 iterations, each on one of the fixed batches of 64 the calibration
+   set is cut into once (msbench draws one of its cached loader batches per step), stop when loss < 1e-5.
+   `inputs="sparse"` is msbench's other setting (use_dense_inps: False, config ..._layer_sparseinp.yaml):
+   each layer sees the sparse model's inputs, earlier layers already reconstructed; bias correction still
+   uses dense inputs there, as in msbench. Every layer records its error relative to the dense output's
+   energy after masking + weight correction, after bias correction and after reconstruction (on its own
+   objective), and inside the finished sparse network (`error_in_network`).
    The loss is quadratic in the weights, so where it is cheaper it is computed from each image's input
    Gram matrix instead of the layer's forward (`pot_objective.py`: same batches, same loss up to
    rounding; 100-300x faster for MobileNet-style 1x1 convs at 112x112 on a CPU).
@@ -39,7 +45,16 @@ from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
 
-from .pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_candidate, gram_plan
+from .pot_objective import (
+    ForwardObjective,
+    GramObjective,
+    NotLinearInWeights,
+    TargetObjective,
+    full_loss,
+    gram_candidate,
+    gram_plan,
+    layer_output,
+)
 from .registry import Method, register
 
 
@@ -57,9 +72,15 @@ class POTOptions(MethodOptions):
     cache_bytes: float = 4e9  # cached dense layer inputs (more layers share one forward); Gram statistics
     # of one layer may take as much again
     gram: bool = True  # same loss from per-image input Gram matrices where cheaper (pot_objective.py)
+    sampling: str = "batches"  # each step one of the fixed batches the calibration set is cut into once, as
+    # msbench's cached loader batches; "random": a fresh random draw of batch_size images (with replacement)
+    inputs: str = "dense"  # "sparse": each layer sees the sparse model's inputs, earlier layers already
+    # reconstructed, and still matches the dense outputs (msbench use_dense_inps: False)
 
     def validate(self) -> None:
         check_choice(self, "allocation", ("l2norm", "erk"))
+        check_choice(self, "sampling", ("batches", "random"))
+        check_choice(self, "inputs", ("dense", "sparse"))
 
 
 def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
@@ -78,6 +99,14 @@ def correct_weight(weight: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     rho = w.std(dim=1, keepdim=True) / ((w * m).std(dim=1, keepdim=True) + 1e-9)
     corrected = rho * w + (w.mean(dim=1, keepdim=True) - (rho * w * m).mean(dim=1, keepdim=True))
     return (corrected * m).view_as(weight).to(weight.dtype)
+
+
+def fixed_batches(n: int, batch_size: int, seed: int) -> torch.Tensor:
+    """(n // batch_size, batch_size) image indices: one seeded shuffle cut into batches, fixed for every layer
+    (msbench caches its calibration loader's batches and draws one of them per step); a tail is dropped."""
+    size = min(batch_size, n)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + 1))
+    return perm[: n // size * size].view(-1, size)
 
 
 class _Stop(Exception):
@@ -114,6 +143,34 @@ def collect_inputs(
     return {n: torch.cat(v) for n, v in store.items()}
 
 
+@torch.no_grad()
+def network_errors(
+    dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
+) -> dict[str, float]:
+    """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks (the sparse
+    layer on the sparse model's own inputs): what the layer-wise errors add up to."""
+
+    def outputs(net):
+        mods, got = dict(net.named_modules()), {}
+        hooks = [mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)) for n in names]
+        try:
+            net(x)
+        finally:
+            for h in hooks:
+                h.remove()
+        return got
+
+    err = {n: 0.0 for n in names}
+    energy = {n: 0.0 for n in names}
+    for i in range(0, len(images), chunk):
+        x = images[i : i + chunk]
+        d, s = outputs(dense), outputs(model)
+        for n in names:
+            err[n] += float((s[n] - d[n]).pow(2).sum())
+            energy[n] += float(d[n].pow(2).sum())
+    return {n: err[n] / energy[n] for n in names}
+
+
 def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -> dict[str, int]:
     got = collect_inputs(model, names, sample[:1])
     return {n: t.numel() * t.element_size() for n, t in got.items()}
@@ -139,25 +196,46 @@ def reconstruct_layer(
     inputs: torch.Tensor,
     cfg: POTOptions,
     gen: torch.Generator,
+    sparse_inputs: torch.Tensor | None = None,
+    batches: torch.Tensor | None = None,
 ) -> dict:
-    """Bias correction, then Adam on the layer's own squared error with the mask held fixed."""
+    """Bias correction (on dense inputs, as msbench), then Adam on the layer's own squared error with the mask
+    held fixed; with `sparse_inputs` the error is that of the sparse inputs against the dense outputs."""
     w_dense = dense_layer.weight.detach()
     if layer.bias is None:
         layer.bias = nn.Parameter(torch.zeros(layer.weight.shape[0], device=layer.weight.device))
     b_dense = torch.zeros_like(layer.bias) if dense_layer.bias is None else dense_layer.bias.detach()
     layer.requires_grad_(True)
     keep_f = keep.to(layer.weight.dtype)
-    objective = layer_objective(layer, inputs, cfg)
+    objective: ForwardObjective | GramObjective | TargetObjective
+    if sparse_inputs is None:
+        objective = layer_objective(layer, inputs, cfg)
+        bias_objective = objective
+    else:
+        bias_objective = ForwardObjective(layer, inputs)
+        with torch.no_grad():
+            targets = torch.cat(
+                [layer_output(layer, inputs[i : i + 256], w_dense, b_dense) for i in range(0, len(inputs), 256)]
+            )
+        objective = TargetObjective(layer, sparse_inputs, targets)
     del inputs  # a Gram objective keeps only its statistics
+    zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
+    energy = full_loss(objective, zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
+    errors = {"error_masked": full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy}
     if cfg.bias_correction:
         with torch.no_grad():
-            layer.bias.add_(objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
+            layer.bias.add_(bias_objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
+    del bias_objective
+    errors["error_bias_corrected"] = full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy
     opt = torch.optim.Adam(
         [{"params": [layer.weight], "lr": cfg.lr_weight}, {"params": [layer.bias], "lr": cfg.lr_bias}]
     )
     loss_value, it = float("nan"), 0
     for it in range(1, cfg.iterations + 1):
-        idx = torch.randint(len(objective), (min(cfg.batch_size, len(objective)),), generator=gen)
+        if batches is None:
+            idx = torch.randint(len(objective), (min(cfg.batch_size, len(objective)),), generator=gen)
+        else:
+            idx = batches[int(torch.randint(len(batches), (1,), generator=gen))]
         loss = objective.loss(idx, layer.weight, layer.bias, w_dense, b_dense)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -168,11 +246,13 @@ def reconstruct_layer(
         loss_value = loss.item()
         if loss_value < cfg.early_stop_loss:
             break
+    errors["error_reconstructed"] = full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy
     return {
         "iterations": it,
         "final_loss": loss_value,
         "early_stopped": loss_value < cfg.early_stop_loss,
         "objective": "gram" if isinstance(objective, GramObjective) else "forward",
+        **{k: round(v, 6) for k, v in errors.items()},
     }
 
 
@@ -197,6 +277,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     device = next(model.parameters()).device
     images = calib.take(list(range(len(calib)))).to(device)
     gen = torch.Generator().manual_seed(cfg.seed)
+    batches = fixed_batches(len(images), cfg.batch_size, cfg.seed) if cfg.sampling == "batches" else None
     per_layer_log: dict[str, dict] = {}
     elapsed_before = 0.0
     state = checkpoint.load()
@@ -225,7 +306,11 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         for n in names[start:end]:
             layer = layers[n]
             tic = time.perf_counter()
-            per_layer_log[n] = reconstruct_layer(dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen)
+            sparse_inputs = collect_inputs(model, [n], images)[n] if cfg.inputs == "sparse" else None
+            per_layer_log[n] = reconstruct_layer(
+                dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen, sparse_inputs, batches
+            )
+            del sparse_inputs
             per_layer_log[n]["wall_s"] = round(time.perf_counter() - tic, 2)  # statistics + steps, not inputs
             layer.requires_grad_(False)
             checkpoint.save(
@@ -242,6 +327,8 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         start = end
     bar.close()
     apply_keep_masks(layers, masks)
+    for n, e in network_errors(dense, model, list(layers), images).items():
+        per_layer_log[n]["error_in_network"] = round(e, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     for row in per_layer:

@@ -155,3 +155,27 @@ class GramObjective:
         dw, db = self._deltas(weight, bias, w_dense, b_dense)
         s = self.sums.sum(0)
         return -(torch.einsum("god,gd->go", dw, s) / (len(self) * self.positions) + db).reshape(-1)
+
+
+class TargetObjective:
+    """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the
+    sparse model's inputs (earlier layers already reconstructed) and must still match the dense outputs."""
+
+    def __init__(self, layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
+        self.layer, self.inputs, self.targets = layer, inputs, targets
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def loss(self, idx: torch.Tensor, weight, bias, w_dense=None, b_dense=None) -> torch.Tensor:
+        return squared_error(self.layer, layer_output(self.layer, self.inputs[idx], weight, bias), self.targets[idx])
+
+
+@torch.no_grad()
+def full_loss(objective, weight, bias, w_dense, b_dense, chunk: int = 256) -> float:
+    """The objective's loss over all its images (chunked, image-weighted)."""
+    total, n = 0.0, len(objective)
+    for i in range(0, n, chunk):
+        idx = torch.arange(i, min(i + chunk, n))
+        total += float(objective.loss(idx, weight, bias, w_dense, b_dense)) * len(idx)
+    return total / n

@@ -158,3 +158,52 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     assert report.extra["input_collection_s"] >= 0
     for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
+    """msbench caches its calibration loader's batches once and each step trains on one of them; POT's default
+    sampling does the same (the old default drew 64 fresh random images with replacement every step)."""
+    from fcpts.methods import pot_objective as lo
+
+    from fcpts.methods.pot import fixed_batches
+
+    seen = []
+    original = lo.ForwardObjective.loss
+
+    def spy(self, idx, *args):
+        seen.append(idx.clone())
+        return original(self, idx, *args)
+
+    monkeypatch.setattr(lo.ForwardObjective, "loss", spy)
+    x = torch.randn(40, 3, 8, 8, generator=torch.Generator().manual_seed(4))
+    pot(small_cnn(), x, 0.6, POTOptions(iterations=12, batch_size=16, gram=False, progress=False))
+    rows = {tuple(r.tolist()) for r in fixed_batches(40, 16, 0)}
+    steps = [tuple(i.tolist()) for i in seen if len(i) == 16]
+    assert len(rows) == 2 and sorted(len(set(r)) for r in rows) == [16, 16]
+    assert len(steps) >= 12 and set(steps) <= rows  # 12 per layer unless it stops early
+
+
+def test_bias_correction_never_raises_the_layer_error():
+    """The recorded per-layer errors: removing the mean output error on the calibration images can only lower the
+    squared error on them (dense inputs: the same images and inputs for both)."""
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    _, report = pot(small_cnn(), x, 0.7, POTOptions(iterations=5, batch_size=16, progress=False))
+    for row in report.per_layer:
+        assert row["error_bias_corrected"] <= row["error_masked"] + 1e-6, row["name"]
+        assert row["error_in_network"] >= 0
+
+
+def test_sparse_inputs_train_on_the_sparse_models_own_inputs():
+    """inputs="sparse" (msbench use_dense_inps: False): a layer's objective is its error inside the sparse model
+    built so far, so after its reconstruction it equals its in-network error measured at the end; with dense
+    inputs the two differ from the second layer on (the error of earlier layers is not seen)."""
+    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(6))
+    cfg = dict(iterations=20, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    _, sparse_report = pot(small_cnn(), x, 0.7, POTOptions(inputs="sparse", **cfg))
+    _, dense_report = pot(small_cnn(), x, 0.7, POTOptions(**cfg))
+    for row in sparse_report.per_layer:
+        assert row["error_reconstructed"] == pytest.approx(row["error_in_network"], rel=1e-3, abs=1e-6), row["name"]
+    last = dense_report.per_layer[-1]
+    assert last["error_reconstructed"] != pytest.approx(last["error_in_network"], rel=1e-2)
+    with pytest.raises(ValueError, match="inputs"):
+        pot(small_cnn(), x, 0.7, POTOptions(inputs="sequential", **cfg))
