@@ -164,7 +164,6 @@ def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
     """msbench caches its calibration loader's batches once and each step trains on one of them; POT's default
     sampling does the same (the old default drew 64 fresh random images with replacement every step)."""
     from fcpts.methods import pot_objective as lo
-
     from fcpts.methods.pot import fixed_batches
 
     seen = []
