@@ -45,6 +45,9 @@ Steps:
    90%: 79.1 off, 73.6 on; at 80%: 88.8 off, 86.4 on). With SparseGPT's own targets the statistics drift
    and re-estimating them helps (49.6 on, 28.8 off).
 
+The measurements above are CIFAR-10 `paper-cpu` runs (1,024 calibration images, seed 0); their records are
+in results/investigations/obs-design/ (named <model>--<record>, options in the name as the runs set them).
+
 Dead inputs (an input column that is zero on every calibration image: diag(H) = 0) cost nothing to
 prune and are pruned first; their diagonal is set to 1 so H can be inverted (SparseGPT's treatment,
 except that their weights are not zeroed wholesale, which would break the exact count).
