@@ -68,15 +68,18 @@ def cell_key(record: dict) -> tuple:
 
 
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
-    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell."""
+    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell, seed 0
+    first (the seed every table cell was run with; other seeds measure the spread)."""
+
+    def rank(r: dict) -> tuple[int, int]:
+        return PROFILE_PREFERENCE.index(r["profile"]["name"]), r.get("seed", 0)
+
     out: dict[tuple, dict] = {}
     for r in records:
         if r["profile"]["name"] not in PROFILE_PREFERENCE:
             continue
         key = cell_key(r)
-        if key not in out or (
-            PROFILE_PREFERENCE.index(r["profile"]["name"]) < PROFILE_PREFERENCE.index(out[key]["profile"]["name"])
-        ):
+        if key not in out or rank(r) < rank(out[key]):
             out[key] = r
     return out
 
