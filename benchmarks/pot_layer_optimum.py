@@ -8,6 +8,7 @@ records) sits far above this floor, the iteration budget, not the objective, lim
 
     python -m benchmarks.pot_layer_optimum --model resnet32 --sparsity 0.8 --allocation l2norm --images 1024
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,13 @@ import copy
 
 import torch
 
-from fcpts.methods.pot_objective import _patches
-from fcpts.methods.pot import collect_inputs, correct_weight, pot_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers
+from fcpts.methods.pot import collect_inputs, correct_weight, pot_masks
+from fcpts.methods.pot_objective import _patches
 from tasks.cifar.data import CifarCalibration, load_cifar
-from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.grid.data import calibration_indices, resolve_data_root
 
 
 @torch.no_grad()
@@ -92,9 +93,11 @@ def main(argv=None) -> None:
         v_bias[:, -1] = b_d + (w_d - w_c) @ mean_in
         keep_aug = torch.cat([keep, torch.ones(len(keep), 1, dtype=torch.bool)], 1)
         floor = layer_floor(gram, v_dense, keep_aug)
-        print(f"{name} | {1 - keep.float().mean():.3f} | {relative_error(gram, count, v_masked, v_dense):.4f} | "
-              f"{relative_error(gram, count, v_bias, v_dense):.4f} | {relative_error(gram, count, floor, v_dense):.4f}",
-              flush=True)
+        print(
+            f"{name} | {1 - keep.float().mean():.3f} | {relative_error(gram, count, v_masked, v_dense):.4f} | "
+            f"{relative_error(gram, count, v_bias, v_dense):.4f} | {relative_error(gram, count, floor, v_dense):.4f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
