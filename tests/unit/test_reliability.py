@@ -117,7 +117,7 @@ def test_two_processes_on_one_cell_end_with_one_record_and_no_crash(tmp_path):
 
 
 def test_a_bad_target_fails_before_any_cell_runs(tmp_path, capsys):
-    from tasks.cifar.grid import grid as cifar
+    from tasks.cifar import grid as cifar
 
     with pytest.raises(SystemExit) as stop:
         cifar.main(["--methods", "uniform", "--sparsity", "0.5", "1.2", "--results-dir", str(tmp_path)])
