@@ -6,8 +6,8 @@ from torch import nn
 
 import fcpts
 from fcpts.core.masks import NoPrunableLayersError
-from tasks.cifar.data import load_cifar
 from tasks.cifar import grid as cifar
+from tasks.cifar.data import load_cifar
 from tasks.cifar.models import cifar_resnet, load_checkpoint
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 
