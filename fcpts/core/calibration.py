@@ -7,6 +7,8 @@ a checkpoint at step k sees exactly the batches it would have seen, and the call
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.utils.data import Dataset, Subset
 
@@ -52,13 +54,15 @@ class Calibration:
             torch.manual_seed(seed)
             items = [self.data[i] for i in idx]
         batch = torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
-        check_finite(batch, f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")
+        check_finite(batch, lambda: f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")
         return batch
 
 
-def check_finite(x: torch.Tensor, what: str) -> None:
-    """NaN or Inf in inputs would silently give a NaN model: stop before any work instead."""
+def check_finite(x: torch.Tensor, what: str | Callable[[], str]) -> None:
+    """NaN or Inf in inputs would silently give a NaN model: stop before any work instead. `what` may be a
+    function, so a batch's description is only built when it is needed."""
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        what = what() if callable(what) else what
         bad = int((~torch.isfinite(x)).flatten(1).any(1).sum()) if x.dim() > 1 else 1
         raise ValueError(
             f"{what} contain NaN or Inf values ({bad} of {len(x)} images); fix or drop those images before sparsifying"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fcpts.core.io import write_json_atomic, write_text_atomic
+from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 
 
@@ -189,8 +189,6 @@ def provenance() -> dict[str, Any]:
 
 def write_training_record(weights: Path, record: dict) -> dict:
     """The record beside a dense model the suite trained itself (weights hash and provenance added)."""
-    from fcpts.core.io import file_sha256
-
     record = {
         **record,
         "weights": {"path": repo_relative(weights), "sha256": file_sha256(weights)},

@@ -119,8 +119,8 @@ def run_grid(
                 with cell_lock(path):
                     if force:
                         _clear_checkpoints(grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt"))
-                    elif read_record(path) is not None:  # finished by another process while we waited
-                        records.append(read_record(path))
+                    elif (finished := read_record(path)) is not None:  # done by another process meanwhile
+                        records.append(finished)
                         continue
                     if dense_metrics is None:
                         dense_metrics = _dense_metrics(grid, log)
