@@ -140,7 +140,7 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     calls = {"n": 0}
     import fcpts.methods.pot as pot_module
 
-    original = pot_module.reconstruct_layer
+    original = pot_module.optimise
 
     def interrupted(*args, **kwargs):
         calls["n"] += 1
@@ -148,10 +148,10 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pot_module, "reconstruct_layer", interrupted)
+    monkeypatch.setattr(pot_module, "optimise", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
-    monkeypatch.setattr(pot_module, "reconstruct_layer", original)
+    monkeypatch.setattr(pot_module, "optimise", original)
     resumed, report = pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
     assert report.extra["resumed_layers"] == 1
     assert all(r["wall_s"] >= 0 for r in report.per_layer)  # the resumed layer keeps its time from the log
@@ -170,7 +170,7 @@ def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
     original = lo.ForwardObjective.loss
 
     def spy(self, idx, *args):
-        seen.append(idx.clone())
+        seen.append(self._images(idx).clone())
         return original(self, idx, *args)
 
     monkeypatch.setattr(lo.ForwardObjective, "loss", spy)
