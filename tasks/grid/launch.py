@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,9 @@ def check_launcher_args(args: argparse.Namespace) -> None:
         raise ValueError(f"{', '.join(wrong)} only apply with --cluster slurm")
     if args.no_wait and args.cluster == "debug":
         raise ValueError("--cluster debug runs the jobs in this process while it waits; drop --no-wait")
+    if args.cluster == "slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise ValueError("--cluster slurm needs sbatch and srun on PATH (a SLURM login node); --cluster local runs "
+                         "the jobs on this machine")  # fmt: skip
     import_submitit()
 
 
@@ -156,6 +160,7 @@ def launch(
     if not args.prog.startswith("python -m "):
         raise ValueError(f"a cluster job runs `python -m <task>`; this parser's prog is {args.prog!r}")
     module = args.prog.removeprefix("python -m ")
+    cell_argv(argv, "-", 0.0)  # an abbreviated flag fails here, before any grid is built
     grids: list[_GridJobs] = []
     records: list[dict] = []
     for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
