@@ -249,11 +249,10 @@ def _wait(submitit, jobs, cluster, records, table, jobs_dir, log) -> int:
     """Report each cell as its job ends; non-zero when any cell has no record."""
     by_job = {id(job): (entry, folder) for job, entry, folder in jobs}
     failed = 0
-    poll = 30.0 if cluster == "slurm" else 1.0
     try:
-        for job in submitit.helpers.as_completed([job for job, _, _ in jobs], poll_frequency=poll):
+        for job, error in _finished(submitit, [job for job, _, _ in jobs], cluster):
             entry, folder = by_job[id(job)]
-            state = _debug_state(job, entry) if cluster == "debug" else cell_states([entry], folder)[0]
+            state = _debug_state(job, entry, error) if cluster == "debug" else cell_states([entry], folder)[0]
             if state.state == "done":
                 records.append(read_record(Path(entry["record"])))
                 log(f"[done] {entry['cell']} (job {entry['job_id']})")
@@ -274,8 +273,22 @@ def _wait(submitit, jobs, cluster, records, table, jobs_dir, log) -> int:
     return 0
 
 
-def _debug_state(job, entry: dict) -> CellState:
-    """The debug executor ran the job in this process and keeps its exception here, not in a pickle."""
+def _finished(submitit, jobs: list, cluster: str):
+    """(job, the error it raised here or None) as each job ends; the debug executor runs each job right here."""
+    if cluster != "debug":
+        poll = 30.0 if cluster == "slurm" else 1.0
+        yield from ((job, None) for job in submitit.helpers.as_completed(jobs, poll_frequency=poll))
+        return
+    for job in jobs:
+        try:
+            job.result()
+            yield job, None
+        except Exception as e:  # the cell's failure, already shown by the debug executor
+            yield job, e
+
+
+def _debug_state(job, entry: dict, error: Exception | None) -> CellState:
+    """The debug executor ran the job in this process: its error is here, not in a result pickle."""
     if read_record(Path(entry["record"])) is not None:
         return CellState("done")
-    return CellState("failed", error_line(str(job.exception())), str(job.paths.stderr))
+    return CellState("failed", error_line(str(error)), str(job.paths.stderr))
