@@ -1,8 +1,9 @@
 """The command-line flags every task shares, and the checks that run before any cell does.
 
 Each task adds its own flags (models, datasets, task options); methods, targets, profile overrides, seed,
-folders, device and resume control are declared here once. Every argument of a grid is validated at parse
-time, so a typo in the last target fails before hours of earlier cells.
+folders, device, resume control and the cluster launcher's flags (tasks.grid.launch) are declared here once.
+Every argument of a grid is validated at parse time, so a typo in the last target fails before hours of earlier
+cells.
 """
 
 from __future__ import annotations
