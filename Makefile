@@ -31,9 +31,13 @@ lint: setup
 	$(PY) -m ruff format --check fcpts tasks benchmarks tests
 	$(PY) -m mypy
 
+# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (README: On a cluster), e.g.
+# make reproduce-cifar LAUNCHER="--launcher submitit --cluster slurm --slurm-partition gpu --gpus-per-node 1"
+LAUNCHER ?=
+
 # Full protocol of METHOD.md for the same cell (1,600 iterations; resumable).
 reproduce-fcpts-r56: setup
-	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper $(LAUNCHER)
 
 # The POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
 baselines-r32: setup
@@ -50,7 +54,7 @@ train-cifar100: setup
 PROFILE ?= paper-cpu
 reproduce-cifar: setup
 	for ds in cifar10 cifar100; do for m in resnet32 resnet56; do \
-	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) || exit 1; \
+	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) $(LAUNCHER) || exit 1; \
 	done; done
 	$(PY) -m tasks.reporting manifest
 
@@ -58,9 +62,9 @@ reproduce-cifar: setup
 # POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
 # held at 70/90% (Figure 3); CPU profile; 20-30 min a cell on one core (about 12 core-hours), resumable.
 reproduce-imagenet-substitute: setup
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu $(LAUNCHER)
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu $(LAUNCHER)
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.reporting manifest
 
 # Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
@@ -77,7 +81,7 @@ voc-substitute: setup
 VOC_ROOT ?= ../shared/data
 VOC_PROFILE ?= cpu
 reproduce-voc: setup
-	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE)
+	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE) $(LAUNCHER)
 
 # Table 7: deploy the FCPTS ResNet-56 90% model (ONNX export, sparse storage, ONNX vs PyTorch top-1 on the
 # 10,000 test images; the checkpoint is re-made from its record only when missing), then latency, memory and

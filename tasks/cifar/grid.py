@@ -117,8 +117,8 @@ def plans(args: argparse.Namespace):
     grid = build_grid(
         dataset=args.dataset, model=args.model, profile=profile, where=cli.where(args), download=args.download
     )
-    yield grid, args.methods, args.sparsity
+    yield cli.GridPlan(grid, args.methods, args.sparsity)
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table, argv)

@@ -303,8 +303,8 @@ def plans(args: argparse.Namespace):
             workers=args.workers,
             where=cli.where(args),
         )
-        yield grid, args.methods, args.sparsity
+        yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch))
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table, argv)

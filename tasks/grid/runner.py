@@ -98,20 +98,15 @@ def run_grid(
 ) -> list[dict]:
     if grid.checkpoint_dir is None:
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
-    for m in methods:  # fail fast on a typo in a method or an option, before any work
-        get_method(m).check_overrides(grid.profile.options_for(m))
-    for target in sparsities:
-        check_target(target)
+    check_cells(grid, methods, sparsities)
     git_commit()  # pin the commit of the code that is about to run
     records, dense_metrics, busy = [], None, []
     for method in methods:
         for target in sparsities:
-            path = record_path(
-                grid.runs_dir, grid.task, grid.dataset, grid.model, method, target, grid.profile.name, grid.seed
-            )
+            path = cell_path(grid, method, target)
             done = None if force else read_record(path)
             if done is not None:
-                _check_same_cell(done, path, target, grid)
+                check_same_cell(done, path, target, grid)
                 log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
                 records.append(done)
                 continue
@@ -133,7 +128,20 @@ def run_grid(
     return records
 
 
-def _check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None:
+def check_cells(grid: Grid, methods: list[str], sparsities: list[float]) -> None:
+    """Fail fast on a typo in a method or an option, or a bad target, before any work."""
+    for m in methods:
+        get_method(m).check_overrides(grid.profile.options_for(m))
+    for target in sparsities:
+        check_target(target)
+
+
+def cell_path(grid: Grid, method: str, target: float) -> Path:
+    """Where the record of one cell of `grid` goes."""
+    return record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target, grid.profile.name, grid.seed)
+
+
+def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None:
     """A record found under a cell's name must be that cell: same target, same dense weights."""
     if record["target_sparsity"] != target:
         raise ValueError(f"{path} holds target {record['target_sparsity']}, not {target}; move it away")

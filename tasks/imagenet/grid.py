@@ -149,8 +149,8 @@ def plans(args: argparse.Namespace):
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
         grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
-        yield grid, methods, args.sparsity or paper_sparsities(model_name)
+        yield cli.GridPlan(grid, methods, args.sparsity or paper_sparsities(model_name), ("--models", model_name))
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table, argv)
