@@ -9,17 +9,24 @@ the same loss and gradients is tests/unit/test_pot_objective.py's job.
 
     python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
     python -m benchmarks.pot_objective --images 256    # fewer cached images: a quicker look
+    python -m benchmarks.pot_objective --images 256 --iterations 20 --output results/benchmarks/pot_objective.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
 import time
+from datetime import datetime, timezone
 
 import torch
 from torch import nn
 
+from fcpts.core.io import write_text_atomic
 from fcpts.methods.pot_objective import ForwardObjective, GramObjective, gram_plan
+from tasks.grid.records import device_description, git_commit
 
 SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)
     "cifar-resnet 3x3 16->16 @32": (lambda: nn.Conv2d(16, 16, 3, padding=1), (16, 32, 32), 1024),
@@ -54,10 +61,23 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--images", type=int, help="cached images per layer (default: as in the profiles)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", help="also write the printed text to this file (atomically, when done)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"{args.iterations} iterations of {args.batch_size}, {args.threads} thread(s); seconds")
-    print(
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    argv_text = shlex.join(sys.argv[1:] if argv is None else argv)
+    emit(f"# python -m benchmarks.pot_objective {argv_text}".rstrip())
+    emit(
+        f"# commit {git_commit()}; {datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
+        f"{device_description('cpu')}; load average at start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    emit(f"{args.iterations} iterations of {args.batch_size}, {args.threads} thread(s); seconds")
+    emit(
         f"{'layer':32s} {'forward':>9s} {'gram per image':>15s} {'gram per batch':>15s} "
         f"{'forward / per-batch':>19s} {'estimate':>9s}"
     )
@@ -73,12 +93,13 @@ def main(argv=None) -> None:
         _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, batches, False)
         image_setup, image_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, False)
         batch_setup, batch_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, True)
-        print(
+        emit(
             f"{name:32s} {forward_s:9.2f} {image_setup:7.2f} + {image_s:5.2f} {batch_setup:7.2f} + {batch_s:5.2f} "
-            f"{forward_s / (batch_setup + batch_s):19.2f} {plan['forward_s'] / plan['gram_s']:9.2f}",
-            flush=True,
+            f"{forward_s / (batch_setup + batch_s):19.2f} {plan['forward_s'] / plan['gram_s']:9.2f}"
         )
         del inputs
+    if args.output:
+        write_text_atomic(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
