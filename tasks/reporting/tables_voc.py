@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fcpts.methods import label
 from tasks.grid.records import preferred_records
+from tasks.reporting.legend import profile_legend, profile_preference
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 
@@ -76,8 +77,10 @@ def table4(records: list[dict], reference: list[dict]) -> str:
             "| dataset | model | dense (ours) | method | ours |",
             "|---|---|---|---|---|",
         ]
+        shown: list[dict] = []
         for dataset, model in subs:
             recs = {m: _best(preferred, dataset, model, m) for m in METHODS}
+            shown += [r for r in recs.values() if r]
             dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
             for i, m in enumerate(METHODS):
                 head = f"{dataset} | {model} | {dense}" if i == 0 else " |  | "
@@ -90,6 +93,14 @@ def table4(records: list[dict], reference: list[dict]) -> str:
                 "record's `substitute_manifest`, `ssd_config` and `weights`."
             ),
         ]
+        if shown:
+            lines += [
+                "",
+                "Legend: **bold**: this suite's mAP@0.5 (%) from the cell's record; `(−x.x)`: drop from the dense "
+                "model's mAP in points, both measured in the same run; `[profile]`: the budget the cell's record "
+                f"ran with{profile_preference(shown)}:",
+                *profile_legend(shown),
+            ]
     if voc:
         lines += [
             "",
