@@ -89,7 +89,7 @@ def imagenet_table(
             lines.append(f"| {head} | {label(method)} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |")
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
-        (r for r in reference if r["model"] == "resnet18" and r["method"] == "dense"), None
+        (r for r in reference if (r["table"], r["model"], r["method"]) == ("table2", "resnet18", "dense")), None
     )
     r18_note = (
         f" (its ResNet-18 is {r18['top1']}, torchvision's published weights "
