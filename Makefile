@@ -43,8 +43,8 @@ reproduce-fcpts-r56: setup
 baselines-r32: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet32 --all-methods --sparsity 0.7 0.8 0.9 --profile paper-cpu
 
-# Dense CIFAR-100 ResNet-32/56 of our own (no pretrained ones exist here); resumable, ~2 h (R32) and
-# ~4 h (R56) on 1 CPU core for 40 epochs. Writes results/weights/cifar100/<model>.{th,json}.
+# Dense CIFAR-100 ResNet-32/56 of our own (no pretrained ones exist here); resumable; 40 epochs took 3.2 h
+# (R32) and 4.9 h (R56) of one shared CPU core here (their training records). Writes results/weights/cifar100/<model>.{th,json}.
 train-cifar100: setup
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet56 --epochs 40
@@ -60,7 +60,8 @@ reproduce-cifar: setup
 
 # ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
 # POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
-# held at 70/90% (Figure 3); CPU profile; 20-30 min a cell on one core (about 12 core-hours), resumable.
+# held at 70/90% (Figure 3); CPU profile; 11-32 min a cell of one shared core here and 2.1 h for STR's search
+# (about 16 core-hours in all, the records' wall times), resumable.
 reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu $(LAUNCHER)
@@ -68,8 +69,8 @@ reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.reporting manifest
 
 # Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
-# canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (~5 h on 1 core, resumable), then
-# POT (L2Norm, ERK) and FCPTS at 90%.
+# canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (2.6 h of one shared core here, its training
+# record; resumable), then POT (L2Norm, ERK) and FCPTS at 90%.
 VOC_SUB ?= data/voc-cifar
 voc-substitute: setup
 	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
@@ -87,7 +88,7 @@ reproduce-voc: setup
 # 10,000 test images; the checkpoint is re-made from its record only when missing), then latency, memory and
 # file size on every runtime that is installed (make deploy-runtimes adds DeepSparse and OpenVINO), with the
 # real sparse EfficientNet-Lite0 of the FCPTS 50-70% cpu cells (sparse models are not committed: a missing
-# 70% one is re-made by re-running its cell, ~25 min, which rewrites its record; missing 50/60% ones are
+# 70% one is re-made by re-running its cell, about 20 min by its record, which rewrites it; missing 50/60% ones are
 # skipped with the command that re-makes them). About 30 min on 2 busy cores.
 DEPLOY_CKPT := results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 $(DEPLOY_CKPT): | setup

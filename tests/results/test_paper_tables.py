@@ -247,3 +247,13 @@ def test_table7_labels_every_random_weight_row():
         mine = [r for r in rows if r.split(" | ")[0][2:].split(" (")[0] == name]
         assert mine, name
         assert all(("(random weights)" in r.split(" | ")[0]) == random for r in mine), name
+
+
+def test_committed_tables_are_the_ones_the_records_generate(tmp_path):
+    """`python -m tasks.reporting tables` run on the committed records writes the committed tables."""
+    from tasks.grid.paths import RESULTS_DIR
+
+    for path in write_tables(out_dir=tmp_path):
+        committed = RESULTS_DIR / "tables" / path.name
+        stale = f"{committed} is stale: run `python -m tasks.reporting tables`"
+        assert path.read_text() == committed.read_text(), stale
