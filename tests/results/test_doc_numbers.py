@@ -152,3 +152,40 @@ def test_quoted_benchmark_output_is_the_committed_output():
         committed = set(source.read_text().splitlines())
         for line in lines:
             assert line in committed, f"{doc.name}: {line!r} is not in {source.relative_to(REPO_ROOT)}"
+
+
+def test_deploy_doc_quotes_the_deploy_record_and_table7():
+    text = " ".join((DOCS / "deploy.md").read_text().split())
+    dep = json.loads((RESULTS_DIR / "deploy" / "cifar10-resnet56-fcpts-sp90-fast-seed0.json").read_text())
+    size, plain = dep["file_bytes"], dep["file_bytes"]["dense"]
+    mantissa, exponent = f"{max(dep['max_abs_diff'].values()):.1e}".split("e")
+    quoted = [
+        f"top-1 {dep['top1_pytorch']:.2f} in PyTorch",
+        f"max |diff| {mantissa}e{int(exponent)}",
+        f"file {plain / 1e6:.2f} MB plain",
+        f"{size['sparse_initializer'] / 1e6:.2f} MB sparse_initializer ({size['sparse_initializer'] / plain:.2f}x)",
+        f"{size['bitmask'] / 1e6:.2f} MB bitmask ({size['bitmask'] / plain:.2f}x)",
+        f"{size['dense_zlib'] / 1e6:.2f} MB plain + zlib",
+    ]
+    fams = json.loads((RESULTS_DIR / "deploy" / "table7_inference.json").read_text())["families"]
+
+    def speedup(family: str, runtime: str, batch: str, sparsity: str) -> str:
+        return f"{fams[family]['latency'][runtime][batch]['results'][sparsity]['speedup']:.2f}"
+
+    ds = "deepsparse"
+    mobilenet = " / ".join(speedup("mobilenet_v2", ds, "32", sp) for sp in ("50%", "60%", "70%", "90%"))
+    lite0 = " / ".join(speedup("efficientnet_lite0", ds, "32", sp) for sp in ("50%", "60%", "70%"))
+    r18 = fams["resnet18"]["latency"][ds]["1"]["results"]
+    q25, _, q75 = r18["70%"]["round_ratio_q25_q50_q75"]
+    quoted += [
+        f"batch 32 on MobileNetV2 {mobilenet}x",
+        f"ResNet-18 only at 90% ({speedup('resnet18', ds, '32', '90%')}x",
+        f"at 90% {speedup('cifar10-resnet56', ds, '1', '90%')}x (batch 1) and "
+        f"{speedup('cifar10-resnet56', ds, '32', '90%')}x (batch 32)",
+        f"{lite0}x at 50 / 60 / 70%, batch 32",
+        f"{r18['70%']['median_ms']:.2f} ms sparse against {r18['dense']['median_ms']:.2f} ms dense "
+        f"({r18['70%']['speedup']:.2f}x, quartiles {q25:.2f}-{q75:.2f})",
+        f"({speedup('mobilenet_v2', 'torch-csr', '1', '90%')}x over torch on MobileNetV2",
+    ]
+    for q in quoted:
+        assert q in text, q
