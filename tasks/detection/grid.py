@@ -58,7 +58,7 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
 
@@ -67,30 +67,17 @@ PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
-PROFILES = {
-    "paper": paper_profile(
+PROFILES = profile_table(
+    paper_profile(
         "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
         "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
     ),
-    "cpu": Profile(
-        "cpu",
-        n_calibration=1024,
-        iterations=400,
-        batch_size=32,
-        note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
-        methods=pot_budget(1024, 1000),
+    cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(
+        "CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
+        "POT 1,000 iterations per layer on the same images; not the paper's protocol"
     ),
-    "quick": Profile(
-        "quick",
-        n_calibration=8,
-        iterations=2,
-        batch_size=4,
-        eval_limit=8,
-        note="smoke test only; not a result",
-        methods=pot_budget(8, 2),
-    ),
-}
+    quick_profile(8, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2),
+)
 
 
 @torch.inference_mode()
