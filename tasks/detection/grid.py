@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +61,7 @@ from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9
@@ -242,19 +243,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)
 
 
-def format_table(records: list[dict]) -> str:
-    head = (
-        f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} "
-        f"{'time s':>7s}"
-    )
-    rows = [head, "-" * len(head)]
-    for r in records:
-        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
-        rows.append(
-            f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-            f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}"
-        )
-    return "\n".join(rows)
+VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"map50": "mAP"}, method_width=14)]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -294,4 +283,4 @@ def plans(args: argparse.Namespace):
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table, argv)
+    return cli.run_grids(parse_args(argv), plans, partial(format_table, columns=VOC_COLUMNS), argv)
