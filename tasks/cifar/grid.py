@@ -81,9 +81,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.cifar", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])

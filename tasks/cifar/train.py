@@ -165,9 +165,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.cifar.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.cifar.train", __doc__)
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")

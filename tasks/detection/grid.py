@@ -247,9 +247,7 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.voc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.voc", __doc__)
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
     p.add_argument(

@@ -26,6 +26,11 @@ from tasks.grid.profiles import POT_METHODS, Profile
 from tasks.grid.runner import Grid, Where, run_grid
 
 
+def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help."""
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def target(text: str) -> float:
     """argparse type: a global sparsity target in [0, 1)."""
     try:
