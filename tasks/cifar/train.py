@@ -26,11 +26,10 @@ import torch.nn.functional as F
 from fcpts.core.io import save_torch_atomic
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
-from tasks.grid import cli
+from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.records import device_description, write_training_record
-from tasks.grid.training import add_training_args, recipe_fingerprint, sgd_warmup_cosine, training_bar
+from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
 
@@ -56,10 +55,7 @@ def train(args: argparse.Namespace) -> dict:
     x_train, y_train = torch.as_tensor(x_train), torch.as_tensor(y_train)
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
 
-    steps_per_epoch = len(x_train) // args.batch_size
-    total = steps_per_epoch * args.epochs
-    if total == 0:
-        raise ValueError(f"{len(x_train)} training images make no full batch of {args.batch_size}")
+    steps_per_epoch, total = training.epoch_steps(len(x_train), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.1 * args.batch_size / 128
     recipe = {
         "dataset": args.dataset,
@@ -77,18 +73,18 @@ def train(args: argparse.Namespace) -> dict:
         "n_train": len(x_train),
         "steps": total,
     }
-    fingerprint = recipe_fingerprint(recipe)
+    fingerprint = training.recipe_fingerprint(recipe)
 
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset]).to(memory_format=torch.channels_last)
-    opt, sched = sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
+    opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 
     out_dir = Path(args.out_dir) / args.dataset
     ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
     run = TrainingState(ckpt, fingerprint, model, opt, sched)
     step, history = run.start(total, steps_per_epoch), run.history
 
-    bar = training_bar(total, step, f"train {args.dataset}/{args.model}", args.no_progress)
+    bar = training.progress_bar(total, step, f"train {args.dataset}/{args.model}", args.no_progress)
     running_loss, running_correct, seen = 0.0, 0, 0
     model.train()
     while step < total:
@@ -142,26 +138,10 @@ def train(args: argparse.Namespace) -> dict:
         },
         weights,
     )
-    record = write_training_record(
-        weights,
-        {
-            "task": "train",
-            "dataset": args.dataset,
-            "model": args.model,
-            "recipe": recipe,
-            "final_test": final,
-            "n_eval": len(y_eval),
-            "history": history,
-            "wall_s": round(wall_s, 1),
-            "device": device_description("cpu"),
-            "data_root": str(root),
-        },
-    )
-    print(
-        f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
-        f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}"
-    )
-    return record
+    trained = {"task": "train", "dataset": args.dataset, "model": args.model}
+    where = {"device": device_description("cpu"), "data_root": str(root)}
+    score = f"top-1 {final['top1']:.2f} top-5 {final['top5']:.2f}"
+    return training.write_record(weights, trained, recipe, final, len(y_eval), history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -170,13 +150,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true")
-    add_training_args(
+    training.add_args(
         p,
         epochs=40,
-        epochs_help="40 fits a CPU (hours); the classic schedule is 160-200",
         batch_size=128,
-        lr_help="peak learning rate (default 0.1 x batch/128)",
         eval_every=5,
+        lr_help="peak learning rate (default 0.1 x batch/128)",
+        epochs_help="40 fits a CPU (hours); the classic schedule is 160-200",
     )
     return p.parse_args(argv)
 

@@ -35,10 +35,9 @@ from torch.utils.data import Dataset
 from fcpts.core.io import file_sha256, save_torch_atomic
 from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
-from tasks.grid import cli
+from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
-from tasks.grid.records import device_description, write_training_record
-from tasks.grid.training import add_training_args, recipe_fingerprint, sgd_warmup_cosine, training_bar
+from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
 
@@ -149,10 +148,7 @@ def train(args: argparse.Namespace) -> dict:
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
     eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
 
-    steps_per_epoch = len(train_set) // args.batch_size
-    total = steps_per_epoch * args.epochs
-    if steps_per_epoch == 0:
-        raise ValueError(f"{len(train_set)} training images make no full batch of {args.batch_size}")
+    steps_per_epoch, total = training.epoch_steps(len(train_set), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
     recipe = {
         "dataset": dataset,
@@ -175,8 +171,8 @@ def train(args: argparse.Namespace) -> dict:
         "base_net": file_sha256(Path(args.base_net)) if args.base_net else None,
         "ssd_config": config.to_dict(),
     }
-    fingerprint = recipe_fingerprint(recipe)
-    opt, sched = sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)
+    fingerprint = training.recipe_fingerprint(recipe)
+    opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)
     loss_fn = MultiboxLoss()
 
     name = f"{args.model}-{args.image_size}"
@@ -190,7 +186,7 @@ def train(args: argparse.Namespace) -> dict:
         model.train()
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
-    bar = training_bar(total, step, f"train {dataset}/{name}", args.no_progress)
+    bar = training.progress_bar(total, step, f"train {dataset}/{name}", args.no_progress)
     sums, seen = {"loc": 0.0, "cls": 0.0}, 0
     model.train()
     batches = iter(
@@ -246,28 +242,10 @@ def train(args: argparse.Namespace) -> dict:
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
     save_torch_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
-    record = write_training_record(
-        weights,
-        {
-            "task": "train_ssd",
-            "dataset": dataset,
-            "model": args.model,
-            "image_size": args.image_size,
-            "recipe": recipe,
-            "final_test": final,
-            "n_eval": len(test),
-            "history": history,
-            "wall_s": round(wall_s, 1),
-            "device": device_description(device),
-            "workers": args.workers,
-            "data_root": str(folder),
-        },
-    )
-    print(
-        f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
-        f"{wall_s / 60:.1f} min -> {weights}"
-    )
-    return record
+    trained = {"task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size}
+    where = {"device": device_description(device), "workers": args.workers, "data_root": str(folder)}
+    score = f"mAP@0.5 (VOC07) {final['map50']:.2f}"
+    return training.write_record(weights, trained, recipe, final, len(test), history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -281,13 +259,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-split", default="trainval")
     p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    add_training_args(
-        p,
-        epochs=60,
-        epochs_help=None,
-        batch_size=32,
-        lr_help="peak learning rate (default 0.05 x batch/32)",
-        eval_every=10,
+    training.add_args(
+        p, epochs=60, batch_size=32, eval_every=10, lr_help="peak learning rate (default 0.05 x batch/32)"
     )
     return p.parse_args(argv)
 

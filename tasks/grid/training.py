@@ -1,6 +1,8 @@
 """What the suite's dense training recipes (tasks.cifar.train, tasks.detection.train) share besides their
-resumable state (training_state.py): the flags, SGD with a warm-up then cosine schedule, the fingerprint that
-names a recipe's checkpoint, the progress bar.
+resumable state (training_state.py): the flags, the steps of an epoch, SGD with a warm-up then cosine schedule,
+the fingerprint that names a recipe's checkpoint, the progress bar, the record of the trained model.
+
+The recipes call these through the module (`training.add_args(p, ...)`).
 """
 
 from __future__ import annotations
@@ -9,16 +11,25 @@ import argparse
 import hashlib
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
 from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import write_training_record
 
 
-def add_training_args(
-    p: argparse.ArgumentParser, *, epochs: int, epochs_help: str | None, batch_size: int, lr_help: str, eval_every: int
+def add_args(
+    p: argparse.ArgumentParser,
+    *,
+    epochs: int,
+    batch_size: int,
+    eval_every: int,
+    lr_help: str,
+    epochs_help: str | None = None,
 ) -> None:
     """The flags every recipe has; a task gives its own defaults and adds its data and model flags."""
     p.add_argument("--epochs", type=int, default=epochs, help=epochs_help)
@@ -33,6 +44,14 @@ def add_training_args(
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
     p.add_argument("--checkpoint-every-s", type=float, default=180.0)
     p.add_argument("--no-progress", action="store_true")
+
+
+def epoch_steps(n_train: int, batch_size: int, epochs: int) -> tuple[int, int]:
+    """(steps per epoch, total steps): whole batches only, so a set smaller than one batch is an error."""
+    steps_per_epoch = n_train // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"{n_train} training images make no full batch of {batch_size}")
+    return steps_per_epoch, steps_per_epoch * epochs
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -64,6 +83,37 @@ def recipe_fingerprint(recipe: dict) -> str:
     return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def training_bar(total: int, step: int, desc: str, disable: bool) -> tqdm:
+def progress_bar(total: int, step: int, desc: str, disable: bool) -> tqdm:
     """The steps' progress, starting at `step` when a run resumes."""
     return tqdm(total=total, initial=step, desc=desc, dynamic_ncols=True, disable=disable, mininterval=5)
+
+
+def write_record(
+    weights: Path,
+    trained: dict[str, Any],
+    recipe: dict,
+    final: dict,
+    n_eval: int,
+    history: list[dict],
+    wall_s: float,
+    where: dict[str, Any],
+    score: str,
+) -> dict:
+    """The training record beside `weights`: what was `trained` (task, dataset, model), its recipe, the final test
+    metrics on `n_eval` images, the history and training time, then `where` it ran; one line says what was
+    trained and its `score`."""
+    record = write_training_record(
+        weights,
+        {
+            **trained,
+            "recipe": recipe,
+            "final_test": final,
+            "n_eval": n_eval,
+            "history": history,
+            "wall_s": round(wall_s, 1),
+            **where,
+        },
+    )
+    label = f"{weights.parent.name}/{weights.stem}"  # <dataset>/<model>
+    print(f"{label}: final test {score} after {recipe['epochs']} epochs, {wall_s / 60:.1f} min -> {weights}")
+    return record
