@@ -172,8 +172,20 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
     pin = None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates))
     checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
-    loop = train_loop(model, teacher, calib, opts, optimizer, scheduler, loss_fn, checkpoint, device,
-                      desc=f"fcpts {target:.2f}", before_step=pin, channels_last=opts.channels_last)  # fmt: skip
+    loop = train_loop(
+        model,
+        teacher,
+        calib,
+        opts,
+        optimizer,
+        scheduler,
+        loss_fn,
+        checkpoint,
+        device,
+        desc=f"fcpts {target:.2f}",
+        before_step=pin,
+        channels_last=opts.channels_last,
+    )
     if taps_s is not None:
         taps_s.remove()
         taps_t.remove()

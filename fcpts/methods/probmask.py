@@ -132,8 +132,20 @@ def probmask_sparsify(
         project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
 
     checkpoint = run_checkpoint(cfg, identity, f"probmask {target:.2%}")
-    loop = train_loop(model, teacher, calib, cfg, [sgd, adam], scheds, kl_loss(cfg.temperature), checkpoint, device,
-                      desc=f"probmask {target:.2f}", before_step=before, after_step=after)  # fmt: skip
+    loop = train_loop(
+        model,
+        teacher,
+        calib,
+        cfg,
+        [sgd, adam],
+        scheds,
+        kl_loss(cfg.temperature),
+        checkpoint,
+        device,
+        desc=f"probmask {target:.2f}",
+        before_step=before,
+        after_step=after,
+    )
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)

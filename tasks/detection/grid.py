@@ -155,9 +155,14 @@ def model_name(arch: str, image_size: int) -> str:
 
 
 def build_grid(
-    *, arch: str, profile: Profile, where: Where, image_size: int = 300, reconstruction: str = "mse-blocks",
-    workers: int = 0
-) -> Grid:  # fmt: skip
+    *,
+    arch: str,
+    profile: Profile,
+    where: Where,
+    image_size: int = 300,
+    reconstruction: str = "mse-blocks",
+    workers: int = 0,
+) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
     data_root_path = resolve_data_root(where.data_root)
     folder = voc2007_dir(data_root_path)

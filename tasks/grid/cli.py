@@ -131,9 +131,15 @@ def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
-    return Where(seed=args.seed, data_root=args.data_root, weights=args.weights, runs_dir=Path(args.results_dir),
-                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None, device=args.device,
-                 progress=not args.no_progress)  # fmt: skip
+    return Where(
+        seed=args.seed,
+        data_root=args.data_root,
+        weights=args.weights,
+        runs_dir=Path(args.results_dir),
+        checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+        device=args.device,
+        progress=not args.no_progress,
+    )
 
 
 class GridPlan(NamedTuple):
