@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,39 +59,26 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
-PROFILES = {
-    "paper": paper_profile(
+PROFILES = profile_table(
+    paper_profile(
         "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
         "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
     ),
-    "cpu": Profile(
-        "cpu",
-        n_calibration=1024,
-        iterations=400,
-        batch_size=32,
-        note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
-        methods=pot_budget(1024, 1000),
+    cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(
+        "CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
+        "POT 1,000 iterations per layer on the same images; not the paper's protocol"
     ),
-    "quick": Profile(
-        "quick",
-        n_calibration=8,
-        iterations=2,
-        batch_size=4,
-        eval_limit=8,
-        note="smoke test only; not a result",
-        methods=pot_budget(8, 2),
-    ),
-}
+    quick_profile(8, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2),
+)
 
 
 @torch.inference_mode()
@@ -167,9 +155,14 @@ def model_name(arch: str, image_size: int) -> str:
 
 
 def build_grid(
-    *, arch: str, profile: Profile, where: Where, image_size: int = 300, reconstruction: str = "mse-blocks",
-    workers: int = 0
-) -> Grid:  # fmt: skip
+    *,
+    arch: str,
+    profile: Profile,
+    where: Where,
+    image_size: int = 300,
+    reconstruction: str = "mse-blocks",
+    workers: int = 0,
+) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
     data_root_path = resolve_data_root(where.data_root)
     folder = voc2007_dir(data_root_path)
@@ -255,25 +248,11 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)
 
 
-def format_table(records: list[dict]) -> str:
-    head = (
-        f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} "
-        f"{'time s':>7s}"
-    )
-    rows = [head, "-" * len(head)]
-    for r in records:
-        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
-        rows.append(
-            f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-            f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}"
-        )
-    return "\n".join(rows)
+VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"map50": "mAP"}, method_width=14)]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.voc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.voc", __doc__)
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
@@ -307,4 +286,4 @@ def plans(args: argparse.Namespace):
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table, argv)
+    return cli.run_grids(parse_args(argv), plans, partial(format_table, columns=VOC_COLUMNS), argv)

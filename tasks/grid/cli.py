@@ -26,6 +26,11 @@ from tasks.grid.profiles import POT_METHODS, Profile
 from tasks.grid.runner import Grid, Where, run_grid
 
 
+def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help."""
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def target(text: str) -> float:
     """argparse type: a global sparsity target in [0, 1)."""
     try:
@@ -126,9 +131,15 @@ def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
-    return Where(seed=args.seed, data_root=args.data_root, weights=args.weights, runs_dir=Path(args.results_dir),
-                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None, device=args.device,
-                 progress=not args.no_progress)  # fmt: skip
+    return Where(
+        seed=args.seed,
+        data_root=args.data_root,
+        weights=args.weights,
+        runs_dir=Path(args.results_dir),
+        checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+        device=args.device,
+        progress=not args.no_progress,
+    )
 
 
 class GridPlan(NamedTuple):

@@ -35,8 +35,18 @@ from tasks.grid.submission import (
 
 DEFAULT_TIMEOUT_MIN = 240
 # The launcher's own flags: a job's command never carries them.
-LAUNCHER_FLAGS = ("--launcher", "--cluster", "--jobs-dir", "--slurm-partition", "--gpus-per-node", "--cpus-per-task",
-                  "--mem-gb", "--timeout-min", "--array-parallelism", "--no-wait")  # fmt: skip
+LAUNCHER_FLAGS = (
+    "--launcher",
+    "--cluster",
+    "--jobs-dir",
+    "--slurm-partition",
+    "--gpus-per-node",
+    "--cpus-per-task",
+    "--mem-gb",
+    "--timeout-min",
+    "--array-parallelism",
+    "--no-wait",
+)
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
 
@@ -95,8 +105,10 @@ def check_launcher_args(args: argparse.Namespace) -> None:
     if args.no_wait and args.cluster == "debug":
         raise ValueError("--cluster debug runs the jobs in this process while it waits; drop --no-wait")
     if args.cluster == "slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
-        raise ValueError("--cluster slurm needs sbatch and srun on PATH (a SLURM login node); --cluster local runs "
-                         "the jobs on this machine")  # fmt: skip
+        raise ValueError(
+            "--cluster slurm needs sbatch and srun on PATH (a SLURM login node); --cluster local runs "
+            "the jobs on this machine"
+        )
     import_submitit()
 
 
@@ -212,17 +224,23 @@ def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, rec
 def _executor(submitit, args: argparse.Namespace, folder: Path, name: str):
     """submitit's executor for one grid's jobs, with the command's resources (checked by submitit here)."""
     wanted = {
-        "gpus_per_node": args.gpus_per_node, "cpus_per_task": args.cpus_per_task, "mem_gb": args.mem_gb,
-        "slurm_partition": args.slurm_partition, "slurm_array_parallelism": args.array_parallelism,
-    }  # fmt: skip
+        "gpus_per_node": args.gpus_per_node,
+        "cpus_per_task": args.cpus_per_task,
+        "mem_gb": args.mem_gb,
+        "slurm_partition": args.slurm_partition,
+        "slurm_array_parallelism": args.array_parallelism,
+    }
     try:
         executor = submitit.AutoExecutor(folder=folder, cluster=args.cluster)
     except RuntimeError as e:  # e.g. no srun on this machine
         raise ValueError(f"--cluster {args.cluster}: {e} (--cluster local runs the jobs on this machine)") from None
     executor.update_parameters(
-        name=name, timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN, nodes=1, tasks_per_node=1,
+        name=name,
+        timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN,
+        nodes=1,
+        tasks_per_node=1,
         **{k: v for k, v in wanted.items() if v is not None},
-    )  # fmt: skip
+    )
     return executor
 
 
@@ -267,8 +285,10 @@ def _wait(submitit, jobs, cluster, records, table, jobs_dir, log) -> int:
     print()
     print(table([r for r in records if r is not None]))
     if failed:
-        log(f"{failed} of {len(jobs)} cell(s) failed; run the same command again to resubmit them (done cells are "
-            f"skipped); python -m tasks.grid status --jobs-dir {shlex.quote(str(jobs_dir))}")  # fmt: skip
+        log(
+            f"{failed} of {len(jobs)} cell(s) failed; run the same command again to resubmit them (done cells are "
+            f"skipped); python -m tasks.grid status --jobs-dir {shlex.quote(str(jobs_dir))}"
+        )
         return 1
     return 0
 

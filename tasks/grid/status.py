@@ -23,8 +23,16 @@ def status_rows(jobs_dir: Path) -> list[dict]:
     for manifest in manifests(jobs_dir):
         cells = json.loads(manifest.read_text())["cells"]
         for cell, state in zip(cells, cell_states(cells, manifest.parent)):
-            rows.append({"cell": cell["cell"], "state": state.state, "job": cell.get("job_id") or "-",
-                         "detail": state.detail, "log": state.log, "command": cell["command"]})  # fmt: skip
+            rows.append(
+                {
+                    "cell": cell["cell"],
+                    "state": state.state,
+                    "job": cell.get("job_id") or "-",
+                    "detail": state.detail,
+                    "log": state.log,
+                    "command": cell["command"],
+                }
+            )
     return rows
 
 

@@ -25,8 +25,14 @@ def jobs_dir_for(results_dir: str | Path, jobs_dir: str | Path | None = None) ->
 
 def grid_identity(grid: Grid) -> dict:
     """What names a grid in its manifest and its jobs folder (the grid itself holds data and models)."""
-    return {"task": grid.task, "dataset": grid.dataset, "model": grid.model, "profile": grid.profile.name,
-            "seed": grid.seed, "results_dir": str(Path(grid.runs_dir).resolve())}  # fmt: skip
+    return {
+        "task": grid.task,
+        "dataset": grid.dataset,
+        "model": grid.model,
+        "profile": grid.profile.name,
+        "seed": grid.seed,
+        "results_dir": str(Path(grid.runs_dir).resolve()),
+    }
 
 
 def grid_folder(jobs_dir: Path, grid: dict) -> Path:

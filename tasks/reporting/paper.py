@@ -10,7 +10,6 @@ cells without a record say so.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
+from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, paper_profile
 from tasks.grid.records import MANIFEST, all_records, preferred_records, update_manifest
@@ -295,9 +295,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.reporting", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.reporting", __doc__)
     p.add_argument(
         "what",
         choices=["tables", "manifest", "figures"],
