@@ -25,10 +25,7 @@ from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
 
 PROFILES = profile_table(
-    paper_profile(
-        "METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
-        "(capped at the split), up to 20,000 iterations per layer"
-    ),
+    paper_profile(),
     cpu_profile("paper-cpu", 1024, iterations=1600, batch_size=64, pot_iterations=1000).with_note(
         "paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
         "images as FCPTS (CPU budget); compare times only within this profile"

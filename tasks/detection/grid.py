@@ -69,10 +69,7 @@ VOC07_TEST_IMAGES = 4952
 DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
 PROFILES = profile_table(
-    paper_profile(
-        "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
-        "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
-    ),
+    paper_profile("trainval"),
     cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(
         "CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
         "POT 1,000 iterations per layer on the same images; not the paper's protocol"

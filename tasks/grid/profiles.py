@@ -87,9 +87,14 @@ def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}
 
 
-def paper_profile(note: str) -> Profile:
-    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64; POT 10,240 images (capped at
-    the split) and up to 20,000 iterations per layer."""
+def paper_profile(split: str = "training") -> Profile:
+    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64 for the training-loop methods;
+    POT 10,240 images (capped at the split) and up to 20,000 iterations per layer. `split` names where the
+    calibration images come from, for the note records carry."""
+    note = (
+        f"METHOD.md protocol: training-loop methods 1,024 {split} images x 1,600 iterations of 64; "
+        f"POT 10,240 {split} images (capped at the split), up to 20,000 iterations per layer"
+    )
     return Profile(
         "paper", n_calibration=1024, iterations=1600, batch_size=64, note=note, methods=pot_budget(10240, 20000)
     )

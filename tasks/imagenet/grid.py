@@ -38,10 +38,7 @@ from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, 
 CPU_TRAINING_LR = {m: {"options": {"lr": 0.02}} for m in training_methods()}
 
 PROFILES = profile_table(
-    paper_profile(
-        "METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
-        "POT 10,240 images (capped at the split), up to 20,000 iterations per layer"
-    ),
+    paper_profile(),
     # POT 1,000 iterations per layer, as CIFAR's paper-cpu: with the Gram objective a Lite0 run takes 30 min of a
     # shared core (16 min at 100 iterations, whose fixed costs dominate); measured at 70%: POT L2Norm 36.77 with
     # 1,000 iterations, 34.38 with 100 (records cpu and cpu-pot100).

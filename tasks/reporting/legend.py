@@ -70,7 +70,7 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
 
 def paper_protocol() -> str:
     """The paper's protocol as the `paper` profile defines it (tasks/grid/profiles.py)."""
-    p = paper_profile("")
+    p = paper_profile()
     pot = p.methods[POT_METHODS[0]]
     return (
         f"the paper's protocol (profile `paper`) gives the training-loop methods {p.iterations:,} iterations of "

@@ -227,7 +227,7 @@ def _pot_cut_note(records: list[dict]) -> str:
     pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in POT_METHODS), None)
     if pot is None:
         return ""
-    paper = paper_profile("").methods[pot["method"]]
+    paper = paper_profile().methods[pot["method"]]
     return (
         f"The `paper-cpu` profile cuts POT to {pot['budget']['options']['iterations']:,} of its "
         f"{paper['options']['iterations']:,} iterations per layer and {pot['calibration']['n_images']:,} of its "

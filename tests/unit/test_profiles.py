@@ -33,7 +33,7 @@ def test_quick_is_named_and_marked_as_no_result():
 
 
 def test_a_table_keeps_the_order_given_and_refuses_two_profiles_of_one_name():
-    table = profile_table(paper_profile("paper"), quick_profile(8, 2, 4, 8, 2))
+    table = profile_table(paper_profile(), quick_profile(8, 2, 4, 8, 2))
     assert list(table) == ["paper", "quick"]
     with pytest.raises(ValueError, match="share a name"):
         profile_table(quick_profile(8, 2, 4, 8, 2), quick_profile(16, 2, 4, 8, 2))
