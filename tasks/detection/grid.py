@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
+from tasks.detection.profiles import DISTILL_METHODS, PAPER_METHODS, PAPER_SPARSITY, PROFILES
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -58,39 +59,11 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
 
-PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
-PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
-DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
-
-PROFILES = {
-    "paper": paper_profile(
-        "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
-        "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
-    ),
-    "cpu": Profile(
-        "cpu",
-        n_calibration=1024,
-        iterations=400,
-        batch_size=32,
-        note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
-        methods=pot_budget(1024, 1000),
-    ),
-    "quick": Profile(
-        "quick",
-        n_calibration=8,
-        iterations=2,
-        batch_size=4,
-        eval_limit=8,
-        note="smoke test only; not a result",
-        methods=pot_budget(8, 2),
-    ),
-}
 
 
 @torch.inference_mode()
