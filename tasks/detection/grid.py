@@ -221,7 +221,11 @@ def build_grid(
 @register_task("voc")
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options)."""
+    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""
+    if record.get("framework") == "mmdet":
+        from tasks.detection.mmdet.grid import grid_for_record as mmdet_grid_for_record
+
+        return mmdet_grid_for_record(record, profile, where)
     image_size = record["ssd_config"]["image_size"]
     arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
