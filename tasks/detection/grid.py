@@ -44,6 +44,7 @@ from torch.utils.data import DataLoader
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
+from tasks.detection.profiles import DISTILL_METHODS, PAPER_METHODS, PAPER_SPARSITY, PROFILES
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -59,23 +60,11 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
+from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 
-PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
-PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
-DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
-
-PROFILES = profile_table(
-    paper_profile("trainval"),
-    cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(
-        "CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-        "POT 1,000 iterations per layer on the same images; not the paper's protocol"
-    ),
-    quick_profile(8, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2),
-)
 
 
 @torch.inference_mode()
@@ -238,7 +227,11 @@ def build_grid(
 @register_task("voc")
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options)."""
+    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""
+    if record.get("framework") == "mmdet":
+        from tasks.detection.mmdet.grid import grid_for_record as mmdet_grid_for_record
+
+        return mmdet_grid_for_record(record, profile, where)
     image_size = record["ssd_config"]["image_size"]
     arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
