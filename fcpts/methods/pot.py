@@ -174,7 +174,13 @@ def network_errors(
         for n in names:
             err[n] += float((s[n] - d[n]).pow(2).sum())
             energy[n] += float(d[n].pow(2).sum())
-    return {n: err[n] / energy[n] for n in names}
+    return {n: relative_error(err[n], energy[n]) for n in names}
+
+
+def relative_error(error: float, energy: float) -> float | None:
+    """Squared error over the dense output's energy; None where the dense output is all zeros (a dead layer
+    of an untrained network), where no ratio exists."""
+    return error / energy if energy > 0 else None
 
 
 def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -> dict[str, int]:
@@ -252,12 +258,16 @@ def prepare_layer(
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
     energy = objective.full_loss(zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
-    log: dict = {"error_masked": objective.full_loss(layer.weight, layer.bias, w_dense, b_dense) / energy}
+    log: dict = {
+        "error_masked": relative_error(objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy)
+    }
     if cfg.bias_correction:
         with torch.no_grad():
             layer.bias.add_(bias_objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
     del bias_objective
-    log["error_bias_corrected"] = objective.full_loss(layer.weight, layer.bias, w_dense, b_dense) / energy
+    log["error_bias_corrected"] = relative_error(
+        objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
+    )
     per_step = 1 if units is not None else min(cfg.batch_size, len(objective))
     draws = layer_draws(cfg.seed, name, cfg.iterations, len(objective), per_step).to(w_dense.device)
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
@@ -329,13 +339,14 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
                 iterations=int(steps[i]),
                 final_loss=final,
                 early_stopped=final < cfg.early_stop_loss,
-                error_reconstructed=p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense)
-                / p.energy,
+                error_reconstructed=relative_error(
+                    p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
+                ),
                 stacked_layers=len(group),
                 wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
             )
             for k in ("error_masked", "error_bias_corrected", "error_reconstructed"):
-                p.log[k] = round(p.log[k], 6)
+                p.log[k] = None if p.log[k] is None else round(p.log[k], 6)
 
 
 def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
@@ -416,7 +427,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     bar.close()
     apply_keep_masks(layers, masks)
     for n, e in network_errors(dense, model, list(layers), images).items():
-        per_layer_log[n]["error_in_network"] = round(e, 6)
+        per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     for row in per_layer:
