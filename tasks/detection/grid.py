@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
-from tasks.detection.profiles import DISTILL_METHODS, PAPER_METHODS, PAPER_SPARSITY, PROFILES
+from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -162,20 +162,8 @@ def build_grid(
     # A partial test set is named by its size, so its results never pass for the full set's.
     dataset = base if full else f"{base}-test{len(test)}"
 
-    suffix = (
-        "" if reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}") else f"-{reconstruction}"
-    )
     probe = create_ssd(arch, len(test.class_names))
-    blocks = reconstruction_blocks(probe, reconstruction)
-    methods = dict(profile.methods)
-    for m in DISTILL_METHODS:
-        methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
-    profile = replace(
-        profile,
-        name=profile.name + suffix,
-        methods=methods,
-        note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
-    )
+    profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
 
     weights_path = (
         Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, base, substitute)

@@ -17,7 +17,7 @@ from fcpts.core.masks import prunable_layers  # noqa: E402
 from tasks import voc as voc_cli  # noqa: E402
 from tasks.cifar.data import load_cifar  # noqa: E402
 from tasks.detection import make_set as mds  # noqa: E402
-from tasks.detection.data import SUBSTITUTE_MANIFEST, DetectionImages, VOCDetection, collate_images  # noqa: E402
+from tasks.detection.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
 from tasks.detection.metrics import Detections, voc07_map  # noqa: E402
 from tasks.detection.mmdet import train as mmdet_train  # noqa: E402
 from tasks.detection.mmdet.agreement import mmdet_voc_map  # noqa: E402
@@ -38,6 +38,7 @@ from tasks.grid.data import resolve_data_root  # noqa: E402
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
+from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
 
 CONFIG = REPO_ROOT / "tasks" / "detection" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
@@ -46,16 +47,7 @@ MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375
 @pytest.fixture(scope="module")
 def tiny_voc(tmp_path_factory):
     """6 trainval + 4 test canvases with the substitute set's 10 classes (random-pixel objects: fast)."""
-    root = tmp_path_factory.mktemp("voc")
-    rng = np.random.default_rng(0)
-    objects = rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8)
-    labels = np.arange(20) % 10
-    scenes = rng.integers(0, 256, (5, 32, 32, 3), dtype=np.uint8)
-    folder = mds.prepare_folder(root)
-    mds.write_split(folder, "trainval", 6, objects, labels, scenes, seed=0, tag=1, first_id=1, log=lambda s: None)
-    mds.write_split(folder, "test", 4, objects, labels, scenes, seed=0, tag=2, first_id=7, log=lambda s: None)
-    (folder / SUBSTITUTE_MANIFEST).write_text(json.dumps({"dataset": "voc-tiny"}))
-    return root
+    return write_tiny_voc(tmp_path_factory.mktemp("voc"))
 
 
 @pytest.fixture(scope="module")

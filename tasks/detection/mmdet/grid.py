@@ -32,7 +32,7 @@ from tasks.detection.mmdet.data import (
 from tasks.detection.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
 from tasks.detection.mmdet.evaluate import evaluate_detector
 from tasks.detection.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
-from tasks.detection.profiles import DISTILL_METHODS, PAPER_METHODS, PAPER_SPARSITY, PROFILES
+from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
@@ -97,18 +97,7 @@ def build_grid(
     weights_info = load_weights(probe, checkpoint)
     probe_view = HeadOutputView(probe)
 
-    default = reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}")
-    suffix = "" if default else f"-{reconstruction}"
-    blocks = reconstruction_blocks(probe_view, reconstruction)
-    methods = dict(profile.methods)
-    for m in DISTILL_METHODS:
-        methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
-    profile = replace(
-        profile,
-        name=profile.name + suffix,
-        methods=methods,
-        note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
-    )
+    profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
     build_view = dense_factory(lambda: HeadOutputView(build_detector(cfg)), probe_view, where.device)
 
     def make_calibration(n: int, augment: bool):
