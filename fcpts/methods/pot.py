@@ -277,12 +277,14 @@ def prepare_layer(
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
-    """Problems whose Gram statistics share a signature form one group (in order of first appearance)."""
+    """Problems whose Gram statistics share a signature and whose weights share a shape form one group (in order
+    of first appearance); equal statistics alone do not make equal weights (1x1 convs of one input width)."""
     if not concurrent:
         return [[p] for p in problems]
     groups: dict[object, list[LayerProblem]] = {}
     for i, p in enumerate(problems):
-        groups.setdefault(stack_signature(p.objective) or i, []).append(p)
+        signature = stack_signature(p.objective)
+        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature else i, []).append(p)
     return list(groups.values())
 
 

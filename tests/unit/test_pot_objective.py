@@ -161,3 +161,15 @@ def test_stacked_layers_follow_their_sequential_trajectories(early_stop_loss):
         assert torch.equal(a.weight != 0, b.weight != 0), name
         torch.testing.assert_close(a.weight, b.weight, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(a.bias, b.bias, rtol=1e-4, atol=1e-6)
+
+
+def test_layers_of_equal_statistics_but_other_output_widths_are_not_stacked():
+    """Two 1x1 convs reading 8 channels share a Gram shape but not a weight shape (EfficientNet's
+    projections): each is its own problem, and POT runs."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.ReLU(), nn.Conv2d(8, 12, 1)
+    ).eval()
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    _, report = pot(net, x, 0.5, POTOptions(iterations=5, batch_size=8, progress=False))
+    assert [r["stacked_layers"] for r in report.per_layer] == [1, 1, 1]
