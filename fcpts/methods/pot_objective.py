@@ -144,6 +144,16 @@ def gram_loss(dw, db, gram, s, count) -> torch.Tensor:
     return (quad + cross + count * db.pow(2).sum((-1, -2))) / count
 
 
+def batch_gram(u: torch.Tensor) -> torch.Tensor:
+    """(g, D, D) sum of the images' patch Gram matrices, u: (m, g, D, P). With few long patch rows one product
+    per image and a sum is fastest; with many short ones, one product over all images' positions (measured on
+    CIFAR ResNet and Lite0 shapes, the other order took 1.5-5x as long)."""
+    if u.shape[2] < u.shape[3]:
+        return (u @ u.transpose(-1, -2)).sum(0)
+    v = u.permute(1, 2, 0, 3).flatten(2)  # (g, D, m * P)
+    return v @ v.transpose(-1, -2)
+
+
 class GramObjective(_Units):
     """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit (an image, or one
     of POT's fixed batches, whose statistics are the sums of its images')."""
@@ -163,7 +173,7 @@ class GramObjective(_Units):
             else:
                 for images in units:
                     u = _patches(layer, inputs[images])  # (m, g, D, P)
-                    grams.append(torch.einsum("ngdp,ngep->gde", u, u)[None])
+                    grams.append(batch_gram(u)[None])
                     sums.append(u.sum((0, -1))[None])
         self.grams, self.sums = torch.cat(grams), torch.cat(sums)  # (k, g, D, D), (k, g, D)
         self.positions = u.shape[-1]
