@@ -164,8 +164,7 @@ def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
     """What a cell adds after its shown record: the spread over seeds of the shown profile (when more than one
-    seed ran) and the same seed's top-1 under the other budgets, e.g. ' · 3 seeds: 87.99 ± 0.16 · also 74.74
-    [paper-cpu]'."""
+    seed ran) and the same seed's top-1 under the other budgets: ' · 3 seeds: mean ± sd · also x [paper-cpu]'."""
     profile = shown["profile"]["name"]
     seeds = sorted((r for r in runs if r["profile"]["name"] == profile), key=lambda r: r.get("seed", 0))
     text = ""
