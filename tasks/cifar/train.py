@@ -27,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
+from fcpts.core.options import resolve_device
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli
@@ -94,8 +96,10 @@ def train(args: argparse.Namespace) -> dict:
     }
     fingerprint = recipe_fingerprint(recipe)
 
+    device = resolve_device(args.device)
     torch.manual_seed(args.seed)
-    model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset]).to(memory_format=torch.channels_last)
+    model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
+    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     decay = [p for n, p in model.named_parameters() if p.dim() > 1]
     no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]  # BN and biases: no decay
     opt = torch.optim.SGD(
@@ -122,15 +126,16 @@ def train(args: argparse.Namespace) -> dict:
         disable=args.no_progress,
         mininterval=5,
     )
-    running_loss, running_correct, seen = 0.0, 0, 0
+    running = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, correct: read once per epoch
+    seen = 0
     model.train()
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         perm = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + epoch))
         idx = perm[pos * args.batch_size : (pos + 1) * args.batch_size]
         x = augment_batch(x_train[idx], torch.Generator().manual_seed(args.seed * 7_919 + step))
-        x = x.contiguous(memory_format=torch.channels_last)
-        y = y_train[idx]
+        x = to_device(x, device).contiguous(memory_format=torch.channels_last)
+        y = to_device(y_train[idx], device)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         opt.zero_grad(set_to_none=True)
@@ -138,16 +143,17 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         sched.step()
         step += 1
-        running_loss += loss.item() * len(y)
-        running_correct += (logits.argmax(1) == y).sum().item()
+        with torch.no_grad():
+            running += torch.stack([loss.detach().double() * len(y), (logits.argmax(1) == y).sum().double()])
         seen += len(y)
         bar.update(1)
         if step % steps_per_epoch == 0:
+            loss_sum, correct = running.tolist()
             entry = {
                 "epoch": step // steps_per_epoch,
                 "step": step,
-                "train_loss": round(running_loss / seen, 5),
-                "train_top1": round(100 * running_correct / seen, 3),
+                "train_loss": round(loss_sum / seen, 5),
+                "train_top1": round(100 * correct / seen, 3),
                 "lr": sched.get_last_lr()[0],
                 "elapsed_s": round(run.elapsed_s(), 1),
             }
@@ -155,7 +161,8 @@ def train(args: argparse.Namespace) -> dict:
                 entry["test"] = classify(model, x_eval, y_eval)
                 model.train()
             history.append(entry)
-            running_loss, running_correct, seen = 0.0, 0, 0
+            running.zero_()
+            seen = 0
             print(json.dumps(entry), flush=True)
             run.save(step)
             last_save = time.perf_counter()
@@ -167,7 +174,7 @@ def train(args: argparse.Namespace) -> dict:
 
     final = classify(model, x_eval, y_eval)
     weights = out_dir / f"{args.model}.th"
-    state_dict = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state_dict = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_torch_atomic(
         {
             "state_dict": state_dict,
@@ -188,7 +195,7 @@ def train(args: argparse.Namespace) -> dict:
             "n_eval": len(y_eval),
             "history": history,
             "wall_s": round(wall_s, 1),
-            "device": device_description("cpu"),
+            "device": device_description(device),
             "data_root": str(root),
         },
     )
@@ -218,6 +225,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
     p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
