@@ -52,8 +52,8 @@ class Calibration:
             if self.data.is_cuda:  # index on the device, so the index list is not a blocking copy
                 return self.data[to_device(torch.tensor(idx), self.data.device)]
             return self.data[idx]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # transforms draw from the host RNG; a GPU's is left alone
+            torch.default_generator.manual_seed(seed)
             items = [self.data[i] for i in idx]
         batch = torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
         check_finite(batch, lambda: f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")

@@ -83,7 +83,7 @@ class DetectionTrainSet(Dataset):
         boxes, labels = ann.boxes[keep], ann.labels[keep]
         if self.augment is not None and len(boxes):
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)  # the host RNG only: a GPU's is not forked
                 out = self.augment(
                     {
                         "image": tv_tensors.Image(image),
