@@ -110,3 +110,14 @@ def test_block_mse_has_mse_losss_value_and_gradient():
 def test_host_batches_stay_put_on_the_cpu():
     x = images(2)
     assert to_device(x, torch.device("cpu")) is x
+
+
+def test_channels_last_feeds_nhwc_and_returns_an_nchw_model():
+    layouts = []
+    model = net()
+    model[0].register_forward_pre_hook(
+        lambda _m, inp: layouts.append(inp[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    sparse, _ = fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False, channels_last=True)
+    assert layouts and all(layouts)  # teacher and student, every step
+    assert sparse[0].weight.is_contiguous()
