@@ -4,12 +4,20 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+
+# The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
+# torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
+MMCV_WHEEL ?= ../shared/wheels/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	@if [ -f $(MMCV_WHEEL) ] && $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
+	  echo "installing mmcv from $(MMCV_WHEEL) and the [mmdet] extra"; \
+	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[test,mmdet]"; \
+	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (README)"; fi
 	touch $@
 
 setup: $(VENV)/.installed
@@ -31,16 +39,20 @@ lint: setup
 	$(PY) -m ruff format --check fcpts tasks benchmarks tests
 	$(PY) -m mypy
 
+# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (README: On a cluster), e.g.
+# make reproduce-cifar LAUNCHER="--launcher submitit --cluster slurm --slurm-partition gpu --gpus-per-node 1"
+LAUNCHER ?=
+
 # Full protocol of METHOD.md for the same cell (1,600 iterations; resumable).
 reproduce-fcpts-r56: setup
-	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper
+	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile paper $(LAUNCHER)
 
 # The POT (L2Norm, ERK) vs FCPTS on CIFAR-10 ResNet-32, CPU budget for POT.
 baselines-r32: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet32 --all-methods --sparsity 0.7 0.8 0.9 --profile paper-cpu
 
-# Dense CIFAR-100 ResNet-32/56 of our own (no pretrained ones exist here); resumable, ~2 h (R32) and
-# ~4 h (R56) on 1 CPU core for 40 epochs. Writes results/weights/cifar100/<model>.{th,json}.
+# Dense CIFAR-100 ResNet-32/56 of our own (no pretrained ones exist here); resumable; 40 epochs took 3.2 h
+# (R32) and 4.9 h (R56) of one shared CPU core here (their training records). Writes results/weights/cifar100/<model>.{th,json}.
 train-cifar100: setup
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet56 --epochs 40
@@ -50,40 +62,52 @@ train-cifar100: setup
 PROFILE ?= paper-cpu
 reproduce-cifar: setup
 	for ds in cifar10 cifar100; do for m in resnet32 resnet56; do \
-	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) || exit 1; \
+	  $(PY) -m tasks.cifar --dataset $$ds --model $$m --all-methods --sparsity 0.7 0.8 0.9 --profile $(PROFILE) $(LAUNCHER) || exit 1; \
 	done; done
 	$(PY) -m tasks.reporting manifest
 
 # ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
 # POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
-# held at 70/90% (Figure 3); CPU profile; 20-30 min a cell on one core (about 12 core-hours), resumable.
+# held at 70/90% (Figure 3); CPU profile; 11-32 min a cell of one shared core here and 2.1 h for STR's search
+# (about 16 core-hours in all, the records' wall times), resumable.
 reproduce-imagenet-substitute: setup
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu
-	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu $(LAUNCHER)
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu $(LAUNCHER)
+	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.reporting manifest
 
 # Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
-# canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (~5 h on 1 core, resumable), then
-# POT (L2Norm, ERK) and FCPTS at 90%.
+# canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (2.6 h of one shared core here, its training
+# record; resumable), then POT (L2Norm, ERK) and FCPTS at 90%.
 VOC_SUB ?= data/voc-cifar
 voc-substitute: setup
 	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
 	$(PY) -m tasks.detection.train --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
 	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
 
+# The same substitute set with mmdet's SSDLite-MobileNetV2 (its config adapted: 10 classes, 160 px), trained dense
+# with mmengine's Runner (60 epochs of 125 iterations, resumable per epoch), then POT (L2Norm, ERK) and FCPTS at
+# 50% and 90%. Needs the [mmdet] extra (make setup installs it with the mmcv wheel in ../shared/wheels/).
+MMDET_SSDLITE := tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
+voc-substitute-mmdet: setup
+	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
+	OMP_NUM_THREADS=1 $(PY) -m tasks.detection.mmdet.train --data-root $(VOC_SUB) --config $(MMDET_SSDLITE)
+	$(PY) -m tasks.voc --framework mmdet --data-root $(VOC_SUB) --config $(MMDET_SSDLITE) --all-methods \
+	  --sparsity 0.5 0.9 --profile cpu
+	$(PY) -m tasks.reporting manifest
+
 # Table 4 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
 # $(VOC_ROOT)/weights/voc/ (mobilenet-v1-ssd-mp-0_675.pth, mb2-ssd-lite-mp-0_686.pth). VOC_PROFILE=paper: GPU protocol.
 VOC_ROOT ?= ../shared/data
 VOC_PROFILE ?= cpu
 reproduce-voc: setup
-	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE)
+	$(PY) -m tasks.voc --data-root $(VOC_ROOT) --all-methods --profile $(VOC_PROFILE) $(LAUNCHER)
 
 # Table 7: deploy the FCPTS ResNet-56 90% model (ONNX export, sparse storage, ONNX vs PyTorch top-1 on the
 # 10,000 test images; the checkpoint is re-made from its record only when missing), then latency, memory and
 # file size on every runtime that is installed (make deploy-runtimes adds DeepSparse and OpenVINO), with the
 # real sparse EfficientNet-Lite0 of the FCPTS 50-70% cpu cells (sparse models are not committed: a missing
-# 70% one is re-made by re-running its cell, ~25 min, which rewrites its record; missing 50/60% ones are
+# 70% one is re-made by re-running its cell, about 20 min by its record, which rewrites it; missing 50/60% ones are
 # skipped with the command that re-makes them). About 30 min on 2 busy cores.
 DEPLOY_CKPT := results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 $(DEPLOY_CKPT): | setup

@@ -10,12 +10,17 @@ from pathlib import Path
 from fcpts.core.io import write_text_atomic
 
 
+def model_label(name: str, fam_result: dict) -> str:
+    """The model's name as the table shows it: models timed with random weights say so in every row."""
+    return f"{name} (random weights)" if fam_result.get("note", "").startswith("random weights") else name
+
+
 def _fmt_mb(n: int, ref: int) -> str:
     return f"{n / 1e6:.2f} ({n / ref:.2f}x)"
 
 
 def latency_rows(name: str, fam_result: dict, labels: list[str]) -> list[str]:
-    rows = []
+    rows, name = [], model_label(name, fam_result)
     for rt, per_batch in fam_result["latency"].items():
         for label in labels:
             b1, b32 = per_batch.get("1", {}).get("results", {}), per_batch.get("32", {}).get("results", {})
@@ -35,7 +40,7 @@ def faster(r: dict, threshold: float) -> bool:
 
 
 def storage_rows(name: str, fam_result: dict) -> list[str]:
-    rows = []
+    rows, name = [], model_label(name, fam_result)
     ref = fam_result["file_bytes"]["dense"]["dense"]
     for label, b in fam_result["file_bytes"].items():
         mem = fam_result["memory"].get(label, {})
@@ -78,7 +83,7 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
                     if wins
                     else f"none (largest: {best} {cells[best]['speedup']:.2f}x)"
                 )
-                lines.append(f"| {name} | {label} | {batch} | {verdict} |")
+                lines.append(f"| {model_label(name, fam)} | {label} | {batch} | {verdict} |")
     return lines
 
 
@@ -90,6 +95,10 @@ def write_table(result: dict, path: Path) -> None:
     p = result["provenance"]
     lines = [
         "# Table 7 (ours): latency, memory and file size of sparse models on this machine",
+        "",
+        "Rows marked `(random weights)` are torchvision-shaped networks with random weights and uniform random "
+        "unstructured sparsity, not trained or pruned models: no accuracy is measured for them, and their "
+        "sparsity pattern is not a learned one. The other rows are real sparse models (see Runs below).",
         "",
         "Speed-up = median dense time / median sparse time of the same runtime, the models' calls interleaved "
         "round by round in one process (>1: sparse is faster); in brackets the quartiles of the same-round "
@@ -124,7 +133,7 @@ def write_table(result: dict, path: Path) -> None:
         "## File size and peak memory",
         "",
         "File sizes in MB (ratio to the dense model's plain ONNX file): plain ONNX, ONNX with sparse_initializer "
-        "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/sparse_storage.py`), "
+        "(INT64 indices, as the ONNX checker requires), bitmask + values zip (`tasks/deploy/sparse_storage.py`), "
         "and zlib -9 of the plain file. Peak memory: VmHWM in MiB of a fresh process that loads the file and "
         "runs 5 batch-1 inferences (in brackets: growth after importing the runtime).",
         "",

@@ -1,24 +1,32 @@
 """Benchmark: POT's layer reconstruction with the forward loss vs the Gram-statistics loss, per layer shape.
 
 For each layer shape (real shapes from CIFAR ResNets and EfficientNet-Lite0), times the set-up and
-`--iterations` Adam-free loss+backward steps of both objectives on the same random batches, in this one
-process, and prints the ratio with the cost estimate that POT uses to choose between them
-(`baselines.layer_objective.gram_plan`). Inputs are random: only speed is measured here; that both give
-the same loss and gradients is tests/test_layer_objective.py's job.
+`--iterations` Adam-free loss+backward steps of three objectives on the same fixed batches, in this one
+process: the layer's forward, per-image Gram statistics summed per step, and per-batch Gram statistics
+(POT's default with its fixed batches). It prints the ratios with the cost estimate that POT uses to choose
+(`fcpts.methods.pot_objective.gram_plan`). Inputs are random: only speed is measured here; that all give
+the same loss and gradients is tests/unit/test_pot_objective.py's job.
 
     python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
     python -m benchmarks.pot_objective --images 256    # fewer cached images: a quicker look
+    python -m benchmarks.pot_objective --images 256 --iterations 20 --output results/benchmarks/pot_objective.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
 import time
+from datetime import datetime, timezone
 
 import torch
 from torch import nn
 
+from fcpts.core.io import write_text_atomic
 from fcpts.methods.pot_objective import ForwardObjective, GramObjective, gram_plan
+from tasks.grid.records import device_description, git_commit
 
 SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)
     "cifar-resnet 3x3 16->16 @32": (lambda: nn.Conv2d(16, 16, 3, padding=1), (16, 32, 32), 1024),
@@ -29,17 +37,19 @@ SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)
 }
 
 
-def time_objective(cls, layer: nn.Module, inputs: torch.Tensor, iterations: int, batch: int) -> tuple[float, float]:
-    """(set-up seconds, seconds for the iterations) of one objective; the same batches for every class."""
+def time_objective(
+    cls, layer: nn.Module, inputs: torch.Tensor, iterations: int, batches: torch.Tensor, per_batch: bool
+) -> tuple[float, float]:
+    """(set-up seconds, seconds for the iterations) of one objective; the same batches for every variant."""
     w_dense, b_dense = layer.weight.detach(), layer.bias.detach()
     weight = (w_dense * 0.5).requires_grad_(True)
     bias = b_dense.clone().requires_grad_(True)
-    gen = torch.Generator().manual_seed(0)
+    draws = torch.randint(len(batches), (iterations,), generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
-    objective = cls(layer, inputs)
+    objective = cls(layer, inputs, batches if per_batch else None)
     t1 = time.perf_counter()
-    for _ in range(iterations):
-        idx = torch.randint(len(objective), (batch,), generator=gen)
+    for b in draws:
+        idx = b.view(1) if per_batch else batches[b]
         weight.grad = bias.grad = None
         objective.loss(idx, weight, bias, w_dense, b_dense).backward()
     return t1 - t0, time.perf_counter() - t1
@@ -51,23 +61,45 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--images", type=int, help="cached images per layer (default: as in the profiles)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", help="also write the printed text to this file (atomically, when done)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"{args.iterations} iterations of {args.batch_size}, {args.threads} thread(s); seconds")
-    print(f"{'layer':32s} {'forward':>9s} {'gram':>14s} {'forward/gram':>12s} {'estimate':>9s}")
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    argv_text = shlex.join(sys.argv[1:] if argv is None else argv)
+    emit(f"# python -m benchmarks.pot_objective {argv_text}".rstrip())
+    emit(
+        f"# commit {git_commit()}; {datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
+        f"{device_description('cpu')}; load average at start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    emit(f"{args.iterations} iterations of {args.batch_size}, {args.threads} thread(s); seconds")
+    emit(
+        f"{'layer':32s} {'forward':>9s} {'gram per image':>15s} {'gram per batch':>15s} "
+        f"{'forward / per-batch':>19s} {'estimate':>9s}"
+    )
     for name, (make, shape, images) in SHAPES.items():
         torch.manual_seed(0)
         layer, n = make(), args.images or images
         inputs = torch.randn(n, *shape)
-        plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size)
-        _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, args.batch_size)
-        setup_s, gram_s = time_objective(GramObjective, layer, inputs, args.iterations, args.batch_size)
-        print(
-            f"{name:32s} {forward_s:9.2f} {setup_s:6.2f} + {gram_s:5.2f} {forward_s / (setup_s + gram_s):12.2f} "
-            f"{plan['forward_s'] / plan['gram_s']:9.2f}",
-            flush=True,
+        batches = torch.randperm(n, generator=torch.Generator().manual_seed(1))[
+            : n // args.batch_size * args.batch_size
+        ]
+        batches = batches.view(-1, args.batch_size)
+        plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size, args.batch_size)
+        _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, batches, False)
+        image_setup, image_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, False)
+        batch_setup, batch_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, True)
+        emit(
+            f"{name:32s} {forward_s:9.2f} {image_setup:7.2f} + {image_s:5.2f} {batch_setup:7.2f} + {batch_s:5.2f} "
+            f"{forward_s / (batch_setup + batch_s):19.2f} {plan['forward_s'] / plan['gram_s']:9.2f}"
         )
         del inputs
+    if args.output:
+        write_text_atomic(args.output, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ lie within TOLERANCE points (the quick profile evaluates 1,000 test images: one 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 
 from tasks.cifar import grid as cifar
+from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import read_record, record_path
 from tasks.grid.runner import Where, run_grid
@@ -89,9 +89,7 @@ def compare(new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerance: float
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.regression", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
     p.add_argument("--tolerance", type=float, default=TOLERANCE)
     args = p.parse_args(argv)

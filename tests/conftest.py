@@ -38,3 +38,16 @@ def require_data(relative: str, what: str) -> Path:
             pytest.fail(f"CI must test on real data: {message}")
         pytest.skip(message)
     return path
+
+
+def require_mmdet() -> None:
+    """Call at the top of a test module for the mmdet task: without the `[mmdet]` extra the module is skipped
+    with the reason (and fails in CI, which installs it)."""
+    from tasks.detection.mmdet import missing
+
+    why = missing()
+    if why is not None:
+        message = f"the mmdet detection task is not installed: {why}"
+        if IN_CI:
+            pytest.fail(f"CI must test the mmdet task: {message}", pytrace=False)
+        pytest.skip(message, allow_module_level=True)

@@ -6,6 +6,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import nn
+
+from .calibration import Calibration
+from .loop import LoopResult
+from .masks import sparsity_summary
+from .options import MethodOptions
+
 
 @dataclass
 class SparsityReport:
@@ -24,3 +31,29 @@ class SparsityReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def loop_report(
+    method: str,
+    target: float,
+    model: nn.Module,
+    options: MethodOptions,
+    calib: Calibration,
+    loop: LoopResult,
+    extra: dict[str, Any],
+) -> SparsityReport:
+    """The report of a training-loop method: the sparsity measured on the finished `model`, the loop's history
+    and time, and the options, seed and calibration images that reproduce the run."""
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
+    return SparsityReport(
+        method=method,
+        target_sparsity=target,
+        achieved_sparsity=achieved,
+        per_layer=per_layer,
+        history=loop.history,
+        wall_s=loop.wall_s,
+        seed=options.seed,
+        calibration_indices=calib.indices,
+        options=options.to_dict(),
+        extra=extra,
+    )

@@ -19,9 +19,9 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.bridge import LayerBridges
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import apply_keep_masks, check_target, hard_mask, sparsity_summary
+from fcpts.core.masks import apply_keep_masks, check_target, hard_mask
 from fcpts.core.options import TrainingOptions, check_choice
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 
 from . import thresholds
 from .registry import Method, register
@@ -191,8 +191,20 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
     pin = None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates))
     checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
-    loop = train_loop(model, teacher, calib, opts, optimizer, scheduler, loss_fn, checkpoint, device,
-                      desc=f"fcpts {target:.2f}", before_step=pin, channels_last=opts.channels_last)  # fmt: skip
+    loop = train_loop(
+        model,
+        teacher,
+        calib,
+        opts,
+        optimizer,
+        scheduler,
+        loss_fn,
+        checkpoint,
+        device,
+        desc=f"fcpts {target:.2f}",
+        before_step=pin,
+        channels_last=opts.channels_last,
+    )
     if taps_s is not None:
         taps_s.remove()
         taps_t.remove()
@@ -212,29 +224,18 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         recalibrate_bn(model, calib, device)
     model.eval()
 
-    achieved, per_layer = sparsity_summary(model, opts.exclude, opts.filter_fn)
-    for row in per_layer:
+    extra = {
+        "sparsity_before_exact_step": sparsity_before,
+        "weights_flipped_by_exact_step": flipped,
+        "kept_dense": list(opts.exclude),
+        "lr": lr,
+        "warmup_iterations": warmup,
+        "resumed_from_step": loop.resumed_from_step,
+    }
+    report = loop_report("fcpts" if learn_t else "fcpts-fixed", target, model, opts, calib, loop, extra)
+    for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]
         row["initial_sparsity"] = rates[row["name"]]
-    report = SparsityReport(
-        method="fcpts" if learn_t else "fcpts-fixed",
-        target_sparsity=target,
-        achieved_sparsity=achieved,
-        per_layer=per_layer,
-        history=loop.history,
-        wall_s=loop.wall_s,
-        seed=opts.seed,
-        calibration_indices=calib.indices,
-        options=opts.to_dict(),
-        extra={
-            "sparsity_before_exact_step": sparsity_before,
-            "weights_flipped_by_exact_step": flipped,
-            "kept_dense": list(opts.exclude),
-            "lr": lr,
-            "warmup_iterations": warmup,
-            "resumed_from_step": loop.resumed_from_step,
-        },
-    )
     return model, report
 
 

@@ -411,7 +411,14 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
 
 
 register(
-    Method("obs", "OBS (second-order, one-shot)", obs, OBSOptions, in_paper=False, style=("tab:olive", "P"),
-           summary="second-order one-shot pruning: SparseGPT's blocked OBS per layer, sequential, towards the "
-                   "dense layer outputs, allocation from each layer's OBS error curve")
-)  # fmt: skip
+    Method(
+        "obs",
+        "OBS (second-order, one-shot)",
+        obs,
+        OBSOptions,
+        in_paper=False,
+        style=("tab:olive", "P"),
+        summary="second-order one-shot pruning: SparseGPT's blocked OBS per layer, sequential, towards the "
+        "dense layer outputs, allocation from each layer's OBS error curve",
+    )
+)

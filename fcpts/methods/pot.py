@@ -19,9 +19,11 @@ Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.
    uses dense inputs there, as in msbench. Every layer records its error relative to the dense output's
    energy after masking + weight correction, after bias correction and after reconstruction (on its own
    objective), and inside the finished sparse network (`error_in_network`).
-   The loss is quadratic in the weights, so where it is cheaper it is computed from each image's input
+   The loss is quadratic in the weights, so where it is cheaper it is computed from each batch's input
    Gram matrix instead of the layer's forward (`pot_objective.py`: same batches, same loss up to
-   rounding; 100-300x faster for MobileNet-style 1x1 convs at 112x112 on a CPU).
+   rounding), and layers whose statistics share a shape take their steps together as one stacked problem.
+   Each layer draws its batches from a generator of its own, so its result does not depend on which
+   layers run with it (`concurrent=False` runs them one by one: same result up to float rounding).
 
 OpenVINO's original POT differs: it prunes in two steps (r - 0.1, then r) and runs 30 x 40 Adam steps
 per layer. The msbench protocol is the default here because it is what the paper's numbers come from.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import time
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -48,12 +51,13 @@ from fcpts.core.report import SparsityReport
 from .pot_objective import (
     ForwardObjective,
     GramObjective,
+    GramStack,
     NotLinearInWeights,
     TargetObjective,
-    full_loss,
     gram_candidate,
     gram_plan,
     layer_output,
+    stack_signature,
 )
 from .registry import Method, register
 
@@ -76,6 +80,8 @@ class POTOptions(MethodOptions):
     # msbench's cached loader batches; "random": a fresh random draw of batch_size images (with replacement)
     inputs: str = "dense"  # "sparse": each layer sees the sparse model's inputs, earlier layers already
     # reconstructed, and still matches the dense outputs (msbench use_dense_inps: False)
+    concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked
+    # (dense inputs only); each layer's result equals its sequential one up to float rounding
 
     def validate(self) -> None:
         check_choice(self, "allocation", ("l2norm", "erk"))
@@ -168,7 +174,13 @@ def network_errors(
         for n in names:
             err[n] += float((s[n] - d[n]).pow(2).sum())
             energy[n] += float(d[n].pow(2).sum())
-    return {n: err[n] / energy[n] for n in names}
+    return {n: relative_error(err[n], energy[n]) for n in names}
+
+
+def relative_error(error: float, energy: float) -> float | None:
+    """Squared error over the dense output's energy; None where the dense output is all zeros (a dead layer
+    of an untrained network), where no ratio exists."""
+    return error / energy if energy > 0 else None
 
 
 def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -> dict[str, int]:
@@ -176,84 +188,167 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
     return {n: t.numel() * t.element_size() for n, t in got.items()}
 
 
-def layer_objective(layer: nn.Module, inputs: torch.Tensor, cfg: POTOptions) -> ForwardObjective | GramObjective:
+def layer_objective(
+    layer: nn.Module, inputs: torch.Tensor, cfg: POTOptions, units: torch.Tensor | None = None
+) -> ForwardObjective | GramObjective:
     """Gram statistics where the whole reconstruction is estimated cheaper with them and they fit in
     cache_bytes (on top of the cached inputs), else the layer's forward."""
     if cfg.gram and gram_candidate(layer):
-        plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, min(cfg.batch_size, len(inputs)))
+        unit_size = 1 if units is None else units.shape[1]
+        batch = min(cfg.batch_size, len(inputs))
+        plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, batch, unit_size)
         if plan["gram_s"] < plan["forward_s"] and plan["bytes"] <= cfg.cache_bytes:
             try:
-                return GramObjective(layer, inputs)
+                return GramObjective(layer, inputs, units)
             except NotLinearInWeights:
                 pass
-    return ForwardObjective(layer, inputs)
+    return ForwardObjective(layer, inputs, units)
 
 
-def reconstruct_layer(
+def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
+    """(iterations, per_step) unit indices of one layer's steps, from a generator of its own: a layer's
+    result depends only on the seed and its name, whichever layers run with it or before it."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randint(units, (iterations, per_step), generator=gen)
+
+
+@dataclass
+class LayerProblem:
+    """One layer, corrected and ready for its Adam steps."""
+
+    name: str
+    layer: nn.Module
+    keep: torch.Tensor
+    w_dense: torch.Tensor
+    b_dense: torch.Tensor
+    objective: ForwardObjective | GramObjective | TargetObjective
+    draws: torch.Tensor
+    energy: float
+    log: dict
+
+
+def prepare_layer(
+    name: str,
     dense_layer: nn.Module,
     layer: nn.Module,
     keep: torch.Tensor,
     inputs: torch.Tensor,
     cfg: POTOptions,
-    gen: torch.Generator,
+    units: torch.Tensor | None,
     sparse_inputs: torch.Tensor | None = None,
-    batches: torch.Tensor | None = None,
-) -> dict:
-    """Bias correction (on dense inputs, as msbench), then Adam on the layer's own squared error with the mask
-    held fixed; with `sparse_inputs` the error is that of the sparse inputs against the dense outputs."""
+) -> LayerProblem:
+    """The layer's objective, then bias correction (on dense inputs, as msbench); with `sparse_inputs` the
+    objective is the error of the sparse inputs against the dense outputs."""
+    tic = time.perf_counter()
     w_dense = dense_layer.weight.detach()
     if layer.bias is None:
         layer.bias = nn.Parameter(torch.zeros(layer.weight.shape[0], device=layer.weight.device))
     b_dense = torch.zeros_like(layer.bias) if dense_layer.bias is None else dense_layer.bias.detach()
-    layer.requires_grad_(True)
-    keep_f = keep.to(layer.weight.dtype)
     objective: ForwardObjective | GramObjective | TargetObjective
     if sparse_inputs is None:
-        objective = layer_objective(layer, inputs, cfg)
+        objective = layer_objective(layer, inputs, cfg, units)
         bias_objective = objective
     else:
-        bias_objective = ForwardObjective(layer, inputs)
+        bias_objective = ForwardObjective(layer, inputs, units)
         with torch.no_grad():
             targets = torch.cat(
                 [layer_output(layer, inputs[i : i + 256], w_dense, b_dense) for i in range(0, len(inputs), 256)]
             )
-        objective = TargetObjective(layer, sparse_inputs, targets)
+        objective = TargetObjective(layer, sparse_inputs, targets, units)
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
-    energy = full_loss(objective, zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
-    errors = {"error_masked": full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy}
+    energy = objective.full_loss(zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
+    log: dict = {
+        "error_masked": relative_error(objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy)
+    }
     if cfg.bias_correction:
         with torch.no_grad():
             layer.bias.add_(bias_objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
     del bias_objective
-    errors["error_bias_corrected"] = full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy
-    opt = torch.optim.Adam(
-        [{"params": [layer.weight], "lr": cfg.lr_weight}, {"params": [layer.bias], "lr": cfg.lr_bias}]
+    log["error_bias_corrected"] = relative_error(
+        objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
     )
-    loss_value, it = float("nan"), 0
-    for it in range(1, cfg.iterations + 1):
-        if batches is None:
-            idx = torch.randint(len(objective), (min(cfg.batch_size, len(objective)),), generator=gen)
-        else:
-            idx = batches[int(torch.randint(len(batches), (1,), generator=gen))]
-        loss = objective.loss(idx, layer.weight, layer.bias, w_dense, b_dense)
+    per_step = 1 if units is not None else min(cfg.batch_size, len(objective))
+    draws = layer_draws(cfg.seed, name, cfg.iterations, len(objective), per_step).to(w_dense.device)
+    log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
+    log["setup_s"] = time.perf_counter() - tic
+    keep_f = keep.to(layer.weight.dtype)
+    return LayerProblem(name, layer, keep_f, w_dense, b_dense, objective, draws, energy, log)
+
+
+def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
+    """Problems whose Gram statistics share a signature and whose weights share a shape form one group (in order
+    of first appearance); equal statistics alone do not make equal weights (1x1 convs of one input width)."""
+    if not concurrent:
+        return [[p] for p in problems]
+    groups: dict[object, list[LayerProblem]] = {}
+    for i, p in enumerate(problems):
+        signature = stack_signature(p.objective)
+        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature else i, []).append(p)
+    return list(groups.values())
+
+
+def group_loss(group: list[LayerProblem]):
+    """losses(sel, W, B) -> (L,) for stacked weights W (L, ...) and biases B (L, o)."""
+    w_dense = torch.stack([p.w_dense for p in group])
+    b_dense = torch.stack([p.b_dense for p in group])
+    if isinstance(group[0].objective, GramObjective):
+        stack = GramStack([p.objective for p in group])
+        return lambda sel, W, B: stack.losses(sel, W, B, w_dense, b_dense)
+    (one,) = group
+    return lambda sel, W, B: one.objective.loss(sel[0], W[0], B[0], w_dense[0], b_dense[0]).unsqueeze(0)
+
+
+def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) -> None:
+    """Adam on each layer's own loss with its mask held fixed, the group's layers stacked into one tensor
+    (Adam is elementwise and the losses independent: each layer follows its sequential trajectory). A layer
+    stops after the step whose loss is below early_stop_loss (msbench); its weights are then held while
+    the others go on. The host learns the losses only every `check_every` steps."""
+    tic = time.perf_counter()
+    losses_of = group_loss(group)
+    weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
+    bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
+    keep = torch.stack([p.keep for p in group])
+    draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
+    opt = torch.optim.Adam([{"params": [weight], "lr": cfg.lr_weight}, {"params": [bias], "lr": cfg.lr_bias}])
+    active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
+    steps = torch.zeros(len(group), dtype=torch.long, device=weight.device)
+    last = torch.full((len(group),), float("nan"), device=weight.device)
+    by_layer = (-1,) + (1,) * (weight.dim() - 1)
+    for it in range(cfg.iterations):
+        losses = losses_of(draws[it], weight, bias)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        layer.weight.grad.mul_(keep_f)
+        losses.sum().backward()
+        weight.grad.mul_(keep)
+        before = weight.detach().clone(), bias.detach().clone()
         opt.step()
         with torch.no_grad():
-            layer.weight.mul_(keep_f)  # Adam's moments must never revive a pruned weight
-        loss_value = loss.item()
-        if loss_value < cfg.early_stop_loss:
+            weight.mul_(keep)  # Adam's moments must never revive a pruned weight
+            weight.copy_(torch.where(active.view(by_layer), weight, before[0]))
+            bias.copy_(torch.where(active.view(-1, 1), bias, before[1]))
+            last = torch.where(active, losses.detach(), last)
+            steps += active
+            active &= losses.detach() >= cfg.early_stop_loss
+        if (it + 1) % check_every == 0 and not bool(active.any()):
             break
-    errors["error_reconstructed"] = full_loss(objective, layer.weight, layer.bias, w_dense, b_dense) / energy
-    return {
-        "iterations": it,
-        "final_loss": loss_value,
-        "early_stopped": loss_value < cfg.early_stop_loss,
-        "objective": "gram" if isinstance(objective, GramObjective) else "forward",
-        **{k: round(v, 6) for k, v in errors.items()},
-    }
+    share = (time.perf_counter() - tic) / len(group)
+    with torch.no_grad():
+        for i, p in enumerate(group):
+            p.layer.weight.copy_(weight[i])
+            p.layer.bias.copy_(bias[i])
+            final = float(last[i])
+            p.log.update(
+                iterations=int(steps[i]),
+                final_loss=final,
+                early_stopped=final < cfg.early_stop_loss,
+                error_reconstructed=relative_error(
+                    p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
+                ),
+                stacked_layers=len(group),
+                wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
+            )
+            for k in ("error_masked", "error_bias_corrected", "error_reconstructed"):
+                p.log[k] = None if p.log[k] is None else round(p.log[k], 6)
 
 
 def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
@@ -276,15 +371,13 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
 
     device = next(model.parameters()).device
     images = calib.take(list(range(len(calib)))).to(device)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    batches = fixed_batches(len(images), cfg.batch_size, cfg.seed) if cfg.sampling == "batches" else None
+    units = fixed_batches(len(images), cfg.batch_size, cfg.seed).to(device) if cfg.sampling == "batches" else None
     per_layer_log: dict[str, dict] = {}
     elapsed_before = 0.0
     state = checkpoint.load()
     if state is not None:
         model.load_state_dict(state["model"])
         per_layer_log, elapsed_before = state["log"], state["elapsed_s"]
-        gen.set_state(state["generator"])
     names = [n for n in layers if n not in per_layer_log]
     per_image = _bytes_per_image(dense, names, images) if names else {}
     bar = tqdm(
@@ -294,6 +387,25 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         desc=f"pot-{cfg.allocation} {target:.2f}",
         dynamic_ncols=True,
     )
+    pending: list[LayerProblem] = []
+
+    def reconstruct_pending() -> None:
+        for group in stacked_groups(pending, cfg.concurrent and cfg.inputs == "dense"):
+            optimise(group, cfg)
+            for p in group:
+                per_layer_log[p.name] = p.log
+            checkpoint.save(
+                {
+                    "model": model.state_dict(),
+                    "log": per_layer_log,
+                    "elapsed_s": elapsed_before + time.perf_counter() - t0,
+                },
+                progress=f"layer {len(per_layer_log)} of {len(layers)}",
+            )
+            bar.update(len(group))
+            bar.set_postfix(layer=group[-1].name, loss=f"{group[-1].log['final_loss']:.2e}")
+        pending.clear()
+
     start, collect_s = 0, 0.0
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
@@ -304,31 +416,20 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         inputs = collect_inputs(dense, names[start:end], images)
         collect_s += time.perf_counter() - tic
         for n in names[start:end]:
-            layer = layers[n]
-            tic = time.perf_counter()
             sparse_inputs = collect_inputs(model, [n], images)[n] if cfg.inputs == "sparse" else None
-            per_layer_log[n] = reconstruct_layer(
-                dense_layers[n], layer, masks[n], inputs.pop(n), cfg, gen, sparse_inputs, batches
+            pending.append(
+                prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), cfg, units, sparse_inputs)
             )
             del sparse_inputs
-            per_layer_log[n]["wall_s"] = round(time.perf_counter() - tic, 2)  # statistics + steps, not inputs
-            layer.requires_grad_(False)
-            checkpoint.save(
-                {
-                    "model": model.state_dict(),
-                    "log": per_layer_log,
-                    "generator": gen.get_state(),
-                    "elapsed_s": elapsed_before + time.perf_counter() - t0,
-                },
-                progress=f"layer {len(per_layer_log)} of {len(layers)}",
-            )
-            bar.update(1)
-            bar.set_postfix(layer=n, loss=f"{per_layer_log[n]['final_loss']:.2e}")
+            statistics = sum(p.objective.grams.numel() * 4 for p in pending if isinstance(p.objective, GramObjective))
+            if not isinstance(pending[-1].objective, GramObjective) or statistics > cfg.cache_bytes:
+                reconstruct_pending()  # a forward objective holds its inputs; sparse inputs need the layers before
         start = end
+    reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)
     for n, e in network_errors(dense, model, list(layers), images).items():
-        per_layer_log[n]["error_in_network"] = round(e, 6)
+        per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     for row in per_layer:
@@ -350,25 +451,15 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     )
 
 
-register(
-    Method(
-        "pot-l2norm",
-        "POT (L2Norm)",
-        pot,
-        POTOptions,
-        fixed={"allocation": "l2norm"},
-        style=("tab:blue", "s"),
-        summary="POT with the L2Norm global allocation (msbench protocol)",
+for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), ("erk", "ERK", ("tab:green", "^"))):
+    register(
+        Method(
+            f"pot-{allocation_name}",
+            f"POT ({label})",
+            pot,
+            POTOptions,
+            fixed={"allocation": allocation_name},
+            style=style,
+            summary=f"POT with the {label} allocation (msbench protocol)",
+        )
     )
-)
-register(
-    Method(
-        "pot-erk",
-        "POT (ERK)",
-        pot,
-        POTOptions,
-        fixed={"allocation": "erk"},
-        style=("tab:green", "^"),
-        summary="POT with ERK allocation (msbench protocol)",
-    )
-)

@@ -1,12 +1,12 @@
 """POT's per-layer objective: squared output error, summed over channels, averaged over the rest.
 
-The error of a linear layer is linear in (W - W_dense, b - b_dense), so a batch's loss needs only each
-image's input statistics: the Gram matrix of its patches (im2col columns) and their sum. Where those are
-small (1x1 and depthwise convs at high resolution: EfficientNet/MobileNet's early layers), an iteration
-costs a few small matrix products instead of three passes over 64 full feature maps, with the same
-batches and the same loss up to float rounding. Elsewhere, or where a layer's forward is not linear in its
-weight (checked on one image), the loss is computed from the layer's own forward.
-"""
+The error of a linear layer is linear in (W - W_dense, b - b_dense), so a batch's loss needs only its
+input statistics: the Gram matrix of its patches (im2col columns) and their sum. With POT's fixed batches
+(msbench's cached loader batches) each batch's statistics are summed once, and a step costs a few matrix
+products of the weight's size instead of three passes over 64 feature maps: same batches, same loss up to
+float rounding. Layers whose statistics have one shape can then be optimised together as one stacked
+problem (GramStack). Where the statistics would be too large, or where a layer's forward is not linear in
+its weight (checked on one image), the loss is computed from the layer's own forward."""
 
 from __future__ import annotations
 
@@ -29,28 +29,57 @@ def squared_error(layer: nn.Module, out: torch.Tensor, target: torch.Tensor) -> 
     return (out - target).pow(2).sum(dim=channel_dim(layer)).mean()
 
 
-class ForwardObjective:
-    """The loss from the layer's forward on the cached inputs (any layer)."""
+class _Units:
+    """The images an objective sums over, grouped into units: single images, or the fixed batches POT draws
+    one of per step. `loss(idx)` averages over the images of the units `idx` (repeats counted)."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor):
-        self.layer, self.inputs = layer, inputs
+    units: torch.Tensor | None  # (k, m) image indices per unit; None: each image is a unit
 
     def __len__(self) -> int:
-        return len(self.inputs)
+        raise NotImplementedError
 
     def loss(self, idx: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
-        x = self.inputs[idx]
+        raise NotImplementedError
+
+    def _images(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx if self.units is None else self.units[idx].flatten()
+
+    def all_units(self) -> torch.Tensor:
+        return torch.arange(len(self))
+
+    @torch.no_grad()
+    def full_loss(self, weight, bias, w_dense, b_dense, chunk: int = 256) -> float:
+        """The loss over all units (chunked, unit-weighted)."""
+        total, n = 0.0, len(self)
+        for i in range(0, n, chunk):
+            idx = torch.arange(i, min(i + chunk, n))
+            total += float(self.loss(idx, weight, bias, w_dense, b_dense)) * len(idx)
+        return total / n
+
+
+class ForwardObjective(_Units):
+    """The loss from the layer's forward on the cached inputs (any layer)."""
+
+    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None):
+        self.layer, self.inputs, self.units = layer, inputs, units
+
+    def __len__(self) -> int:
+        return len(self.inputs) if self.units is None else len(self.units)
+
+    def loss(self, idx: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
+        x = self.inputs[self._images(idx)]
         with torch.no_grad():
             target = layer_output(self.layer, x, w_dense, b_dense)
         return squared_error(self.layer, layer_output(self.layer, x, weight, bias), target)
 
     @torch.no_grad()
     def mean_error(self, weight, bias, w_dense, b_dense, chunk: int = 512) -> torch.Tensor:
-        """Per output channel, mean of (dense - sparse) output over all images and positions."""
+        """Per output channel, mean of (dense - sparse) output over the units' images and positions."""
         dim = channel_dim(self.layer)
+        images = self._images(self.all_units())
         total, count = torch.zeros_like(bias), 0
-        for i in range(0, len(self.inputs), chunk):
-            x = self.inputs[i : i + chunk]
+        for i in range(0, len(images), chunk):
+            x = self.inputs[images[i : i + chunk]]
             diff = layer_output(self.layer, x, w_dense, b_dense) - layer_output(self.layer, x, weight, bias)
             diff = diff.movedim(dim, -1).reshape(-1, diff.shape[dim])
             total += diff.sum(0)
@@ -81,45 +110,64 @@ def _patches(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return cols.flatten(2).view(x.shape[0], g, d, -1)
 
 
-def gram_plan(layer: nn.Module, sample: torch.Tensor, n_images: int, iterations: int, batch: int) -> dict:
+def gram_plan(
+    layer: nn.Module, sample: torch.Tensor, n_images: int, iterations: int, batch: int, unit_size: int = 1
+) -> dict:
     """Memory of the Gram statistics and rough CPU seconds of both objectives for a whole reconstruction.
 
-    Both are mostly memory-bound on a CPU: a forward iteration moves the batch's inputs and four output-sized
-    tensors, a Gram iteration gathers and sums the batch's Gram matrices, and the set-up unfolds every
-    image once. The rates were measured on the 2-core reference machine (see the test and README); a wrong
-    pick costs time, never accuracy.
+    `unit_size` images share one set of statistics (POT's fixed batches: a step reads one batch's Gram matrix
+    instead of gathering and summing `batch` per-image ones). Both objectives are mostly memory-bound on a
+    CPU: a forward iteration moves the batch's inputs and four output-sized tensors, a Gram iteration reads
+    its Gram matrices, and the set-up unfolds every image once. The rates were measured on the 2-core
+    reference machine (see the test and benchmarks.pot_objective); a wrong pick costs time, never accuracy.
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]
     c_in, c_out = sample.shape[channel_dim(layer)], layer.weight.shape[0]
     forward_bytes = 4 * batch * positions * (c_in + 4 * c_out)
     forward_flops = 6 * batch * positions * c_out * d
-    gram_bytes = 8 * batch * groups * d * d
+    gram_bytes = 8 * max(1, batch // unit_size) * groups * d * d
     setup_bytes = 4 * n_images * groups * d * positions
     setup_flops = 2 * n_images * groups * d * d * positions
     return {
-        "bytes": n_images * groups * d * (d + 1) * sample.element_size(),
+        "bytes": max(1, n_images // unit_size) * groups * d * (d + 1) * sample.element_size(),
         "forward_s": iterations * (forward_bytes / 1e9 + forward_flops / 1e11),
         "gram_s": iterations * gram_bytes / 2e9 + setup_bytes / 1e9 + setup_flops / 5e10,
     }
 
 
-class GramObjective:
-    """The same loss from per-image patch Gram matrices G_n = U_n U_n^T and sums s_n = U_n 1."""
+def gram_loss(dw, db, gram, s, count) -> torch.Tensor:
+    """(dW G dW^T + 2 db dW s + count |db|^2) / count per leading index: the squared output error of a weight
+    and bias change (dw: (..., g, o, D), db: (..., g, o)) on inputs with patch Gram G and patch sum s."""
+    quad = torch.einsum("...god,...gde,...goe->...", dw, gram, dw)
+    cross = 2 * torch.einsum("...go,...god,...gd->...", db, dw, s)
+    return (quad + cross + count * db.pow(2).sum((-1, -2))) / count
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, chunk: int = 64):
+
+class GramObjective(_Units):
+    """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit (an image, or one
+    of POT's fixed batches, whose statistics are the sums of its images')."""
+
+    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None, chunk: int = 64):
         if not gram_candidate(layer):
             raise NotLinearInWeights(f"{type(layer).__name__} is not a Conv2d/Linear with zero padding")
-        self.layer = layer
+        self.layer, self.units = layer, units
         self._check_patches(inputs[:1])
         grams, sums = [], []
         with torch.no_grad():
-            for i in range(0, len(inputs), chunk):
-                u = _patches(layer, inputs[i : i + chunk])
-                grams.append(u @ u.transpose(-1, -2))
-                sums.append(u.sum(-1))
-        self.grams, self.sums = torch.cat(grams), torch.cat(sums)  # (n, g, D, D), (n, g, D)
+            if units is None:
+                for i in range(0, len(inputs), chunk):
+                    u = _patches(layer, inputs[i : i + chunk])
+                    grams.append(u @ u.transpose(-1, -2))
+                    sums.append(u.sum(-1))
+            else:
+                for images in units:
+                    u = _patches(layer, inputs[images])  # (m, g, D, P)
+                    grams.append(torch.einsum("ngdp,ngep->gde", u, u)[None])
+                    sums.append(u.sum((0, -1))[None])
+        self.grams, self.sums = torch.cat(grams), torch.cat(sums)  # (k, g, D, D), (k, g, D)
         self.positions = u.shape[-1]
+        self.unit_size = 1 if units is None else units.shape[1]
 
     @torch.no_grad()
     def _check_patches(self, x: torch.Tensor) -> None:
@@ -136,46 +184,71 @@ class GramObjective:
     def __len__(self) -> int:
         return len(self.grams)
 
-    def _deltas(self, weight, bias, w_dense, b_dense):
-        g, d = self.grams.shape[1], self.grams.shape[2]
-        dw = (weight - w_dense).reshape(g, -1, d)
-        db = (bias - b_dense).reshape(g, -1)
-        return dw, db
+    def deltas(self, weight, bias, w_dense, b_dense):
+        """Weight and bias changes shaped (..., g, o, D) and (..., g, o); leading dims are stacked layers."""
+        g, d = self.grams.shape[-3], self.grams.shape[-1]
+        lead = weight.shape[: weight.dim() - self.layer.weight.dim()]
+        return (weight - w_dense).reshape(*lead, g, -1, d), (bias - b_dense).reshape(*lead, g, -1)
+
+    def count(self, units: int) -> int:
+        return units * self.unit_size * self.positions
 
     def loss(self, idx: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
-        dw, db = self._deltas(weight, bias, w_dense, b_dense)
-        gram, s = self.grams[idx].sum(0), self.sums[idx].sum(0)
-        count = len(idx) * self.positions
-        quad = torch.einsum("god,gde,goe->", dw, gram, dw)
-        cross = 2 * torch.einsum("go,god,gd->", db, dw, s)
-        return (quad + cross + count * db.pow(2).sum()) / count
+        dw, db = self.deltas(weight, bias, w_dense, b_dense)
+        return gram_loss(dw, db, self.grams[idx].sum(0), self.sums[idx].sum(0), self.count(len(idx)))
+
+    @torch.no_grad()
+    def full_loss(self, weight, bias, w_dense, b_dense, chunk: int = 0) -> float:
+        dw, db = self.deltas(weight, bias, w_dense, b_dense)
+        return float(gram_loss(dw, db, self.grams.sum(0), self.sums.sum(0), self.count(len(self))))
 
     @torch.no_grad()
     def mean_error(self, weight, bias, w_dense, b_dense) -> torch.Tensor:
-        dw, db = self._deltas(weight, bias, w_dense, b_dense)
+        dw, db = self.deltas(weight, bias, w_dense, b_dense)
         s = self.sums.sum(0)
-        return -(torch.einsum("god,gd->go", dw, s) / (len(self) * self.positions) + db).reshape(-1)
+        return -(torch.einsum("god,gd->go", dw, s) / self.count(len(self)) + db).reshape(-1)
 
 
-class TargetObjective:
+def stack_signature(objective) -> tuple | None:
+    """Objectives with equal signatures can be optimised as one stacked problem (GramStack)."""
+    if not isinstance(objective, GramObjective):
+        return None
+    return (tuple(objective.grams.shape), objective.unit_size, objective.positions, objective.grams.dtype)
+
+
+class GramStack:
+    """L Gram objectives of one signature as one problem: weights stacked (L, ...); each step reads one set of
+    units per layer. The layers' losses are independent, so the stacked gradients are the layers' own."""
+
+    def __init__(self, objectives: list[GramObjective]):
+        self.first = objectives[0]
+        self.grams = torch.stack([o.grams for o in objectives])  # (L, k, g, D, D)
+        self.sums = torch.stack([o.sums for o in objectives])
+        for i, o in enumerate(objectives):  # the objectives read the stacked copy: the statistics are held once
+            o.grams, o.sums = self.grams[i], self.sums[i]
+        self.rows = torch.arange(len(objectives), device=self.grams.device)[:, None]
+
+    def losses(self, sel: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
+        """sel: (L, m) unit indices per layer; returns the L losses."""
+        dw, db = self.first.deltas(weight, bias, w_dense, b_dense)
+        gram, s = self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
+        return gram_loss(dw, db, gram, s, self.first.count(sel.shape[1]))
+
+
+class TargetObjective(_Units):
     """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the
     sparse model's inputs (earlier layers already reconstructed) and must still match the dense outputs."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor):
-        self.layer, self.inputs, self.targets = layer, inputs, targets
+    def __init__(
+        self, layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, units: torch.Tensor | None = None
+    ):
+        self.layer, self.inputs, self.targets, self.units = layer, inputs, targets, units
 
     def __len__(self) -> int:
-        return len(self.inputs)
+        return len(self.inputs) if self.units is None else len(self.units)
 
     def loss(self, idx: torch.Tensor, weight, bias, w_dense=None, b_dense=None) -> torch.Tensor:
-        return squared_error(self.layer, layer_output(self.layer, self.inputs[idx], weight, bias), self.targets[idx])
-
-
-@torch.no_grad()
-def full_loss(objective, weight, bias, w_dense, b_dense, chunk: int = 256) -> float:
-    """The objective's loss over all its images (chunked, image-weighted)."""
-    total, n = 0.0, len(objective)
-    for i in range(0, n, chunk):
-        idx = torch.arange(i, min(i + chunk, n))
-        total += float(objective.loss(idx, weight, bias, w_dense, b_dense)) * len(idx)
-    return total / n
+        images = self._images(idx)
+        return squared_error(
+            self.layer, layer_output(self.layer, self.inputs[images], weight, bias), self.targets[images]
+        )

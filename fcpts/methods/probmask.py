@@ -24,9 +24,9 @@ from torch.nn.utils import parametrize
 from fcpts.core.allocation import global_keep_masks
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
+from fcpts.core.masks import apply_keep_masks, check_target
 from fcpts.core.options import TrainingOptions
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 
 from .registry import Method, register
 
@@ -138,30 +138,31 @@ def probmask_sparsify(
         project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
 
     checkpoint = run_checkpoint(cfg, identity, f"probmask {target:.2%}")
-    loop = train_loop(model, teacher, calib, cfg, [sgd, adam], scheds, kl_loss(cfg.temperature), checkpoint, device,
-                      desc=f"probmask {target:.2f}", before_step=before, after_step=after)  # fmt: skip
+    loop = train_loop(
+        model,
+        teacher,
+        calib,
+        cfg,
+        [sgd, adam],
+        scheds,
+        kl_loss(cfg.temperature),
+        checkpoint,
+        device,
+        desc=f"probmask {target:.2f}",
+        before_step=before,
+        after_step=after,
+    )
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
     apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
     model.eval()
-    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     n_scores = sum(s.numel() for s in final_scores.values())
     hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
     # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
     undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
-    return model, SparsityReport(
-        method="probmask",
-        target_sparsity=target,
-        achieved_sparsity=achieved,
-        per_layer=per_layer,
-        history=loop.history,
-        wall_s=loop.wall_s,
-        seed=cfg.seed,
-        calibration_indices=calib.indices,
-        options=cfg.to_dict(),
-        extra={"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided},
-    )
+    extra = {"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided}
+    return model, loop_report("probmask", target, model, cfg, calib, loop, extra)
 
 
 register(

@@ -80,8 +80,18 @@ def _trial(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, cfg.iterations))
 
     checkpoint = run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
-    loop = train_loop(model, teacher, calib, cfg, opt, sched, kl_loss(cfg.temperature), checkpoint, device,
-                      desc=f"str decay={decay:.3g}")  # fmt: skip
+    loop = train_loop(
+        model,
+        teacher,
+        calib,
+        cfg,
+        opt,
+        sched,
+        kl_loss(cfg.temperature),
+        checkpoint,
+        device,
+        desc=f"str decay={decay:.3g}",
+    )
     for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()

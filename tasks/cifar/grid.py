@@ -20,42 +20,21 @@ from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
 
-PROFILES = {
-    "paper": paper_profile(
-        "METHOD.md: FCPTS 1,024 images x 1,600 iterations of 64; POT 10,240 images "
-        "(capped at the split), up to 20,000 iterations per layer"
+PROFILES = profile_table(
+    paper_profile(),
+    cpu_profile("paper-cpu", 1024, iterations=1600, batch_size=64, pot_iterations=1000).with_note(
+        "paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
+        "images as FCPTS (CPU budget); compare times only within this profile"
     ),
-    "paper-cpu": Profile(
-        "paper-cpu",
-        n_calibration=1024,
-        iterations=1600,
-        batch_size=64,
-        note="paper protocol with POT cut to 1,000 iterations per layer on the same 1,024 "
-        "images as FCPTS (CPU budget); compare times only within this profile",
-        methods=pot_budget(1024, 1000),
+    cpu_profile("fast", 1024, iterations=400, batch_size=64, pot_iterations=500).with_note(
+        "paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default"
     ),
-    "fast": Profile(
-        "fast",
-        n_calibration=1024,
-        iterations=400,
-        batch_size=64,
-        note="paper data, a quarter of the FCPTS iterations, POT 500 per layer: the CPU default",
-        methods=pot_budget(1024, 500),
-    ),
-    "quick": Profile(
-        "quick",
-        n_calibration=128,
-        iterations=10,
-        batch_size=32,
-        eval_limit=1000,
-        note="smoke test only; not a result",
-        methods=pot_budget(128, 5),
-    ),
-}
+    quick_profile(128, iterations=10, batch_size=32, eval_limit=1000, pot_iterations=5),
+)
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 
 
@@ -99,9 +78,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.cifar", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])
@@ -117,8 +94,8 @@ def plans(args: argparse.Namespace):
     grid = build_grid(
         dataset=args.dataset, model=args.model, profile=profile, where=cli.where(args), download=args.download
     )
-    yield grid, args.methods, args.sparsity
+    yield cli.GridPlan(grid, args.methods, args.sparsity)
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table, argv)

@@ -16,27 +16,22 @@ training record `<model>.json` beside it, which `tasks.cifar` then finds by defa
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
 from fcpts.core.options import resolve_device
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
-from tasks.grid import cli
+from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.records import device_description, write_training_record
+from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
 
@@ -51,17 +46,6 @@ def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Te
     return normalize_cifar(crops.permute(0, 2, 3, 1))
 
 
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warm-up from 0.1x to 1x over `warmup` steps, then cosine to zero at `total`."""
-    if step < warmup:
-        return 0.1 + 0.9 * step / max(1, warmup)
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
-def recipe_fingerprint(recipe: dict) -> str:
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def train(args: argparse.Namespace) -> dict:
     root = resolve_data_root(args.data_root, must_exist=not args.download)
     x_train, y_train = load_cifar(root, args.dataset, "train", args.download)
@@ -73,10 +57,7 @@ def train(args: argparse.Namespace) -> dict:
     x_train, y_train = torch.as_tensor(x_train), torch.as_tensor(y_train)
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
 
-    steps_per_epoch = len(x_train) // args.batch_size
-    total = steps_per_epoch * args.epochs
-    if total == 0:
-        raise ValueError(f"{len(x_train)} training images make no full batch of {args.batch_size}")
+    steps_per_epoch, total = training.epoch_steps(len(x_train), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.1 * args.batch_size / 128
     recipe = {
         "dataset": args.dataset,
@@ -94,38 +75,20 @@ def train(args: argparse.Namespace) -> dict:
         "n_train": len(x_train),
         "steps": total,
     }
-    fingerprint = recipe_fingerprint(recipe)
+    fingerprint = training.recipe_fingerprint(recipe)
 
     device = resolve_device(args.device)
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
     model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
-    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]  # BN and biases: no decay
-    opt = torch.optim.SGD(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        momentum=0.9,
-        nesterov=True,
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
+    opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 
     out_dir = Path(args.out_dir) / args.dataset
     ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
     run = TrainingState(ckpt, fingerprint, model, opt, sched)
-    if run.resume():
-        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
-    step, history = run.step, run.history
-    last_save = time.perf_counter()
+    step, history = run.start(total, steps_per_epoch), run.history
 
-    bar = tqdm(
-        total=total,
-        initial=step,
-        desc=f"train {args.dataset}/{args.model}",
-        dynamic_ncols=True,
-        disable=args.no_progress,
-        mininterval=5,
-    )
+    bar = training.progress_bar(total, step, f"train {args.dataset}/{args.model}", args.no_progress)
     running = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, correct: read once per epoch
     seen = 0
     model.train()
@@ -165,10 +128,8 @@ def train(args: argparse.Namespace) -> dict:
             seen = 0
             print(json.dumps(entry), flush=True)
             run.save(step)
-            last_save = time.perf_counter()
-        elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            run.save(step)  # mid-epoch: the running train-set statistics restart, nothing else is lost
-            last_save = time.perf_counter()
+        else:  # mid-epoch: the running train-set statistics restart, nothing else is lost
+            run.save_if_due(step, args.checkpoint_every_s)
     bar.close()
     wall_s = run.elapsed_s()
 
@@ -184,49 +145,26 @@ def train(args: argparse.Namespace) -> dict:
         },
         weights,
     )
-    record = write_training_record(
-        weights,
-        {
-            "task": "train",
-            "dataset": args.dataset,
-            "model": args.model,
-            "recipe": recipe,
-            "final_test": final,
-            "n_eval": len(y_eval),
-            "history": history,
-            "wall_s": round(wall_s, 1),
-            "device": device_description(device),
-            "data_root": str(root),
-        },
-    )
-    print(
-        f"{args.dataset}/{args.model}: final test top-1 {final['top1']:.2f} top-5 {final['top5']:.2f} "
-        f"after {args.epochs} epochs, {wall_s / 60:.1f} min -> {weights}"
-    )
-    return record
+    trained = {"task": "train", "dataset": args.dataset, "model": args.model}
+    where = {"device": device_description(device), "data_root": str(root)}
+    score = f"top-1 {final['top1']:.2f} top-5 {final['top5']:.2f}"
+    return training.write_record(weights, trained, recipe, final, len(y_eval), history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.cifar.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.cifar.train", __doc__)
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
-    p.add_argument("--epochs", type=int, default=40, help="40 fits a CPU (hours); the classic schedule is 160-200")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, help="peak learning rate (default 0.1 x batch/128)")
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=5, help="epochs between test-set looks (reported only)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training images (tests)")
-    p.add_argument("--eval-limit", type=int, help="evaluate on the first N test images (tests)")
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true")
-    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
-    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
-    p.add_argument("--checkpoint-every-s", type=float, default=180.0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--no-progress", action="store_true")
+    training.add_args(
+        p,
+        epochs=40,
+        batch_size=128,
+        eval_every=5,
+        lr_help="peak learning rate (default 0.1 x batch/128)",
+        epochs_help="40 fits a CPU (hours); the classic schedule is 160-200",
+    )
     return p.parse_args(argv)
 
 

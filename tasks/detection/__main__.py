@@ -1,5 +1,5 @@
 import sys
 
-from tasks.detection.grid import main
+from tasks.voc import main
 
 sys.exit(main())

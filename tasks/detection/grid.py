@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,7 @@ from torch.utils.data import DataLoader
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
+from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -58,39 +60,11 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 
-PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
-PAPER_SPARSITY = 0.9
 VOC07_TEST_IMAGES = 4952
-DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
-
-PROFILES = {
-    "paper": paper_profile(
-        "METHOD.md protocol (GPU): FCPTS 1,024 trainval images x 1,600 iterations of 64; "
-        "POT 10,240 images (capped at trainval), up to 20,000 iterations per layer"
-    ),
-    "cpu": Profile(
-        "cpu",
-        n_calibration=1024,
-        iterations=400,
-        batch_size=32,
-        note="CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
-        "POT 1,000 iterations per layer on the same images; not the paper's protocol",
-        methods=pot_budget(1024, 1000),
-    ),
-    "quick": Profile(
-        "quick",
-        n_calibration=8,
-        iterations=2,
-        batch_size=4,
-        eval_limit=8,
-        note="smoke test only; not a result",
-        methods=pot_budget(8, 2),
-    ),
-}
 
 
 @torch.inference_mode()
@@ -167,9 +141,14 @@ def model_name(arch: str, image_size: int) -> str:
 
 
 def build_grid(
-    *, arch: str, profile: Profile, where: Where, image_size: int = 300, reconstruction: str = "mse-blocks",
-    workers: int = 0
-) -> Grid:  # fmt: skip
+    *,
+    arch: str,
+    profile: Profile,
+    where: Where,
+    image_size: int = 300,
+    reconstruction: str = "mse-blocks",
+    workers: int = 0,
+) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
     data_root_path = resolve_data_root(where.data_root)
     folder = voc2007_dir(data_root_path)
@@ -183,20 +162,8 @@ def build_grid(
     # A partial test set is named by its size, so its results never pass for the full set's.
     dataset = base if full else f"{base}-test{len(test)}"
 
-    suffix = (
-        "" if reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}") else f"-{reconstruction}"
-    )
     probe = create_ssd(arch, len(test.class_names))
-    blocks = reconstruction_blocks(probe, reconstruction)
-    methods = dict(profile.methods)
-    for m in DISTILL_METHODS:
-        methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
-    profile = replace(
-        profile,
-        name=profile.name + suffix,
-        methods=methods,
-        note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
-    )
+    profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
 
     weights_path = (
         Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, base, substitute)
@@ -248,32 +215,22 @@ def build_grid(
 @register_task("voc")
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options)."""
+    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""
+    if record.get("framework") == "mmdet":
+        from tasks.detection.mmdet.grid import grid_for_record as mmdet_grid_for_record
+
+        return mmdet_grid_for_record(record, profile, where)
     image_size = record["ssd_config"]["image_size"]
     arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
     return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)
 
 
-def format_table(records: list[dict]) -> str:
-    head = (
-        f"{'model':18s} {'method':14s} {'target':>6s} {'achieved':>9s} {'mAP':>7s} {'dense':>7s} {'drop':>6s} "
-        f"{'time s':>7s}"
-    )
-    rows = [head, "-" * len(head)]
-    for r in records:
-        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
-        rows.append(
-            f"{r['model']:18s} {r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-            f"{m:7.2f} {d:7.2f} {d - m:6.2f} {r['wall_s']:7.0f}"
-        )
-    return "\n".join(rows)
+VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"map50": "mAP"}, method_width=14)]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.voc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.voc", __doc__)
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
@@ -303,8 +260,8 @@ def plans(args: argparse.Namespace):
             workers=args.workers,
             where=cli.where(args),
         )
-        yield grid, args.methods, args.sparsity
+        yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch))
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, partial(format_table, columns=VOC_COLUMNS), argv)

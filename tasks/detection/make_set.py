@@ -18,7 +18,6 @@ and are not committed: `<out>/.gitignore` ignores the folder.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -32,6 +31,7 @@ from torchvision.ops import box_iou
 from fcpts.core.io import write_text_atomic
 from tasks.cifar.data import load_cifar
 from tasks.detection.data import SUBSTITUTE_MANIFEST, write_jpeg
+from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 
@@ -197,11 +197,7 @@ def make_set(
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.detection.make_set",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = cli.command_parser("python -m tasks.detection.make_set", __doc__)
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument(
         "--data-root", help="folder with cifar10/ and cifar100/ (default: $FCPTS_DATA_ROOT, then ../shared/data)"

@@ -25,26 +25,21 @@ test-split mAP is observed every `--eval-every` epochs and at the end, never use
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from fcpts.core.calibration import to_device
 from fcpts.core.io import file_sha256, save_torch_atomic
 from fcpts.core.options import resolve_device
 from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
-from tasks.grid import cli
+from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
-from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.records import device_description, write_training_record
+from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
 
@@ -136,12 +131,6 @@ def _one_thread(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    if step < warmup:
-        return 0.1 + 0.9 * step / max(1, warmup)
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
 def train(args: argparse.Namespace) -> dict:
     from tasks.detection.grid import evaluate_detector  # the task's own metric
 
@@ -161,10 +150,7 @@ def train(args: argparse.Namespace) -> dict:
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
     eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
 
-    steps_per_epoch = len(train_set) // args.batch_size
-    total = steps_per_epoch * args.epochs
-    if steps_per_epoch == 0:
-        raise ValueError(f"{len(train_set)} training images make no full batch of {args.batch_size}")
+    steps_per_epoch, total = training.epoch_steps(len(train_set), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
     recipe = {
         "dataset": dataset,
@@ -187,40 +173,22 @@ def train(args: argparse.Namespace) -> dict:
         "base_net": file_sha256(Path(args.base_net)) if args.base_net else None,
         "ssd_config": config.to_dict(),
     }
-    fingerprint = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-    decay = [p for p in model.parameters() if p.dim() > 1]
-    no_decay = [p for p in model.parameters() if p.dim() <= 1]
-    opt = torch.optim.SGD(
-        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        momentum=0.9,
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps_per_epoch, total))
+    fingerprint = training.recipe_fingerprint(recipe)
+    opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)
     loss_fn = MultiboxLoss()
 
     name = f"{args.model}-{args.image_size}"
     out_dir = Path(args.out_dir) / dataset
     ckpt = Path(args.checkpoint_dir) / "train_ssd" / dataset / f"{name}-{fingerprint}.pt"
     run = TrainingState(ckpt, fingerprint, model, opt, sched)
-    if run.resume():
-        print(f"resuming {ckpt} at step {run.step}/{total} (epoch {run.step // steps_per_epoch})")
-    step, history = run.step, run.history
-    last_save = time.perf_counter()
+    step, history = run.start(total, steps_per_epoch), run.history
 
     def evaluate() -> dict:
         m = evaluate_detector(model, test, eval_images, config, workers=args.workers)
         model.train()
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
-    bar = tqdm(
-        total=total,
-        initial=step,
-        desc=f"train {dataset}/{name}",
-        dynamic_ncols=True,
-        disable=args.no_progress,
-        mininterval=5,
-    )
+    bar = training.progress_bar(total, step, f"train {dataset}/{name}", args.no_progress)
     sums, seen = torch.zeros(2, dtype=torch.float64, device=device), 0  # loc, cls: read once per epoch
     model.train()
     batches = iter(
@@ -270,67 +238,33 @@ def train(args: argparse.Namespace) -> dict:
                 flush=True,
             )
             run.save(step)
-            last_save = time.perf_counter()
-        elif time.perf_counter() - last_save > args.checkpoint_every_s:
-            run.save(step)
-            last_save = time.perf_counter()
+        else:
+            run.save_if_due(step, args.checkpoint_every_s)
     bar.close()
     wall_s = run.elapsed_s()
     final = evaluate()
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
     save_torch_atomic({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
-    record = write_training_record(
-        weights,
-        {
-            "task": "train_ssd",
-            "dataset": dataset,
-            "model": args.model,
-            "image_size": args.image_size,
-            "recipe": recipe,
-            "final_test": final,
-            "n_eval": len(test),
-            "history": history,
-            "wall_s": round(wall_s, 1),
-            "device": device_description(device),
-            "workers": args.workers,
-            "data_root": str(folder),
-        },
-    )
-    print(
-        f"{dataset}/{name}: final test mAP@0.5 (VOC07) {final['map50']:.2f} after {args.epochs} epochs, "
-        f"{wall_s / 60:.1f} min -> {weights}"
-    )
-    return record
+    trained = {"task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size}
+    where = {"device": device_description(device), "workers": args.workers, "data_root": str(folder)}
+    score = f"mAP@0.5 (VOC07) {final['map50']:.2f}"
+    return training.write_record(weights, trained, recipe, final, len(test), history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.detection.train",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = cli.command_parser("python -m tasks.detection.train", __doc__)
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
     p.add_argument("--model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")
-    p.add_argument("--epochs", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, help="peak learning rate (default 0.05 x batch/32)")
-    p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--max-zoom-out", type=float, default=2.0, help="largest zoom-out (SSD's expand; pytorch-ssd 4)")
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--base-net", help="state dict for base_net (pytorch-ssd layout), e.g. an ImageNet backbone")
     p.add_argument("--train-split", default="trainval")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=10, help="epochs between test-set looks (reported only)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training images (tests)")
-    p.add_argument("--eval-limit", type=int, help="evaluate on the first N test images (tests)")
-    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
-    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
-    p.add_argument("--checkpoint-every-s", type=float, default=180.0)
     p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--no-progress", action="store_true")
+    training.add_args(
+        p, epochs=60, batch_size=32, eval_every=10, lr_help="peak learning rate (default 0.05 x batch/32)"
+    )
     return p.parse_args(argv)
 
 

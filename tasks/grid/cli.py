@@ -1,8 +1,9 @@
 """The command-line flags every task shares, and the checks that run before any cell does.
 
 Each task adds its own flags (models, datasets, task options); methods, targets, profile overrides, seed,
-folders, device and resume control are declared here once. Every argument of a grid is validated at parse
-time, so a typo in the last target fails before hours of earlier cells.
+folders, device, resume control and the cluster launcher's flags (tasks.grid.launch) are declared here once.
+Every argument of a grid is validated at parse time, so a typo in the last target fails before hours of earlier
+cells.
 """
 
 from __future__ import annotations
@@ -12,16 +13,23 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method, training_methods
+from tasks.grid import launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
 from tasks.grid.runner import Grid, Where, run_grid
+
+
+def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help."""
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def target(text: str) -> float:
@@ -81,6 +89,8 @@ def add_grid_args(
     )
     p.add_argument("--force", action="store_true", help="redo cells that already have a record, from a clean start")
     p.add_argument("--no-progress", action="store_true")
+    launch.add_launcher_args(p)
+    p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
 
 
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, paper_methods: Sequence[str]) -> argparse.Namespace:
@@ -127,25 +137,44 @@ def where(args: argparse.Namespace) -> Where:
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
     resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
-    return Where(seed=args.seed, data_root=args.data_root, weights=args.weights, runs_dir=Path(args.results_dir),
-                 checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None, device=args.device,
-                 progress=not args.no_progress)  # fmt: skip
+    return Where(
+        seed=args.seed,
+        data_root=args.data_root,
+        weights=args.weights,
+        runs_dir=Path(args.results_dir),
+        checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,
+        device=args.device,
+        progress=not args.no_progress,
+    )
 
 
-GridPlan = tuple[Grid, Sequence[str], Sequence[float]]
+class GridPlan(NamedTuple):
+    """One grid of a command, its methods and targets; `selects` are the flags that narrow the command to this
+    grid alone (e.g. `--models resnet50`), which a command planning several grids must give for cluster jobs."""
+
+    grid: Grid
+    methods: Sequence[str]
+    targets: Sequence[float]
+    selects: tuple[str, ...] = ()
 
 
 def run_grids(
     args: argparse.Namespace,
     plans: Callable[[argparse.Namespace], Iterable[GridPlan]],
     table: Callable[[list[dict]], str],
+    argv: Sequence[str] | None = None,
 ) -> int:
-    """A task's main: check the methods, run each (grid, methods, targets) planned, print the table."""
+    """A task's main: check the methods, run each (grid, methods, targets) planned here or, with `--launcher
+    submitit`, as one cluster job per cell (`argv`, the command's arguments, is narrowed to each cell), and
+    print the table."""
 
     def run() -> int:
+        launch.check_launcher_args(args)
         check_methods(args.methods)
+        if args.launcher == "submitit":
+            return launch.launch(args, plans(args), sys.argv[1:] if argv is None else argv, table)
         records: list[dict] = []
-        for grid, methods, targets in plans(args):
+        for grid, methods, targets, *_ in plans(args):
             records += run_grid(grid, list(methods), list(targets), force=args.force)
         print()
         print(table(records))

@@ -32,6 +32,10 @@ class Profile:
     def options_for(self, method: str) -> dict | None:
         return self.methods.get(method, {}).get("options")
 
+    def with_note(self, note: str) -> Profile:
+        """The same budget described by `note` (what it is for, how it departs from the paper's protocol)."""
+        return replace(self, note=note)
+
     def with_iterations(self, iterations: int, what: str = "iterations") -> Profile:
         """The same profile with another iteration count, renamed so its records never mix with this one's."""
         return replace(
@@ -83,9 +87,52 @@ def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}
 
 
-def paper_profile(note: str) -> Profile:
-    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64; POT 10,240 images (capped at
-    the split) and up to 20,000 iterations per layer."""
+def paper_profile(split: str = "training") -> Profile:
+    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64 for the training-loop methods;
+    POT 10,240 images (capped at the split) and up to 20,000 iterations per layer. `split` names where the
+    calibration images come from, for the note records carry."""
+    note = (
+        f"METHOD.md protocol: training-loop methods 1,024 {split} images x 1,600 iterations of 64; "
+        f"POT 10,240 {split} images (capped at the split), up to 20,000 iterations per layer"
+    )
     return Profile(
         "paper", n_calibration=1024, iterations=1600, batch_size=64, note=note, methods=pot_budget(10240, 20000)
     )
+
+
+def cpu_profile(
+    name: str,
+    n_calibration: int,
+    iterations: int,
+    batch_size: int,
+    pot_iterations: int,
+    eval_limit: int | None = None,
+    methods: dict[str, dict] | None = None,
+) -> Profile:
+    """A budget for a CPU: POT works on the training-loop methods' own images (the paper gives it 10,240) with its
+    own iterations per layer; `methods` adds other per-method entries. Its note comes with `.with_note(...)`."""
+    return Profile(
+        name,
+        n_calibration=n_calibration,
+        iterations=iterations,
+        batch_size=batch_size,
+        eval_limit=eval_limit,
+        methods={**pot_budget(n_calibration, pot_iterations), **(methods or {})},
+    )
+
+
+def quick_profile(
+    n_calibration: int, iterations: int, batch_size: int, eval_limit: int, pot_iterations: int
+) -> Profile:
+    """Every task's `quick` profile: a few images and steps to prove the pipeline runs, never a result."""
+    return cpu_profile("quick", n_calibration, iterations, batch_size, pot_iterations, eval_limit).with_note(
+        "smoke test only; not a result"
+    )
+
+
+def profile_table(*profiles: Profile) -> dict[str, Profile]:
+    """A task's profiles by name, in the order given (each profile already carries its name)."""
+    table = {p.name: p for p in profiles}
+    if len(table) != len(profiles):
+        raise ValueError(f"two profiles share a name: {[p.name for p in profiles]}")
+    return table

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -98,20 +98,15 @@ def run_grid(
 ) -> list[dict]:
     if grid.checkpoint_dir is None:
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
-    for m in methods:  # fail fast on a typo in a method or an option, before any work
-        get_method(m).check_overrides(grid.profile.options_for(m))
-    for target in sparsities:
-        check_target(target)
+    check_cells(grid, methods, sparsities)
     git_commit()  # pin the commit of the code that is about to run
     records, dense_metrics, busy = [], None, []
     for method in methods:
         for target in sparsities:
-            path = record_path(
-                grid.runs_dir, grid.task, grid.dataset, grid.model, method, target, grid.profile.name, grid.seed
-            )
+            path = cell_path(grid, method, target)
             done = None if force else read_record(path)
             if done is not None:
-                _check_same_cell(done, path, target, grid)
+                check_same_cell(done, path, target, grid)
                 log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
                 records.append(done)
                 continue
@@ -133,7 +128,20 @@ def run_grid(
     return records
 
 
-def _check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None:
+def check_cells(grid: Grid, methods: list[str], sparsities: list[float]) -> None:
+    """Fail fast on a typo in a method or an option, or a bad target, before any work."""
+    for m in methods:
+        get_method(m).check_overrides(grid.profile.options_for(m))
+    for target in sparsities:
+        check_target(target)
+
+
+def cell_path(grid: Grid, method: str, target: float) -> Path:
+    """Where the record of one cell of `grid` goes."""
+    return record_path(grid.runs_dir, grid.task, grid.dataset, grid.model, method, target, grid.profile.name, grid.seed)
+
+
+def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None:
     """A record found under a cell's name must be that cell: same target, same dense weights."""
     if record["target_sparsity"] != target:
         raise ValueError(f"{path} holds target {record['target_sparsity']}, not {target}; move it away")
@@ -254,17 +262,38 @@ def mask_sha256(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def format_table(records: list[dict]) -> str:
-    head = (
-        f"{'method':18s} {'target':>6s} {'achieved':>9s} {'top1':>7s} {'top5':>7s} {'dense':>7s} {'drop':>6s} "
-        f"{'time s':>7s}"
-    )
-    rows = [head, "-" * len(head)]
-    for r in records:
-        d = r["dense_metrics"]["top1"]
-        rows.append(
-            f"{r['method']:18s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} "
-            f"{r['metrics']['top1']:7.2f} {r['metrics']['top5']:7.2f} {d:7.2f} "
-            f"{d - r['metrics']['top1']:6.2f} {r['wall_s']:7.0f}"
-        )
-    return "\n".join(rows)
+@dataclass(frozen=True)
+class Column:
+    """One column of the table a task prints after its grid: header, how values print, a record's value."""
+
+    header: str
+    spec: str  # the values' format: "18s" text, left-aligned; "6.2f" a number, its header right-aligned
+    value: Callable[[dict], Any]
+
+    def head(self) -> str:
+        return format(self.header, self.spec if self.spec.endswith("s") else f">{self.spec.split('.')[0]}s")
+
+
+def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
+    """method, target and achieved sparsity, each metric (record key -> header), then the dense model's first
+    metric, the drop from it and the wall time."""
+    first = next(iter(metrics))
+    return [
+        Column("method", f"{method_width}s", lambda r: r["method"]),
+        Column("target", "6.2f", lambda r: r["target_sparsity"]),
+        Column("achieved", "9.6f", lambda r: r["achieved_sparsity"]),
+        *(Column(header, "7.2f", lambda r, key=key: r["metrics"][key]) for key, header in metrics.items()),
+        Column("dense", "7.2f", lambda r: r["dense_metrics"][first]),
+        Column("drop", "6.2f", lambda r: r["dense_metrics"][first] - r["metrics"][first]),
+        Column("time s", "7.0f", lambda r: r["wall_s"]),
+    ]
+
+
+CLASSIFICATION_COLUMNS = result_columns({"top1": "top1", "top5": "top5"})
+
+
+def format_table(records: list[dict], columns: Sequence[Column] = CLASSIFICATION_COLUMNS) -> str:
+    """A header, a rule and a row per record."""
+    head = " ".join(c.head() for c in columns)
+    rows = [" ".join(format(c.value(r), c.spec) for c in columns) for r in records]
+    return "\n".join([head, "-" * len(head), *rows])

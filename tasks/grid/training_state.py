@@ -28,7 +28,7 @@ class TrainingState:
         self.path, self.fingerprint = path, fingerprint
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.step, self.history, self._elapsed_before = 0, [], 0.0
-        self._t0 = time.perf_counter()
+        self._t0 = self._last_save = time.perf_counter()
 
     def resume(self) -> bool:
         """Load the checkpoint when there is one; True when training continues from it."""
@@ -39,8 +39,14 @@ class TrainingState:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.history, self._elapsed_before = state["step"], state["history"], state["elapsed_s"]
-        self._t0 = time.perf_counter()
+        self._t0 = self._last_save = time.perf_counter()
         return True
+
+    def start(self, total: int, steps_per_epoch: int) -> int:
+        """Resume from the checkpoint when there is one, saying where; the step training goes on from."""
+        if self.resume():
+            print(f"resuming {self.path} at step {self.step}/{total} (epoch {self.step // steps_per_epoch})")
+        return self.step
 
     def elapsed_s(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._t0
@@ -59,3 +65,9 @@ class TrainingState:
             },
             step,
         )
+        self._last_save = time.perf_counter()
+
+    def save_if_due(self, step: int, every_s: float) -> None:
+        """Checkpoint between epochs once `every_s` seconds have passed since the last save (or the start)."""
+        if time.perf_counter() - self._last_save > every_s:
+            self.save(step)

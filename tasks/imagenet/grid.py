@@ -25,44 +25,30 @@ from fcpts.methods import training_methods
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
-from tasks.grid.profiles import Profile, paper_profile, pot_budget
+from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
 
-PROFILES = {
-    "paper": paper_profile(
-        "METHOD.md protocol (GPU): FCPTS/ProbMask 1,024 images x 1,600 iterations of 64; "
-        "POT 10,240 images (capped at the split), up to 20,000 iterations per layer"
-    ),
-    # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
-    # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Measured on the Lite0 substitute at 70%,
-    # 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see docs/results.md).
-    # One rate for all of them, so no method is compared at a rate tuned for another.
+# Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
+# released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Measured on the Lite0 substitute at 70%,
+# 200 iterations: FCPTS 62.46 top-1 with lr 0.02 against 54.92 with 0.005 (ProbMask: see docs/results.md).
+# One rate for all of them, so no method is compared at a rate tuned for another.
+CPU_TRAINING_LR = {m: {"options": {"lr": 0.02}} for m in training_methods()}
+
+PROFILES = profile_table(
+    paper_profile(),
     # POT 1,000 iterations per layer, as CIFAR's paper-cpu: with the Gram objective a Lite0 run takes 30 min of a
     # shared core (16 min at 100 iterations, whose fixed costs dominate); measured at 70%: POT L2Norm 36.77 with
     # 1,000 iterations, 34.38 with 100 (records cpu and cpu-pot100).
-    "cpu": Profile(
-        "cpu",
-        n_calibration=1000,
-        iterations=200,
-        batch_size=32,
-        note="2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods "
+    cpu_profile("cpu", 1000, iterations=200, batch_size=32, pot_iterations=1000, methods=CPU_TRAINING_LR).with_note(
+        "2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods "
         "(weights' SGD lr 0.02 for all of them), POT 1,000 iterations per layer on the same "
-        "images; not the paper's protocol",
-        methods={**pot_budget(1000, 1000), **{m: {"options": {"lr": 0.02}} for m in training_methods()}},
+        "images; not the paper's protocol"
     ),
-    "quick": Profile(
-        "quick",
-        n_calibration=32,
-        iterations=3,
-        batch_size=8,
-        eval_limit=64,
-        note="smoke test only; not a result",
-        methods=pot_budget(32, 3),
-    ),
-}
+    quick_profile(32, iterations=3, batch_size=8, eval_limit=64, pot_iterations=3),
+)
 
 
 def paper_methods(model: str) -> list[str]:
@@ -119,9 +105,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.imagenet", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.imagenet", __doc__)
     p.add_argument(
         "--models",
         nargs="+",
@@ -149,8 +133,8 @@ def plans(args: argparse.Namespace):
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
         grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
-        yield grid, methods, args.sparsity or paper_sparsities(model_name)
+        yield cli.GridPlan(grid, methods, args.sparsity or paper_sparsities(model_name), ("--models", model_name))
 
 
 def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+    return cli.run_grids(parse_args(argv), plans, format_table, argv)

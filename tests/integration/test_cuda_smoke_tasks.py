@@ -16,6 +16,12 @@ from tasks.detection import train as ssd_train
 from tasks.detection.ssd import create_ssd
 from tasks.imagenet import grid as imagenet
 from tests.conftest import DEVICES, require_data
+from tests.integration.tiny_voc import write_tiny_voc
+
+
+@pytest.fixture(scope="module")
+def tiny_set(tmp_path_factory):
+    return write_tiny_voc(tmp_path_factory.mktemp("voc"))
 
 
 def record_path(runs):

@@ -208,7 +208,8 @@ def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_
     assert merged["families"]["resnet18"] == first["families"]["resnet18"]
     assert merged["provenance"] == first["provenance"] and merged["families"]["mobilenet_v2"]["provenance"]["merged"]
     table = (tmp_path / "t7.md").read_text()
-    assert "| mobilenet_v2 | 90% | onnxruntime |" in table and "| resnet18 | 90% | onnxruntime |" in table
+    assert "| mobilenet_v2 (random weights) | 90% | onnxruntime |" in table
+    assert "| resnet18 (random weights) | 90% | onnxruntime |" in table
     assert "mobilenet_v2 measured in a later run merged into this table" in table
     assert max(merged["families"]["mobilenet_v2"]["onnx_max_abs_diff"].values()) < 1e-4
     more_runs = [("3" if prev == "--runs-b1" else a) for prev, a in zip(["", *common], common)]

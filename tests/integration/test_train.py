@@ -6,7 +6,8 @@ from pathlib import Path
 import torch
 
 from tasks.cifar.models import cifar_resnet, load_checkpoint
-from tasks.cifar.train import augment_batch, lr_factor, main, parse_args, train
+from tasks.cifar.train import augment_batch, main, parse_args, train
+from tasks.grid.training import lr_factor
 
 TINY = [
     "--dataset",

@@ -10,6 +10,13 @@ from tasks.detection import grid as voc
 from tasks.detection import train as train_ssd
 from tasks.detection.data import VOCDetection
 from tasks.detection.ssd import SSDConfig, create_ssd
+from tests.integration.tiny_voc import write_tiny_voc
+
+
+@pytest.fixture(scope="module")
+def tiny_set(tmp_path_factory):
+    """6 trainval + 4 test canvases in the VOC layout (random-pixel 'objects' and scenes: fast, no CIFAR)."""
+    return write_tiny_voc(tmp_path_factory.mktemp("voc"))
 
 
 def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
@@ -184,14 +191,14 @@ def test_table4_keeps_substitute_rows_apart():
     from tasks.reporting.paper import read_reference
     from tasks.reporting.tables_voc import table4
 
-    def rec(dataset, model, method, m, substitute):
+    def rec(dataset, model, method, m, substitute, target=0.9):
         return {
             "task": "voc",
             "dataset": dataset,
             "model": model,
             "method": method,
-            "target_sparsity": 0.9,
-            "achieved_sparsity": 0.9,
+            "target_sparsity": target,
+            "achieved_sparsity": target,
             "hit_target": True,
             "profile": {"name": "cpu"},
             "substitute": substitute,
@@ -215,3 +222,17 @@ def test_table4_keeps_substitute_rows_apart():
     assert main.count("no record") == 6  # the 5 other paper cells and mb2-ssd-lite's dense
     without_voc = table4([rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
     assert "no record: PASCAL VOC2007" in without_voc and "no record: PASCAL VOC2007" not in text
+    # an mmdet detector on the substitute set sits beside the suite's SSD, at each target it was run at
+    mmdet = "mmdet-ssdlite_mobilenetv2_voc-cifar10-160"
+    both = table4(
+        [
+            rec("voc-cifar10", "mb2-ssd-lite-160", "fcpts", 31.0, True),
+            rec("voc-cifar10", mmdet, "fcpts", 20.0, True, target=0.5),
+            rec("voc-cifar10", mmdet, "pot-erk", 5.0, True),
+        ],
+        read_reference(),
+    ).split("## Substitute rows")[1]
+    assert f"| voc-cifar10 | {mmdet} | 67.0 | 50% | POT (L2Norm) | no record |" in both
+    assert "|  |  |  |  | FCPTS (ours) | **20.0** (−47.0) [cpu] |" in both
+    assert f"| voc-cifar10 | {mmdet} | 67.0 | 90% | POT (L2Norm) | no record |" in both
+    assert "| voc-cifar10 | mb2-ssd-lite-160 | 67.0 | 90% |" in both and "mb2-ssd-lite-160 | 67.0 | 50%" not in both

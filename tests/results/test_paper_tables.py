@@ -200,3 +200,60 @@ def test_preferred_records_takes_the_most_faithful_profile_and_ignores_variants(
         ("cifar", "cifar10", "m", "fcpts", 0.9): paper_cpu,  # not fast, not the higher variant
         ("imagenet", "imagenet-val1300", "m", "fcpts", 0.9): lite_cpu,
     }  # not quick
+
+
+def test_committed_tables_define_every_profile_tag_they_show():
+    """Each `[profile]` tag a committed table shows is spelled out in its legend, from the records."""
+    import re
+
+    from tasks.grid.paths import RESULTS_DIR
+
+    for name in ("table1_cifar.md", "table2_imagenet_cnn.md", "table4_voc.md", "table5_learned_masks.md"):
+        text = (RESULTS_DIR / "tables" / name).read_text()
+        cells = "\n".join(line for line in text.split("Legend")[0].splitlines() if line.startswith("| "))
+        tags = set(re.findall(r"\*\* \([^)]*\) \[([\w.-]+)\]", cells))
+        assert tags, name
+        for tag in tags:
+            assert f"- `[{tag}]`: " in text, (name, tag)
+
+
+def test_substitute_note_states_images_preprocessing_and_the_published_number():
+    from tasks.grid.paths import RESULTS_DIR
+    from tasks.reporting.legend import read_external
+
+    external = read_external()
+    table2 = (RESULTS_DIR / "tables" / "table2_imagenet_cnn.md").read_text()
+    note = table2.split("Substitute rows:")[1]
+    for fact in (
+        f"published {external['efficientnet_lite0.published_top1']}",
+        f"{external['imagenet-val1300.classes']} of the 1,000 classes",
+        "resized to 256 (bilinear), centre-cropped to 224 and normalised as (x − 0.498) / 0.502",
+        "`timm:tf_efficientnet_lite0`",
+        "the 1,300 real ILSVRC-2012 validation images",
+    ):
+        assert fact in note, fact
+
+
+def test_table7_labels_every_random_weight_row():
+    import json
+
+    from tasks.grid.paths import RESULTS_DIR
+
+    raw = json.loads((RESULTS_DIR / "deploy" / "table7_inference.json").read_text())
+    table = (RESULTS_DIR / "tables" / "table7_inference.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    for name, fam in raw["families"].items():
+        random = fam["note"].startswith("random weights")
+        mine = [r for r in rows if r.split(" | ")[0][2:].split(" (")[0] == name]
+        assert mine, name
+        assert all(("(random weights)" in r.split(" | ")[0]) == random for r in mine), name
+
+
+def test_committed_tables_are_the_ones_the_records_generate(tmp_path):
+    """`python -m tasks.reporting tables` run on the committed records writes the committed tables."""
+    from tasks.grid.paths import RESULTS_DIR
+
+    for path in write_tables(out_dir=tmp_path):
+        committed = RESULTS_DIR / "tables" / path.name
+        stale = f"{committed} is stale: run `python -m tasks.reporting tables`"
+        assert path.read_text() == committed.read_text(), stale

@@ -58,8 +58,12 @@ def imports_of(path: Path, name: str | None = None) -> set[str]:
     return found
 
 
+def _python_files():
+    return [p for d in ("fcpts", "tasks", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+
+
 def graph() -> dict[str, set[str]]:
-    files = [p for d in ("fcpts", "tasks", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    files = _python_files()
     modules = {module_name(p): p for p in files}
     return {m: {i for i in imports_of(p) if i in modules and i != m} for m, p in modules.items()}
 
@@ -107,3 +111,32 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     found = imports_of(bad, "fcpts.core.masks")
     assert {"tasks.grid.runner", "fcpts.methods.pot"} <= found
     assert all(layer_of(m) > layer_of("fcpts.core.masks") for m in ("tasks.grid.runner", "fcpts.methods.pot"))
+
+
+OPENMMLAB = {"mmdet", "mmengine", "mmcv"}
+MMDET_TASK = "tasks.detection.mmdet"
+# Who may import the mmdet subpackage: its own modules, and the detection driver's two doors to it (the
+# `--framework mmdet` switch and re-running an mmdet record), both inside functions.
+MMDET_DOORS = {"tasks.voc", "tasks.detection.grid"}
+
+
+def test_only_the_mmdet_subpackage_imports_openmmlab():
+    """The suite runs without the `[mmdet]` extra: mmdet, mmengine and mmcv are imported in one subpackage."""
+    offenders = []
+    for path in _python_files():
+        module = module_name(path)
+        if module == MMDET_TASK or module.startswith(MMDET_TASK + "."):
+            continue
+        if any(i.split(".")[0] in OPENMMLAB for i in imports_of(path)):
+            offenders.append(module)
+    assert offenders == []
+
+
+def test_nothing_but_the_detection_driver_imports_the_mmdet_subpackage():
+    importers = set()
+    for path in _python_files():
+        module = module_name(path)
+        if not module.startswith(MMDET_TASK) and any(i.startswith(MMDET_TASK) for i in imports_of(path)):
+            importers.add(module)
+    assert importers <= MMDET_DOORS
+    assert layer_of(MMDET_TASK + ".grid") == layer_of("tasks.detection.grid")  # a driver, above grid and methods

@@ -140,7 +140,7 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     calls = {"n": 0}
     import fcpts.methods.pot as pot_module
 
-    original = pot_module.reconstruct_layer
+    original = pot_module.optimise
 
     def interrupted(*args, **kwargs):
         calls["n"] += 1
@@ -148,10 +148,10 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pot_module, "reconstruct_layer", interrupted)
+    monkeypatch.setattr(pot_module, "optimise", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
-    monkeypatch.setattr(pot_module, "reconstruct_layer", original)
+    monkeypatch.setattr(pot_module, "optimise", original)
     resumed, report = pot(small_cnn(), x, 0.6, POTOptions(checkpoint=str(ckpt), **cfg))
     assert report.extra["resumed_layers"] == 1
     assert all(r["wall_s"] >= 0 for r in report.per_layer)  # the resumed layer keeps its time from the log
@@ -170,7 +170,7 @@ def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
     original = lo.ForwardObjective.loss
 
     def spy(self, idx, *args):
-        seen.append(idx.clone())
+        seen.append(self._images(idx).clone())
         return original(self, idx, *args)
 
     monkeypatch.setattr(lo.ForwardObjective, "loss", spy)
@@ -206,3 +206,27 @@ def test_sparse_inputs_train_on_the_sparse_models_own_inputs():
     assert last["error_reconstructed"] != pytest.approx(last["error_in_network"], rel=1e-2)
     with pytest.raises(ValueError, match="inputs"):
         pot(small_cnn(), x, 0.7, POTOptions(inputs="sequential", **cfg))
+
+
+def test_a_layer_with_an_all_zero_dense_output_has_no_error_ratio():
+    """A dead layer (its inputs all zero after a ReLU, as in an untrained detector) has no dense output energy:
+    its relative errors are recorded as None instead of dividing by zero, and the run still hits the target."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, bias=False),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    ).eval()
+    with torch.no_grad():
+        net[0].bias.fill_(-1e3)
+    x = torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(7))
+    sparse, report = pot(net, x, 0.6, POTOptions(iterations=5, batch_size=16, progress=False))
+    rows = {r["name"]: r for r in report.per_layer}
+    assert rows["2"]["error_masked"] is None and rows["2"]["error_reconstructed"] is None
+    assert rows["2"]["error_in_network"] is None
+    assert rows["5"]["error_masked"] is not None
+    n = sum(r["numel"] for r in report.per_layer)
+    assert round(report.achieved_sparsity * n) == round(0.6 * n)

@@ -36,17 +36,21 @@ LAYERS = {
 }
 
 
+@pytest.mark.parametrize("units", ["images", "batches"])
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_gram_loss_and_gradients_match_the_forward(name):
+def test_gram_loss_and_gradients_match_the_forward(name, units):
     make, shape = LAYERS[name]
     torch.manual_seed(0)
     layer = make().double()
     inputs = torch.randn(*shape, dtype=torch.float64)
     w_dense, b_dense = layer.weight.detach().clone(), layer.bias.detach().clone()
     keep = torch.rand_like(w_dense) > 0.6
-    idx = torch.tensor([3, 3, 7, 0, 9])  # repeats, as random batches have
+    if units == "images":
+        batches, idx = None, torch.tensor([3, 3, 7, 0, 9])  # repeats, as random batches have
+    else:
+        batches, idx = torch.randperm(10)[:9].view(3, 3), torch.tensor([2])  # one fixed batch per step
     results = []
-    for objective in (ForwardObjective(layer, inputs), GramObjective(layer, inputs)):
+    for objective in (ForwardObjective(layer, inputs, batches), GramObjective(layer, inputs, batches)):
         weight = (w_dense * keep).requires_grad_(True)
         bias = (b_dense + 0.1).requires_grad_(True)
         loss = objective.loss(idx, weight, bias, w_dense, b_dense)
@@ -57,6 +61,9 @@ def test_gram_loss_and_gradients_match_the_forward(name):
                 weight.grad,
                 bias.grad,
                 objective.mean_error(weight.detach(), bias.detach(), w_dense, b_dense),
+                torch.tensor(
+                    objective.full_loss(weight.detach(), bias.detach(), w_dense, b_dense), dtype=torch.float64
+                ),
             )
         )
     for a, b in zip(*results):
@@ -119,3 +126,50 @@ def test_pot_with_and_without_gram_statistics_agree():
         assert torch.equal(a.weight != 0, b.weight != 0), name
         torch.testing.assert_close(a.weight, b.weight, rtol=1e-3, atol=1e-5)
         torch.testing.assert_close(a.bias, b.bias, rtol=1e-3, atol=1e-5)
+
+
+def repeated_blocks():
+    """Three 8->8 convs of one shape (stackable), between layers of other shapes."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        *[m for _ in range(3) for m in (nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())],
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 5),
+    ).eval()
+
+
+@pytest.mark.parametrize("early_stop_loss", [1e-5, 0.05])
+def test_stacked_layers_follow_their_sequential_trajectories(early_stop_loss):
+    """Layers of one shape take their steps together; each ends where it ends alone, early stops included."""
+    x = torch.randn(48, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    cfg = dict(iterations=30, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    together, report = pot(repeated_blocks(), x, 0.7, POTOptions(early_stop_loss=early_stop_loss, **cfg))
+    alone, alone_report = pot(
+        repeated_blocks(), x, 0.7, POTOptions(early_stop_loss=early_stop_loss, concurrent=False, **cfg)
+    )
+    assert [r["stacked_layers"] for r in report.per_layer] == [1, 3, 3, 3, 1]
+    assert all(r["stacked_layers"] == 1 for r in alone_report.per_layer)
+    for a, b in zip(report.per_layer, alone_report.per_layer):
+        assert a["iterations"] == b["iterations"], a["name"]
+        assert a["final_loss"] == pytest.approx(b["final_loss"], rel=1e-4), a["name"]
+    if early_stop_loss > 1e-3:  # some layers stop early, at different steps, while others go on
+        assert len({r["iterations"] for r in report.per_layer}) > 1
+    for (name, a), b in zip(prunable_layers(together).items(), prunable_layers(alone).values()):
+        assert torch.equal(a.weight != 0, b.weight != 0), name
+        torch.testing.assert_close(a.weight, b.weight, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a.bias, b.bias, rtol=1e-4, atol=1e-6)
+
+
+def test_layers_of_equal_statistics_but_other_output_widths_are_not_stacked():
+    """Two 1x1 convs reading 8 channels share a Gram shape but not a weight shape (EfficientNet's
+    projections): each is its own problem, and POT runs."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 1), nn.ReLU(), nn.Conv2d(8, 12, 1)
+    ).eval()
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    _, report = pot(net, x, 0.5, POTOptions(iterations=5, batch_size=8, progress=False))
+    assert [r["stacked_layers"] for r in report.per_layer] == [1, 1, 1]

@@ -1,10 +1,11 @@
-"""The grid runner's bookkeeping: the dense evaluation is done once per grid identity, not per invocation."""
+"""The grid runner: the dense evaluation is done once per grid identity, not per invocation; its console tables."""
 
 import torch
 from torch import nn
 
+from tasks.detection.grid import VOC_COLUMNS
 from tasks.grid.profiles import Profile
-from tasks.grid.runner import Grid, run_grid
+from tasks.grid.runner import Grid, format_table, run_grid
 
 
 def _grid(tmp_path, calls: list, weights: str) -> Grid:
@@ -44,3 +45,30 @@ def test_dense_metrics_are_evaluated_once_per_identity(tmp_path):
     assert any("kept in dense-" in line for line in lines)
     run_grid(_grid(tmp_path, calls, "b"), ["uniform"], [0.7], log=lines.append)
     assert len(calls) == 5  # other weights: evaluated again
+
+
+RECORD = {
+    "model": "mb2-ssd-lite-160",
+    "method": "fcpts",
+    "target_sparsity": 0.9,
+    "achieved_sparsity": 0.9,
+    "metrics": {"top1": 70.125, "top5": 90.5, "map50": 30.03},
+    "dense_metrics": {"top1": 72.5, "top5": 91.0, "map50": 38.0},
+    "wall_s": 394.4,
+}
+
+
+def test_the_classification_table_lines_up_top1_top5_and_the_drop_in_top1():
+    assert format_table([RECORD]).splitlines() == [
+        "method             target  achieved    top1    top5   dense   drop  time s",
+        "-" * 74,
+        "fcpts                0.90  0.900000   70.12   90.50   72.50   2.38     394",
+    ]
+
+
+def test_the_detection_table_adds_the_model_and_shows_map():
+    assert format_table([RECORD], VOC_COLUMNS).splitlines() == [
+        "model              method         target  achieved     mAP   dense   drop  time s",
+        "-" * 81,
+        "mb2-ssd-lite-160   fcpts            0.90  0.900000   30.03   38.00   7.97     394",
+    ]

@@ -1,0 +1,5 @@
+import sys
+
+from tasks.detection.mmdet.grid import main
+
+sys.exit(main())

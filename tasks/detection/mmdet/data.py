@@ -1,0 +1,200 @@
+"""Detection folders as mmdet datasets, and calibration images through the config's own test pipeline.
+
+Two layouts, found from the data root:
+    VOC    <root>/VOCdevkit/VOC2007/ (or <root>/VOC2007/, or <root>): calibration from ImageSets/Main/trainval.txt,
+           evaluation on test.txt; classes from labels.txt (the suite's convention) or VOC's 20;
+           metric: mmdet's VOCMetric, VOC07 11-point mAP@0.5
+    COCO   <root>/annotations/instances_<split>.json with images in <root>/<split>/: calibration from the
+           train* split, evaluation on val* (else test*); classes from the json; metric: mmdet's CocoMetric
+The config supplies the pipeline (its test_dataloader's), never the paths.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from torch import nn
+from torch.utils.data import Dataset
+
+from tasks.detection.data import SUBSTITUTE_MANIFEST, read_class_names, voc2007_dir
+from tasks.grid.data import DataNotFoundError
+
+ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a detection folder's splits are and how mmdet reads and scores them."""
+
+    kind: str  # "voc" or "coco"
+    root: Path  # the VOC2007 folder, or the COCO root
+    classes: tuple[str, ...]
+    calibration_split: str
+    eval_split: str
+    manifest: dict | None = None  # the substitute set's description (tasks.detection.make_set)
+
+    @property
+    def task(self) -> str:
+        return self.kind
+
+    def source(self, split: str) -> dict:
+        """The keys of an mmdet dataset config that say what it reads: type, paths, classes."""
+        if self.kind == "voc":
+            paths = {
+                "type": "VOCDataset",
+                "data_root": str(self.root.parent),
+                "ann_file": f"{self.root.name}/ImageSets/Main/{split}.txt",
+                "data_prefix": {"sub_data_root": f"{self.root.name}/"},
+            }
+        else:
+            paths = {
+                "type": "CocoDataset",
+                "data_root": str(self.root),
+                "ann_file": f"annotations/instances_{split}.json",
+                "data_prefix": {"img": f"{split}/"},
+            }
+        return {**paths, "metainfo": {"classes": self.classes}}
+
+    def dataset_cfg(self, split: str, pipeline: list, limit: int | None = None) -> dict:
+        """An mmdet dataset config for one split (test mode: every image, in the split's order)."""
+        cfg = {**self.source(split), "test_mode": True, "pipeline": copy.deepcopy(pipeline)}
+        if limit is not None:
+            cfg["indices"] = limit  # mmengine's first-N subset
+        return cfg
+
+    def evaluator_cfg(self, coco_ann_file: str | None = None) -> dict:
+        if self.kind == "voc":
+            return {"type": "VOCMetric", "metric": "mAP", "eval_mode": "11points"}
+        ann = coco_ann_file or str(self.root / "annotations" / f"instances_{self.eval_split}.json")
+        return {"type": "CocoMetric", "ann_file": ann, "metric": "bbox"}
+
+    def metric_description(self) -> str:
+        if self.kind == "voc":
+            return "mmdet VOCMetric: VOC07 11-point AP at IoU >= 0.5, difficult ignored, legacy +1 box widths"
+        return "mmdet CocoMetric (pycocotools): bbox AP at IoU 0.50:0.95 and 0.50"
+
+    def describe(self) -> dict:
+        return {
+            "root": str(self.root),
+            "layout": self.kind,
+            "calibration_split": self.calibration_split,
+            "eval_split": self.eval_split,
+            "classes": list(self.classes),
+        }
+
+
+def find_layout(data_root: Path) -> Layout:
+    """The layout of a data root: COCO when it holds annotations/instances_*.json, else VOC."""
+    annotations = sorted((data_root / "annotations").glob("instances_*.json"))
+    if annotations:
+        splits = [p.stem.removeprefix("instances_") for p in annotations]
+        train = [s for s in splits if s.startswith("train")]
+        held_out = [s for s in splits if s.startswith("val")] or [s for s in splits if s.startswith("test")]
+        if not train or not held_out:
+            raise DataNotFoundError(
+                f"{data_root}/annotations has {', '.join(p.name for p in annotations)}: a COCO-layout folder needs "
+                "instances_train*.json (calibration) and instances_val*.json (evaluation)"
+            )
+        categories = json.loads((data_root / "annotations" / f"instances_{held_out[0]}.json").read_text())
+        classes = tuple(c["name"] for c in sorted(categories["categories"], key=lambda c: c["id"]))
+        return Layout("coco", data_root, classes, train[0], held_out[0])
+    folder = voc2007_dir(data_root)
+    manifest_path = folder / SUBSTITUTE_MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    return Layout("voc", folder, read_class_names(folder)[1:], "trainval", "test", manifest)
+
+
+def point_at(dataset_cfg: dict, layout: Layout, split: str, limit: int | None = None) -> dict:
+    """A config's dataset (inside its wrappers: RepeatDataset, ...) reading `split` of `layout` instead, with
+    its own pipeline and filters kept."""
+    out = copy.deepcopy(dict(dataset_cfg))
+    inner = out
+    while "dataset" in inner:
+        inner["dataset"] = dict(inner["dataset"])
+        inner = inner["dataset"]
+    for key in ("type", "data_root", "ann_file", "data_prefix", "metainfo", "indices"):
+        inner.pop(key, None)
+    inner.update(layout.source(split))
+    if limit is not None:
+        inner["indices"] = limit
+    return out
+
+
+def config_test_pipeline(cfg: Config) -> list:
+    """The config's test pipeline (its test_dataloader's dataset, else `test_pipeline`)."""
+    dataset = cfg.get("test_dataloader", {}).get("dataset", {})
+    while "pipeline" not in dataset and "dataset" in dataset:  # wrappers (ConcatDataset, ...)
+        dataset = dataset["dataset"]
+    pipeline = dataset.get("pipeline") or cfg.get("test_pipeline")
+    if not pipeline:
+        raise ValueError("the config has no test pipeline (test_dataloader.dataset.pipeline or test_pipeline)")
+    return [dict(t) for t in pipeline]
+
+
+def without_annotations(pipeline: list) -> list:
+    """The pipeline minus its annotation loaders: calibration never reads a label."""
+    return [t for t in pipeline if t.get("type") not in ANNOTATION_LOADERS]
+
+
+def build_dataset(layout: Layout, split: str, pipeline: list, limit: int | None = None):
+    from mmdet.registry import DATASETS
+
+    return DATASETS.build(layout.dataset_cfg(split, pipeline, limit))
+
+
+class PipelineImages(Dataset):
+    """Calibration images as the detector sees them: the test pipeline (without annotations), then the
+    detector's data preprocessor (BGR->RGB, mean/std, padding to its divisor); (3, H, W) float tensors.
+
+    Pipelines that keep aspect ratios give images of different sizes: each is padded at the bottom and right
+    to the largest (with the preprocessor's pad value, as a batch would be), so any two stack. A flipped
+    image (augmentation of the training-loop methods) is flipped before padding. Images are kept in memory
+    once made while they fit in `cache_bytes` (a training-loop method reads each one many times)."""
+
+    def __init__(
+        self, dataset, preprocessor: nn.Module, indices: list[int], flip: bool = False, cache_bytes: int = 2**31
+    ):
+        self.dataset, self.preprocessor = dataset, preprocessor
+        self.indices, self.flip = list(indices), flip
+        self.pad_value = float(getattr(preprocessor, "pad_value", 0))
+        self._cache: dict[int, torch.Tensor] = {}
+        self._cache_on = False  # the canvas first, then the cache if the set fits
+        fixed = self._fixed_size()
+        self.canvas = tuple(self._image(self.indices[0]).shape[-2:]) if fixed else self._largest()
+        self._cache_on = len(self.indices) * 3 * self.canvas[0] * self.canvas[1] * 4 < cache_bytes
+
+    def _fixed_size(self) -> bool:
+        """A resize that ignores the aspect ratio: every image comes out the same size."""
+        return any(getattr(t, "keep_ratio", True) is False for t in self.dataset.pipeline.transforms)
+
+    def _largest(self) -> tuple[int, int]:
+        sizes = [self._image(i).shape[-2:] for i in self.indices]
+        return max(s[0] for s in sizes), max(s[1] for s in sizes)
+
+    @torch.no_grad()
+    def _image(self, i: int) -> torch.Tensor:
+        if i in self._cache:
+            return self._cache[i]
+        item = self.dataset[i]
+        x = self.preprocessor({"inputs": [item["inputs"]], "data_samples": None}, False)["inputs"][0].cpu()
+        if self._cache_on:
+            self._cache[i] = x
+        return x
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
+        x = self._image(self.indices[k])
+        if self.flip and torch.rand(()) < 0.5:
+            x = x.flip(-1)
+        h, w = x.shape[-2:]
+        if (h, w) != self.canvas:
+            x = F.pad(x, (0, self.canvas[1] - w, 0, self.canvas[0] - h), value=self.pad_value)
+        return x, self.indices[k]

@@ -1,0 +1,203 @@
+"""The detection grid on an mmdet detector: the user's config and checkpoint, any registered method, mmdet's metric.
+
+    python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
+    python -m tasks.detection.mmdet ...                                      (the same)
+
+The detector is built by mmengine's registry from the config (`mmdet::` bases resolve to the installed mmdet),
+its checkpoint loaded strictly. Calibration images come from the folder's trainval (VOC) or train* (COCO)
+split through the config's own test pipeline, annotation loading removed (labels unused), and the detector's
+data preprocessor. Methods see `HeadOutputView` (view.py): FCPTS distils the dense teacher's per-anchor class
+distributions and, by block MSE, its raw box regression (`--reconstruction`: kl-box, mse-heads, mse-blocks as
+in the suite's SSD task). Every Conv2d/Linear of the detector is pruned, head included (view.py); the exact
+target holds over all of them. Evaluation: mmengine's test loop with mmdet's VOCMetric (VOC07 11-point
+mAP@0.5) or CocoMetric. Profiles are the detection task's (`cpu`, `paper`, `quick`). Records go to
+`results/runs/<voc|coco>/<dataset>/mmdet-<config name>/`, with the config's name and hashes, the
+checkpoint's hash and the mmdet, mmengine and mmcv versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from tasks.detection.mmdet.data import (
+    Layout,
+    PipelineImages,
+    build_dataset,
+    config_test_pipeline,
+    find_layout,
+    without_annotations,
+)
+from tasks.detection.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
+from tasks.detection.mmdet.evaluate import evaluate_detector
+from tasks.detection.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
+from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.detection.ssd import RECONSTRUCTIONS
+from tasks.grid import cli
+from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.profiles import Profile
+from tasks.grid.rerun import register_task
+from tasks.grid.runner import Grid, Where, dense_factory
+
+
+def model_name(config: str | Path) -> str:
+    return f"mmdet-{Path(config).stem}"
+
+
+def dataset_name(layout: Layout, n_eval: int, limit: int | None) -> str:
+    """The substitute set's name, voc2007 or coco-<split>; a partial evaluation is named by its size."""
+    if layout.kind == "voc":
+        base = layout.manifest["dataset"] if layout.manifest else "voc2007"
+    else:
+        base = f"coco-{layout.eval_split}"
+    return base if limit is None or limit >= n_eval else f"{base}-test{min(limit, n_eval)}"
+
+
+def default_checkpoint(dataset: str, model: str) -> Path:
+    path = RESULTS_DIR / "weights" / dataset / f"{model}.pth"
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"no checkpoint given and none at {path}: pass --checkpoint FILE (an mmdet checkpoint for this config)"
+        )
+    return path
+
+
+def check_classes(detector, layout: Layout) -> None:
+    head = detector.bbox_head
+    if head.num_classes != len(layout.classes):
+        raise ValueError(
+            f"the config's head has {head.num_classes} classes, the data at {layout.root} {len(layout.classes)} "
+            f"({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the config"
+        )
+
+
+def build_grid(
+    *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks", workers: int = 0,
+    eval_batch_size: int = 16
+) -> Grid:  # fmt: skip
+    """The grid of one mmdet detector (config + checkpoint) on a VOC- or COCO-layout folder."""
+    cfg = load_config(config)
+    layout = find_layout(resolve_data_root(where.data_root))
+    pipeline = config_test_pipeline(cfg)
+    eval_set = build_dataset(layout, layout.eval_split, pipeline, profile.eval_limit)
+    n_eval_all = (
+        len(eval_set)
+        if profile.eval_limit is None
+        else len(build_dataset(layout, layout.eval_split, without_annotations(pipeline)))
+    )
+    calibration_set = build_dataset(layout, layout.calibration_split, without_annotations(pipeline))
+    dataset = dataset_name(layout, n_eval_all, profile.eval_limit)
+    model = model_name(config)
+
+    probe = build_detector(cfg)
+    check_classes(probe, layout)
+    checkpoint = Path(where.weights) if where.weights else default_checkpoint(dataset_name(layout, 0, None), model)
+    weights_info = load_weights(probe, checkpoint)
+    probe_view = HeadOutputView(probe)
+
+    profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
+    build_view = dense_factory(lambda: HeadOutputView(build_detector(cfg)), probe_view, where.device)
+
+    def make_calibration(n: int, augment: bool):
+        idx, info = calibration_subset(
+            len(calibration_set), n, where.seed, layout.calibration_split, "horizontal flip" if augment else "none"
+        )
+        info.update(
+            image_ids=[str(calibration_set.get_data_info(i)["img_id"]) for i in idx],
+            labels_used=False,
+            pipeline="config's test pipeline without annotation loading, then the detector's data preprocessor",
+        )
+        return PipelineImages(calibration_set, probe.data_preprocessor, idx, flip=augment), info
+
+    def evaluate(view) -> dict:
+        detector = view.detector if isinstance(view, HeadOutputView) else view
+        return evaluate_detector(
+            detector, layout, pipeline, profile.eval_limit, batch_size=eval_batch_size, workers=workers
+        )
+
+    return Grid(
+        task=layout.task,
+        dataset=dataset,
+        model=model,
+        build_model=build_view,
+        make_calibration=make_calibration,
+        evaluate=evaluate,
+        profile=profile,
+        provenance={
+            "framework": "mmdet",
+            "mmdet": {**versions(), "config": config_identity(config, cfg)},
+            "weights": weights_info,
+            "pruned_layers": pruned_layers(probe_view),
+            "substitute": layout.manifest is not None,
+            "substitute_manifest": layout.manifest,
+            "reconstruction": reconstruction,
+            "data": {**layout.describe(), "n_eval": len(eval_set), "n_calibration_split": len(calibration_set)},
+        },
+        metric_names=("map50",) if layout.kind == "voc" else ("map", "map50"),
+        **where.grid_fields(),
+    )
+
+
+@register_task("coco")
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
+    """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
+    detection driver's "voc" registration)."""
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(
+        config=record["mmdet"]["config"]["path"],
+        profile=profile,
+        where=where,
+        reconstruction=record.get("reconstruction", "mse-blocks"),
+    )
+
+
+def format_table(records: list[dict]) -> str:
+    head = f"{'method':14s} {'target':>6s} {'achieved':>9s} {'mAP50':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
+    rows = [head, "-" * len(head)]
+    for r in records:
+        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
+        rows.append(
+            f"{r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} {m:7.2f} {d:7.2f} "
+            f"{d - m:6.2f} {r['wall_s']:7.0f}"
+        )
+    return "\n".join(rows)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.voc --framework mmdet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", required=True, help="an mmdet config file (single-stage detector)")
+    cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
+    p.add_argument(
+        "--checkpoint",
+        dest="weights",
+        help="the detector's mmdet checkpoint (same as --weights; default: the suite's "
+        "results/weights/<dataset>/mmdet-<config name>.pth)",
+    )
+    p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
+    p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
+    p.add_argument("--eval-batch-size", type=int, default=16)
+    return cli.parse(p, argv, PAPER_METHODS)
+
+
+def plans(args: argparse.Namespace):
+    profile = cli.profile_from_args(args, PROFILES, args.methods)
+    grid = build_grid(
+        config=args.config,
+        profile=profile,
+        where=cli.where(args),
+        reconstruction=args.reconstruction,
+        workers=args.workers,
+        eval_batch_size=args.eval_batch_size,
+    )
+    yield grid, args.methods, args.sparsity
+
+
+def main(argv=None) -> int:
+    return cli.run_grids(parse_args(argv), plans, format_table)

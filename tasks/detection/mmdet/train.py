@@ -1,0 +1,188 @@
+"""Dense training of an mmdet detector with mmengine's Runner, resumable: the substitute set's detector.
+
+    python -m tasks.detection.mmdet.train --data-root data/voc-cifar \\
+        --config tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
+
+The config says the model, pipelines, schedule, optimiser and hooks; this command points its datasets at a
+VOC- or COCO-layout folder (train on trainval / train*, validate and test on test / val*, with mmdet's metric
+for the layout) and keeps the run in a work folder (default `results/checkpoints/mmdet/<dataset>/<model>/`,
+not committed). The Runner saves a checkpoint after every epoch; running the same command again resumes from
+the last one (an interrupted epoch is redone), and a finished run is not retrained. At the end the weights
+go to `results/weights/<dataset>/mmdet-<config name>.pth` (state dict and meta: what the grid loads by
+default) with a training record beside it (recipe, seconds per iteration of each session, test metric).
+`--epochs`, `--train-limit`, `--eval-limit` and `--batch-size` shorten a run for smoke tests (recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+from fcpts.core.io import save_torch_atomic, write_json_atomic
+from tasks.detection.mmdet.data import find_layout, point_at
+from tasks.detection.mmdet.detector import (
+    allow_ssd_predict,
+    config_identity,
+    load_config,
+    versions,
+)
+from tasks.detection.mmdet.grid import dataset_name, model_name
+from tasks.grid import cli
+from tasks.grid.data import resolve_data_root
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import device_description, write_training_record
+
+SESSIONS = "fcpts-sessions.json"  # beside the Runner's checkpoints: wall time and iterations of each invocation
+
+
+def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int | None, eval_limit: int | None = None):
+    """The config pointed at the folder, its schedule shortened when asked, resuming when a checkpoint exists."""
+    cfg.work_dir = str(work_dir)
+    cfg.train_dataloader.dataset = point_at(cfg.train_dataloader.dataset, layout, layout.calibration_split, train_limit)
+    for part in ("val", "test"):
+        cfg[f"{part}_dataloader"].dataset = point_at(
+            cfg[f"{part}_dataloader"].dataset, layout, layout.eval_split, eval_limit
+        )
+        cfg[f"{part}_evaluator"] = layout.evaluator_cfg()
+    if epochs is not None:
+        cfg.train_cfg.max_epochs = epochs
+        for scheduler in cfg.param_scheduler:
+            if scheduler.get("by_epoch", True):
+                scheduler.update(T_max=epochs, end=epochs) if "T_max" in scheduler else scheduler.update(end=epochs)
+    cfg.load_from = None
+    cfg.resume = (work_dir / "last_checkpoint").is_file()
+    return cfg
+
+
+@contextmanager
+def own_checkpoints_unpickled():
+    """Resuming reads the Runner's own checkpoints from its work folder, which pickle its message hub (torch's
+    default weights-only loading refuses them); mmengine's loader passes no `weights_only`, so torch's switch
+    for that is set while training runs, and only then."""
+    before = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Environment variable TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+            yield
+    finally:
+        if before is None:
+            del os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"]
+        else:
+            os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = before
+
+
+class SessionTimer(Hook):
+    """Appends each invocation's iterations and wall time (from after resuming to the end of training) to a
+    JSON list in the work folder: the seconds per iteration this machine gave."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.start_iter, self.start, self.start_cpu = 0, 0.0, 0.0
+
+    def sessions(self) -> list[dict]:
+        return json.loads(self.path.read_text()) if self.path.is_file() else []
+
+    def before_train(self, runner) -> None:
+        self.start_iter, self.start, self.start_cpu = runner.iter, time.perf_counter(), time.process_time()
+
+    def after_train(self, runner) -> None:
+        iterations = runner.iter - self.start_iter
+        if iterations > 0:
+            wall, cpu = time.perf_counter() - self.start, time.process_time() - self.start_cpu
+            session = {
+                "start_iter": self.start_iter,
+                "end_iter": runner.iter,
+                "wall_s": round(wall, 1),
+                "s_per_iter": round(wall / iterations, 3),
+                # the main process's CPU time (data-loading workers not included): less dependent on how
+                # busy the machine was than the wall time
+                "cpu_s_per_iter": round(cpu / iterations, 3),
+                "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+                "device": device_description(next(runner.model.parameters()).device),
+            }
+            write_json_atomic(self.path, [*self.sessions(), session])
+
+
+def export_weights(runner: Runner, path: Path, meta: dict) -> None:
+    """The trained model as the grid loads it: {"state_dict", "meta"} (no optimiser, no message hub)."""
+    state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}
+    save_torch_atomic({"state_dict": state, "meta": meta}, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.detection.mmdet.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
+    p.add_argument("--work-dir", help="the Runner's folder (checkpoints, logs); default under results/checkpoints/")
+    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"), help="where the final weights and record go")
+    p.add_argument("--epochs", type=int, help="override the config's epochs (smoke tests; recorded)")
+    p.add_argument("--train-limit", type=int, help="train on the first N images only (smoke tests; recorded)")
+    p.add_argument("--eval-limit", type=int, help="validate and test on the first N images only (smoke tests)")
+    p.add_argument("--batch-size", type=int, help="override the config's training batch (smoke tests; recorded)")
+    args = p.parse_args(argv)
+
+    def run() -> int:
+        cfg = load_config(args.config)
+        layout = find_layout(resolve_data_root(args.data_root))
+        dataset, model = dataset_name(layout, 0, None), model_name(args.config)
+        work_dir = Path(args.work_dir) if args.work_dir else RESULTS_DIR / "checkpoints" / "mmdet" / dataset / model
+        configure(cfg, layout, work_dir, args.epochs, args.train_limit, args.eval_limit)
+        if args.batch_size:
+            cfg.train_dataloader.batch_size = args.batch_size
+        runner = Runner.from_cfg(cfg)
+        allow_ssd_predict(runner.model)  # validation and test predict with it
+        timer = SessionTimer(work_dir / SESSIONS)
+        runner.register_hook(timer, priority="VERY_LOW")
+        with own_checkpoints_unpickled():
+            runner.train()
+        test = dict(runner.test())
+        weights = Path(args.out_dir) / dataset / f"{model}.pth"
+        meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
+                "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
+        export_weights(runner, weights, meta)
+        record = write_training_record(
+            weights,
+            {
+                "task": "train_mmdet",
+                "dataset": dataset,
+                "model": model,
+                "mmdet": {**versions(), "config": config_identity(args.config, cfg)},
+                "recipe": {
+                    "epochs": cfg.train_cfg.max_epochs,
+                    "train_limit": args.train_limit,
+                    "eval_limit": args.eval_limit,
+                    "batch_size": cfg.train_dataloader.batch_size,
+                    "iterations": runner.train_loop.iter,
+                    "optimizer": cfg.optim_wrapper.optimizer.to_dict(),
+                    "param_scheduler": [s.to_dict() if hasattr(s, "to_dict") else dict(s) for s in cfg.param_scheduler],
+                    "seed": cfg.get("randomness", {}).get("seed"),
+                },
+                "data": layout.describe(),
+                "work_dir": str(work_dir),
+                "sessions": timer.sessions(),
+                "final_test": {k: float(v) for k, v in test.items()},
+                "device": device_description(next(runner.model.parameters()).device),  # mmengine picks it
+            },
+        )
+        print(f"{model} on {dataset}: {record['final_test']} -> {weights}")
+        return 0
+
+    return cli.run_main(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

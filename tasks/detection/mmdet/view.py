@@ -1,0 +1,99 @@
+"""An mmdet single-stage detector as the methods see it: one output tensor, its raw head outputs named.
+
+The same contract as the suite's own SSD (tasks/detection/ssd/distill.py): forward(x) takes the images as the
+detector's data preprocessor leaves them and returns T * log p(class | anchor) per anchor, flattened, so FCPTS's
+output KL is T^2 x the mean per-anchor KL between the dense teacher's and the student's class distributions.
+A softmax head (SSD) gives one distribution over its C + 1 channels per anchor; a sigmoid head (RetinaNet)
+one Bernoulli per anchor and class, written as its two log-probabilities. The raw head outputs pass through
+two named identities, `class_logits` and `box_regression` ((B, anchors, C) and (B, anchors, box code)), so
+FCPTS's block MSE reconstructs the box regression and, by choice, the class logits and the backbone's and
+neck's blocks (the suite's SSD choices, `reconstruction_blocks`).
+
+Prunable layers: every Conv2d and Linear of the detector, backbone, neck and head, the head's last
+classification and regression convs included, as in the suite's SSD task (which prunes every layer of
+pytorch-ssd's detectors); nothing is kept dense unless a method's `exclude`/`filter_fn` says so.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fcpts.core.masks import PRUNABLE_TYPES, prunable_layers
+from fcpts.methods.fcpts import default_blocks
+from tasks.detection.ssd import RECONSTRUCTIONS
+
+PRUNED_LAYERS_RULE = (
+    "every Conv2d and Linear of the detector (backbone, neck, head; the head's last classification and "
+    "regression convs included), as the suite's SSD task"
+)
+
+
+class HeadOutputView(nn.Module):
+    """A single-stage mmdet detector whose forward returns per-anchor class log-probabilities at T."""
+
+    def __init__(self, detector: nn.Module, temperature: float = 4.0):
+        super().__init__()
+        self.detector = detector
+        self.temperature = temperature
+        head = detector.bbox_head
+        self.sigmoid = bool(getattr(head, "use_sigmoid_cls", False))
+        self.class_channels = int(head.cls_out_channels)
+        self.class_logits = nn.Identity()
+        self.box_regression = nn.Identity()
+
+    def head_outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(class logits (B, anchors, C), box regression (B, anchors, code)), mmdet's anchor order."""
+        outputs = self.detector.bbox_head(self.detector.extract_feat(x))
+        cls_scores, bbox_preds = outputs[0], outputs[1]
+        logits = torch.cat([_per_anchor(c, self.class_channels) for c in cls_scores], 1)
+        code = bbox_preds[0].shape[1] * self.class_channels // cls_scores[0].shape[1]
+        boxes = torch.cat([_per_anchor(b, code) for b in bbox_preds], 1)
+        return logits, boxes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits, boxes = self.head_outputs(x)
+        logits = self.class_logits(logits)
+        self.box_regression(boxes)  # seen by forward hooks (FCPTS's MSE), not part of the output
+        t = self.temperature
+        if self.sigmoid:
+            log_p = torch.stack([F.logsigmoid(logits / t), F.logsigmoid(-logits / t)], -1)
+        else:
+            log_p = F.log_softmax(logits / t, dim=-1)
+        return (t * log_p).flatten(1)
+
+
+def _per_anchor(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """(B, A * channels, H, W) -> (B, H * W * A, channels), as mmdet's heads flatten them."""
+    return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, channels)
+
+
+def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> list[str]:
+    """Module names for FCPTS's block MSE (`block_names`): the suite's SSD choices on an mmdet detector."""
+    if kind not in RECONSTRUCTIONS:
+        raise ValueError(f"unknown detection reconstruction {kind!r}; choose from {', '.join(RECONSTRUCTIONS)}")
+    names = ["box_regression"]
+    if kind in ("mse-heads", "mse-blocks"):
+        names.append("class_logits")
+    if kind == "mse-blocks":
+        backbone = view.detector.backbone
+        stems = [  # stages outside the backbone's Sequentials (MobileNetV2's conv1, conv2)
+            f"detector.backbone.{n}"
+            for n, m in backbone.named_children()
+            if not isinstance(m, (nn.Sequential, nn.ModuleList))
+            and any(isinstance(c, PRUNABLE_TYPES) for c in m.modules())
+        ]
+        names += stems + [n for n in default_blocks(view) if n.startswith(("detector.backbone.", "detector.neck."))]
+    return names
+
+
+def pruned_layers(view: HeadOutputView) -> dict:
+    """What a record says about which layers were pruned."""
+    layers = prunable_layers(view)
+    return {
+        "rule": PRUNED_LAYERS_RULE,
+        "n_layers": len(layers),
+        "n_weights": sum(m.weight.numel() for m in layers.values()),
+        "excluded": [],
+    }

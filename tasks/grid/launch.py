@@ -1,0 +1,314 @@
+"""Grids on a cluster through submitit (`--launcher submitit`): each cell without a record becomes one job.
+
+A job runs the task's own command narrowed to its cell (tasks.grid.cell_job), so the record, lock, checkpoint/resume
+and provenance are those of a local run, and the record's command is the per-cell command. Every grid is built and
+every cell checked before anything is submitted. Cells with a record are skipped, cells whose job is still queued or
+running are left to it; the rest are submitted as one job array per grid, and the launcher waits and reports each
+cell (unless --no-wait). Running the same command again submits only what is not done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.grid.cell_job import CellCommand
+from tasks.grid.job_state import INSTALL_HINT, CellState, cell_states, error_line, import_submitit
+from tasks.grid.lock import release_lock_of_job
+from tasks.grid.records import read_record
+from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
+from tasks.grid.submission import (
+    cell_entry,
+    grid_folder,
+    grid_identity,
+    jobs_dir_for,
+    read_cells,
+    submitted,
+    write_cells,
+)
+
+DEFAULT_TIMEOUT_MIN = 240
+# The launcher's own flags: a job's command never carries them.
+LAUNCHER_FLAGS = (
+    "--launcher",
+    "--cluster",
+    "--jobs-dir",
+    "--slurm-partition",
+    "--gpus-per-node",
+    "--cpus-per-task",
+    "--mem-gb",
+    "--timeout-min",
+    "--array-parallelism",
+    "--no-wait",
+)
+SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
+CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_launcher_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
+    g.add_argument(
+        "--launcher",
+        choices=("none", "submitit"),
+        default="none",
+        help="none: run the cells in this process; submitit: submit one job per cell",
+    )
+    g.add_argument(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit's executor (default slurm; local: processes on this machine)",
+    )
+    g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
+    g.add_argument("--slurm-partition")
+    g.add_argument("--gpus-per-node", type=_count(0))
+    g.add_argument("--cpus-per-task", type=_count(1))
+    g.add_argument("--mem-gb", type=_count(1))
+    g.add_argument(
+        "--timeout-min",
+        type=_count(1),
+        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
+        "when the command is run again",
+    )
+    g.add_argument("--array-parallelism", type=_count(1), help="at most this many jobs of a grid at once (slurm)")
+    g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")
+
+
+def check_launcher_args(args: argparse.Namespace) -> None:
+    """Launcher flags that do not fit together fail before any grid is built."""
+    given = [
+        flag for flag in LAUNCHER_FLAGS if flag != "--launcher" and getattr(args, _dest(flag)) not in (None, False)
+    ]
+    if args.launcher == "none":
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --launcher submitit")
+        return
+    args.cluster = args.cluster or "slurm"
+    wrong = [flag for dest, flag in SLURM_ONLY.items() if getattr(args, dest) is not None and args.cluster != "slurm"]
+    if wrong:
+        raise ValueError(f"{', '.join(wrong)} only apply with --cluster slurm")
+    if args.no_wait and args.cluster == "debug":
+        raise ValueError("--cluster debug runs the jobs in this process while it waits; drop --no-wait")
+    if args.cluster == "slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise ValueError(
+            "--cluster slurm needs sbatch and srun on PATH (a SLURM login node); --cluster local runs "
+            "the jobs on this machine"
+        )
+    import_submitit()
+
+
+def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence[str] = ()) -> list[str]:
+    """The command line of one cell: `argv` without the launcher's flags, with the cell's method and target, and
+    narrowed to its grid by `selects` (e.g. `--models resnet50`, which replaces the command's `--models`)."""
+    drop = {*LAUNCHER_FLAGS, *CELL_FLAGS, *selects[:1]}
+    out: list[str] = []
+    skip_values = False
+    for token in argv:
+        if _is_flag(token):
+            name = token.split("=", 1)[0]
+            abbreviated = sorted(flag for flag in drop if flag.startswith(name) and flag != name)
+            if name not in drop and abbreviated and name.startswith("--"):
+                raise ValueError(f"spell out {name} (as {' or '.join(abbreviated)}) when submitting cells")
+            skip_values = name in drop and "=" not in token
+            if name in drop:
+                continue
+        elif skip_values:
+            continue
+        out.append(token)
+    return [*out, "--methods", method, "--sparsity", repr(target), *selects]
+
+
+def _is_flag(token: str) -> bool:
+    if not token.startswith("-"):
+        return False
+    try:
+        float(token)
+        return False  # a negative number is a value
+    except ValueError:
+        return True
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+@dataclass
+class _GridJobs:
+    """One grid's cells for this command: manifest entries, and the cells to submit as one job array."""
+
+    grid: dict  # submission.grid_identity
+    folder: Path
+    selects: tuple[str, ...]
+    entries: dict[str, dict] = field(default_factory=dict)
+    to_submit: list[tuple[dict, CellCommand, str | None]] = field(default_factory=list)  # entry, job, stale job
+    executor: Any = None
+
+
+def launch(
+    args: argparse.Namespace,
+    plans: Iterable[tuple],
+    argv: Sequence[str],
+    table: Callable[[list[dict]], str],
+    log: Callable[[str], None] = print,
+) -> int:
+    """Submit every cell of the planned grids that has no record and no live job; wait and report (see above)."""
+    submitit = import_submitit()
+    jobs_dir = jobs_dir_for(args.results_dir, args.jobs_dir)
+    if not args.prog.startswith("python -m "):
+        raise ValueError(f"a cluster job runs `python -m <task>`; this parser's prog is {args.prog!r}")
+    module = args.prog.removeprefix("python -m ")
+    cell_argv(argv, "-", 0.0)  # an abbreviated flag fails here, before any grid is built
+    grids: list[_GridJobs] = []
+    records: list[dict] = []
+    for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
+        g = _GridJobs(grid_identity(grid), grid_folder(jobs_dir, grid_identity(grid)), tuple(rest[0]) if rest else ())
+        if grids and not (g.selects and grids[0].selects):
+            raise ValueError(f"{args.prog} planned several grids without saying how to narrow its command to one")
+        _collect(g, grid, list(methods), list(targets), argv, module, args, records, log)
+        grids.append(g)
+    for g in grids:
+        if g.to_submit:
+            g.executor = _executor(submitit, args, g.folder, f"{g.grid['task']}-{g.grid['model']}")
+    jobs = [job for g in grids for job in _submit(g, args.cluster, log)]
+    if not jobs:
+        log("nothing to submit: every cell has a record or a live job")
+        print(table(records))
+        return 0
+    if args.no_wait:
+        log(f"submitted {len(jobs)} job(s); follow them with: python -m tasks.grid status --jobs-dir {jobs_dir}")
+        return 0
+    return _wait(submitit, jobs, args.cluster, records, table, jobs_dir, log)
+
+
+def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
+    """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
+    check_cells(grid, methods, targets)
+    known = read_cells(g.folder)
+    previous = [e for e in known.values() if e.get("job_id")]
+    states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
+    for method in methods:
+        for target in targets:
+            path = cell_path(grid, method, target)
+            cell = cell_argv(argv, method, target, g.selects)
+            job = CellCommand(module, tuple(cell), os.getcwd(), str(path.resolve()))
+            entry = {**known.get(job.record, cell_entry(path, grid.runs_dir, method, target)), "command": job.command}
+            g.entries[job.record] = entry
+            done = None if args.force else read_record(path)
+            if done is not None:
+                check_same_cell(done, path, target, grid)
+                log(f"[skip] {entry['cell']} exists (use --force to redo)")
+                records.append(done)
+                continue
+            state = states.get(job.record)
+            if state is not None and state.state == "running":
+                log(f"[running] {entry['cell']} is job {entry['job_id']} ({state.detail}); not submitted again")
+                continue
+            g.to_submit.append((entry, job, entry.get("job_id") if state is not None else None))
+
+
+def _executor(submitit, args: argparse.Namespace, folder: Path, name: str):
+    """submitit's executor for one grid's jobs, with the command's resources (checked by submitit here)."""
+    wanted = {
+        "gpus_per_node": args.gpus_per_node,
+        "cpus_per_task": args.cpus_per_task,
+        "mem_gb": args.mem_gb,
+        "slurm_partition": args.slurm_partition,
+        "slurm_array_parallelism": args.array_parallelism,
+    }
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=args.cluster)
+    except RuntimeError as e:  # e.g. no srun on this machine
+        raise ValueError(f"--cluster {args.cluster}: {e} (--cluster local runs the jobs on this machine)") from None
+    executor.update_parameters(
+        name=name,
+        timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN,
+        nodes=1,
+        tasks_per_node=1,
+        **{k: v for k, v in wanted.items() if v is not None},
+    )
+    return executor
+
+
+def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
+    """Submit one grid's cells as one job array and record them in its manifest."""
+    if not g.to_submit:
+        write_cells(g.folder, g.grid, g.entries)
+        return []
+    for entry, _, stale in g.to_submit:
+        if stale and release_lock_of_job(Path(entry["record"]), stale):
+            log(f"[unlock] {entry['cell']}: removed the lock left by job {stale}, which is over")
+    with g.executor.batch():
+        jobs = [g.executor.submit(job) for _, job, _ in g.to_submit]
+    out = []
+    for (entry, _, _), job in zip(g.to_submit, jobs):
+        g.entries[entry["record"]] = submitted(entry, cluster, str(job.job_id))
+        out.append((job, g.entries[entry["record"]], g.folder))
+        log(f"[submitted] {entry['cell']} as job {job.job_id}")
+    write_cells(g.folder, g.grid, g.entries)
+    return out
+
+
+def _wait(submitit, jobs, cluster, records, table, jobs_dir, log) -> int:
+    """Report each cell as its job ends; non-zero when any cell has no record."""
+    by_job = {id(job): (entry, folder) for job, entry, folder in jobs}
+    failed = 0
+    try:
+        for job, error in _finished(submitit, [job for job, _, _ in jobs], cluster):
+            entry, folder = by_job[id(job)]
+            state = _debug_state(job, entry, error) if cluster == "debug" else cell_states([entry], folder)[0]
+            if state.state == "done":
+                records.append(read_record(Path(entry["record"])))
+                log(f"[done] {entry['cell']} (job {entry['job_id']})")
+            else:
+                failed += 1
+                log(f"[{state.state}] {entry['cell']} (job {entry['job_id']}): {state.detail}")
+                if state.log:
+                    log(f"    log: {state.log}")
+    except KeyboardInterrupt:
+        log(f"stopped waiting; the jobs go on: python -m tasks.grid status --jobs-dir {jobs_dir}")
+        return 130
+    print()
+    print(table([r for r in records if r is not None]))
+    if failed:
+        log(
+            f"{failed} of {len(jobs)} cell(s) failed; run the same command again to resubmit them (done cells are "
+            f"skipped); python -m tasks.grid status --jobs-dir {shlex.quote(str(jobs_dir))}"
+        )
+        return 1
+    return 0
+
+
+def _finished(submitit, jobs: list, cluster: str):
+    """(job, the error it raised here or None) as each job ends; the debug executor runs each job right here."""
+    if cluster != "debug":
+        poll = 30.0 if cluster == "slurm" else 1.0
+        yield from ((job, None) for job in submitit.helpers.as_completed(jobs, poll_frequency=poll))
+        return
+    for job in jobs:
+        try:
+            job.result()
+            yield job, None
+        except Exception as e:  # the cell's failure, already shown by the debug executor
+            yield job, e
+
+
+def _debug_state(job, entry: dict, error: Exception | None) -> CellState:
+    """The debug executor ran the job in this process: its error is here, not in a result pickle."""
+    if read_record(Path(entry["record"])) is not None:
+        return CellState("done")
+    return CellState("failed", error_line(str(error)), str(job.paths.stderr))

@@ -1,0 +1,87 @@
+"""What the generated tables' markers mean, written from the records a table shows.
+
+A table's `[profile]` tag names the budget its cell's record ran with; the legend spells that budget out
+from the records themselves (iterations, batch, calibration images, per-method options), so it can never
+disagree with them. Numbers quoted from outside the suite's runs and the paper (published accuracies of
+library weights, facts about this workplace's ImageNet sample) live in `results/paper/external_reference.csv`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from fcpts.methods import get_method, label
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.profiles import POT_METHODS, paper_profile
+from tasks.grid.records import PROFILE_PREFERENCE
+
+EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
+
+
+def read_external(path: Path = EXTERNAL_REFERENCE) -> dict[str, str]:
+    """key -> value of the external reference data (sources in the file)."""
+    with open(path) as f:
+        return {r["key"]: r["value"] for r in csv.DictReader(line for line in f if not line.startswith("#"))}
+
+
+def budget_text(record: dict) -> str:
+    """The budget a record's method ran with, in words, from the record's own `budget` and `calibration`."""
+    budget = record.get("budget")
+    if not budget:
+        return "budget not in the record"
+    options = dict(budget.get("options") or {})
+    n = (record.get("calibration") or {}).get("n_images")
+    images = f" on {n:,} calibration images" if n else ""
+    method = record["method"]
+    if method in POT_METHODS:
+        per_layer = options.pop("iterations", None)
+        text = f"{per_layer:,} iterations per layer" if per_layer else "the method's default iterations"
+        text += images
+    elif get_method(method).trains:
+        text = f"{budget['iterations']:,} iterations of {budget['batch_size']}{images}"
+        trials = ((record.get("method_report") or {}).get("extra") or {}).get("trials")
+        if trials:
+            text = f"{len(trials)} trials of {budget['iterations']:,} iterations of {budget['batch_size']}{images}"
+    else:
+        text = f"no training{images}"
+    extra = ", ".join(
+        f"{k} {v}" if not isinstance(v, (list, tuple, dict)) else f"{k}: {len(v)} given"
+        for k, v in sorted(options.items())
+    )
+    return f"{text} ({extra})" if extra else text
+
+
+def profile_legend(cell_records: list[dict]) -> list[str]:
+    """One line per profile tag that appears in a table: what each method's record in it ran with."""
+    by_profile: dict[str, dict[str, set[str]]] = {}
+    for r in cell_records:
+        methods = by_profile.setdefault(r["profile"]["name"], {})
+        methods.setdefault(r["method"], set()).add(budget_text(r))
+    lines = []
+    for name in sorted(by_profile, key=lambda p: (PROFILE_PREFERENCE + (p,)).index(p)):
+        texts: dict[str, list[str]] = {}
+        for method, budgets in by_profile[name].items():
+            texts.setdefault(" / ".join(sorted(budgets)), []).append(label(method))
+        parts = [f"{', '.join(methods)}: {text}" for text, methods in texts.items()]
+        lines.append(f"  - `[{name}]`: " + "; ".join(parts) + ".")
+    return lines
+
+
+def paper_protocol() -> str:
+    """The paper's protocol as the `paper` profile defines it (tasks/grid/profiles.py)."""
+    p = paper_profile()
+    pot = p.methods[POT_METHODS[0]]
+    return (
+        f"the paper's protocol (profile `paper`) gives the training-loop methods {p.iterations:,} iterations of "
+        f"{p.batch_size} on {p.n_calibration:,} calibration images and POT {pot['options']['iterations']:,} "
+        f"iterations per layer on {pot['n_calibration']:,} images (capped at the split's size)"
+    )
+
+
+def profile_preference(cell_records: list[dict]) -> str:
+    """How a cell chose among the profiles that appear: "(`paper` before `paper-cpu`)", or "" for one."""
+    present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in cell_records}]
+    if len(present) < 2:
+        return ""
+    return f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"

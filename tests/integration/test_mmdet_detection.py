@@ -1,0 +1,254 @@
+"""The detection task on mmdet detectors (tasks/detection/mmdet/): the config builds, calibration images are the
+test pipeline's, a tiny pruning cell ends exactly sparse with a full record, mmdet's VOCMetric agrees with the
+suite's VOC07 mAP on the same detections, and dense training resumes. Skipped without the `[mmdet]` extra."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import require_data, require_mmdet
+
+require_mmdet()
+
+from fcpts.core.io import file_sha256  # noqa: E402
+from fcpts.core.masks import prunable_layers  # noqa: E402
+from tasks import voc as voc_cli  # noqa: E402
+from tasks.cifar.data import load_cifar  # noqa: E402
+from tasks.detection import make_set as mds  # noqa: E402
+from tasks.detection.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
+from tasks.detection.metrics import Detections, voc07_map  # noqa: E402
+from tasks.detection.mmdet import train as mmdet_train  # noqa: E402
+from tasks.detection.mmdet.agreement import mmdet_voc_map  # noqa: E402
+from tasks.detection.mmdet.data import (  # noqa: E402
+    PipelineImages,
+    build_dataset,
+    config_test_pipeline,
+    find_layout,
+    without_annotations,
+)
+from tasks.detection.mmdet.detector import build_detector, load_config, load_weights  # noqa: E402
+from tasks.detection.mmdet.evaluate import evaluate_detector  # noqa: E402
+from tasks.detection.mmdet.grid import build_grid  # noqa: E402
+from tasks.detection.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
+from tasks.detection.profiles import PROFILES  # noqa: E402
+from tasks.detection.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
+from tasks.grid.data import resolve_data_root  # noqa: E402
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
+from tasks.grid.rerun import grid_for_record  # noqa: E402
+from tasks.grid.runner import Where  # noqa: E402
+from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
+
+CONFIG = REPO_ROOT / "tasks" / "detection" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
+MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
+
+
+@pytest.fixture(scope="module")
+def tiny_voc(tmp_path_factory):
+    """6 trainval + 4 test canvases with the substitute set's 10 classes (random-pixel objects: fast)."""
+    return write_tiny_voc(tmp_path_factory.mktemp("voc"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """An untrained detector of the repository's config, saved as an mmdet checkpoint."""
+    torch.manual_seed(0)
+    detector = build_detector(load_config(CONFIG))
+    path = tmp_path_factory.mktemp("ckpt") / "ssdlite.pth"
+    torch.save({"state_dict": detector.state_dict(), "meta": {"epoch": 0}}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cell(tiny_voc, checkpoint, tmp_path_factory):
+    """One tiny FCPTS cell at 70% through `python -m tasks.voc --framework mmdet`."""
+    runs = tmp_path_factory.mktemp("runs")
+    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--checkpoint", str(checkpoint),
+            "--data-root", str(tiny_voc), "--methods", "fcpts", "--sparsity", "0.7", "--profile", "quick",
+            "--results-dir", str(runs), "--no-progress"]  # fmt: skip
+    assert voc_cli.main(argv) == 0
+    path = runs / "voc" / "voc-tiny" / "mmdet-ssdlite_mobilenetv2_voc-cifar10-160" / "fcpts-sp70-quick-seed0.json"
+    return json.loads(path.read_text()), runs
+
+
+def test_config_builds_the_detector_and_its_view():
+    detector = build_detector(load_config(CONFIG))
+    assert type(detector).__name__ == "SingleStageDetector" and detector.bbox_head.num_classes == 10
+    view = HeadOutputView(detector).eval()
+    anchors = (10 * 10 + 5 * 5 + 3 * 3 + 2 * 2 + 1 + 1) * 6  # feature maps 10, 5, 3, 2, 1, 1 at 160 px
+    with torch.no_grad():
+        logits, boxes = view.head_outputs(torch.randn(2, 3, 160, 160))
+        out = view(torch.randn(2, 3, 160, 160))
+    assert logits.shape == (2, anchors, 11) and boxes.shape == (2, anchors, 4)
+    # per anchor, T * log p sums (after exp(./T)) to one distribution over the 10 classes + background
+    probs = (out.view(2, anchors, 11) / view.temperature).exp().sum(-1)
+    assert torch.allclose(probs, torch.ones_like(probs), atol=1e-5)
+    names = dict(view.named_modules())
+    blocks = reconstruction_blocks(view, "mse-blocks")
+    assert blocks[:2] == ["box_regression", "class_logits"] and all(b in names for b in blocks)
+    assert {"detector.backbone.conv1", "detector.backbone.layer7.0"} <= set(blocks)
+    assert reconstruction_blocks(view, "kl-box") == ["box_regression"]
+    # every conv is prunable, the head's last classification and regression convs included
+    layers = prunable_layers(view)
+    assert len(layers) == 88 and {"detector.bbox_head.cls_convs.5.1", "detector.bbox_head.reg_convs.5.1"} <= set(layers)
+
+
+def test_calibration_images_are_the_test_pipeline_without_labels(tiny_voc, checkpoint):
+    import mmcv
+
+    grid = build_grid(
+        config=CONFIG, profile=PROFILES["quick"], where=Where(data_root=str(tiny_voc), weights=str(checkpoint))
+    )
+    images, info = grid.make_calibration(4, False)
+    assert info["labels_used"] is False and info["n_images"] == 4 and len(info["image_ids"]) == 4
+    assert all(type(t).__name__ != "LoadAnnotations" for t in images.dataset.pipeline.transforms)
+    x, index = images[0]
+    # by hand: the config's test pipeline (cv2 bilinear resize to 160 x 160), then the data preprocessor
+    bgr = mmcv.imread(str(tiny_voc / "VOCdevkit" / "VOC2007" / "JPEGImages" / f"{info['image_ids'][0]}.jpg"))
+    rgb = mmcv.imresize(bgr, (160, 160), interpolation="bilinear")[..., ::-1].astype(np.float64)
+    expected = torch.from_numpy(((rgb - MEAN) / STD).transpose(2, 0, 1).copy()).float()
+    assert index == info["indices"][0] and x.shape == (3, 160, 160)
+    assert torch.allclose(x, expected, atol=1e-4)
+    flipped, _ = grid.make_calibration(4, True)
+    assert flipped.flip and info["indices"] == flipped.indices
+
+
+def test_coco_layout_calibrates_and_scores_with_coco_metric(tiny_voc, checkpoint, tmp_path):
+    """The same images in the COCO layout: classes from the json, CocoMetric through the test loop."""
+    voc = tiny_voc / "VOCdevkit" / "VOC2007"
+    (tmp_path / "annotations").mkdir()
+    for split, coco_split in (("trainval", "train2017"), ("test", "val2017")):
+        data = VOCDetection(voc, split)
+        (tmp_path / coco_split).mkdir()
+        images, annotations = [], []
+        for k, a in enumerate(data.annotations):
+            (tmp_path / coco_split / f"{a.image_id}.jpg").write_bytes(
+                (voc / "JPEGImages" / f"{a.image_id}.jpg").read_bytes()
+            )
+            images.append({"id": k + 1, "file_name": f"{a.image_id}.jpg", "width": a.width, "height": a.height})
+            for box, label in zip(a.boxes.tolist(), a.labels.tolist()):
+                x1, y1, x2, y2 = box
+                box = {"bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": 0}
+                annotations.append({"id": len(annotations) + 1, "image_id": k + 1, "category_id": label, **box})
+        categories = [{"id": i, "name": n} for i, n in enumerate(data.class_names) if i > 0]
+        (tmp_path / "annotations" / f"instances_{coco_split}.json").write_text(
+            json.dumps({"images": images, "annotations": annotations, "categories": categories})
+        )
+    layout = find_layout(tmp_path)
+    assert layout.kind == "coco" and layout.classes == tuple(mds.CIFAR10_CLASSES)
+    assert (layout.calibration_split, layout.eval_split) == ("train2017", "val2017")
+    cfg = load_config(CONFIG)
+    detector = build_detector(cfg)
+    load_weights(detector, checkpoint)
+    calibration = build_dataset(layout, layout.calibration_split, without_annotations(config_test_pipeline(cfg)))
+    images = PipelineImages(calibration, detector.data_preprocessor, [0, 5])
+    assert len(calibration) == 6 and images[1][0].shape == (3, 160, 160)
+    metrics = evaluate_detector(detector, layout, config_test_pipeline(cfg), limit=3)
+    assert metrics["n_images"] == 3 and {"map", "map50"} <= set(metrics) and "coco/bbox_mAP" in metrics["mmdet_metrics"]
+
+
+def test_tiny_cell_is_exactly_sparse(cell):
+    record, runs = cell
+    n = record["pruned_layers"]["n_weights"]
+    assert record["achieved_sparsity"] == round(0.7 * n) / n and record["hit_target"]
+    state = ()
+    model_path = (
+        runs / "models" / "voc" / "voc-tiny" / "mmdet-ssdlite_mobilenetv2_voc-cifar10-160" / "fcpts-sp70-quick-seed0.pt"
+    )
+    state = torch.load(model_path, weights_only=True)
+    weights = [v for k, v in state.items() if k.endswith(".weight") and v.dim() == 4]
+    assert sum(w.numel() for w in weights) == n  # every conv is pruned, none kept dense
+    assert sum(int((w == 0).sum()) for w in weights) == round(0.7 * n)
+    assert record["metrics"]["n_images"] == 4 and 0 <= record["metrics"]["map50"] <= 100
+    assert "pascal_voc/mAP" in record["metrics"]["mmdet_metrics"] and "map50" in record["dense_metrics"]
+
+
+def test_record_provenance(cell, checkpoint, tiny_voc, tmp_path):
+    import mmcv
+    import mmdet
+    import mmengine
+
+    record, _ = cell
+    assert record["task"] == "voc" and record["framework"] == "mmdet"
+    assert (record["dataset"], record["model"]) == ("voc-tiny", "mmdet-ssdlite_mobilenetv2_voc-cifar10-160")
+    versions = record["mmdet"]
+    assert (versions["mmdet"], versions["mmengine"], versions["mmcv"]) == (
+        mmdet.__version__,
+        mmengine.__version__,
+        mmcv.__version__,
+    )
+    config = versions["config"]
+    assert config["name"] == CONFIG.stem and config["sha256"] == file_sha256(CONFIG)
+    assert len(config["resolved_sha256"]) == 64 and config["path"] == str(CONFIG.relative_to(REPO_ROOT))
+    assert record["weights"]["sha256"] == file_sha256(checkpoint) and record["weights"]["path"] == str(checkpoint)
+    assert record["pruned_layers"]["n_layers"] == 88 and record["pruned_layers"]["excluded"] == []
+    assert record["calibration"]["labels_used"] is False and record["substitute"] is True
+    assert record["profile"]["methods"]["fcpts"]["options"]["block_names"][:2] == ["box_regression", "class_logits"]
+    for key in ("command", "git_commit", "environment", "mask_sha256", "per_layer", "calibration"):
+        assert record[key]
+    # the record rebuilds its grid (the detection task's driver registers "voc" and hands mmdet records on)
+    import tasks.detection.grid  # noqa: F401
+
+    grid = grid_for_record(record, Where(data_root=str(tiny_voc), runs_dir=tmp_path))
+    assert (grid.task, grid.dataset, grid.model, grid.profile.name) == ("voc", "voc-tiny", record["model"], "quick")
+
+
+def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
+    """The first 100 test images of the substitute set (the same bytes as `make voc-substitute`'s), the suite's
+    committed SSD's detections, scored by the suite's voc07_map and by mmdet's VOCMetric."""
+    require_data("cifar100", "CIFAR-100 (the substitute set's scene canvases)")
+    root = resolve_data_root()
+    objects, labels = load_cifar(root, "cifar10", "test")
+    folder = mds.prepare_folder(tmp_path)
+    mds.write_split(
+        folder,
+        "test",
+        100,
+        objects,
+        labels,
+        mds._scenes(root, "test"),
+        seed=0,
+        tag=2,
+        first_id=4001,
+        log=lambda s: None,
+    )
+    test = VOCDetection(folder, "test")
+    ssd = create_ssd("mb2-ssd-lite", len(test.class_names)).eval()
+    load_ssd_weights(ssd, RESULTS_DIR / "weights" / "voc-cifar10" / "mb2-ssd-lite-160.pth")
+    config = SSDConfig.for_model(ssd, 160)
+    parts = []
+    with torch.inference_mode():
+        for x, idx in torch.utils.data.DataLoader(DetectionImages(test, 160), batch_size=50, collate_fn=collate_images):
+            sizes = [(test.annotations[i].height, test.annotations[i].width) for i in idx]
+            for i, d in zip(idx, postprocess(*ssd(x), config.priors(), config, sizes)):
+                ids = np.full(len(d["scores"]), test.ids[i], dtype=object)
+                parts.append(
+                    Detections(ids, d["labels"].numpy(), d["scores"].double().numpy(), d["boxes"].double().numpy())
+                )
+    detections = Detections.concat(parts)
+    suite = voc07_map(detections, [a.ground_truth() for a in test.annotations], test.class_names)["map"] / 100
+    load_config(CONFIG)  # mmdet's registry scope
+    mmdet_map = mmdet_voc_map(detections, build_dataset(find_layout(tmp_path), "test", []))
+    assert suite > 0.2 and len(detections) > 500  # real detections, not an empty agreement
+    # mmdet's eval_map without the VOC devkit's +1 on box widths is the suite's rule: the same number
+    assert mmdet_map["no_plus_one"] == pytest.approx(suite, abs=1e-6)
+    # VOCMetric (+1 widths, IoU >= 0.5) agrees to the third decimal
+    assert mmdet_map["vocmetric"] == pytest.approx(suite, abs=5e-4)
+
+
+def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
+    folders = ["--work-dir", str(tmp_path / "work"), "--out-dir", str(tmp_path / "weights")]
+    small = ["--train-limit", "4", "--batch-size", "2", "--eval-limit", "2"]
+    base = ["--config", str(CONFIG), "--data-root", str(tiny_voc), *folders, *small]
+    assert mmdet_train.main([*base, "--epochs", "1"]) == 0
+    weights = tmp_path / "weights" / "voc-tiny" / "mmdet-ssdlite_mobilenetv2_voc-cifar10-160.pth"
+    first = json.loads(weights.with_suffix(".json").read_text())
+    assert [(s["start_iter"], s["end_iter"]) for s in first["sessions"]] == [(0, 2)]
+    assert first["recipe"]["iterations"] == 2 and "pascal_voc/mAP" in first["final_test"]
+    # a longer schedule continues from the saved epoch instead of starting again
+    assert mmdet_train.main([*base, "--epochs", "2"]) == 0
+    second = json.loads(weights.with_suffix(".json").read_text())
+    assert [(s["start_iter"], s["end_iter"]) for s in second["sessions"]] == [(0, 2), (2, 4)]
+    # the exported weights load strictly into the config's detector
+    assert load_weights(build_detector(load_config(CONFIG)), weights)["iter"] == 4

@@ -1,0 +1,191 @@
+"""Numbers quoted in the README and docs/ against the committed records and benchmark outputs they come from.
+
+Every number a user reads is generated from a committed record or benchmark output; these tests check the
+quoted tables and blocks that are easy to check mechanically: the README's results table and `make run`
+sentence, the ablation table (`python -m benchmarks.ablation --summarize`), the runtime table of
+docs/RUNTIMES.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/results.md, and every fenced
+block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.ablation import summarize
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tasks.grid.records import all_records, preferred_records
+
+README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
+RUNS = RESULTS_DIR / "runs"
+
+
+def _record(path: str) -> dict:
+    return json.loads((RUNS / path).read_text())
+
+
+def _table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every markdown table row whose first cell starts with `first_cell`."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and cells[0].startswith(first_cell):
+            rows.append(cells)
+    return rows
+
+
+README_ROWS = {  # README results table: row label -> (dense record, FCPTS, POT L2Norm, POT ERK)
+    "CIFAR-10 ResNet-32": [
+        f"cifar/cifar10/resnet32/{m}-sp90-paper-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
+    ],
+    "CIFAR-10 ResNet-56": [
+        "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
+        "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
+        "cifar/cifar10/resnet56/pot-l2norm-sp90-paper-cpu-seed0.json",
+        "cifar/cifar10/resnet56/pot-erk-sp90-paper-cpu-seed0.json",
+    ],
+    "CIFAR-100 ResNet-56": [
+        f"cifar/cifar100/resnet56/{m}-sp90-paper-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
+    ],
+    "EfficientNet-Lite0 stand-in, 70%": [
+        f"imagenet/imagenet-val1300/efficientnet_lite0/{m}-sp70-cpu-seed0.json"
+        for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
+    ],
+    "Detection substitute": [
+        f"voc/voc-cifar10/mb2-ssd-lite-160/{m}-sp90-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
+    ],
+}
+
+
+@pytest.mark.parametrize("label", sorted(README_ROWS))
+def test_readme_results_table_is_the_records(label):
+    rows = _table_rows(README.read_text(), label)
+    assert len(rows) == 1, label
+    dense_rec, *sparse = (_record(p) for p in README_ROWS[label])
+    metric = "top1" if "top1" in dense_rec["metrics"] else "map50"
+    dense_fmt = ".2f" if metric == "top1" else ".1f"
+    expected = [format(dense_rec["dense_metrics"][metric], dense_fmt)] + [f"{r['metrics'][metric]:.2f}" for r in sparse]
+    assert rows[0][1:5] == expected, (label, rows[0][1:5], expected)
+
+
+def test_readme_make_run_sentence_is_the_record():
+    r = _record("cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json")
+    text = " ".join(README.read_text().split())
+    for quoted in (
+        f"{r['metrics']['top1']:.2f}% top-1 at exactly {r['target_sparsity']:.0%} sparsity",
+        f"(dense {r['dense_metrics']['top1']:.2f}%)",
+        f"after {r['wall_s']:.0f} s of FCPTS and a {r['eval_s']:.0f} s evaluation",
+    ):
+        assert quoted in text, quoted
+
+
+def test_ablation_table_is_the_ablation_records():
+    files = [
+        RESULTS_DIR / "ablations" / f
+        for f in (
+            "resnet20-sp90.jsonl",
+            "resnet56-sp90.jsonl",
+            "resnet56-sp90-a.jsonl",
+            "resnet56-sp90-b.jsonl",
+            "resnet56-sp90-1600.jsonl",
+        )
+    ]
+    assert summarize([str(f) for f in files]) in (DOCS / "results.md").read_text()
+
+
+def test_runtime_survey_table_is_table7():
+    raw = json.loads((RESULTS_DIR / "deploy" / "table7_inference.json").read_text())
+    latency = raw["families"]["resnet18"]["latency"]
+    rows = {r[0].split()[0]: r[1:] for r in _table_rows((DOCS / "RUNTIMES.md").read_text(), "") if r[0] != "runtime"}
+    assert set(latency) <= set(rows)
+    for runtime, per_batch in latency.items():
+        expected = [
+            f"{per_batch['1']['results'][sp]['speedup']:.2f} / {per_batch['32']['results'][sp]['speedup']:.2f}"
+            for sp in ("50%", "60%", "70%", "90%")
+        ]
+        assert rows[runtime] == expected, runtime
+
+
+def test_lite0_table_in_results_doc_is_the_records():
+    best = preferred_records(all_records(RUNS))
+    text = (DOCS / "results.md").read_text()
+    for method, row_label in (
+        ("fcpts", "FCPTS (200"),
+        ("pot-l2norm", "POT L2Norm (1,000"),
+        ("pot-erk", "POT ERK"),
+        ("probmask", "ProbMask (200"),
+    ):
+        rows = _table_rows(text, row_label)
+        assert len(rows) == 1, row_label
+        expected = [
+            f"{best[('imagenet', 'imagenet-val1300', 'efficientnet_lite0', method, sp)]['metrics']['top1']:.2f}"
+            for sp in (0.5, 0.6, 0.7, 0.8, 0.9)
+        ]
+        assert rows[0][1:6] == expected, (method, rows[0][1:6], expected)
+
+
+def _quoted_blocks() -> list[tuple[Path, Path, list[str]]]:
+    """(doc, quoted file, block lines) for each fenced block whose preceding paragraph names a committed
+    file under results/benchmarks/."""
+    found = []
+    for doc in [README, *sorted(DOCS.glob("*.md"))]:
+        text = doc.read_text()
+        for m in re.finditer(r"^( *)```[a-z]*\n(.*?)^\1```", text, flags=re.S | re.M):
+            before = text[: m.start()].rstrip().rsplit("\n\n", 1)[-1]
+            names = re.findall(r"results/benchmarks/[\w.-]+\.txt", before)
+            if names:
+                indent = len(m.group(1))
+                lines = [line[indent:] for line in m.group(2).rstrip("\n").splitlines()]
+                found.append((doc, REPO_ROOT / names[-1], lines))
+    return found
+
+
+def test_quoted_benchmark_output_is_the_committed_output():
+    blocks = _quoted_blocks()
+    assert blocks, "no doc quotes a committed benchmark output"
+    for doc, source, lines in blocks:
+        assert source.is_file(), f"{doc.name} quotes {source}, which is not committed"
+        committed = set(source.read_text().splitlines())
+        for line in lines:
+            assert line in committed, f"{doc.name}: {line!r} is not in {source.relative_to(REPO_ROOT)}"
+
+
+def test_deploy_doc_quotes_the_deploy_record_and_table7():
+    text = " ".join((DOCS / "deploy.md").read_text().split())
+    dep = json.loads((RESULTS_DIR / "deploy" / "cifar10-resnet56-fcpts-sp90-fast-seed0.json").read_text())
+    size, plain = dep["file_bytes"], dep["file_bytes"]["dense"]
+    mantissa, exponent = f"{max(dep['max_abs_diff'].values()):.1e}".split("e")
+    quoted = [
+        f"top-1 {dep['top1_pytorch']:.2f} in PyTorch",
+        f"max |diff| {mantissa}e{int(exponent)}",
+        f"file {plain / 1e6:.2f} MB plain",
+        f"{size['sparse_initializer'] / 1e6:.2f} MB sparse_initializer ({size['sparse_initializer'] / plain:.2f}x)",
+        f"{size['bitmask'] / 1e6:.2f} MB bitmask ({size['bitmask'] / plain:.2f}x)",
+        f"{size['dense_zlib'] / 1e6:.2f} MB plain + zlib",
+    ]
+    fams = json.loads((RESULTS_DIR / "deploy" / "table7_inference.json").read_text())["families"]
+
+    def speedup(family: str, runtime: str, batch: str, sparsity: str) -> str:
+        return f"{fams[family]['latency'][runtime][batch]['results'][sparsity]['speedup']:.2f}"
+
+    ds = "deepsparse"
+    mobilenet = " / ".join(speedup("mobilenet_v2", ds, "32", sp) for sp in ("50%", "60%", "70%", "90%"))
+    lite0 = " / ".join(speedup("efficientnet_lite0", ds, "32", sp) for sp in ("50%", "60%", "70%"))
+    r18 = fams["resnet18"]["latency"][ds]["1"]["results"]
+    q25, _, q75 = r18["70%"]["round_ratio_q25_q50_q75"]
+    quoted += [
+        f"batch 32 on MobileNetV2 {mobilenet}x",
+        f"ResNet-18 only at 90% ({speedup('resnet18', ds, '32', '90%')}x",
+        f"at 90% {speedup('cifar10-resnet56', ds, '1', '90%')}x (batch 1) and "
+        f"{speedup('cifar10-resnet56', ds, '32', '90%')}x (batch 32)",
+        f"{lite0}x at 50 / 60 / 70%, batch 32",
+        f"{r18['70%']['median_ms']:.2f} ms sparse against {r18['dense']['median_ms']:.2f} ms dense "
+        f"({r18['70%']['speedup']:.2f}x, quartiles {q25:.2f}-{q75:.2f})",
+        f"({speedup('mobilenet_v2', 'torch-csr', '1', '90%')}x over torch on MobileNetV2",
+    ]
+    for q in quoted:
+        assert q in text, q
