@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from tasks import voc as voc_cli
 from tasks.cifar import grid as cifar
 from tasks.cifar import train as cifar_train
 from tasks.deploy import checkpoints as deploy_checkpoints
@@ -15,7 +16,7 @@ from tasks.detection import grid as voc
 from tasks.detection import train as ssd_train
 from tasks.detection.ssd import create_ssd
 from tasks.imagenet import grid as imagenet
-from tests.conftest import DEVICES, require_data
+from tests.conftest import DEVICES, require_data, require_mmdet
 from tests.integration.tiny_voc import write_tiny_voc
 
 
@@ -66,6 +67,24 @@ def test_voc_grid(tiny_set, tmp_path, device):
             "--methods", "fcpts", "--sparsity", "0.5", "--profile", "quick", "--results-dir", str(tmp_path / "runs"),
             "--device", device, "--no-progress"]  # fmt: skip
     assert voc.main(argv) == 0
+    rec = only_record(tmp_path / "runs")
+    assert rec["device"].startswith(device) and rec["hit_target"] and rec["metrics"]["map50"] >= 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_voc_grid_on_an_mmdet_detector(tiny_set, tmp_path, device):
+    require_mmdet()
+    from tasks.detection.mmdet.detector import build_detector, load_config
+    from tasks.grid.paths import REPO_ROOT
+
+    config = REPO_ROOT / "tasks" / "detection" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "ssdlite.pth"
+    torch.save({"state_dict": build_detector(load_config(config)).state_dict(), "meta": {"epoch": 0}}, checkpoint)
+    argv = ["--framework", "mmdet", "--config", str(config), "--checkpoint", str(checkpoint), "--data-root",
+            str(tiny_set), "--methods", "fcpts", "--sparsity", "0.5", "--profile", "quick", "--results-dir",
+            str(tmp_path / "runs"), "--device", device, "--no-progress"]  # fmt: skip
+    assert voc_cli.main(argv) == 0
     rec = only_record(tmp_path / "runs")
     assert rec["device"].startswith(device) and rec["hit_target"] and rec["metrics"]["map50"] >= 0
 
