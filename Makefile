@@ -142,7 +142,7 @@ tables: setup
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).
 bench: setup
-	$(PY) -m benchmarks.step_time --model resnet56 --batch-size 64
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.step_time --model resnet56 --batch-size 64
 	OMP_NUM_THREADS=1 $(PY) -m benchmarks.pot_objective --images 256 --iterations 50
 
 clean:

@@ -1,93 +1,162 @@
-"""Benchmark: time of one FCPTS optimisation step over one plain training step (same model, batch).
+"""Benchmark: time of one FCPTS optimisation step over one plain training step (same model, batch, device).
 
-Both are medians over many steps (after 3 warm-up steps), measured in this one process on the same inputs, in
-the same memory format (FCPTS runs in channels_last by default; the plain step is timed in that format too, and
-both again in NCHW). The FCPTS step time comes from the per-step times that `fcpts.sparsify` records in its
-report; it includes the teacher forward, the masked student forward/backward, the bridge/control loss and the
-optimiser step. The plain step is forward + cross-entropy + backward + SGD step in train mode.
+The plain step is forward + cross-entropy + backward + SGD update in train mode, in FCPTS's memory format
+(channels_last). An FCPTS step is everything the distillation loop does per step: fetching the batch from a
+Dataset (as every task's calibration is), the teacher forward, the masked student forward/backward, the
+reconstruction and control losses with the bridge, the optimiser and scheduler steps and the loop's
+bookkeeping; FCPTS runs with `log_every=1`, so each of its steps ends with its loss read-back (on a GPU: a
+synchronisation), and its report's per-step times are whole steps.
 
-    python -m benchmarks.step_time --model resnet56 --batch-size 64
+The two are timed in pairs: while FCPTS fetches a step's batch, the calibration Dataset runs one plain step
+(on a GPU between two `torch.cuda.synchronize()`), which is then taken off that FCPTS step's time. A pair runs
+within a second, so the load of a shared machine, which drifts by tens of percent over minutes, hits both
+alike; the ratio printed is the median over all pairs after WARMUP steps of each run, the times are medians.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
+    python -m benchmarks.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
+from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import Dataset
 
 import fcpts
+from fcpts.core.io import write_text_atomic
+from fcpts.core.options import resolve_device
 from tasks.cifar.models import cifar_resnet
+from tasks.grid.records import command_line, device_description, git_commit
+
+WARMUP = 3
 
 
-def plain_step_time(model, x, y, steps: int, channels_last: bool) -> float:
-    """Median wall time of a plain SGD training step (forward, cross-entropy, backward, update)."""
-    model = copy.deepcopy(model).train()
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
-    times = []
-    for i in range(steps + 3):
+class PlainStep:
+    """A plain SGD training step (forward, cross-entropy, backward, update) of its own copy of the model, timed."""
+
+    def __init__(self, model, x, y):
+        self.model = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
+        device = next(self.model.parameters()).device
+        self.x, self.y = x.to(device).contiguous(memory_format=torch.channels_last), y.to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
+        self.times: list[float] = []
+
+    def __call__(self) -> None:
+        synchronize(self.x.device)
         t = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(self.x), self.y)
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
-        if i >= 3:  # warm-up
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        self.opt.step()
+        synchronize(self.x.device)
+        self.times.append(time.perf_counter() - t)
 
 
-def fcpts_step_time(model, x, steps: int, **options) -> float:
-    """Median wall time of one FCPTS step, from the per-step times in the report's history (each step
-    includes fetching the batch, the teacher forward, the masked student, losses and the update)."""
+class PairedImages(Dataset):
+    """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
+
+    def __init__(self, x: torch.Tensor, plain: PlainStep):
+        self.x, self.plain, self.fetched = x.cpu(), plain, 0
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        self.fetched += 1
+        if self.fetched % len(self.x) == 0:
+            self.plain()
+        return self.x[i]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float]]:
+    """(FCPTS step times, plain step times) of the pairs after WARMUP steps of one FCPTS run."""
+    plain = PlainStep(model, x, y)
+    for _ in range(WARMUP):
+        plain()
+    plain.times.clear()
     _, report = fcpts.sparsify(
-        copy.deepcopy(model), x, 0.9, iterations=steps + 3, batch_size=len(x), progress=False, **options
-    )
-    return statistics.median(h["step_s"] for h in report.history[3:])
+        copy.deepcopy(model), PairedImages(x, plain), 0.9, iterations=WARMUP + steps, batch_size=len(x),
+        progress=False, log_every=1, **options,
+    )  # fmt: skip
+    fcpts_times = [h["step_s"] - p for h, p in zip(report.history, plain.times)]
+    return fcpts_times[WARMUP:], plain.times[WARMUP:]
 
 
-def main() -> None:
+def configurations(amp: str | None) -> dict[str, dict]:
+    """FCPTS option sets to time: the defaults, the paper's output-only KL, and each under `amp` if given."""
+    configs = {"mse-blocks (defaults)": {}, "kl": {"reconstruction": "kl"}}
+    if amp:
+        configs |= {f"{name}, amp {amp}": {**opts, "amp": amp} for name, opts in configs.items()}
+    return configs
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    device = resolve_device(args.device)
+    torch.manual_seed(0)
+    model = cifar_resnet(args.model).to(device)
+    x = torch.randn(args.batch_size, 3, 32, 32)  # on the host, as calibration images are
+    y = torch.randint(0, 10, (args.batch_size,))
+    configs = configurations(args.amp)
+    timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in configs}
+    for _ in range(args.rounds):
+        for name, options in configs.items():
+            fcpts_times, plain_times = paired_step_times(model, x, y, args.steps, device=str(device), **options)
+            timed[name][0].extend(fcpts_times)
+            timed[name][1].extend(plain_times)
+    lines = [
+        f"model {args.model}, batch {args.batch_size}, {device_description(device)}, {args.rounds} rounds of "
+        f"{args.steps} FCPTS steps, each paired with a plain step (ratio: median over pairs)",
+    ]
+    for name, (fcpts_times, plain_times) in timed.items():
+        ratio = statistics.median(f / p for f, p in zip(fcpts_times, plain_times))
+        lines.append(
+            f"fcpts step, {name:36s}: {statistics.median(fcpts_times) * 1000:8.2f} ms, plain step "
+            f"{statistics.median(plain_times) * 1000:8.2f} ms, ratio {ratio:.2f}"
+        )
+    return lines
+
+
+def provenance() -> list[str]:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return [
+        f"command: {command_line()}",
+        f"commit {git_commit()}, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
+        f"{torch.get_num_threads()} torch threads, load average at the end {load}",
+        f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+    ]
+
+
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="resnet56")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=6)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10, help="timed step pairs per round and configuration")
+    p.add_argument("--rounds", type=int, default=3, help="FCPTS runs per configuration, interleaved")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--amp", choices=["bf16"], help="also time FCPTS with this training precision")
     p.add_argument("--threads", type=int, default=None)
-    args = p.parse_args()
+    p.add_argument("--out", help="also write the output (with its provenance) to this file")
+    args = p.parse_args(argv)
+    git_commit()  # pin the commit of the code that runs
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = cifar_resnet(args.model)
-    x = torch.randn(args.batch_size, 3, 32, 32)
-    y = torch.randint(0, 10, (args.batch_size,))
-    print(
-        f"model {args.model}, batch {args.batch_size}, {torch.get_num_threads()} threads, "
-        f"{args.rounds} interleaved rounds of {args.steps} steps (ratios: median over rounds of same-round ratios)"
-    )
-    configs = [(cl, rec, mode) for cl in (True, False) for rec in ("mse-blocks", "kl") for mode in ("train", "eval")]
-    plain = {True: [], False: []}
-    fc = {c: [] for c in configs}
-    for _ in range(args.rounds):  # interleave, so slow drifts of the machine hit every config alike
-        for cl in (True, False):
-            plain[cl].append(plain_step_time(model, x, y, args.steps, cl))
-        for cl, rec, mode in configs:
-            fc[(cl, rec, mode)].append(
-                fcpts_step_time(model, x, args.steps, teacher_mode=mode, channels_last=cl, reconstruction=rec)
-            )
-    for cl in (True, False):
-        fmt = "channels_last" if cl else "contiguous"
-        print(f"plain training step, {fmt:13s}                        : {statistics.median(plain[cl]) * 1000:7.1f} ms")
-        for c in [c for c in configs if c[0] == cl]:
-            _, rec, mode = c
-            ratio = statistics.median(f / p for f, p in zip(fc[c], plain[cl]))
-            default = " (defaults)" if (rec, mode) == ("mse-blocks", "train") else ""
-            label = f"fcpts step, {fmt:13s}, {rec:10s}, teacher {mode:5s}"
-            print(f"{label}: {statistics.median(fc[c]) * 1000:7.1f} ms   ratio {ratio:.2f}{default}")
+    lines = run(args)
+    lines += provenance()
+    print("\n".join(lines))
+    if args.out:
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Shared test helpers: real data is required in CI and skipped, with the reason, on a user's machine."""
+"""Shared test helpers: real data is required in CI and skipped, with the reason, on a user's machine; tests
+marked `cuda` run where a CUDA device is, and are skipped with the reason elsewhere."""
 
 from __future__ import annotations
 
@@ -6,10 +7,22 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tasks.grid.data import resolve_data_root
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False on this machine"
+# Parametrize a test over this to run it on the CPU always and on a GPU where there is one.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA))
 
 
 def require_data(relative: str, what: str) -> Path:

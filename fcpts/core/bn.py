@@ -15,7 +15,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from .calibration import Calibration
+from .calibration import Calibration, to_device
 
 
 class _ConvBnLeafTracer(torch.fx.Tracer):
@@ -86,6 +86,6 @@ def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, b
     model.train()
     for i in range(0, len(calib), batch_size):
         idx = list(range(i, min(i + batch_size, len(calib))))
-        model(calib.take(idx, seed=calib.seed + i).to(device))
+        model(to_device(calib.take(idx, seed=calib.seed + i), device))
     for m, mom in zip(bns, saved):
         m.momentum = mom

@@ -7,6 +7,11 @@ dr/dt = p(t) + p(-t), where p is a density estimate of the layer's signed weight
   layer whatever its weight scale. For n = 100, Silverman's rule gives 1.06 * n^(-1/5) = 0.42 std, so
   0.5 std is a near-standard, slightly smoother choice.
 - "histogram" (released code): a 100-bin histogram density over [min W, max W].
+
+FCPTS needs the size-weighted mean of r_l(t_l) over all layers (the global sparsity), every step.
+`LayerBridges` computes it for all layers together: a few operations per layer in the forward and one
+batched density estimate in the backward, with nothing read back to the host, so a GPU step is not held
+up by it. `Bridge` is the same function for one layer.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import math
 import torch
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
+METHODS = ("kde", "histogram")
 
 
 def kde_density(points: torch.Tensor, at: torch.Tensor, bandwidth: torch.Tensor | float) -> torch.Tensor:
@@ -24,40 +30,116 @@ def kde_density(points: torch.Tensor, at: torch.Tensor, bandwidth: torch.Tensor 
     return (torch.exp(-0.5 * z * z).mean(dim=1) / (_SQRT_2PI * bandwidth)).reshape(at.shape)
 
 
+def batched_kde_density(
+    points: torch.Tensor, valid: torch.Tensor, at: torch.Tensor, bandwidth: torch.Tensor
+) -> torch.Tensor:
+    """`kde_density` of many layers at once: row l of `points` (L, P), its entries where `valid`, evaluated at
+    row l of `at` (L, K) with bandwidth[l]; (L, K)."""
+    h = bandwidth[:, None, None]
+    z = (at[:, :, None] - points[:, None, :]) / h
+    kernel = torch.exp(-0.5 * z * z) * valid[:, None, :]
+    count = valid.sum(dim=1, keepdim=True)
+    return kernel.sum(dim=2) / count / (_SQRT_2PI * bandwidth[:, None])
+
+
 def histogram_density(values: torch.Tensor, at: torch.Tensor, bins: int = 100) -> torch.Tensor:
-    """Histogram density of `values` (bins over [min, max]) at each entry of `at`; 0 outside."""
-    lo, hi = values.min(), values.max()
+    """Histogram density of `values` (bins over [min, max]) at each entry of `at`; 0 outside. Computed on the
+    values' device without reading anything back (equal bins to torch.histc up to rounding at bin edges)."""
+    values = values.detach().float().flatten()
+    lo, hi = torch.aminmax(values)
     width = (hi - lo) / bins
-    if width <= 0:
-        return torch.zeros_like(at)
-    counts = torch.histc(values.float(), bins=bins, min=lo.item(), max=hi.item())
-    density = counts / (counts.sum() * width)
-    idx = torch.floor((at - lo) / width).long()
-    inside = (at >= lo) & (at <= hi)
-    idx = idx.clamp(0, bins - 1)
+    safe_width = torch.where(width > 0, width, torch.ones_like(width))
+    bin_of = torch.floor((values - lo) / safe_width).long().clamp_(0, bins - 1)
+    counts = torch.zeros(bins, dtype=torch.long, device=values.device).scatter_add_(0, bin_of, torch.ones_like(bin_of))
+    density = counts.to(values.dtype) / (values.numel() * safe_width)
+    idx = torch.floor((at - lo) / safe_width).long().clamp_(0, bins - 1)
+    inside = (at >= lo) & (at <= hi) & (width > 0)
     return torch.where(inside, density[idx].to(at.dtype), torch.zeros_like(at))
 
 
-class _Bridge(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, threshold, weight, points, bandwidth, method: str, bins: int):
-        ctx.save_for_backward(threshold, weight, points, bandwidth)
-        ctx.method, ctx.bins = method, bins
-        return (weight.abs() < threshold).to(threshold.dtype).mean()
+class _LayerBridges(torch.autograd.Function):
+    """Forward: the global fraction of weights below their layer's threshold. Backward: d/dt_l = share_l *
+    (p_l(t_l) + p_l(-t_l)), share_l = n_l / N."""
 
     @staticmethod
-    def backward(ctx, grad):
-        threshold, weight, points, bandwidth = ctx.saved_tensors
-        at = torch.stack([threshold.reshape(()), -threshold.reshape(())])
-        if ctx.method == "kde":
-            p = kde_density(points, at, bandwidth)
+    def forward(ctx, thresholds: torch.Tensor, bridges: LayerBridges, *weights: torch.Tensor) -> torch.Tensor:
+        below = torch.stack([(w.abs() < thresholds[i]).sum() for i, w in enumerate(weights)])
+        ctx.bridges = bridges
+        if bridges.method == "kde":
+            points = torch.stack([bridges.sample_of(i, w) for i, w in enumerate(weights)])
+            stds = torch.stack([w.std() for w in weights])
+            ctx.save_for_backward(thresholds, points, stds)
         else:
-            p = histogram_density(weight.flatten(), at, ctx.bins)
-        return (grad * p.sum()).reshape(threshold.shape), None, None, None, None, None
+            ctx.save_for_backward(thresholds, *weights)
+        return below.sum().to(thresholds.dtype) / bridges.total
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        bridges: LayerBridges = ctx.bridges
+        thresholds, *saved = ctx.saved_tensors
+        at = torch.stack([thresholds, -thresholds], dim=1)  # (L, 2)
+        if bridges.method == "kde":
+            points, stds = saved
+            valid = bridges.tensors(points.device)["valid"]
+            bandwidth = (bridges.bandwidth_scale * stds).clamp_min(1e-12)
+            density = batched_kde_density(points, valid, at.to(points.dtype), bandwidth)
+        else:
+            density = torch.stack([histogram_density(w, at[i], bridges.bins) for i, w in enumerate(saved)])
+        share = bridges.tensors(thresholds.device)["share"]
+        grad_t = grad * share * density.sum(dim=1).to(thresholds.dtype)
+        return (grad_t, None, *([None] * bridges.n_layers))
+
+
+class LayerBridges:
+    """The global sparsity sum_l r_l(t_l) n_l / N of several layers, holding each layer's fixed KDE sample so
+    steps stay deterministic. Samples are drawn layer by layer from `generator`, as `Bridge` draws them."""
+
+    def __init__(
+        self,
+        numels: list[int],
+        method: str = "kde",
+        points: int = 100,
+        bandwidth_scale: float = 0.5,
+        bins: int = 100,
+        generator: torch.Generator | None = None,
+    ):
+        if method not in METHODS:
+            raise ValueError(f"bridge method must be 'kde' or 'histogram', got {method!r}")
+        self.method, self.bins, self.bandwidth_scale = method, bins, bandwidth_scale
+        self.numels, self.total, self.n_layers = list(numels), sum(numels), len(numels)
+        samples = [torch.arange(n) if points >= n else torch.randperm(n, generator=generator)[:points] for n in numels]
+        width = max((len(s) for s in samples), default=0)
+        self._cpu = {
+            "sample": torch.stack([torch.cat([s, s.new_zeros(width - len(s))]) for s in samples]),
+            "valid": torch.stack([torch.arange(width) < len(s) for s in samples]),
+            "share": torch.tensor([n / self.total for n in numels]),
+        }
+        self._unravelled: dict[tuple[torch.device, int, tuple[int, ...]], tuple[torch.Tensor, ...]] = {}
+        self._moved: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+    def tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The fixed index tensors on `device`, copied there once."""
+        if device not in self._moved:
+            self._moved[device] = {k: v.to(device) for k, v in self._cpu.items()}
+        return self._moved[device]
+
+    def sample_of(self, layer: int, weight: torch.Tensor) -> torch.Tensor:
+        """The layer's sampled weights (padded to the widest sample): one gather, whatever the memory format."""
+        key = (weight.device, layer, tuple(weight.shape))
+        if key not in self._unravelled:
+            flat_index = self.tensors(weight.device)["sample"][layer]
+            self._unravelled[key] = torch.unravel_index(flat_index, weight.shape)
+        return weight[self._unravelled[key]]
+
+    def __call__(self, thresholds: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
+        """The global fraction of weights below their layer's threshold; differentiable in `thresholds` (L,)."""
+        if len(weights) != self.n_layers or thresholds.shape != (self.n_layers,):
+            raise ValueError(f"expected {self.n_layers} thresholds and weights, got {tuple(thresholds.shape)}")
+        return _LayerBridges.apply(thresholds, self, *(w.detach() for w in weights))
 
 
 class Bridge:
-    """r(t) for one layer, holding the fixed KDE sample so steps stay deterministic."""
+    """r(t) for one layer: `LayerBridges` of that layer alone."""
 
     def __init__(
         self,
@@ -68,13 +150,7 @@ class Bridge:
         bins: int = 100,
         generator: torch.Generator | None = None,
     ):
-        if method not in ("kde", "histogram"):
-            raise ValueError(f"bridge method must be 'kde' or 'histogram', got {method!r}")
-        self.method, self.bins, self.bandwidth_scale = method, bins, bandwidth_scale
-        self.sample = None if points >= numel else torch.randperm(numel, generator=generator)[:points]
+        self.layers = LayerBridges([numel], method, points, bandwidth_scale, bins, generator)
 
     def __call__(self, threshold: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        w = weight.detach().flatten()
-        pts = w if self.sample is None else w[self.sample.to(w.device)]
-        bandwidth = (self.bandwidth_scale * w.std()).clamp_min(1e-12)
-        return _Bridge.apply(threshold, w, pts, bandwidth, self.method, self.bins)
+        return self.layers(threshold.reshape(1), [weight])

@@ -49,13 +49,23 @@ class Calibration:
 
     def take(self, idx: list[int], seed: int = 0) -> torch.Tensor:
         if isinstance(self.data, torch.Tensor):
+            if self.data.is_cuda:  # index on the device, so the index list is not a blocking copy
+                return self.data[to_device(torch.tensor(idx), self.data.device)]
             return self.data[idx]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with torch.random.fork_rng(devices=[]):  # transforms draw from the host RNG; a GPU's is left alone
+            torch.default_generator.manual_seed(seed)
             items = [self.data[i] for i in idx]
         batch = torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
         check_finite(batch, lambda: f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")
         return batch
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on `device` without making the host wait: to a GPU it goes from pinned memory,
+    asynchronously (a plain `.to("cuda")` waits for the copy, and so for all work queued before it)."""
+    if device.type != "cuda" or batch.is_cuda:
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
 
 
 def check_finite(x: torch.Tensor, what: str | Callable[[], str]) -> None:

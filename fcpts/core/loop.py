@@ -8,6 +8,7 @@ elapsed time) is saved through `fcpts.core.checkpoint` by time and by steps and 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -21,14 +22,18 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .bn import fold_batchnorm
-from .calibration import Calibration
+from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
 from .io import tensors_sha256
 from .options import MethodOptions, TrainingOptions
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[str, Any]]"]
+# (student output, teacher output, step) -> (loss, named loss terms). The terms are 0-dim tensors left on the
+# device (detached); the loop reads them back every `log_every` steps, so computing them never waits.
+LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 # Options that change how a run is watched or saved, never its result.
-NOT_IDENTITY = ("progress", "checkpoint", "checkpoint_every_s", "checkpoint_every_steps", "device")
+NOT_IDENTITY = ("progress", "checkpoint", "checkpoint_every_s", "checkpoint_every_steps", "device", "log_every")
+# Options added after runs were checkpointed: at these values a run's identity is what it was before they existed.
+IDENTITY_WHEN_SET = {"amp": None}
 
 
 def kl_distill(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -43,7 +48,7 @@ def kl_loss(temperature: float) -> LossFn:
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, _step: int) -> tuple[torch.Tensor, dict[str, Any]]:
         rec = kl_distill(y_s, y_t, temperature)
-        return rec, {"rec": rec.item()}
+        return rec, {"rec": rec.detach()}
 
     return loss_fn
 
@@ -84,7 +89,11 @@ def run_identity(
     opts = options.to_dict() if isinstance(options, MethodOptions) else dict(options)
     return {
         "target": target,
-        "options": {k: v for k, v in opts.items() if k not in NOT_IDENTITY},
+        "options": {
+            k: v
+            for k, v in opts.items()
+            if k not in NOT_IDENTITY and not (k in IDENTITY_WHEN_SET and v == IDENTITY_WHEN_SET[k])
+        },
         "calibration": calib.indices,
         "dense_weights": tensors_sha256(model.state_dict()),
         **extra,
@@ -108,12 +117,78 @@ class LoopResult:
     wall_s: float = 0.0
 
 
-def _finite_or_raise(value: float, what: str, step: int, desc: str) -> None:
+def _finite_or_raise(value: float, what: str, step: int, desc: str, detail: str = "") -> None:
     if not math.isfinite(value):
         raise FloatingPointError(
-            f"{desc}: {what} is {value} at step {step}; check the calibration images and the dense model's "
-            "outputs for NaN/Inf, or lower the learning rate"
+            f"{desc}: {what} is {value} at step {step}{detail}; check the calibration images and the dense "
+            "model's outputs for NaN/Inf, or lower the learning rate"
         )
+
+
+class StepLog:
+    """Each step's loss terms stay on the device; every `log_every` steps they are read back at once, checked
+    for NaN/Inf (naming the first bad step) and appended to the history. One host synchronisation per
+    interval instead of one per step, so a GPU never waits for the host between steps.
+
+    `step_s` of a history row is the wall time of its interval divided by its steps (the interval ends with
+    the read-back, so on a GPU it includes the device's work)."""
+
+    def __init__(self, history: list[dict], desc: str, log_every: int):
+        self.history, self.desc, self.log_every = history, desc, log_every
+        self.rows: list[torch.Tensor] = []
+        self.steps: list[tuple[int, float]] = []  # (step, lr) of each pending row
+        self.names: list[str] = []
+        self.restart_clock()
+
+    def restart_clock(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def add(self, step: int, loss: torch.Tensor, logs: dict[str, Any], lr: float) -> None:
+        self.names = list(logs)
+        values = [v.detach() if isinstance(v, torch.Tensor) else loss.new_tensor(v) for v in logs.values()]
+        self.rows.append(torch.stack([loss.detach().float(), *(v.float().reshape(()) for v in values)]))
+        self.steps.append((step, lr))
+
+    def flush(self) -> dict[str, float]:
+        """Read the pending steps back (the one synchronisation), check them, append them to the history;
+        returns the last step's loss terms (empty when nothing was pending)."""
+        if not self.rows:
+            return {}
+        table = torch.stack(self.rows).cpu().tolist()
+        step_s = (time.perf_counter() - self.t0) / len(table)
+        (first, _), (last, _) = self.steps[0], self.steps[-1]
+        for (step, lr), (loss, *terms) in zip(self.steps, table):
+            logs = dict(zip(self.names, terms))
+            if not math.isfinite(loss):
+                shown = ", ".join(f"{k} {v:.4g}" for k, v in logs.items())
+                where = f" ({shown}; losses are read every {self.log_every} steps, steps {first}-{last} here)"
+                _finite_or_raise(loss, "the loss", step, self.desc, where)
+            self.history.append(
+                {
+                    "step": step,
+                    "loss": round(loss, 6),
+                    **{k: round(v, 8) for k, v in logs.items()},
+                    "lr": lr,
+                    "step_s": round(step_s, 5),
+                }
+            )
+        self.rows, self.steps = [], []
+        self.restart_clock()
+        return logs
+
+    def due(self, steps_done: int) -> bool:
+        return steps_done % self.log_every == 0
+
+
+def autocast(amp: str | None, device: torch.device) -> contextlib.AbstractContextManager:
+    """The forwards' precision: float32 (None) or bfloat16 under torch.autocast ("bf16")."""
+    if amp is None:
+        return contextlib.nullcontext()
+    if amp != "bf16":
+        raise ValueError(f"amp must be None or 'bf16', got {amp!r}")
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"amp='bf16' needs bfloat16 support, which {torch.cuda.get_device_name(device)} lacks")
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def train_loop(
@@ -132,7 +207,10 @@ def train_loop(
     after_step: Callable[[int], None] | None = None,
     channels_last: bool = False,
 ) -> LoopResult:
-    """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`."""
+    """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`.
+
+    Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
+    before every checkpoint, so a saved state never holds a NaN the checks have not seen."""
     iterations, progress = options.iterations, options.progress
     optimizers = optimizer if isinstance(optimizer, list) else [optimizer]
     schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
@@ -147,6 +225,7 @@ def train_loop(
             sch.load_state_dict(st)
         result.history, elapsed_before = state["history"], state["elapsed_s"]
         result.resumed_from_step = state["step"]
+    autocast(options.amp, device)  # an unusable precision fails before the first step
 
     t0 = time.perf_counter()
 
@@ -166,22 +245,23 @@ def train_loop(
         )
 
     start = result.resumed_from_step
+    log = StepLog(result.history, desc, options.log_every)
     model.train()
     bar = tqdm(
         range(start, iterations), initial=start, total=iterations, disable=not progress, desc=desc, dynamic_ncols=True
     )
     for step in bar:
-        step_t0 = time.perf_counter()
         if before_step is not None:
             before_step(step)
-        x = calib.batch(step).to(device)
+        x = to_device(calib.batch(step), device)
         if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():
-            y_t = teacher(x)
-        if step == start:
-            _finite_or_raise(float(y_t.float().abs().sum()), "the dense teacher's output", step, desc)
-        loss, logs = loss_fn(model(x), y_t, step)
+        with autocast(options.amp, device):
+            with torch.no_grad():
+                y_t = teacher(x)
+            if step == start:  # the one read-back inside a step, on the first one only
+                _finite_or_raise(float(y_t.float().abs().sum()), "the dense teacher's output", step, desc)
+            loss, logs = loss_fn(model(x).float(), y_t.float(), step)
         for o in optimizers:
             o.zero_grad(set_to_none=True)
         loss.backward()
@@ -191,22 +271,16 @@ def train_loop(
             sch.step()
         if after_step is not None:
             after_step(step)
-        loss_value = loss.item()
-        _finite_or_raise(loss_value, "the loss", step, desc)
-        result.history.append(
-            {
-                "step": step,
-                "loss": round(loss_value, 6),
-                **{k: round(v, 8) for k, v in logs.items()},
-                "lr": schedulers[0].get_last_lr()[0],
-                "step_s": round(time.perf_counter() - step_t0, 5),
-            }
-        )
-        if step % 10 == 0:
-            bar.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
+        log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
+        if log.due(step + 1 - start) or step + 1 == iterations:
+            shown = log.flush()
+            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
         if checkpoint.due(step + 1):
+            log.flush()
             save(step + 1)
+            log.restart_clock()
     bar.close()
+    log.flush()
     if iterations > start and checkpoint.last_step != iterations:
         save(iterations)
     result.wall_s = elapsed_before + time.perf_counter() - t0

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 
 from .masks import prunable_layers
 
 T = TypeVar("T", bound="MethodOptions")
+AMP_CHOICES = (None, "bf16")  # training precision of the forwards: float32, or bfloat16 under torch.autocast
 FilterFn = Callable[[nn.Module, str], bool]
 
 
@@ -33,6 +35,12 @@ class MethodOptions:
     def layers(self, model: nn.Module) -> dict[str, nn.Module]:
         """The layers this run prunes, by qualified name."""
         return prunable_layers(model, self.exclude, self.filter_fn)
+
+    def place(self, model: nn.Module) -> torch.device:
+        """The device this run computes on (`device`, else the model's), with the model moved there."""
+        device = resolve_device(self.device, model)
+        model.to(device)
+        return device
 
     def validate(self) -> None:
         """Raise a clear error for a value the method cannot use (before any work)."""
@@ -73,6 +81,8 @@ class TrainingOptions(MethodOptions):
     warmup_iterations: int | None = None  # None: one epoch over the calibration set
     temperature: float = 4.0  # KL temperature
     teacher_mode: str = "train"
+    amp: str | None = None  # "bf16": student and teacher forwards under torch.autocast (masks, optimiser: fp32)
+    log_every: int = 50  # steps between moving losses to the host (and checking them for NaN/Inf)
 
     def resolved_lr(self, batch_size: int) -> float:
         return self.lr if self.lr is not None else default_lr(batch_size)
@@ -81,6 +91,28 @@ class TrainingOptions(MethodOptions):
         if self.iterations < 0 or self.batch_size < 1:
             raise ValueError(f"iterations must be >= 0 and batch_size >= 1, got {self.iterations}, {self.batch_size}")
         check_choice(self, "teacher_mode", ("train", "eval"))
+        if self.amp not in AMP_CHOICES:
+            raise ValueError(
+                f"option amp={self.amp!r} is not one of {AMP_CHOICES}: None trains in float32, 'bf16' runs the "
+                "forwards in bfloat16 under torch.autocast (float16 would need loss scaling and is not offered)"
+            )
+        if self.log_every < 1:
+            raise ValueError(f"option log_every must be >= 1 (steps between loss read-outs), got {self.log_every}")
+
+
+def resolve_device(device: str | torch.device | None, model: nn.Module | None = None) -> torch.device:
+    """`device` (e.g. "cuda", "cuda:1", "cpu"), else the device of the model's first parameter (CPU without
+    one). Asking for CUDA on a machine without it is a clear error, not a crash deep inside a step."""
+    if device is None:
+        first = next(model.parameters(), None) if model is not None else None
+        return first.device if first is not None else torch.device("cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {str(device)!r} ({e})") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} asked for, but CUDA is not available here; use device='cpu'")
+    return resolved
 
 
 def check_choice(options: MethodOptions, name: str, allowed: tuple[str, ...]) -> None:

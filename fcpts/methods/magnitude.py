@@ -44,6 +44,7 @@ def magnitude(model: nn.Module, calibration, target: float, opts: MagnitudeOptio
     target = check_target(target)
     opts.validate()
     t0 = time.perf_counter()
+    opts.place(model)  # the masks are made where the weights are
     layers = opts.layers(model)
     apply_keep_masks(layers, keep_masks(layers, target, opts.allocation))
     model.eval()

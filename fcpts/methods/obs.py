@@ -340,9 +340,9 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
     cfg.validate()
     t0 = time.perf_counter()
     model.eval()
+    device = cfg.place(model)
     layers = cfg.layers(model)
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
-    device = next(model.parameters()).device
     order = forward_order(model, layers, calib.take([0]).to(device))
     layers = {n: layers[n] for n in order}
     n_weights = sum(m.weight.numel() for m in layers.values())

@@ -40,19 +40,21 @@ class ProbMaskOptions(TrainingOptions):
 
 
 class ProbMaskParam(nn.Module):
-    """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval."""
+    """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval. The noise
+    comes from `noise`, a generator on the scores' device (never the global RNG)."""
 
-    def __init__(self, shape: torch.Size):
+    def __init__(self, shape: torch.Size, noise: torch.Generator | None = None):
         super().__init__()
         self.scores = nn.Parameter(torch.ones(shape))
         self.inv_temperature = 1.0
+        self.noise = noise
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return weight * (self.scores > 0.5).to(weight.dtype)
         eps = 1e-6
         s = self.scores.clamp(eps, 1 - eps)
-        u = torch.rand_like(s).clamp(eps, 1 - eps)
+        u = torch.rand(s.shape, generator=self.noise, device=s.device, dtype=s.dtype).clamp(eps, 1 - eps)
         logits = torch.log(s) - torch.log1p(-s) + torch.log(u) - torch.log1p(-u)
         return weight * torch.sigmoid(logits * self.inv_temperature)
 
@@ -64,24 +66,27 @@ def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: 
     return (1 - target) + target * (1 - progress) ** 3
 
 
+def noise_seed(seed: int, step: int) -> int:
+    """The relaxed masks' noise of a step depends on (seed, step) only, so a resumed run draws what an
+    uninterrupted one would."""
+    return seed * 1_000_003 + 500_009 + step
+
+
 @torch.no_grad()
-def project_scores(scores: list[torch.Tensor], kept: float) -> float:
-    """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N."""
+def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
+    """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N (v = 0 when the
+    scores are within budget already). Every decision is a torch.where on the scores' device: nothing is read
+    back, so the step never waits for it. Returns v (0-dim, float64)."""
     flat = torch.cat([s.flatten() for s in scores]).double()
     budget = kept * flat.numel()
-    if flat.clamp(0, 1).sum() <= budget:
-        v = 0.0
-    else:
-        lo, hi = float(flat.min()) - 1.0, float(flat.max())
-        for _ in range(100):
-            v = 0.5 * (lo + hi)
-            if (flat - v).clamp(0, 1).sum() > budget:
-                lo = v
-            else:
-                hi = v
-        v = hi
+    lo, hi = flat.min() - 1.0, flat.max()
+    for _ in range(100):
+        v = 0.5 * (lo + hi)
+        over = (flat - v).clamp(0, 1).sum() > budget
+        lo, hi = torch.where(over, v, lo), torch.where(over, hi, v)
+    v = torch.where(flat.clamp(0, 1).sum() <= budget, torch.zeros_like(hi), hi)
     for s in scores:
-        s.sub_(v).clamp_(0, 1)
+        s.sub_(v.to(s.dtype)).clamp_(0, 1)
     return v
 
 
@@ -101,14 +106,15 @@ def probmask_sparsify(
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
     target = check_target(target)
     cfg.validate()
-    device = next(model.parameters()).device
+    device = cfg.place(model)
     layers = cfg.layers(model)
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     identity = run_identity(target, cfg, calib, model)
     teacher = frozen_teacher(model, cfg.teacher_mode)
+    noise = torch.Generator(device=device)
     params = {}
     for name, module in layers.items():
-        params[name] = ProbMaskParam(module.weight.shape).to(device)
+        params[name] = ProbMaskParam(module.weight.shape, noise).to(device)
         parametrize.register_parametrization(module, "weight", params[name])
     scores = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
@@ -121,9 +127,9 @@ def probmask_sparsify(
         cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch, cfg.iterations
     )
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
-    torch.manual_seed(cfg.seed)  # the relaxed masks' noise
 
     def before(step: int) -> None:
+        noise.manual_seed(noise_seed(cfg.seed, step))
         inv_t = cfg.t_start * (cfg.t_end / cfg.t_start) ** (step / max(1, cfg.iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t

@@ -120,7 +120,7 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
     target = check_target(target)
     cfg.validate()
-    device = next(model.parameters()).device
+    device = cfg.place(model)
     cfg.layers(model)  # clear error before any work
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     dense = copy.deepcopy(model)

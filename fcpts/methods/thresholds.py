@@ -41,15 +41,20 @@ def initial_score(weight: torch.Tensor, rate: float) -> float:
 
     The threshold sits midway between the k-th and (k+1)-th smallest |W|, so neither is a tie.
     """
+    return float(initial_score_on_device(weight, rate))
+
+
+def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
+    """`initial_score` as a 0-dim float64 tensor where the weight is: nothing is read back, so a step that
+    re-sets thresholds (fixed rates) does not wait for the device."""
     mags = weight.detach().abs().flatten().double()
     k = math.floor(rate * mags.numel() + 1e-9)
     if k <= 0:
-        return MIN_SCORE
-    lower = torch.kthvalue(mags, k).values.item()
-    upper = torch.kthvalue(mags, k + 1).values.item() if k < mags.numel() else lower * 2 + 1e-12
-    t = 0.5 * (lower + upper)
-    t = min(max(t, 1e-13), 1 - 1e-7)
-    return max(MIN_SCORE, math.log(t) - math.log1p(-t))
+        return mags.new_tensor(MIN_SCORE)
+    lower = torch.kthvalue(mags, k).values
+    upper = torch.kthvalue(mags, k + 1).values if k < mags.numel() else lower * 2 + 1e-12
+    t = (0.5 * (lower + upper)).clamp(1e-13, 1 - 1e-7)
+    return (torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE)
 
 
 def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
@@ -66,7 +71,7 @@ def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad
 def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module], rates: dict[str, float]) -> None:
     """Re-set each threshold so its layer prunes exactly floor(rate * n) weights (fixed allocation)."""
     for name, p in params.items():
-        p.score.fill_(initial_score(original_weight(layers[name]), rates[name]))
+        p.score.copy_(initial_score_on_device(original_weight(layers[name]), rates[name]))
 
 
 def original_weight(module: nn.Module) -> torch.Tensor:

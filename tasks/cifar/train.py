@@ -23,7 +23,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
+from fcpts.core.options import resolve_device
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli, training
@@ -75,8 +77,10 @@ def train(args: argparse.Namespace) -> dict:
     }
     fingerprint = training.recipe_fingerprint(recipe)
 
+    device = resolve_device(args.device)
     torch.manual_seed(args.seed)
-    model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset]).to(memory_format=torch.channels_last)
+    model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
+    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 
     out_dir = Path(args.out_dir) / args.dataset
@@ -85,15 +89,16 @@ def train(args: argparse.Namespace) -> dict:
     step, history = run.start(total, steps_per_epoch), run.history
 
     bar = training.progress_bar(total, step, f"train {args.dataset}/{args.model}", args.no_progress)
-    running_loss, running_correct, seen = 0.0, 0, 0
+    running = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, correct: read once per epoch
+    seen = 0
     model.train()
     while step < total:
         epoch, pos = divmod(step, steps_per_epoch)
         perm = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + epoch))
         idx = perm[pos * args.batch_size : (pos + 1) * args.batch_size]
         x = augment_batch(x_train[idx], torch.Generator().manual_seed(args.seed * 7_919 + step))
-        x = x.contiguous(memory_format=torch.channels_last)
-        y = y_train[idx]
+        x = to_device(x, device).contiguous(memory_format=torch.channels_last)
+        y = to_device(y_train[idx], device)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         opt.zero_grad(set_to_none=True)
@@ -101,16 +106,17 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         sched.step()
         step += 1
-        running_loss += loss.item() * len(y)
-        running_correct += (logits.argmax(1) == y).sum().item()
+        with torch.no_grad():
+            running += torch.stack([loss.detach().double() * len(y), (logits.argmax(1) == y).sum().double()])
         seen += len(y)
         bar.update(1)
         if step % steps_per_epoch == 0:
+            loss_sum, correct = running.tolist()
             entry = {
                 "epoch": step // steps_per_epoch,
                 "step": step,
-                "train_loss": round(running_loss / seen, 5),
-                "train_top1": round(100 * running_correct / seen, 3),
+                "train_loss": round(loss_sum / seen, 5),
+                "train_top1": round(100 * correct / seen, 3),
                 "lr": sched.get_last_lr()[0],
                 "elapsed_s": round(run.elapsed_s(), 1),
             }
@@ -118,7 +124,8 @@ def train(args: argparse.Namespace) -> dict:
                 entry["test"] = classify(model, x_eval, y_eval)
                 model.train()
             history.append(entry)
-            running_loss, running_correct, seen = 0.0, 0, 0
+            running.zero_()
+            seen = 0
             print(json.dumps(entry), flush=True)
             run.save(step)
         else:  # mid-epoch: the running train-set statistics restart, nothing else is lost
@@ -128,7 +135,7 @@ def train(args: argparse.Namespace) -> dict:
 
     final = classify(model, x_eval, y_eval)
     weights = out_dir / f"{args.model}.th"
-    state_dict = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state_dict = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_torch_atomic(
         {
             "state_dict": state_dict,
@@ -139,7 +146,7 @@ def train(args: argparse.Namespace) -> dict:
         weights,
     )
     trained = {"task": "train", "dataset": args.dataset, "model": args.model}
-    where = {"device": device_description("cpu"), "data_root": str(root)}
+    where = {"device": device_description(device), "data_root": str(root)}
     score = f"top-1 {final['top1']:.2f} top-5 {final['top5']:.2f}"
     return training.write_record(weights, trained, recipe, final, len(y_eval), history, wall_s, where, score)
 

@@ -20,10 +20,12 @@ def checkpoint_name(record: dict) -> str:
     )
 
 
-def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | None, progress: bool) -> Path:
+def sparse_model_from_record(
+    record_path: Path, out_dir: Path, data_root: str | None, progress: bool, device: str = "cpu"
+) -> Path:
     """A CIFAR record's sparse model as a deploy checkpoint with its provenance: the state dict the grid
     saved beside the record when it is here, else a re-run of the record's method (same weights,
-    calibration images, budget and seed). Returns the checkpoint path."""
+    calibration images, budget and seed) on `device`. Returns the checkpoint path."""
     import torch
 
     import tasks.cifar.grid  # noqa: F401 - registers the CIFAR task for re-running its records
@@ -68,7 +70,8 @@ def sparse_model_from_record(record_path: Path, out_dir: Path, data_root: str | 
             print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
             return out
     scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)
-    rerun, rerun_path = rerun_record(record, Where(runs_dir=scratch, data_root=data_root, progress=progress))
+    where = Where(runs_dir=scratch, data_root=data_root, progress=progress, device=device)
+    rerun, rerun_path = rerun_record(record, where)
     if rerun["calibration"]["indices_sha256"] != record["calibration"]["indices_sha256"]:
         raise ValueError(f"{record_path}: calibration images differ from the record's; cannot reproduce it")
     _, model, _, _ = models_from_record(rerun_path)

@@ -167,6 +167,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=str(DEPLOY_DIR))
     p.add_argument("--eval-limit", type=int, help="first N test images only (default: all)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where a --record's method is re-run (cpu, cuda, ...); export and ONNX checks always run on the CPU",
+    )
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -179,6 +184,7 @@ def main(argv=None) -> int:
     import torch
 
     from fcpts.core.io import write_json_atomic
+    from fcpts.core.options import resolve_device
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import git_commit
 
@@ -186,8 +192,9 @@ def main(argv=None) -> int:
     git_commit()  # pin the commit of the code that runs
     out_dir = Path(args.out_dir)
     try:
+        resolve_device(args.device)
         ckpt = (
-            sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress)
+            sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress, args.device)
             if args.record
             else Path(args.checkpoint)
         )

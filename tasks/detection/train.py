@@ -32,7 +32,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
+from fcpts.core.calibration import to_device
 from fcpts.core.io import file_sha256, save_torch_atomic
+from fcpts.core.options import resolve_device
 from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 from tasks.grid import cli, training
@@ -76,7 +78,7 @@ class DetectionTrainSet(Dataset):
         boxes, labels = ann.boxes[keep], ann.labels[keep]
         if self.augment is not None and len(boxes):
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)  # the host RNG only: a GPU's is not forked
                 out = self.augment(
                     {
                         "image": tv_tensors.Image(image),
@@ -142,7 +144,7 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     if args.base_net:
         model.base_net.load_state_dict(torch.load(args.base_net, map_location="cpu", weights_only=True))
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
@@ -187,7 +189,7 @@ def train(args: argparse.Namespace) -> dict:
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
     bar = training.progress_bar(total, step, f"train {dataset}/{name}", args.no_progress)
-    sums, seen = {"loc": 0.0, "cls": 0.0}, 0
+    sums, seen = torch.zeros(2, dtype=torch.float64, device=device), 0  # loc, cls: read once per epoch
     model.train()
     batches = iter(
         torch.utils.data.DataLoader(
@@ -198,7 +200,7 @@ def train(args: argparse.Namespace) -> dict:
         )
     )
     while step < total:
-        x, targets, labels = (t.to(device) for t in next(batches))
+        x, targets, labels = (to_device(t, device) for t in next(batches))
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
         loc, cls = loss_fn(logits, regression, labels, targets)
         loss = loc + cls
@@ -207,25 +209,27 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         sched.step()
         step += 1
-        sums["loc"] += loc.item()
-        sums["cls"] += cls.item()
+        with torch.no_grad():
+            sums += torch.stack([loc.detach(), cls.detach()]).double()
         seen += 1
         bar.update(1)
-        bar.set_postfix(loc=f"{loc.item():.3f}", cls=f"{cls.item():.3f}", refresh=False)
         if step % steps_per_epoch == 0:
             epoch = step // steps_per_epoch
+            loc_sum, cls_sum = sums.tolist()
+            bar.set_postfix(loc=f"{loc_sum / seen:.3f}", cls=f"{cls_sum / seen:.3f}", refresh=False)
             entry = {
                 "epoch": epoch,
                 "step": step,
-                "loc_loss": round(sums["loc"] / seen, 5),
-                "cls_loss": round(sums["cls"] / seen, 5),
+                "loc_loss": round(loc_sum / seen, 5),
+                "cls_loss": round(cls_sum / seen, 5),
                 "lr": sched.get_last_lr()[0],
                 "elapsed_s": round(run.elapsed_s(), 1),
             }
             if epoch % args.eval_every == 0 and step < total:
                 entry["test"] = evaluate()
             history.append(entry)
-            sums, seen = {"loc": 0.0, "cls": 0.0}, 0
+            sums.zero_()
+            seen = 0
             print(
                 json.dumps(
                     {k: v for k, v in entry.items() if k != "test"}
@@ -258,7 +262,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--base-net", help="state dict for base_net (pytorch-ssd layout), e.g. an ImageNet backbone")
     p.add_argument("--train-split", default="trainval")
     p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     training.add_args(
         p, epochs=60, batch_size=32, eval_every=10, lr_help="peak learning rate (default 0.05 x batch/32)"
     )

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 
 from fcpts.core.masks import check_target
+from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method, training_methods
 from tasks.grid import launch
 from tasks.grid.data import DataNotFoundError
@@ -81,7 +82,11 @@ def add_grid_args(
     p.add_argument("--weights", help="dense weights file for the (single) model")
     p.add_argument("--results-dir", default=str(RUNS_DIR), help="where records go (default: results/runs)")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where models, data and every method run: cpu, cuda, cuda:1, ... (default: cuda when available)",
+    )
     p.add_argument("--force", action="store_true", help="redo cells that already have a record, from a clean start")
     p.add_argument("--no-progress", action="store_true")
     launch.add_launcher_args(p)
@@ -131,6 +136,7 @@ def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
+    resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
     return Where(
         seed=args.seed,
         data_root=args.data_root,

@@ -43,6 +43,7 @@ def add_args(
     p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
     p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--no-progress", action="store_true")
 
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fcpts.core.bridge import Bridge, histogram_density, kde_density
+from fcpts.core.bridge import Bridge, LayerBridges, histogram_density, kde_density
 
 
 def normal_pdf(x, sigma):
@@ -71,3 +71,62 @@ def test_histogram_density_is_zero_outside_range():
 def test_bridge_rejects_unknown_method():
     with pytest.raises(ValueError, match="kde"):
         Bridge(10, method="spline")
+
+
+def reference_global_sparsity(thresholds, weights, method, generator, points=100, scale=0.5, bins=100):
+    """The global sparsity as FCPTS summed it before the layers were batched: each layer's own bridge with its
+    own sample (drawn in layer order), weighted by its size; gradients by autograd through the densities."""
+    total = sum(w.numel() for w in weights)
+    out = 0
+    for t, w in zip(thresholds, weights):
+        flat = w.detach().flatten()
+        sample = None if points >= flat.numel() else torch.randperm(flat.numel(), generator=generator)[:points]
+        pts = flat if sample is None else flat[sample]
+        below = (flat.abs() < t.detach()).float().mean()
+        at = torch.stack([t.detach(), -t.detach()])
+        if method == "kde":
+            density = kde_density(pts, at, (scale * flat.std()).clamp_min(1e-12)).sum()
+        else:
+            lo, hi = flat.min().item(), flat.max().item()
+            counts = torch.histc(flat, bins=bins, min=lo, max=hi)
+            width = (hi - lo) / bins
+            idx = torch.floor((at - lo) / width).long().clamp(0, bins - 1)
+            inside = (at >= lo) & (at <= hi)
+            density = torch.where(inside, counts[idx] / (counts.sum() * width), 0).sum()
+        out = out + (below + (t - t.detach()) * density) * w.numel()  # value r(t), slope p(t) + p(-t)
+    return out / total
+
+
+@pytest.mark.parametrize("method", ["kde", "histogram"])
+def test_layer_bridges_equal_the_per_layer_sum(method):
+    g = torch.Generator().manual_seed(0)
+    weights = [
+        torch.randn(16, 8, 3, 3, generator=g).contiguous(memory_format=torch.channels_last) * 0.1,
+        torch.randn(10, 16, generator=g) * 0.3,
+        torch.randn(5, generator=g),  # fewer weights than KDE points: all of them are the sample
+    ]
+    t = torch.tensor([0.05, 0.2, 0.4], requires_grad=True)
+    ours = LayerBridges([w.numel() for w in weights], method, generator=torch.Generator().manual_seed(3))(t, weights)
+    (grad,) = torch.autograd.grad(ours, t)
+    t_ref = t.detach().clone().requires_grad_()
+    ref = reference_global_sparsity(t_ref, weights, method, torch.Generator().manual_seed(3))
+    (grad_ref,) = torch.autograd.grad(ref, t_ref)
+    below = sum(int((w.abs() < ti).sum()) for w, ti in zip(weights, t.tolist()))
+    assert ours.item() == pytest.approx(below / sum(w.numel() for w in weights), rel=1e-7)
+    assert ours.item() == pytest.approx(ref.item(), abs=1e-7)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_histogram_density_bins_like_histc():
+    values = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    at = torch.linspace(-3, 3, 41)
+    lo, hi = values.min().item(), values.max().item()
+    counts = torch.histc(values, bins=50, min=lo, max=hi)
+    width = (hi - lo) / 50
+    idx = torch.floor((at - lo) / width).long().clamp(0, 49)
+    expected = torch.where((at >= lo) & (at <= hi), counts[idx] / (len(values) * width), 0)
+    torch.testing.assert_close(histogram_density(values, at, 50), expected)
+
+
+def test_histogram_of_equal_values_has_no_density():
+    assert histogram_density(torch.full((4,), 0.3), torch.tensor([0.3, -0.3])).tolist() == [0.0, 0.0]

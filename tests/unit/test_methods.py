@@ -155,3 +155,44 @@ def test_probmask_scores_learn_which_weights_matter():
     assert int((w != 0).sum()) == 32
     assert int((w[:, :k] != 0).sum()) >= 28
     assert 0 <= report.extra["scores_undecided_fraction"] <= 1
+
+
+class FailingAt(torch.utils.data.Dataset):
+    """Images that raise on the `fail_at`-th item fetched: an interrupted run."""
+
+    def __init__(self, x, fail_at):
+        self.x, self.fail_at, self.fetched = x, fail_at, 0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.fetched += 1
+        if self.fetched == self.fail_at:
+            raise KeyboardInterrupt("simulated interruption")
+        return self.x[i]
+
+
+def test_probmask_noise_leaves_the_global_rng_alone_and_a_resumed_run_draws_the_same(tmp_path):
+    """The relaxed masks' noise comes from the method's own generator, seeded per (seed, step)."""
+    models = [net() for _ in range(3)]
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    reference, _ = run("probmask", models[0], FailingAt(images(), 10**9), 0.7, iterations=6, batch_size=8)
+    assert torch.equal(torch.get_rng_state(), before)
+    ckpt = str(tmp_path / "run.pt")
+    with pytest.raises(KeyboardInterrupt):
+        run("probmask", models[1], FailingAt(images(), 8 * 3 + 1), 0.7, iterations=6, batch_size=8, checkpoint=ckpt,
+            options={"checkpoint_every_s": 0})  # fmt: skip
+    resumed, report = run("probmask", models[2], FailingAt(images(), 10**9), 0.7, iterations=6, batch_size=8,
+                          checkpoint=ckpt)  # fmt: skip
+    assert report.history[0]["step"] == 0 and len(report.history) == 6
+    assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_probmask_projection_decides_on_the_device():
+    scores = [torch.full((10,), 0.4)]
+    assert project_scores(scores, 0.5).item() == 0.0  # within budget already: nothing moves
+    assert torch.equal(scores[0], torch.full((10,), 0.4))
+    v = project_scores([torch.ones(10)], 0.3)
+    assert isinstance(v, torch.Tensor) and v.item() == pytest.approx(0.7)

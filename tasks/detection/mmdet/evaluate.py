@@ -36,6 +36,7 @@ def evaluate_detector(
 ) -> dict:
     """{"map50": %, ("map": % for COCO), "mmdet_metrics": the evaluator's dict, "n_images", "metric"}."""
     was_training = detector.training
+    device = next(detector.parameters()).device  # mmengine's Runner moves the model to its own choice of device
     with tempfile.TemporaryDirectory(prefix="fcpts-mmdet-eval-") as work_dir:
         ann_file = coco_subset(layout, limit, Path(work_dir)) if layout.kind == "coco" and limit else None
         loader = {
@@ -60,7 +61,7 @@ def evaluate_detector(
             )
             metrics = dict(runner.test())
             n_images = len(runner.test_dataloader.dataset)
-    detector.train(was_training)
+    detector.to(device).train(was_training)
     if layout.kind == "voc":
         out = {"map50": 100.0 * float(metrics["pascal_voc/mAP"])}
     else:

@@ -108,7 +108,7 @@ class SessionTimer(Hook):
                 # busy the machine was than the wall time
                 "cpu_s_per_iter": round(cpu / iterations, 3),
                 "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-                "device": device_description(),
+                "device": device_description(next(runner.model.parameters()).device),
             }
             write_json_atomic(self.path, [*self.sessions(), session])
 
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                 "work_dir": str(work_dir),
                 "sessions": timer.sessions(),
                 "final_test": {k: float(v) for k, v in test.items()},
-                "device": device_description(),
+                "device": device_description(next(runner.model.parameters()).device),  # mmengine picks it
             },
         )
         print(f"{model} on {dataset}: {record['final_test']} -> {weights}")

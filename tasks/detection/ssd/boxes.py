@@ -127,13 +127,13 @@ def encode_targets(
     """pytorch-ssd's MatchPrior: each prior takes the ground truth it overlaps most (background, label 0,
     below `match_iou`), each ground truth also claims its best prior; returns (A, 4) regression targets and
     (A,) labels. Boxes are corner-form relative to the image; labels 1..C-1."""
-    anchors = box_convert(priors_cxcywh, "cxcywh", "xyxy")
+    anchors = box_convert(priors_cxcywh.to(gt_boxes.device), "cxcywh", "xyxy")
     if len(gt_boxes) == 0:
-        return torch.zeros_like(anchors), torch.zeros(len(anchors), dtype=torch.int64)
+        return torch.zeros_like(anchors), torch.zeros(len(anchors), dtype=torch.int64, device=anchors.device)
     ious = box_iou(gt_boxes, anchors)  # (G, A)
     best_iou, best_gt = ious.max(0)
     best_prior = ious.argmax(1)
-    best_gt[best_prior] = torch.arange(len(gt_boxes))
+    best_gt[best_prior] = torch.arange(len(gt_boxes), device=best_gt.device)
     best_iou[best_prior] = 2.0
     labels = gt_labels[best_gt].clone()
     labels[best_iou < config.match_iou] = 0
@@ -158,10 +158,10 @@ def postprocess(
     k = min(config.candidate_size, probs.shape[1])
     for p, b, (h, w) in zip(probs, boxes_rel, image_sizes):
         top, idx = p[:, 1:].topk(k, dim=0)  # (k, C-1): per class its best priors
-        cls = torch.arange(1, num_classes).expand(k, -1)
+        cls = torch.arange(1, num_classes, device=p.device).expand(k, -1)
         keep = top > config.score_threshold
         scores, prior_idx, labels = top[keep], idx[keep], cls[keep]
-        boxes = b[prior_idx] * torch.tensor([w, h, w, h], dtype=b.dtype)
+        boxes = b[prior_idx] * torch.tensor([w, h, w, h], dtype=b.dtype, device=b.device)
         kept = batched_nms(boxes, scores, labels, config.nms_iou)
         if config.max_detections is not None:
             kept = kept[: config.max_detections]

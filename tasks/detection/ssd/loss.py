@@ -26,7 +26,7 @@ class MultiboxLoss:
             bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]
             pos = labels > 0
             num_neg = pos.sum(1, keepdim=True) * self.neg_pos_ratio
-            bg_loss[pos] = -math.inf
+            bg_loss.masked_fill_(pos, -math.inf)
             rank = bg_loss.argsort(1, descending=True).argsort(1)
             mask = pos | (rank < num_neg)
         num_pos = max(1, int(pos.sum()))

@@ -1,0 +1,87 @@
+"""Every registered method on each device (the CPU always, a GPU where there is one): a tiny model, a tiny
+budget, the exact target, and the model's parameters, buffers and outputs on the device asked for. The
+methods come from the registry, so a new one is covered without touching this file."""
+
+import pytest
+import torch
+from torch import nn
+
+import fcpts
+from fcpts.core.masks import sparsity_summary
+from fcpts.methods import METHODS
+from tests.conftest import DEVICES
+
+BUDGET = {"iterations": 2, "batch_size": 8, "progress": False, "seed": 0}  # what a grid grants every method
+OWN_OPTIONS = {  # each method's own budget knobs, cut to a smoke test
+    "pot-l2norm": {"iterations": 2},
+    "pot-erk": {"iterations": 2},
+    "str": {"search_runs": 1},
+    "obs": {"levels": (0.5, 0.9)},
+}
+CANNOT_AIM = {"str"}  # reports the sparsity it reached (docs/design.md)
+TARGET = 0.75
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+
+
+def images(n: int = 16) -> torch.Tensor:
+    return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def assert_on(model: nn.Module, device: str) -> None:
+    where = {t.device.type for t in [*model.parameters(), *model.buffers()]}
+    assert where == {device}, f"parameters/buffers on {where}, expected {device}"
+    with torch.no_grad():
+        out = model(images(2).to(device))
+    assert out.device.type == device and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_every_method_runs_on_the_device(name, device):
+    method = METHODS[name]
+    options = method.make_options(BUDGET, {**OWN_OPTIONS.get(name, {}), "device": device})
+    model, report = method(net().to(device), images(), TARGET, options)  # the grid hands methods a placed model
+    assert_on(model, device)
+    achieved, per_layer = sparsity_summary(model)
+    assert report.achieved_sparsity == achieved
+    if name not in CANNOT_AIM:
+        n = sum(r["numel"] for r in per_layer)
+        assert round(achieved * n) == round(TARGET * n)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fcpts_moves_a_host_model_to_the_device_option(device):
+    model, _ = fcpts.sparsify(net(), images(), 0.5, iterations=2, batch_size=8, progress=False, device=device)
+    assert_on(model, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["fcpts", "probmask"])
+def test_bf16_training_keeps_fp32_parameters_and_the_exact_target(name, device):
+    method = METHODS[name]
+    options = method.make_options(BUDGET, {"device": device, "amp": "bf16"})
+    model, report = method(net().to(device), images(), 0.5, options)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert_on(model, device)
+    n = sum(r["numel"] for r in report.per_layer)
+    assert round(report.achieved_sparsity * n) == round(0.5 * n)
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in report.history)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_asking_for_cuda_without_it_is_a_clear_error():
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        fcpts.sparsify(net(), images(), 0.5, iterations=1, progress=False, device="cuda")

@@ -1,0 +1,123 @@
+"""The shared distillation loop: losses read back every `log_every` steps without changing the run, NaN/Inf
+named by step, no checkpoint holding an unchecked NaN, options that leave a run's identity alone."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import fcpts
+from fcpts.core.calibration import Calibration, to_device
+from fcpts.core.checkpoint import Checkpoint
+from fcpts.core.loop import frozen_teacher, run_identity, train_loop, warmup_cosine
+from fcpts.core.options import TrainingOptions
+from fcpts.methods.fcpts import FCPTSOptions, block_mse
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+
+
+def images(n: int = 16) -> torch.Tensor:
+    return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def untimed(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "step_s"} for row in history]
+
+
+def test_log_interval_keeps_every_step_and_changes_nothing():
+    runs = {}
+    for every in (1, 3, 50):
+        options = dict(iterations=7, batch_size=4, progress=False, log_every=every)
+        model, report = fcpts.sparsify(net(), images(), 0.5, **options)
+        runs[every] = (model.state_dict(), report.history)
+    for every in (3, 50):
+        assert untimed(runs[every][1]) == untimed(runs[1][1])
+        assert all(torch.equal(a, b) for a, b in zip(runs[every][0].values(), runs[1][0].values()))
+    assert [row["step"] for row in runs[3][1]] == list(range(7))
+    assert {"loss", "rec", "control", "sparsity", "lr", "step_s"} <= set(runs[3][1][0])
+
+
+def nan_at(step_with_nan: int):
+    def loss_fn(y_s, y_t, step):
+        loss = (y_s - y_t).pow(2).mean() + 1.0
+        if step == step_with_nan:
+            loss = loss * math.nan
+        return loss, {"rec": loss.detach()}
+
+    return loss_fn
+
+
+def loop(tmp_path, loss_fn, log_every: int, every_steps: int | None = None):
+    model = net()
+    teacher = frozen_teacher(model, "train")
+    options = TrainingOptions(iterations=8, batch_size=4, progress=False, log_every=log_every)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(1, 8))
+    ckpt = Checkpoint(tmp_path / "run.pt", {"run": 1}, every_s=1e9, every_steps=every_steps)
+    return train_loop(model, teacher, Calibration(images(), 4, 0), options, opt, sched, loss_fn, ckpt,
+                      torch.device("cpu"), desc="test")  # fmt: skip
+
+
+def test_a_nan_mid_run_names_its_step_and_the_read_out_interval(tmp_path):
+    with pytest.raises(FloatingPointError, match=r"the loss is nan at step 4 .*steps 3-5.*lower the learning rate"):
+        loop(tmp_path, nan_at(4), log_every=3)
+
+
+def test_no_checkpoint_is_saved_past_an_unchecked_nan(tmp_path):
+    with pytest.raises(FloatingPointError, match="step 4"):
+        loop(tmp_path, nan_at(4), log_every=50, every_steps=2)
+    state = torch.load(tmp_path / "run.pt", weights_only=True)
+    assert state["step"] == 4  # saved after steps 0-3; the save after step 5 found the NaN first
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_log_every_and_unset_amp_leave_the_identity_of_a_run_alone():
+    model, calib = net(), Calibration(images(), 4, 0)
+    base = run_identity(0.5, FCPTSOptions(), calib, model)
+    assert "amp" not in base["options"] and "log_every" not in base["options"]
+    assert run_identity(0.5, FCPTSOptions(log_every=7), calib, model) == base
+    assert run_identity(0.5, FCPTSOptions(amp="bf16"), calib, model)["options"]["amp"] == "bf16"
+
+
+@pytest.mark.parametrize("bad", [{"amp": "fp16"}, {"amp": True}, {"log_every": 0}])
+def test_bad_training_options_fail_before_any_work(bad):
+    with pytest.raises(ValueError, match="amp|log_every"):
+        FCPTSOptions.from_kwargs(**bad)
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        fcpts.sparsify(net(), images(), 0.5, iterations=1, progress=False, device="gpu")
+
+
+def test_block_mse_has_mse_losss_value_and_gradient():
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(4, 8, 5, 5, generator=g).contiguous(memory_format=torch.channels_last).requires_grad_()
+    t = torch.randn(4, 8, 5, 5, generator=g).contiguous(memory_format=torch.channels_last)
+    ours = block_mse(s, t)
+    (grad,) = torch.autograd.grad(ours, s)
+    reference = nn.functional.mse_loss(s, t)
+    (expected,) = torch.autograd.grad(reference, s)
+    assert ours.item() == pytest.approx(reference.item(), rel=1e-5)
+    assert torch.equal(grad, expected)
+    assert grad.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_host_batches_stay_put_on_the_cpu():
+    x = images(2)
+    assert to_device(x, torch.device("cpu")) is x
+
+
+def test_channels_last_feeds_nhwc_and_returns_an_nchw_model():
+    layouts = []
+    model = net()
+    model[0].register_forward_pre_hook(
+        lambda _m, inp: layouts.append(inp[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    sparse, _ = fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False, channels_last=True)
+    assert layouts and all(layouts)  # teacher and student, every step
+    assert sparse[0].weight.is_contiguous()
