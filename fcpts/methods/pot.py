@@ -136,11 +136,12 @@ def collect_inputs(
 
         return fn
 
+    device = next(model.parameters()).device
     handles = [modules[n].register_forward_pre_hook(hook(n)) for n in names]
     try:
         for i in range(0, len(images), chunk):
             try:
-                model(images[i : i + chunk])
+                model(images[i : i + chunk].to(device, non_blocking=True))
             except _Stop:
                 pass
     finally:
@@ -166,15 +167,16 @@ def network_errors(
                 h.remove()
         return got
 
-    err = {n: 0.0 for n in names}
-    energy = {n: 0.0 for n in names}
+    device = next(model.parameters()).device
+    sums = torch.zeros(len(names), 2, dtype=torch.float64, device=device)  # error, energy; read back once
     for i in range(0, len(images), chunk):
-        x = images[i : i + chunk]
+        x = images[i : i + chunk].to(device, non_blocking=True)
         d, s = outputs(dense), outputs(model)
-        for n in names:
-            err[n] += float((s[n] - d[n]).pow(2).sum())
-            energy[n] += float(d[n].pow(2).sum())
-    return {n: relative_error(err[n], energy[n]) for n in names}
+        for k, n in enumerate(names):
+            sums[k, 0] += (s[n] - d[n]).double().pow(2).sum()
+            sums[k, 1] += d[n].double().pow(2).sum()
+    host = sums.tolist()
+    return {n: relative_error(*host[k]) for k, n in enumerate(names)}
 
 
 def relative_error(error: float, energy: float) -> float | None:
@@ -356,6 +358,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     target = check_target(target)
     cfg.validate()
     t0 = time.perf_counter()
+    device = cfg.place(model)
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
@@ -369,8 +372,9 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         for n, m in layers.items():
             m.weight.copy_(correct_weight(m.weight, masks[n]) if cfg.weight_correction else m.weight * masks[n])
 
-    device = next(model.parameters()).device
-    images = calib.take(list(range(len(calib)))).to(device)
+    images = calib.take(list(range(len(calib))))  # on the host, each forward's chunk sent to the device
+    if device.type == "cuda":
+        images = images.pin_memory()
     units = fixed_batches(len(images), cfg.batch_size, cfg.seed).to(device) if cfg.sampling == "batches" else None
     per_layer_log: dict[str, dict] = {}
     elapsed_before = 0.0

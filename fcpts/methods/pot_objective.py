@@ -44,17 +44,18 @@ class _Units:
     def _images(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.units is None else self.units[idx].flatten()
 
-    def all_units(self) -> torch.Tensor:
-        return torch.arange(len(self))
+    def all_units(self, device: torch.device) -> torch.Tensor:
+        return torch.arange(len(self), device=device)
 
     @torch.no_grad()
     def full_loss(self, weight, bias, w_dense, b_dense, chunk: int = 256) -> float:
         """The loss over all units (chunked, unit-weighted)."""
-        total, n = 0.0, len(self)
+        n = len(self)
+        total = torch.zeros((), dtype=torch.float64, device=weight.device)  # read back once, at the end
         for i in range(0, n, chunk):
-            idx = torch.arange(i, min(i + chunk, n))
-            total += float(self.loss(idx, weight, bias, w_dense, b_dense)) * len(idx)
-        return total / n
+            idx = torch.arange(i, min(i + chunk, n), device=weight.device)
+            total += self.loss(idx, weight, bias, w_dense, b_dense).double() * len(idx)
+        return float(total) / n
 
 
 class ForwardObjective(_Units):
@@ -76,7 +77,7 @@ class ForwardObjective(_Units):
     def mean_error(self, weight, bias, w_dense, b_dense, chunk: int = 512) -> torch.Tensor:
         """Per output channel, mean of (dense - sparse) output over the units' images and positions."""
         dim = channel_dim(self.layer)
-        images = self._images(self.all_units())
+        images = self._images(self.all_units(bias.device))
         total, count = torch.zeros_like(bias), 0
         for i in range(0, len(images), chunk):
             x = self.inputs[images[i : i + chunk]]
