@@ -154,7 +154,8 @@ def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None
 
 
 def _clear_checkpoints(ckpt: Path) -> None:
-    """--force starts clean: the cell's checkpoint and any side files a method keeps beside it."""
+    """The cell's checkpoint and any side files a method keeps beside it: after the record is written, and
+    before a --force run (which starts clean)."""
     for stale in [ckpt, *ckpt.parent.glob(ckpt.name + ".*")]:
         stale.unlink(missing_ok=True)
 
@@ -244,7 +245,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "note": "not committed; re-run the record's command with --force to re-create it",
     }
     write_json_atomic(path, record)
-    ckpt.unlink(missing_ok=True)
+    _clear_checkpoints(ckpt)  # with the side files (STR's search state): the record is the result now
     first = grid.metric_names[0]
     log(
         f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "

@@ -93,6 +93,14 @@ def test_a_truncated_checkpoint_names_its_file_and_force_starts_clean(tmp_path):
     assert record["hit_target"]
 
 
+def test_a_finished_cell_leaves_no_checkpoint_or_side_file(tmp_path):
+    g = grid(tmp_path)
+    (record,) = run_grid(g, ["str"], [0.5], log=lambda _: None)
+    assert record["method_report"]["extra"]["trials"]  # STR searched, with its search state beside the checkpoint
+    left = [p.name for p in (g.checkpoint_dir / "t/d/m").glob("str-sp50-tiny-seed0.pt*")]
+    assert left == [], f"left behind after the record: {left}"
+
+
 def _run_cell(folder: str, queue) -> None:
     lines: list[str] = []
     records = run_grid(grid(Path(folder), slow_s=1.0), ["uniform"], [0.5], log=lines.append)
