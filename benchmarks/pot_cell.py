@@ -21,11 +21,13 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from tasks.grid.data import resolve_data_root
 from tasks.grid.paths import REPO_ROOT
+from tasks.grid.records import git_commit
 
 # Runs inside the subprocess, from the root of the code being measured; uses only APIs every compared
 # commit has. argv: dataset model target iterations images threads device options-json
@@ -101,6 +103,7 @@ def main(argv=None) -> None:
     p.add_argument("--baseline-rev", help="also time the POT of this git commit on the same cell")
     p.add_argument("--output", type=Path, help="also write the printed lines to this file (atomically)")
     args = p.parse_args(argv)
+    commit = git_commit()  # the code measured is the code at start-up
 
     lines = [
         f"POT L2Norm {args.dataset} {args.model} at {args.target:.0%}: {args.images} images, {args.iterations} "
@@ -132,6 +135,12 @@ def main(argv=None) -> None:
     for name, r in list(results.items())[1:]:
         lines.append(f"speed-up of '{name}' over '{next(iter(results))}': {first['wall_s'] / r['wall_s']:.2f}x")
         print(lines[-1])
+    lines.append(
+        f"command: python -m benchmarks.pot_cell {' '.join(argv if argv is not None else sys.argv[1:])}; "
+        f"this checkout at commit {commit}; load average at the end "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; created {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S}Z"
+    )
+    print(lines[-1])
     if args.output:
         write_text_atomic(args.output, "\n".join(lines) + "\n")
 
