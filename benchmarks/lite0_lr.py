@@ -1,0 +1,119 @@
+"""Choose the training-loop methods' SGD learning rate for the ImageNet `cpu` profile without the evaluation
+images: FCPTS calibrates on part of train/ and is scored on the train/ images it did not see.
+
+train/ holds one labelled image per class; a seeded `--held-out` of them never enters calibration and is
+the tuning set (top-1 against the labels, and top-1 agreement with the dense model, which varies less on
+few images). The rest (all of it up to the profile's 1,000) is the calibration set, drawn as the task
+draws it. val/ is not read. Every finished learning rate is one JSON line in `--out` (resume: rates
+already there are skipped), with provenance.
+
+    python -m benchmarks.lite0_lr --lrs 0.005 0.02 0.04 --out results/ablations/lite0-lr-heldout.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Subset
+
+import fcpts
+from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.records import device_description, git_commit
+from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
+from tasks.imagenet.models import architecture, preprocessing, pretrained
+
+
+@torch.no_grad()
+def predictions(model: torch.nn.Module, dataset) -> torch.Tensor:
+    model.eval()
+    return torch.cat([model(x).argmax(1) for x, _ in DataLoader(dataset, batch_size=50)])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="efficientnet_lite0")
+    p.add_argument("--lrs", type=float, nargs="+", default=[0.005, 0.02, 0.04])
+    p.add_argument("--target", type=float, default=0.7)
+    p.add_argument("--iterations", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--held-out", type=int, default=300, help="train/ images kept out of calibration to score on")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-root")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+
+    commit = git_commit()  # pin the commit of the code that is about to run
+    folder = imagenet_dir(resolve_data_root(args.data_root))
+    train = list_split(folder, "train")
+    held = set(calibration_indices(len(train), args.held_out, args.seed + 1))
+    rest = [i for i in range(len(train)) if i not in held]
+    calib_idx = [rest[i] for i in calibration_indices(len(rest), len(rest), args.seed)]
+    dense, weights_info = pretrained(args.model, None)
+    eval_tf, calib_tf, _ = preprocessing(args.model, dense)
+    calibration = Subset(ImageFiles(train, calib_tf, cache=True), calib_idx)  # augmented, as the task's FCPTS
+    tuning = Subset(ImageFiles(train, eval_tf), sorted(held))
+    labels = torch.tensor([train[i][1] for i in sorted(held)])
+
+    def fresh() -> torch.nn.Module:
+        model = architecture(args.model)
+        model.load_state_dict(dense.state_dict())
+        return model
+
+    dense_pred = predictions(fresh(), tuning)
+    done = set()
+    if args.out.exists():
+        done = {json.loads(line)["lr"] for line in args.out.read_text().splitlines()}
+    for lr in args.lrs:
+        if lr in done:
+            print(f"[skip] lr {lr}")
+            continue
+        t = time.perf_counter()
+        model, report = fcpts.sparsify(
+            fresh(),
+            calibration,
+            args.target,
+            iterations=args.iterations,
+            batch_size=args.batch_size,
+            lr=lr,
+            seed=args.seed,
+            progress=False,
+        )
+        wall = time.perf_counter() - t
+        pred = predictions(model, tuning)
+        row = {
+            "model": args.model,
+            "target": args.target,
+            "lr": lr,
+            "iterations": args.iterations,
+            "batch_size": args.batch_size,
+            "tuning_top1": round(100.0 * float((pred == labels).float().mean()), 2),
+            "agreement_with_dense": round(100.0 * float((pred == dense_pred).float().mean()), 2),
+            "dense_tuning_top1": round(100.0 * float((dense_pred == labels).float().mean()), 2),
+            "achieved_sparsity": report.achieved_sparsity,
+            "n_calibration": len(calib_idx),
+            "n_tuning": len(held),
+            "tuning_indices_sha256": hashlib.sha256(",".join(map(str, sorted(held))).encode()).hexdigest()[:16],
+            "data": {"root": str(folder), "split": "train", "val_read": False},
+            "weights": weights_info,
+            "seed": args.seed,
+            "wall_s": round(wall, 1),
+            "device": device_description(),
+            "git_commit": commit,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(
+            f"lr {lr}: tuning top-1 {row['tuning_top1']:.2f} (dense {row['dense_tuning_top1']:.2f}), "
+            f"agreement {row['agreement_with_dense']:.2f}, sparsity {report.achieved_sparsity:.6f}, {wall:.0f}s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
