@@ -1,4 +1,4 @@
-"""FCPTS design measurements on real CIFAR-10 data and weights: option variants x iteration counts.
+"""FCPTS design measurements on real CIFAR data and weights: option variants x iteration counts x seeds.
 
 Used to choose and document defaults (METHOD.md asks: threshold gradient, teacher mode, KDE bandwidth,
 and how accuracy depends on the iteration count for a CPU profile). Every finished variant is appended
@@ -6,12 +6,15 @@ as one JSON line to the output file, with provenance; variants already there are
 
     python -m benchmarks.ablation --model resnet56 --target 0.9 --iterations 100 400 1600 \
         --variants default control-only teacher-eval --out results/ablations/resnet56-sp90.jsonl
+    python -m benchmarks.ablation --model resnet32 --iterations 400 --seeds 0 1 2 \
+        --variants default no-augment teacher-eval t1 lr0.005 lr0.02 bn-recal kl --out results/ablations/x.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -41,7 +44,10 @@ VARIANTS = {
     "lr0.005": {"lr": 0.005},
     "kl-lr0.005": {"reconstruction": "kl", "lr": 0.005},
     "wd0": {"weight_decay": 0.0},
+    "t1": {"temperature": 1.0},
+    "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
 }
+DATA_VARIANTS = {"no-augment": {"augment": False}}  # how a variant changes the calibration data
 
 
 def _reconstruction(row: dict) -> str:
@@ -72,78 +78,114 @@ def summarize(paths: list[str]) -> str:
     return "\n".join(rows)
 
 
+def summarize_seeds(paths: list[str]) -> str:
+    """A markdown table of variants run with several seeds: mean and sample sd of top-1, and the mean
+    difference to `default` over the seeds both ran (paired: a seed fixes the images and batches)."""
+    rows = [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
+    groups: dict[tuple, dict[int, float]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["iterations"], r["variant"]), {})[r["seed"]] = r["top1"]
+    out = [
+        "| model | iterations | variant | seeds | top-1 mean ± sd | vs default (paired) | per seed |",
+        "|---|---:|---|---:|---:|---:|---|",
+    ]
+    for (model, iterations, variant), by_seed in groups.items():
+        top1 = [by_seed[k] for k in sorted(by_seed)]
+        sd = f" ± {statistics.stdev(top1):.2f}" if len(top1) > 1 else ""
+        base = groups.get((model, iterations, "default"), {})
+        paired = [by_seed[k] - base[k] for k in sorted(by_seed) if k in base]
+        diff = f"{statistics.mean(paired):+.2f}" if paired and variant != "default" else ""
+        per_seed = ", ".join(f"{by_seed[k]:.2f}" for k in sorted(by_seed))
+        out.append(
+            f"| {model} | {iterations} | {variant} | {len(top1)} | {statistics.mean(top1):.2f}{sd} | {diff} | "
+            f"{per_seed} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--summarize", nargs="+", metavar="JSONL", help="print a markdown table of these files and exit")
+    p.add_argument("--summarize-seeds", nargs="+", metavar="JSONL", help="the same, mean ± sd over seeds per variant")
+    p.add_argument("--dataset", default="cifar10", choices=["cifar10", "cifar100"])
     p.add_argument("--model", default="resnet56")
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--iterations", type=int, nargs="+", default=[400])
     p.add_argument("--variants", nargs="+", default=["default"], choices=sorted(VARIANTS))
     p.add_argument("--n-calibration", type=int, default=1024)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="each seed draws other images and batches")
     p.add_argument("--data-root")
     p.add_argument("--out")
     args = p.parse_args()
-    if args.summarize:
-        print(summarize(args.summarize))
+    if args.summarize or args.summarize_seeds:
+        print(summarize(args.summarize) if args.summarize else summarize_seeds(args.summarize_seeds))
         return
     if not args.out:
         p.error("--out is required")
 
     git_commit()  # pin the commit of the code that is about to run
     root = resolve_data_root(args.data_root)
-    x_test, y_test = load_cifar(root, "cifar10", "test")
+    x_test, y_test = load_cifar(root, args.dataset, "test")
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
-    x_train, _ = load_cifar(root, "cifar10", "train")
-    idx = calibration_indices(len(x_train), args.n_calibration, args.seed)
-    calib = CifarCalibration(x_train[idx], augment=True)
-    weights = default_cifar_weights(root, "cifar10", args.model)
+    x_train, _ = load_cifar(root, args.dataset, "train")
+    weights = default_cifar_weights(root, args.dataset, args.model)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():
         for line in out.read_text().splitlines():
             r = json.loads(line)
-            done.add((r["variant"], r["iterations"]))
+            done.add((r["variant"], r["iterations"], r["seed"]))
 
-    for iterations in args.iterations:
-        for variant in args.variants:
-            if (variant, iterations) in done:
-                print(f"[skip] {variant} x {iterations}")
-                continue
-            model = cifar_resnet(args.model)
-            load_checkpoint(model, weights)
-            t = time.perf_counter()
-            model, report = fcpts.sparsify(
-                model, calib, args.target, iterations=iterations, seed=args.seed, progress=False, **VARIANTS[variant]
-            )
-            wall = time.perf_counter() - t
-            metrics = classify(model, x_eval, y_eval)
-            row = {
-                "model": args.model,
-                "target": args.target,
-                "variant": variant,
-                "options": VARIANTS[variant],
-                "resolved_options": {k: v for k, v in report.options.items() if k not in ("progress", "checkpoint")},
-                "iterations": iterations,
-                "top1": metrics["top1"],
-                "top5": metrics["top5"],
-                "achieved_sparsity": report.achieved_sparsity,
-                "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],
-                "final_rec_loss": report.history[-1]["rec"] if report.history else None,
-                "wall_s": round(wall, 1),
-                "n_calibration": len(idx),
-                "seed": args.seed,
-                "device": device_description(),
-                "git_commit": git_commit(),
-            }
-            with open(out, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(
-                f"{variant:14s} it={iterations:5d} top1={metrics['top1']:.2f} "
-                f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s",
-                flush=True,
-            )
+    for seed in args.seeds:
+        idx = calibration_indices(len(x_train), args.n_calibration, seed)
+        for iterations in args.iterations:
+            for variant in args.variants:
+                if (variant, iterations, seed) in done:
+                    print(f"[skip] {variant} x {iterations} seed {seed}")
+                    continue
+                run_variant(args, variant, iterations, seed, x_train[idx], weights, x_eval, y_eval, out)
+
+
+def run_variant(args, variant, iterations, seed, images, weights, x_eval, y_eval, out: Path) -> None:
+    """One FCPTS run of the variant; its row appended to `out`."""
+    data = {"augment": True, **DATA_VARIANTS.get(variant, {})}
+    calib = CifarCalibration(images, **data)
+    dense = cifar_resnet(args.model, 100 if args.dataset == "cifar100" else 10)
+    load_checkpoint(dense, weights)
+    t = time.perf_counter()
+    model, report = fcpts.sparsify(
+        dense, calib, args.target, iterations=iterations, seed=seed, progress=False, **VARIANTS[variant]
+    )
+    wall = time.perf_counter() - t
+    metrics = classify(model, x_eval, y_eval)
+    row = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "target": args.target,
+        "data": data,
+        "variant": variant,
+        "options": VARIANTS[variant],
+        "resolved_options": {k: v for k, v in report.options.items() if k not in ("progress", "checkpoint")},
+        "iterations": iterations,
+        "top1": metrics["top1"],
+        "top5": metrics["top5"],
+        "achieved_sparsity": report.achieved_sparsity,
+        "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],
+        "final_rec_loss": report.history[-1]["rec"] if report.history else None,
+        "wall_s": round(wall, 1),
+        "n_calibration": len(images),
+        "seed": seed,
+        "device": device_description(),
+        "git_commit": git_commit(),
+    }
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(
+        f"{variant:14s} it={iterations:5d} seed {seed} top1={metrics['top1']:.2f} "
+        f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
