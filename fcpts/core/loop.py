@@ -205,6 +205,7 @@ def train_loop(
     desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     channels_last: bool = False,
 ) -> LoopResult:
     """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`.
@@ -254,6 +255,8 @@ def train_loop(
         if before_step is not None:
             before_step(step)
         x = to_device(calib.batch(step), device)
+        if transform is not None:  # e.g. mixing images of the batch: teacher and student see the result
+            x = transform(x, step)
         if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         with autocast(options.amp, device):

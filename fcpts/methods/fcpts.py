@@ -8,6 +8,7 @@ exactly round(target * N) zeros, and the masks are folded into plain weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -134,6 +135,23 @@ def block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
 
 def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
     """FCPTS with learned thresholds (the paper's method), or ERK rates held (`learn_thresholds=False`)."""
+    return distill(model, calibration, target, opts, "fcpts" if opts.learn_thresholds else "fcpts-fixed")
+
+
+def distill(
+    model: nn.Module,
+    calibration,
+    target: float,
+    opts: FCPTSOptions,
+    method: str,
+    *,
+    initial_rates: dict[str, float] | None = None,
+    control_target: Callable[[int], float] | None = None,
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+) -> tuple[nn.Module, SparsityReport]:
+    """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
+    the control loss's target at each step (default the target throughout) and a transform of each step's
+    batch, seen by teacher and student alike (default none). The exact-target step is always the final one."""
     target = check_target(target)
     opts.validate()
     device = opts.place(model)
@@ -147,7 +165,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
     identity = run_identity(target, opts, calib, model)
     teacher = frozen_teacher(model, opts.teacher_mode)
 
-    rates = erk_rates(layers, target)
+    rates = initial_rates if initial_rates is not None else erk_rates(layers, target)
     learn_t = opts.learn_thresholds
     params = thresholds.attach(layers, rates, threshold_grad=learn_t and opts.threshold_grad == "ste")
     names = list(layers)
@@ -183,7 +201,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         if taps_s is not None:
             rec = rec + sum(block_mse(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
         global_r = bridges(layer_thresholds(), [thresholds.original_weight(layers[n]) for n in names])
-        gap = global_r - target
+        gap = global_r - (target if control_target is None else control_target(step))
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
         loss = rec + opts.control_weight * control if learn_t else rec
         return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
@@ -203,6 +221,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         device,
         desc=f"fcpts {target:.2f}",
         before_step=pin,
+        transform=transform,
         channels_last=opts.channels_last,
     )
     if taps_s is not None:
@@ -232,7 +251,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tup
         "warmup_iterations": warmup,
         "resumed_from_step": loop.resumed_from_step,
     }
-    report = loop_report("fcpts" if learn_t else "fcpts-fixed", target, model, opts, calib, loop, extra)
+    report = loop_report(method, target, model, opts, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]
         row["initial_sparsity"] = rates[row["name"]]

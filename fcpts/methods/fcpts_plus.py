@@ -1,0 +1,131 @@
+"""FCPTS+: FCPTS with changes that may help under the same post-training contract (no labels, the same
+calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, the faithful reproduction.
+
+Each change is an option, off by default here until an ablation (`benchmarks/ablation.py`, records in
+results/ablations/) shows what it gives; the registered method's defaults are the measured choice:
+- `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense
+  weights, each layer's starting rate from a one-shot second-order pruning, `obs`); "obs" (obs's pruned and
+  updated weights and its rates: the loop fine-tunes a second-order solution).
+- `mix`: mixing calibration images within each batch, teacher and student on the same mixed images:
+  "mixup" (a convex combination of two images) or "cutmix" (a box of one pasted into another), with a
+  Beta(`mix_alpha`, `mix_alpha`) share; a seeded draw per step, so runs are deterministic and resumable.
+  Few images seen for many epochs give the student few distinct teacher outputs to match; mixing gives new
+  ones without labels.
+- `ramp`: the fraction of the iterations over which the control loss's target rises from `ramp_start` x
+  target to the target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), the
+  thresholds starting at ERK rates for the first value; 0: the target from the first step (FCPTS).
+- `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from fcpts.core.allocation import erk_rates
+from fcpts.core.masks import check_target
+from fcpts.core.options import check_choice
+from fcpts.core.report import SparsityReport
+
+from .fcpts import FCPTSOptions, distill
+from .obs import OBSOptions, obs
+from .registry import Method, register
+
+
+@dataclass
+class FCPTSPlusOptions(FCPTSOptions):
+    start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
+    mix: Literal["none", "mixup", "cutmix"] = "none"
+    mix_alpha: float = 1.0
+    ramp: float = 0.0  # fraction of the iterations with a rising control target
+    ramp_start: float = 0.5  # the control target at step 0, as a fraction of the target
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
+        check_choice(self, "mix", ("none", "mixup", "cutmix"))
+        if self.mix_alpha <= 0:
+            raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
+        if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
+            raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
+
+
+def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float]:
+    """step -> control target: from start * target at step 0 to target at `steps`, cubic (fast first)."""
+    first = start * target
+
+    def at(step: int) -> float:
+        if steps <= 0 or step >= steps:
+            return target
+        return target + (first - target) * (1 - step / steps) ** 3
+
+    return at
+
+
+def batch_mixer(how: str, alpha: float, seed: int) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """x, step -> the batch with its images mixed in pairs; the draw depends only on (seed, step)."""
+
+    def mix(x: torch.Tensor, step: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        share = float(np.random.default_rng([seed, step]).beta(alpha, alpha))
+        partner = torch.randperm(x.shape[0], generator=gen).to(x.device)
+        if how == "mixup":
+            return share * x + (1 - share) * x[partner]
+        h, w = x.shape[-2:]
+        cut_h, cut_w = int(h * (1 - share) ** 0.5), int(w * (1 - share) ** 0.5)
+        top = int(torch.randint(h - cut_h + 1, (1,), generator=gen))
+        left = int(torch.randint(w - cut_w + 1, (1,), generator=gen))
+        out = x.clone()
+        out[..., top : top + cut_h, left : left + cut_w] = x[partner][..., top : top + cut_h, left : left + cut_w]
+        return out
+
+    return mix
+
+
+def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
+    target = check_target(target)
+    opts.validate()
+    start: dict = {"how": opts.start}
+    rates = None
+    if opts.start != "magnitude":
+        dense_state = copy.deepcopy(model.state_dict())
+        obs_opts = OBSOptions(
+            seed=opts.seed, device=opts.device, exclude=opts.exclude, filter_fn=opts.filter_fn, progress=opts.progress
+        )
+        model, obs_report = obs(model, calibration, target, obs_opts)
+        rates = {row["name"]: row["sparsity"] for row in obs_report.per_layer}
+        if opts.start == "obs-allocation":
+            model.load_state_dict(dense_state)
+        start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
+    elif opts.ramp > 0:
+        layers = opts.layers(model)
+        rates = erk_rates(layers, cubic_ramp(target, opts.ramp_start, 1)(0))
+    control = cubic_ramp(target, opts.ramp_start, round(opts.ramp * opts.iterations)) if opts.ramp > 0 else None
+    mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
+    model, report = distill(
+        model, calibration, target, opts, "fcpts-plus", initial_rates=rates, control_target=control, transform=mixer
+    )
+    report.extra["start"] = start
+    report.wall_s += start.get("obs_wall_s", 0.0)  # the loop's time (with any earlier, resumed part) + the start
+    return model, report
+
+
+register(
+    Method(
+        "fcpts-plus",
+        "FCPTS+ (this suite's)",
+        run,
+        FCPTSPlusOptions,
+        trains=True,
+        in_paper=False,
+        style=("tab:purple", "D"),
+        summary="FCPTS with the changes an ablation showed to help (start, image mixing, sparsity ramp, BN "
+        "re-estimation), same contract",
+    )
+)

@@ -1,0 +1,85 @@
+"""FCPTS+: with every change off it is FCPTS; each change does what it says; exact target throughout."""
+
+import pytest
+import torch
+from torch import nn
+
+from fcpts.core.masks import prunable_layers
+from fcpts.methods import METHODS, get_method
+from fcpts.methods.fcpts_plus import FCPTSPlusOptions, batch_mixer, cubic_ramp
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(),
+        nn.Linear(8 * 6 * 6, 4),
+    )  # fmt: skip
+
+
+def images(n: int = 32) -> torch.Tensor:
+    return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+
+
+BUDGET = {"iterations": 6, "batch_size": 8, "progress": False, "channels_last": False}
+
+
+def zeros(model: nn.Module) -> int:
+    return sum(int((m.weight == 0).sum()) for m in prunable_layers(model).values())
+
+
+def test_with_every_change_off_it_is_fcpts():
+    a, _ = get_method("fcpts")(net(), images(), 0.7, **BUDGET)
+    b, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET)
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert report.method == "fcpts-plus" and METHODS["fcpts-plus"].in_paper is False
+
+
+@pytest.mark.parametrize(
+    "change", [{"start": "obs"}, {"start": "obs-allocation"}, {"mix": "mixup"}, {"mix": "cutmix"}, {"ramp": 0.5}]
+)
+def test_each_change_keeps_the_exact_target(change):
+    model, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, **change)
+    n = sum(m.weight.numel() for m in prunable_layers(model).values())
+    assert zeros(model) == round(0.7 * n)
+    assert report.achieved_sparsity == pytest.approx(round(0.7 * n) / n)
+
+
+def test_obs_start_takes_obs_rates_and_obs_allocation_keeps_the_dense_weights():
+    _, obs_report = get_method("obs")(net(), images(), 0.7)
+    obs_rates = {r["name"]: r["sparsity"] for r in obs_report.per_layer}
+    for start in ("obs", "obs-allocation"):
+        _, report = get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start)
+        assert {r["name"]: r["initial_sparsity"] for r in report.per_layer} == obs_rates
+        assert report.extra["start"]["how"] == start and report.extra["start"]["obs_wall_s"] >= 0
+
+
+def test_mixing_is_seeded_per_step_and_mixes_within_the_batch():
+    x = images(8)
+    mixup = batch_mixer("mixup", 1.0, seed=3)
+    assert torch.equal(mixup(x, 5), mixup(x, 5))
+    assert not torch.equal(mixup(x, 5), mixup(x, 6))
+    # convex combinations of each image with a permutation of the batch: the batch mean stays
+    assert float(mixup(x, 5).mean()) == pytest.approx(float(x.mean()), abs=1e-5)
+    cut = batch_mixer("cutmix", 1.0, seed=3)(x, 5)
+    pixels = {tuple(p) for p in x.permute(0, 2, 3, 1).reshape(-1, 3).tolist()}
+    assert {tuple(p) for p in cut.permute(0, 2, 3, 1).reshape(-1, 3).tolist()} <= pixels  # pasted, not blended
+    assert not torch.equal(cut, x)
+
+
+def test_cubic_ramp_rises_from_its_start_to_the_target_and_stays():
+    at = cubic_ramp(0.9, 0.5, 100)
+    assert at(0) == pytest.approx(0.45)
+    values = [at(s) for s in range(0, 101)]
+    assert all(b >= a for a, b in zip(values, values[1:]))
+    assert at(100) == at(500) == 0.9
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="start"):
+        FCPTSPlusOptions(start="random").validate()
+    with pytest.raises(ValueError, match="mix_alpha"):
+        FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
+    with pytest.raises(ValueError, match="ramp"):
+        FCPTSPlusOptions(ramp=1.5).validate()
