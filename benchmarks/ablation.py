@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-import fcpts
+from fcpts.methods import get_method
 from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid.data import calibration_indices, resolve_data_root
@@ -45,6 +45,12 @@ VARIANTS = {
     "kl-lr0.005": {"reconstruction": "kl", "lr": 0.005},
     "wd0": {"weight_decay": 0.0},
     "t1": {"temperature": 1.0},
+    # FCPTS+ parts (fcpts/methods/fcpts_plus.py), each alone on top of FCPTS's defaults
+    "plus-obs-start": {"method": "fcpts-plus", "start": "obs"},
+    "plus-obs-allocation": {"method": "fcpts-plus", "start": "obs-allocation"},
+    "plus-mixup": {"method": "fcpts-plus", "mix": "mixup"},
+    "plus-cutmix": {"method": "fcpts-plus", "mix": "cutmix"},
+    "plus-ramp": {"method": "fcpts-plus", "ramp": 0.5},
     "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
 }
 DATA_VARIANTS = {"no-augment": {"augment": False}}  # how a variant changes the calibration data
@@ -154,9 +160,9 @@ def run_variant(args, variant, iterations, seed, images, weights, x_eval, y_eval
     dense = cifar_resnet(args.model, 100 if args.dataset == "cifar100" else 10)
     load_checkpoint(dense, weights)
     t = time.perf_counter()
-    model, report = fcpts.sparsify(
-        dense, calib, args.target, iterations=iterations, seed=seed, progress=False, **VARIANTS[variant]
-    )
+    options = dict(VARIANTS[variant])
+    method = get_method(options.pop("method", "fcpts"))
+    model, report = method(dense, calib, args.target, iterations=iterations, seed=seed, progress=False, **options)
     wall = time.perf_counter() - t
     metrics = classify(model, x_eval, y_eval)
     row = {
