@@ -4,6 +4,7 @@ record of it exists, with no paper number beside it; without its records every t
 import pytest
 
 from fcpts.methods import label
+from tasks.reporting import figures
 from tasks.reporting.paper import read_reference, table1, table6
 from tasks.reporting.tables_imagenet import table2, table3, table5
 
@@ -109,3 +110,14 @@ def test_table2_gains_labelled_obs_rows_without_a_paper_number(reference):
     assert "**55.00/80.00** (−20.00) [cpu] |" in r18 and "·" not in r18  # a paper model's row, no paper number
     assert OBS_ROW not in table5([*base, full], reference)  # Table 5 is the paper's POT vs learned masks
     assert OBS_ROW not in table3([lite0("obs")], reference)  # no substitute rows for ViTs
+
+
+def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
+    figures.figure1(records, tmp_path / "f1.png")
+    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert legend == [label("fcpts"), OBS_ROW, "dense"]
+    figures.figure1(records[:2], tmp_path / "f1.png")
+    assert [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [label("fcpts"), "dense"]
