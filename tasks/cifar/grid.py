@@ -81,10 +81,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
-    cli.add_grid_args(p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9])
+    cli.add_grid_args(
+        p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9], extra_methods=cli.EXTRA_METHODS
+    )
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
-    args = cli.parse(p, argv, PAPER_METHODS)
+    args = cli.parse(p, argv, PAPER_METHODS, cli.EXTRA_METHODS)
     return args
 
 

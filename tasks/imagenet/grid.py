@@ -1,6 +1,6 @@
 """ImageNet classification: dense evaluation, then each model x method x sparsity, one record per run.
 
-    python -m tasks.imagenet --all-methods                      # the paper's grid for --models
+    python -m tasks.imagenet --all-methods                      # the paper's grid for --models, then the extras
     python -m tasks.imagenet --models efficientnet_lite0 --methods fcpts --sparsity 0.7 --profile cpu
 
 Data: an ImageNet folder with `train/<wnid>/` (calibration) and `val/<wnid>/` (evaluation), see
@@ -54,6 +54,11 @@ PROFILES = profile_table(
 def paper_methods(model: str) -> list[str]:
     """Table 2's methods for CNNs (and the substitute); Table 3's for ViTs (no ProbMask there)."""
     return ["pot-l2norm", "pot-erk", "fcpts"] if model in PAPER_VITS else ["pot-l2norm", "pot-erk", "probmask", "fcpts"]
+
+
+def all_methods(model: str) -> list[str]:
+    """What `--all-methods` runs: the paper's methods for the model, then the extras beyond the paper."""
+    return paper_methods(model) + list(cli.EXTRA_METHODS)
 
 
 def paper_sparsities(model: str) -> list[float]:
@@ -112,7 +117,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=["efficientnet_lite0"],
         help=f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}",
     )
-    cli.add_grid_args(p, PROFILES, "cpu", "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model", default_sparsity=None)
+    paper = "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model"
+    cli.add_grid_args(p, PROFILES, "cpu", paper, default_sparsity=None, extra_methods=cli.EXTRA_METHODS)
     p.add_argument(
         "--data-root",
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
@@ -129,7 +135,7 @@ def plans(args: argparse.Namespace):
     checked = []
     for model_name in args.models:  # every model's profile and options are checked before any cell runs
         get_spec(model_name)
-        methods = paper_methods(model_name) if args.all_methods else args.methods
+        methods = all_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
         grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)

@@ -8,8 +8,8 @@ because its records exist) and ImageNet ResNet-18/50 plus any model run there (h
 substitute on the 1,300-image sample). A panel without a record says which command makes it.
 
 Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
-POTs, ProbMask, STR), one panel per (task, dataset, model) with records at two or more sparsities (the paper
-shows ImageNet ResNet-50).
+POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)" in the legend), one panel per
+(task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
 Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
 allocation (`fcpts`), for every model with both records at the same sparsity and profile.
 Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
@@ -29,10 +29,12 @@ from fcpts.methods import METHODS, label
 from tasks.grid import cli
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, preferred_records
+from tasks.reporting.legend import row_label
 
 FIGURES_DIR = REPO_ROOT / "paper_figures"
 
 FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legend order
+FIGURE1_LINES = FIGURE1_METHODS + cli.EXTRA_METHODS  # the extras beyond the paper last, labelled so
 
 # The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
@@ -149,7 +151,7 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
     for r in preferred_records(records).values():
-        if r["method"] not in FIGURE1_METHODS:
+        if r["method"] not in FIGURE1_LINES:
             continue
         groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
@@ -162,11 +164,11 @@ def figure1(records: list[dict], out: Path) -> Path:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
         axes[0].axis("off")
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
-        for method in [m for m in FIGURE1_METHODS if any(r["method"] == m for r in rs)]:
+        for method in [m for m in FIGURE1_LINES if any(r["method"] == m for r in rs)]:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
             pts = sorted((r["achieved_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
             color, marker = METHODS[method].style
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=label(method))
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=row_label(method))
         ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
         ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)

@@ -9,14 +9,41 @@ library weights, facts about this workplace's ImageNet sample) live in `results/
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.methods import get_method, label
+from tasks.grid.cli import EXTRA_METHODS
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import POT_METHODS, paper_profile
 from tasks.grid.records import PROFILE_PREFERENCE
 
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
+NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure
+
+
+def extra_label(method: str) -> str:
+    """An extra method's label with the marker, so its row or line is never read as one of the paper's."""
+    return f"{label(method)} {NOT_IN_PAPER}"
+
+
+def row_label(method: str) -> str:
+    """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper."""
+    return extra_label(method) if method in EXTRA_METHODS else label(method)
+
+
+def extras_with_records(has_record: Callable[[str], bool]) -> list[str]:
+    """The extras (in their declared order) for which `has_record(method)` holds: a table gains rows for these
+    only, so without their records it is the paper's table unchanged."""
+    return [m for m in EXTRA_METHODS if has_record(m)]
+
+
+def extras_legend(paper_number: str) -> str:
+    """The legend line for the extras' rows; `paper_number` says what stands where the paper's number would."""
+    return (
+        f"- `{NOT_IN_PAPER}`: a method beyond the paper's, which `--all-methods` runs beside them (`EXTRA_METHODS` "
+        f"in tasks/grid/cli.py); the paper has no number for it, so {paper_number}."
+    )
 
 
 def read_external(path: Path = EXTERNAL_REFERENCE) -> dict[str, str]:

@@ -5,7 +5,8 @@
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
-cells without a record say so.
+cells without a record say so. Methods beyond the paper (`tasks.grid.cli.EXTRA_METHODS`) add rows to Table 1 and
+columns to Table 6, labelled "(not in the paper)", only once a record of theirs is in the table.
 """
 
 from __future__ import annotations
@@ -23,13 +24,23 @@ from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, paper_profile
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
-from tasks.reporting.legend import paper_protocol, profile_legend, profile_preference
+from tasks.reporting.legend import (
+    extra_label,
+    extras_legend,
+    extras_with_records,
+    paper_protocol,
+    profile_legend,
+    profile_preference,
+    row_label,
+)
 from tasks.reporting.tables_imagenet import table2, table3, table5
 from tasks.reporting.tables_voc import table4 as voc_table4
 
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
+TABLE1_MODELS = ("resnet32", "resnet56")
+TABLE1_METHODS = ("pot-l2norm", "pot-erk", "fcpts")
 
 
 def read_reference(path: Path = REFERENCE) -> list[dict]:
@@ -53,6 +64,9 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
+    extras = extras_with_records(
+        lambda m: any((ds, model, m, sp) in best for model in TABLE1_MODELS for ds, sp in cells)
+    )
     lines = [
         "# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         "",
@@ -66,7 +80,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     missing = trained_only = False
     spread = also = False
     legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
-    for model in ("resnet32", "resnet56"):
+    for model in TABLE1_MODELS:
         dense_cells = []
         for ds, _ in cells:
             rec = next((r for k, r in best.items() if k[0] == ds and k[1] == model), None)
@@ -84,7 +98,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {p['top1']}/{p['top5']}" if p else ours)
         lines.append(f"| {model} | dense | " + " | ".join(dense_cells) + " |")
-        for method in ("pot-l2norm", "pot-erk", "fcpts"):
+        for method in (*TABLE1_METHODS, *extras):
             out = []
             for ds, sp in cells:
                 rec = best.get((ds, model, method, sp))
@@ -120,9 +134,9 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                         "record": rec["_path"],
                     }
                 )
-            lines.append(f"| {model} | {label(method)} | " + " | ".join(out) + " |")
-    lines += ["", *table1_legend(cell_records, missing, trained_only, spread, also, legend_records)]
-    dense_keys = [("cifar10", m, "dense", 0.0) for m in ("resnet32", "resnet56")]
+            lines.append(f"| {model} | {row_label(method)} | " + " | ".join(out) + " |")
+    lines += ["", *table1_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras))]
+    dense_keys = [("cifar10", m, "dense", 0.0) for m in TABLE1_MODELS]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     lines += [
         "",
@@ -203,6 +217,7 @@ def table1_legend(
     spread: bool = False,
     also: bool = False,
     beside: list[dict] | None = None,
+    extras: bool = False,
 ) -> list[str]:
     """Every marker Table 1 shows, with the budgets behind its profile tags read from the cells' records."""
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
@@ -232,6 +247,8 @@ def table1_legend(
             "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
             "(no sparse record of it yet)."
         )
+    if extras:
+        lines.append(extras_legend("`—` stands after its `·`"))
     if missing:
         lines.append("- `no record`: no run of this cell is committed.")
     return lines
@@ -245,29 +262,37 @@ def pot_layer_loss(record: dict) -> str:
     return f"Gram on {gram}/{len(objectives)} layers" if gram else "forward"
 
 
-def table6(records: list[dict], reference: list[dict]) -> str:
-    lines = [
-        "# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
-        "",
-        "| dataset | model | sparsity | profile | POT (L2Norm) min | POT (ERK) min | FCPTS min | FCPTS / POT "
-        "| POT layer loss | device |",
-        "|---|---|---|---|---:|---:|---:|---:|---|---|",
-    ]
-    groups = defaultdict(dict)
+def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """Table 6's rows: (dataset, model, target, profile) -> method -> seed-0 record, for the cells where FCPTS and
+    a POT both ran (the paper's comparison)."""
+    groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in records:
         if r.get("seed", 0) == 0:  # the seed of Table 1's cells; other seeds' times are not those cells'
             groups[(r["dataset"], r["model"], r["target_sparsity"], r["profile"]["name"])][r["method"]] = r
-    for (ds, model, sp, prof), by in sorted(groups.items()):
-        if "fcpts" not in by or not ({"pot-l2norm", "pot-erk"} & set(by)):
-            continue
+    return {k: by for k, by in sorted(groups.items()) if "fcpts" in by and set(POT_METHODS) & set(by)}
+
+
+def table6(records: list[dict], reference: list[dict]) -> str:
+    groups = time_groups(records)
+    extras = extras_with_records(lambda m: any(m in by for by in groups.values()))
+    timed = (*POT_METHODS, "fcpts", *extras)
+    lines = [
+        "# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
+        "",
+        "| dataset | model | sparsity | profile | POT (L2Norm) min | POT (ERK) min | FCPTS min | "
+        + "".join(f"{extra_label(m)} min | " for m in extras)
+        + "FCPTS / POT | POT layer loss | device |",
+        "|---|---|---|---|---:|---:|---:|" + "---:|" * len(extras) + "---:|---|---|",
+    ]
+    for (ds, model, sp, prof), by in groups.items():
         t = {m: by[m]["wall_s"] / 60 for m in by}
-        pot = [t[m] for m in ("pot-l2norm", "pot-erk") if m in t]
-        devices = sorted({by[m]["device"] for m in by if m in ("pot-l2norm", "pot-erk", "fcpts")})
+        pot = [t[m] for m in POT_METHODS if m in t]
+        devices = sorted({by[m]["device"] for m in timed if m in by})
         lines.append(
             f"| {ds} | {model} | {sp:.0%} | {prof} | "
-            + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in ("pot-l2norm", "pot-erk", "fcpts"))
+            + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in timed)
             + f" | {t['fcpts'] / (sum(pot) / len(pot)):.2f} | "
-            + "; ".join(sorted({pot_layer_loss(by[m]) for m in ("pot-l2norm", "pot-erk") if m in by}))
+            + "; ".join(sorted({pot_layer_loss(by[m]) for m in POT_METHODS if m in by}))
             + f" | {'; '.join(devices)} |"
         )
     lines += [
@@ -288,6 +313,11 @@ def table6(records: list[dict], reference: list[dict]) -> str:
         "fcpts/methods/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         "",
     ]
+    if extras:
+        lines += [
+            extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio"),
+            "",
+        ]
     return "\n".join(lines)
 
 

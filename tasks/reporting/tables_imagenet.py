@@ -2,15 +2,22 @@
 
 The paper's own models need full ImageNet and their weights; a record on a partial validation set (dataset
 `imagenet-val<N>`) never fills their cells. The EfficientNet-Lite0 stand-in gets rows of its own, marked
-as a substitute, with no paper numbers beside them.
+as a substitute, with no paper numbers beside them. Methods beyond the paper (`tasks.grid.cli.EXTRA_METHODS`)
+get rows labelled "(not in the paper)" in Tables 2 and 3 once a record of theirs is in the table, never otherwise.
 """
 
 from __future__ import annotations
 
-from fcpts.methods import label
 from tasks.grid.records import preferred_records
 from tasks.imagenet.models import MODELS
-from tasks.reporting.legend import profile_legend, profile_preference, read_external
+from tasks.reporting.legend import (
+    extras_legend,
+    extras_with_records,
+    profile_legend,
+    profile_preference,
+    read_external,
+    row_label,
+)
 
 NO_DATA = "—"
 NOT_RUN = "not run yet"  # a substitute cell this workplace can fill
@@ -27,6 +34,13 @@ def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float
         and (key[1] == "imagenet") == full_imagenet
     )
     return found[0][1] if found else None
+
+
+def _extras(preferred: dict[tuple, dict], models: list[str], sparsities: list[float], full_imagenet: bool) -> list[str]:
+    """The extras beyond the paper with a record in these rows (paper models or substitutes): they get rows."""
+    return extras_with_records(
+        lambda m: any(_best(preferred, model, m, s, full_imagenet) for model in models for s in sparsities)
+    )
 
 
 def _cell(rec: dict | None, paper: dict | None, missing: str) -> str:
@@ -48,7 +62,9 @@ def imagenet_table(
     methods: list[str],
     sparsities: list[float],
     substitute_methods: list[str] | None = None,
+    extras: bool = True,
 ) -> str:
+    """One ImageNet table; with `extras`, rows for the methods beyond the paper that have records here."""
     ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
@@ -61,6 +77,7 @@ def imagenet_table(
         "| model (dense: ours · paper) | method | " + " | ".join(f"{int(s * 100)}%" for s in sparsities) + " |",
         "|---|---|" + "---|" * len(sparsities),
     ]
+    model_extras = _extras(preferred, models, sparsities, True) if extras else []
     for model in models:
         dense_ref = ref.get((model, "dense", 0.0))
         any_rec = next(
@@ -68,16 +85,18 @@ def imagenet_table(
         )
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
         head = f"{model} ({dense} · {dense_ref['top1']}/{dense_ref['top5']})" if dense_ref else model
-        for method in methods:
+        for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
             cells = [_cell(rec, ref.get((model, method, s)), NO_DATA) for rec, s in zip(recs, sparsities)]
-            lines.append(f"| {head} | {label(method)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
+    sub_methods = methods if substitute_methods is None else substitute_methods
+    sub_extras = _extras(preferred, sub, sparsities, False) if extras and sub_methods else []
     substitute_missing = False
     for model in sub:
-        for method in methods if substitute_methods is None else substitute_methods:
+        for method in (*sub_methods, *sub_extras):
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
             substitute_missing |= None in recs
             shown += [r for r in recs if r]
@@ -86,7 +105,9 @@ def imagenet_table(
                 f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                 f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**"
             )
-            lines.append(f"| {head} | {label(method)} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |")
+            lines.append(
+                f"| {head} | {row_label(method)} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |"
+            )
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
         (r for r in reference if (r["table"], r["model"], r["method"]) == ("table2", "resnet18", "dense")), None
@@ -99,7 +120,11 @@ def imagenet_table(
     )
     lines += [
         "",
-        *_legend(shown, failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense")),
+        *_legend(
+            shown,
+            failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
+            extras=bool(model_extras or sub_extras),
+        ),
         "",
         (
             "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
@@ -113,7 +138,7 @@ def imagenet_table(
     return "\n".join(lines)
 
 
-def _legend(shown: list[dict], failed_in_paper: bool) -> list[str]:
+def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False) -> list[str]:
     """The markers of an ImageNet table, with the budgets behind the substitute rows' profile tags."""
     lines = ["Legend:"]
     if shown:
@@ -137,6 +162,8 @@ def _legend(shown: list[dict], failed_in_paper: bool) -> list[str]:
         lines += profile_legend(shown)
     if failed_in_paper:
         lines.append("- `failed in paper`: the paper reports the method as failed in this cell, without a number.")
+    if extras:
+        lines.append(extras_legend("no `·` and paper number follow its cells"))
     return lines
 
 
@@ -219,4 +246,5 @@ def table5(records, reference) -> str:
         ["resnet18"],
         ["pot-l2norm", "str", "probmask"],
         [0.5, 0.6, 0.7],
+        extras=False,  # POT against learned masks; an extra's ResNet-18 cells are rows of Table 2 already
     )

@@ -1,0 +1,123 @@
+"""A method beyond the paper (`obs`) gets labelled rows in Tables 1, 2, 6 and a labelled line in Figure 1 once a
+record of it exists, with no paper number beside it; without its records every table is the paper's as before."""
+
+import pytest
+
+from fcpts.methods import label
+from tasks.reporting import figures
+from tasks.reporting.paper import read_reference, table1, table6
+from tasks.reporting.tables_imagenet import table2, table3, table5
+
+OBS_ROW = f"{label('obs')} (not in the paper)"
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return read_reference()
+
+
+def cifar(method, sp=0.9, top1=90.0, profile="paper-cpu", model="resnet32", wall_s=600.0):
+    return {
+        "task": "cifar",
+        "dataset": "cifar10",
+        "model": model,
+        "method": method,
+        "target_sparsity": sp,
+        "achieved_sparsity": sp,
+        "metrics": {"top1": top1, "top5": 99.0},
+        "dense_metrics": {"top1": 92.6, "top5": 99.8},
+        "profile": {"name": profile},
+        "wall_s": wall_s,
+        "device": "cpu: test",
+        "_path": f"cifar/cifar10/{model}/{method}-sp{int(sp * 100)}-{profile}-seed0.json",
+    }
+
+
+def lite0(method, sp=0.7, top1=60.0):
+    return {
+        "task": "imagenet",
+        "dataset": "imagenet-val1300",
+        "model": "efficientnet_lite0",
+        "method": method,
+        "target_sparsity": sp,
+        "hit_target": True,
+        "profile": {"name": "cpu"},
+        "metrics": {"top1": top1, "top5": 80.0},
+        "dense_metrics": {"top1": 75.0, "top5": 92.0},
+        "data": {"n_eval": 1300},
+    }
+
+
+PAPER_CELLS = [cifar("fcpts", profile="paper"), cifar("pot-l2norm", top1=40.0, profile="paper", wall_s=1800.0)]
+OBS = cifar("obs", top1=79.1, profile="fast", wall_s=120.0)  # its own profile: its legend line is its own
+
+
+def only_obs_rows_added(plain: str, text: str) -> bool:
+    """The table rows of `text` are those of `plain`, in order, with OBS rows in between."""
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    return [r for r in rows if OBS_ROW not in r] == [line for line in plain.splitlines() if line.startswith("| ")]
+
+
+def test_table1_gains_a_labelled_obs_row_without_a_paper_number(reference, tmp_path):
+    plain, plain_rows = table1(PAPER_CELLS, reference, tmp_path)
+    with_obs, rows = table1([*PAPER_CELLS, OBS], reference, tmp_path)
+    assert "not in the paper" not in plain and [r["method"] for r in plain_rows] == ["pot-l2norm", "fcpts"]
+    row = next(line for line in with_obs.splitlines() if line.startswith(f"| resnet32 | {OBS_ROW} |"))
+    assert "**79.10/99.00** (−13.50) [fast] · —" in row  # the paper has no number: "—" after "·"
+    assert row.count("no record · —") == 5
+    assert f"| resnet56 | {OBS_ROW} | " + " | ".join(["no record · —"] * 6) + " |" in with_obs
+    assert "- `(not in the paper)`: a method beyond the paper's" in with_obs  # the legend explains the marker
+    obs_rows = [r for r in rows if r["method"] == "obs"]
+    assert len(obs_rows) == 1 and obs_rows[0]["paper_top1"] == obs_rows[0]["paper_top5"] == ""
+    assert obs_rows[0]["top1"] == 79.1
+    assert only_obs_rows_added(plain, with_obs)
+
+
+def test_table1_ignores_obs_records_outside_its_cells(reference, tmp_path):
+    plain, _ = table1(PAPER_CELLS, reference, tmp_path)
+    elsewhere = [cifar("obs", sp=0.5), cifar("obs", model="resnet20"), cifar("obs", profile="paper-cpu-it10")]
+    assert table1([*PAPER_CELLS, *elsewhere], reference, tmp_path)[0] == plain
+
+
+def test_table6_gains_an_obs_time_column_left_out_of_the_ratio(reference):
+    other = [dict(r, target_sparsity=0.8) for r in PAPER_CELLS]
+    obs = dict(OBS, profile={"name": "paper"})
+    plain = table6([*PAPER_CELLS, *other], reference)
+    text = table6([*PAPER_CELLS, *other, obs], reference)
+    assert "not in the paper" not in plain
+    header = next(line for line in text.splitlines() if line.startswith("| dataset"))
+    assert f"| FCPTS min | {OBS_ROW} min | FCPTS / POT |" in header
+    assert "| cifar10 | resnet32 | 90% | paper | 30.0 | — | 10.0 | 2.0 | 0.33 | forward | cpu: test |" in text
+    assert "| cifar10 | resnet32 | 80% | paper | 30.0 | — | 10.0 | — | 0.33 | forward | cpu: test |" in text
+    assert "its column is left out of the FCPTS / POT ratio" in text
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    without_obs = [" | ".join(cells[:7] + cells[8:]) for cells in rows]  # the paper's columns as they were
+    assert without_obs == [line for line in plain.splitlines() if line.startswith("| ")]
+
+
+def test_table2_gains_labelled_obs_rows_without_a_paper_number(reference):
+    base = [lite0(m) for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")]
+    full = dict(lite0("obs", top1=55.0), dataset="imagenet", model="resnet18")
+    plain = table2(base, reference)
+    text = table2([*base, lite0("obs", top1=58.0)], reference)
+    assert "not in the paper" not in plain
+    sub = next(line for line in text.splitlines() if "substitute" in line and OBS_ROW in line)
+    assert "**58.00/80.00** (−17.00) [cpu]" in sub and "·" not in sub
+    assert "- `(not in the paper)`: a method beyond the paper's" in text
+    assert only_obs_rows_added(plain, text)
+    assert OBS_ROW not in text.split("substitute")[0]  # no rows for the paper's models: no record of theirs
+    r18 = next(line for line in table2([*base, full], reference).splitlines() if line.startswith(f"|  | {OBS_ROW} |"))
+    assert "**55.00/80.00** (−20.00) [cpu] |" in r18 and "·" not in r18  # a paper model's row, no paper number
+    assert OBS_ROW not in table5([*base, full], reference)  # Table 5 is the paper's POT vs learned masks
+    assert OBS_ROW not in table3([lite0("obs")], reference)  # no substitute rows for ViTs
+
+
+def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
+    figures.figure1(records, tmp_path / "f1.png")
+    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    assert legend == [label("fcpts"), OBS_ROW, "dense"]
+    figures.figure1(records[:2], tmp_path / "f1.png")
+    assert [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [label("fcpts"), "dense"]
