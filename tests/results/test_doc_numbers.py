@@ -189,3 +189,13 @@ def test_deploy_doc_quotes_the_deploy_record_and_table7():
     ]
     for q in quoted:
         assert q in text, q
+
+
+def test_readme_speed_sentence_is_the_benchmark_outputs():
+    text = " ".join(README.read_text().split())
+    step = (RESULTS_DIR / "benchmarks" / "step_time_cpu.txt").read_text()
+    ratio = re.search(r"fcpts step, mse-blocks \(defaults\).*ratio (\d+\.\d+)", step)
+    assert ratio and f"costs {ratio.group(1)} plain training steps" in text
+    pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
+    speedup = re.search(r"speed-up of 'this checkout, same-shape layers together'.*: (\d+\.\d+)x", pot)
+    assert speedup and f"runs {speedup.group(1)}x faster" in text
