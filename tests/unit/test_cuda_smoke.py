@@ -10,6 +10,7 @@ import fcpts
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS
 from tests.conftest import DEVICES
+from tests.unit.tiny import tiny_net
 
 BUDGET = {"iterations": 2, "batch_size": 8, "progress": False, "seed": 0}  # what a grid grants every method
 OWN_OPTIONS = {  # each method's own budget knobs, cut to a smoke test
@@ -22,18 +23,7 @@ CANNOT_AIM = {"str"}  # reports the sparsity it reached (docs/design.md)
 TARGET = 0.75
 
 
-def net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.BatchNorm2d(8),
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 4),
-    )
+net = tiny_net
 
 
 def images(n: int = 16) -> torch.Tensor:

@@ -8,22 +8,12 @@ from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS, get_method
 from fcpts.methods.probmask import export_masks, kept_fraction, project_scores
 from fcpts.methods.soft_threshold import SoftThreshold
+from tests.unit.tiny import FailingAt, tiny_net
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
 
 
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.BatchNorm2d(8),
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 4),
-    )
+net = tiny_net
 
 
 def images():
@@ -155,22 +145,6 @@ def test_probmask_scores_learn_which_weights_matter():
     assert int((w != 0).sum()) == 32
     assert int((w[:, :k] != 0).sum()) >= 28
     assert 0 <= report.extra["scores_undecided_fraction"] <= 1
-
-
-class FailingAt(torch.utils.data.Dataset):
-    """Images that raise on the `fail_at`-th item fetched: an interrupted run."""
-
-    def __init__(self, x, fail_at):
-        self.x, self.fail_at, self.fetched = x, fail_at, 0
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        self.fetched += 1
-        if self.fetched == self.fail_at:
-            raise KeyboardInterrupt("simulated interruption")
-        return self.x[i]
 
 
 def test_probmask_noise_leaves_the_global_rng_alone_and_a_resumed_run_draws_the_same(tmp_path):

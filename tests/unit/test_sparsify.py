@@ -10,6 +10,7 @@ from torch.nn.utils import parametrize
 
 import fcpts
 from fcpts.core.masks import sparsity_summary
+from tests.unit.tiny import FailingAt
 
 
 def tiny_net():
@@ -70,22 +71,6 @@ def test_deterministic_for_a_seed():
         assert torch.equal(pa, pb)
     untimed = lambda h: [{k: v for k, v in row.items() if k != "step_s"} for row in h]  # noqa: E731
     assert untimed(ra.history) == untimed(rb.history)
-
-
-class FailingAt(torch.utils.data.Dataset):
-    """Wraps a tensor; raises on the `fail_at`-th item fetched, to simulate an interrupted run."""
-
-    def __init__(self, x, fail_at):
-        self.x, self.fail_at, self.fetched = x, fail_at, 0
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        self.fetched += 1
-        if self.fetched == self.fail_at:
-            raise KeyboardInterrupt("simulated interruption")
-        return self.x[i]
 
 
 def test_interrupted_run_resumes_to_the_same_result(tmp_path):

@@ -1,0 +1,37 @@
+"""Tiny models and inputs the method tests share: small enough for every method to run in a second."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def tiny_net() -> nn.Module:
+    """Two convs (one with BN) and a linear head, seeded: the same weights in every test."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+
+
+class FailingAt(torch.utils.data.Dataset):
+    """Wraps a tensor; raises on the `fail_at`-th item fetched, to simulate an interrupted run."""
+
+    def __init__(self, x, fail_at):
+        self.x, self.fail_at, self.fetched = x, fail_at, 0
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        self.fetched += 1
+        if self.fetched == self.fail_at:
+            raise KeyboardInterrupt("simulated interruption")
+        return self.x[i]
