@@ -52,8 +52,12 @@ VARIANTS = {
     "plus-cutmix": {"method": "fcpts-plus", "mix": "cutmix"},
     "plus-ramp": {"method": "fcpts-plus", "ramp": 0.5},
     "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
+    "resized-crop": {},  # random resized crop + flip instead of pad-crop + flip
 }
-DATA_VARIANTS = {"no-augment": {"augment": False}}  # how a variant changes the calibration data
+DATA_VARIANTS: dict[str, dict[str, bool | str]] = {
+    "no-augment": {"augment": False},
+    "resized-crop": {"augment": "resized-crop"},
+}  # how a variant changes the calibration data
 
 
 def _reconstruction(row: dict) -> str:
@@ -155,7 +159,7 @@ def main() -> None:
 
 def run_variant(args, variant, iterations, seed, images, weights, x_eval, y_eval, out: Path) -> None:
     """One FCPTS run of the variant; its row appended to `out`."""
-    data = {"augment": True, **DATA_VARIANTS.get(variant, {})}
+    data: dict[str, bool | str] = {"augment": True, **DATA_VARIANTS.get(variant, {})}
     calib = CifarCalibration(images, **data)
     dense = cifar_resnet(args.model, 100 if args.dataset == "cifar100" else 10)
     load_checkpoint(dense, weights)

@@ -104,13 +104,18 @@ def normalize_cifar(x_uint8: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 class CifarCalibration(Dataset):
     """Calibration images (labels dropped) with optional weak augmentation: 4-pixel padded random
-    crop and horizontal flip, the standard CIFAR recipe the checkpoints were trained with."""
+    crop and horizontal flip, the standard CIFAR recipe the checkpoints were trained with (`augment=True`);
+    `augment="resized-crop"`: torchvision's random resized crop (scale 0.08-1) and flip, the weak augmentation
+    METHOD.md names for the released code, for measuring the difference."""
 
-    def __init__(self, x_uint8: np.ndarray, augment: bool = True):
+    def __init__(self, x_uint8: np.ndarray, augment: bool | str = True):
         import torchvision.transforms.v2 as T
 
         self.images = torch.as_tensor(np.asarray(x_uint8)).permute(0, 3, 1, 2).contiguous()
-        steps = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if augment else []
+        if augment not in (True, False, "resized-crop"):
+            raise ValueError(f"augment must be True, False or 'resized-crop', got {augment!r}")
+        crop = T.RandomResizedCrop(32, antialias=True) if augment == "resized-crop" else T.RandomCrop(32, padding=4)
+        steps = [crop, T.RandomHorizontalFlip()] if augment else []
         self.transform = T.Compose(steps + [T.ToDtype(torch.float32, scale=True), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
 
     def __len__(self) -> int:
