@@ -105,7 +105,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
     elif opts.ramp > 0:
         layers = opts.layers(model)
-        rates = erk_rates(layers, cubic_ramp(target, opts.ramp_start, 1)(0))
+        rates = erk_rates(layers, opts.ramp_start * target)  # where the ramp starts
     control = cubic_ramp(target, opts.ramp_start, round(opts.ramp * opts.iterations)) if opts.ramp > 0 else None
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
     model, report = distill(
