@@ -129,7 +129,8 @@ deploy-runtimes:
 	python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install --quiet deepsparse==1.8.0
 	$(PYTHON) -m venv .venv-openvino && .venv-openvino/bin/pip install --quiet openvino==2026.4.1
 
-# Re-run a fixed quick subset and compare with the committed reference records (±1.5 points, tasks/regression.py says why).
+# Re-run a few real cells of Tables 1, 2 and 4 at a small budget and compare with the committed reference
+# records (tolerances per task, measured: tasks/regression.py).
 check-regression: setup
 	$(PY) -m tasks.regression
 

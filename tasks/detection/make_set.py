@@ -168,16 +168,28 @@ def prepare_folder(out: Path) -> Path:
 
 
 def make_set(
-    out: Path, data_root: Path, n_trainval: int = 4000, n_test: int = 500, seed: int = 0, quality: int = 90, log=print
+    out: Path,
+    data_root: Path,
+    n_trainval: int = 4000,
+    n_test: int = 500,
+    seed: int = 0,
+    quality: int = 90,
+    log=print,
+    trainval_prefix: int | None = None,
 ) -> Path:
+    """The set; `trainval_prefix` writes only the first that many trainval images, the test split and every
+    image id as in the whole set, for a check that calibrates on a few images but evaluates on real test ones."""
     folder = prepare_folder(out)
     counts, first_id = {}, 1
     for split, n, cifar_split, tag in (("trainval", n_trainval, "train", 1), ("test", n_test, "test", 2)):
+        written = n if split == "test" or trainval_prefix is None else min(trainval_prefix, n)
         objects, labels = load_cifar(data_root, "cifar10", cifar_split)
         counts[split] = write_split(
-            folder, split, n, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, quality, log
+            folder, split, written, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, quality, log
         )
         counts[split].update(object_source=f"cifar10/{cifar_split}", background_source=f"cifar100/{cifar_split}")
+        if written < n:
+            counts[split]["prefix_of"] = n
         first_id += n
     manifest = {
         "dataset": "voc-cifar10",
@@ -192,7 +204,7 @@ def make_set(
         "note": "substitute for PASCAL VOC2007 on a CPU; not comparable to VOC numbers",
     }
     write_text_atomic(folder / SUBSTITUTE_MANIFEST, json.dumps(manifest, indent=1) + "\n")
-    log(f"wrote {n_trainval} trainval + {n_test} test images to {folder}")
+    log(f"wrote {counts['trainval']['images']} trainval + {n_test} test images to {folder}")
     return folder
 
 

@@ -1,30 +1,81 @@
-"""`make check-regression` in miniature: re-run the fixed quick subset and compare to the committed
-reference records (real CIFAR-10 images, the real ResNet-20 checkpoint)."""
+"""`make check-regression` in miniature: each paper table's subset re-run against its committed references (real
+images, real dense weights), and the comparison shown to fail on a moved cell, a moved sparsity and a missing record."""
 
 import json
+import shutil
+
+import pytest
 
 from tasks.grid.records import read_record
-from tasks.regression import REFERENCE_DIR, compare, run_subset, subset_paths
+from tasks.regression import REFERENCE_DIR, SUBSETS, TOLERANCE, compare, compare_subset, run_subset
+from tests.conftest import require_data
+
+DATA = {  # what each subset reads under the data root (the detection set is made from CIFAR)
+    "cifar": [("cifar10", "CIFAR-10"), ("weights/cifar10/resnet20.th", "the CIFAR-10 ResNet-20 checkpoint")],
+    "imagenet": [("imagenet", "the ImageNet sample (1,000 train / 1,300 val images)")],
+    "voc": [("cifar10", "CIFAR-10"), ("cifar100", "CIFAR-100 (the substitute set's scenes)")],
+}
 
 
-def test_quick_subset_matches_committed_references(tmp_path):
-    assert all(read_record(p) is not None for p in subset_paths(REFERENCE_DIR)), "reference records missing"
-    run_subset(tmp_path)
-    assert compare(tmp_path) == []
+def _name(subset) -> str:
+    return subset.task
 
 
-def test_compare_flags_a_drop_and_a_missing_record(tmp_path):
-    run_dir = tmp_path / "new"
-    paths = subset_paths(run_dir)
-    for ref, new in zip(subset_paths(REFERENCE_DIR), paths):
+@pytest.mark.parametrize("subset", SUBSETS, ids=_name)
+def test_rerun_matches_committed_references(subset, tmp_path):
+    for relative, what in DATA[subset.task]:
+        require_data(relative, what)
+    assert all(read_record(p) is not None for p in subset.paths(REFERENCE_DIR)), "reference records missing"
+    run_subset(subset, tmp_path, log=lambda _: None)
+    assert compare_subset(subset, tmp_path) == []
+
+
+def _copy_references(subset, run_dir):
+    paths = subset.paths(run_dir)
+    for ref, new in zip(subset.paths(REFERENCE_DIR), paths):
         new.parent.mkdir(parents=True, exist_ok=True)
-        new.write_text(ref.read_text())
-    assert compare(run_dir) == []
-    worse = json.loads(paths[0].read_text())
-    worse["metrics"]["top1"] -= 2.0
-    paths[0].write_text(json.dumps(worse))
+        shutil.copy(ref, new)
+    return paths
+
+
+def _edit(path, change):
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+
+
+def _move(path, key, metric, by):
+    _edit(path, lambda r: r[key].__setitem__(metric, r[key][metric] + by))
+
+
+@pytest.mark.parametrize("subset", SUBSETS, ids=_name)
+def test_compare_flags_a_moved_cell_and_a_missing_record(subset, tmp_path):
+    paths = _copy_references(subset, tmp_path)
+    assert compare_subset(subset, tmp_path) == []
+    metric = subset.metrics[0]
+    tolerance = TOLERANCE[subset.task][metric]
+    _move(paths[0], "metrics", metric, -0.9 * tolerance)
+    assert compare_subset(subset, tmp_path) == [], "a move within the tolerance is no regression"
+    _move(paths[0], "metrics", metric, -0.2 * tolerance)  # 1.1 x the tolerance in all
     paths[1].unlink()
-    problems = compare(run_dir)
-    assert len(problems) == 2
-    assert "top1" in problems[0] and "-2.00" in problems[0]
+    problems = compare_subset(subset, tmp_path)
+    assert len(problems) == 2, problems
+    assert f" {metric} " in problems[0] and f"({-1.1 * tolerance:+.2f}," in problems[0]
     assert "wrote no record" in problems[1]
+
+
+@pytest.mark.parametrize("subset", SUBSETS, ids=_name)
+def test_compare_flags_another_sparsity_and_a_moved_dense_model(subset, tmp_path):
+    paths = _copy_references(subset, tmp_path)
+    metric = subset.metrics[-1]
+    _edit(paths[0], lambda r: r.__setitem__("achieved_sparsity", r["achieved_sparsity"] + 1e-6))
+    _move(paths[-1], "dense_metrics", metric, 2 * TOLERANCE[subset.task][metric])
+    problems = compare_subset(subset, tmp_path)
+    assert len(problems) == 2, problems
+    assert "sparsity" in problems[0] and f"dense {metric}" in problems[1]
+
+
+def test_compare_flags_missing_references(tmp_path):
+    problems = compare(tmp_path, reference_dir=tmp_path / "none")
+    assert len(problems) == sum(len(s.cells) for s in SUBSETS)
+    assert all("no reference record" in p for p in problems)

@@ -5,7 +5,15 @@ import pytest
 import torch
 
 from tasks.cifar.data import load_cifar
-from tasks.detection.data import DetectionImages, VOCDetection, preprocess, read_rgb, voc2007_dir, write_jpeg
+from tasks.detection.data import (
+    DetectionImages,
+    VOCDetection,
+    preprocess,
+    read_image_ids,
+    read_rgb,
+    voc2007_dir,
+    write_jpeg,
+)
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).
@@ -158,3 +166,25 @@ def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
         assert (ann.width, ann.height) == (image.shape[2], image.shape[1])
         jpeg = read_rgb(folders[0] / "JPEGImages" / f"{k + 1:06d}.jpg")
         assert (jpeg.float() - image.float()).abs().mean() < 6
+
+
+def test_a_trainval_prefix_is_the_whole_sets_first_images(tmp_path):
+    """The regression check's set: fewer trainval images, every written file and id as in the whole set."""
+    import json
+
+    from tasks.detection import make_set as mds
+    from tests.conftest import require_data
+
+    require_data("cifar10", "CIFAR-10")
+    require_data("cifar100", "CIFAR-100")
+    root = resolve_data_root(None)
+    whole = mds.make_set(tmp_path / "whole", root, n_trainval=5, n_test=3, log=lambda s: None)
+    part = mds.make_set(tmp_path / "part", root, n_trainval=5, n_test=3, log=lambda s: None, trainval_prefix=2)
+    assert read_image_ids(part, "trainval") == read_image_ids(whole, "trainval")[:2] == ["000001", "000002"]
+    assert read_image_ids(part, "test") == read_image_ids(whole, "test") == ["000006", "000007", "000008"]
+    for name in ["000001", "000002", "000006", "000007", "000008"]:
+        for sub, ext in (("JPEGImages", "jpg"), ("Annotations", "xml")):
+            assert (part / sub / f"{name}.{ext}").read_bytes() == (whole / sub / f"{name}.{ext}").read_bytes()
+    assert not (part / "JPEGImages" / "000003.jpg").exists()
+    manifest = json.loads((part / "substitute.json").read_text())
+    assert manifest["splits"]["trainval"]["images"] == 2 and manifest["splits"]["trainval"]["prefix_of"] == 5
