@@ -247,8 +247,8 @@ def selected(tables: list[str] | None) -> tuple[Subset, ...]:
     return chosen
 
 
-def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str]:
-    """Re-run `subsets` into runs_dir, print each cell and time, return the problems."""
+def rerun(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> None:
+    """Re-run `subsets` into runs_dir, printing each cell and each subset's time."""
     total = 0.0
     for subset in subsets:
         seconds = run_subset(subset, runs_dir, threads)
@@ -256,6 +256,11 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
         print("\n".join(cell_lines(subset, runs_dir)))
         print(f"{subset.table}: {seconds:.0f}s on {threads} thread(s)")
     print(f"all subsets: {total:.0f}s")
+
+
+def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str]:
+    """Re-run `subsets` into runs_dir, print each cell and time, return the problems."""
+    rerun(subsets, runs_dir, threads)
     return compare(runs_dir, subsets=subsets)
 
 
@@ -275,10 +280,7 @@ def main(argv=None) -> int:
         torch.backends.mkldnn.set_flags(False)
     subsets = selected(args.tables)
     if args.update:
-        for subset in subsets:
-            seconds = run_subset(subset, REFERENCE_DIR, args.threads)
-            print("\n".join(cell_lines(subset, REFERENCE_DIR)))
-            print(f"{subset.table}: {seconds:.0f}s")
+        rerun(subsets, REFERENCE_DIR, args.threads)
         print(f"reference records written to {REFERENCE_DIR}")
         return 0
     if args.keep:
