@@ -3,8 +3,8 @@ images: FCPTS calibrates on part of train/ and is scored on the train/ images it
 
 train/ holds one labelled image per class; a seeded `--held-out` of them never enters calibration and is
 the tuning set (top-1 against the labels, and top-1 agreement with the dense model, which varies less on
-few images). The rest (all of it up to the profile's 1,000) is the calibration set, drawn as the task
-draws it. val/ is not read. Every finished learning rate is one JSON line in `--out` (resume: rates
+few images). All the rest is the calibration set (the task's `cpu` profile asks for 1,000 images and so takes
+all of train/). val/ is not read. Every finished learning rate is one JSON line in `--out` (resume: rates
 already there are skipped), with provenance.
 
     python -m benchmarks.lite0_lr --lrs 0.005 0.02 0.04 --out results/ablations/lite0-lr-heldout.jsonl
@@ -51,8 +51,7 @@ def main(argv=None) -> None:
     folder = imagenet_dir(resolve_data_root(args.data_root))
     train = list_split(folder, "train")
     held = set(calibration_indices(len(train), args.held_out, args.seed + 1))
-    rest = [i for i in range(len(train)) if i not in held]
-    calib_idx = [rest[i] for i in calibration_indices(len(rest), len(rest), args.seed)]
+    calib_idx = [i for i in range(len(train)) if i not in held]  # all the rest, as the task takes all of train/
     dense, weights_info = pretrained(args.model, None)
     eval_tf, calib_tf, _ = preprocessing(args.model, dense)
     calibration = Subset(ImageFiles(train, calib_tf, cache=True), calib_idx)  # augmented, as the task's FCPTS
