@@ -191,8 +191,8 @@ def test_deploy_doc_quotes_the_deploy_record_and_table7():
         assert q in text, q
 
 
-def test_readme_speed_sentence_is_the_benchmark_outputs():
-    text = " ".join(README.read_text().split())
+def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
+    text = " ".join((DOCS / "benchmarks.md").read_text().split())
     step = (RESULTS_DIR / "benchmarks" / "step_time_cpu.txt").read_text()
     ratio = re.search(r"fcpts step, mse-blocks \(defaults\).*ratio (\d+\.\d+)", step)
     assert ratio and f"costs {ratio.group(1)} plain training steps" in text
