@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Subset
 
 import fcpts
 from tasks.grid.data import calibration_indices, resolve_data_root
-from tasks.grid.records import device_description, git_commit
+from tasks.grid.records import command_line, device_description, git_commit
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import architecture, preprocessing, pretrained
 
@@ -103,6 +103,7 @@ def main(argv=None) -> None:
             "wall_s": round(wall, 1),
             "device": device_description(),
             "git_commit": commit,
+            "command": command_line(),
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "a") as f:
