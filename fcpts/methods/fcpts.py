@@ -148,10 +148,13 @@ def distill(
     initial_rates: dict[str, float] | None = None,
     control_target: Callable[[int], float] | None = None,
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    dense: nn.Module | None = None,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
-    the control loss's target at each step (default the target throughout) and a transform of each step's
-    batch, seen by teacher and student alike (default none). The exact-target step is always the final one."""
+    the control loss's target at each step (default the target throughout), a transform of each step's
+    batch, seen by teacher and student alike (default none), and the dense model the teacher is copied from
+    when the student does not start from the dense weights (default `model` itself). The exact-target step is
+    always the final one."""
     target = check_target(target)
     opts.validate()
     device = opts.place(model)
@@ -163,7 +166,7 @@ def distill(
     total = sum(numels.values())
 
     identity = run_identity(target, opts, calib, model)
-    teacher = frozen_teacher(model, opts.teacher_mode)
+    teacher = frozen_teacher(model if dense is None else dense.to(device), opts.teacher_mode)
 
     rates = initial_rates if initial_rates is not None else erk_rates(layers, target)
     learn_t = opts.learn_thresholds

@@ -92,16 +92,16 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
     target = check_target(target)
     opts.validate()
     start: dict = {"how": opts.start}
-    rates = None
+    rates = dense = None
     if opts.start != "magnitude":
-        dense_state = copy.deepcopy(model.state_dict())
+        dense = copy.deepcopy(model)  # the teacher: obs prunes the model it is given
         obs_opts = OBSOptions(
             seed=opts.seed, device=opts.device, exclude=opts.exclude, filter_fn=opts.filter_fn, progress=opts.progress
         )
         model, obs_report = obs(model, calibration, target, obs_opts)
         rates = {row["name"]: row["sparsity"] for row in obs_report.per_layer}
         if opts.start == "obs-allocation":
-            model.load_state_dict(dense_state)
+            model.load_state_dict(dense.state_dict())
         start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
     elif opts.ramp > 0:
         layers = opts.layers(model)
@@ -109,7 +109,15 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
     control = cubic_ramp(target, opts.ramp_start, round(opts.ramp * opts.iterations)) if opts.ramp > 0 else None
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
     model, report = distill(
-        model, calibration, target, opts, "fcpts-plus", initial_rates=rates, control_target=control, transform=mixer
+        model,
+        calibration,
+        target,
+        opts,
+        "fcpts-plus",
+        initial_rates=rates,
+        control_target=control,
+        transform=mixer,
+        dense=dense,
     )
     report.extra["start"] = start
     report.wall_s += start.get("obs_wall_s", 0.0)  # the loop's time (with any earlier, resumed part) + the start

@@ -1,9 +1,12 @@
 """FCPTS+: with every change off it is FCPTS; each change does what it says; exact target throughout."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
+import fcpts.methods.fcpts as loop_module
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions, batch_mixer, cubic_ramp
@@ -53,6 +56,20 @@ def test_obs_start_takes_obs_rates_and_obs_allocation_keeps_the_dense_weights():
         _, report = get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start)
         assert {r["name"]: r["initial_sparsity"] for r in report.per_layer} == obs_rates
         assert report.extra["start"]["how"] == start and report.extra["start"]["obs_wall_s"] >= 0
+
+
+@pytest.mark.parametrize("start", ["obs", "obs-allocation"])
+def test_the_teacher_is_the_dense_model_whatever_the_start(start, monkeypatch):
+    seen = []
+    real = loop_module.frozen_teacher
+    monkeypatch.setattr(
+        loop_module, "frozen_teacher", lambda m, mode: seen.append(copy.deepcopy(m.state_dict())) or real(m, mode)
+    )
+    dense = net()
+    get_method("fcpts-plus")(copy.deepcopy(dense), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start)
+    (teacher,) = seen  # the weights the teacher was copied from, when it was copied
+    for (name, p), q in zip(dense.state_dict().items(), teacher.values()):
+        assert torch.equal(p, q), name
 
 
 def test_mixing_is_seeded_per_step_and_mixes_within_the_batch():
