@@ -13,13 +13,13 @@ as one JSON line to the output file, with provenance; variants already there are
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from fcpts.core.io import append_json_line, read_json_lines
 from fcpts.methods import get_method
 from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
@@ -77,8 +77,7 @@ def summarize(paths: list[str]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            r = json.loads(line)
+        for r in read_json_lines(path):
             lr = r["options"].get("lr", 0.01)
             rows.append(
                 f"| {r['model']} | {r['variant']} | {_reconstruction(r)} | {lr} | {r['iterations']} | "
@@ -91,7 +90,7 @@ def summarize(paths: list[str]) -> str:
 def summarize_seeds(paths: list[str]) -> str:
     """A markdown table of variants run with several seeds: mean and sample sd of top-1, and the mean
     difference to `default` over the seeds both ran (paired: a seed fixes the images and batches)."""
-    rows = [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
+    rows = [r for path in paths for r in read_json_lines(path)]
     groups: dict[tuple, dict[int, float]] = {}
     for r in rows:
         groups.setdefault((r["model"], r["iterations"], r["variant"]), {})[r["seed"]] = r["top1"]
@@ -140,12 +139,7 @@ def main() -> None:
     x_train, _ = load_cifar(root, args.dataset, "train")
     weights = default_cifar_weights(root, args.dataset, args.model)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if out.exists():
-        for line in out.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["variant"], r["iterations"], r["seed"]))
+    done = {(r["variant"], r["iterations"], r["seed"]) for r in read_json_lines(out, missing_ok=True)}
 
     for seed in args.seeds:
         idx = calibration_indices(len(x_train), args.n_calibration, seed)
@@ -189,8 +183,7 @@ def run_variant(args, variant, iterations, seed, images, weights, x_eval, y_eval
         "device": device_description(),
         "git_commit": git_commit(),
     }
-    with open(out, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_json_line(out, row)
     print(
         f"{variant:14s} it={iterations:5d} seed {seed} top1={metrics['top1']:.2f} "
         f"sp={report.achieved_sparsity:.6f} pre={row['sparsity_before_exact_step']:.4f} {wall:.0f}s",

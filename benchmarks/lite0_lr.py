@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 import fcpts
+from fcpts.core.io import append_json_line, read_json_lines
 from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.records import command_line, device_description, git_commit
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
@@ -64,9 +64,7 @@ def main(argv=None) -> None:
         return model
 
     dense_pred = predictions(fresh(), tuning)
-    done = set()
-    if args.out.exists():
-        done = {json.loads(line)["lr"] for line in args.out.read_text().splitlines()}
+    done = {r["lr"] for r in read_json_lines(args.out, missing_ok=True)}
     for lr in args.lrs:
         if lr in done:
             print(f"[skip] lr {lr}")
@@ -105,9 +103,7 @@ def main(argv=None) -> None:
             "git_commit": commit,
             "command": command_line(),
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_json_line(args.out, row)
         print(
             f"lr {lr}: tuning top-1 {row['tuning_top1']:.2f} (dense {row['dense_tuning_top1']:.2f}), "
             f"agreement {row['agreement_with_dense']:.2f}, sparsity {report.achieved_sparsity:.6f}, {wall:.0f}s",

@@ -45,6 +45,22 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
+def append_json_line(path: str | Path, row: Any) -> Path:
+    """One more line of a JSON-lines file (a benchmark's rows), through the atomic writer: an interrupted run
+    leaves the file with the line or without it, never half of it for the next resume to choke on."""
+    path = Path(path)
+    before = path.read_bytes() if path.exists() else b""
+    return atomic_write(path, lambda f: f.write(before + (json.dumps(row) + "\n").encode()))
+
+
+def read_json_lines(path: str | Path, missing_ok: bool = False) -> list[Any]:
+    """Every row of a JSON-lines file; with `missing_ok`, none for a file not written yet (a run's first row)."""
+    path = Path(path)
+    if missing_ok and not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def save_torch_atomic(obj: Any, path: str | Path) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f))
 

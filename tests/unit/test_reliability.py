@@ -14,6 +14,7 @@ from torch import nn
 
 import fcpts
 from fcpts.core.checkpoint import Checkpoint, CheckpointError
+from fcpts.core.io import append_json_line, read_json_lines
 from tasks.grid.profiles import Profile
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, run_grid
@@ -160,3 +161,22 @@ def test_the_main_job_writes_where_git_does_not_track():
     record = f"{results_dir}/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"
     ignored = subprocess.run(["git", "check-ignore", "-q", record], cwd=ROOT)
     assert ignored.returncode == 0, f"make run would write {record}, which git tracks"
+
+
+def test_a_benchmark_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
+    rows = tmp_path / "new" / "rows.jsonl"
+    assert read_json_lines(rows, missing_ok=True) == []
+    with pytest.raises(FileNotFoundError):
+        read_json_lines(rows)  # a summary of a file that is not there is an error, not an empty table
+    append_json_line(rows, {"lr": 0.005})
+    append_json_line(rows, {"lr": 0.02})
+    assert read_json_lines(rows) == [{"lr": 0.005}, {"lr": 0.02}]
+
+    def interrupted(*_):
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr("fcpts.core.io.os.replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        append_json_line(rows, {"lr": 0.04})
+    assert read_json_lines(rows) == [{"lr": 0.005}, {"lr": 0.02}]
+    assert [p.name for p in rows.parent.iterdir()] == ["rows.jsonl"]  # no temporary left behind
