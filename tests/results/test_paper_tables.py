@@ -4,6 +4,7 @@ import json
 
 from tasks.grid.records import preferred_records
 from tasks.reporting.paper import read_reference, write_tables
+from tests.fake_records import cifar_record
 
 
 def test_reference_data_is_the_papers_table1():
@@ -140,19 +141,7 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
 def test_figures_1_and_3_from_records(tmp_path):
     from tasks.reporting.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
 
-    def rec(method, sp, top1, profile="paper-cpu", model="resnet32"):
-        return {
-            "task": "cifar",
-            "dataset": "cifar10",
-            "model": model,
-            "method": method,
-            "target_sparsity": sp,
-            "achieved_sparsity": sp,
-            "metrics": {"top1": top1},
-            "dense_metrics": {"top1": 92.6},
-            "profile": {"name": profile},
-        }
-
+    rec = cifar_record
     learned, fixed = rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)
     records = [
         rec("fcpts", 0.7, 91.0),

@@ -7,6 +7,7 @@ from fcpts.methods import label
 from tasks.reporting import figures
 from tasks.reporting.paper import read_reference, table1, table6
 from tasks.reporting.tables_imagenet import table2, table3, table5
+from tests.fake_records import cifar_record as cifar
 
 OBS_ROW = f"{label('obs')} (not in the paper)"
 
@@ -14,23 +15,6 @@ OBS_ROW = f"{label('obs')} (not in the paper)"
 @pytest.fixture(scope="module")
 def reference():
     return read_reference()
-
-
-def cifar(method, sp=0.9, top1=90.0, profile="paper-cpu", model="resnet32", wall_s=600.0):
-    return {
-        "task": "cifar",
-        "dataset": "cifar10",
-        "model": model,
-        "method": method,
-        "target_sparsity": sp,
-        "achieved_sparsity": sp,
-        "metrics": {"top1": top1, "top5": 99.0},
-        "dense_metrics": {"top1": 92.6, "top5": 99.8},
-        "profile": {"name": profile},
-        "wall_s": wall_s,
-        "device": "cpu: test",
-        "_path": f"cifar/cifar10/{model}/{method}-sp{int(sp * 100)}-{profile}-seed0.json",
-    }
 
 
 def lite0(method, sp=0.7, top1=60.0):
@@ -48,7 +32,10 @@ def lite0(method, sp=0.7, top1=60.0):
     }
 
 
-PAPER_CELLS = [cifar("fcpts", profile="paper"), cifar("pot-l2norm", top1=40.0, profile="paper", wall_s=1800.0)]
+PAPER_CELLS = [
+    cifar("fcpts", profile="paper"),
+    cifar("pot-l2norm", top1=40.0, profile="paper", wall_s=1800.0),
+]
 OBS = cifar("obs", top1=79.1, profile="fast", wall_s=120.0)  # its own profile: its legend line is its own
 
 
@@ -75,7 +62,11 @@ def test_table1_gains_a_labelled_obs_row_without_a_paper_number(reference, tmp_p
 
 def test_table1_ignores_obs_records_outside_its_cells(reference, tmp_path):
     plain, _ = table1(PAPER_CELLS, reference, tmp_path)
-    elsewhere = [cifar("obs", sp=0.5), cifar("obs", model="resnet20"), cifar("obs", profile="paper-cpu-it10")]
+    elsewhere = [
+        cifar("obs", sp=0.5),
+        cifar("obs", model="resnet20"),
+        cifar("obs", profile="paper-cpu-it10"),
+    ]
     assert table1([*PAPER_CELLS, *elsewhere], reference, tmp_path)[0] == plain
 
 
