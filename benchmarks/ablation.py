@@ -51,6 +51,7 @@ VARIANTS = {
     "plus-mixup": {"method": "fcpts-plus", "mix": "mixup"},
     "plus-cutmix": {"method": "fcpts-plus", "mix": "cutmix"},
     "plus-ramp": {"method": "fcpts-plus", "ramp": 0.5},
+    "plus-ste-projected": {"method": "fcpts-plus", "threshold_grad": "ste", "projection": True},
     "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
     "resized-crop": {},  # random resized crop + flip instead of pad-crop + flip
 }

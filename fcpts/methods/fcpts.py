@@ -149,11 +149,14 @@ def distill(
     control_target: Callable[[int], float] | None = None,
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     dense: nn.Module | None = None,
+    project: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
     the control loss's target at each step (default the target throughout), a transform of each step's
-    batch, seen by teacher and student alike (default none), and the dense model the teacher is copied from
-    when the student does not start from the dense weights (default `model` itself). The exact-target step is
+    batch, seen by teacher and student alike (default none), the dense model the teacher is copied from
+    when the student does not start from the dense weights (default `model` itself), and whether the
+    thresholds are projected onto that step's target before every step (all scaled by one factor, so the
+    learned ratios stay; default no: the control loss alone holds the level). The exact-target step is
     always the final one."""
     target = check_target(target)
     opts.validate()
@@ -211,6 +214,9 @@ def distill(
 
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
     pin = None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates))
+    if project and learn_t:
+        level = control_target if control_target is not None else (lambda _step: target)
+        pin = lambda step: thresholds.project_to_sparsity(params, layers, level(step))  # noqa: E731
     checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
     loop = train_loop(
         model,

@@ -74,6 +74,29 @@ def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module]
         p.score.copy_(initial_score_on_device(original_weight(layers[name]), rates[name]))
 
 
+@torch.no_grad()
+def project_to_sparsity(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module], sparsity: float) -> None:
+    """Scale every threshold by one common factor so the masks prune exactly round(sparsity * N) weights.
+
+    The layers' thresholds keep their ratios (the learned allocation); only the global level moves, as in
+    the exact-target step. Pruned iff |W| / t_l <= c: c sits midway between the k-th and (k+1)-th ratio.
+    """
+    names = list(params)
+    ratios = torch.cat(
+        [original_weight(layers[n]).detach().abs().flatten().double() / params[n].threshold().double() for n in names]
+    )
+    k = round(sparsity * ratios.numel())
+    if k <= 0:
+        factor = ratios.min() * 0.5
+    elif k >= ratios.numel():
+        factor = ratios.max() * 2 + 1e-12
+    else:
+        factor = 0.5 * (torch.kthvalue(ratios, k).values + torch.kthvalue(ratios, k + 1).values)
+    for n in names:
+        t = (params[n].threshold().double() * factor).clamp(1e-13, 1 - 1e-7)
+        params[n].score.copy_((torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE))
+
+
 def original_weight(module: nn.Module) -> torch.Tensor:
     """The unmasked weight of a parametrized layer."""
     return cast(torch.Tensor, module.parametrizations.weight.original)

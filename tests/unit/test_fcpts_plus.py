@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 import fcpts.methods.fcpts as loop_module
+from fcpts.core.allocation import erk_rates
 from fcpts.core.masks import prunable_layers
-from fcpts.methods import METHODS, get_method
+from fcpts.methods import METHODS, get_method, thresholds
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions, batch_mixer, cubic_ramp
 
 
@@ -40,7 +41,15 @@ def test_with_every_change_off_it_is_fcpts():
 
 
 @pytest.mark.parametrize(
-    "change", [{"start": "obs"}, {"start": "obs-allocation"}, {"mix": "mixup"}, {"mix": "cutmix"}, {"ramp": 0.5}]
+    "change",
+    [
+        {"start": "obs"},
+        {"start": "obs-allocation"},
+        {"mix": "mixup"},
+        {"mix": "cutmix"},
+        {"ramp": 0.5},
+        {"projection": True, "threshold_grad": "ste"},
+    ],
 )
 def test_each_change_keeps_the_exact_target(change):
     model, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, **change)
@@ -91,6 +100,26 @@ def test_cubic_ramp_rises_from_its_start_to_the_target_and_stays():
     values = [at(s) for s in range(0, 101)]
     assert all(b >= a for a, b in zip(values, values[1:]))
     assert at(100) == at(500) == 0.9
+
+
+def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers():
+    layers = prunable_layers(net())
+    params = thresholds.attach(layers, erk_rates(layers, 0.5), threshold_grad=False)
+    before = torch.stack([p.threshold() for p in params.values()]).detach().double()
+    n = sum(m.weight.numel() for m in layers.values())
+    for level in (0.3, 0.77, 0.9):
+        thresholds.project_to_sparsity(params, layers, level)
+        pruned = sum(int((m.weight == 0).sum()) for m in layers.values())  # the parametrized (masked) weights
+        assert pruned == round(level * n)
+        after = torch.stack([p.threshold() for p in params.values()]).detach().double()
+        ratio = after / before
+        assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
+
+
+def test_a_ramp_reaches_its_target_before_the_exact_step_where_the_control_loss_alone_need_not():
+    """The thresholds follow the ramp through the projection; the exact-target step is left with a rounding."""
+    _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp=0.5)
+    assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.8, abs=0.01)
 
 
 def test_bad_options_are_named():
