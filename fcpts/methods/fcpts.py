@@ -133,6 +133,12 @@ def block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return _BlockMSE.apply(student, teacher.detach())
 
 
+def relative_block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """`block_mse` divided by the mean square of the teacher's output: the same for a block whatever the scale
+    of its activations, so no block dominates the sum by its scale alone."""
+    return block_mse(student, teacher) / teacher.detach().float().square().mean().clamp_min(1e-12)
+
+
 def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
     """FCPTS with learned thresholds (the paper's method), or ERK rates held (`learn_thresholds=False`)."""
     return distill(model, calibration, target, opts, "fcpts" if opts.learn_thresholds else "fcpts-fixed")
@@ -150,14 +156,16 @@ def distill(
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     dense: nn.Module | None = None,
     project: bool = False,
+    relative_blocks: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
     the control loss's target at each step (default the target throughout), a transform of each step's
     batch, seen by teacher and student alike (default none), the dense model the teacher is copied from
     when the student does not start from the dense weights (default `model` itself), and whether the
     thresholds are projected onto that step's target before every step (all scaled by one factor, so the
-    learned ratios stay; default no: the control loss alone holds the level). The exact-target step is
-    always the final one."""
+    learned ratios stay; default no: the control loss alone holds the level), and whether each block's MSE
+    is divided by the mean square of the teacher's block output (default no: plain MSE, so blocks with large
+    activations dominate). The exact-target step is always the final one."""
     target = check_target(target)
     opts.validate()
     device = opts.place(model)
@@ -202,10 +210,12 @@ def distill(
         blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
         taps_s, taps_t = _Taps(model, blocks), _Taps(teacher, blocks)
 
+    block_loss = relative_block_mse if relative_blocks else block_mse
+
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = kl_distill(y_s, y_t, opts.temperature)
         if taps_s is not None:
-            rec = rec + sum(block_mse(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
+            rec = rec + sum(block_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
         global_r = bridges(layer_thresholds(), [thresholds.original_weight(layers[n]) for n in names])
         gap = global_r - (target if control_target is None else control_target(step))
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)

@@ -21,6 +21,8 @@ results/ablations/) shows what it gives; the registered method's defaults are th
   at ERK rates for the first value; 0: the target from the first step (FCPTS). A ramp always projects: the
   control loss alone does not follow it (on CIFAR-10 ResNet-32, 90%, 400 iterations, the thresholds reached
   64% and the exact-target step had to prune the rest at once).
+- `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
+  output, so every block weighs alike whatever the scale of its activations.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
 """
 
@@ -53,6 +55,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     ramp: float = 0.0  # fraction of the iterations with a rising control target
     ramp_start: float = 0.5  # the control target at step 0, as a fraction of the target
     projection: bool = False  # thresholds scaled onto the step's target before every step (a ramp implies it)
+    relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
 
     def validate(self) -> None:
         super().validate()
@@ -127,6 +130,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         transform=mixer,
         dense=dense,
         project=opts.projection or opts.ramp > 0,
+        relative_blocks=opts.relative_blocks,
     )
     report.extra["start"] = start
     report.wall_s += start.get("obs_wall_s", 0.0)  # the loop's time (with any earlier, resumed part) + the start

@@ -49,6 +49,7 @@ def test_with_every_change_off_it_is_fcpts():
         {"mix": "cutmix"},
         {"ramp": 0.5},
         {"projection": True, "threshold_grad": "ste"},
+        {"relative_blocks": True},
     ],
 )
 def test_each_change_keeps_the_exact_target(change):
@@ -120,6 +121,21 @@ def test_a_ramp_reaches_its_target_before_the_exact_step_where_the_control_loss_
     """The thresholds follow the ramp through the projection; the exact-target step is left with a rounding."""
     _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp=0.5)
     assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.8, abs=0.01)
+
+
+def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypatch):
+    student, teacher = torch.randn(4, 8, 5, 5), torch.randn(4, 8, 5, 5)
+    assert float(loop_module.block_mse(100 * student, 100 * teacher)) == pytest.approx(
+        1e4 * float(loop_module.block_mse(student, teacher)), rel=1e-4
+    )
+    assert float(loop_module.relative_block_mse(100 * student, 100 * teacher)) == pytest.approx(
+        float(loop_module.relative_block_mse(student, teacher)), rel=1e-4
+    )
+    calls = []
+    real = loop_module.relative_block_mse
+    monkeypatch.setattr(loop_module, "relative_block_mse", lambda s, t: calls.append(1) or real(s, t))
+    get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 2}, relative_blocks=True)
+    assert len(calls) == 2 * 3  # every block of every step
 
 
 def test_bad_options_are_named():
