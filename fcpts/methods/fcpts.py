@@ -152,18 +152,19 @@ def distill(
     method: str,
     *,
     initial_rates: dict[str, float] | None = None,
-    control_target: Callable[[int], float] | None = None,
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     dense: nn.Module | None = None,
+    pinned_rates: Callable[[int], dict[str, float] | None] | None = None,
     project: bool = False,
     relative_blocks: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
-    the control loss's target at each step (default the target throughout), a transform of each step's
-    batch, seen by teacher and student alike (default none), the dense model the teacher is copied from
-    when the student does not start from the dense weights (default `model` itself), and whether the
-    thresholds are projected onto that step's target before every step (all scaled by one factor, so the
-    learned ratios stay; default no: the control loss alone holds the level), and whether each block's MSE
+    a transform of each step's batch, seen by teacher and student alike (default none), the dense model the
+    teacher is copied from when the student does not start from the dense weights (default `model` itself),
+    each step's per-layer rates while a schedule holds them (a ramp; None from the step it lets go, and the
+    learned thresholds take over), whether the thresholds are projected onto the target before every step
+    (all scaled by one factor, so the learned ratios stay; default no: the control loss alone holds the
+    level), and whether each block's MSE
     is divided by the mean square of the teacher's block output (default no: plain MSE, so blocks with large
     activations dominate). The exact-target step is always the final one."""
     target = check_target(target)
@@ -217,16 +218,20 @@ def distill(
         if taps_s is not None:
             rec = rec + sum(block_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
         global_r = bridges(layer_thresholds(), [thresholds.original_weight(layers[n]) for n in names])
-        gap = global_r - (target if control_target is None else control_target(step))
+        gap = global_r - target
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
         loss = rec + opts.control_weight * control if learn_t else rec
         return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
 
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
-    pin = None if learn_t else (lambda _step: thresholds.pin_rates(params, layers, rates))
-    if project and learn_t:
-        level = control_target if control_target is not None else (lambda _step: target)
-        pin = lambda step: thresholds.project_to_sparsity(params, layers, level(step))  # noqa: E731
+    def pin(step: int) -> None:
+        """Thresholds set before a step: fixed rates (the ablation), a schedule's rates, or the projection."""
+        held = rates if not learn_t else pinned_rates(step) if pinned_rates is not None else None
+        if held is not None:
+            thresholds.pin_rates(params, layers, held)
+        elif project:
+            thresholds.project_to_sparsity(params, layers, target)
+
     checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
     loop = train_loop(
         model,
@@ -239,7 +244,7 @@ def distill(
         checkpoint,
         device,
         desc=f"fcpts {target:.2f}",
-        before_step=pin,
+        before_step=pin if not learn_t or pinned_rates is not None or project else None,
         transform=transform,
         channels_last=opts.channels_last,
     )

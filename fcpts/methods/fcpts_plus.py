@@ -12,15 +12,18 @@ results/ablations/) shows what it gives; the registered method's defaults are th
   Few images seen for many epochs give the student few distinct teacher outputs to match; mixing gives new
   ones without labels.
 - `projection`: before every step all thresholds are scaled by one common factor so the masks hold exactly
-  that step's target; the learned ratios between layers stay. The control loss alone holds the level only
-  when the thresholds barely move (FCPTS's default, where the reconstruction loss does not reach them);
-  with `threshold_grad="ste"` the reconstruction gradient pulls them off target, and projection lets that
-  gradient shape the allocation without drifting.
-- `ramp`: the fraction of the iterations over which the target rises from `ramp_start` x target to the
-  target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), the thresholds starting
-  at ERK rates for the first value; 0: the target from the first step (FCPTS). A ramp always projects: the
-  control loss alone does not follow it (on CIFAR-10 ResNet-32, 90%, 400 iterations, the thresholds reached
-  64% and the exact-target step had to prune the rest at once).
+  the target; the learned ratios between layers stay. The control loss alone holds the level only when the
+  thresholds barely move (FCPTS's default, where the reconstruction loss does not reach them); with
+  `threshold_grad="ste"` the reconstruction gradient pulls them off target, and projection lets that
+  gradient shape the allocation without drifting. Projection only corrects a level: scaling the thresholds
+  of a much lower level degenerates (layers ERK leaves dense stay dense, others empty), which is why a
+  ramp does not use it.
+- `ramp`: the fraction of the iterations over which the sparsity rises from `ramp_start` x target to the
+  target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), every layer held at its
+  ERK rate for the step's level (magnitude masks that move with the weights); from the ramp's end the
+  thresholds learn as in FCPTS. 0: the target from the first step (FCPTS). The control loss alone does
+  not follow a ramp, and projecting the low level's thresholds upward empties whole layers
+  (results/ablations/).
 - `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
   output, so every block weighs alike whatever the scale of its activations.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
@@ -54,7 +57,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     mix_alpha: float = 1.0
     ramp: float = 0.0  # fraction of the iterations with a rising control target
     ramp_start: float = 0.5  # the control target at step 0, as a fraction of the target
-    projection: bool = False  # thresholds scaled onto the step's target before every step (a ramp implies it)
+    projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
 
     def validate(self) -> None:
@@ -65,6 +68,10 @@ class FCPTSPlusOptions(FCPTSOptions):
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
         if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
             raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
+        if self.ramp > 0 and self.start != "magnitude":
+            raise ValueError(
+                f"a ramp starts from the dense weights: use start='magnitude' with ramp, not {self.start!r}"
+            )
 
 
 def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float]:
@@ -114,10 +121,13 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         if opts.start == "obs-allocation":
             model.load_state_dict(dense.state_dict())
         start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
-    elif opts.ramp > 0:
+    pinned = None
+    if opts.ramp > 0:
         layers = opts.layers(model)
-        rates = erk_rates(layers, opts.ramp_start * target)  # where the ramp starts
-    control = cubic_ramp(target, opts.ramp_start, round(opts.ramp * opts.iterations)) if opts.ramp > 0 else None
+        steps = round(opts.ramp * opts.iterations)
+        level = cubic_ramp(target, opts.ramp_start, steps)
+        rates = erk_rates(layers, level(0))
+        pinned = lambda step: erk_rates(layers, level(step)) if step < steps else None  # noqa: E731
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
     model, report = distill(
         model,
@@ -126,10 +136,10 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         opts,
         "fcpts-plus",
         initial_rates=rates,
-        control_target=control,
+        pinned_rates=pinned,
         transform=mixer,
         dense=dense,
-        project=opts.projection or opts.ramp > 0,
+        project=opts.projection,
         relative_blocks=opts.relative_blocks,
     )
     report.extra["start"] = start

@@ -117,9 +117,16 @@ def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers
         assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
 
 
-def test_a_ramp_reaches_its_target_before_the_exact_step_where_the_control_loss_alone_need_not():
-    """The thresholds follow the ramp through the projection; the exact-target step is left with a rounding."""
+def test_a_ramp_holds_erk_rates_of_each_level_then_lets_the_thresholds_learn(monkeypatch):
+    held = []
+    real = thresholds.pin_rates
+    monkeypatch.setattr(
+        thresholds, "pin_rates", lambda p, layers, rates: held.append(dict(rates)) or real(p, layers, rates)
+    )
     _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp=0.5)
+    level = cubic_ramp(0.8, 0.5, 6)
+    layers = prunable_layers(net())
+    assert held == [erk_rates(layers, level(step)) for step in range(6)]  # the ramp's 6 steps, then none
     assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.8, abs=0.01)
 
 
@@ -145,3 +152,5 @@ def test_bad_options_are_named():
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
         FCPTSPlusOptions(ramp=1.5).validate()
+    with pytest.raises(ValueError, match="ramp starts from the dense"):
+        FCPTSPlusOptions(ramp=0.5, start="obs").validate()
