@@ -53,6 +53,7 @@ VARIANTS = {
     "plus-ramp": {"method": "fcpts-plus", "ramp": 0.5},
     "plus-ste-projected": {"method": "fcpts-plus", "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {"method": "fcpts-plus", "relative_blocks": True},
+    "plus-dynamic": {"method": "fcpts-plus", "dense_gradient": True, "projection": True},
     "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
     "resized-crop": {},  # random resized crop + flip instead of pad-crop + flip
 }

@@ -157,6 +157,7 @@ def distill(
     pinned_rates: Callable[[int], dict[str, float] | None] | None = None,
     project: bool = False,
     relative_blocks: bool = False,
+    dense_gradient: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
     a transform of each step's batch, seen by teacher and student alike (default none), the dense model the
@@ -166,7 +167,8 @@ def distill(
     (all scaled by one factor, so the learned ratios stay; default no: the control loss alone holds the
     level), and whether each block's MSE
     is divided by the mean square of the teacher's block output (default no: plain MSE, so blocks with large
-    activations dominate). The exact-target step is always the final one."""
+    activations dominate), and whether pruned weights get the gradient too (default no: they stay frozen).
+    The exact-target step is always the final one."""
     target = check_target(target)
     opts.validate()
     device = opts.place(model)
@@ -182,7 +184,9 @@ def distill(
 
     rates = initial_rates if initial_rates is not None else erk_rates(layers, target)
     learn_t = opts.learn_thresholds
-    params = thresholds.attach(layers, rates, threshold_grad=learn_t and opts.threshold_grad == "ste")
+    params = thresholds.attach(
+        layers, rates, threshold_grad=learn_t and opts.threshold_grad == "ste", dense_gradient=dense_gradient
+    )
     names = list(layers)
     gen = torch.Generator().manual_seed(opts.seed)  # the KDE samples: drawn on the host, moved once
     bridges = LayerBridges(

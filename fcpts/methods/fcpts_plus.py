@@ -24,6 +24,9 @@ results/ablations/) shows what it gives; the registered method's defaults are th
   thresholds learn as in FCPTS. 0: the target from the first step (FCPTS). The control loss alone does
   not follow a ramp, and projecting the low level's thresholds upward empties whole layers
   (results/ablations/).
+- `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
+  sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
+  and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out.
 - `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
   output, so every block weighs alike whatever the scale of its activations.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
@@ -59,6 +62,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     ramp_start: float = 0.5  # the control target at step 0, as a fraction of the target
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
+    dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
 
     def validate(self) -> None:
         super().validate()
@@ -141,6 +145,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         dense=dense,
         project=opts.projection,
         relative_blocks=opts.relative_blocks,
+        dense_gradient=opts.dense_gradient,
     )
     report.extra["start"] = start
     report.wall_s += start.get("obs_wall_s", 0.0)  # the loop's time (with any earlier, resumed part) + the start

@@ -19,12 +19,17 @@ MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's 
 
 
 class ThresholdSparsity(nn.Module):
-    """Parametrization W -> W * M(|W|, sigmoid(score))."""
+    """Parametrization W -> W * M(|W|, sigmoid(score)).
 
-    def __init__(self, score: float, threshold_grad: bool):
+    `dense_gradient`: the pruned weights also get the gradient, as if they were kept (straight-through, as in
+    SR-STE and dynamic sparse training), so a pruned weight can grow back over its threshold; otherwise
+    (FCPTS) a pruned weight is frozen and only kept weights move."""
+
+    def __init__(self, score: float, threshold_grad: bool, dense_gradient: bool = False):
         super().__init__()
         self.score = nn.Parameter(torch.tensor(float(score)))
         self.threshold_grad = threshold_grad
+        self.dense_gradient = dense_gradient
 
     def threshold(self) -> torch.Tensor:
         return torch.sigmoid(self.score)
@@ -33,7 +38,11 @@ class ThresholdSparsity(nn.Module):
         t = self.threshold()
         if not self.threshold_grad:
             t = t.detach()
-        return weight * threshold_mask(weight, t)
+        mask = threshold_mask(weight, t)
+        masked = weight * mask
+        if self.dense_gradient:  # the same value; d/dW = M + (1 - M) = 1
+            masked = masked + (weight - weight.detach()) * (1 - mask.detach())
+        return masked
 
 
 def initial_score(weight: torch.Tensor, rate: float) -> float:
@@ -57,11 +66,13 @@ def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
     return (torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE)
 
 
-def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
+def attach(
+    layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool, dense_gradient: bool = False
+) -> dict[str, ThresholdSparsity]:
     """Parametrize each layer's weight; returns the parametrization of each layer by name."""
     params = {}
     for name, module in layers.items():
-        p = ThresholdSparsity(initial_score(module.weight, rates[name]), threshold_grad)
+        p = ThresholdSparsity(initial_score(module.weight, rates[name]), threshold_grad, dense_gradient)
         parametrize.register_parametrization(module, "weight", p.to(module.weight.device))
         params[name] = p
     return params

@@ -50,6 +50,7 @@ def test_with_every_change_off_it_is_fcpts():
         {"ramp": 0.5},
         {"projection": True, "threshold_grad": "ste"},
         {"relative_blocks": True},
+        {"dense_gradient": True, "projection": True},
     ],
 )
 def test_each_change_keeps_the_exact_target(change):
@@ -143,6 +144,20 @@ def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypat
     monkeypatch.setattr(loop_module, "relative_block_mse", lambda s, t: calls.append(1) or real(s, t))
     get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 2}, relative_blocks=True)
     assert len(calls) == 2 * 3  # every block of every step
+
+
+@pytest.mark.parametrize("dense_gradient", [False, True])
+def test_a_dense_gradient_reaches_pruned_weights_and_only_then(dense_gradient):
+    layer = nn.Linear(6, 3)
+    (p,) = thresholds.attach({"fc": layer}, {"fc": 0.5}, threshold_grad=False, dense_gradient=dense_gradient).values()
+    pruned = layer.weight == 0  # the parametrized (masked) weight
+    assert int(pruned.sum()) == 9
+    layer(torch.randn(4, 6)).square().sum().backward()
+    grad = thresholds.original_weight(layer).grad
+    assert bool((grad[pruned] != 0).any()) is dense_gradient
+    assert bool((grad[~pruned] != 0).all())
+    masked = thresholds.original_weight(layer) * (~pruned)
+    assert torch.equal(layer.weight, masked)  # the forward value is the masked weight either way
 
 
 def test_bad_options_are_named():
