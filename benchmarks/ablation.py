@@ -91,26 +91,30 @@ def summarize(paths: list[str]) -> str:
 
 
 def summarize_seeds(paths: list[str]) -> str:
-    """A markdown table of variants run with several seeds: mean and sample sd of top-1, and the mean
-    difference to `default` over the seeds both ran (paired: a seed fixes the images and batches)."""
+    """A markdown table of variants run with several seeds: mean and sample sd of top-1, the mean difference
+    to `default` over the seeds both ran (paired: a seed fixes the images and batches), and the mean sparsity
+    the learned thresholds held before the exact-target step (how far that step had to move them)."""
     rows = [r for path in paths for r in read_json_lines(path)]
-    groups: dict[tuple, dict[int, float]] = {}
+    groups: dict[tuple, dict[int, dict]] = {}
     for r in rows:
-        groups.setdefault((r["model"], r["iterations"], r["variant"]), {})[r["seed"]] = r["top1"]
+        groups.setdefault((r["model"], r["iterations"], r["variant"]), {})[r["seed"]] = r
     out = [
-        "| model | iterations | variant | seeds | top-1 mean ± sd | vs default (paired) | per seed |",
-        "|---|---:|---|---:|---:|---:|---|",
+        "| model | iterations | variant | seeds | top-1 mean ± sd | vs default (paired) | per seed "
+        "| sparsity before exact step |",
+        "|---|---:|---|---:|---:|---:|---|---:|",
     ]
     for (model, iterations, variant), by_seed in groups.items():
-        top1 = [by_seed[k] for k in sorted(by_seed)]
+        seeds = sorted(by_seed)
+        top1 = [by_seed[k]["top1"] for k in seeds]
         sd = f" ± {statistics.stdev(top1):.2f}" if len(top1) > 1 else ""
         base = groups.get((model, iterations, "default"), {})
-        paired = [by_seed[k] - base[k] for k in sorted(by_seed) if k in base]
+        paired = [by_seed[k]["top1"] - base[k]["top1"] for k in seeds if k in base]
         diff = f"{statistics.mean(paired):+.2f}" if paired and variant != "default" else ""
-        per_seed = ", ".join(f"{by_seed[k]:.2f}" for k in sorted(by_seed))
+        per_seed = ", ".join(f"{t:.2f}" for t in top1)
+        before = statistics.mean(by_seed[k]["sparsity_before_exact_step"] for k in seeds)
         out.append(
             f"| {model} | {iterations} | {variant} | {len(top1)} | {statistics.mean(top1):.2f}{sd} | {diff} | "
-            f"{per_seed} |"
+            f"{per_seed} | {before:.4f} |"
         )
     return "\n".join(out)
 

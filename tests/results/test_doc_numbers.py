@@ -2,9 +2,9 @@
 
 Every number a user reads is generated from a committed record or benchmark output; these tests check the
 quoted tables and blocks that are easy to check mechanically: the README's results table and `make run`
-sentence, the ablation table (`python -m benchmarks.ablation --summarize`), the runtime table of
-docs/RUNTIMES.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/results.md, and every fenced
-block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
+sentence, the ablation tables (`python -m benchmarks.ablation --summarize` and `--summarize-seeds`), the
+runtime table of docs/RUNTIMES.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/results.md, and
+every fenced block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ablation import summarize
+from benchmarks.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import all_records, preferred_records
 
@@ -95,6 +95,11 @@ def test_ablation_table_is_the_ablation_records():
         )
     ]
     assert summarize([str(f) for f in files]) in (DOCS / "results.md").read_text()
+
+
+def test_protocol_ablation_table_is_its_records():
+    path = RESULTS_DIR / "ablations" / "resnet32-sp90-protocol.jsonl"
+    assert summarize_seeds([str(path)]) in (DOCS / "beyond-the-paper.md").read_text()
 
 
 def test_runtime_survey_table_is_table7():
