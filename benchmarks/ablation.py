@@ -27,6 +27,7 @@ from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import device_description, git_commit
 
+PLUS_OFF = {"method": "fcpts-plus", "ramp": 0.0}  # fcpts-plus with every part off: FCPTS
 VARIANTS = {
     "default": {},
     "ste": {"threshold_grad": "ste"},
@@ -45,18 +46,18 @@ VARIANTS = {
     "kl-lr0.005": {"reconstruction": "kl", "lr": 0.005},
     "wd0": {"weight_decay": 0.0},
     "t1": {"temperature": 1.0},
-    # FCPTS+ parts (fcpts/methods/fcpts_plus.py), each alone on top of FCPTS's defaults
-    "plus-obs-start": {"method": "fcpts-plus", "start": "obs"},
-    "plus-obs-allocation": {"method": "fcpts-plus", "start": "obs-allocation"},
-    "plus-mixup": {"method": "fcpts-plus", "mix": "mixup"},
-    "plus-cutmix": {"method": "fcpts-plus", "mix": "cutmix"},
-    "plus-ramp": {"method": "fcpts-plus", "ramp": 0.5},
-    "plus-ramp-short": {"method": "fcpts-plus", "ramp": 0.25},
-    "plus-ramp-long": {"method": "fcpts-plus", "ramp": 0.75},
-    "plus-ramp-from-quarter": {"method": "fcpts-plus", "ramp": 0.5, "ramp_start": 0.25},
-    "plus-ste-projected": {"method": "fcpts-plus", "threshold_grad": "ste", "projection": True},
-    "plus-relative-blocks": {"method": "fcpts-plus", "relative_blocks": True},
-    "plus-dynamic": {"method": "fcpts-plus", "dense_gradient": True, "projection": True},
+    # FCPTS+ parts (fcpts/methods/fcpts_plus.py), each alone on top of FCPTS (every other part off)
+    "plus-obs-start": {**PLUS_OFF, "start": "obs"},
+    "plus-obs-allocation": {**PLUS_OFF, "start": "obs-allocation"},
+    "plus-mixup": {**PLUS_OFF, "mix": "mixup"},
+    "plus-cutmix": {**PLUS_OFF, "mix": "cutmix"},
+    "plus-ramp": {**PLUS_OFF, "ramp": 0.5},
+    "plus-ramp-short": {**PLUS_OFF, "ramp": 0.25},
+    "plus-ramp-long": {**PLUS_OFF, "ramp": 0.75},
+    "plus-ramp-from-quarter": {**PLUS_OFF, "ramp": 0.5, "ramp_start": 0.25},
+    "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
+    "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},
+    "plus-dynamic": {**PLUS_OFF, "dense_gradient": True, "projection": True},
     "no-augment": {},  # the calibration images as they are (the data, not an option, differs: DATA_VARIANTS)
     "resized-crop": {},  # random resized crop + flip instead of pad-crop + flip
 }

@@ -34,7 +34,7 @@ def zeros(model: nn.Module) -> int:
 
 def test_with_every_change_off_it_is_fcpts():
     a, _ = get_method("fcpts")(net(), images(), 0.7, **BUDGET)
-    b, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET)
+    b, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0)
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(p, q), name
     assert report.method == "fcpts-plus" and METHODS["fcpts-plus"].in_paper is False
@@ -43,8 +43,9 @@ def test_with_every_change_off_it_is_fcpts():
 @pytest.mark.parametrize(
     "change",
     [
-        {"start": "obs"},
-        {"start": "obs-allocation"},
+        {},  # the defaults: a ramp
+        {"start": "obs", "ramp": 0.0},
+        {"start": "obs-allocation", "ramp": 0.0},
         {"mix": "mixup"},
         {"mix": "cutmix"},
         {"ramp": 0.5},
@@ -64,7 +65,7 @@ def test_obs_start_takes_obs_rates_and_obs_allocation_keeps_the_dense_weights():
     _, obs_report = get_method("obs")(net(), images(), 0.7)
     obs_rates = {r["name"]: r["sparsity"] for r in obs_report.per_layer}
     for start in ("obs", "obs-allocation"):
-        _, report = get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start)
+        _, report = get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start, ramp=0.0)
         assert {r["name"]: r["initial_sparsity"] for r in report.per_layer} == obs_rates
         assert report.extra["start"]["how"] == start and report.extra["start"]["obs_wall_s"] >= 0
 
@@ -77,7 +78,7 @@ def test_the_teacher_is_the_dense_model_whatever_the_start(start, monkeypatch):
         loop_module, "frozen_teacher", lambda m, mode: seen.append(copy.deepcopy(m.state_dict())) or real(m, mode)
     )
     dense = net()
-    get_method("fcpts-plus")(copy.deepcopy(dense), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start)
+    get_method("fcpts-plus")(copy.deepcopy(dense), images(), 0.7, **{**BUDGET, "iterations": 0}, start=start, ramp=0)
     (teacher,) = seen  # the weights the teacher was copied from, when it was copied
     for (name, p), q in zip(dense.state_dict().items(), teacher.values()):
         assert torch.equal(p, q), name
@@ -116,6 +117,12 @@ def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers
         after = torch.stack([p.threshold() for p in params.values()]).detach().double()
         ratio = after / before
         assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
+
+
+def test_the_default_is_the_measured_choice_a_ramp_over_the_first_half_from_half_the_target():
+    defaults = FCPTSPlusOptions()
+    assert (defaults.ramp, defaults.ramp_start, defaults.start, defaults.mix) == (0.5, 0.5, "magnitude", "none")
+    assert not (defaults.projection or defaults.dense_gradient or defaults.relative_blocks)
 
 
 def test_a_ramp_holds_erk_rates_of_each_level_then_lets_the_thresholds_learn(monkeypatch):
@@ -162,10 +169,10 @@ def test_a_dense_gradient_reaches_pruned_weights_and_only_then(dense_gradient):
 
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="start"):
-        FCPTSPlusOptions(start="random").validate()
+        FCPTSPlusOptions(start="random", ramp=0).validate()
     with pytest.raises(ValueError, match="mix_alpha"):
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
         FCPTSPlusOptions(ramp=1.5).validate()
     with pytest.raises(ValueError, match="ramp starts from the dense"):
-        FCPTSPlusOptions(ramp=0.5, start="obs").validate()
+        FCPTSPlusOptions(start="obs").validate()  # the default ramp needs the dense start
