@@ -159,15 +159,17 @@ def distill(
     relative_blocks: bool = False,
     dense_gradient: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
-    """The FCPTS loop, with what a variant may change: the layers' starting rates (default ERK at the target),
-    a transform of each step's batch, seen by teacher and student alike (default none), the dense model the
-    teacher is copied from when the student does not start from the dense weights (default `model` itself),
-    each step's per-layer rates while a schedule holds them (a ramp; None from the step it lets go, and the
-    learned thresholds take over), whether the thresholds are projected onto the target before every step
-    (all scaled by one factor, so the learned ratios stay; default no: the control loss alone holds the
-    level), and whether each block's MSE
-    is divided by the mean square of the teacher's block output (default no: plain MSE, so blocks with large
-    activations dominate), and whether pruned weights get the gradient too (default no: they stay frozen).
+    """The FCPTS loop, with what a variant may change (each default: FCPTS):
+    - `initial_rates`: the layers' starting rates (ERK at the target);
+    - `transform`: a transform of each step's batch, seen by teacher and student alike (none);
+    - `dense`: the model the teacher is copied from when the student does not start from the dense weights
+      (`model` itself);
+    - `pinned_rates`: each step's per-layer rates while a schedule holds them (a ramp), None from the step it
+      lets go, when the learned thresholds take over (none);
+    - `project`: scale all thresholds by one factor onto the target before every step, keeping their learned
+      ratios (no: the control loss alone holds the level);
+    - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
+    - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen).
     The exact-target step is always the final one."""
     target = check_target(target)
     opts.validate()
@@ -230,7 +232,10 @@ def distill(
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
     def pin(step: int) -> None:
         """Thresholds set before a step: fixed rates (the ablation), a schedule's rates, or the projection."""
-        held = rates if not learn_t else pinned_rates(step) if pinned_rates is not None else None
+        if not learn_t:
+            held: dict[str, float] | None = rates
+        else:
+            held = pinned_rates(step) if pinned_rates is not None else None
         if held is not None:
             thresholds.pin_rates(params, layers, held)
         elif project:

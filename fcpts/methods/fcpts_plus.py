@@ -75,7 +75,7 @@ class FCPTSPlusOptions(FCPTSOptions):
             raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
         if self.ramp > 0 and self.start != "magnitude":
             raise ValueError(
-                f"a ramp starts from the dense weights: use start='magnitude' with ramp, not {self.start!r}"
+                f"a ramp starts from the dense weights: use start='magnitude', or ramp=0 with start={self.start!r}"
             )
 
 
