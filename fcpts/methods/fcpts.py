@@ -231,7 +231,7 @@ def distill(
 
     # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
     def pin(step: int) -> None:
-        """Thresholds set before a step: fixed rates (the ablation), a schedule's rates, or the projection."""
+        """Thresholds set before a step: fixed rates (ablation), a schedule's rates, the projection, or none."""
         if not learn_t:
             held: dict[str, float] | None = rates
         else:
@@ -253,7 +253,7 @@ def distill(
         checkpoint,
         device,
         desc=f"fcpts {target:.2f}",
-        before_step=pin if not learn_t or pinned_rates is not None or project else None,
+        before_step=pin,
         transform=transform,
         channels_last=opts.channels_last,
     )

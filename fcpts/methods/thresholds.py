@@ -62,7 +62,12 @@ def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
         return mags.new_tensor(MIN_SCORE)
     lower = torch.kthvalue(mags, k).values
     upper = torch.kthvalue(mags, k + 1).values if k < mags.numel() else lower * 2 + 1e-12
-    t = (0.5 * (lower + upper)).clamp(1e-13, 1 - 1e-7)
+    return score_of(0.5 * (lower + upper))
+
+
+def score_of(threshold: torch.Tensor) -> torch.Tensor:
+    """The score whose sigmoid is `threshold`, kept inside sigmoid's open range and above MIN_SCORE."""
+    t = threshold.clamp(1e-13, 1 - 1e-7)
     return (torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE)
 
 
@@ -104,8 +109,7 @@ def project_to_sparsity(params: dict[str, ThresholdSparsity], layers: dict[str, 
     else:
         factor = 0.5 * (torch.kthvalue(ratios, k).values + torch.kthvalue(ratios, k + 1).values)
     for n in names:
-        t = (params[n].threshold().double() * factor).clamp(1e-13, 1 - 1e-7)
-        params[n].score.copy_((torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE))
+        params[n].score.copy_(score_of(params[n].threshold().double() * factor))
 
 
 def original_weight(module: nn.Module) -> torch.Tensor:
