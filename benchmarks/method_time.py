@@ -1,0 +1,129 @@
+"""Benchmark: wall time of whole runs of a method over FCPTS's, same model, images, budget and device.
+
+Table 6 compares the wall times of records, which on a shared machine ran under different loads. Here the
+runs alternate in one process (FCPTS, then each other method, for several rounds), so a drift of the
+machine's load hits all alike; the ratio printed is the median over rounds of each method's run over the
+FCPTS run just before it. Each run also logs every step (`log_every=1`), so the per-step medians show where
+a difference comes from: fcpts-plus's ramp steps (each layer's magnitude mask recomputed at its rate for the
+step's level) against its later steps, which are FCPTS's.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.method_time --device cpu --out results/benchmarks/method_time_cpu.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+from torch.utils.data import Dataset
+
+from fcpts.core.io import write_text_atomic
+from fcpts.core.options import resolve_device
+from fcpts.methods import get_method
+from tasks.cifar.models import cifar_resnet
+from tasks.grid.records import command_line, device_description, git_commit
+
+BASELINE = "fcpts"
+
+
+class Images(Dataset):
+    """Calibration images held in one tensor (timing does not depend on their content)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.x[i]
+
+
+def timed_run(method: str, model, images: Dataset, target: float, **options) -> tuple[float, list[float]]:
+    """(wall seconds of the whole call, each step's seconds) of one run of `method`."""
+    t = time.perf_counter()
+    _, report = get_method(method)(copy.deepcopy(model), images, target, progress=False, log_every=1, **options)
+    return time.perf_counter() - t, [row["step_s"] for row in report.history]
+
+
+def ramp_steps(method: str, iterations: int) -> int:
+    """Steps of the method's ramp with its default options (0 for a method without one)."""
+    ramp = getattr(get_method(method).options(), "ramp", 0.0)
+    return round(ramp * iterations)
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    device = resolve_device(args.device)
+    torch.manual_seed(0)
+    model = cifar_resnet(args.model).to(device)
+    images = Images(torch.randn(args.images, 3, 32, 32))
+    budget = {"iterations": args.iterations, "batch_size": args.batch_size, "device": str(device)}
+    methods = [BASELINE, *[m for m in args.methods if m != BASELINE]]
+    walls: dict[str, list[float]] = {m: [] for m in methods}
+    steps: dict[str, list[list[float]]] = {m: [] for m in methods}
+    for method in methods:  # untimed: the first run of a process pays one-off costs (allocator, kernels' setup)
+        timed_run(method, model, images, args.target, **{**budget, "iterations": 2})
+    for _ in range(args.rounds):
+        for method in methods:
+            wall, step_s = timed_run(method, model, images, args.target, **budget)
+            walls[method].append(wall)
+            steps[method].append(step_s)
+    lines = [
+        f"model {args.model}, {args.images} images, batch {args.batch_size}, {args.iterations} iterations, target "
+        f"{args.target:.0%}, {device_description(device)}, {args.rounds} rounds of one run per method in turn "
+        f"(ratio: median over rounds of the run over the {BASELINE} run before it)",
+    ]
+    for method in methods:
+        ratio = statistics.median(w / b for w, b in zip(walls[method], walls[BASELINE]))
+        ramp = ramp_steps(method, args.iterations)
+        per_step = [s for run_steps in steps[method] for s in run_steps[ramp:]]
+        line = (
+            f"{method:12s}: run {statistics.median(walls[method]):8.1f} s, ratio to {BASELINE} {ratio:.2f}; "
+            f"step {statistics.median(per_step) * 1000:8.1f} ms"
+        )
+        if ramp:
+            ramp_s = [s for run_steps in steps[method] for s in run_steps[:ramp]]
+            line += f" after its ramp, {statistics.median(ramp_s) * 1000:8.1f} ms in its ramp ({ramp} steps)"
+        lines.append(line)
+    return lines
+
+
+def provenance() -> list[str]:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return [
+        f"command: {command_line()}",
+        f"commit {git_commit()}, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
+        f"{torch.get_num_threads()} torch threads, load average at the end {load}",
+        f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+    ]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help=f"methods to time against {BASELINE}")
+    p.add_argument("--model", default="resnet32")
+    p.add_argument("--images", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--iterations", type=int, default=40)
+    p.add_argument("--target", type=float, default=0.9)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", help="also write the output (with its provenance) to this file")
+    args = p.parse_args(argv)
+    for method in args.methods:
+        get_method(method)  # an unknown name fails here, before any run
+    git_commit()  # pin the commit of the code that runs
+    lines = run(args)
+    lines += provenance()
+    print("\n".join(lines))
+    if args.out:
+        write_text_atomic(args.out, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""The method-time benchmark: whole runs of each method alternate with FCPTS runs; ratios and per-step times
+(ramp steps apart) are printed and written with provenance."""
+
+import re
+
+import pytest
+
+from benchmarks import method_time
+
+
+def test_alternates_runs_and_splits_the_ramp_steps(tmp_path, capsys):
+    out = tmp_path / "method_time.txt"
+    method_time.main(["--model", "resnet20", "--images", "8", "--batch-size", "4", "--iterations", "4",
+                      "--rounds", "2", "--device", "cpu", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert out.read_text() == printed
+    rows = dict(re.findall(r"^(\S+)\s*: run .* ratio to fcpts (\d+\.\d+);", printed, re.M))
+    assert set(rows) == {"fcpts", "fcpts-plus"}
+    assert float(rows["fcpts"]) == 1.0 and float(rows["fcpts-plus"]) > 0
+    assert re.search(r"^fcpts-plus .* in its ramp \(2 steps\)$", printed, re.M)  # ramp 0.5 of 4 iterations
+    assert "command: " in printed and "commit " in printed
+
+
+def test_an_unknown_method_fails_before_any_run(capsys):
+    with pytest.raises(ValueError, match="fcpts-pluss"):
+        method_time.main(["--methods", "fcpts-pluss", "--device", "cpu"])
+    assert capsys.readouterr().out == ""
