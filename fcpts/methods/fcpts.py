@@ -241,7 +241,7 @@ def distill(
         elif project:
             thresholds.project_to_sparsity(params, layers, target)
 
-    checkpoint = run_checkpoint(opts, identity, f"fcpts {target:.2%}")
+    checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
     loop = train_loop(
         model,
         teacher,
@@ -252,7 +252,7 @@ def distill(
         loss_fn,
         checkpoint,
         device,
-        desc=f"fcpts {target:.2f}",
+        desc=f"{method} {target:.2f}",
         before_step=pin,
         transform=transform,
         channels_last=opts.channels_last,
