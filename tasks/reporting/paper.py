@@ -1,6 +1,7 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
-    python -m tasks.reporting tables     # writes results/tables/table1_cifar.{md,csv,tex}, table6_time.md, table2/3/5
+    python -m tasks.reporting tables     # writes results/tables/: table1_cifar.{md,csv,tex}, drops_vs_paper.md,
+                                         # table6_time.md, table2/3/4/5
     python -m tasks.reporting manifest   # registers the present records and their numbers (regression test)
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
@@ -24,6 +25,7 @@ from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, paper_profile
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
+from tasks.reporting.drops import drops_table
 from tasks.reporting.legend import (
     extra_label,
     extras_legend,
@@ -380,6 +382,9 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
     )
     write_text_atomic(written[2], "\n".join(tex))
     write_text_atomic(written[3], table6(records, reference))
+    drops = out_dir / "drops_vs_paper.md"
+    write_text_atomic(drops, drops_table(rows, reference))
+    written.append(drops)
     for name, make in (
         ("table2_imagenet_cnn.md", table2),
         ("table3_imagenet_vit.md", table3),

@@ -38,38 +38,49 @@ def _table_rows(text: str, first_cell: str) -> list[list[str]]:
     return rows
 
 
-README_ROWS = {  # README results table: row label -> (dense record, FCPTS, POT L2Norm, POT ERK)
-    "CIFAR-10 ResNet-32": [
-        f"cifar/cifar10/resnet32/{m}-sp90-paper-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
-    ],
+README_METHODS = ("fcpts", "fcpts", "fcpts-plus", "pot-l2norm", "pot-erk")  # the dense column reads FCPTS's record
+README_ROWS = {  # README results table: row label -> records of (dense, FCPTS, FCPTS+, POT L2Norm, POT ERK)
+    "CIFAR-10 ResNet-32": [f"cifar/cifar10/resnet32/{m}-sp90-paper-cpu-seed0.json" for m in README_METHODS],
     "CIFAR-10 ResNet-56": [
         "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
         "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
+        "cifar/cifar10/resnet56/fcpts-plus-sp90-paper-cpu-seed0.json",
         "cifar/cifar10/resnet56/pot-l2norm-sp90-paper-cpu-seed0.json",
         "cifar/cifar10/resnet56/pot-erk-sp90-paper-cpu-seed0.json",
     ],
-    "CIFAR-100 ResNet-56": [
-        f"cifar/cifar100/resnet56/{m}-sp90-paper-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
-    ],
+    "CIFAR-100 ResNet-56": [f"cifar/cifar100/resnet56/{m}-sp90-paper-cpu-seed0.json" for m in README_METHODS],
     "EfficientNet-Lite0 stand-in, 70%": [
-        f"imagenet/imagenet-val1300/efficientnet_lite0/{m}-sp70-cpu-seed0.json"
-        for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
+        f"imagenet/imagenet-val1300/efficientnet_lite0/{m}-sp70-cpu-seed0.json" for m in README_METHODS
     ],
     "Detection substitute": [
-        f"voc/voc-cifar10/mb2-ssd-lite-160/{m}-sp90-cpu-seed0.json" for m in ("fcpts", "fcpts", "pot-l2norm", "pot-erk")
-    ],
+        f"voc/voc-cifar10/mb2-ssd-lite-160/{m}-sp90-cpu-seed0.json" if m != "fcpts-plus" else None
+        for m in README_METHODS
+    ],  # FCPTS+ runs on classifiers only
 }
 
 
 @pytest.mark.parametrize("label", sorted(README_ROWS))
 def test_readme_results_table_is_the_records(label):
+    """Each number is its record's; `—` stands where the method does not run the task or has no record yet."""
     rows = _table_rows(README.read_text(), label)
     assert len(rows) == 1, label
-    dense_rec, *sparse = (_record(p) for p in README_ROWS[label])
+    dense_path, *sparse_paths = README_ROWS[label]
+    dense_rec = _record(dense_path)
     metric = "top1" if "top1" in dense_rec["metrics"] else "map50"
     dense_fmt = ".2f" if metric == "top1" else ".1f"
-    expected = [format(dense_rec["dense_metrics"][metric], dense_fmt)] + [f"{r['metrics'][metric]:.2f}" for r in sparse]
-    assert rows[0][1:5] == expected, (label, rows[0][1:5], expected)
+    expected = [format(dense_rec["dense_metrics"][metric], dense_fmt)]
+    for path in sparse_paths:
+        expected.append(f"{_record(path)['metrics'][metric]:.2f}" if path and (RUNS / path).exists() else "—")
+    assert rows[0][1:6] == expected, (label, rows[0][1:6], expected)
+
+
+def test_readme_drops_table_is_the_generated_one():
+    """The README's drop-from-dense comparison with the paper is results/tables/drops_vs_paper.md's table."""
+    generated = (RESULTS_DIR / "tables" / "drops_vs_paper.md").read_text().splitlines()
+    table = [line for line in generated if line.startswith("|")]
+    assert len(table) == 10
+    text = README.read_text()
+    assert "\n".join(table) in text
 
 
 def test_readme_make_run_sentence_is_the_record():
