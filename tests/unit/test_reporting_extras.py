@@ -112,3 +112,19 @@ def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
     assert legend == [label("fcpts"), OBS_ROW, "dense"]
     figures.figure1(records[:2], tmp_path / "f1.png")
     assert [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [label("fcpts"), "dense"]
+
+
+def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extras(reference):
+    benchmark = "\n".join(
+        [
+            "model resnet32, 256 images, ... (ratio: median over rounds of the run over the fcpts run before it)",
+            "fcpts       : run     42.6 s, ratio to fcpts 1.00; step    977.5 ms",
+            "fcpts-plus  : run     44.0 s, ratio to fcpts 1.03; step    920.7 ms after its ramp",
+            "command: python -m benchmarks.method_time --device cpu",
+            "commit abc",
+        ]
+    )
+    with_extra = table6([*PAPER_CELLS, dict(OBS, profile={"name": "paper"})], reference, benchmark)
+    block = with_extra.split("```")[1].strip().splitlines()
+    assert block == benchmark.splitlines()[:3]  # header and ratios; provenance stays in the file
+    assert "```" not in table6(PAPER_CELLS, reference, benchmark)
