@@ -55,6 +55,7 @@ VARIANTS = {
     "plus-ramp-short": {**PLUS_OFF, "ramp": 0.25},
     "plus-ramp-long": {**PLUS_OFF, "ramp": 0.75},
     "plus-ramp-from-quarter": {**PLUS_OFF, "ramp": 0.5, "ramp_start": 0.25},
+    "plus-ramp-lr0.02": {**PLUS_OFF, "ramp": 0.5, "lr": 0.02},  # weights adapt to a moving mask: a larger step?
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},
     "plus-dynamic": {**PLUS_OFF, "dense_gradient": True, "projection": True},
