@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import time
-from datetime import datetime, timezone
 
 import torch
 from torch.utils.data import Dataset
 
-from fcpts.core.io import write_text_atomic
+from benchmarks.report import emit
 from fcpts.core.options import resolve_device
 from fcpts.methods import get_method
 from tasks.cifar.models import cifar_resnet
-from tasks.grid.records import command_line, device_description, git_commit
+from tasks.grid.records import device_description, git_commit
 
 BASELINE = "fcpts"
 
@@ -93,16 +91,6 @@ def run(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def provenance() -> list[str]:
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    return [
-        f"command: {command_line()}",
-        f"commit {git_commit()}, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
-        f"{torch.get_num_threads()} torch threads, load average at the end {load}",
-        f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-    ]
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help=f"methods to time against {BASELINE}")
@@ -118,11 +106,7 @@ def main(argv=None) -> None:
     for method in args.methods:
         get_method(method)  # an unknown name fails here, before any run
     git_commit()  # pin the commit of the code that runs
-    lines = run(args)
-    lines += provenance()
-    print("\n".join(lines))
-    if args.out:
-        write_text_atomic(args.out, "\n".join(lines) + "\n")
+    emit(run(args), args.out)
 
 
 if __name__ == "__main__":

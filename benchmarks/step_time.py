@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import time
-from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 import fcpts
-from fcpts.core.io import write_text_atomic
+from benchmarks.report import emit
 from fcpts.core.options import resolve_device
 from tasks.cifar.models import cifar_resnet
-from tasks.grid.records import command_line, device_description, git_commit
+from tasks.grid.records import device_description, git_commit
 
 WARMUP = 3
 
@@ -128,16 +126,6 @@ def run(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def provenance() -> list[str]:
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    return [
-        f"command: {command_line()}",
-        f"commit {git_commit()}, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
-        f"{torch.get_num_threads()} torch threads, load average at the end {load}",
-        f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-    ]
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="resnet56")
@@ -152,11 +140,7 @@ def main(argv=None) -> None:
     git_commit()  # pin the commit of the code that runs
     if args.threads:
         torch.set_num_threads(args.threads)
-    lines = run(args)
-    lines += provenance()
-    print("\n".join(lines))
-    if args.out:
-        write_text_atomic(args.out, "\n".join(lines) + "\n")
+    emit(run(args), args.out)
 
 
 if __name__ == "__main__":

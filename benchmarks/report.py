@@ -1,0 +1,30 @@
+"""A text benchmark's output: its measured lines, then its provenance, printed and optionally written."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import torch
+
+from fcpts.core.io import write_text_atomic
+from tasks.grid.records import command_line, git_commit
+
+
+def provenance() -> list[str]:
+    """Command, commit, torch and threads, the load the measurement ran under, and when."""
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    return [
+        f"command: {command_line()}",
+        f"commit {git_commit()}, torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')}, "
+        f"{torch.get_num_threads()} torch threads, load average at the end {load}",
+        f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+    ]
+
+
+def emit(lines: list[str], out: str | None) -> None:
+    """Print the lines with their provenance; write the same text to `out` (atomically) if given."""
+    text = "\n".join([*lines, *provenance()])
+    print(text)
+    if out:
+        write_text_atomic(out, text + "\n")
