@@ -88,7 +88,7 @@ voc-substitute: setup
 	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
 
 # The same substitute set with mmdet's SSDLite-MobileNetV2 (its config adapted: 10 classes, 160 px), trained dense
-# with mmengine's Runner (20 epochs of 125 iterations, resumable per epoch), then POT (L2Norm, ERK) and FCPTS at
+# with mmengine's Runner (14 epochs of 125 iterations, resumable per epoch), then POT (L2Norm, ERK) and FCPTS at
 # 50% and 90%. Needs the [mmdet] extra (make setup installs it with the mmcv wheel in ../shared/wheels/).
 MMDET_SSDLITE := tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
 voc-substitute-mmdet: setup
