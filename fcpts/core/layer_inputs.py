@@ -1,0 +1,141 @@
+"""A layer's inputs over the calibration batches, layer after layer in forward order, without a forward
+from the image for every layer.
+
+Layer-wise methods (OBS) need each layer's inputs from a model whose earlier layers were just changed, so
+a plain implementation runs the model from the image up to every layer: on a 224 px EfficientNet that is
+most of the run's time. Most models are chains of nn.Sequential units (ResNet stages, timm's `blocks`), and
+inside a chain a unit's output is the next unit's input. So the inputs of the unit holding the current
+layer are kept for every batch, the layer's input is taken by running that unit alone, and moving on to a
+later unit of the chain runs the units in between once, with their weights as they are by then. A layer
+in no chain (a stem, a head) is reached by a forward from the image. The result is the same computation
+as the forward from the image, in the same order on the same batches (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+
+class _Stop(Exception):
+    pass
+
+
+def sequential_units(model: nn.Module) -> dict[str, tuple[str, int]]:
+    """{unit name: (chain name, position)} for the children of every outermost nn.Sequential of the model,
+    nested Sequentials flattened into their parent's chain (their last unit feeds the next unit)."""
+    units: dict[str, tuple[str, int]] = {}
+
+    def flatten(name: str, seq: nn.Module) -> list[str]:
+        out: list[str] = []
+        for child_name, child in seq.named_children():
+            full = f"{name}.{child_name}" if name else child_name
+            out += flatten(full, child) if isinstance(child, nn.Sequential) else [full]
+        return out
+
+    def walk(name: str, module: nn.Module) -> None:
+        if isinstance(module, nn.Sequential):
+            for pos, unit in enumerate(flatten(name, module)):
+                units[unit] = (name, pos)
+            return
+        for child_name, child in module.named_children():
+            walk(f"{name}.{child_name}" if name else child_name, child)
+
+    walk("", model)
+    return units
+
+
+def unit_of(layer: str, units: dict[str, tuple[str, int]]) -> str | None:
+    """The chain unit holding `layer` (the layer itself where it is a unit), or None."""
+    parts = layer.split(".")
+    for i in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:i])
+        if candidate in units:
+            return candidate
+    return None
+
+
+def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
+    """The input the submodule `name` of `net` receives when `net` runs on x; the forward stops there."""
+    captured = []
+
+    def hook(_module, args):
+        captured.append(args[0])
+        raise _Stop
+
+    handle = net.get_submodule(name).register_forward_pre_hook(hook)
+    try:
+        net(x)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    if not captured:
+        raise RuntimeError(f"a forward of {type(net).__name__} never reaches {name!r}")
+    return captured[0]
+
+
+def _fresh(x):
+    """A copy a unit may change in place (an inplace ReLU first) without touching the kept inputs."""
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+class LayerInputs:
+    """Calling it with a layer's name yields, batch by batch, that layer's input in each of `nets`
+    (networks of the same structure: the model being pruned and, for dense targets, its dense copy).
+    Layers must be asked for in forward order; `reuse=False` runs every forward from the image."""
+
+    def __init__(self, nets: list[nn.Module], batch: Callable[[int], torch.Tensor], n_batches: int, reuse=True):
+        self.nets, self.batch, self.n_batches = nets, batch, n_batches
+        self.units = sequential_units(nets[0]) if reuse else {}
+        self.unit: str | None = None
+        self.kept: list[list] = []  # [batch][net]: the inputs of self.unit
+        self.broken: set[str] = set()  # chains whose units do not feed each other directly
+
+    @torch.no_grad()
+    def __call__(self, layer: str) -> Iterator[list[torch.Tensor]]:
+        unit = unit_of(layer, self.units)
+        if unit is None:
+            self.unit, self.kept = None, []
+            for b in range(self.n_batches):
+                x = self.batch(b)
+                yield [input_of(net, layer, x) for net in self.nets]
+            return
+        self._move_to(unit)
+        for kept in self.kept:
+            if layer == unit:
+                yield [_fresh(x) for x in kept]
+            else:
+                inside = layer[len(unit) + 1 :]
+                yield [input_of(net.get_submodule(unit), inside, _fresh(x)) for net, x in zip(self.nets, kept)]
+
+    def _move_to(self, unit: str) -> None:
+        chain, pos = self.units[unit]
+        here = self.units.get(self.unit) if self.unit is not None else None
+        if here is not None and here[0] == chain and here[1] <= pos and chain not in self.broken:
+            between = [u for u, (c, p) in self.units.items() if c == chain and here[1] <= p < pos]
+            for kept in self.kept:
+                for i, net in enumerate(self.nets):
+                    for u in between:
+                        kept[i] = net.get_submodule(u)(kept[i])
+            if self._chains_as_assumed(unit):
+                self.unit = unit
+                return
+            self.broken.add(chain)  # the model's forward does more between the units: from the image
+        self.kept = []
+        for b in range(self.n_batches):
+            x = self.batch(b)
+            self.kept.append([input_of(net, unit, x) for net in self.nets])
+        self.unit = unit
+
+    def _chains_as_assumed(self, unit: str) -> bool:
+        """Whether the first batch's input of `unit`, reached through the units before it, is the one a
+        forward from the image gives (it is not where a model's forward changes the values between two
+        units of a Sequential it calls piece by piece)."""
+        reached = self.kept[0][0]
+        direct = input_of(self.nets[0], unit, self.batch(0))
+        if not isinstance(reached, torch.Tensor) or not isinstance(direct, torch.Tensor):
+            return False
+        return reached.shape == direct.shape and torch.allclose(reached, direct, rtol=1e-4, atol=1e-5)
