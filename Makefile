@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 # The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
@@ -88,15 +88,27 @@ voc-substitute: setup
 	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
 
 # The same substitute set with mmdet's SSDLite-MobileNetV2 (its config adapted: 10 classes, 160 px), trained dense
-# with mmengine's Runner (14 epochs of 125 iterations, resumable per epoch), then POT (L2Norm, ERK) and FCPTS at
-# 50% and 90%. Needs the [mmdet] extra (make setup installs it with the mmcv wheel in ../shared/wheels/).
+# with mmengine's Runner (14 epochs of 125 iterations, resumable per epoch; skipped when its weights are committed),
+# then POT (L2Norm, ERK) and FCPTS at 50% and 90%. Needs the [mmdet] extra (make setup installs it with the mmcv
+# wheel in ../shared/wheels/). `make run-mmdet`: one FCPTS cell of that detector from its committed weights (minutes),
+# its record in results/local/ (not tracked).
 MMDET_SSDLITE := tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
-voc-substitute-mmdet: setup
+MMDET_WEIGHTS := results/weights/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160.pth
+VOC_SUB_SET := $(VOC_SUB)/VOCdevkit/VOC2007/substitute.json
+$(VOC_SUB_SET): | setup
 	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
+
+$(MMDET_WEIGHTS): | setup $(VOC_SUB_SET)
 	OMP_NUM_THREADS=1 $(PY) -m tasks.detection.mmdet.train --data-root $(VOC_SUB) --config $(MMDET_SSDLITE)
+
+voc-substitute-mmdet: setup $(VOC_SUB_SET) $(MMDET_WEIGHTS)
 	$(PY) -m tasks.voc --framework mmdet --data-root $(VOC_SUB) --config $(MMDET_SSDLITE) --all-methods \
-	  --sparsity 0.5 0.9 --profile cpu
+	  --sparsity 0.5 0.9 --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.reporting manifest
+
+run-mmdet: setup $(VOC_SUB_SET) $(MMDET_WEIGHTS)
+	$(PY) -m tasks.voc --framework mmdet --data-root $(VOC_SUB) --config $(MMDET_SSDLITE) --methods fcpts \
+	  --sparsity 0.9 --profile cpu --results-dir results/local/runs $(FORCE)
 
 # Table 4 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
 # $(VOC_ROOT)/weights/voc/ (mobilenet-v1-ssd-mp-0_675.pth, mb2-ssd-lite-mp-0_686.pth). VOC_PROFILE=paper: GPU protocol.
