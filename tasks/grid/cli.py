@@ -24,6 +24,7 @@ from tasks.grid import launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
+from tasks.grid.records import git_commit
 from tasks.grid.runner import Grid, Where, run_grid
 
 # Methods beyond the paper that `--all-methods` adds to the paper's set on the classification tasks (CIFAR,
@@ -140,8 +141,10 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
 
 
 def run_main(main: Callable[[], int]) -> int:
-    """Log to stderr, and turn the errors a user can fix into one line and exit status 2."""
+    """Log to stderr, and turn the errors a user can fix into one line and exit status 2. The commit is read
+    first, so a record written hours later names the code that ran, not what was committed meanwhile."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    git_commit()
     try:
         return main()
     except (DataNotFoundError, ValueError) as e:

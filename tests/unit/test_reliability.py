@@ -155,12 +155,45 @@ def test_checkpoints_are_saved_by_steps_and_resume_is_logged(tmp_path, monkeypat
     assert f"from step 6 ({ckpt})" in caplog.text and "resuming fcpts" in caplog.text
 
 
-def test_the_main_job_writes_where_git_does_not_track():
-    run = re.search(r"^run:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+@pytest.mark.parametrize(
+    "target, record",
+    [
+        ("run", "cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"),
+        ("run-mmdet", "voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/fcpts-sp90-cpu-seed0.json"),
+    ],
+)
+def test_the_main_jobs_write_where_git_does_not_track(target, record):
+    run = re.search(rf"^{target}:.*?\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
     results_dir = re.search(r"--results-dir (\S+)", run).group(1)
-    record = f"{results_dir}/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"
+    record = f"{results_dir}/{record}"
     ignored = subprocess.run(["git", "check-ignore", "-q", record], cwd=ROOT)
-    assert ignored.returncode == 0, f"make run would write {record}, which git tracks"
+    assert ignored.returncode == 0, f"make {target} would write {record}, which git tracks"
+
+
+def test_a_command_names_the_commit_it_started_from(monkeypatch):
+    """A record written at the end of an hour-long command names the code that ran, not a commit made meanwhile."""
+    from tasks.grid import cli, records
+
+    head = {"hash": "start"}
+
+    def fake_git(args, **_):
+        out = head["hash"] if args[1] == "rev-parse" else ""
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    records.git_commit.cache_clear()
+    monkeypatch.setattr(records.subprocess, "run", fake_git)
+    seen = []
+
+    def command() -> int:
+        head["hash"] = "committed-while-running"
+        seen.append(records.git_commit())
+        return 0
+
+    try:
+        assert cli.run_main(command) == 0
+    finally:
+        records.git_commit.cache_clear()
+    assert seen == ["start"]
 
 
 def test_a_benchmark_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
