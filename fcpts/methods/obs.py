@@ -76,6 +76,7 @@ from fcpts.core.report import SparsityReport
 from .registry import Method, register
 
 ALLOCATIONS = ("error", "erk", "uniform", "l2norm", "global-magnitude")
+GRAM_CHUNK_BYTES = 64 * 2**20  # the most unfolded inputs a Hessian update copies at once
 
 
 @dataclass
@@ -129,22 +130,37 @@ class LayerOBS:
         if isinstance(padding, str) or layer.padding_mode != "zeros":  # "same"/"valid", reflect, ...
             mode = "constant" if layer.padding_mode == "zeros" else layer.padding_mode
             x, padding = F.pad(x, layer._reversed_padding_repeated_twice, mode=mode), 0
-        patches = F.unfold(x, layer.kernel_size, layer.dilation, padding, layer.stride)  # (B, C*k*k, L)
+        if layer.kernel_size == (1, 1) and layer.stride == (1, 1) and padding in (0, (0, 0)):
+            patches = x.flatten(2)  # a 1x1 conv's patches are its inputs: no unfold copy
+        else:
+            patches = F.unfold(x, layer.kernel_size, layer.dilation, padding, layer.stride)  # (B, C*k*k, L)
         b, d, n = patches.shape
         g = self.groups
         return patches.view(b, g, d // g, n).permute(1, 2, 0, 3).reshape(g, d // g, b * n)
 
+    def gram(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Sum over images and positions of columns(b) columns(a)^T, per group, in float64. A few images at a
+        time: a depthwise conv's inputs unfolded at 112 px are 9x their size (gigabytes for a batch of 128),
+        and copies that large cost more than the products."""
+        k = 1 if isinstance(self.layer, nn.Linear) else self.layer.kernel_size[0] * self.layer.kernel_size[1]
+        step = max(1, GRAM_CHUNK_BYTES // (4 * k * a[0].numel()))
+        total = torch.zeros_like(self.H)
+        for i in range(0, a.shape[0], step):
+            cols_a = self.columns(a[i : i + step])
+            cols_b = cols_a if b is a else self.columns(b[i : i + step])
+            total += torch.bmm(cols_b, cols_a.transpose(1, 2)).double()
+        return total
+
     @torch.no_grad()
     def add_batch(self, x: torch.Tensor, x_dense: torch.Tensor | None = None) -> None:
         """Add a batch of the layer's inputs; with `x_dense`, the dense model's inputs for the same images."""
-        cols = self.columns(x.detach().float())
+        x = x.detach().float()
         total = self.n_images + x.shape[0]  # a running average over images of their summed X X^T
-        self.H.mul_(self.n_images / total).add_(torch.bmm(cols, cols.transpose(1, 2)).double(), alpha=1 / total)
+        self.H.mul_(self.n_images / total).add_(self.gram(x, x), alpha=1 / total)
         if x_dense is not None:
             if self.C is None:
                 self.C = torch.zeros_like(self.H)
-            dense = self.columns(x_dense.detach().float())
-            self.C.mul_(self.n_images / total).add_(torch.bmm(dense, cols.transpose(1, 2)).double(), alpha=1 / total)
+            self.C.mul_(self.n_images / total).add_(self.gram(x, x_dense.detach().float()), alpha=1 / total)
         self.n_images = total
 
     def weight(self) -> torch.Tensor:

@@ -8,6 +8,7 @@ from torch import nn
 
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method
+from fcpts.methods import obs as obs_module
 from fcpts.methods.obs import ALLOCATIONS, LayerOBS, OBSOptions, hull_allocation, obs
 
 
@@ -97,11 +98,16 @@ def test_adaptive_mask_has_exact_count_and_beats_magnitude():
         dict(in_channels=4, out_channels=6, kernel_size=3, stride=2, dilation=2, padding=2, groups=2),
         dict(in_channels=4, out_channels=8, kernel_size=3, groups=4, padding="same", padding_mode="reflect"),
         dict(in_channels=4, out_channels=4, kernel_size=(1, 3), padding=(0, 1), groups=4),
+        dict(in_channels=4, out_channels=6, kernel_size=1),
+        dict(in_channels=4, out_channels=6, kernel_size=1, groups=2, padding="same"),
     ],
 )
-def test_conv_hessian_gives_the_true_output_error(conv):
+@pytest.mark.parametrize("chunk_bytes", [1, obs_module.GRAM_CHUNK_BYTES])
+def test_conv_hessian_gives_the_true_output_error(conv, chunk_bytes, monkeypatch):
     """tr(dW H dW^T) equals the mean over images of the summed squared output change: patches, groups,
-    stride, dilation and padding modes line up with the weight layout."""
+    stride, dilation and padding modes line up with the weight layout, whether a batch's Hessian is summed
+    image by image or at once."""
+    monkeypatch.setattr(obs_module, "GRAM_CHUNK_BYTES", chunk_bytes)
     torch.manual_seed(0)
     layer = nn.Conv2d(bias=False, **conv).double().requires_grad_(False)
     x = torch.randn(5, 4, 9, 9, dtype=torch.float64)
@@ -113,6 +119,9 @@ def test_conv_hessian_gives_the_true_output_error(conv):
     pruned.weight.data = w_new
     expected = ((pruned(x) - layer(x)) ** 2).sum() / len(x)
     assert o.error(w_new) == pytest.approx(expected.item(), rel=1e-5)
+    with_dense = LayerOBS(layer)
+    with_dense.add_batch(x, 2 * x)  # C = sum of dense columns times pruned ones: here twice H
+    torch.testing.assert_close(with_dense.C, 2 * with_dense.H)
 
 
 def test_dead_inputs_are_pruned_first_and_cost_nothing():
