@@ -58,6 +58,12 @@ README_ROWS = {  # README results table: row label -> records of (dense, FCPTS, 
         f"voc/voc-cifar10/mb2-ssd-lite-160/{m}-sp90-cpu-seed0.json" if m not in ("fcpts-plus", "obs") else None
         for m in README_METHODS
     ],  # FCPTS+ and OBS are not in the detection grid
+    "mmdet SSDLite-MobileNetV2": [
+        f"voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/{m}-sp90-cpu-seed0.json"
+        if m not in ("fcpts-plus", "obs")
+        else None
+        for m in README_METHODS
+    ],
 }
 
 
