@@ -227,3 +227,24 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
     speedup = re.search(r"speed-up of 'this checkout, same-shape layers together'.*: (\d+\.\d+)x", pot)
     assert speedup and f"runs {speedup.group(1)}x faster" in text
+
+
+def _allocation_move(record: dict, start: dict) -> float:
+    """Size-weighted mean |sparsity - ERK start| over the layers (the start: FCPTS's initial_sparsity)."""
+    initial = {r["name"]: r["initial_sparsity"] for r in start["per_layer"]}
+    rows = record["per_layer"]
+    return sum(abs(r["sparsity"] - initial[r["name"]]) * r["numel"] for r in rows) / sum(r["numel"] for r in rows)
+
+
+def test_allocation_move_table_is_the_records():
+    cells = {
+        "CIFAR-10 ResNet-32 90%": ("cifar/cifar10/resnet32", "sp90-paper-cpu"),
+        "Lite0 stand-in 70%": ("imagenet/imagenet-val1300/efficientnet_lite0", "sp70-cpu"),
+    }
+    text = (DOCS / "beyond-the-paper.md").read_text()
+    for label, (folder, cell) in cells.items():
+        fcpts = _record(f"{folder}/fcpts-{cell}-seed0.json")
+        plus = _record(f"{folder}/fcpts-plus-{cell}-seed0.json")
+        rows = _table_rows(text, label)
+        assert len(rows) == 1, label
+        assert rows[0][1:3] == [f"{_allocation_move(fcpts, fcpts):.4f}", f"{_allocation_move(plus, fcpts):.4f}"]
