@@ -237,14 +237,16 @@ def _allocation_move(record: dict, start: dict) -> float:
 
 
 def test_allocation_move_table_is_the_records():
-    cells = {
-        "CIFAR-10 ResNet-32 90%": ("cifar/cifar10/resnet32", "sp90-paper-cpu"),
-        "Lite0 stand-in 70%": ("imagenet/imagenet-val1300/efficientnet_lite0", "sp70-cpu"),
+    lite0 = "imagenet/imagenet-val1300/efficientnet_lite0"
+    cells = {  # row label -> (folder, cell, FCPTS+ profile suffix)
+        "CIFAR-10 ResNet-32 90%": ("cifar/cifar10/resnet32", "sp90-paper-cpu", ""),
+        "Lite0 stand-in 70%": (lite0, "sp70-cpu", ""),
+        "Lite0 70%, FCPTS+ with `ramp=0.25`": (lite0, "sp70-cpu", "-ramp0.25"),
     }
     text = (DOCS / "beyond-the-paper.md").read_text()
-    for label, (folder, cell) in cells.items():
+    for label, (folder, cell, plus_suffix) in cells.items():
         fcpts = _record(f"{folder}/fcpts-{cell}-seed0.json")
-        plus = _record(f"{folder}/fcpts-plus-{cell}-seed0.json")
+        plus = _record(f"{folder}/fcpts-plus-{cell}{plus_suffix}-seed0.json")
         rows = _table_rows(text, label)
         assert len(rows) == 1, label
         assert rows[0][1:3] == [f"{_allocation_move(fcpts, fcpts):.4f}", f"{_allocation_move(plus, fcpts):.4f}"]
