@@ -40,6 +40,16 @@ def _table_rows(text: str, first_cell: str) -> list[list[str]]:
 
 # the dense column reads FCPTS's record
 README_METHODS = ("fcpts", "fcpts", "fcpts-plus", "obs", "pot-l2norm", "pot-erk")
+
+
+def _detection_records(model: str) -> list[str | None]:
+    """A detection row's records at 90% on the substitute set; FCPTS+ and OBS are not in the detection grid."""
+    return [
+        f"voc/voc-cifar10/{model}/{m}-sp90-cpu-seed0.json" if m not in ("fcpts-plus", "obs") else None
+        for m in README_METHODS
+    ]
+
+
 README_ROWS = {  # README results table: row label -> records of (dense, FCPTS, FCPTS+, OBS, POT L2Norm, POT ERK)
     "CIFAR-10 ResNet-32": [f"cifar/cifar10/resnet32/{m}-sp90-paper-cpu-seed0.json" for m in README_METHODS],
     "CIFAR-10 ResNet-56": [
@@ -54,16 +64,8 @@ README_ROWS = {  # README results table: row label -> records of (dense, FCPTS, 
     "EfficientNet-Lite0 stand-in, 70%": [
         f"imagenet/imagenet-val1300/efficientnet_lite0/{m}-sp70-cpu-seed0.json" for m in README_METHODS
     ],
-    "Detection substitute": [
-        f"voc/voc-cifar10/mb2-ssd-lite-160/{m}-sp90-cpu-seed0.json" if m not in ("fcpts-plus", "obs") else None
-        for m in README_METHODS
-    ],  # FCPTS+ and OBS are not in the detection grid
-    "mmdet SSDLite-MobileNetV2": [
-        f"voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/{m}-sp90-cpu-seed0.json"
-        if m not in ("fcpts-plus", "obs")
-        else None
-        for m in README_METHODS
-    ],
+    "Detection substitute": _detection_records("mb2-ssd-lite-160"),
+    "mmdet SSDLite-MobileNetV2": _detection_records("mmdet-ssdlite_mobilenetv2_voc-cifar10-160"),
 }
 
 
