@@ -19,6 +19,10 @@ half the target, every other change off (each alone was below FCPTS on CIFAR-10 
   gradient shape the allocation without drifting. Projection only corrects a level: scaling the thresholds
   of a much lower level degenerates (layers ERK leaves dense stay dense, others empty), which is why a
   ramp does not use it.
+- `erk_power`: the exponent of the ERK allocation the loop starts from and a ramp holds: density_l
+  proportional to (sum(shape) / prod(shape))^erk_power. 1 is ERK (FCPTS); below 1 the rates of small and
+  large layers lie closer together (0: one rate everywhere). ERK spares the small layers (depthwise convs,
+  the stem) so much that the large 1x1 convs carry nearly all the zeros.
 - `ramp`: the fraction of the iterations over which the sparsity rises from `ramp_start` x target to the
   target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), every layer held at its
   ERK rate for the step's level (magnitude masks that move with the weights); from the ramp's end the
@@ -59,6 +63,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
     mix: Literal["none", "mixup", "cutmix"] = "none"
     mix_alpha: float = 1.0
+    erk_power: float = 1.0  # exponent of the starting (and ramp-held) ERK allocation; 1: FCPTS's ERK
     ramp: float = 0.5  # fraction of the iterations over which the sparsity rises (0: FCPTS's target throughout)
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
     projection: bool = False  # thresholds scaled onto the target before every step
@@ -69,10 +74,14 @@ class FCPTSPlusOptions(FCPTSOptions):
         super().validate()
         check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
         check_choice(self, "mix", ("none", "mixup", "cutmix"))
+        if self.erk_power < 0:
+            raise ValueError(f"erk_power must be >= 0 (1: ERK, 0: the same rate in every layer), got {self.erk_power}")
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
         if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
             raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
+        if self.erk_power != 1.0 and self.start != "magnitude":
+            raise ValueError(f"erk_power sets the magnitude start's rates: use start='magnitude', not {self.start!r}")
         if self.ramp > 0 and self.start != "magnitude":
             raise ValueError(
                 f"a ramp starts from the dense weights: use start='magnitude', or ramp=0 with start={self.start!r}"
@@ -127,12 +136,14 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
             model.load_state_dict(dense.state_dict())
         start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
     pinned = None
+    layers = opts.layers(model)
     if opts.ramp > 0:
-        layers = opts.layers(model)
         steps = round(opts.ramp * opts.iterations)
         level = cubic_ramp(target, opts.ramp_start, steps)
-        rates = erk_rates(layers, level(0))
-        pinned = lambda step: erk_rates(layers, level(step)) if step < steps else None  # noqa: E731
+        rates = erk_rates(layers, level(0), opts.erk_power)
+        pinned = lambda step: erk_rates(layers, level(step), opts.erk_power) if step < steps else None  # noqa: E731
+    elif rates is None:
+        rates = erk_rates(layers, target, opts.erk_power)
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
     model, report = distill(
         model,

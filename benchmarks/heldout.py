@@ -1,28 +1,36 @@
-"""Choose the training-loop methods' SGD learning rate for the ImageNet `cpu` profile without the evaluation
-images: FCPTS calibrates on part of train/ and is scored on the train/ images it did not see.
+"""Choose a method's settings for the ImageNet `cpu` profile without the evaluation images: the method calibrates
+on part of train/ and is scored on the train/ images it did not see.
 
 train/ holds one labelled image per class; a seeded `--held-out` of them never enters calibration and is
 the tuning set (top-1 against the labels, and top-1 agreement with the dense model, which varies less on
 few images). All the rest is the calibration set (the task's `cpu` profile asks for 1,000 images and so takes
-all of train/). val/ is not read. Every finished learning rate is one JSON line in `--out` (resume: rates
-already there are skipped), with provenance.
+all of train/). val/ is not read. Every finished variant (method, target, options) is one JSON line in
+`--out` (resume: variants already there are skipped), with provenance.
 
-    python -m benchmarks.lite0_lr --lrs 0.005 0.02 0.04 --out results/ablations/lite0-lr-heldout.jsonl
+    python -m benchmarks.heldout --method fcpts --option lr=0.02 --target 0.7 \
+        --out results/ablations/lite0-heldout.jsonl
+    python -m benchmarks.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 --target 0.5 0.7 \
+        --out results/ablations/lite0-heldout.jsonl
+
+(results/ablations/lite0-lr-heldout.jsonl holds the learning-rate rows of FCPTS, written before the method and
+options became arguments: `lr` at the top level there.)
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import time
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Subset
 
-import fcpts
+from fcpts import get_method
 from fcpts.core.io import append_json_line, read_json_lines
 from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.profiles import parse_option_pairs
 from tasks.grid.records import command_line, device_description, git_commit
 from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import architecture, preprocessing, pretrained
@@ -37,8 +45,9 @@ def predictions(model: torch.nn.Module, dataset) -> torch.Tensor:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="efficientnet_lite0")
-    p.add_argument("--lrs", type=float, nargs="+", default=[0.005, 0.02, 0.04])
-    p.add_argument("--target", type=float, default=0.7)
+    p.add_argument("--method", default="fcpts")
+    p.add_argument("--option", nargs="+", default=[], metavar="KEY=VALUE", help="the method's options, e.g. lr=0.02")
+    p.add_argument("--target", type=float, nargs="+", default=[0.7])
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--held-out", type=int, default=300, help="train/ images kept out of calibration to score on")
@@ -46,6 +55,8 @@ def main(argv=None) -> None:
     p.add_argument("--data-root")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    options = parse_option_pairs(args.option)
+    method = get_method(args.method)  # an unknown method fails here, before any image is read
 
     commit = git_commit()  # pin the commit of the code that is about to run
     folder = imagenet_dir(resolve_data_root(args.data_root))
@@ -64,28 +75,24 @@ def main(argv=None) -> None:
         return model
 
     dense_pred = predictions(fresh(), tuning)
-    done = {r["lr"] for r in read_json_lines(args.out, missing_ok=True)}
-    for lr in args.lrs:
-        if lr in done:
-            print(f"[skip] lr {lr}")
+    done = {
+        (r.get("method"), r["target"], json.dumps(r.get("options"), sort_keys=True))
+        for r in read_json_lines(args.out, missing_ok=True)
+    }
+    for target in args.target:
+        if (args.method, target, json.dumps(options, sort_keys=True)) in done:
+            print(f"[skip] {args.method} {target} {options}")
             continue
         t = time.perf_counter()
-        model, report = fcpts.sparsify(
-            fresh(),
-            calibration,
-            args.target,
-            iterations=args.iterations,
-            batch_size=args.batch_size,
-            lr=lr,
-            seed=args.seed,
-            progress=False,
-        )
+        budget = {"iterations": args.iterations, "batch_size": args.batch_size}
+        model, report = method(fresh(), calibration, target, **budget, seed=args.seed, progress=False, **options)
         wall = time.perf_counter() - t
         pred = predictions(model, tuning)
         row = {
             "model": args.model,
-            "target": args.target,
-            "lr": lr,
+            "method": args.method,
+            "target": target,
+            "options": options,
             "iterations": args.iterations,
             "batch_size": args.batch_size,
             "tuning_top1": round(100.0 * float((pred == labels).float().mean()), 2),
@@ -105,7 +112,8 @@ def main(argv=None) -> None:
         }
         append_json_line(args.out, row)
         print(
-            f"lr {lr}: tuning top-1 {row['tuning_top1']:.2f} (dense {row['dense_tuning_top1']:.2f}), "
+            f"{args.method} {target} {options}: tuning top-1 {row['tuning_top1']:.2f} "
+            f"(dense {row['dense_tuning_top1']:.2f}), "
             f"agreement {row['agreement_with_dense']:.2f}, sparsity {report.achieved_sparsity:.6f}, {wall:.0f}s",
             flush=True,
         )
