@@ -138,6 +138,24 @@ def test_a_ramp_holds_erk_rates_of_each_level_then_lets_the_thresholds_learn(mon
     assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.8, abs=0.01)
 
 
+@pytest.mark.parametrize("power", [0.0, 0.5])
+def test_erk_power_sets_the_starting_rates_and_the_rates_a_ramp_holds(power, monkeypatch):
+    layers = prunable_layers(net())
+    _, report = get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 0}, ramp=0, erk_power=power)
+    start = {r["name"]: r["initial_sparsity"] for r in report.per_layer}
+    assert start == erk_rates(layers, 0.7, power)
+    if power == 0:
+        assert list(start.values()) == pytest.approx([0.7] * len(start))  # one rate everywhere
+    held = []
+    real = thresholds.pin_rates
+    monkeypatch.setattr(
+        thresholds, "pin_rates", lambda p, layers, rates: held.append(dict(rates)) or real(p, layers, rates)
+    )
+    get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 4}, ramp=0.5, erk_power=power)
+    level = cubic_ramp(0.8, 0.5, 2)
+    assert held == [erk_rates(layers, level(step), power) for step in range(2)]
+
+
 def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypatch):
     student, teacher = torch.randn(4, 8, 5, 5), torch.randn(4, 8, 5, 5)
     assert float(loop_module.block_mse(100 * student, 100 * teacher)) == pytest.approx(
@@ -174,5 +192,9 @@ def test_bad_options_are_named():
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
         FCPTSPlusOptions(ramp=1.5).validate()
+    with pytest.raises(ValueError, match="erk_power must be >= 0"):
+        FCPTSPlusOptions(erk_power=-1).validate()
+    with pytest.raises(ValueError, match="erk_power sets the magnitude start"):
+        FCPTSPlusOptions(erk_power=0.5, start="obs", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp starts from the dense"):
         FCPTSPlusOptions(start="obs").validate()  # the default ramp needs the dense start
