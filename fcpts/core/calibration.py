@@ -42,6 +42,10 @@ class Calibration:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return torch.randperm(len(self.data), generator=g)
 
+    def order(self, epoch: int) -> list[int]:
+        """The positions of the images in epoch `epoch`'s shuffle."""
+        return self._perm(epoch).tolist()
+
     def batch(self, step: int) -> torch.Tensor:
         epoch, pos = divmod(step, self.steps_per_epoch)
         idx = self._perm(epoch)[pos * self.batch_size : (pos + 1) * self.batch_size]

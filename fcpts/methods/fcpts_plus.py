@@ -21,8 +21,9 @@ half the target, every other change off (each alone was below FCPTS on CIFAR-10 
   ramp does not use it.
 - `erk_power`: the exponent of the ERK allocation the loop starts from and a ramp holds: density_l
   proportional to (sum(shape) / prod(shape))^erk_power. 1 is ERK (FCPTS); below 1 the rates of small and
-  large layers lie closer together (0: one rate everywhere). ERK spares the small layers (depthwise convs,
-  the stem) so much that the large 1x1 convs carry nearly all the zeros.
+  large layers lie closer together (0: one rate everywhere). "auto": the one of `erk_powers` whose one-shot
+  magnitude pruning, BN statistics re-estimated, loses least against the dense outputs on `probe_images`
+  calibration images (fcpts/core/erk_choice.py); a few forward passes, no labels.
 - `ramp`: the fraction of the iterations over which the sparsity rises from `ramp_start` x target to the
   target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), every layer held at its
   ERK rate for the step's level (magnitude masks that move with the weights); from the ramp's end the
@@ -49,6 +50,8 @@ import torch
 from torch import nn
 
 from fcpts.core.allocation import erk_rates
+from fcpts.core.calibration import Calibration
+from fcpts.core.erk_choice import choose_erk_power
 from fcpts.core.masks import check_target
 from fcpts.core.options import check_choice
 from fcpts.core.report import SparsityReport
@@ -63,7 +66,9 @@ class FCPTSPlusOptions(FCPTSOptions):
     start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
     mix: Literal["none", "mixup", "cutmix"] = "none"
     mix_alpha: float = 1.0
-    erk_power: float = 1.0  # exponent of the starting (and ramp-held) ERK allocation; 1: FCPTS's ERK
+    erk_power: float | Literal["auto"] = 1.0  # exponent of the start's (and a ramp's) ERK rates; 1: FCPTS's ERK
+    erk_powers: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)  # what "auto" chooses from, in order of preference
+    probe_images: int = 256  # calibration images "auto" prunes one-shot and compares on
     ramp: float = 0.5  # fraction of the iterations over which the sparsity rises (0: FCPTS's target throughout)
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
     projection: bool = False  # thresholds scaled onto the target before every step
@@ -74,13 +79,21 @@ class FCPTSPlusOptions(FCPTSOptions):
         super().validate()
         check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
         check_choice(self, "mix", ("none", "mixup", "cutmix"))
-        if self.erk_power < 0:
-            raise ValueError(f"erk_power must be >= 0 (1: ERK, 0: the same rate in every layer), got {self.erk_power}")
+        for power in (self.erk_power, *self.erk_powers):
+            if power != "auto" and (isinstance(power, str) or power < 0):
+                raise ValueError(
+                    f"erk_power must be 'auto' or a number >= 0 (1: ERK, 0: one rate in every layer), got {power!r}"
+                )
+        if not self.erk_powers or "auto" in self.erk_powers or self.probe_images < 1:
+            raise ValueError(
+                f"erk_powers must list at least one exponent and probe_images be >= 1, "
+                f"got {self.erk_powers}, {self.probe_images}"
+            )
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
         if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
             raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
-        if self.erk_power != 1.0 and self.start != "magnitude":
+        if self.erk_power not in (1.0, "auto") and self.start != "magnitude":
             raise ValueError(f"erk_power sets the magnitude start's rates: use start='magnitude', not {self.start!r}")
         if self.ramp > 0 and self.start != "magnitude":
             raise ValueError(
@@ -137,13 +150,19 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         start.update(obs_wall_s=round(obs_report.wall_s, 1), obs_options=obs_report.options)
     pinned = None
     layers = opts.layers(model)
+    power, probe = opts.erk_power, None
+    if opts.start == "magnitude" and power == "auto":
+        calib = Calibration(calibration, opts.batch_size, opts.seed)
+        power, probe = choose_erk_power(
+            model, opts.layers, calib, target, opts.erk_powers, opts.probe_images, opts.place(model)
+        )
     if opts.ramp > 0:
         steps = round(opts.ramp * opts.iterations)
         level = cubic_ramp(target, opts.ramp_start, steps)
-        rates = erk_rates(layers, level(0), opts.erk_power)
-        pinned = lambda step: erk_rates(layers, level(step), opts.erk_power) if step < steps else None  # noqa: E731
+        rates = erk_rates(layers, level(0), power)
+        pinned = lambda step: erk_rates(layers, level(step), power) if step < steps else None  # noqa: E731
     elif rates is None:
-        rates = erk_rates(layers, target, opts.erk_power)
+        rates = erk_rates(layers, target, power)
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
     model, report = distill(
         model,
@@ -160,7 +179,10 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         dense_gradient=opts.dense_gradient,
     )
     report.extra["start"] = start
-    report.wall_s += start.get("obs_wall_s", 0.0)  # the loop's time (with any earlier, resumed part) + the start
+    if opts.start == "magnitude":
+        report.extra["erk_power"] = probe if probe is not None else {"chosen": power}
+    # the loop's time (with any earlier, resumed part) + the start's
+    report.wall_s += start.get("obs_wall_s", 0.0) + (probe["wall_s"] if probe else 0.0)
     return model, report
 
 

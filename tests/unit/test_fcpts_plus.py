@@ -156,6 +156,29 @@ def test_erk_power_sets_the_starting_rates_and_the_rates_a_ramp_holds(power, mon
     assert held == [erk_rates(layers, level(step), power) for step in range(2)]
 
 
+def test_auto_erk_power_starts_from_the_exponent_whose_one_shot_pruning_loses_least():
+    from fcpts.core.calibration import Calibration
+    from fcpts.core.erk_choice import one_shot_kl, probe_calibration
+
+    dense = net()
+    before = copy.deepcopy(dense.state_dict())
+    powers = (1.0, 0.5, 0.0)
+    auto = {"erk_power": "auto", "erk_powers": powers, "probe_images": 16}
+    _, report = get_method("fcpts-plus")(dense, images(), 0.7, **{**BUDGET, "iterations": 0}, ramp=0, **auto)
+    probe = report.extra["erk_power"]
+    calib = probe_calibration(Calibration(images(), BUDGET["batch_size"], 0), 16)
+    losses = one_shot_kl(net(), prunable_layers, calib, 0.7, powers, torch.device("cpu"))
+    assert probe["one_shot_kl"] == {str(p): pytest.approx(v, rel=1e-5) for p, v in losses.items()}
+    assert len(set(losses.values())) == 3  # the exponents prune differently, so the choice means something
+    assert probe["chosen"] == min(powers, key=losses.get) and probe["images"] == 16
+    start = {r["name"]: r["initial_sparsity"] for r in report.per_layer}
+    assert start == erk_rates(prunable_layers(net()), 0.7, probe["chosen"])
+    probed = net()
+    one_shot_kl(probed, prunable_layers, calib, 0.7, powers, torch.device("cpu"))
+    for (name, p), q in zip(before.items(), probed.state_dict().values()):
+        assert torch.equal(p, q), name  # the probe prunes copies; the model (BN statistics too) is untouched
+
+
 def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypatch):
     student, teacher = torch.randn(4, 8, 5, 5), torch.randn(4, 8, 5, 5)
     assert float(loop_module.block_mse(100 * student, 100 * teacher)) == pytest.approx(
@@ -192,8 +215,12 @@ def test_bad_options_are_named():
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
         FCPTSPlusOptions(ramp=1.5).validate()
-    with pytest.raises(ValueError, match="erk_power must be >= 0"):
+    with pytest.raises(ValueError, match="erk_power must be 'auto' or a number >= 0"):
         FCPTSPlusOptions(erk_power=-1).validate()
+    with pytest.raises(ValueError, match="erk_power must be 'auto' or a number >= 0"):
+        FCPTSPlusOptions(erk_power="soft").validate()
+    with pytest.raises(ValueError, match="erk_powers must list at least one"):
+        FCPTSPlusOptions(erk_power="auto", erk_powers=()).validate()
     with pytest.raises(ValueError, match="erk_power sets the magnitude start"):
         FCPTSPlusOptions(erk_power=0.5, start="obs", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp starts from the dense"):
