@@ -3,7 +3,9 @@ calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, t
 
 Each change is an option; the defaults are what the ablation (`benchmarks/ablation.py`, records in
 results/ablations/, docs/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
-half the target, every other change off (each alone was below FCPTS on CIFAR-10 ResNet-32 at 90%):
+half the target, every other change off (each alone was below FCPTS on CIFAR-10 ResNet-32 at 90%). A short
+budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it without the ramp and with
+`erk_power=0.5`, chosen on held-out train images (benchmarks/heldout.py).
 - `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense
   weights, each layer's starting rate from a one-shot second-order pruning, `obs`); "obs" (obs's pruned and
   updated weights and its rates: the loop fine-tunes a second-order solution).
