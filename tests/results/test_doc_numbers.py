@@ -242,8 +242,8 @@ def test_allocation_move_table_is_the_records():
     lite0 = "imagenet/imagenet-val1300/efficientnet_lite0"
     cells = {  # row label -> (folder, cell, FCPTS+ profile suffix)
         "CIFAR-10 ResNet-32 90%": ("cifar/cifar10/resnet32", "sp90-paper-cpu", ""),
-        "Lite0 stand-in 70%": (lite0, "sp70-cpu", ""),
         "Lite0 70%, FCPTS+ with `ramp=0.25`": (lite0, "sp70-cpu", "-ramp0.25"),
+        "Lite0 70%, FCPTS+ without ramp": (lite0, "sp70-cpu", ""),
     }
     text = (DOCS / "beyond-the-paper.md").read_text()
     for label, (folder, cell, plus_suffix) in cells.items():
@@ -252,3 +252,28 @@ def test_allocation_move_table_is_the_records():
         rows = _table_rows(text, label)
         assert len(rows) == 1, label
         assert rows[0][1:3] == [f"{_allocation_move(fcpts, fcpts):.4f}", f"{_allocation_move(plus, fcpts):.4f}"]
+
+
+def test_lite0_heldout_table_is_its_rows():
+    """Each row of the held-out Lite0 table in docs/beyond-the-paper.md: its method, options and target's line of
+    results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier lite0-lr-heldout.jsonl)."""
+    ablations = RESULTS_DIR / "ablations"
+    rows = [json.loads(line) for line in (ablations / "lite0-heldout.jsonl").read_text().splitlines()]
+    lr_rows = [json.loads(line) for line in (ablations / "lite0-lr-heldout.jsonl").read_text().splitlines()]
+    plus = {"ramp kept": {"lr": 0.02, "erk_power": 0.5}, "no ramp": {"lr": 0.02, "ramp": 0, "erk_power": 0.5}}
+    expected = {  # row label -> (sparsity, top-1, agreement)
+        "FCPTS, lr 0.02, 70%": next(r for r in lr_rows if r["lr"] == 0.02 and r["target"] == 0.7),
+        **{
+            f"FCPTS+, {name}, ERK exponent 0.5, {t:.0%}": next(
+                r for r in rows if r["options"] == options and r["target"] == t and r["method"] == "fcpts-plus"
+            )
+            for name, options in plus.items()
+            for t in (0.5, 0.7)
+            if any(r["options"] == options and r["target"] == t for r in rows)
+        },
+    }
+    text = (DOCS / "beyond-the-paper.md").read_text()
+    for label, row in expected.items():
+        cells = _table_rows(text, label)
+        assert len(cells) == 1, label
+        assert cells[0][1:] == [f"{row['tuning_top1']:.2f}", f"{row['agreement_with_dense']:.2f}"], label
