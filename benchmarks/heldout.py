@@ -99,6 +99,7 @@ def main(argv=None) -> None:
             "agreement_with_dense": round(100.0 * float((pred == dense_pred).float().mean()), 2),
             "dense_tuning_top1": round(100.0 * float((dense_pred == labels).float().mean()), 2),
             "achieved_sparsity": report.achieved_sparsity,
+            "method_extra": report.extra,  # e.g. the exponent erk_power="auto" chose
             "n_calibration": len(calib_idx),
             "n_tuning": len(held),
             "tuning_indices_sha256": hashlib.sha256(",".join(map(str, sorted(held))).encode()).hexdigest()[:16],

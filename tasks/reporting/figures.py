@@ -157,6 +157,11 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
 
+def headline_metric(metrics: dict) -> tuple[str, str]:
+    """The key of a record's headline metric and its axis label: classification top-1, detection mAP@0.5."""
+    return ("top1", "top-1 (%)") if "top1" in metrics else ("map50", "mAP@0.5 (%)")
+
+
 def figure1(records: list[dict], out: Path) -> Path:
     groups = accuracy_curves(records)
     fig, axes = _panels(max(1, len(groups)))
@@ -164,16 +169,17 @@ def figure1(records: list[dict], out: Path) -> Path:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
         axes[0].axis("off")
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
+        key, ylabel = headline_metric(rs[0]["metrics"])
         for method in [m for m in FIGURE1_LINES if any(r["method"] == m for r in rs)]:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
-            pts = sorted((r["achieved_sparsity"], r["metrics"]["top1"]) for r in rs if r["method"] == method)
+            pts = sorted((r["achieved_sparsity"], r["metrics"][key]) for r in rs if r["method"] == method)
             color, marker = METHODS[method].style
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=row_label(method))
-        ax.axhline(rs[0]["dense_metrics"]["top1"], color="gray", linestyle="--", linewidth=0.8, label="dense")
+        ax.axhline(rs[0]["dense_metrics"][key], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
         ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
         ax.set_xlabel("global sparsity reached (%)")
-        ax.set_ylabel("top-1 (%)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, out)

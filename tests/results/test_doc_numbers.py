@@ -260,11 +260,15 @@ def test_lite0_heldout_table_is_its_rows():
     ablations = RESULTS_DIR / "ablations"
     rows = [json.loads(line) for line in (ablations / "lite0-heldout.jsonl").read_text().splitlines()]
     lr_rows = [json.loads(line) for line in (ablations / "lite0-lr-heldout.jsonl").read_text().splitlines()]
-    plus = {"ramp kept": {"lr": 0.02, "erk_power": 0.5}, "no ramp": {"lr": 0.02, "ramp": 0, "erk_power": 0.5}}
+    plus = {
+        "ramp kept, ERK exponent 0.5": {"lr": 0.02, "erk_power": 0.5},
+        "no ramp, ERK exponent 0.5": {"lr": 0.02, "ramp": 0, "erk_power": 0.5},
+        "no ramp, ERK exponent auto": {"lr": 0.02, "ramp": 0, "erk_power": "auto"},
+    }
     expected = {  # row label -> (sparsity, top-1, agreement)
         "FCPTS, lr 0.02, 70%": next(r for r in lr_rows if r["lr"] == 0.02 and r["target"] == 0.7),
         **{
-            f"FCPTS+, {name}, ERK exponent 0.5, {t:.0%}": next(
+            f"FCPTS+, {name}, {t:.0%}": next(
                 r for r in rows if r["options"] == options and r["target"] == t and r["method"] == "fcpts-plus"
             )
             for name, options in plus.items()
@@ -277,3 +281,18 @@ def test_lite0_heldout_table_is_its_rows():
         cells = _table_rows(text, label)
         assert len(cells) == 1, label
         assert cells[0][1:] == [f"{row['tuning_top1']:.2f}", f"{row['agreement_with_dense']:.2f}"], label
+
+
+def test_lite0_fcpts_plus_table_is_the_records():
+    """The Lite0 table of docs/beyond-the-paper.md: each sparsity's top-1 of FCPTS+, FCPTS, both POTs and OBS."""
+    text = (DOCS / "beyond-the-paper.md").read_text()
+    folder = "imagenet/imagenet-val1300/efficientnet_lite0"
+    for sparsity in (50, 60, 70, 80, 90):
+        rows = [r for r in _table_rows(text, f"{sparsity}%") if len(r) == 6]
+        assert len(rows) == 1, sparsity
+        paths = [
+            RUNS / f"{folder}/{m}-sp{sparsity}-cpu-seed0.json"
+            for m in ("fcpts-plus", "fcpts", "pot-l2norm", "pot-erk", "obs")
+        ]
+        expected = [f"{json.loads(p.read_text())['metrics']['top1']:.2f}" if p.exists() else "—" for p in paths]
+        assert rows[0][1:] == expected, sparsity

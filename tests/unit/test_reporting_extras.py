@@ -128,3 +128,18 @@ def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extr
     block = with_extra.split("```")[1].strip().splitlines()
     assert block == benchmark.splitlines()[:3]  # header and ratios; provenance stays in the file
     assert "```" not in table6(PAPER_CELLS, reference, benchmark)
+
+
+def test_figure1_plots_a_detection_model_by_its_map(monkeypatch, tmp_path):
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    records = []
+    for sp, map50 in ((0.5, 17.2), (0.9, 15.1)):
+        r = cifar("fcpts", sp=sp)
+        r.update(task="voc", dataset="voc-cifar10", model="ssdlite")
+        r["metrics"], r["dense_metrics"] = {"map50": map50}, {"map50": 18.3}
+        records.append(r)
+    figures.figure1(records, tmp_path / "f1.png")
+    ax = drawn[0].axes[0]
+    assert ax.get_ylabel() == "mAP@0.5 (%)"
+    assert list(ax.get_lines()[0].get_ydata()) == [17.2, 15.1]
