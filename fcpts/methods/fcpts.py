@@ -155,7 +155,7 @@ def distill(
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     dense: nn.Module | None = None,
     pinned_rates: Callable[[int], dict[str, float] | None] | None = None,
-    project: bool = False,
+    project: Callable[[int], float | None] | None = None,
     relative_blocks: bool = False,
     dense_gradient: bool = False,
 ) -> tuple[nn.Module, SparsityReport]:
@@ -166,8 +166,8 @@ def distill(
       (`model` itself);
     - `pinned_rates`: each step's per-layer rates while a schedule holds them (a ramp), None from the step it
       lets go, when the learned thresholds take over (none);
-    - `project`: scale all thresholds by one factor onto the target before every step, keeping their learned
-      ratios (no: the control loss alone holds the level);
+    - `project`: each step's level (step -> sparsity, or None for none): before the step all thresholds are
+      scaled by one factor onto it, keeping their learned ratios (no: the control loss alone holds the level);
     - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
     - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen).
     The exact-target step is always the final one."""
@@ -238,8 +238,8 @@ def distill(
             held = pinned_rates(step) if pinned_rates is not None else None
         if held is not None:
             thresholds.pin_rates(params, layers, held)
-        elif project:
-            thresholds.project_to_sparsity(params, layers, target)
+        elif project is not None and (level := project(step)) is not None:
+            thresholds.project_to_sparsity(params, layers, level)
 
     checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
     loop = train_loop(

@@ -31,7 +31,9 @@ budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it 
   ERK rate for the step's level (magnitude masks that move with the weights); from the ramp's end the
   thresholds learn as in FCPTS. 0: the target from the first step (FCPTS). The control loss alone does
   not follow a ramp, and projecting the low level's thresholds upward empties whole layers
-  (results/ablations/).
+  (results/ablations/). `ramp_hold="ratios"` instead starts from the target's ERK thresholds and before each
+  ramp step scales them all by one factor onto the step's level (the low level from the target's ratios,
+  not the other way), so the allocation moves with the weights from the first step, as in FCPTS.
 - `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
   sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
   and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out.
@@ -73,6 +75,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     probe_images: int = 256  # calibration images "auto" prunes one-shot and compares on
     ramp: float = 0.5  # fraction of the iterations over which the sparsity rises (0: FCPTS's target throughout)
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
+    ramp_hold: Literal["erk", "ratios"] = "erk"  # what a ramp holds: each level's ERK rates, or the thresholds' ratios
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
@@ -81,6 +84,7 @@ class FCPTSPlusOptions(FCPTSOptions):
         super().validate()
         check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
         check_choice(self, "mix", ("none", "mixup", "cutmix"))
+        check_choice(self, "ramp_hold", ("erk", "ratios"))
         for power in (self.erk_power, *self.erk_powers):
             if power != "auto" and (isinstance(power, str) or power < 0):
                 raise ValueError(
@@ -158,11 +162,17 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         power, probe = choose_erk_power(
             model, opts.layers, calib, target, opts.erk_powers, opts.probe_images, opts.place(model)
         )
+    after_ramp = target if opts.projection else None
+    project: Callable[[int], float | None] | None = (lambda step: target) if opts.projection else None
     if opts.ramp > 0:
         steps = round(opts.ramp * opts.iterations)
         level = cubic_ramp(target, opts.ramp_start, steps)
-        rates = erk_rates(layers, level(0), power)
-        pinned = lambda step: erk_rates(layers, level(step), power) if step < steps else None  # noqa: E731
+        if opts.ramp_hold == "erk":
+            rates = erk_rates(layers, level(0), power)
+            pinned = lambda step: erk_rates(layers, level(step), power) if step < steps else None  # noqa: E731
+        else:  # the target's rates, all thresholds scaled together onto each level: the ratios learn throughout
+            rates = erk_rates(layers, target, power)
+            project = lambda step: level(step) if step < steps else after_ramp  # noqa: E731
     elif rates is None:
         rates = erk_rates(layers, target, power)
     mixer = batch_mixer(opts.mix, opts.mix_alpha, opts.seed) if opts.mix != "none" else None
@@ -176,7 +186,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         pinned_rates=pinned,
         transform=mixer,
         dense=dense,
-        project=opts.projection,
+        project=project,
         relative_blocks=opts.relative_blocks,
         dense_gradient=opts.dense_gradient,
     )

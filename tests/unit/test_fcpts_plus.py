@@ -49,6 +49,8 @@ def test_with_every_change_off_it_is_fcpts():
         {"mix": "mixup"},
         {"mix": "cutmix"},
         {"ramp": 0.5},
+        {"ramp_hold": "ratios"},
+        {"ramp_hold": "ratios", "projection": True},
         {"projection": True, "threshold_grad": "ste"},
         {"relative_blocks": True},
         {"dense_gradient": True, "projection": True},
@@ -179,6 +181,22 @@ def test_auto_erk_power_starts_from_the_exponent_whose_one_shot_pruning_loses_le
         assert torch.equal(p, q), name  # the probe prunes copies; the model (BN statistics too) is untouched
 
 
+def test_a_ratio_ramp_scales_the_targets_erk_thresholds_onto_each_level_then_lets_go(monkeypatch):
+    levels, pinned = [], []
+    real = thresholds.project_to_sparsity
+    monkeypatch.setattr(
+        thresholds, "project_to_sparsity", lambda p, layers, level: levels.append(level) or real(p, layers, level)
+    )
+    monkeypatch.setattr(thresholds, "pin_rates", lambda *a: pinned.append(a))
+    model, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp_hold="ratios")
+    level = cubic_ramp(0.8, 0.5, 6)
+    assert levels == [level(step) for step in range(6)] and not pinned  # the ramp's 6 steps, then none
+    start = {r["name"]: r["initial_sparsity"] for r in report.per_layer}
+    assert start == erk_rates(prunable_layers(net()), 0.8)  # the target's rates, not the first level's
+    n = sum(m.weight.numel() for m in prunable_layers(model).values())
+    assert zeros(model) == round(0.8 * n)
+
+
 def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypatch):
     student, teacher = torch.randn(4, 8, 5, 5), torch.randn(4, 8, 5, 5)
     assert float(loop_module.block_mse(100 * student, 100 * teacher)) == pytest.approx(
@@ -211,6 +229,8 @@ def test_a_dense_gradient_reaches_pruned_weights_and_only_then(dense_gradient):
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="start"):
         FCPTSPlusOptions(start="random", ramp=0).validate()
+    with pytest.raises(ValueError, match="ramp_hold"):
+        FCPTSPlusOptions(ramp_hold="level").validate()
     with pytest.raises(ValueError, match="mix_alpha"):
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
