@@ -58,6 +58,8 @@ VARIANTS = {
     "plus-erk0.5": {**PLUS_OFF, "erk_power": 0.5},  # small and large layers' rates closer than ERK's
     "plus-ramp-erk0.5": {**PLUS_OFF, "ramp": 0.5, "erk_power": 0.5},
     "plus-ramp-ratios": {**PLUS_OFF, "ramp": 0.5, "ramp_hold": "ratios"},  # the allocation learns during the ramp
+    "plus-ramp-restart": {**PLUS_OFF, "ramp": 0.5, "lr_restart": True},  # a fresh cosine from the ramp's end
+    "plus-ramp-wd0": {**PLUS_OFF, "ramp": 0.5, "weight_decay": 0.0},  # no decay pulling the kept weights down
     "plus-ramp-lr0.02": {**PLUS_OFF, "ramp": 0.5, "lr": 0.02},  # weights adapt to a moving mask: a larger step?
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},

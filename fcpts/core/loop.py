@@ -65,6 +65,22 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     return factor
 
 
+def restarted_cosine(warmup: int, restart: int, total: int) -> Callable[[int], float]:
+    """LR factor: `warmup_cosine` to 0 at `restart`, then back to the peak and cosine to 0 at `total`.
+
+    Why: after a pruning phase the weights recover best from a fresh learning rate, not from the low end of
+    one long schedule (learning-rate rewinding, Renda et al. 2020)."""
+    first = warmup_cosine(warmup, restart)
+
+    def factor(step: int) -> float:
+        if step < restart:
+            return first(step)
+        progress = (step - restart) / max(1, total - restart)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     """A copy of the dense model that never trains; mode "train" normalises with batch statistics.
 

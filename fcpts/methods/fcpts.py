@@ -19,7 +19,15 @@ from fcpts.core.allocation import erk_rates, global_keep_masks
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.bridge import LayerBridges
 from fcpts.core.calibration import Calibration
-from fcpts.core.loop import frozen_teacher, kl_distill, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import (
+    frozen_teacher,
+    kl_distill,
+    restarted_cosine,
+    run_checkpoint,
+    run_identity,
+    train_loop,
+    warmup_cosine,
+)
 from fcpts.core.masks import apply_keep_masks, check_target, hard_mask
 from fcpts.core.options import TrainingOptions, check_choice
 from fcpts.core.report import SparsityReport, loop_report
@@ -158,6 +166,7 @@ def distill(
     project: Callable[[int], float | None] | None = None,
     relative_blocks: bool = False,
     dense_gradient: bool = False,
+    lr_restart: int | None = None,
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop, with what a variant may change (each default: FCPTS):
     - `initial_rates`: the layers' starting rates (ERK at the target);
@@ -169,7 +178,8 @@ def distill(
     - `project`: each step's level (step -> sparsity, or None for none): before the step all thresholds are
       scaled by one factor onto it, keeping their learned ratios (no: the control loss alone holds the level);
     - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
-    - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen).
+    - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen);
+    - `lr_restart`: the step at which the learning rate goes back to its peak for a second cosine (none).
     The exact-target step is always the final one."""
     target = check_target(target)
     opts.validate()
@@ -210,7 +220,11 @@ def distill(
         groups.append({"params": score_params, "weight_decay": 0.0})
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
     warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, opts.iterations))
+    if lr_restart is None:
+        lr_factor = warmup_cosine(warmup, opts.iterations)
+    else:
+        lr_factor = restarted_cosine(min(warmup, lr_restart), lr_restart, opts.iterations)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
 
     taps_s = taps_t = None
     if opts.reconstruction == "mse-blocks":
@@ -282,6 +296,7 @@ def distill(
         "kept_dense": list(opts.exclude),
         "lr": lr,
         "warmup_iterations": warmup,
+        **({"lr_restart_step": lr_restart} if lr_restart is not None else {}),
         "resumed_from_step": loop.resumed_from_step,
     }
     report = loop_report(method, target, model, opts, calib, loop, extra)

@@ -34,6 +34,10 @@ budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it 
   (results/ablations/). `ramp_hold="ratios"` instead starts from the target's ERK thresholds and before each
   ramp step scales them all by one factor onto the step's level (the low level from the target's ratios,
   not the other way), so the allocation moves with the weights from the first step, as in FCPTS.
+- `lr_restart`: at the ramp's end the learning rate goes back to its peak and follows a second cosine over
+  the remaining iterations (the first one ends with the ramp): the weights and thresholds recover from the
+  last pruning at a full learning rate instead of the low half of one long schedule (learning-rate
+  rewinding, Renda et al. 2020). Needs a ramp.
 - `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
   sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
   and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out.
@@ -76,6 +80,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     ramp: float = 0.5  # fraction of the iterations over which the sparsity rises (0: FCPTS's target throughout)
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
     ramp_hold: Literal["erk", "ratios"] = "erk"  # what a ramp holds: each level's ERK rates, or the thresholds' ratios
+    lr_restart: bool = False  # a second cosine learning-rate cycle from the ramp's end
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
@@ -99,6 +104,8 @@ class FCPTSPlusOptions(FCPTSOptions):
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
         if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
             raise ValueError(f"ramp must lie in [0, 1] and ramp_start in (0, 1], got {self.ramp}, {self.ramp_start}")
+        if self.lr_restart and self.ramp <= 0:
+            raise ValueError("lr_restart restarts the learning rate at the ramp's end: set ramp > 0, or no lr_restart")
         if self.erk_power not in (1.0, "auto") and self.start != "magnitude":
             raise ValueError(f"erk_power sets the magnitude start's rates: use start='magnitude', not {self.start!r}")
         if self.ramp > 0 and self.start != "magnitude":
@@ -164,8 +171,8 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         )
     after_ramp = target if opts.projection else None
     project: Callable[[int], float | None] | None = (lambda step: target) if opts.projection else None
+    steps = round(opts.ramp * opts.iterations)
     if opts.ramp > 0:
-        steps = round(opts.ramp * opts.iterations)
         level = cubic_ramp(target, opts.ramp_start, steps)
         if opts.ramp_hold == "erk":
             rates = erk_rates(layers, level(0), power)
@@ -189,6 +196,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         project=project,
         relative_blocks=opts.relative_blocks,
         dense_gradient=opts.dense_gradient,
+        lr_restart=steps if opts.lr_restart else None,
     )
     report.extra["start"] = start
     if opts.start == "magnitude":
