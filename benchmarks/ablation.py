@@ -60,6 +60,8 @@ VARIANTS = {
     "plus-ramp-ratios": {**PLUS_OFF, "ramp": 0.5, "ramp_hold": "ratios"},  # the allocation learns during the ramp
     "plus-ramp-restart": {**PLUS_OFF, "ramp": 0.5, "lr_restart": True},  # a fresh cosine from the ramp's end
     "plus-ramp-wd0": {**PLUS_OFF, "ramp": 0.5, "weight_decay": 0.0},  # no decay pulling the kept weights down
+    "plus-ramp-dense-gradient": {**PLUS_OFF, "ramp": 0.5, "dense_gradient": True},  # pruned weights may regrow
+    "plus-ramp-t8": {**PLUS_OFF, "ramp": 0.5, "temperature": 8.0},  # softer teacher outputs
     "plus-ramp-lr0.02": {**PLUS_OFF, "ramp": 0.5, "lr": 0.02},  # weights adapt to a moving mask: a larger step?
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},

@@ -1,6 +1,7 @@
 """FCPTS+: with every change off it is FCPTS; each change does what it says; exact target throughout."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -54,6 +55,7 @@ def test_with_every_change_off_it_is_fcpts():
         {"projection": True, "threshold_grad": "ste"},
         {"relative_blocks": True},
         {"dense_gradient": True, "projection": True},
+        {"lr_restart": True},
     ],
 )
 def test_each_change_keeps_the_exact_target(change):
@@ -226,7 +228,27 @@ def test_a_dense_gradient_reaches_pruned_weights_and_only_then(dense_gradient):
     assert torch.equal(layer.weight, masked)  # the forward value is the masked weight either way
 
 
+def test_lr_restart_goes_back_to_the_peak_at_the_ramps_end_and_decays_to_zero_twice(monkeypatch):
+    seen = []
+    real = torch.optim.lr_scheduler.LambdaLR
+    monkeypatch.setattr(
+        torch.optim.lr_scheduler, "LambdaLR", lambda opt, factor: seen.append(factor) or real(opt, factor)
+    )
+    _, report = get_method("fcpts-plus")(
+        net(), images(), 0.8, **{**BUDGET, "iterations": 12, "warmup_iterations": 2}, lr_restart=True
+    )
+    factor = seen[-1]
+    assert [factor(s) for s in (0, 1)] == [0.5, 1.0]  # warm-up
+    assert factor(5) == pytest.approx(0.5 * (1 + math.cos(math.pi * 3 / 4)))  # first cosine ends with the ramp
+    assert factor(6) == 1.0 and factor(9) == pytest.approx(0.5)  # the second starts at the peak
+    assert report.extra["lr_restart_step"] == 6
+    _, plain = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12})
+    assert "lr_restart_step" not in plain.extra and seen[-1](6) < 1.0  # off by default: one cosine
+
+
 def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="lr_restart restarts the learning rate at the ramp's end"):
+        FCPTSPlusOptions(ramp=0, lr_restart=True).validate()
     with pytest.raises(ValueError, match="start"):
         FCPTSPlusOptions(start="random", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp_hold"):
