@@ -62,6 +62,8 @@ VARIANTS = {
     "plus-ramp-wd0": {**PLUS_OFF, "ramp": 0.5, "weight_decay": 0.0},  # no decay pulling the kept weights down
     "plus-ramp-dense-gradient": {**PLUS_OFF, "ramp": 0.5, "dense_gradient": True},  # pruned weights may regrow
     "plus-ramp-t8": {**PLUS_OFF, "ramp": 0.5, "temperature": 8.0},  # softer teacher outputs
+    "plus-ramp-dense-gradient-t8": {**PLUS_OFF, "ramp": 0.5, "dense_gradient": True, "temperature": 8.0},
+    "plus-ramp-t16": {**PLUS_OFF, "ramp": 0.5, "temperature": 16.0},
     "plus-ramp-lr0.02": {**PLUS_OFF, "ramp": 0.5, "lr": 0.02},  # weights adapt to a moving mask: a larger step?
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},
