@@ -3,8 +3,9 @@ calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, t
 
 Each change is an option; the defaults are what the ablation (`benchmarks/ablation.py`, records in
 results/ablations/, docs/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
-half the target and the output KL at temperature 8 instead of FCPTS's 4 (above the ramp alone on CIFAR-10
-ResNet-32 and CIFAR-100 ResNet-56 at 90%; 16 helped the first and hurt the second), every other change off. A short
+half the target and the output KL at temperature 8 instead of FCPTS's 4 (above the ramp alone on every seed on
+CIFAR-10 ResNet-32 at 90%, about equal on CIFAR-100 ResNet-56; 16 helped the first and hurt the second), every
+other change off. A short
 budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it without the ramp and with
 `erk_power=0.5`, chosen on held-out train images (benchmarks/heldout.py).
 - `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense

@@ -122,8 +122,9 @@ def test_ablation_table_is_the_ablation_records():
     assert summarize([str(f) for f in files]) in (DOCS / "results.md").read_text()
 
 
-def test_protocol_ablation_table_is_its_records():
-    path = RESULTS_DIR / "ablations" / "resnet32-sp90-protocol.jsonl"
+@pytest.mark.parametrize("name", ["resnet32-sp90-protocol.jsonl", "cifar100-resnet56-sp90.jsonl"])
+def test_protocol_ablation_tables_are_their_records(name):
+    path = RESULTS_DIR / "ablations" / name
     assert summarize_seeds([str(path)]) in (DOCS / "beyond-the-paper.md").read_text()
 
 
