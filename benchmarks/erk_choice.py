@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     p.add_argument("--data-root")
     args = p.parse_args(argv)
 
-    print(f"# commit {git_commit()}, {device_description()}, {torch.get_num_threads()} threads")
+    print(f"# commit {git_commit()}, {device_description()}")  # the description names the thread count
     opts = FCPTSPlusOptions()
     where = Where(data_root=args.data_root, progress=False)
     cifar = CIFAR_PROFILES[args.cifar_profile]
