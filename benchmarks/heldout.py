@@ -9,8 +9,8 @@ all of train/). val/ is not read. Every finished variant (method, target, option
 
     python -m benchmarks.heldout --method fcpts --option lr=0.02 --target 0.7 \
         --out results/ablations/lite0-heldout.jsonl
-    python -m benchmarks.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 temperature=4 \
-        --target 0.5 0.7 --out results/ablations/lite0-heldout.jsonl
+    python -m benchmarks.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 --target 0.5 0.7 \
+        --out results/ablations/lite0-heldout.jsonl
 
 (results/ablations/lite0-lr-heldout.jsonl holds the learning-rate rows of FCPTS, written before the method and
 options became arguments: `lr` at the top level there.)

@@ -250,7 +250,7 @@ def test_allocation_move_table_is_the_records():
     for label, (folder, cell, plus_suffix) in cells.items():
         fcpts = _record(f"{folder}/fcpts-{cell}-seed0.json")
         plus = _record(f"{folder}/fcpts-plus-{cell}{plus_suffix}-seed0.json")
-        rows = _table_rows(text, label)
+        rows = [r for r in _table_rows(text, label) if len(r) == 3]  # this table's rows: label and two moves
         assert len(rows) == 1, label
         assert rows[0][1:3] == [f"{_allocation_move(fcpts, fcpts):.4f}", f"{_allocation_move(plus, fcpts):.4f}"]
 
@@ -297,3 +297,19 @@ def test_lite0_fcpts_plus_table_is_the_records():
         ]
         expected = [f"{json.loads(p.read_text())['metrics']['top1']:.2f}" if p.exists() else "—" for p in paths]
         assert rows[0][1:] == expected, sparsity
+
+
+TABLE1_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
+
+
+@pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE1_CELLS)
+def test_table1_fcpts_plus_table_is_the_records(dataset, model, sparsity):
+    """The Table 1 table of docs/beyond-the-paper.md: FCPTS's top-1 (the record Table 1 shows) and FCPTS+'s."""
+    label = f"{dataset.replace('cifar', 'CIFAR-')} {model.replace('resnet', 'ResNet-')} {sparsity}%"
+    rows = [r for r in _table_rows((DOCS / "beyond-the-paper.md").read_text(), label) if r[0] == label]
+    assert len(rows) == 1, label
+    folder = f"cifar/{dataset}/{model}"
+    fcpts_profile = "paper" if (dataset, model, sparsity) == ("cifar10", "resnet56", 90) else "paper-cpu"
+    fcpts = _record(f"{folder}/fcpts-sp{sparsity}-{fcpts_profile}-seed0.json")["metrics"]["top1"]
+    plus = _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json")["metrics"]["top1"]
+    assert rows[0][1:3] == [f"{fcpts:.2f}", f"{plus:.2f}"], label
