@@ -247,6 +247,18 @@ def test_lr_restart_goes_back_to_the_peak_at_the_ramps_end_and_decays_to_zero_tw
     assert "lr_restart_step" not in plain.extra and seen[-1](6) < 1.0  # off by default: one cosine
 
 
+def test_masks_far_off_target_before_the_exact_step_are_warned_of(caplog):
+    # a ramp over every step ends one level short of the target: 75% against 80% at the last of two steps
+    with caplog.at_level("WARNING", logger="fcpts"):
+        _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 2}, ramp=1.0)
+    assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.75, abs=0.01)
+    assert "held 75." in caplog.text and "against the 80.00% target" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fcpts"):
+        get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 2}, ramp=0.0)
+    assert "learned masks held" not in caplog.text  # on target (ERK rates, no learning to drift): no warning
+
+
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="lr_restart restarts the learning rate at the ramp's end"):
         FCPTSPlusOptions(ramp=0, lr_restart=True).validate()
