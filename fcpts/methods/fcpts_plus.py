@@ -42,7 +42,8 @@ budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it 
   rewinding, Renda et al. 2020). Needs a ramp.
 - `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
   sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
-  and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out.
+  and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out;
+  without it regrowth can outpace the control loss (CIFAR-100 ResNet-56 at 90%: 87.7% before the exact step).
 - `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
   output, so every block weighs alike whatever the scale of its activations.
 - `temperature` (FCPTS's option, 4): the output KL's softening. Higher, the KL x T^2 weighs the teacher's
