@@ -70,15 +70,8 @@ def restarted_cosine(warmup: int, restart: int, total: int) -> Callable[[int], f
 
     Why: after a pruning phase the weights recover best from a fresh learning rate, not from the low end of
     one long schedule (learning-rate rewinding, Renda et al. 2020)."""
-    first = warmup_cosine(warmup, restart)
-
-    def factor(step: int) -> float:
-        if step < restart:
-            return first(step)
-        progress = (step - restart) / max(1, total - restart)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
+    first, second = warmup_cosine(warmup, restart), warmup_cosine(0, total - restart)
+    return lambda step: first(step) if step < restart else second(step - restart)
 
 
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
