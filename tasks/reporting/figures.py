@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 from fcpts.methods import METHODS, label
 from tasks.grid import cli
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
-from tasks.grid.records import all_records, preferred_records
+from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.legend import row_label
 
 FIGURES_DIR = REPO_ROOT / "paper_figures"
@@ -157,9 +157,7 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
 
-def headline_metric(metrics: dict) -> tuple[str, str]:
-    """The key of a record's headline metric and its axis label: classification top-1, detection mAP@0.5."""
-    return ("top1", "top-1 (%)") if "top1" in metrics else ("map50", "mAP@0.5 (%)")
+AXIS_LABELS = {"top1": "top-1 (%)", "map50": "mAP@0.5 (%)"}  # per headline metric (records.headline)
 
 
 def figure1(records: list[dict], out: Path) -> Path:
@@ -169,7 +167,8 @@ def figure1(records: list[dict], out: Path) -> Path:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
         axes[0].axis("off")
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
-        key, ylabel = headline_metric(rs[0]["metrics"])
+        key = headline(rs[0])[0]
+        ylabel = AXIS_LABELS[key]
         for method in [m for m in FIGURE1_LINES if any(r["method"] == m for r in rs)]:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
             pts = sorted((r["achieved_sparsity"], r["metrics"][key]) for r in rs if r["method"] == method)
