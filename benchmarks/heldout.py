@@ -10,6 +10,8 @@ all of train/). val/ is not read. Every finished variant (method, target, option
     python -m benchmarks.heldout --method fcpts --option lr=0.02 --target 0.7 \
         --out results/ablations/lite0-heldout.jsonl
     python -m benchmarks.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 --target 0.5 0.7 \
+        --crop-scale 0.35 --out results/ablations/lite0-heldout.jsonl
+    python -m benchmarks.heldout --method pot-l2norm --option iterations=1000 --target 0.5 \
         --out results/ablations/lite0-heldout.jsonl
 
 (results/ablations/lite0-lr-heldout.jsonl holds the learning-rate rows of FCPTS, written before the method and
@@ -51,6 +53,9 @@ def main(argv=None) -> None:
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--held-out", type=int, default=300, help="train/ images kept out of calibration to score on")
+    p.add_argument(
+        "--crop-scale", type=float, default=0.08, help="smallest area of the calibration random resized crop (0.08-1)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-root")
     p.add_argument("--out", type=Path, required=True)
@@ -64,8 +69,9 @@ def main(argv=None) -> None:
     held = set(calibration_indices(len(train), args.held_out, args.seed + 1))
     calib_idx = [i for i in range(len(train)) if i not in held]  # all the rest, as the task takes all of train/
     dense, weights_info = pretrained(args.model, None)
-    eval_tf, calib_tf, _ = preprocessing(args.model, dense)
-    calibration = Subset(ImageFiles(train, calib_tf, cache=True), calib_idx)  # augmented, as the task's FCPTS
+    eval_tf, calib_tf, _ = preprocessing(args.model, dense, crop_scale=(args.crop_scale, 1.0))
+    # Augmented for the training-loop methods, the evaluation transform for the others, as the task does.
+    calibration = Subset(ImageFiles(train, calib_tf if method.trains else eval_tf, cache=True), calib_idx)
     tuning = Subset(ImageFiles(train, eval_tf), sorted(held))
     labels = torch.tensor([train[i][1] for i in sorted(held)])
 
@@ -75,16 +81,22 @@ def main(argv=None) -> None:
         return model
 
     dense_pred = predictions(fresh(), tuning)
+    crop_scale = args.crop_scale if method.trains else None  # rows before the option: 0.08, the default
+
+    def key(method_name, target, opts, crop_scale) -> tuple:
+        return (method_name, target, json.dumps(opts, sort_keys=True), crop_scale)
+
     done = {
-        (r.get("method"), r["target"], json.dumps(r.get("options"), sort_keys=True))
+        key(r.get("method"), r["target"], r.get("options"), r.get("calibration_crop_scale", 0.08))
         for r in read_json_lines(args.out, missing_ok=True)
     }
     for target in args.target:
-        if (args.method, target, json.dumps(options, sort_keys=True)) in done:
-            print(f"[skip] {args.method} {target} {options}")
+        if key(args.method, target, options, crop_scale) in done:
+            print(f"[skip] {args.method} {target} {options} crop scale {crop_scale}")
             continue
         t = time.perf_counter()
-        budget = {"iterations": args.iterations, "batch_size": args.batch_size}
+        # The loop budget is the training-loop methods'; others take theirs as options (POT: iterations=1000).
+        budget = {"iterations": args.iterations, "batch_size": args.batch_size} if method.trains else {}
         model, report = method(fresh(), calibration, target, **budget, seed=args.seed, progress=False, **options)
         wall = time.perf_counter() - t
         pred = predictions(model, tuning)
@@ -93,14 +105,15 @@ def main(argv=None) -> None:
             "method": args.method,
             "target": target,
             "options": options,
-            "iterations": args.iterations,
-            "batch_size": args.batch_size,
+            "iterations": args.iterations if method.trains else None,
+            "batch_size": args.batch_size if method.trains else None,
             "tuning_top1": round(100.0 * float((pred == labels).float().mean()), 2),
             "agreement_with_dense": round(100.0 * float((pred == dense_pred).float().mean()), 2),
             "dense_tuning_top1": round(100.0 * float((dense_pred == labels).float().mean()), 2),
             "achieved_sparsity": report.achieved_sparsity,
             "method_extra": report.extra,  # e.g. the exponent erk_power="auto" chose
             "n_calibration": len(calib_idx),
+            "calibration_crop_scale": crop_scale,
             "n_tuning": len(held),
             "tuning_indices_sha256": hashlib.sha256(",".join(map(str, sorted(held))).encode()).hexdigest()[:16],
             "data": {"root": str(folder), "split": "train", "val_read": False},

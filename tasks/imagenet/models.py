@@ -181,8 +181,10 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
     return model.eval(), {"source": f"timm {model.pretrained_cfg.get('hf_hub_id') or spec.arch}"}
 
 
-def preprocessing(name: str, model: nn.Module):
-    """(eval transform, calibration transform) from the library's config for this model."""
+def preprocessing(name: str, model: nn.Module, crop_scale: tuple[float, float] = (0.08, 1.0)):
+    """(eval transform, calibration transform, info) from the library's config for this model. `crop_scale`:
+    the area range of the calibration transform's random resized crop (torchvision's default, the released
+    code's, is 0.08-1)."""
     import timm.data
     import torchvision.transforms.v2 as T
 
@@ -202,7 +204,9 @@ def preprocessing(name: str, model: nn.Module):
     tail = [T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)]
     eval_tf = T.Compose([T.Resize(resize, interpolation=interp), T.CenterCrop(size), *tail])
     # Released code's weak augmentation for calibration: random resized crop + horizontal flip.
-    calib_tf = T.Compose([T.RandomResizedCrop(size, interpolation=interp), T.RandomHorizontalFlip(), *tail])
+    calib_tf = T.Compose(
+        [T.RandomResizedCrop(size, scale=crop_scale, interpolation=interp), T.RandomHorizontalFlip(), *tail]
+    )
     return (
         eval_tf,
         calib_tf,
@@ -212,5 +216,6 @@ def preprocessing(name: str, model: nn.Module):
             "mean": list(mean),
             "std": list(std),
             "interpolation": str(interp.value),
+            "calibration_crop_scale": list(crop_scale),
         },
     )
