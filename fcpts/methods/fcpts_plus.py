@@ -174,8 +174,8 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         power, probe = choose_erk_power(
             model, opts.layers, calib, target, opts.erk_powers, opts.probe_images, opts.place(model)
         )
-    after_ramp = target if opts.projection else None
-    project: Callable[[int], float | None] | None = (lambda step: target) if opts.projection else None
+    after_ramp = target if opts.projection else None  # the level projection holds (None: no projection)
+    project: Callable[[int], float | None] | None = (lambda step: after_ramp) if opts.projection else None
     steps = round(opts.ramp * opts.iterations)
     if opts.ramp > 0:
         level = cubic_ramp(target, opts.ramp_start, steps)
