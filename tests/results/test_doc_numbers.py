@@ -271,7 +271,12 @@ def test_lite0_heldout_table_is_its_rows():
         "FCPTS, lr 0.02, 70%": next(r for r in lr_rows if r["lr"] == 0.02 and r["target"] == 0.7),
         **{
             f"FCPTS+, {name}, {t:.0%}": next(
-                r for r in rows if r["options"] == options and r["target"] == t and r["method"] == "fcpts-plus"
+                r
+                for r in rows
+                if r["options"] == options
+                and r["target"] == t
+                and r["method"] == "fcpts-plus"
+                and r.get("calibration_crop_scale", 0.08) == 0.08  # the task's crop
             )
             for name, options in plus.items()
             for t in (0.5, 0.7)
