@@ -257,33 +257,43 @@ def test_allocation_move_table_is_the_records():
 
 
 def test_lite0_heldout_table_is_its_rows():
-    """Each row of the held-out Lite0 table in docs/beyond-the-paper.md: its method, options and target's line of
-    results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier lite0-lr-heldout.jsonl)."""
+    """Each row of the held-out Lite0 table in docs/beyond-the-paper.md: its method, options, calibration crop and
+    target's line of results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier lite0-lr-heldout.jsonl)."""
     ablations = RESULTS_DIR / "ablations"
     rows = [json.loads(line) for line in (ablations / "lite0-heldout.jsonl").read_text().splitlines()]
     lr_rows = [json.loads(line) for line in (ablations / "lite0-lr-heldout.jsonl").read_text().splitlines()]
-    plus = {
-        "ramp kept, ERK exponent 0.5": {"lr": 0.02, "erk_power": 0.5},
-        "no ramp, ERK exponent 0.5": {"lr": 0.02, "ramp": 0, "erk_power": 0.5},
-        "no ramp, ERK exponent auto": {"lr": 0.02, "ramp": 0, "erk_power": "auto"},
+    soft = {"lr": 0.02, "ramp": 0, "erk_power": 0.5}
+    plus = {  # row label -> (options, smallest crop area)
+        "ramp kept, ERK exponent 0.5": ({"lr": 0.02, "erk_power": 0.5}, 0.08),
+        "no ramp, ERK exponent 0.5": (soft, 0.08),
+        "no ramp, ERK exponent auto": ({**soft, "erk_power": "auto"}, 0.08),
+        "no ramp, ERK exponent 0.5, crop area 0.35-1": (soft, 0.35),
+        "no ramp, ERK exponent 0.5, crop area 0.6-1": (soft, 0.6),
+        "no ramp, ERK exponent 0.5, lr 0.01": ({**soft, "lr": 0.01}, 0.08),
+        "no ramp, ERK exponent 0.5, BN re-estimated": ({**soft, "bn_recalibration": True}, 0.08),
     }
-    expected = {  # row label -> (sparsity, top-1, agreement)
+
+    def row_of(method: str, options: dict, target: float, crop: float | None) -> dict | None:
+        found = [
+            r
+            for r in rows
+            if (r["method"], r["options"], r["target"]) == (method, options, target)
+            and r.get("calibration_crop_scale", 0.08) == crop  # rows before the option ran at the task's 0.08
+        ]
+        assert len(found) <= 1, (method, options, target, crop)
+        return found[0] if found else None
+
+    expected = {  # row label -> the JSON line it shows
         "FCPTS, lr 0.02, 70%": next(r for r in lr_rows if r["lr"] == 0.02 and r["target"] == 0.7),
-        **{
-            f"FCPTS+, {name}, {t:.0%}": next(
-                r
-                for r in rows
-                if r["options"] == options
-                and r["target"] == t
-                and r["method"] == "fcpts-plus"
-                and r.get("calibration_crop_scale", 0.08) == 0.08  # the task's crop
-            )
-            for name, options in plus.items()
-            for t in (0.5, 0.7)
-            if any(r["options"] == options and r["target"] == t for r in rows)
-        },
+        "POT L2Norm, 1,000 iterations per layer, 50%": row_of("pot-l2norm", {"iterations": 1000}, 0.5, None),
     }
+    for name, (options, crop) in plus.items():
+        for t in (0.5, 0.7):
+            if row := row_of("fcpts-plus", options, t, crop):
+                expected[f"FCPTS+, {name}, {t:.0%}"] = row
     text = (DOCS / "beyond-the-paper.md").read_text()
+    shown = [r[0] for r in _table_rows(text, "FCPTS") + _table_rows(text, "POT L2Norm,") if len(r) == 3]
+    assert sorted(shown) == sorted(expected), "the table shows exactly the rows that ran"
     for label, row in expected.items():
         cells = _table_rows(text, label)
         assert len(cells) == 1, label
