@@ -60,6 +60,8 @@ def main(argv=None) -> None:
     p.add_argument("--data-root")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    if not 0 < args.crop_scale <= 1:
+        p.error(f"--crop-scale is a share of the image's area, in (0, 1]; got {args.crop_scale}")
     options = parse_option_pairs(args.option)
     method = get_method(args.method)  # an unknown method fails here, before any image is read
 
@@ -81,12 +83,13 @@ def main(argv=None) -> None:
         return model
 
     dense_pred = predictions(fresh(), tuning)
-    crop_scale = args.crop_scale if method.trains else None  # rows before the option: 0.08, the default
+    crop_scale = args.crop_scale if method.trains else None  # the others see no crop
 
     def key(method_name, target, opts, crop_scale) -> tuple:
         return (method_name, target, json.dumps(opts, sort_keys=True), crop_scale)
 
     done = {
+        # rows written before the option ran at the default crop, 0.08
         key(r.get("method"), r["target"], r.get("options"), r.get("calibration_crop_scale", 0.08))
         for r in read_json_lines(args.out, missing_ok=True)
     }
