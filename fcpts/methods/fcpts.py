@@ -170,6 +170,7 @@ def distill(
     pinned_rates: Callable[[int], dict[str, float] | None] | None = None,
     project: Callable[[int], float | None] | None = None,
     relative_blocks: bool = False,
+    block_weight: float = 1.0,
     dense_gradient: bool = False,
     lr_restart: int | None = None,
 ) -> tuple[nn.Module, SparsityReport]:
@@ -183,6 +184,7 @@ def distill(
     - `project`: each step's level (step -> sparsity, or None for none): before the step all thresholds are
       scaled by one factor onto it, keeping their learned ratios (no: the control loss alone holds the level);
     - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
+    - `block_weight`: the factor of the blocks' MSE sum against the output KL (1);
     - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen);
     - `lr_restart`: the step at which the learning rate goes back to its peak for a second cosine (none).
     The exact-target step is always the final one."""
@@ -241,7 +243,7 @@ def distill(
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = kl_distill(y_s, y_t, opts.temperature)
         if taps_s is not None:
-            rec = rec + sum(block_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
+            rec = rec + block_weight * sum(block_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
         global_r = bridges(layer_thresholds(), [thresholds.original_weight(layers[n]) for n in names])
         gap = global_r - target
         control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)

@@ -46,6 +46,9 @@ budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it 
   without it regrowth can outpace the control loss (CIFAR-100 ResNet-56 at 90%: 87.7% before the exact step).
 - `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
   output, so every block weighs alike whatever the scale of its activations.
+- `block_weight`: the factor of the blocks' MSE sum (with `reconstruction="mse-blocks"`) against the output
+  KL; FCPTS adds the two as they come (1). Without the blocks (the paper's KL alone) FCPTS loses two points
+  on the ablation cell, so the balance matters.
 - `temperature` (FCPTS's option, 4): the output KL's softening. Higher, the KL x T^2 weighs the teacher's
   small logits more, towards matching the logits themselves; 8 helped at 400 iterations, not at 1,600.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
@@ -88,6 +91,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     lr_restart: bool = False  # a second cosine learning-rate cycle from the ramp's end
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
+    block_weight: float = 1.0  # the blocks' MSE sum against the output KL (FCPTS: 1)
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
 
     def validate(self) -> None:
@@ -104,6 +108,10 @@ class FCPTSPlusOptions(FCPTSOptions):
             raise ValueError(
                 f"erk_powers must list at least one exponent and probe_images be >= 1, "
                 f"got {self.erk_powers}, {self.probe_images}"
+            )
+        if self.block_weight < 0:
+            raise ValueError(
+                f"block_weight weighs the blocks' MSE against the output KL, >= 0; got {self.block_weight}"
             )
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
@@ -200,6 +208,7 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         dense=dense,
         project=project,
         relative_blocks=opts.relative_blocks,
+        block_weight=opts.block_weight,
         dense_gradient=opts.dense_gradient,
         lr_restart=steps if opts.lr_restart else None,
     )

@@ -54,6 +54,7 @@ def test_with_every_change_off_it_is_fcpts():
         {"ramp_hold": "ratios", "projection": True},
         {"projection": True, "threshold_grad": "ste"},
         {"relative_blocks": True},
+        {"block_weight": 2.0},
         {"dense_gradient": True, "projection": True},
         {"lr_restart": True},
     ],
@@ -215,6 +216,17 @@ def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypat
     assert len(calls) == 2 * 3  # every block of every step
 
 
+def test_block_weight_weighs_the_blocks_against_the_output_kl():
+    """Weight 0 is the output KL alone (the paper's reconstruction), bit for bit; another weight another model."""
+    kl_only, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, reconstruction="kl")
+    zero, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=0.0)
+    one, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0)
+    two, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=2.0)
+    for (name, p), q in zip(kl_only.state_dict().items(), zero.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert not torch.equal(one[0].weight, two[0].weight)
+
+
 @pytest.mark.parametrize("dense_gradient", [False, True])
 def test_a_dense_gradient_reaches_pruned_weights_and_only_then(dense_gradient):
     layer = nn.Linear(6, 3)
@@ -266,6 +278,8 @@ def test_bad_options_are_named():
         FCPTSPlusOptions(start="random", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp_hold"):
         FCPTSPlusOptions(ramp_hold="level").validate()
+    with pytest.raises(ValueError, match="block_weight"):
+        FCPTSPlusOptions(block_weight=-1).validate()
     with pytest.raises(ValueError, match="mix_alpha"):
         FCPTSPlusOptions(mix="mixup", mix_alpha=0).validate()
     with pytest.raises(ValueError, match="ramp"):
