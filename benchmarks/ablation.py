@@ -69,6 +69,8 @@ VARIANTS = {
     "plus-ramp-blocks2": {**PLUS_OFF, "ramp": 0.5, "block_weight": 2.0},
     "plus-ramp-blocks4": {**PLUS_OFF, "ramp": 0.5, "block_weight": 4.0},
     "plus-ramp-blocks8": {**PLUS_OFF, "ramp": 0.5, "block_weight": 8.0},
+    "plus-ramp-blocks16": {**PLUS_OFF, "ramp": 0.5, "block_weight": 16.0},
+    "plus-ramp-blocks32": {**PLUS_OFF, "ramp": 0.5, "block_weight": 32.0},
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},
     "plus-dynamic": {**PLUS_OFF, "dense_gradient": True, "projection": True},
