@@ -71,6 +71,9 @@ VARIANTS = {
     "plus-ramp-blocks8": {**PLUS_OFF, "ramp": 0.5, "block_weight": 8.0},
     "plus-ramp-blocks16": {**PLUS_OFF, "ramp": 0.5, "block_weight": 16.0},
     "plus-ramp-blocks32": {**PLUS_OFF, "ramp": 0.5, "block_weight": 32.0},
+    # the blocks' gradient at FCPTS's size (weight 8 at an eighth of the rate) with the KL's eight times smaller:
+    # is block weight 8 a balance between the losses or a larger step?
+    "plus-ramp-blocks8-lr0.00125": {**PLUS_OFF, "ramp": 0.5, "block_weight": 8.0, "lr": 0.00125},
     "plus-ste-projected": {**PLUS_OFF, "threshold_grad": "ste", "projection": True},
     "plus-relative-blocks": {**PLUS_OFF, "relative_blocks": True},
     "plus-dynamic": {**PLUS_OFF, "dense_gradient": True, "projection": True},

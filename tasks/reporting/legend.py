@@ -9,6 +9,7 @@ library weights, facts about this workplace's ImageNet sample) live in `results/
 from __future__ import annotations
 
 import csv
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from fcpts.methods import get_method, label
 from tasks.grid.cli import EXTRA_METHODS
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import POT_METHODS, paper_profile
-from tasks.grid.records import PROFILE_PREFERENCE
+from tasks.grid.records import PROFILE_PREFERENCE, cell_key
 
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
 NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure
@@ -112,3 +113,19 @@ def profile_preference(cell_records: list[dict]) -> str:
     if len(present) < 2:
         return ""
     return f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"
+
+
+SEED_SPREAD_LEGEND = (
+    "- `n seeds: mean ± sd`: top-1 over the seeds that ran the cell under the shown profile (seed 0 is the "
+    "bold value); sd is the sample standard deviation. A seed draws other calibration images and batches."
+)
+
+
+def seed_spread(shown: dict, records: list[dict]) -> str:
+    """' · n seeds: mean ± sd' of top-1 over the records of the shown record's cell and profile, when more
+    than one seed ran it; else ''."""
+    same = [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
+    if len(same) < 2:
+        return ""
+    top1 = [r["metrics"]["top1"] for r in same]
+    return f" · {len(same)} seeds: {statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tasks.grid.profiles import POT_METHODS, paper_profile
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
 from tasks.reporting.drops import drops_table
 from tasks.reporting.legend import (
+    SEED_SPREAD_LEGEND,
     extra_label,
     extras_legend,
     extras_with_records,
@@ -34,6 +34,7 @@ from tasks.reporting.legend import (
     profile_legend,
     profile_preference,
     row_label,
+    seed_spread,
 )
 from tasks.reporting.tables_imagenet import table2, table3, table5
 from tasks.reporting.tables_voc import table4 as voc_table4
@@ -202,11 +203,7 @@ def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
     """What a cell adds after its shown record: the spread over seeds of the shown profile (when more than one
     seed ran) and the same seed's top-1 under the other budgets: ' · 3 seeds: mean ± sd · also x [paper-cpu]'."""
     profile = shown["profile"]["name"]
-    seeds = sorted((r for r in runs if r["profile"]["name"] == profile), key=lambda r: r.get("seed", 0))
-    text = ""
-    if len(seeds) > 1:
-        top1 = [r["metrics"]["top1"] for r in seeds]
-        text += f" · {len(seeds)} seeds: {statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"
+    text = seed_spread(shown, runs)
     others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
@@ -236,10 +233,7 @@ def table1_legend(
         f"  - for comparison, {paper_protocol()}.",
     ]
     if spread:
-        lines.append(
-            "- `n seeds: mean ± sd`: top-1 over the seeds that ran the cell under the shown profile (seed 0 is the "
-            "bold value); sd is the sample standard deviation. A seed draws other calibration images and batches."
-        )
+        lines.append(SEED_SPREAD_LEGEND)
     if also:
         lines.append(
             "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "

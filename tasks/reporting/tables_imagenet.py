@@ -11,12 +11,14 @@ from __future__ import annotations
 from tasks.grid.records import preferred_records
 from tasks.imagenet.models import MODELS
 from tasks.reporting.legend import (
+    SEED_SPREAD_LEGEND,
     extras_legend,
     extras_with_records,
     profile_legend,
     profile_preference,
     read_external,
     row_label,
+    seed_spread,
 )
 
 NO_DATA = "—"
@@ -105,9 +107,8 @@ def imagenet_table(
                 f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                 f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**"
             )
-            lines.append(
-                f"| {head} | {row_label(method)} | " + " | ".join(_cell(r, None, NOT_RUN) for r in recs) + " |"
-            )
+            cells = [_cell(r, None, NOT_RUN) + (seed_spread(r, records) if r else "") for r in recs]
+            lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
         (r for r in reference if (r["table"], r["model"], r["method"]) == ("table2", "resnet18", "dense")), None
@@ -124,6 +125,7 @@ def imagenet_table(
             shown,
             failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
             extras=bool(model_extras or sub_extras),
+            spread=any(seed_spread(r, records) for r in shown),
         ),
         "",
         (
@@ -138,7 +140,7 @@ def imagenet_table(
     return "\n".join(lines)
 
 
-def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False) -> list[str]:
+def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False, spread: bool = False) -> list[str]:
     """The markers of an ImageNet table, with the budgets behind the substitute rows' profile tags."""
     lines = ["Legend:"]
     if shown:
@@ -160,6 +162,8 @@ def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False) -> l
     if shown:
         lines.append(f"- `[profile]`: the budget the cell's record ran with{profile_preference(shown)}:")
         lines += profile_legend(shown)
+    if spread:
+        lines.append(SEED_SPREAD_LEGEND)
     if failed_in_paper:
         lines.append("- `failed in paper`: the paper reports the method as failed in this cell, without a number.")
     if extras:
