@@ -65,6 +65,7 @@ VARIANTS = {
     "plus-ramp-dense-gradient-t8": {**PLUS_OFF, "ramp": 0.5, "dense_gradient": True, "temperature": 8.0},
     "plus-ramp-t16": {**PLUS_OFF, "ramp": 0.5, "temperature": 16.0},
     "plus-ramp-lr0.02": {**PLUS_OFF, "ramp": 0.5, "lr": 0.02},  # weights adapt to a moving mask: a larger step?
+    "plus-ramp-lr0.08": {**PLUS_OFF, "ramp": 0.5, "lr": 0.08},  # every loss's step as large as block weight 8's
     "plus-ramp-blocks0.5": {**PLUS_OFF, "ramp": 0.5, "block_weight": 0.5},  # the blocks' MSE against the KL
     "plus-ramp-blocks2": {**PLUS_OFF, "ramp": 0.5, "block_weight": 2.0},
     "plus-ramp-blocks4": {**PLUS_OFF, "ramp": 0.5, "block_weight": 4.0},
