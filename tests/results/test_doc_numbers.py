@@ -343,3 +343,16 @@ def test_table1_three_seed_means_in_the_doc_are_the_records(dataset):
         ]
         quoted = f"{statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"
         assert quoted in text, (method, quoted)
+
+
+def test_lite0_50_percent_seed_means_in_the_doc_are_the_records():
+    """FCPTS+ and POT L2Norm over seeds 0-2 on the Lite0 stand-in at 50%, as docs/beyond-the-paper.md quotes them."""
+    text = " ".join((DOCS / "beyond-the-paper.md").read_text().split())  # line breaks as spaces
+    for method in ("fcpts-plus", "pot-l2norm"):
+        top1 = [
+            _record(f"imagenet/imagenet-val1300/efficientnet_lite0/{method}-sp50-cpu-seed{s}.json")["metrics"]["top1"]
+            for s in (0, 1, 2)
+        ]
+        assert f"{statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}" in text, (method, top1)
+        if method == "fcpts-plus":
+            assert f"seeds 0-2 ({', '.join(f'{t:.2f}' for t in top1)})" in text, top1
