@@ -96,7 +96,7 @@ def imagenet_table(
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     sub_methods = methods if substitute_methods is None else substitute_methods
     sub_extras = _extras(preferred, sub, sparsities, False) if extras and sub_methods else []
-    substitute_missing = False
+    substitute_missing = spread = False
     for model in sub:
         for method in (*sub_methods, *sub_extras):
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
@@ -107,7 +107,9 @@ def imagenet_table(
                 f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
                 f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**"
             )
-            cells = [_cell(r, None, NOT_RUN) + (seed_spread(r, records) if r else "") for r in recs]
+            spreads = [seed_spread(r, records) if r else "" for r in recs]
+            spread |= any(spreads)
+            cells = [_cell(r, None, NOT_RUN) + extra for r, extra in zip(recs, spreads)]
             lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
@@ -125,7 +127,7 @@ def imagenet_table(
             shown,
             failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
             extras=bool(model_extras or sub_extras),
-            spread=any(seed_spread(r, records) for r in shown),
+            spread=spread,
         ),
         "",
         (
