@@ -72,6 +72,10 @@ VARIANTS = {
     "plus-ramp-blocks8": {**PLUS_OFF, "ramp": 0.5, "block_weight": 8.0},
     "plus-ramp-blocks16": {**PLUS_OFF, "ramp": 0.5, "block_weight": 16.0},
     "plus-ramp-blocks32": {**PLUS_OFF, "ramp": 0.5, "block_weight": 32.0},
+    # the block weight measured per network: the blocks' gradient at the first step as large as the KL's (or x0.5, x2)
+    "plus-ramp-balanced": {**PLUS_OFF, "ramp": 0.5, "block_weight": "auto"},
+    "plus-ramp-balanced0.5": {**PLUS_OFF, "ramp": 0.5, "block_weight": "auto", "block_balance": 0.5},
+    "plus-ramp-balanced2": {**PLUS_OFF, "ramp": 0.5, "block_weight": "auto", "block_balance": 2.0},
     # the blocks' gradient at FCPTS's size (weight 8 at an eighth of the rate) with the KL's eight times smaller:
     # is block weight 8 a balance between the losses or a larger step?
     "plus-ramp-blocks8-lr0.00125": {**PLUS_OFF, "ramp": 0.5, "block_weight": 8.0, "lr": 0.00125},
@@ -208,6 +212,7 @@ def run_variant(args, variant, iterations, seed, images, weights, x_eval, y_eval
         "achieved_sparsity": report.achieved_sparsity,
         "sparsity_before_exact_step": report.extra["sparsity_before_exact_step"],
         "final_rec_loss": report.history[-1]["rec"] if report.history else None,
+        **({"block_weight": report.extra["block_weight"]} if "block_weight" in report.extra else {}),
         "wall_s": round(wall, 1),
         "n_calibration": len(images),
         "seed": seed,

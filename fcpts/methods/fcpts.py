@@ -34,6 +34,7 @@ from fcpts.core.options import TrainingOptions, check_choice
 from fcpts.core.report import SparsityReport, loop_report
 
 from . import thresholds
+from .block_balance import balanced_block_weight
 from .registry import Method, register
 
 log = logging.getLogger("fcpts")
@@ -171,6 +172,8 @@ def distill(
     project: Callable[[int], float | None] | None = None,
     relative_blocks: bool = False,
     block_weight: float = 1.0,
+    block_balance: float | None = None,
+    balance_batches: int = 4,
     dense_gradient: bool = False,
     lr_restart: int | None = None,
 ) -> tuple[nn.Module, SparsityReport]:
@@ -185,6 +188,8 @@ def distill(
       scaled by one factor onto it, keeping their learned ratios (no: the control loss alone holds the level);
     - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
     - `block_weight`: the factor of the blocks' MSE sum against the output KL (1);
+    - `block_balance`: instead of `block_weight`, the weight that makes the blocks' gradient `block_balance` times
+      the KL's at the first step, measured on `balance_batches` calibration batches (no);
     - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen);
     - `lr_restart`: the step at which the learning rate goes back to its peak for a second cosine (none).
     The exact-target step is always the final one."""
@@ -262,6 +267,34 @@ def distill(
         elif project is not None and (level := project(step)) is not None:
             thresholds.project_to_sparsity(params, layers, level)
 
+    balance = None
+    if block_balance is not None:
+        if taps_s is None or taps_t is None:
+            raise ValueError(
+                "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
+            )
+        pin(0)  # the masks of the first step
+        block_weight, balance = balanced_block_weight(
+            model,
+            teacher,
+            calib,
+            taps_s.outputs,
+            taps_t.outputs,
+            other,
+            temperature=opts.temperature,
+            balance=block_balance,
+            batches=balance_batches,
+            device=device,
+            block_loss=block_loss,
+            channels_last=opts.channels_last,
+        )
+        log.info(
+            "%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
+            method,
+            block_weight,
+            block_balance,
+        )
+
     checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
     loop = train_loop(
         model,
@@ -315,6 +348,7 @@ def distill(
         "lr": lr,
         "warmup_iterations": warmup,
         **({"lr_restart_step": lr_restart} if lr_restart is not None else {}),
+        **({"block_weight": balance} if balance is not None else {}),
         "resumed_from_step": loop.resumed_from_step,
     }
     report = loop_report(method, target, model, opts, calib, loop, extra)

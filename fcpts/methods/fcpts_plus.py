@@ -50,7 +50,9 @@ budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it 
   KL; FCPTS adds the two as they come (1). Weight 0 (the paper's KL alone) loses two points on the ablation
   cell and 8 gains 1.6 there, but only with the larger step it gives the blocks (8 at an eighth of the learning
   rate is below 1), and it loses on CIFAR-100 at the paper's budget and collapses on the Lite0 stand-in: the
-  step a weight gives depends on the network's activations and its number of blocks.
+  step a weight gives depends on the network's activations and its number of blocks. "auto" measures both
+  gradients on `balance_batches` calibration batches before the first step and sets the weight that makes the
+  blocks' gradient `block_balance` times the KL's (fcpts/methods/block_balance.py).
 - `temperature` (FCPTS's option, 4): the output KL's softening. Higher, the KL x T^2 weighs the teacher's
   small logits more, towards matching the logits themselves; 8 helped at 400 iterations, not at 1,600.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
@@ -93,7 +95,9 @@ class FCPTSPlusOptions(FCPTSOptions):
     lr_restart: bool = False  # a second cosine learning-rate cycle from the ramp's end
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
-    block_weight: float = 1.0  # the blocks' MSE sum against the output KL (FCPTS: 1)
+    block_weight: float | Literal["auto"] = 1.0  # the blocks' MSE sum against the output KL (FCPTS: 1)
+    block_balance: float = 1.0  # "auto": the blocks' gradient as a multiple of the KL's at the first step
+    balance_batches: int = 4  # calibration batches "auto" measures the two gradients on
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
 
     def validate(self) -> None:
@@ -111,9 +115,18 @@ class FCPTSPlusOptions(FCPTSOptions):
                 f"erk_powers must list at least one exponent and probe_images be >= 1, "
                 f"got {self.erk_powers}, {self.probe_images}"
             )
-        if self.block_weight < 0:
+        if self.block_weight != "auto" and (isinstance(self.block_weight, str) or self.block_weight < 0):
             raise ValueError(
-                f"block_weight weighs the blocks' MSE against the output KL, >= 0; got {self.block_weight}"
+                f"block_weight weighs the blocks' MSE against the output KL: 'auto' or a number >= 0; "
+                f"got {self.block_weight!r}"
+            )
+        if self.block_balance <= 0 or self.balance_batches < 1:
+            raise ValueError(
+                f"block_balance must be > 0 and balance_batches >= 1, got {self.block_balance}, {self.balance_batches}"
+            )
+        if self.block_weight == "auto" and self.reconstruction != "mse-blocks":
+            raise ValueError(
+                "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
             )
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
@@ -210,7 +223,9 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         dense=dense,
         project=project,
         relative_blocks=opts.relative_blocks,
-        block_weight=opts.block_weight,
+        block_weight=1.0 if opts.block_weight == "auto" else opts.block_weight,
+        block_balance=opts.block_balance if opts.block_weight == "auto" else None,
+        balance_batches=opts.balance_batches,
         dense_gradient=opts.dense_gradient,
         lr_restart=steps if opts.lr_restart else None,
     )
