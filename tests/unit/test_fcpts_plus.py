@@ -9,8 +9,11 @@ from torch import nn
 
 import fcpts.methods.fcpts as loop_module
 from fcpts.core.allocation import erk_rates
+from fcpts.core.calibration import Calibration
+from fcpts.core.loop import kl_distill
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method, thresholds
+from fcpts.methods.block_balance import balanced_block_weight
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions, batch_mixer, cubic_ramp
 
 
@@ -294,3 +297,60 @@ def test_bad_options_are_named():
         FCPTSPlusOptions(erk_power=0.5, start="obs", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp starts from the dense"):
         FCPTSPlusOptions(start="obs").validate()  # the default ramp needs the dense start
+
+
+def test_auto_block_weight_is_the_ratio_of_the_two_gradients_on_the_probe_batches():
+    """A hand-check on one linear layer that is its own block: the weight is ||grad KL|| / ||grad MSE|| over the
+    calibration's first batch, times `balance`; both models come back unchanged (BN statistics included)."""
+    torch.manual_seed(3)
+    student, teacher = (
+        nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)),
+        nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)),
+    )
+    taps_s, taps_t = loop_module._Taps(student, ["0"]), loop_module._Taps(teacher, ["0"])
+    calib = Calibration(torch.randn(16, 5), 16, seed=0)
+    before = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
+    params = list(student.parameters())
+    weight, measured = balanced_block_weight(
+        student, teacher, calib, taps_s.outputs, taps_t.outputs, params, temperature=4.0, balance=0.5, batches=1,
+        device=torch.device("cpu"), block_loss=loop_module.block_mse,
+    )  # fmt: skip
+    for model, state in zip((student, teacher), before):
+        for name, value in model.state_dict().items():
+            assert torch.equal(value, state[name]), name
+
+    x = calib.batch(0)
+    student.train(), teacher.train()
+    s_block, s_out = student[0](x), student(x)
+    with torch.no_grad():
+        t_block, t_out = teacher[0](x), teacher(x)
+    kl_grad = torch.autograd.grad(kl_distill(s_out, t_out, 4.0), params, retain_graph=True)
+    mse_grad = torch.autograd.grad(((s_block - t_block) ** 2).mean(), params[:2])  # BN gets no block gradient
+    norm = lambda gs: float(torch.sqrt(sum(g.square().sum() for g in gs)))  # noqa: E731
+    assert measured["kl_grad_norm"] == pytest.approx(norm(kl_grad), rel=1e-5)
+    assert measured["blocks_grad_norm"] == pytest.approx(norm(mse_grad), rel=1e-5)
+    assert weight == pytest.approx(0.5 * norm(kl_grad) / norm(mse_grad), rel=1e-5) == measured["chosen"]
+
+
+def test_auto_block_weight_runs_as_the_chosen_weight_given_as_a_number():
+    """The probe leaves no trace: the run equals, bit for bit, one with the chosen weight given; twice the balance
+    chooses twice the weight; the choice is in the report."""
+    options = {**BUDGET, "ramp": 0.5, "balance_batches": 2}
+    auto, report = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight="auto")
+    chosen = report.extra["block_weight"]
+    assert chosen["balance"] == 1.0 and chosen["probe_batches"] == 2 and chosen["chosen"] > 0
+    given, _ = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight=chosen["chosen"])
+    for (name, p), q in zip(auto.state_dict().items(), given.state_dict().values()):
+        assert torch.equal(p, q), name
+    _, doubled = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight="auto", block_balance=2.0)
+    assert doubled.extra["block_weight"]["chosen"] == pytest.approx(2 * chosen["chosen"])
+    assert zeros(auto) == round(0.7 * sum(m.weight.numel() for m in prunable_layers(auto).values()))
+
+
+def test_auto_block_weight_needs_blocks_and_a_positive_balance():
+    with pytest.raises(ValueError, match="use reconstruction='mse-blocks'"):
+        FCPTSPlusOptions(block_weight="auto", reconstruction="kl").validate()
+    with pytest.raises(ValueError, match="block_balance must be > 0"):
+        FCPTSPlusOptions(block_weight="auto", block_balance=0).validate()
+    with pytest.raises(ValueError, match="'auto' or a number >= 0"):
+        FCPTSPlusOptions(block_weight="balanced").validate()
