@@ -11,6 +11,7 @@ forward and backward passes, nothing changed in the models).
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 
 import torch
@@ -45,6 +46,7 @@ def balanced_block_weight(
 
     `student_blocks` / `teacher_blocks` are filled by forward hooks on the block outputs. Both models' state
     (BN running statistics) is restored afterwards, so the run that follows is the same as without the probe."""
+    t0 = time.perf_counter()
     saved = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
     was_training = student.training
     student.train()
@@ -83,4 +85,5 @@ def balanced_block_weight(
         "kl_grad_norm": kl_norm,
         "blocks_grad_norm": block_norm,
         "probe_batches": steps,
+        "wall_s": round(time.perf_counter() - t0, 2),
     }

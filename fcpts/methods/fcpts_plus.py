@@ -232,8 +232,9 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
     report.extra["start"] = start
     if opts.start == "magnitude":
         report.extra["erk_power"] = probe if probe is not None else {"chosen": power}
-    # the loop's time (with any earlier, resumed part) + the start's
-    report.wall_s += start.get("obs_wall_s", 0.0) + (probe["wall_s"] if probe else 0.0)
+    # the loop's time (with any earlier, resumed part) + the start's and the probes'
+    balance = report.extra.get("block_weight", {})
+    report.wall_s += start.get("obs_wall_s", 0.0) + (probe["wall_s"] if probe else 0.0) + balance.get("wall_s", 0.0)
     return model, report
 
 

@@ -339,6 +339,7 @@ def test_auto_block_weight_runs_as_the_chosen_weight_given_as_a_number():
     auto, report = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight="auto")
     chosen = report.extra["block_weight"]
     assert chosen["balance"] == 1.0 and chosen["probe_batches"] == 2 and chosen["chosen"] > 0
+    assert report.wall_s >= chosen["wall_s"] > 0  # the probe counts in the method's time
     given, _ = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight=chosen["chosen"])
     for (name, p), q in zip(auto.state_dict().items(), given.state_dict().values()):
         assert torch.equal(p, q), name
