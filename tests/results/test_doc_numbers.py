@@ -272,6 +272,7 @@ def test_lite0_heldout_table_is_its_rows():
         "no ramp, ERK exponent 0.5, lr 0.01": ({**soft, "lr": 0.01}, 0.08),
         "no ramp, ERK exponent 0.5, BN re-estimated": ({**soft, "bn_recalibration": True}, 0.08),
         "no ramp, ERK exponent 0.5, block weight 4": ({**soft, "block_weight": 4}, 0.08),
+        "no ramp, ERK exponent 0.5, block weight auto": ({**soft, "block_weight": "auto"}, 0.08),
     }
 
     def row_of(method: str, options: dict, target: float, crop: float | None) -> dict | None:
