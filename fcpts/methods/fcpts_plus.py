@@ -124,10 +124,6 @@ class FCPTSPlusOptions(FCPTSOptions):
             raise ValueError(
                 f"block_balance must be > 0 and balance_batches >= 1, got {self.block_balance}, {self.balance_batches}"
             )
-        if self.block_weight == "auto" and self.reconstruction != "mse-blocks":
-            raise ValueError(
-                "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
-            )
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
         if not 0 <= self.ramp <= 1 or not 0 < self.ramp_start <= 1:
@@ -224,7 +220,10 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
         project=project,
         relative_blocks=opts.relative_blocks,
         block_weight=1.0 if opts.block_weight == "auto" else opts.block_weight,
-        block_balance=opts.block_balance if opts.block_weight == "auto" else None,
+        # with the output KL alone (reconstruction="kl") there are no blocks to weigh
+        block_balance=opts.block_balance
+        if opts.block_weight == "auto" and opts.reconstruction == "mse-blocks"
+        else None,
         balance_batches=opts.balance_batches,
         dense_gradient=opts.dense_gradient,
         lr_restart=steps if opts.lr_restart else None,

@@ -348,9 +348,17 @@ def test_auto_block_weight_runs_as_the_chosen_weight_given_as_a_number():
     assert zeros(auto) == round(0.7 * sum(m.weight.numel() for m in prunable_layers(auto).values()))
 
 
-def test_auto_block_weight_needs_blocks_and_a_positive_balance():
-    with pytest.raises(ValueError, match="use reconstruction='mse-blocks'"):
-        FCPTSPlusOptions(block_weight="auto", reconstruction="kl").validate()
+def test_auto_block_weight_with_the_output_kl_alone_weighs_nothing():
+    """With reconstruction="kl" there are no blocks: no probe, the same model as any block weight."""
+    options = {**BUDGET, "ramp": 0.5, "reconstruction": "kl"}
+    auto, report = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight="auto")
+    plain, _ = get_method("fcpts-plus")(net(), images(), 0.7, **options, block_weight=1.0)
+    assert "block_weight" not in report.extra
+    for (name, p), q in zip(auto.state_dict().items(), plain.state_dict().values()):
+        assert torch.equal(p, q), name
+
+
+def test_auto_block_weight_needs_a_positive_balance():
     with pytest.raises(ValueError, match="block_balance must be > 0"):
         FCPTSPlusOptions(block_weight="auto", block_balance=0).validate()
     with pytest.raises(ValueError, match="'auto' or a number >= 0"):
