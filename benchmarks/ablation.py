@@ -27,7 +27,7 @@ from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import device_description, git_commit
 
-PLUS_OFF = {"method": "fcpts-plus", "ramp": 0.0}  # fcpts-plus with every part off: FCPTS
+PLUS_OFF = {"method": "fcpts-plus", "ramp": 0.0, "block_weight": 1.0}  # fcpts-plus with every part off: FCPTS
 VARIANTS = {
     "default": {},
     "ste": {"threshold_grad": "ste"},

@@ -38,7 +38,7 @@ def zeros(model: nn.Module) -> int:
 
 def test_with_every_change_off_it_is_fcpts():
     a, _ = get_method("fcpts")(net(), images(), 0.7, **BUDGET)
-    b, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0)
+    b, report = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=1.0)
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(p, q), name
     assert report.method == "fcpts-plus" and METHODS["fcpts-plus"].in_paper is False
@@ -130,6 +130,7 @@ def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers
 def test_the_default_is_the_measured_choice_a_ramp_over_the_first_half_from_half_the_target():
     defaults = FCPTSPlusOptions()
     assert (defaults.ramp, defaults.ramp_start, defaults.start, defaults.mix) == (0.5, 0.5, "magnitude", "none")
+    assert (defaults.block_weight, defaults.block_balance) == ("auto", 1.0)  # the blocks' gradient as large as the KL's
     assert defaults.temperature == METHODS["fcpts"].options().temperature == 4.0  # 8 did not carry to 1,600 steps
     assert not (defaults.projection or defaults.dense_gradient or defaults.relative_blocks)
 
@@ -140,7 +141,10 @@ def test_a_ramp_holds_erk_rates_of_each_level_then_lets_the_thresholds_learn(mon
     monkeypatch.setattr(
         thresholds, "pin_rates", lambda p, layers, rates: held.append(dict(rates)) or real(p, layers, rates)
     )
-    _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp=0.5)
+    # block weight given: "auto" pins step 0's rates once more before the loop, to measure at its masks
+    _, report = get_method("fcpts-plus")(
+        net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp=0.5, block_weight=1.0
+    )
     level = cubic_ramp(0.8, 0.5, 6)
     layers = prunable_layers(net())
     assert held == [erk_rates(layers, level(step)) for step in range(6)]  # the ramp's 6 steps, then none
