@@ -6,7 +6,7 @@ No training to speak of: each cell runs the method for two iterations, which sta
 full run (the ramp's first level) and measures on the same first calibration batches, so the weight printed is
 the one the cell's full run chooses (where the profile fixes a weight instead, the one auto would choose).
 Shows why one fixed block weight cannot fit every network: the blocks' gradient at weight 1 ranges from a
-tenth of the KL's to a hundred times it.
+seventh of the KL's to several hundred times it.
 
     python -m benchmarks.block_balance --cifar-profile paper-cpu --imagenet-profile cpu
 """

@@ -323,7 +323,7 @@ TABLE1_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32",
 @pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE1_CELLS)
 def test_table1_fcpts_plus_table_is_the_records(dataset, model, sparsity):
     """The Table 1 table of docs/beyond-the-paper.md: FCPTS's top-1 (the record Table 1 shows), FCPTS+'s, and
-    FCPTS+'s at block weight 8 where it ran."""
+    FCPTS+'s at block weight 8 and with the auto block weight where they ran."""
     label = f"{dataset.replace('cifar', 'CIFAR-')} {model.replace('resnet', 'ResNet-')} {sparsity}%"
     rows = [r for r in _table_rows((DOCS / "beyond-the-paper.md").read_text(), label) if r[0] == label]
     assert len(rows) == 1, label
@@ -332,8 +332,10 @@ def test_table1_fcpts_plus_table_is_the_records(dataset, model, sparsity):
     fcpts = _record(f"{folder}/fcpts-sp{sparsity}-{fcpts_profile}-seed0.json")["metrics"]["top1"]
     plus = _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json")["metrics"]["top1"]
     assert rows[0][1:3] == [f"{fcpts:.2f}", f"{plus:.2f}"], label
-    heavy = RUNS / f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-block_weight8-seed0.json"  # --option block_weight=8
-    assert rows[0][5] == (f"{json.loads(heavy.read_text())['metrics']['top1']:.2f}" if heavy.exists() else "—"), label
+    for column, weight in ((5, "8"), (6, "auto")):  # --option block_weight=8, --option block_weight=auto
+        path = RUNS / f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-block_weight{weight}-seed0.json"
+        shown = f"{json.loads(path.read_text())['metrics']['top1']:.2f}" if path.exists() else "—"
+        assert rows[0][column] == shown, (label, weight)
 
 
 @pytest.mark.parametrize("dataset", ["cifar10", "cifar100"])
