@@ -17,38 +17,22 @@ import argparse
 import logging
 import time
 
+from benchmarks.task_cells import add_cell_arguments, task_cells
 from fcpts.methods import get_method
-from tasks.cifar.grid import PROFILES as CIFAR_PROFILES
-from tasks.cifar.grid import build_grid as cifar_grid
 from tasks.grid.records import device_description, git_commit
-from tasks.grid.runner import Where
-from tasks.imagenet.grid import PROFILES as IMAGENET_PROFILES
-from tasks.imagenet.grid import build_grid as imagenet_grid
 
-CIFAR_CELLS = [(d, m) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56")]
 PROBE_ITERATIONS = 2  # with a ramp over half of them, step 0 sits at the ramp's first level, as in the full run
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cifar-profile", default="paper-cpu")
-    p.add_argument("--cifar-sparsity", type=float, nargs="+", default=[0.7, 0.8, 0.9])
-    p.add_argument("--imagenet-profile", default="cpu")
-    p.add_argument("--imagenet-sparsity", type=float, nargs="*", default=[0.5, 0.6, 0.7, 0.8, 0.9])
+    add_cell_arguments(p)
     p.add_argument("--block-balance", type=float, default=1.0)
-    p.add_argument("--data-root")
     args = p.parse_args(argv)
 
     logging.getLogger("fcpts").setLevel(logging.ERROR)  # two iterations end off target by design: no drift warning
     print(f"# commit {git_commit()}, {device_description()}, block_balance {args.block_balance}")
-    where = Where(data_root=args.data_root, progress=False)
-    cifar = CIFAR_PROFILES[args.cifar_profile]
-    grids = [cifar_grid(dataset=d, model=m, profile=cifar, where=where) for d, m in CIFAR_CELLS]
-    cells = [(g, s) for g in grids for s in args.cifar_sparsity]
-    if args.imagenet_sparsity:
-        profile = IMAGENET_PROFILES[args.imagenet_profile]
-        lite0 = imagenet_grid(model_name="efficientnet_lite0", profile=profile, where=where)
-        cells += [(lite0, s) for s in args.imagenet_sparsity]
+    cells = task_cells(args)
     method = get_method("fcpts-plus")
     print(
         "| cell | profile | profile's other options | KL gradient | blocks' gradient at weight 1 "

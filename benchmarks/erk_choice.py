@@ -14,38 +14,21 @@ import time
 
 import torch
 
+from benchmarks.task_cells import add_cell_arguments, task_cells
 from fcpts.core.calibration import Calibration
 from fcpts.core.erk_choice import choose_erk_power
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions
-from tasks.cifar.grid import PROFILES as CIFAR_PROFILES
-from tasks.cifar.grid import build_grid as cifar_grid
 from tasks.grid.records import device_description, git_commit
-from tasks.grid.runner import Where
-from tasks.imagenet.grid import PROFILES as IMAGENET_PROFILES
-from tasks.imagenet.grid import build_grid as imagenet_grid
-
-CIFAR_CELLS = [(d, m) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56")]
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cifar-profile", default="paper-cpu")
-    p.add_argument("--cifar-sparsity", type=float, nargs="+", default=[0.7, 0.8, 0.9])
-    p.add_argument("--imagenet-profile", default="cpu")
-    p.add_argument("--imagenet-sparsity", type=float, nargs="*", default=[0.5, 0.6, 0.7, 0.8, 0.9])
-    p.add_argument("--data-root")
+    add_cell_arguments(p)
     args = p.parse_args(argv)
 
     print(f"# commit {git_commit()}, {device_description()}")  # the description names the thread count
     opts = FCPTSPlusOptions()
-    where = Where(data_root=args.data_root, progress=False)
-    cifar = CIFAR_PROFILES[args.cifar_profile]
-    grids = [cifar_grid(dataset=d, model=m, profile=cifar, where=where) for d, m in CIFAR_CELLS]
-    cells = [(g, s) for g in grids for s in args.cifar_sparsity]
-    if args.imagenet_sparsity:
-        profile = IMAGENET_PROFILES[args.imagenet_profile]
-        lite0 = imagenet_grid(model_name="efficientnet_lite0", profile=profile, where=where)
-        cells += [(lite0, s) for s in args.imagenet_sparsity]
+    cells = task_cells(args)
     powers = opts.erk_powers
     print("| cell | profile | chosen | " + " | ".join(f"KL, exponent {q}" for q in powers) + " | probe s |")
     print("|---|---|---:|" + "---:|" * len(powers) + "---:|")
