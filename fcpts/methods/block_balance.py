@@ -40,6 +40,7 @@ def balanced_block_weight(
     device: torch.device,
     block_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     channels_last: bool = False,
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
 ) -> tuple[float, dict]:
     """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
     calibration batches (gradients w.r.t. `params`, the weights the optimiser steps), and what was measured.
@@ -55,6 +56,8 @@ def balanced_block_weight(
     steps = min(batches, max(1, calib.steps_per_epoch))
     for step in range(steps):
         x = to_device(calib.batch(step), device)
+        if transform is not None:  # the batches as the loop will see them (e.g. mixed images)
+            x = transform(x, step)
         if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.no_grad():

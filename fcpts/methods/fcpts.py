@@ -287,6 +287,7 @@ def distill(
             device=device,
             block_loss=block_loss,
             channels_last=opts.channels_last,
+            transform=transform,
         )
         log.info(
             "%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
