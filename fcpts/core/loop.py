@@ -200,6 +200,23 @@ def autocast(amp: str | None, device: torch.device) -> contextlib.AbstractContex
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+def step_batch(
+    calib: Calibration,
+    step: int,
+    device: torch.device,
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    channels_last: bool = False,
+) -> torch.Tensor:
+    """Step `step`'s calibration batch as teacher and student see it: on the device, transformed (e.g. images
+    mixed within the batch), in NHWC when the models run channels-last."""
+    x = to_device(calib.batch(step), device)
+    if transform is not None:
+        x = transform(x, step)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def train_loop(
     model: nn.Module,
     teacher: nn.Module,
@@ -263,11 +280,7 @@ def train_loop(
     for step in bar:
         if before_step is not None:
             before_step(step)
-        x = to_device(calib.batch(step), device)
-        if transform is not None:  # e.g. mixing images of the batch: teacher and student see the result
-            x = transform(x, step)
-        if channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = step_batch(calib, step, device, transform, channels_last)
         with autocast(options.amp, device):
             with torch.no_grad():
                 y_t = teacher(x)

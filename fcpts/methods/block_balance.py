@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fcpts.core.calibration import Calibration, to_device
-from fcpts.core.loop import kl_distill
+from fcpts.core.calibration import Calibration
+from fcpts.core.loop import kl_distill, step_batch
 
 
 def _grads(loss: torch.Tensor, params: list[torch.Tensor], retain: bool) -> list[torch.Tensor]:
@@ -55,11 +55,7 @@ def balanced_block_weight(
     block_sum = [torch.zeros_like(p) for p in params]
     steps = min(batches, max(1, calib.steps_per_epoch))
     for step in range(steps):
-        x = to_device(calib.batch(step), device)
-        if transform is not None:  # the batches as the loop will see them (e.g. mixed images)
-            x = transform(x, step)
-        if channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = step_batch(calib, step, device, transform, channels_last)  # as the loop will see it
         with torch.no_grad():
             y_t = teacher(x).float()
         y_s = student(x).float()
