@@ -3,14 +3,13 @@ calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, t
 
 Each change is an option; the defaults are what the ablation (`benchmarks/ablation.py`, records in
 results/ablations/, docs/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
-half the target, every other change off: on the ablation cells each was below the ramp, or failed on a second
-cell (temperature 16, the dense gradient, a fixed block weight of 8), or did not carry over to the paper's
-budget (temperature 8: on the eight 80%/90% Table 1 cells as often below the ramp alone as above). One
-measured gain is not yet the default: `block_weight="auto"`, ahead on the CIFAR-10 cells at the paper's
-budget and level on CIFAR-100, waits for the suite's default records to be re-run with it. A short budget
-wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it without the ramp and with
-`erk_power=0.5`, chosen on held-out train images (benchmarks/heldout.py), where block weight 1 is also the
-better one.
+half the target and the blocks' MSE weighed against the output KL by their gradients (`block_weight="auto"`:
+ahead on the CIFAR-10 cells at the paper's budget, level on CIFAR-100), every other change off: on the
+ablation cells each was below these, or failed on a second cell (temperature 16, the dense gradient, a fixed
+block weight of 8), or did not carry over to the paper's budget (temperature 8: on the eight 80%/90% Table 1
+cells as often below the ramp alone as above). A short budget wants otherwise: the ImageNet task's
+200-iteration `cpu` profile runs it without the ramp, with `erk_power=0.5` and block weight 1, chosen on
+held-out train images (benchmarks/heldout.py).
 - `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense
   weights, each layer's starting rate from a one-shot second-order pruning, `obs`); "obs" (obs's pruned and
   updated weights and its rates: the loop fine-tunes a second-order solution).
@@ -67,7 +66,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -87,6 +86,9 @@ from .registry import Method, register
 
 @dataclass
 class FCPTSPlusOptions(FCPTSOptions):
+    # Defaults that changed, with the value a record made before the change (which lacks the option) ran with.
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"block_weight": 1.0}
+
     start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
     mix: Literal["none", "mixup", "cutmix"] = "none"
     mix_alpha: float = 1.0
@@ -99,7 +101,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     lr_restart: bool = False  # a second cosine learning-rate cycle from the ramp's end
     projection: bool = False  # thresholds scaled onto the target before every step
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
-    block_weight: float | Literal["auto"] = 1.0  # the blocks' MSE sum against the output KL (FCPTS: 1)
+    block_weight: float | Literal["auto"] = "auto"  # the blocks' MSE sum against the output KL (FCPTS: 1)
     block_balance: float = 1.0  # "auto": the blocks' gradient as a multiple of the KL's at the first step
     balance_batches: int = 4  # calibration batches "auto" measures the two gradients on
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back

@@ -127,10 +127,11 @@ def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers
         assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
 
 
-def test_the_default_is_the_measured_choice_a_ramp_over_the_first_half_from_half_the_target():
+def test_the_default_is_the_measured_choice_a_ramp_and_the_blocks_weighed_by_their_gradient():
     defaults = FCPTSPlusOptions()
     assert (defaults.ramp, defaults.ramp_start, defaults.start, defaults.mix) == (0.5, 0.5, "magnitude", "none")
-    assert defaults.block_weight == 1.0  # "auto" measured ahead on CIFAR-10; default once the records are re-run
+    assert (defaults.block_weight, defaults.block_balance) == ("auto", 1.0)  # ahead on CIFAR-10, level on CIFAR-100
+    assert FCPTSPlusOptions.DEFAULTS_BEFORE == {"block_weight": 1.0}  # what records made before the change ran with
     assert defaults.temperature == METHODS["fcpts"].options().temperature == 4.0  # 8 did not carry to 1,600 steps
     assert not (defaults.projection or defaults.dense_gradient or defaults.relative_blocks)
 
@@ -164,7 +165,8 @@ def test_erk_power_sets_the_starting_rates_and_the_rates_a_ramp_holds(power, mon
     monkeypatch.setattr(
         thresholds, "pin_rates", lambda p, layers, rates: held.append(dict(rates)) or real(p, layers, rates)
     )
-    get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 4}, ramp=0.5, erk_power=power)
+    options = {**BUDGET, "iterations": 4, "block_weight": 1.0}  # "auto" pins step 0 once more for its probe
+    get_method("fcpts-plus")(net(), images(), 0.8, **options, ramp=0.5, erk_power=power)
     level = cubic_ramp(0.8, 0.5, 2)
     assert held == [erk_rates(layers, level(step), power) for step in range(2)]
 
@@ -199,7 +201,8 @@ def test_a_ratio_ramp_scales_the_targets_erk_thresholds_onto_each_level_then_let
         thresholds, "project_to_sparsity", lambda p, layers, level: levels.append(level) or real(p, layers, level)
     )
     monkeypatch.setattr(thresholds, "pin_rates", lambda *a: pinned.append(a))
-    model, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 12}, ramp_hold="ratios")
+    options = {**BUDGET, "iterations": 12, "block_weight": 1.0}  # "auto" sets step 0's level once more for its probe
+    model, report = get_method("fcpts-plus")(net(), images(), 0.8, **options, ramp_hold="ratios")
     level = cubic_ramp(0.8, 0.5, 6)
     assert levels == [level(step) for step in range(6)] and not pinned  # the ramp's 6 steps, then none
     start = {r["name"]: r["initial_sparsity"] for r in report.per_layer}
@@ -219,7 +222,8 @@ def test_relative_block_loss_ignores_the_scale_of_a_blocks_activations(monkeypat
     calls = []
     real = loop_module.relative_block_mse
     monkeypatch.setattr(loop_module, "relative_block_mse", lambda s, t: calls.append(1) or real(s, t))
-    get_method("fcpts-plus")(net(), images(), 0.7, **{**BUDGET, "iterations": 2}, relative_blocks=True)
+    options = {**BUDGET, "iterations": 2, "block_weight": 1.0}  # "auto" measures the blocks' loss on 4 batches more
+    get_method("fcpts-plus")(net(), images(), 0.7, **options, relative_blocks=True)
     assert len(calls) == 2 * 3  # every block of every step
 
 
@@ -227,7 +231,7 @@ def test_block_weight_weighs_the_blocks_against_the_output_kl():
     """Weight 0 is the output KL alone (the paper's reconstruction), bit for bit; another weight another model."""
     kl_only, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, reconstruction="kl")
     zero, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=0.0)
-    one, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0)
+    one, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=1.0)
     two, _ = get_method("fcpts-plus")(net(), images(), 0.7, **BUDGET, ramp=0.0, block_weight=2.0)
     for (name, p), q in zip(kl_only.state_dict().items(), zero.state_dict().values()):
         assert torch.equal(p, q), name
@@ -266,15 +270,18 @@ def test_lr_restart_goes_back_to_the_peak_at_the_ramps_end_and_decays_to_zero_tw
     assert "lr_restart_step" not in plain.extra and seen[-1](6) < 1.0  # off by default: one cosine
 
 
+BUDGET_W1 = {**BUDGET, "iterations": 2, "block_weight": 1.0}  # the levels below are those of weight 1's two steps
+
+
 def test_masks_far_off_target_before_the_exact_step_are_warned_of(caplog):
     # a ramp over every step ends one level short of the target: 75% against 80% at the last of two steps
     with caplog.at_level("WARNING", logger="fcpts"):
-        _, report = get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 2}, ramp=1.0)
+        _, report = get_method("fcpts-plus")(net(), images(), 0.8, **BUDGET_W1, ramp=1.0)
     assert report.extra["sparsity_before_exact_step"] == pytest.approx(0.75, abs=0.01)
     assert "held 75." in caplog.text and "against the 80.00% target" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="fcpts"):
-        get_method("fcpts-plus")(net(), images(), 0.8, **{**BUDGET, "iterations": 2}, ramp=0.0)
+        get_method("fcpts-plus")(net(), images(), 0.8, **BUDGET_W1, ramp=0.0)
     assert "learned masks held" not in caplog.text  # on target (ERK rates, no learning to drift): no warning
 
 

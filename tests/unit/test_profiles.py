@@ -37,3 +37,23 @@ def test_a_table_keeps_the_order_given_and_refuses_two_profiles_of_one_name():
     assert list(table) == ["paper", "quick"]
     with pytest.raises(ValueError, match="share a name"):
         profile_table(quick_profile(8, 2, 4, 8, 2), quick_profile(16, 2, 4, 8, 2))
+
+
+def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
+    """A record made before a default changed re-runs as it ran: its own values where they differ from
+    today's, the method's `DEFAULTS_BEFORE` for an option it predates; run-local options are the re-run's."""
+    from dataclasses import asdict
+
+    from tasks.cifar.grid import PROFILES
+    from tasks.grid.rerun import pinned_options, record_profile
+
+    profile = asdict(PROFILES["paper-cpu"])
+    old = {"method": "fcpts-plus", "profile": profile, "method_options": {"ramp": 0.5, "checkpoint": "/old/x.pt"}}
+    assert pinned_options(old) == {"block_weight": 1.0}  # predates block_weight: ran with weight 1
+    new = {**old, "method_options": {"block_weight": "auto", "lr": 0.5, "seed": 3, "progress": True}}
+    assert pinned_options(new) == {"lr": 0.5}  # today's default weight; seed and progress are the re-run's
+    rebuilt = record_profile(old)
+    assert rebuilt.name == "paper-cpu" and rebuilt.options_for("fcpts-plus") == {"block_weight": 1.0}
+    assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
+    pot = {"method": "pot-erk", "profile": profile, "method_options": {"iterations": 7}}
+    assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000}  # the profile's own value wins
