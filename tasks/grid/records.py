@@ -7,6 +7,7 @@ A record is the only thing that crosses from running to reporting. It is written
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -144,7 +145,9 @@ def moved_records(
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
-    that runs is the code at start-up, whatever is committed while a long grid runs."""
+    that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code
+    without its git folder (a machine the working tree was sent to) names its commit in $FCPTS_GIT_COMMIT,
+    recorded as that copy's claim."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -154,7 +157,8 @@ def git_commit() -> str:
         ).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        claimed = os.environ.get("FCPTS_GIT_COMMIT")
+        return f"{claimed} (no git checkout; from $FCPTS_GIT_COMMIT)" if claimed else "unknown"
 
 
 def device_description(device: torch.device | str = "cpu") -> str:

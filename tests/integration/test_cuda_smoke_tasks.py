@@ -41,8 +41,9 @@ def cifar_cell(runs, device: str, method: str = "fcpts") -> list[str]:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_cifar_grid(tmp_path, device):
-    assert cifar.main(cifar_cell(tmp_path / "runs", device)) == 0
+@pytest.mark.parametrize("method", ["fcpts", "fcpts-plus", "obs"])
+def test_cifar_grid(tmp_path, device, method):
+    assert cifar.main(cifar_cell(tmp_path / "runs", device, method)) == 0
     rec = only_record(tmp_path / "runs")
     assert rec["device"].startswith(device) and rec["hit_target"]
     assert rec["metrics"]["top1"] > 10  # pretrained ResNet-20 at 50%: far above chance

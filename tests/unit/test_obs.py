@@ -10,6 +10,7 @@ from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method
 from fcpts.methods import obs as obs_module
 from fcpts.methods.obs import ALLOCATIONS, LayerOBS, OBSOptions, hull_allocation, obs
+from tests.conftest import DEVICES
 
 
 def linear_with_hessian(w, H):
@@ -191,15 +192,19 @@ def test_target_below_existing_zeros_is_a_clear_error():
         obs(small_net(), torch.randn(4, 3, 8, 8), 0.1, OBSOptions(progress=False))
 
 
-def test_deterministic_and_global_rng_untouched():
-    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_exact_and_global_rng_untouched(device):
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(0)).to(device)
     runs = []
     for _ in range(2):
-        net = small_net()
+        net = small_net().to(device)
         torch.manual_seed(123)
         net, _ = obs(net, x, 0.7, OBSOptions(progress=False, batch_size=6))
         runs.append((net.state_dict(), torch.rand(1)))
     assert all(torch.equal(v, runs[1][0][k]) for k, v in runs[0][0].items())
+    assert {v.device.type for v in runs[0][0].values()} == {device}
+    layers = prunable_layers(net).values()
+    assert sum(int((m.weight == 0).sum()) for m in layers) == round(0.7 * sum(m.weight.numel() for m in layers))
     torch.manual_seed(123)
     assert torch.equal(runs[0][1], torch.rand(1))
 

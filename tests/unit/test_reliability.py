@@ -196,6 +196,19 @@ def test_a_command_names_the_commit_it_started_from(monkeypatch):
     assert seen == ["start"]
 
 
+def test_a_copy_without_git_records_the_commit_it_claims_or_unknown(monkeypatch):
+    from tasks.grid import records
+
+    def no_git(args, **_):
+        raise subprocess.CalledProcessError(128, args, "", "fatal: not a git repository")
+
+    monkeypatch.setattr(records.subprocess, "run", no_git)
+    monkeypatch.delenv("FCPTS_GIT_COMMIT", raising=False)
+    assert records.git_commit.__wrapped__() == "unknown"
+    monkeypatch.setenv("FCPTS_GIT_COMMIT", "abc123")
+    assert records.git_commit.__wrapped__() == "abc123 (no git checkout; from $FCPTS_GIT_COMMIT)"
+
+
 def test_a_benchmark_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
     rows = tmp_path / "new" / "rows.jsonl"
     assert read_json_lines(rows, missing_ok=True) == []
