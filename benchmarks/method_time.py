@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> list[str]:
         if ramp:
             ramp_s = [s for run_steps in steps[method] for s in run_steps[:ramp]]
             line += f" after its ramp, {statistics.median(ramp_s) * 1000:8.1f} ms in its ramp ({ramp} steps)"
-        lines.append(line)
+        lines.append(line + "; runs " + ", ".join(f"{w:.1f}" for w in walls[method]) + " s")
     return lines
 
 

@@ -17,7 +17,7 @@ def test_alternates_runs_and_splits_the_ramp_steps(tmp_path, capsys):
     rows = dict(re.findall(r"^(\S+)\s*: run .* ratio to fcpts (\d+\.\d+);", printed, re.M))
     assert set(rows) == {"fcpts", "fcpts-plus"}
     assert float(rows["fcpts"]) == 1.0 and float(rows["fcpts-plus"]) > 0
-    assert re.search(r"^fcpts-plus .* in its ramp \(2 steps\)$", printed, re.M)  # ramp 0.5 of 4 iterations
+    assert re.search(r"^fcpts-plus .* in its ramp \(2 steps\); runs \d+\.\d, \d+\.\d s$", printed, re.M)  # ramp: half
     assert "command: " in printed and "commit " in printed
 
 
