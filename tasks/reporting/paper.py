@@ -41,7 +41,7 @@ from tasks.reporting.tables_voc import table4 as voc_table4
 
 REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
-METHOD_TIME = RESULTS_DIR / "benchmarks" / "method_time_cpu.txt"
+METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 TABLE1_MODELS = ("resnet32", "resnet56")
 TABLE1_METHODS = ("pot-l2norm", "pot-erk", "fcpts")
@@ -275,9 +275,10 @@ def equal_load_times(benchmark: str) -> list[str]:
     return [lines[0], *(line for line in lines[1:] if "ratio to " in line)] if lines else []
 
 
-def table6(records: list[dict], reference: list[dict], method_time: str | None = None) -> str:
-    """Table 6 from the records' wall times; with the method-time benchmark's output, its equal-load ratios
-    of the methods beyond the paper to FCPTS below the table (record times ran under different loads)."""
+def table6(records: list[dict], reference: list[dict], method_times: dict[str, str] | None = None) -> str:
+    """Table 6 from the records' wall times; with the method-time benchmark's outputs (file name -> text, one
+    per device), their equal-load ratios of the methods beyond the paper to FCPTS below the table (record times
+    ran under different loads)."""
     groups = time_groups(records)
     extras = extras_with_records(lambda m: any(m in by for by in groups.values()))
     timed = (*POT_METHODS, "fcpts", *extras)
@@ -323,13 +324,13 @@ def table6(records: list[dict], reference: list[dict], method_time: str | None =
             extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio"),
             "",
         ]
-    if extras and method_time:
+    for name, text in (method_times or {}).items() if extras else ():
         lines += [
             "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-            f"(`python -m benchmarks.method_time`, {METHOD_TIME.relative_to(RESULTS_DIR.parent)}):",
+            f"(`python -m benchmarks.method_time`, {name}):",
             "",
             "```",
-            *equal_load_times(method_time),
+            *equal_load_times(text),
             "```",
             "",
         ]
@@ -394,8 +395,10 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         + ["\\end{tabular}", ""]
     )
     write_text_atomic(written[2], "\n".join(tex))
-    method_time = METHOD_TIME.read_text() if METHOD_TIME.exists() else None
-    write_text_atomic(written[3], table6(records, reference, method_time))
+    method_times = {
+        str(f.relative_to(RESULTS_DIR.parent)): f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
+    }
+    write_text_atomic(written[3], table6(records, reference, method_times))
     drops = out_dir / "drops_vs_paper.md"
     write_text_atomic(drops, drops_table(rows, reference))
     written.append(drops)

@@ -124,10 +124,13 @@ def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extr
             "commit abc",
         ]
     )
-    with_extra = table6([*PAPER_CELLS, dict(OBS, profile={"name": "paper"})], reference, benchmark)
-    block = with_extra.split("```")[1].strip().splitlines()
-    assert block == benchmark.splitlines()[:3]  # header and ratios; provenance stays in the file
-    assert "```" not in table6(PAPER_CELLS, reference, benchmark)
+    gpu = benchmark.replace("cpu", "cuda")
+    files = {"results/benchmarks/method_time_cpu.txt": benchmark, "results/benchmarks/method_time_cuda.txt": gpu}
+    with_extra = table6([*PAPER_CELLS, dict(OBS, profile={"name": "paper"})], reference, files)
+    blocks = with_extra.split("```")
+    assert blocks[1].strip().splitlines() == benchmark.splitlines()[:3]  # header, ratios; provenance stays in the file
+    assert blocks[3].strip().splitlines() == gpu.splitlines()[:3] and "method_time_cuda.txt" in blocks[2]
+    assert "```" not in table6(PAPER_CELLS, reference, files)
 
 
 def test_figure1_plots_a_detection_model_by_its_map(monkeypatch, tmp_path):
