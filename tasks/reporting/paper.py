@@ -311,7 +311,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         ),
         "",
         "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
-        "jobs are slower than they would be alone (records name the device and thread count). "
+        "jobs are slower than they would be alone (records name the device and thread count), and a row whose "
+        "device column names two processors compares runs on different machines. "
         + _pot_cut_note(records)
         + "Only `paper` rows measure the paper's comparison. "
         "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
@@ -324,7 +325,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio"),
             "",
         ]
-    for name, text in (method_times or {}).items() if extras else ():
+    quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
+    for name, text in quoted.items():
         lines += [
             "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
             f"(`python -m benchmarks.method_time`, {name}):",
