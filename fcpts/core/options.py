@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -23,6 +23,10 @@ FilterFn = Callable[[nn.Module, str], bool]
 
 @dataclass
 class MethodOptions:
+    # Defaults that changed, each with the value records made before the change ran with: a record that lacks the
+    # option gets that value when it is re-run (tasks/grid/rerun.py), not today's default.
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {}
+
     exclude: list[str] = field(default_factory=list)  # layer names kept dense
     filter_fn: FilterFn | None = None  # filter_fn(module, name) -> prune this Conv2d/Linear? (torchao's convention)
     seed: int = 0

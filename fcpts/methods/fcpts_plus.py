@@ -86,8 +86,7 @@ from .registry import Method, register
 
 @dataclass
 class FCPTSPlusOptions(FCPTSOptions):
-    # Defaults that changed, with the value a record made before the change (which lacks the option) ran with.
-    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"block_weight": 1.0}
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"block_weight": 1.0}  # "auto" since; records before ran with 1
 
     start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
     mix: Literal["none", "mixup", "cutmix"] = "none"

@@ -55,7 +55,7 @@ def pinned_options(record: dict) -> dict[str, Any]:
     was made. An option the record lacks predates it and ran as the method's `DEFAULTS_BEFORE` says."""
     method = get_method(record["method"])
     today = _json(method.make_options().to_dict())
-    made_with = {**getattr(method.options, "DEFAULTS_BEFORE", {}), **record["method_options"]}
+    made_with = {**method.options.DEFAULTS_BEFORE, **record["method_options"]}
     return {k: v for k, v in made_with.items() if k in today and k not in NOT_PINNED and _json(v) != today[k]}
 
 

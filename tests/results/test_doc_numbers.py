@@ -382,10 +382,9 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
     the cell's full run with the auto weight chose (the record's report), on every such record."""
     text = (RESULTS_DIR / "benchmarks" / "block_balance_cpu.txt").read_text()
     printed = {row[0]: row[5] for row in _table_rows(text, "cifar") if len(row) == 7}
-    records = sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))
-    records = [p for p in records if "block_weight" in json.loads(p.read_text())["method_report"]["extra"]]
+    records = [json.loads(p.read_text()) for p in sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))]
+    records = [r for r in records if "block_weight" in r["method_report"]["extra"]]
     assert len(records) >= 20, "the twelve Table 1 cells under the default, eight with --option block_weight=auto"
-    for path in records:
-        record = json.loads(path.read_text())
+    for record in records:
         cell = f"{record['dataset']} {record['model']} {record['target_sparsity']:.0%}"
         assert printed[cell] == f"{record['method_report']['extra']['block_weight']['chosen']:.4f}", cell
