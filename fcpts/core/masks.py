@@ -50,15 +50,28 @@ def prunable_layers(
     return layers
 
 
-def check_target(target: float) -> float:
-    """Validate a global sparsity target: a fraction of zeros in [0, 1)."""
-    if isinstance(target, bool) or not isinstance(target, (int, float)):
-        raise TypeError(f"target sparsity must be a number in [0, 1), got {target!r}")
-    if not 0.0 <= float(target) < 1.0:
-        raise ValueError(
-            f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
-        )
-    return float(target)
+class Sparsity(float):
+    """A global sparsity target that has been checked: a fraction of zero weights in [0, 1).
+
+    Why a type: a target passes through the command line, the grid, the method and the allocation on its way to
+    the masks; each of them accepts a plain number and checks it, and a `Sparsity` it passes on unchecked, so a
+    target is checked once, where it enters. Arithmetic on it gives plain floats, as before."""
+
+    __slots__ = ()
+
+    def __new__(cls, target: float) -> Sparsity:
+        if isinstance(target, bool) or not isinstance(target, (int, float)):
+            raise TypeError(f"target sparsity must be a number in [0, 1), got {target!r}")
+        if not 0.0 <= float(target) < 1.0:
+            raise ValueError(
+                f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
+            )
+        return super().__new__(cls, target)
+
+
+def check_target(target: float) -> Sparsity:
+    """A global sparsity target as a checked `Sparsity`: one already checked as it is, a number checked now."""
+    return target if isinstance(target, Sparsity) else Sparsity(target)
 
 
 class _BinActive(torch.autograd.Function):
