@@ -25,7 +25,7 @@ from .bn import fold_batchnorm
 from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
 from .io import tensors_sha256
-from .options import MethodOptions, TrainingOptions
+from .options import MethodOptions, TrainingOptions, resolve_device
 
 # (student output, teacher output, step) -> (loss, named loss terms). The terms are 0-dim tensors left on the
 # device (detached); the loop reads them back every `log_every` steps, so computing them never waits.
@@ -217,70 +217,79 @@ def step_batch(
     return x
 
 
+def batches_of(
+    calib: Calibration,
+    device: torch.device,
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    channels_last: bool = False,
+) -> Callable[[int], torch.Tensor]:
+    """step -> that step's batch as teacher and student see it (`step_batch`)."""
+    return lambda step: step_batch(calib, step, device, transform, channels_last)
+
+
+def _resume(
+    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: list, result: LoopResult
+) -> float:
+    """Load a saved state into the models, optimisers, schedulers and `result`; returns the time spent before."""
+    state = checkpoint.load()
+    if state is None:
+        return 0.0
+    model.load_state_dict(state["model"])
+    teacher.load_state_dict(state["teacher"])
+    for sch, o_state, s_state in zip(schedulers, state["optimizers"], state["schedulers"]):
+        sch.optimizer.load_state_dict(o_state)
+        sch.load_state_dict(s_state)
+    result.history, result.resumed_from_step = state["history"], state["step"]
+    return state["elapsed_s"]
+
+
 def train_loop(
     model: nn.Module,
     teacher: nn.Module,
-    calib: Calibration,
+    batches: Callable[[int], torch.Tensor],
     options: TrainingOptions,
-    optimizer: torch.optim.Optimizer | list[torch.optim.Optimizer],
-    scheduler: torch.optim.lr_scheduler.LRScheduler | list[torch.optim.lr_scheduler.LRScheduler],
+    schedulers: list[torch.optim.lr_scheduler.LRScheduler],
     loss_fn: LossFn,
     checkpoint: Checkpoint,
-    device: torch.device,
     *,
     desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-    channels_last: bool = False,
 ) -> LoopResult:
-    """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`.
+    """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`batches_of`),
+    resumed from `checkpoint`; each scheduler steps its own optimiser.
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
     before every checkpoint, so a saved state never holds a NaN the checks have not seen."""
-    iterations, progress = options.iterations, options.progress
-    optimizers = optimizer if isinstance(optimizer, list) else [optimizer]
-    schedulers = scheduler if isinstance(scheduler, list) else [scheduler]
-    result, elapsed_before = LoopResult(), 0.0
-    state = checkpoint.load()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        teacher.load_state_dict(state["teacher"])
-        for o, st in zip(optimizers, state["optimizers"]):
-            o.load_state_dict(st)
-        for sch, st in zip(schedulers, state["schedulers"]):
-            sch.load_state_dict(st)
-        result.history, elapsed_before = state["history"], state["elapsed_s"]
-        result.resumed_from_step = state["step"]
+    iterations, device = options.iterations, resolve_device(None, model)
+    optimizers = [sch.optimizer for sch in schedulers]
+    result = LoopResult()
+    elapsed_before = _resume(checkpoint, model, teacher, schedulers, result)
     autocast(options.amp, device)  # an unusable precision fails before the first step
-
     t0 = time.perf_counter()
 
     def save(step: int) -> None:
-        checkpoint.save(
-            {
-                "step": step,
-                "model": model.state_dict(),
-                "teacher": teacher.state_dict(),
-                "optimizers": [o.state_dict() for o in optimizers],
-                "schedulers": [sch.state_dict() for sch in schedulers],
-                "history": result.history,
-                "elapsed_s": elapsed_before + time.perf_counter() - t0,
-            },
-            step,
-            f"step {step}",
-        )
+        state = {"step": step, "model": model.state_dict(), "teacher": teacher.state_dict()}
+        state["optimizers"] = [o.state_dict() for o in optimizers]
+        state["schedulers"] = [sch.state_dict() for sch in schedulers]
+        state.update(history=result.history, elapsed_s=elapsed_before + time.perf_counter() - t0)
+        checkpoint.save(state, step, f"step {step}")
 
     start = result.resumed_from_step
     log = StepLog(result.history, desc, options.log_every)
     model.train()
     bar = tqdm(
-        range(start, iterations), initial=start, total=iterations, disable=not progress, desc=desc, dynamic_ncols=True
+        range(start, iterations),
+        initial=start,
+        total=iterations,
+        disable=not options.progress,
+        desc=desc,
+        dynamic_ncols=True,
     )
     for step in bar:
         if before_step is not None:
             before_step(step)
-        x = step_batch(calib, step, device, transform, channels_last)
+        x = batches(step)
         with autocast(options.amp, device):
             with torch.no_grad():
                 y_t = teacher(x)
@@ -298,8 +307,7 @@ def train_loop(
             after_step(step)
         log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
         if log.due(step + 1 - start) or step + 1 == iterations:
-            shown = log.flush()
-            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()})
+            bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
         if checkpoint.due(step + 1):
             log.flush()
             save(step + 1)

@@ -119,7 +119,7 @@ def resolve_device(device: str | torch.device | None, model: nn.Module | None = 
     return resolved
 
 
-def check_choice(options: MethodOptions, name: str, allowed: tuple[str, ...]) -> None:
+def check_choice(options: object, name: str, allowed: tuple[str, ...]) -> None:
     if getattr(options, name) not in allowed:
         raise ValueError(f"option {name}={getattr(options, name)!r} is not one of {allowed}")
 

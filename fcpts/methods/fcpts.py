@@ -21,17 +21,18 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.bridge import LayerBridges
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import (
+    batches_of,
     frozen_teacher,
     kl_distill,
-    restarted_cosine,
     run_checkpoint,
     run_identity,
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, check_target, hard_mask
+from fcpts.core.masks import apply_keep_masks, hard_mask
 from fcpts.core.options import TrainingOptions, check_choice
 from fcpts.core.report import SparsityReport, loop_report
+from fcpts.core.run_setup import RunSetup, open_run
 
 from . import thresholds
 from .block_balance import balanced_block_weight
@@ -147,183 +148,132 @@ def block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return _BlockMSE.apply(student, teacher.detach())
 
 
-def relative_block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """`block_mse` divided by the mean square of the teacher's output: the same for a block whatever the scale
-    of its activations, so no block dominates the sum by its scale alone."""
-    return block_mse(student, teacher) / teacher.detach().float().square().mean().clamp_min(1e-12)
+class Variant:
+    """The points at which a variant of FCPTS changes its loop, each default FCPTS's own. `distill` reads a variant
+    only here; FCPTS+ keeps all its changes in one subclass (`fcpts_plus.Plan`)."""
+
+    dense: nn.Module | None = None  # the model the teacher copies when the student does not start dense
+    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # each step's batch, for teacher and student
+    dense_gradient = False  # pruned weights get the gradient too (FCPTS: they stay frozen)
+    block_weight = 1.0  # the factor of the blocks' MSE sum against the output KL
+    block_balance: float | None = None  # instead: the weight whose blocks' gradient is this times the KL's at step 0
+    balance_batches = 4  # calibration batches that measurement takes
+
+    def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
+        """The layers' rates at the first step (ERK at the target)."""
+        return erk_rates(layers, target)
+
+    def rates_at(self, step: int) -> dict[str, float] | None:
+        """Rates the layers are held at before `step`, as a schedule does (None: the learned thresholds rule)."""
+        return None
+
+    def level_at(self, step: int) -> float | None:
+        """A sparsity every threshold is scaled onto before `step`, keeping their ratios (None: the control loss
+        alone holds the level)."""
+        return None
+
+    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        return block_mse(student, teacher)
+
+    def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
+        return warmup_cosine(warmup, iterations)
+
+    def report(self) -> dict:
+        """What the variant adds to the report's extras."""
+        return {}
 
 
-def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
-    """FCPTS with learned thresholds (the paper's method), or ERK rates held (`learn_thresholds=False`)."""
-    return distill(model, calibration, target, opts, "fcpts" if opts.learn_thresholds else "fcpts-fixed")
+class _Thresholds:
+    """Every layer's threshold sigmoid(s_l), learned, and the differentiable global sparsity they give (the bridge)."""
+
+    def __init__(self, layers: dict[str, nn.Module], rates: dict[str, float], opts: FCPTSOptions, variant: Variant):
+        self.layers, self.names = layers, list(layers)
+        numels = [layers[n].weight.numel() for n in self.names]
+        ste = opts.learn_thresholds and opts.threshold_grad == "ste"
+        self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
+        gen = torch.Generator().manual_seed(opts.seed)  # the KDE samples: drawn on the host, moved once
+        self.bridges = LayerBridges(numels, opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen)
+        self.scores = [self.params[n].score for n in self.names]
+        for s in self.scores:
+            s.requires_grad_(opts.learn_thresholds)
+
+    def values(self) -> torch.Tensor:
+        """Every layer's threshold, in layer order, as one tensor."""
+        return torch.sigmoid(torch.stack(self.scores))
+
+    def global_sparsity(self) -> torch.Tensor:
+        return self.bridges(self.values(), [thresholds.original_weight(self.layers[n]) for n in self.names])
+
+    def hold(self, rates: dict[str, float] | None, level: Callable[[], float | None]) -> None:
+        """Pin every layer to `rates`; without them, scale every threshold onto `level()`'s sparsity, if any."""
+        if rates is not None:
+            thresholds.pin_rates(self.params, self.layers, rates)
+        elif (at := level()) is not None:
+            thresholds.project_to_sparsity(self.params, self.layers, at)
 
 
-def distill(
-    model: nn.Module,
-    calibration,
-    target: float,
-    opts: FCPTSOptions,
-    method: str,
-    *,
-    initial_rates: dict[str, float] | None = None,
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-    dense: nn.Module | None = None,
-    pinned_rates: Callable[[int], dict[str, float] | None] | None = None,
-    project: Callable[[int], float | None] | None = None,
-    relative_blocks: bool = False,
-    block_weight: float = 1.0,
-    block_balance: float | None = None,
-    balance_batches: int = 4,
-    dense_gradient: bool = False,
-    lr_restart: int | None = None,
-) -> tuple[nn.Module, SparsityReport]:
-    """The FCPTS loop, with what a variant may change (each default: FCPTS):
-    - `initial_rates`: the layers' starting rates (ERK at the target);
-    - `transform`: a transform of each step's batch, seen by teacher and student alike (none);
-    - `dense`: the model the teacher is copied from when the student does not start from the dense weights
-      (`model` itself);
-    - `pinned_rates`: each step's per-layer rates while a schedule holds them (a ramp), None from the step it
-      lets go, when the learned thresholds take over (none);
-    - `project`: each step's level (step -> sparsity, or None for none): before the step all thresholds are
-      scaled by one factor onto it, keeping their learned ratios (no: the control loss alone holds the level);
-    - `relative_blocks`: divide each block's MSE by the mean square of the teacher's block output (no);
-    - `block_weight`: the factor of the blocks' MSE sum against the output KL (1);
-    - `block_balance`: instead of `block_weight`, the weight that makes the blocks' gradient `block_balance` times
-      the KL's at the first step, measured on `balance_batches` calibration batches (no);
-    - `dense_gradient`: give pruned weights the gradient too (no: they stay frozen);
-    - `lr_restart`: the step at which the learning rate goes back to its peak for a second cosine (none).
-    The exact-target step is always the final one."""
-    target = check_target(target)
-    opts.validate()
-    device = opts.place(model)
-    if opts.channels_last:
-        model.to(memory_format=torch.channels_last)
-    layers = opts.layers(model)
-    calib = Calibration(calibration, opts.batch_size, opts.seed)
-    numels = {n: m.weight.numel() for n, m in layers.items()}
-    total = sum(numels.values())
+class _Reconstruction:
+    """The reconstruction loss: the output KL, plus the weighted sum of the blocks' MSE with "mse-blocks"."""
 
-    identity = run_identity(target, opts, calib, model)
-    teacher = frozen_teacher(model if dense is None else dense.to(device), opts.teacher_mode)
+    def __init__(self, model: nn.Module, teacher: nn.Module, opts: FCPTSOptions, variant: Variant):
+        self.temperature, self.block_loss, self.weight = opts.temperature, variant.block_loss, variant.block_weight
+        self.taps = None
+        if opts.reconstruction == "mse-blocks":
+            blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
+            self.taps = _Taps(model, blocks), _Taps(teacher, blocks)
 
-    rates = initial_rates if initial_rates is not None else erk_rates(layers, target)
-    learn_t = opts.learn_thresholds
-    params = thresholds.attach(
-        layers, rates, threshold_grad=learn_t and opts.threshold_grad == "ste", dense_gradient=dense_gradient
-    )
-    names = list(layers)
-    gen = torch.Generator().manual_seed(opts.seed)  # the KDE samples: drawn on the host, moved once
-    bridges = LayerBridges(
-        [numels[n] for n in names], opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen
-    )
+    def __call__(self, y_s: torch.Tensor, y_t: torch.Tensor) -> torch.Tensor:
+        rec = kl_distill(y_s, y_t, self.temperature)
+        if self.taps is not None:
+            s, t = self.taps[0].outputs, self.taps[1].outputs
+            rec = rec + self.weight * sum(self.block_loss(s[k], t[k]) for k in s)
+        return rec
 
-    def layer_thresholds() -> torch.Tensor:
-        """Every layer's threshold sigmoid(s_l), in `names` order, as one tensor."""
-        return torch.sigmoid(torch.stack([params[n].score for n in names]))
-
-    score_params = [params[n].score for n in names]
-    for s in score_params:
-        s.requires_grad_(learn_t)
-    score_ids = {id(s) for s in score_params}
-    other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
-    lr = opts.resolved_lr(calib.batch_size)
-    groups = [{"params": other, "weight_decay": opts.weight_decay}]
-    if learn_t:
-        groups.append({"params": score_params, "weight_decay": 0.0})
-    optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
-    warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
-    if lr_restart is None:
-        lr_factor = warmup_cosine(warmup, opts.iterations)
-    else:
-        lr_factor = restarted_cosine(min(warmup, lr_restart), lr_restart, opts.iterations)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-
-    taps_s = taps_t = None
-    if opts.reconstruction == "mse-blocks":
-        blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
-        taps_s, taps_t = _Taps(model, blocks), _Taps(teacher, blocks)
-
-    block_loss = relative_block_mse if relative_blocks else block_mse
-
-    def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
-        rec = kl_distill(y_s, y_t, opts.temperature)
-        if taps_s is not None:
-            rec = rec + block_weight * sum(block_loss(taps_s.outputs[k], taps_t.outputs[k]) for k in taps_s.outputs)
-        global_r = bridges(layer_thresholds(), [thresholds.original_weight(layers[n]) for n in names])
-        gap = global_r - target
-        control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
-        loss = rec + opts.control_weight * control if learn_t else rec
-        return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
-
-    # ablation: without learned thresholds every layer keeps its ERK rate exactly while weights move
-    def pin(step: int) -> None:
-        """Thresholds set before a step: fixed rates (ablation), a schedule's rates, the projection, or none."""
-        if not learn_t:
-            held: dict[str, float] | None = rates
-        else:
-            held = pinned_rates(step) if pinned_rates is not None else None
-        if held is not None:
-            thresholds.pin_rates(params, layers, held)
-        elif project is not None and (level := project(step)) is not None:
-            thresholds.project_to_sparsity(params, layers, level)
-
-    balance = None
-    if block_balance is not None:
-        if taps_s is None or taps_t is None:
+    def balance(self, model, teacher, setup: RunSetup, params, opts: FCPTSOptions, variant: Variant) -> dict:
+        """Set the block weight so the blocks' gradient is `variant.block_balance` times the KL's; what was measured."""
+        if self.taps is None:
             raise ValueError(
                 "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
             )
-        pin(0)  # the masks of the first step
-        block_weight, balance = balanced_block_weight(
-            model,
-            teacher,
-            calib,
-            taps_s.outputs,
-            taps_t.outputs,
-            other,
-            temperature=opts.temperature,
-            balance=block_balance,
-            batches=balance_batches,
-            device=device,
-            block_loss=block_loss,
-            channels_last=opts.channels_last,
-            transform=transform,
-        )
-        log.info(
-            "%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
-            method,
-            block_weight,
-            block_balance,
-        )
+        self.weight, measured = balanced_block_weight(
+            model, teacher, setup.calib, self.taps[0].outputs, self.taps[1].outputs, params,
+            temperature=opts.temperature, balance=variant.block_balance, batches=variant.balance_batches,
+            device=setup.device, block_loss=self.block_loss, channels_last=opts.channels_last,
+            transform=variant.transform,
+        )  # fmt: skip
+        return measured
 
-    checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
-    loop = train_loop(
-        model,
-        teacher,
-        calib,
-        opts,
-        optimizer,
-        scheduler,
-        loss_fn,
-        checkpoint,
-        device,
-        desc=f"{method} {target:.2f}",
-        before_step=pin,
-        transform=transform,
-        channels_last=opts.channels_last,
-    )
-    if taps_s is not None:
-        taps_s.remove()
-        taps_t.remove()
+    def remove(self) -> None:
+        for taps in self.taps or ():
+            taps.remove()
 
-    # Exact target: rank |W| / t_l globally, i.e. scale every threshold by one common factor.
-    with torch.no_grad():
-        t_final = dict(zip(names, layer_thresholds().tolist()))
-        weights = {n: thresholds.original_weight(m).detach() for n, m in layers.items()}
-        before = {n: hard_mask(weights[n], t_final[n]) for n in layers}
-        masks = global_keep_masks({n: weights[n].abs() / t_final[n] for n in layers}, target)
-        flipped = sum(int((masks[n] != before[n]).sum().item()) for n in layers)
-        sparsity_before = 1.0 - sum(int(before[n].sum().item()) for n in layers) / total
+
+def _optimizer(model: nn.Module, thr: _Thresholds, opts: FCPTSOptions, calib: Calibration, variant: Variant):
+    """SGD on the weights, biases and BN affine parameters (with weight decay) and the thresholds (without), with
+    its learning-rate schedule; returns the scheduler, the non-threshold parameters and the rates for the report."""
+    score_ids = {id(s) for s in thr.scores}
+    other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
+    lr = opts.resolved_lr(calib.batch_size)
+    groups = [{"params": other, "weight_decay": opts.weight_decay}]
+    if opts.learn_thresholds:
+        groups.append({"params": thr.scores, "weight_decay": 0.0})
+    optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
+    warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, opts.iterations))
+    return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
+
+
+@torch.no_grad()
+def _exact_step(thr: _Thresholds, target: float, method: str) -> tuple[dict, dict, dict]:
+    """Rank |W| / t_l globally, i.e. scale every threshold by one common factor, so exactly round(target * N) weights
+    are pruned; returns the final thresholds, the keep masks and how far the learned masks were from them."""
+    t_final = dict(zip(thr.names, thr.values().tolist()))
+    weights = {n: thresholds.original_weight(m).detach() for n, m in thr.layers.items()}
+    before = {n: hard_mask(weights[n], t_final[n]) for n in thr.names}
+    masks = global_keep_masks({n: weights[n].abs() / t_final[n] for n in thr.names}, target)
+    flipped = sum(int((masks[n] != before[n]).sum().item()) for n in thr.names)
+    total = sum(w.numel() for w in weights.values())
+    sparsity_before = 1.0 - sum(int(before[n].sum().item()) for n in thr.names) / total
     if abs(sparsity_before - target) > DRIFT_WARNING:
         log.warning(
             "%s: the learned masks held %.2f%% sparsity against the %.2f%% target at the last step; the exact-target "
@@ -335,6 +285,58 @@ def distill(
             100 * target,
             flipped,
         )
+    return t_final, masks, {"sparsity_before_exact_step": sparsity_before, "weights_flipped_by_exact_step": flipped}
+
+
+def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
+    """FCPTS with learned thresholds (the paper's method), or ERK rates held (`learn_thresholds=False`)."""
+    setup = open_run(model, calibration, target, opts)
+    return distill(model, setup, opts, "fcpts" if opts.learn_thresholds else "fcpts-fixed")
+
+
+def distill(
+    model: nn.Module, setup: RunSetup, opts: FCPTSOptions, method: str, variant: Variant | None = None
+) -> tuple[nn.Module, SparsityReport]:
+    """The FCPTS loop on an opened run (`open_run`), changed where `variant` says (default: FCPTS itself); the
+    exact-target step is always the final one."""
+    variant = variant if variant is not None else Variant()
+    target, device, layers, calib = setup
+    assert calib is not None
+    if opts.channels_last:
+        model.to(memory_format=torch.channels_last)
+    identity = run_identity(target, opts, calib, model)
+    teacher = frozen_teacher(model if variant.dense is None else variant.dense.to(device), opts.teacher_mode)
+    rates = variant.start_rates(layers, target)
+    learn_t = opts.learn_thresholds
+    thr = _Thresholds(layers, rates, opts, variant)
+    scheduler, other, lr_rows = _optimizer(model, thr, opts, calib, variant)
+    reconstruction = _Reconstruction(model, teacher, opts, variant)
+
+    def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
+        rec = reconstruction(y_s, y_t)
+        global_r = thr.global_sparsity()
+        gap = global_r - target
+        control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
+        loss = rec + opts.control_weight * control if learn_t else rec
+        return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
+
+    def pin(step: int) -> None:
+        """Before a step: ERK rates held (without learned thresholds), a variant's rates or level, or nothing."""
+        thr.hold(rates if not learn_t else variant.rates_at(step), lambda: variant.level_at(step))
+
+    balance = None
+    if variant.block_balance is not None:
+        pin(0)  # the masks of the first step
+        balance = reconstruction.balance(model, teacher, setup, other, opts, variant)
+        log.info("%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
+                 method, reconstruction.weight, variant.block_balance)  # fmt: skip
+
+    checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
+    batches = batches_of(calib, device, variant.transform, opts.channels_last)
+    desc = f"{method} {target:.2f}"
+    loop = train_loop(model, teacher, batches, opts, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin)
+    reconstruction.remove()
+    t_final, masks, exact = _exact_step(thr, target, method)
     thresholds.detach_all(layers)
     apply_keep_masks(layers, masks)
     model.to(memory_format=torch.contiguous_format)
@@ -342,16 +344,10 @@ def distill(
         recalibrate_bn(model, calib, device)
     model.eval()
 
-    extra = {
-        "sparsity_before_exact_step": sparsity_before,
-        "weights_flipped_by_exact_step": flipped,
-        "kept_dense": list(opts.exclude),
-        "lr": lr,
-        "warmup_iterations": warmup,
-        **({"lr_restart_step": lr_restart} if lr_restart is not None else {}),
-        **({"block_weight": balance} if balance is not None else {}),
-        "resumed_from_step": loop.resumed_from_step,
-    }
+    extra = {**exact, "kept_dense": list(opts.exclude), **lr_rows, **variant.report()}
+    extra.update(
+        {**({"block_weight": balance} if balance is not None else {}), "resumed_from_step": loop.resumed_from_step}
+    )
     report = loop_report(method, target, model, opts, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]

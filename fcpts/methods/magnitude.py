@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from fcpts.core import allocation
-from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
+from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
+from fcpts.core.run_setup import open_run
 
 from .registry import Method, register
 
@@ -41,11 +42,8 @@ def keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict:
 
 def magnitude(model: nn.Module, calibration, target: float, opts: MagnitudeOptions) -> tuple[nn.Module, SparsityReport]:
     """Keep the largest weights under the allocation; `calibration` is not used."""
-    target = check_target(target)
-    opts.validate()
     t0 = time.perf_counter()
-    opts.place(model)  # the masks are made where the weights are
-    layers = opts.layers(model)
+    target, _, layers, _ = open_run(model, None, target, opts)  # the masks are made where the weights are
     apply_keep_masks(layers, keep_masks(layers, target, opts.allocation))
     model.eval()
     achieved, per_layer = sparsity_summary(model, opts.exclude, opts.filter_fn)

@@ -69,9 +69,10 @@ from fcpts.core import allocation as alloc
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs
-from fcpts.core.masks import check_target, sparsity_summary
+from fcpts.core.masks import sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
+from fcpts.core.run_setup import open_run
 
 from .registry import Method, register
 
@@ -331,13 +332,9 @@ def error_counts(
 
 
 def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[nn.Module, SparsityReport]:
-    target = check_target(target)
-    cfg.validate()
     t0 = time.perf_counter()
+    target, device, layers, calib = open_run(model, calibration, target, cfg)
     model.eval()
-    device = cfg.place(model)
-    layers = cfg.layers(model)
-    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
     order = forward_order(model, layers, calib.take([0]).to(device))
     layers = {n: layers[n] for n in order}
     n_weights = sum(m.weight.numel() for m in layers.values())

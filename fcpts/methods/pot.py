@@ -42,11 +42,11 @@ from tqdm.auto import tqdm
 
 from fcpts.core import allocation
 from fcpts.core.bn import fold_batchnorm
-from fcpts.core.calibration import Calibration
 from fcpts.core.loop import run_checkpoint, run_identity
-from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
+from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
+from fcpts.core.run_setup import open_run
 
 from .pot_objective import (
     ForwardObjective,
@@ -355,11 +355,8 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
 
 def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
-    target = check_target(target)
-    cfg.validate()
     t0 = time.perf_counter()
-    device = cfg.place(model)
-    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    target, device, _, calib = open_run(model, calibration, target, cfg)
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
     folded = fold_batchnorm(model) if cfg.fold_bn else []

@@ -22,11 +22,11 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from fcpts.core.allocation import global_keep_masks
-from fcpts.core.calibration import Calibration
-from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import apply_keep_masks, check_target
+from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.masks import apply_keep_masks
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport, loop_report
+from fcpts.core.run_setup import open_run
 
 from .registry import Method, register
 
@@ -104,11 +104,7 @@ def probmask_sparsify(
     model: nn.Module, calibration, target: float, cfg: ProbMaskOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
-    target = check_target(target)
-    cfg.validate()
-    device = cfg.place(model)
-    layers = cfg.layers(model)
-    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    target, device, layers, calib = open_run(model, calibration, target, cfg)
     identity = run_identity(target, cfg, calib, model)
     teacher = frozen_teacher(model, cfg.teacher_mode)
     noise = torch.Generator(device=device)
@@ -141,13 +137,11 @@ def probmask_sparsify(
     loop = train_loop(
         model,
         teacher,
-        calib,
+        batches_of(calib, device),
         cfg,
-        [sgd, adam],
         scheds,
         kl_loss(cfg.temperature),
         checkpoint,
-        device,
         desc=f"probmask {target:.2f}",
         before_step=before,
         after_step=after,

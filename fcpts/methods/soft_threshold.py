@@ -28,10 +28,11 @@ from torch.nn.utils import parametrize
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
-from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import check_target, sparsity_summary
+from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.masks import sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
+from fcpts.core.run_setup import open_run
 
 from .registry import Method, register
 
@@ -83,13 +84,11 @@ def _trial(
     loop = train_loop(
         model,
         teacher,
-        calib,
+        batches_of(calib, device),
         cfg,
-        opt,
-        sched,
+        [sched],
         kl_loss(cfg.temperature),
         checkpoint,
-        device,
         desc=f"str decay={decay:.3g}",
     )
     for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
@@ -118,11 +117,7 @@ def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
 
 def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) -> tuple[nn.Module, SparsityReport]:
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
-    target = check_target(target)
-    cfg.validate()
-    device = cfg.place(model)
-    cfg.layers(model)  # clear error before any work
-    calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    target, device, _, calib = open_run(model, calibration, target, cfg)
     dense = copy.deepcopy(model)
     identity = run_identity(target, cfg, calib, dense)
     search = run_checkpoint(

@@ -1,0 +1,32 @@
+"""The opening every method's run shares: the target and the options checked, the model placed, the layers
+chosen and the calibration batches seeded, in that order and before any work, so a bad input fails the same way
+in every method and a method's own code starts from what it needs."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from .calibration import Calibration
+from .masks import Sparsity, check_target
+from .options import MethodOptions
+
+
+class RunSetup(NamedTuple):
+    target: Sparsity
+    device: torch.device  # where the model now is and the run computes
+    layers: dict[str, nn.Module]  # the layers the run prunes, by qualified name
+    calib: Calibration | None  # None for a method that reads no calibration data
+
+
+def open_run(model: nn.Module, calibration: Any, target: float, options: MethodOptions) -> RunSetup:
+    """Check `target` and `options`, move `model` to its device, choose its layers and (unless `calibration` is
+    None) seed its calibration batches with the options' `batch_size` and `seed`."""
+    target = check_target(target)
+    options.validate()
+    device = options.place(model)
+    layers = options.layers(model)
+    calib = None if calibration is None else Calibration(calibration, options.batch_size, options.seed)  # type: ignore[attr-defined]
+    return RunSetup(target, device, layers, calib)

@@ -1,0 +1,121 @@
+"""FCPTS+'s options that the ablation did not keep (docs/beyond-the-paper.md, benchmarks/ablation.py): each was
+below FCPTS+'s defaults on the ablation cell, or failed on a second one. They stay options of `fcpts-plus`, all
+off by default, so the measurements and records made with them re-run; `fcpts_plus.Plan` applies them.
+
+- `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense
+  weights, each layer's starting rate from a one-shot second-order pruning, `obs`); "obs" (obs's pruned and
+  updated weights and its rates: the loop fine-tunes a second-order solution). The loop recovers more from
+  magnitude masks on the dense weights than from obs's updated weights.
+- `mix`: mixing calibration images within each batch, teacher and student on the same mixed images:
+  "mixup" (a convex combination of two images) or "cutmix" (a box of one pasted into another), with a
+  Beta(`mix_alpha`, `mix_alpha`) share; a seeded draw per step, so runs are deterministic and resumable.
+  Few images seen for many epochs give the student few distinct teacher outputs to match; mixing gives new
+  ones without labels, but moves the inputs off the distribution the dense model was trained on.
+- `projection`: before every step all thresholds are scaled by one common factor so the masks hold exactly
+  the target; the learned ratios between layers stay. The control loss alone holds the level only when the
+  thresholds barely move (FCPTS's default, where the reconstruction loss does not reach them); with
+  `threshold_grad="ste"` the reconstruction gradient pulls them off target, and projection lets that
+  gradient shape the allocation without drifting. Projection only corrects a level: scaling the thresholds
+  of a much lower level degenerates (layers ERK leaves dense stay dense, others empty), which is why a
+  ramp does not use it.
+- `ramp_hold="ratios"`: instead of each level's ERK rates, a ramp starts from the target's ERK thresholds and
+  before each ramp step scales them all by one factor onto the step's level (the low level from the target's
+  ratios, not the other way), so the allocation moves with the weights from the first step, as in FCPTS.
+- `lr_restart`: at the ramp's end the learning rate goes back to its peak and follows a second cosine over
+  the remaining iterations (the first one ends with the ramp): the weights and thresholds recover from the
+  last pruning at a full learning rate instead of the low half of one long schedule (learning-rate
+  rewinding, Renda et al. 2020). Needs a ramp.
+- `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
+  sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
+  and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out;
+  without it regrowth can outpace the control loss (CIFAR-100 ResNet-56 at 90%: 87.7% before the exact step).
+- `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
+  output, so every block weighs alike whatever the scale of its activations.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from fcpts.core.options import check_choice
+
+from .fcpts import block_mse
+from .registry import get_method
+
+
+@dataclass
+class ExperimentalOptions:
+    """The options of `fcpts-plus` that the ablation did not keep (module docstring); each default is off."""
+
+    start: Literal["magnitude", "obs-allocation", "obs"] = "magnitude"
+    mix: Literal["none", "mixup", "cutmix"] = "none"
+    mix_alpha: float = 1.0
+    ramp_hold: Literal["erk", "ratios"] = "erk"  # what a ramp holds: each level's ERK rates, or the thresholds' ratios
+    lr_restart: bool = False  # a second cosine learning-rate cycle from the ramp's end
+    projection: bool = False  # thresholds scaled onto the target before every step
+    relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
+    dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
+
+    def validate_experimental(self, ramp: float, erk_power: float | str) -> None:
+        check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
+        check_choice(self, "mix", ("none", "mixup", "cutmix"))
+        check_choice(self, "ramp_hold", ("erk", "ratios"))
+        if self.mix_alpha <= 0:
+            raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
+        if self.lr_restart and ramp <= 0:
+            raise ValueError("lr_restart restarts the learning rate at the ramp's end: set ramp > 0, or no lr_restart")
+        if erk_power not in (1.0, "auto") and self.start != "magnitude":
+            raise ValueError(f"erk_power sets the magnitude start's rates: use start='magnitude', not {self.start!r}")
+        if ramp > 0 and self.start != "magnitude":
+            raise ValueError(
+                f"a ramp starts from the dense weights: use start='magnitude', or ramp=0 with start={self.start!r}"
+            )
+
+
+def batch_mixer(how: str, alpha: float, seed: int) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    """x, step -> the batch with its images mixed in pairs; the draw depends only on (seed, step)."""
+
+    def mix(x: torch.Tensor, step: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        share = float(np.random.default_rng([seed, step]).beta(alpha, alpha))
+        partner = torch.randperm(x.shape[0], generator=gen).to(x.device)
+        if how == "mixup":
+            return share * x + (1 - share) * x[partner]
+        h, w = x.shape[-2:]
+        cut_h, cut_w = int(h * (1 - share) ** 0.5), int(w * (1 - share) ** 0.5)
+        top = int(torch.randint(h - cut_h + 1, (1,), generator=gen))
+        left = int(torch.randint(w - cut_w + 1, (1,), generator=gen))
+        out = x.clone()
+        out[..., top : top + cut_h, left : left + cut_w] = x[partner][..., top : top + cut_h, left : left + cut_w]
+        return out
+
+    return mix
+
+
+def relative_block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """`block_mse` divided by the mean square of the teacher's output: the same for a block whatever the scale
+    of its activations, so no block dominates the sum by its scale alone."""
+    return block_mse(student, teacher) / teacher.detach().float().square().mean().clamp_min(1e-12)
+
+
+def obs_start(model: nn.Module, calibration, target: float, opts) -> tuple[dict[str, float], nn.Module, dict]:
+    """`start="obs"` or `"obs-allocation"`: obs prunes `model` in place; returns its per-layer rates, the dense
+    model copied before (the teacher), and what the report says of the start. "obs-allocation" then puts the
+    dense weights back, keeping only obs's rates."""
+    dense = copy.deepcopy(model)
+    obs = get_method("obs")
+    obs_opts = obs.options(
+        seed=opts.seed, device=opts.device, exclude=opts.exclude, filter_fn=opts.filter_fn, progress=opts.progress
+    )
+    _, report = obs.run(model, calibration, target, obs_opts)
+    rates = {row["name"]: row["sparsity"] for row in report.per_layer}
+    if opts.start == "obs-allocation":
+        model.load_state_dict(dense.state_dict())
+    return rates, dense, {"how": opts.start, "obs_wall_s": round(report.wall_s, 1), "obs_options": report.options}
