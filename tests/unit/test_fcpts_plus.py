@@ -13,8 +13,8 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.loop import kl_distill
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method, thresholds
-from fcpts.methods.block_balance import balanced_block_weight
 from fcpts.methods import fcpts_plus_experimental as experimental
+from fcpts.methods.block_balance import balanced_block_weight
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions, cubic_ramp
 from fcpts.methods.fcpts_plus_experimental import batch_mixer
 
