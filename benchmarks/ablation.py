@@ -46,7 +46,8 @@ VARIANTS = {
     "kl-lr0.005": {"reconstruction": "kl", "lr": 0.005},
     "wd0": {"weight_decay": 0.0},
     "t1": {"temperature": 1.0},
-    # FCPTS+ parts (fcpts/methods/fcpts_plus.py), each alone on top of FCPTS (every other part off)
+    # FCPTS+ parts (fcpts/methods/fcpts_plus.py; those not kept: fcpts_plus_experimental.py), each alone on top of
+    # FCPTS (every other part off)
     "plus-obs-start": {**PLUS_OFF, "start": "obs"},
     "plus-obs-allocation": {**PLUS_OFF, "start": "obs-allocation"},
     "plus-mixup": {**PLUS_OFF, "mix": "mixup"},

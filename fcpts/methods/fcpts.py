@@ -345,9 +345,9 @@ def distill(
     model.eval()
 
     extra = {**exact, "kept_dense": list(opts.exclude), **lr_rows, **variant.report()}
-    extra.update(
-        {**({"block_weight": balance} if balance is not None else {}), "resumed_from_step": loop.resumed_from_step}
-    )
+    if balance is not None:
+        extra["block_weight"] = balance
+    extra["resumed_from_step"] = loop.resumed_from_step
     report = loop_report(method, target, model, opts, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]
