@@ -12,6 +12,10 @@ A trial never looks at the target (its batches depend only on the step), and the
 same decay for every target, so runs at several targets share their first trials: with a checkpoint
 path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
 target (marked `reused` in the report; wall_s still counts their compute).
+
+Edge cases, defined: target 0 returns the dense model untouched (a zero threshold; no trial could come closer);
+`iterations=0` is an error, since STR's sparsity comes only from training its thresholds (with no step every
+trial is the same almost dense start, whatever the target).
 """
 
 from __future__ import annotations
@@ -42,6 +46,16 @@ class STROptions(TrainingOptions):
     decay_range: tuple[float, float] = (1e-3, 10.0)  # searched weight decay on s
     search_runs: int = 5
     tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
+
+    def validate(self) -> None:
+        super().validate()
+        if self.iterations < 1:
+            raise ValueError(
+                "STR reaches sparsity only by training its thresholds: iterations must be >= 1, got "
+                f"{self.iterations} (for pruning without training use a magnitude method, e.g. 'global-magnitude')"
+            )
+        if self.search_runs < 1:
+            raise ValueError(f"search_runs must be >= 1 (STR trials of the bisection), got {self.search_runs}")
 
 
 class SoftThreshold(nn.Module):
@@ -123,6 +137,21 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
     device = cfg.place(model)
     cfg.layers(model)  # clear error before any work
     calib = Calibration(calibration, cfg.batch_size, cfg.seed)
+    if target == 0:  # a zero threshold: the dense model is the trial closest to the target
+        model.eval()
+        achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+        converged = abs(achieved - target) < cfg.tolerance  # weights that were zero already stay zero
+        extra: dict = {"trials": [], "chosen_decay": None, "converged_to_target": converged, "reused_trials": 0}
+        return model, SparsityReport(
+            "str",
+            target,
+            achieved,
+            per_layer,
+            seed=cfg.seed,
+            calibration_indices=calib.indices,
+            options=cfg.to_dict(),
+            extra=extra,
+        )
     dense = copy.deepcopy(model)
     identity = run_identity(target, cfg, calib, dense)
     search = run_checkpoint(
