@@ -23,9 +23,21 @@ class NoPrunableLayersError(ValueError):
     """Raised when a model has no Conv2d/Linear layer left to prune."""
 
 
+class PrunableLayers(dict[str, nn.Module]):
+    """The layers a run prunes, by name; `sharing[name]`: the other modules that hold that layer's weight
+    Parameter itself, so a method that reparametrizes the weight (a mask during training) gives them the same."""
+
+    sharing: dict[str, list[nn.Module]]
+
+
+def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
+    """The other modules that use layer `name`'s weight (none unless `layers` came from `prunable_layers`)."""
+    return getattr(layers, "sharing", {}).get(name, [])
+
+
 def prunable_layers(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
-) -> dict[str, nn.Module]:
+) -> PrunableLayers:
     """Every Conv2d and Linear of `model` by qualified name, minus `exclude` (one name or several, kept dense)
     and minus those for which `filter_fn(module, name)` is False (torchao's convention).
 
@@ -43,10 +55,13 @@ def prunable_layers(
             f"exclude names {sorted(unknown)} are not Conv2d/Linear layers of this model; "
             f"prunable layers are e.g. {sorted(names)[:5]}"
         )
-    layers = {}
+    layers = PrunableLayers()
+    layers.sharing = {}
     for owner, users in _weight_users(model).items():
         if all(name not in exclude and (filter_fn is None or filter_fn(module, name)) for name, module in users):
             layers[owner] = users[0][1]
+            if len(users) > 1:
+                layers.sharing[owner] = [module for _, module in users[1:]]
     if not layers:
         left_out = "after excluding " + str(sorted(exclude)) if exclude else ""
         left_out += " and filter_fn" if filter_fn is not None else ""

@@ -33,7 +33,7 @@ from torch.nn.utils import parametrize
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import check_target, sparsity_summary
+from fcpts.core.masks import check_target, sharing_modules, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
 
@@ -76,9 +76,10 @@ def _trial(
     teacher = frozen_teacher(dense, cfg.teacher_mode)
     layers = cfg.layers(model)
     scores = []
-    for module in layers.values():
+    for name, module in layers.items():
         p = SoftThreshold(cfg.s_init).to(device)
-        parametrize.register_parametrization(module, "weight", p)
+        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold
+            parametrize.register_parametrization(user, "weight", p)
         scores.append(p.score)
     ids = {id(s) for s in scores}
     lr = cfg.resolved_lr(calib.batch_size)
@@ -106,7 +107,9 @@ def _trial(
         device,
         desc=f"str decay={decay:.3g}",
     )
-    for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
+    for name, module in layers.items():  # fold sign(W) relu(|W| - t) into plain weights (a shared one: in place)
+        for user in sharing_modules(layers, name):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()
     sparsity, _ = sparsity_summary(model, cfg.exclude, cfg.filter_fn)

@@ -55,6 +55,27 @@ def test_a_shared_weight_is_counted_once_and_pruned_with_one_mask(name):
     assert report.per_layer[1]["shared_with"] == ["b"]
 
 
+class SharedModule(TiedLayers):
+    """`b` is `a` itself: the reference a shared weight (and bias) must train like."""
+
+    def __init__(self):
+        super().__init__()
+        self.b = self.a
+
+
+@pytest.mark.parametrize("name", ["fcpts", "str", "probmask"])
+def test_a_shared_weight_trains_under_one_mask_like_a_shared_module(name):
+    """While training, the second layer sees the masked weight too: the run equals one where the two layers are
+    one module called twice (without the tie it would see the dense weight)."""
+    options = get_method(name).make_options(QUICK, {"search_runs": 1} if name == "str" else None)
+    tied = TiedLayers()
+    tied.b.bias = tied.a.bias
+    model, report = fcpts.sparsify(tied, images(), 0.5, method=name, options=options)
+    ref, ref_report = fcpts.sparsify(SharedModule(), images(), 0.5, method=name, options=options)
+    assert [row["loss"] for row in report.history] == [row["loss"] for row in ref_report.history]
+    assert torch.equal(model.a.weight, ref.a.weight) and model.b.weight is model.a.weight
+
+
 def test_a_shared_weight_stays_dense_when_either_of_its_layers_is_excluded():
     model, report = fcpts.sparsify(TiedLayers(), images(), 0.5, method="global-magnitude", exclude="b")
     assert [r["name"] for r in report.per_layer] == ["conv", "head"] and int((model.a.weight == 0).sum()) == 0
