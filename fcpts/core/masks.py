@@ -10,11 +10,12 @@ import decimal
 import math
 import numbers
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 
@@ -78,8 +79,16 @@ def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
     groups: dict[int, list[tuple[str, nn.Module]]] = {}
     for name, module in model.named_modules():
         if isinstance(module, PRUNABLE_TYPES):
-            groups.setdefault(id(module.weight), []).append((name, module))
+            groups.setdefault(id(_stored_weight(module)), []).append((name, module))
     return {users[0][0]: users for users in groups.values()}
+
+
+def _stored_weight(module: nn.Module) -> torch.Tensor:
+    """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
+    tensor on every access, whose id can be reused)."""
+    if parametrize.is_parametrized(module, "weight"):
+        return cast(torch.Tensor, module.parametrizations.weight.original)
+    return cast(torch.Tensor, module.weight)
 
 
 def shared_weights(model: nn.Module) -> dict[str, list[str]]:

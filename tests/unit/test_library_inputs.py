@@ -13,7 +13,7 @@ import fcpts
 from fcpts.core.calibration import Calibration
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import fcpts as fcpts_module
-from fcpts.methods import get_method
+from fcpts.methods import get_method, thresholds
 from fcpts.methods.block_balance import UNBALANCED_WEIGHT, balanced_block_weight
 from tests.unit.tiny import tiny_net
 
@@ -180,5 +180,11 @@ def test_block_balance_with_a_nan_gradient_is_an_error_that_says_so():
         _probe(student, teacher)
 
 
-def test_prunable_layers_names_each_shared_weight_once():
-    assert list(prunable_layers(TiedLayers())) == ["conv", "a", "head"]
+def test_prunable_layers_names_each_shared_weight_once_also_under_a_parametrization():
+    model = TiedLayers()
+    layers = prunable_layers(model)
+    assert list(layers) == ["conv", "a", "head"] and layers.sharing == {"a": [model.b]}
+    thresholds.attach(layers, {n: 0.5 for n in layers}, threshold_grad=False)  # weights computed on each access
+    assert list(prunable_layers(model)) == ["conv", "a", "head"]
+    thresholds.detach_all(layers)
+    assert model.b.weight is model.a.weight
