@@ -2,39 +2,69 @@
 compared with, behind one registry.
 
     import fcpts
-    sparse_model, report = fcpts.sparsify(model, calibration_images, 0.9)
-    sparse_model, report = fcpts.get_method("pot-l2norm")(model, calibration_images, 0.9)
+    sparse_model, report = fcpts.sparsify(model, calibration, 0.9)                  # FCPTS
+    sparse_model, report = fcpts.sparsify(model, calibration, 0.9, method="obs")    # any registered method
+    sparse_model, report = fcpts.sparsify(model, calibration, 0.9, options=fcpts.FCPTSOptions(iterations=400))
+    print(report.summary())                    # method, target, achieved, layers, per-layer range, time
+    sparsity, per_layer = fcpts.sparsity_summary(sparse_model)
 
-`calibration` is a tensor of model inputs (N, ...) or a map-style Dataset of inputs (or (input, label)
-pairs; labels are ignored). The returned model is the same module object, in eval mode, with plain
-weights holding exact zeros; its global sparsity over the pruned Conv2d/Linear weights is round(target * N) / N.
+`calibration`: a tensor of model inputs (N, ...), a map-style Dataset of inputs or of (input, label) pairs, or a
+DataLoader of either (labels are ignored; batches are drawn by the method, deterministic for a seed).
+`target`: any real number in [0, 1) (a float, a NumPy scalar, a 0-d tensor, a Fraction).
+Options: keyword options, or an options object of the method's own class (`fcpts.get_method(name).options`,
+e.g. `fcpts.FCPTSOptions`), or both when they set different things. `exclude` takes one layer name or a list;
+`filter_fn(module, name)` chooses the layers to prune. A model that returns a dict ({'out': ...}), a named tuple
+with auxiliary heads or a tuple is distilled on its logits ('logits'/'out' entry, `.logits`, first element);
+`output_fn=lambda out: ...` chooses another tensor. Inputs are checked before any work: NaN/Inf weights, a bad
+target or option, an unknown layer name are clear errors.
+
+The returned model is the same module object, in eval mode, with plain weights holding exact zeros; its global
+sparsity over the pruned Conv2d/Linear weights is round(target * N) / N (a weight shared by several layers is
+counted once and has one mask).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
+from .core.masks import sparsity_summary
+from .core.options import MethodOptions
+from .core.outputs import OutputFn
 from .core.report import SparsityReport
 from .methods import METHODS, Method, get_method
 from .methods.fcpts import FCPTSOptions
 
-__all__ = ["sparsify", "FCPTSOptions", "SparsityReport", "METHODS", "Method", "get_method"]
+__all__ = [
+    "sparsify",
+    "sparsity_summary",
+    "FCPTSOptions",
+    "MethodOptions",
+    "SparsityReport",
+    "METHODS",
+    "Method",
+    "get_method",
+]
 __version__ = "0.2.0"
 
 
 def sparsify(
     model: nn.Module,
     calibration: Any,
-    target: float,
-    filter_fn: Callable[[nn.Module, str], bool] | None = None,
-    **options: Any,
+    target: Any,
+    *,
+    method: str = "fcpts",
+    options: MethodOptions | None = None,
+    output_fn: OutputFn | None = None,
+    **overrides: Any,
 ) -> tuple[nn.Module, SparsityReport]:
-    """Sparsify `model` in place to global sparsity `target` in [0, 1) with FCPTS.
+    """Sparsify `model` in place to global sparsity `target` in [0, 1) with `method` (default FCPTS; any name in
+    `fcpts.METHODS`).
 
-    `filter_fn(module, name)` chooses which Conv2d/Linear layers are pruned (default: all of them);
-    `exclude=[names]` keeps named layers dense. Other options: see FCPTSOptions.
+    `options`: an options object of the method's class (for FCPTS `fcpts.FCPTSOptions`); keyword options
+    (`iterations=400`, `exclude="fc"`, `filter_fn=lambda module, name: ...`, `seed`, `device`, ...) are merged
+    into it, or make it alone. `output_fn(output) -> tensor`: the logits of a model that returns more than one
+    tensor. See the module docstring for the accepted inputs.
     """
-    return get_method("fcpts")(model, calibration, target, filter_fn=filter_fn, **options)
+    return get_method(method)(model, calibration, target, options, output_fn=output_fn, **overrides)

@@ -24,9 +24,12 @@ def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -
     """Erdos-Renyi-Kernel allocation (RigL): density_l proportional to (sum(shape) / prod(shape))^power.
 
     Kernel dims are included. A layer whose density would exceed 1 is made dense and epsilon is
-    recomputed so the other layers carry its share of zeros (the released code's loop).
+    recomputed so the other layers carry its share of zeros (the released code's loop). Target 0: every layer
+    dense (the loop would make them all dense one by one and find nothing left to carry the zeros).
     """
     target = check_target(target)
+    if target == 0:
+        return {name: 0.0 for name in layers}
     shapes = {name: list(m.weight.shape) for name, m in layers.items()}
     numel = {name: math.prod(s) for name, s in shapes.items()}
     raw = {name: (sum(s) / math.prod(s)) ** power for name, s in shapes.items()}
@@ -61,10 +64,12 @@ def rates_to_counts(
     floor(r_l * n_l) first (the released code's rounding), then the remainder goes to the layers
     with the largest fractional parts; a layer at rate 0 (forced dense) is never touched. `zeros`: weights
     already exactly zero per layer (pretrained models have some); magnitude masks prune those first, so a
-    layer ends with max(count, zeros) zeros, and the counts are balanced on that.
+    layer ends with max(count, zeros) zeros, and the counts are balanced on that (a target below the zeros already
+    there keeps them and prunes nothing more).
     """
     zeros = zeros or {}
-    total_zeros = round(target * sum(numels.values()))
+    # a target below the zeros already there (target 0 on a model with some) prunes nothing more
+    total_zeros = max(round(target * sum(numels.values())), sum(zeros.get(n, 0) for n in rates))
     exact = {n: rates[n] * numels[n] for n in rates}
     counts = {n: min(numels[n], max(0, math.floor(exact[n] + 1e-9))) for n in rates}
 

@@ -10,16 +10,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    Subset,
+)
 
 
 class Calibration:
-    def __init__(self, data: torch.Tensor | Dataset, batch_size: int, seed: int):
+    def __init__(self, data: torch.Tensor | Dataset | DataLoader, batch_size: int, seed: int):
+        data = calibration_data(data)
         if isinstance(data, torch.Tensor):
             if data.dim() < 2 or data.shape[0] == 0:
                 raise ValueError(f"calibration tensor must be (N, ...) with N >= 1, got shape {tuple(data.shape)}")
         elif not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
-            raise TypeError(f"calibration must be a tensor of inputs or a map-style Dataset, got {type(data).__name__}")
+            raise TypeError(
+                "calibration must be a tensor of inputs, a map-style Dataset or a DataLoader (of inputs or "
+                f"(input, label) pairs), got {type(data).__name__}"
+            )
         if len(data) == 0:
             raise ValueError("calibration data is empty: pass at least one image")
         if isinstance(data, torch.Tensor):
@@ -59,9 +71,44 @@ class Calibration:
         with torch.random.fork_rng(devices=[]):  # transforms draw from the host RNG; a GPU's is left alone
             torch.default_generator.manual_seed(seed)
             items = [self.data[i] for i in idx]
-        batch = torch.stack([it[0] if isinstance(it, (tuple, list)) else it for it in items])
+        inputs = [it[0] if isinstance(it, (tuple, list)) else it for it in items]
+        for i, x in zip(idx, inputs):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(
+                    f"calibration item {i} is a {type(x).__name__}: a calibration Dataset must give input tensors "
+                    "or (input tensor, label) pairs"
+                )
+        batch = torch.stack(inputs)
         check_finite(batch, lambda: f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")
         return batch
+
+
+def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor | Dataset:
+    """What the batches are drawn from. A DataLoader over a whole map-style Dataset gives that Dataset (its
+    transforms still run per item; its batch size and shuffling do not: a run's batches depend only on its seed,
+    so it is reproducible and resumable). Any other DataLoader (an IterableDataset, a sampler that picks a
+    subset) is read once and its inputs kept as one tensor (labels dropped)."""
+    if not isinstance(data, DataLoader):
+        return data
+    dataset, sampler = data.dataset, data.sampler
+    whole = isinstance(sampler, SequentialSampler) or (
+        isinstance(sampler, RandomSampler) and not sampler.replacement and sampler._num_samples is None
+    )
+    plain_batches = type(data.batch_sampler) is BatchSampler and data.batch_sampler.sampler is sampler
+    if not isinstance(dataset, IterableDataset) and whole and plain_batches:
+        return dataset
+    batches = []
+    for batch in data:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"the calibration DataLoader yields {type(x).__name__} inputs; it must yield tensors or "
+                "(input tensor, label) pairs"
+            )
+        batches.append(x)
+    if not batches:
+        raise ValueError("calibration data is empty: the DataLoader yields no batch")
+    return torch.cat(batches)
 
 
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -6,10 +6,16 @@ step function of |W| with a straight-through gradient, and exact counting of zer
 
 from __future__ import annotations
 
+import decimal
+import math
+import numbers
 from collections.abc import Callable, Iterable
+from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 
@@ -18,16 +24,31 @@ class NoPrunableLayersError(ValueError):
     """Raised when a model has no Conv2d/Linear layer left to prune."""
 
 
+class PrunableLayers(dict[str, nn.Module]):
+    """The layers a run prunes, by name; `sharing[name]`: the other modules that hold that layer's weight
+    Parameter itself, so a method that reparametrizes the weight (a mask during training) gives them the same."""
+
+    sharing: dict[str, list[nn.Module]]
+
+
+def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
+    """The other modules that use layer `name`'s weight (none unless `layers` came from `prunable_layers`)."""
+    return getattr(layers, "sharing", {}).get(name, [])
+
+
 def prunable_layers(
-    model: nn.Module, exclude: Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
-) -> dict[str, nn.Module]:
-    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` (kept dense) and minus those
-    for which `filter_fn(module, name)` is False (torchao's convention).
+    model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
+) -> PrunableLayers:
+    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` (one name or several, kept dense)
+    and minus those for which `filter_fn(module, name)` is False (torchao's convention).
 
     The first conv, depthwise convs, 1x1 downsamples and the classifier are all included by default, as in
-    the released code and msbench. Raises a clear error when nothing is left to prune.
+    the released code and msbench. A weight shared by several layers (one Parameter in two modules) is one
+    layer, named by its first module: counted once and pruned with one mask that every module sharing it sees;
+    it stays dense when any of those modules is excluded or filtered out. Raises a clear error when nothing is
+    left to prune.
     """
-    exclude = set(exclude)
+    exclude = {exclude} if isinstance(exclude, str) else set(exclude)
     names = {name for name, module in model.named_modules() if isinstance(module, PRUNABLE_TYPES)}
     unknown = exclude - names
     if unknown:
@@ -35,11 +56,13 @@ def prunable_layers(
             f"exclude names {sorted(unknown)} are not Conv2d/Linear layers of this model; "
             f"prunable layers are e.g. {sorted(names)[:5]}"
         )
-    layers = {
-        name: module
-        for name, module in model.named_modules()
-        if isinstance(module, PRUNABLE_TYPES) and name not in exclude and (filter_fn is None or filter_fn(module, name))
-    }
+    layers = PrunableLayers()
+    layers.sharing = {}
+    for owner, users in _weight_users(model).items():
+        if all(name not in exclude and (filter_fn is None or filter_fn(module, name)) for name, module in users):
+            layers[owner] = users[0][1]
+            if len(users) > 1:
+                layers.sharing[owner] = [module for _, module in users[1:]]
     if not layers:
         left_out = "after excluding " + str(sorted(exclude)) if exclude else ""
         left_out += " and filter_fn" if filter_fn is not None else ""
@@ -48,6 +71,29 @@ def prunable_layers(
             "pass a model that contains convolutions or linear layers"
         )
     return layers
+
+
+def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
+    """The Conv2d/Linear modules of `model` grouped by the weight Parameter they hold, keyed by the first one's
+    name (in module order)."""
+    groups: dict[int, list[tuple[str, nn.Module]]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, PRUNABLE_TYPES):
+            groups.setdefault(id(_stored_weight(module)), []).append((name, module))
+    return {users[0][0]: users for users in groups.values()}
+
+
+def _stored_weight(module: nn.Module) -> torch.Tensor:
+    """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
+    tensor on every access, whose id can be reused)."""
+    if parametrize.is_parametrized(module, "weight"):
+        return cast(torch.Tensor, module.parametrizations.weight.original)
+    return cast(torch.Tensor, module.weight)
+
+
+def shared_weights(model: nn.Module) -> dict[str, list[str]]:
+    """{layer name: the other modules that hold the same weight Parameter}, for the weights that are shared."""
+    return {owner: [n for n, _ in users[1:]] for owner, users in _weight_users(model).items() if len(users) > 1}
 
 
 class Sparsity(float):
@@ -59,19 +105,53 @@ class Sparsity(float):
 
     __slots__ = ()
 
-    def __new__(cls, target: float) -> Sparsity:
-        if isinstance(target, bool) or not isinstance(target, (int, float)):
-            raise TypeError(f"target sparsity must be a number in [0, 1), got {target!r}")
-        if not 0.0 <= float(target) < 1.0:
-            raise ValueError(
-                f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
-            )
-        return super().__new__(cls, target)
+    def __new__(cls, target: Any) -> Sparsity:
+        return super().__new__(cls, _real_target(target))
 
 
-def check_target(target: float) -> Sparsity:
-    """A global sparsity target as a checked `Sparsity`: one already checked as it is, a number checked now."""
+def check_target(target: Any) -> Sparsity:
+    """A global sparsity target as a checked `Sparsity`: one already checked as it is, a number checked now.
+
+    Any real number is accepted: int, float, fractions.Fraction, decimal.Decimal, a NumPy scalar, a 0-d tensor
+    or array. Booleans, strings, complex numbers and NaN are refused."""
     return target if isinstance(target, Sparsity) else Sparsity(target)
+
+
+def _real_target(target: Any) -> float:
+    value = target
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.ndim != 0:  # a bool or complex one fails below, as its .item() does
+            raise TypeError(f"target sparsity must be one real number in [0, 1), got a {_describe(value)}")
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, decimal.Decimal)):
+        raise TypeError(
+            f"target sparsity must be a real number in [0, 1) (e.g. 0.9 for 90% zeros), got {_describe(target)}"
+        )
+    value = float(value)
+    if math.isnan(value) or not 0.0 <= value < 1.0:
+        raise ValueError(
+            f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
+        )
+    return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def check_finite_weights(model: nn.Module) -> None:
+    """NaN or Inf in the dense model's parameters or buffers (BN statistics) would give a garbage sparse model
+    or a misleading failure deep inside a method: refuse it before any work, naming the tensor."""
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for name, tensor in named:
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all()):
+                bad = int((~torch.isfinite(tensor.detach())).sum())
+                raise ValueError(
+                    f"the model's {kind} {name!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}: the dense model "
+                    "is broken (a diverged training or a corrupted checkpoint); load finite weights before sparsifying"
+                )
 
 
 class _BinActive(torch.autograd.Function):
@@ -108,13 +188,17 @@ def layer_sparsity(weight: torch.Tensor) -> float:
 
 
 def sparsity_summary(
-    model: nn.Module, exclude: Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
+    model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> tuple[float, list[dict]]:
     """Global sparsity (zeros / all prunable weights) and a per-layer list (name, numel, sparsity).
 
-    Biases and BN parameters are not counted, as in METHOD.md.
+        sparsity, per_layer = fcpts.sparsity_summary(model)
+
+    Biases and BN parameters are not counted, as in METHOD.md. A weight shared by several modules is counted
+    once; its row names the others under "shared_with".
     """
     layers = prunable_layers(model, exclude, filter_fn)
+    shared = shared_weights(model)
     zeros = total = 0
     per_layer = []
     for name, module in layers.items():
@@ -122,7 +206,10 @@ def sparsity_summary(
         z = int((w == 0).sum().item())
         zeros += z
         total += w.numel()
-        per_layer.append({"name": name, "numel": w.numel(), "sparsity": z / w.numel()})
+        per_layer.append(
+            {"name": name, "numel": w.numel(), "sparsity": z / w.numel()}
+            | ({"shared_with": shared[name]} if name in shared else {})
+        )
     return zeros / total, per_layer
 
 

@@ -27,7 +27,7 @@ class MethodOptions:
     # option gets that value when it is re-run (tasks/grid/rerun.py), not today's default.
     DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {}
 
-    exclude: list[str] = field(default_factory=list)  # layer names kept dense
+    exclude: list[str] = field(default_factory=list)  # layer names kept dense (one name may be given as a str)
     filter_fn: FilterFn | None = None  # filter_fn(module, name) -> prune this Conv2d/Linear? (torchao's convention)
     seed: int = 0
     device: str | None = None  # None: the model's device
@@ -35,6 +35,14 @@ class MethodOptions:
     checkpoint: str | None = None  # path: resume from it and save to it
     checkpoint_every_s: float = 180.0
     checkpoint_every_steps: int | None = 100  # also save every this many steps (None: by time only)
+
+    def __post_init__(self) -> None:
+        # "fc" is one layer's name, not the letters 'f' and 'c'
+        names = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude or [])
+        wrong = [n for n in names if not isinstance(n, str)]
+        if wrong:
+            raise TypeError(f"exclude takes layer names (str), e.g. exclude=['fc']; got {wrong!r}")
+        self.exclude = names
 
     def layers(self, model: nn.Module) -> dict[str, nn.Module]:
         """The layers this run prunes, by qualified name."""

@@ -32,6 +32,45 @@ class SparsityReport:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def __repr__(self) -> str:
+        """One line: the full report (per-layer rows, history, calibration indices) runs to thousands of
+        characters; `summary()` is the readable view, `to_dict()` the complete one."""
+        return (
+            f"SparsityReport(method={self.method!r}, target={self.target_sparsity:.4f}, "
+            f"achieved={self.achieved_sparsity:.4f}, layers={len(self.per_layer)}, steps={len(self.history)}, "
+            f"wall_s={self.wall_s:.1f})"
+        )
+
+    def summary(self, per_layer: bool = False) -> str:
+        """A short table: method, target, achieved sparsity (and zeros of all weights), layers with their lowest
+        and highest sparsity, steps, time, seed; `per_layer=True` adds a row per layer."""
+        total = sum(r["numel"] for r in self.per_layer)
+        zeros = sum(round(r["sparsity"] * r["numel"]) for r in self.per_layer)
+        rows = [
+            ("method", self.method),
+            ("target", f"{self.target_sparsity:.2%}"),
+            ("achieved", f"{self.achieved_sparsity:.2%} ({zeros:,} of {total:,} weights zero)"),
+        ]
+        if self.per_layer:
+            low = min(self.per_layer, key=lambda r: r["sparsity"])
+            high = max(self.per_layer, key=lambda r: r["sparsity"])
+            rows.append(
+                (
+                    "layers",
+                    f"{len(self.per_layer)} pruned, per-layer sparsity {low['sparsity']:.1%} ({low['name']}) "
+                    f"to {high['sparsity']:.1%} ({high['name']})",
+                )
+            )
+        if self.history:
+            last = self.history[-1]
+            loss = f", final loss {last['loss']:.4g}" if "loss" in last else ""
+            rows.append(("steps", f"{len(self.history)}{loss}"))
+        rows += [("time", f"{self.wall_s:.1f} s"), ("seed", str(self.seed))]
+        if per_layer:
+            rows += [(f"  {r['name']}", f"{r['sparsity']:.2%} of {r['numel']:,}") for r in self.per_layer]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
 
 def loop_report(
     method: str,

@@ -11,6 +11,8 @@ balance the same on every network (no labels, a few forward and backward passes,
 from __future__ import annotations
 
 import copy
+import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -19,6 +21,10 @@ from torch import nn
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import kl_distill, step_batch
+
+log = logging.getLogger("fcpts")
+# the weight when one of the two gradients is zero and their ratio says nothing: the blocks as they come (FCPTS)
+UNBALANCED_WEIGHT = 1.0
 
 
 def _grads(loss: torch.Tensor, params: list[torch.Tensor], retain: bool) -> list[torch.Tensor]:
@@ -45,6 +51,8 @@ def balanced_block_weight(
     """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
     calibration batches (gradients w.r.t. `params`, the weights the optimiser steps), and what was measured.
 
+    When one gradient is zero the ratio says nothing (zero or infinite weight): the weight is then
+    UNBALANCED_WEIGHT and the reason is in what was measured. A NaN/Inf gradient is an error.
     `student_blocks` / `teacher_blocks` are filled by forward hooks on the block outputs. Both models' state
     (BN running statistics) is restored afterwards, so the run that follows is the same as without the probe."""
     t0 = time.perf_counter()
@@ -61,23 +69,33 @@ def balanced_block_weight(
         y_s = student(x).float()
         kl = kl_distill(y_s, y_t, temperature)
         blocks = sum(block_loss(student_blocks[k], teacher_blocks[k]) for k in student_blocks)
-        if not isinstance(blocks, torch.Tensor):
-            raise ValueError("block balancing needs block outputs to match: the model has no blocks")
-        for acc, g in zip(kl_sum, _grads(kl, params, retain=True)):
+        has_blocks = isinstance(blocks, torch.Tensor)  # no block found: no block term to weigh
+        for acc, g in zip(kl_sum, _grads(kl, params, retain=has_blocks)):
             acc.add_(g)
-        for acc, g in zip(block_sum, _grads(blocks, params, retain=False)):
+        for acc, g in zip(block_sum, _grads(blocks, params, retain=False) if has_blocks else ()):
             acc.add_(g)
     student.load_state_dict(saved[0])
     teacher.load_state_dict(saved[1])
     student.train(was_training)
     kl_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in kl_sum]))) / steps
     block_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in block_sum]))) / steps
-    if not (kl_norm > 0 and block_norm > 0):
-        raise ValueError(
-            f"block balancing measured a zero gradient (KL {kl_norm:.3g}, blocks {block_norm:.3g}): the student "
-            "already equals the teacher on the calibration batches; set block_weight to a number instead of 'auto'"
+    if not (math.isfinite(kl_norm) and math.isfinite(block_norm)):
+        raise FloatingPointError(
+            f"block balancing measured a non-finite gradient (KL {kl_norm:.3g}, blocks {block_norm:.3g}) on the "
+            f"first {steps} calibration batches: check the calibration images and the dense model's outputs for "
+            "NaN/Inf, or set block_weight to a number instead of 'auto'"
         )
-    weight = balance * kl_norm / block_norm
+    unbalanced = None
+    if kl_norm > 0 and block_norm > 0:
+        weight = balance * kl_norm / block_norm
+    else:  # a zero gradient on one side (both: the student equals the teacher, e.g. nothing pruned yet)
+        weight = UNBALANCED_WEIGHT
+        unbalanced = "the blocks' gradient is zero" if kl_norm > 0 else "the output KL's gradient is zero"
+        if not has_blocks:
+            unbalanced = "the model has no block outputs to reconstruct"
+        elif not (kl_norm > 0 or block_norm > 0):
+            unbalanced = "both gradients are zero: the student equals the teacher on the probe batches"
+        log.warning("block balancing: %s; block weight %g (FCPTS's) instead of a ratio", unbalanced, weight)
     return weight, {
         "chosen": weight,
         "balance": balance,
@@ -85,4 +103,5 @@ def balanced_block_weight(
         "blocks_grad_norm": block_norm,
         "probe_batches": steps,
         "wall_s": round(time.perf_counter() - t0, 2),
+        **({"unbalanced": unbalanced} if unbalanced else {}),
     }

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from fcpts.core import allocation
+from fcpts.core.bn import recalibrate_bn
+from fcpts.core.calibration import Calibration
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
@@ -57,6 +59,42 @@ def magnitude(model: nn.Module, calibration, target: float, opts: MagnitudeOptio
         options=opts.to_dict(),
     )
 
+
+@dataclass
+class MagnitudeBNOptions(MagnitudeOptions):
+    bn_batch_size: int = 256  # calibration images per forward while the BN statistics are re-estimated
+
+    def validate(self) -> None:
+        super().validate()
+        if self.bn_batch_size < 1:
+            raise ValueError(f"bn_batch_size must be >= 1, got {self.bn_batch_size}")
+
+
+def magnitude_bn(
+    model: nn.Module, calibration, target: float, opts: MagnitudeBNOptions
+) -> tuple[nn.Module, SparsityReport]:
+    """Magnitude masks, then BN running statistics re-estimated over the calibration images (sparse weights)."""
+    calib = Calibration(calibration, opts.bn_batch_size, opts.seed)
+    t0 = time.perf_counter()
+    model, report = magnitude(model, calibration, target, opts)
+    recalibrate_bn(model, calib, opts.place(model), opts.bn_batch_size)
+    model.eval()
+    report.method, report.wall_s, report.calibration_indices = "magnitude-bn", time.perf_counter() - t0, calib.indices
+    return model, report
+
+
+register(
+    Method(
+        "magnitude-bn",
+        "Magnitude + BN re-estimation",
+        magnitude_bn,
+        MagnitudeBNOptions,
+        fixed={"allocation": "global-magnitude"},
+        in_paper=False,
+        style=("tab:cyan", "s"),
+        summary="global magnitude masks, BatchNorm statistics re-estimated on the calibration set; no reconstruction",
+    )
+)
 
 for _name, _label, _summary in (
     ("uniform", "Uniform magnitude", "magnitude pruning, the same rate in every layer"),

@@ -23,7 +23,7 @@ from torch.nn.utils import parametrize
 
 from fcpts.core.allocation import global_keep_masks
 from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import apply_keep_masks
+from fcpts.core.masks import apply_keep_masks, sharing_modules
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
@@ -111,7 +111,8 @@ def probmask_sparsify(
     params = {}
     for name, module in layers.items():
         params[name] = ProbMaskParam(module.weight.shape, noise).to(device)
-        parametrize.register_parametrization(module, "weight", params[name])
+        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one set of scores
+            parametrize.register_parametrization(user, "weight", params[name])
     scores = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
     lr = cfg.resolved_lr(calib.batch_size)
@@ -147,8 +148,9 @@ def probmask_sparsify(
         after_step=after,
     )
     final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
-    for module in layers.values():
-        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
+    for name, module in layers.items():
+        for user in (*sharing_modules(layers, name), module):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
     apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
     model.eval()
     n_scores = sum(s.numel() for s in final_scores.values())

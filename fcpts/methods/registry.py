@@ -4,19 +4,27 @@
     sparse, report = method(model, calibration, 0.9, iterations=500)
 
 Every record has the same call: (model, calibration, target, options) -> (sparse model, SparsityReport).
+Calling the record (not its `run`) checks the inputs first, whatever the method: the target (any real number in
+[0, 1)), the options (an object of the method's own options class, keyword options, or both when they set
+different things), finite weights, the calibration data (a tensor, a Dataset or a DataLoader); and it adapts a
+model whose output is not one tensor (fcpts/core/outputs.py).
 Its label and plot style are the only ones tables, figures and command lines use. A method registers itself
 in its own module (`register(Method(...))`); `fcpts.methods` imports every module of the package.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
+from fcpts.core.calibration import calibration_data
+from fcpts.core.masks import check_finite_weights, check_target
 from fcpts.core.options import MethodOptions
+from fcpts.core.outputs import OutputFn, tensor_outputs
 from fcpts.core.report import SparsityReport
 
 
@@ -61,14 +69,51 @@ class Method:
         values = {k: v for k, v in (budget or {}).items() if k in granted}
         return self.options.from_kwargs(**{**values, **(overrides or {}), **self.fixed})
 
-    def __call__(
-        self, model: nn.Module, calibration: Any, target: float, options: MethodOptions | None = None, **overrides: Any
-    ) -> tuple[nn.Module, SparsityReport]:
+    def resolve_options(self, options: MethodOptions | None, overrides: Mapping[str, Any]) -> MethodOptions:
+        """The options a call runs with: keyword options alone, or an options object with keyword options merged
+        into a copy of it (the object itself is left alone). A keyword option that the object already sets to
+        something else, or an object of another method's options class, is a TypeError."""
         if options is None:
-            options = self.make_options(overrides=overrides)
-        elif overrides:
-            raise TypeError("pass either an options object or keyword options, not both")
-        return self.run(model, calibration, target, options)
+            return self.make_options(overrides=overrides)
+        if type(options) is not self.options:
+            raise TypeError(
+                f"method {self.name!r} takes {self.options.__name__} options, got {type(options).__name__}; "
+                f"build them with fcpts.get_method({self.name!r}).options(...) or pass keyword options"
+            )
+        self.check_overrides(overrides)
+        default, given = (
+            self.options(),
+            self.options(**overrides),
+        )  # `given`: the keyword values as stored ("fc": ["fc"])
+        clash = sorted(k for k in overrides if getattr(options, k) not in (getattr(default, k), getattr(given, k)))
+        if clash:
+            raise TypeError(
+                f"{', '.join(clash)} set both in the options object and as a keyword option, to different values; "
+                "set each in one place"
+            )
+        merged = dataclasses.replace(options, **overrides, **self.fixed)
+        merged.validate()
+        return merged
+
+    def __call__(
+        self,
+        model: nn.Module,
+        calibration: Any,
+        target: Any,
+        options: MethodOptions | None = None,
+        *,
+        output_fn: OutputFn | None = None,
+        **overrides: Any,
+    ) -> tuple[nn.Module, SparsityReport]:
+        """Sparsify `model` in place; every input is checked before any work. `output_fn(output)` picks the
+        tensor to distil from a model that returns more than one (default: fcpts.core.outputs.default_output)."""
+        target = check_target(target)
+        options = self.resolve_options(options, overrides)
+        check_finite_weights(model)
+        options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
+        calibration = calibration_data(calibration)
+        with tensor_outputs(model, output_fn):
+            return self.run(model, calibration, target, options)
 
 
 METHODS: dict[str, Method] = {}

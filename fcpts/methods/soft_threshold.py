@@ -12,6 +12,10 @@ A trial never looks at the target (its batches depend only on the step), and the
 same decay for every target, so runs at several targets share their first trials: with a checkpoint
 path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
 target (marked `reused` in the report; wall_s still counts their compute).
+
+Edge cases, defined: target 0 returns the dense model untouched (a zero threshold; no trial could come closer);
+`iterations=0` is an error, since STR's sparsity comes only from training its thresholds (with no step every
+trial is the same almost dense start, whatever the target).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from torch.nn.utils import parametrize
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
-from fcpts.core.masks import sparsity_summary
+from fcpts.core.masks import sharing_modules, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
@@ -43,6 +47,16 @@ class STROptions(TrainingOptions):
     decay_range: tuple[float, float] = (1e-3, 10.0)  # searched weight decay on s
     search_runs: int = 5
     tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
+
+    def validate(self) -> None:
+        super().validate()
+        if self.iterations < 1:
+            raise ValueError(
+                "STR reaches sparsity only by training its thresholds: iterations must be >= 1, got "
+                f"{self.iterations} (for pruning without training use a magnitude method, e.g. 'global-magnitude')"
+            )
+        if self.search_runs < 1:
+            raise ValueError(f"search_runs must be >= 1 (STR trials of the bisection), got {self.search_runs}")
 
 
 class SoftThreshold(nn.Module):
@@ -63,9 +77,10 @@ def _trial(
     teacher = frozen_teacher(dense, cfg.teacher_mode)
     layers = cfg.layers(model)
     scores = []
-    for module in layers.values():
+    for name, module in layers.items():
         p = SoftThreshold(cfg.s_init).to(device)
-        parametrize.register_parametrization(module, "weight", p)
+        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold
+            parametrize.register_parametrization(user, "weight", p)
         scores.append(p.score)
     ids = {id(s) for s in scores}
     lr = cfg.resolved_lr(calib.batch_size)
@@ -91,7 +106,9 @@ def _trial(
         checkpoint,
         desc=f"str decay={decay:.3g}",
     )
-    for module in layers.values():  # fold sign(W) relu(|W| - t) into plain weights
+    for name, module in layers.items():  # fold sign(W) relu(|W| - t) into plain weights (a shared one: in place)
+        for user in sharing_modules(layers, name):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()
     sparsity, _ = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
@@ -118,6 +135,21 @@ def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
 def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) -> tuple[nn.Module, SparsityReport]:
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
     target, device, _, calib = open_run(model, calibration, target, cfg)
+    if target == 0:  # a zero threshold: the dense model is the trial closest to the target
+        model.eval()
+        achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+        converged = abs(achieved - target) < cfg.tolerance  # weights that were zero already stay zero
+        extra: dict = {"trials": [], "chosen_decay": None, "converged_to_target": converged, "reused_trials": 0}
+        return model, SparsityReport(
+            "str",
+            target,
+            achieved,
+            per_layer,
+            seed=cfg.seed,
+            calibration_indices=calib.indices,
+            options=cfg.to_dict(),
+            extra=extra,
+        )
     dense = copy.deepcopy(model)
     identity = run_identity(target, cfg, calib, dense)
     search = run_checkpoint(

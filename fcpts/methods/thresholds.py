@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from fcpts.core.masks import threshold_mask
+from fcpts.core.masks import sharing_modules, threshold_mask
 
 MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
 
@@ -78,7 +78,8 @@ def attach(
     params = {}
     for name, module in layers.items():
         p = ThresholdSparsity(initial_score(module.weight, rates[name]), threshold_grad, dense_gradient)
-        parametrize.register_parametrization(module, "weight", p.to(module.weight.device))
+        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold, one mask
+            parametrize.register_parametrization(user, "weight", p.to(module.weight.device))
         params[name] = p
     return params
 
@@ -119,5 +120,8 @@ def original_weight(module: nn.Module) -> torch.Tensor:
 
 def detach_all(layers: dict[str, nn.Module]) -> None:
     """Remove the parametrizations, restoring plain layers with their (unmasked) learned weights."""
+    for name in layers:
+        for user in sharing_modules(layers, name):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
     for module in layers.values():
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)
