@@ -13,10 +13,10 @@ MMCV_WHEEL ?= ../shared/wheels/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all]"
 	@if [ -f $(MMCV_WHEEL) ] && $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
 	  echo "installing mmcv from $(MMCV_WHEEL) and the [mmdet] extra"; \
-	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[test,mmdet]"; \
+	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[all,mmdet]"; \
 	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (README)"; fi
 	touch $@
 
