@@ -150,9 +150,11 @@ check-regression: setup
 figures: setup
 	$(PY) -m tasks.reporting figures
 
-# Paper tables from the committed records, beside the paper's numbers (seconds; runs nothing).
+# Paper tables from the committed records, beside the paper's numbers, and the README's generated blocks (the
+# methods table from the registry, the results summary from the records); seconds, runs nothing.
 tables: setup
 	$(PY) -m tasks.reporting tables
+	$(PY) -m tasks.reporting readme
 
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).
