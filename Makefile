@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@if [ -f $(MMCV_WHEEL) ] && $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
 	  echo "installing mmcv from $(MMCV_WHEEL) and the [mmdet] extra"; \
 	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[all,mmdet]"; \
-	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (README)"; fi
+	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (docs/tasks.md)"; fi
 	touch $@
 
 setup: $(VENV)/.installed
@@ -39,7 +39,7 @@ lint: setup
 	$(PY) -m ruff format --check fcpts tasks benchmarks tests
 	$(PY) -m mypy
 
-# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (README: On a cluster), e.g.
+# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (docs/tasks.md: On a cluster), e.g.
 # make reproduce-cifar LAUNCHER="--launcher submitit --cluster slurm --slurm-partition gpu --gpus-per-node 1"
 LAUNCHER ?=
 

@@ -52,7 +52,7 @@ def test_drops_table_in_the_results_notebook_is_the_generated_one():
     claim = "the faithful FCPTS loses more than the paper's FCPTS on every 80% and 90% cell"
     assert claim in " ".join(text.split())
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
-    assert all(float(r[2].split()[0]) > float(r[1]) for r in rows), "the README's claim no longer holds"
+    assert all(float(r[2].split()[0]) > float(r[1]) for r in rows), "the notebook's claim no longer holds"
 
 
 def test_make_run_sentence_is_the_record():
