@@ -62,3 +62,10 @@ def test_no_machine_specific_paths_in_readme_or_docs():
         if MACHINE_PATHS.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_the_suite_citation_names_this_version():
+    tomllib = pytest.importorskip("tomllib")
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    citation = re.search(r"@software\{fcpts_suite,(.*?)\n\}", README.read_text(), re.S).group(1)
+    assert f"version = {{{version}}}" in citation, (version, citation)
