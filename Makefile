@@ -13,11 +13,11 @@ MMCV_WHEEL ?= ../shared/wheels/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all]"
 	@if [ -f $(MMCV_WHEEL) ] && $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
 	  echo "installing mmcv from $(MMCV_WHEEL) and the [mmdet] extra"; \
-	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[test,mmdet]"; \
-	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (README)"; fi
+	  $(PY) -m pip install --quiet -c constraints.txt $(MMCV_WHEEL) -e ".[all,mmdet]"; \
+	else echo "no mmcv wheel for this Python at $(MMCV_WHEEL): the mmdet detection task is not installed (docs/tasks.md)"; fi
 	touch $@
 
 setup: $(VENV)/.installed
@@ -39,7 +39,7 @@ lint: setup
 	$(PY) -m ruff format --check fcpts tasks benchmarks tests
 	$(PY) -m mypy
 
-# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (README: On a cluster), e.g.
+# The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (docs/tasks.md: On a cluster), e.g.
 # make reproduce-cifar LAUNCHER="--launcher submitit --cluster slurm --slurm-partition gpu --gpus-per-node 1"
 LAUNCHER ?=
 
@@ -150,9 +150,11 @@ check-regression: setup
 figures: setup
 	$(PY) -m tasks.reporting figures
 
-# Paper tables from the committed records, beside the paper's numbers (seconds; runs nothing).
+# Paper tables from the committed records, beside the paper's numbers, and the README's generated blocks (the
+# methods table from the registry, the results summary from the records); seconds, runs nothing.
 tables: setup
 	$(PY) -m tasks.reporting tables
+	$(PY) -m tasks.reporting readme
 
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).

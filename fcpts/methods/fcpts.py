@@ -53,7 +53,7 @@ class FCPTSOptions(TrainingOptions):
         mask). Default "control-only", by measurement: with "ste" the reconstruction gradient, summed
         over every weight of a layer, outweighs the control loss, the thresholds drift below the
         target (85.7% instead of 90% on CIFAR-10 ResNet-20) and the exact-target step then has to
-        prune thousands of weights at once; see results/ablations/ and docs/results.md.
+        prune thousands of weights at once; see results/ablations/ and docs/notebook/results.md.
     reconstruction: "mse-blocks" (released code's `use_intel_layer_loss`: MSE on every block output
         plus the KL on the network output) or "kl" (paper, Eq. 4: KL on the output only). Default
         "mse-blocks", by measurement: on CIFAR-10 ResNet-56 at 90%, 400 steps, 89.12 vs 87.30 top-1.

@@ -2,7 +2,7 @@
 calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, the faithful reproduction.
 
 Each change is an option; the defaults are what the ablation (`benchmarks/ablation.py`, records in
-results/ablations/, docs/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
+results/ablations/, docs/notebook/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
 half the target and the blocks' MSE weighed against the output KL by their gradients (`block_weight="auto"`:
 ahead on the CIFAR-10 cells at the paper's budget, level on CIFAR-100), every other change off: on the
 ablation cells each was below these, or failed on a second cell (temperature 16, the dense gradient, a fixed

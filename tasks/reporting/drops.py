@@ -1,6 +1,6 @@
 """Where this suite's FCPTS and its improved method stand against the paper's FCPTS on Table 1's 80% and 90%
 cells, compared as drops from dense (the dense models are not the paper's: its CIFAR-10 checkpoints are
-another family, its CIFAR-100 ones are not public), one line per cell; the README quotes this table.
+another family, its CIFAR-100 ones are not public), one line per cell; docs/notebook/results.md quotes this table.
 
 Built from Table 1's rows (the records each cell shows) and the paper's Table 1 (reference data)."""
 

@@ -1,10 +1,11 @@
 """Numbers quoted in the README and docs/ against the committed records and benchmark outputs they come from.
 
 Every number a user reads is generated from a committed record or benchmark output; these tests check the
-quoted tables and blocks that are easy to check mechanically: the README's results table and `make run`
-sentence, the ablation tables (`python -m benchmarks.ablation --summarize` and `--summarize-seeds`), the
-runtime table of docs/RUNTIMES.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/results.md, and
-every fenced block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
+quoted tables and blocks that are easy to check mechanically (the README's generated blocks:
+tests/results/test_readme.py): docs/tasks.md's `make run` sentence, the drops-vs-paper table of the results
+notebook, the ablation tables (`python -m benchmarks.ablation --summarize` and `--summarize-seeds`), the runtime
+table of docs/notebook/runtimes.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/notebook/results.md,
+and every fenced block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tasks.grid.records import all_records, preferred_records
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
+NOTEBOOK = DOCS / "notebook"  # findings and ablations
 RUNS = RESULTS_DIR / "runs"
 
 
@@ -39,68 +41,24 @@ def _table_rows(text: str, first_cell: str) -> list[list[str]]:
     return rows
 
 
-# the dense column reads FCPTS's record
-README_METHODS = ("fcpts", "fcpts", "fcpts-plus", "obs", "pot-l2norm", "pot-erk")
-
-
-def _detection_records(model: str) -> list[str | None]:
-    """A detection row's records at 90% on the substitute set; FCPTS+ and OBS are not in the detection grid."""
-    return [
-        f"voc/voc-cifar10/{model}/{m}-sp90-cpu-seed0.json" if m not in ("fcpts-plus", "obs") else None
-        for m in README_METHODS
-    ]
-
-
-README_ROWS = {  # README results table: row label -> records of (dense, FCPTS, FCPTS+, OBS, POT L2Norm, POT ERK)
-    "CIFAR-10 ResNet-32": [f"cifar/cifar10/resnet32/{m}-sp90-paper-cpu-seed0.json" for m in README_METHODS],
-    "CIFAR-10 ResNet-56": [
-        "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
-        "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
-        "cifar/cifar10/resnet56/fcpts-plus-sp90-paper-cpu-seed0.json",
-        "cifar/cifar10/resnet56/obs-sp90-paper-cpu-seed0.json",
-        "cifar/cifar10/resnet56/pot-l2norm-sp90-paper-cpu-seed0.json",
-        "cifar/cifar10/resnet56/pot-erk-sp90-paper-cpu-seed0.json",
-    ],
-    "CIFAR-100 ResNet-56": [f"cifar/cifar100/resnet56/{m}-sp90-paper-cpu-seed0.json" for m in README_METHODS],
-    "EfficientNet-Lite0 stand-in, 70%": [
-        f"imagenet/imagenet-val1300/efficientnet_lite0/{m}-sp70-cpu-seed0.json" for m in README_METHODS
-    ],
-    "Detection substitute": _detection_records("mb2-ssd-lite-160"),
-    "mmdet SSDLite-MobileNetV2": _detection_records("mmdet-ssdlite_mobilenetv2_voc-cifar10-160"),
-}
-
-
-@pytest.mark.parametrize("label", sorted(README_ROWS))
-def test_readme_results_table_is_the_records(label):
-    """Each number is its record's; `—` stands where the method does not run the task or has no record yet."""
-    rows = _table_rows(README.read_text(), label)
-    assert len(rows) == 1, label
-    dense_path, *sparse_paths = README_ROWS[label]
-    dense_rec = _record(dense_path)
-    metric = "top1" if "top1" in dense_rec["metrics"] else "map50"
-    dense_fmt = ".2f" if metric == "top1" else ".1f"
-    expected = [format(dense_rec["dense_metrics"][metric], dense_fmt)]
-    for path in sparse_paths:
-        expected.append(f"{_record(path)['metrics'][metric]:.2f}" if path and (RUNS / path).exists() else "—")
-    assert rows[0][1 : len(expected) + 1] == expected, (label, rows[0][1:6], expected)
-
-
-def test_readme_drops_table_is_the_generated_one():
-    """The README's drop-from-dense comparison with the paper is results/tables/drops_vs_paper.md's table."""
+def test_drops_table_in_the_results_notebook_is_the_generated_one():
+    """The drop-from-dense comparison with the paper (docs/notebook/results.md) is results/tables/drops_vs_paper.md's
+    table."""
     generated = (RESULTS_DIR / "tables" / "drops_vs_paper.md").read_text().splitlines()
     table = [line for line in generated if line.startswith("|")]
     assert len(table) == 10
-    text = README.read_text()
+    text = (NOTEBOOK / "results.md").read_text()
     assert "\n".join(table) in text
     claim = "the faithful FCPTS loses more than the paper's FCPTS on every 80% and 90% cell"
     assert claim in " ".join(text.split())
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
-    assert all(float(r[2].split()[0]) > float(r[1]) for r in rows), "the README's claim no longer holds"
+    assert all(float(r[2].split()[0]) > float(r[1]) for r in rows), "the notebook's claim no longer holds"
 
 
-def test_readme_make_run_sentence_is_the_record():
+def test_make_run_sentence_is_the_record():
+    """docs/tasks.md's account of `make run`: the committed record of the same cell."""
     r = _record("cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json")
-    text = " ".join(README.read_text().split())
+    text = " ".join((DOCS / "tasks.md").read_text().split())
     for quoted in (
         f"{r['metrics']['top1']:.2f}% top-1 at exactly {r['target_sparsity']:.0%} sparsity",
         f"(dense {r['dense_metrics']['top1']:.2f}%)",
@@ -120,19 +78,20 @@ def test_ablation_table_is_the_ablation_records():
             "resnet56-sp90-1600.jsonl",
         )
     ]
-    assert summarize([str(f) for f in files]) in (DOCS / "results.md").read_text()
+    assert summarize([str(f) for f in files]) in (NOTEBOOK / "results.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["resnet32-sp90-protocol.jsonl", "cifar100-resnet56-sp90.jsonl"])
 def test_protocol_ablation_tables_are_their_records(name):
     path = RESULTS_DIR / "ablations" / name
-    assert summarize_seeds([str(path)]) in (DOCS / "beyond-the-paper.md").read_text()
+    assert summarize_seeds([str(path)]) in (NOTEBOOK / "beyond-the-paper.md").read_text()
 
 
 def test_runtime_survey_table_is_table7():
     raw = json.loads((RESULTS_DIR / "deploy" / "table7_inference.json").read_text())
     latency = raw["families"]["resnet18"]["latency"]
-    rows = {r[0].split()[0]: r[1:] for r in _table_rows((DOCS / "RUNTIMES.md").read_text(), "") if r[0] != "runtime"}
+    survey = (NOTEBOOK / "runtimes.md").read_text()
+    rows = {r[0].split()[0]: r[1:] for r in _table_rows(survey, "") if r[0] != "runtime"}
     assert set(latency) <= set(rows)
     for runtime, per_batch in latency.items():
         expected = [
@@ -144,7 +103,7 @@ def test_runtime_survey_table_is_table7():
 
 def test_lite0_table_in_results_doc_is_the_records():
     best = preferred_records(all_records(RUNS))
-    text = (DOCS / "results.md").read_text()
+    text = (NOTEBOOK / "results.md").read_text()
     for method, row_label in (
         ("fcpts", "FCPTS (200"),
         ("pot-l2norm", "POT L2Norm (1,000"),
@@ -164,7 +123,7 @@ def _quoted_blocks() -> list[tuple[Path, Path, list[str]]]:
     """(doc, quoted file, block lines) for each fenced block whose preceding paragraph names a committed
     file under results/benchmarks/."""
     found = []
-    for doc in [README, *sorted(DOCS.glob("*.md"))]:
+    for doc in [README, *sorted(DOCS.rglob("*.md"))]:
         text = doc.read_text()
         for m in re.finditer(r"^( *)```[a-z]*\n(.*?)^\1```", text, flags=re.S | re.M):
             before = text[: m.start()].rstrip().rsplit("\n\n", 1)[-1]
@@ -224,7 +183,7 @@ def test_deploy_doc_quotes_the_deploy_record_and_table7():
 
 
 def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
-    text = " ".join((DOCS / "benchmarks.md").read_text().split())
+    text = " ".join((NOTEBOOK / "benchmarks.md").read_text().split())
     step = (RESULTS_DIR / "benchmarks" / "step_time_cpu.txt").read_text()
     ratio = re.search(r"fcpts step, mse-blocks \(defaults\).*ratio (\d+\.\d+)", step)
     assert ratio and f"costs {ratio.group(1)} plain training steps" in text
@@ -247,7 +206,7 @@ def test_allocation_move_table_is_the_records():
         "Lite0 70%, FCPTS+ with `ramp=0.25`": (lite0, "sp70-cpu", "-ramp0.25"),
         "Lite0 70%, FCPTS+ without ramp": (lite0, "sp70-cpu", ""),
     }
-    text = (DOCS / "beyond-the-paper.md").read_text()
+    text = (NOTEBOOK / "beyond-the-paper.md").read_text()
     for label, (folder, cell, plus_suffix) in cells.items():
         fcpts = _record(f"{folder}/fcpts-{cell}-seed0.json")
         plus = _record(f"{folder}/fcpts-plus-{cell}{plus_suffix}-seed0.json")
@@ -257,8 +216,9 @@ def test_allocation_move_table_is_the_records():
 
 
 def test_lite0_heldout_table_is_its_rows():
-    """Each row of the held-out Lite0 table in docs/beyond-the-paper.md: its method, options, calibration crop and
-    target's line of results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier lite0-lr-heldout.jsonl)."""
+    """Each row of the held-out Lite0 table in docs/notebook/beyond-the-paper.md: its method, options, calibration
+    crop and target's line of results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier
+    lite0-lr-heldout.jsonl)."""
     ablations = RESULTS_DIR / "ablations"
     rows = [json.loads(line) for line in (ablations / "lite0-heldout.jsonl").read_text().splitlines()]
     lr_rows = [json.loads(line) for line in (ablations / "lite0-lr-heldout.jsonl").read_text().splitlines()]
@@ -293,7 +253,7 @@ def test_lite0_heldout_table_is_its_rows():
         for t in (0.5, 0.7):
             if row := row_of("fcpts-plus", options, t, crop):
                 expected[f"FCPTS+, {name}, {t:.0%}"] = row
-    text = (DOCS / "beyond-the-paper.md").read_text()
+    text = (NOTEBOOK / "beyond-the-paper.md").read_text()
     shown = [r[0] for r in _table_rows(text, "FCPTS") + _table_rows(text, "POT L2Norm,") if len(r) == 3]
     assert sorted(shown) == sorted(expected), "the table shows exactly the rows that ran"
     for label, row in expected.items():
@@ -303,8 +263,9 @@ def test_lite0_heldout_table_is_its_rows():
 
 
 def test_lite0_fcpts_plus_table_is_the_records():
-    """The Lite0 table of docs/beyond-the-paper.md: each sparsity's top-1 of FCPTS+, FCPTS, both POTs and OBS."""
-    text = (DOCS / "beyond-the-paper.md").read_text()
+    """The Lite0 table of docs/notebook/beyond-the-paper.md: each sparsity's top-1 of FCPTS+, FCPTS, both POTs and
+    OBS."""
+    text = (NOTEBOOK / "beyond-the-paper.md").read_text()
     folder = "imagenet/imagenet-val1300/efficientnet_lite0"
     for sparsity in (50, 60, 70, 80, 90):
         rows = [r for r in _table_rows(text, f"{sparsity}%") if len(r) == 6]
@@ -322,10 +283,10 @@ TABLE1_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32",
 
 @pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE1_CELLS)
 def test_table1_fcpts_plus_table_is_the_records(dataset, model, sparsity):
-    """The Table 1 table of docs/beyond-the-paper.md: FCPTS's top-1 (the record Table 1 shows), FCPTS+'s, their
+    """The Table 1 table of docs/notebook/beyond-the-paper.md: FCPTS's top-1 (the record Table 1 shows), FCPTS+'s, their
     difference, and FCPTS+'s at block weight 8 where it ran."""
     label = f"{dataset.replace('cifar', 'CIFAR-')} {model.replace('resnet', 'ResNet-')} {sparsity}%"
-    rows = [r for r in _table_rows((DOCS / "beyond-the-paper.md").read_text(), label) if r[0] == label]
+    rows = [r for r in _table_rows((NOTEBOOK / "beyond-the-paper.md").read_text(), label) if r[0] == label]
     assert len(rows) == 1, label
     folder = f"cifar/{dataset}/{model}"
     fcpts_profile = "paper" if (dataset, model, sparsity) == ("cifar10", "resnet56", 90) else "paper-cpu"
@@ -353,8 +314,8 @@ def test_the_default_reproduced_the_records_made_with_the_auto_option_bit_for_bi
     [("cifar10", ("fcpts-plus", "fcpts")), ("cifar100", ("fcpts",))],  # FCPTS+'s CIFAR-100 seeds 1-2 not re-run yet
 )
 def test_table1_three_seed_means_in_the_doc_are_the_records(dataset, methods):
-    """Seeds 0-2 on ResNet-32 at 90%, as docs/beyond-the-paper.md quotes them."""
-    text = " ".join((DOCS / "beyond-the-paper.md").read_text().split())
+    """Seeds 0-2 on ResNet-32 at 90%, as docs/notebook/beyond-the-paper.md quotes them."""
+    text = " ".join((NOTEBOOK / "beyond-the-paper.md").read_text().split())
     for method in methods:
         top1 = [
             _record(f"cifar/{dataset}/resnet32/{method}-sp90-paper-cpu-seed{s}.json")["metrics"]["top1"]
@@ -365,8 +326,9 @@ def test_table1_three_seed_means_in_the_doc_are_the_records(dataset, methods):
 
 
 def test_lite0_50_percent_seed_means_in_the_doc_are_the_records():
-    """FCPTS+ and POT L2Norm over seeds 0-2 on the Lite0 stand-in at 50%, as docs/beyond-the-paper.md quotes them."""
-    text = " ".join((DOCS / "beyond-the-paper.md").read_text().split())  # line breaks as spaces
+    """FCPTS+ and POT L2Norm over seeds 0-2 on the Lite0 stand-in at 50%, as docs/notebook/beyond-the-paper.md
+    quotes them."""
+    text = " ".join((NOTEBOOK / "beyond-the-paper.md").read_text().split())  # line breaks as spaces
     for method in ("fcpts-plus", "pot-l2norm"):
         top1 = [
             _record(f"imagenet/imagenet-val1300/efficientnet_lite0/{method}-sp50-cpu-seed{s}.json")["metrics"]["top1"]

@@ -4,7 +4,6 @@ import copy
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -97,6 +96,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
 
 
 def test_torchvision_model_and_kept_dense_layers():
+    torchvision = pytest.importorskip("torchvision")  # the library's tests run without the [tasks] extra too
     model = torchvision.models.mobilenet_v2(num_classes=10)
     x = torch.randn(8, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     model, report = fcpts.sparsify(

@@ -3,7 +3,7 @@
     python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
 
 This subpackage is the only place that imports mmdet, mmengine or mmcv; the rest of the suite runs without
-them. Install with the `[mmdet]` extra plus mmcv (README: a prebuilt CPU wheel here, OpenMMLab's wheels for
+them. Install with the `[mmdet]` extra plus mmcv (docs/tasks.md: a prebuilt CPU wheel here, OpenMMLab's wheels for
 other torch/CUDA pairs). Modules, one job each:
 
     detector   config -> detector through mmengine's registry, checkpoint loading, versions and hashes

@@ -1,0 +1,90 @@
+"""The README's generated blocks: the methods table from the registry and the results summary from the records.
+
+`python -m tasks.reporting readme` rewrites every block between `<!-- BEGIN name -->` and `<!-- END name -->` in
+README.md; tests/results/test_readme.py checks that the committed README equals what this writes, so a method
+added to the registry or a record re-run shows up in the README by re-running the command, never by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from fcpts.core.io import write_text_atomic
+from fcpts.methods import METHODS, label
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from tasks.grid.records import all_records, headline, preferred_records
+
+README = REPO_ROOT / "README.md"
+
+# The results summary: one row per headline cell (task, dataset, model, sparsity, row label), one column per method.
+SUMMARY_CELLS = [
+    ("cifar", "cifar10", "resnet32", 0.9, "CIFAR-10 ResNet-32, 90%"),
+    ("cifar", "cifar10", "resnet56", 0.9, "CIFAR-10 ResNet-56, 90%"),
+    ("cifar", "cifar100", "resnet56", 0.9, "CIFAR-100 ResNet-56 (own dense model), 90%"),
+    ("imagenet", "imagenet-val1300", "efficientnet_lite0", 0.7, "EfficientNet-Lite0 stand-in, 70%"),
+    ("voc", "voc-cifar10", "mb2-ssd-lite-160", 0.9, "Detection substitute, MobileNetV2-SSD-Lite, 90%"),
+    ("voc", "voc-cifar10", "mmdet-ssdlite_mobilenetv2_voc-cifar10-160", 0.9, "Detection substitute, mmdet, 90%"),
+]
+SUMMARY_METHODS = ["fcpts", "fcpts-plus", "obs", "pot-l2norm", "pot-erk"]
+
+
+def methods_block() -> str:
+    """Every registered method: its name for `get_method`/`--methods`, label, whether the paper has it, what it does."""
+    lines = ["| `name` | method | in the paper | what it does |", "|---|---|---|---|"]
+    for name, method in sorted(METHODS.items(), key=lambda item: (not item[1].in_paper, item[0])):
+        lines.append(f"| `{name}` | {method.label} | {'yes' if method.in_paper else 'no'} | {method.summary} |")
+    return "\n".join(lines)
+
+
+def _value(record: dict | None) -> str:
+    if record is None:
+        return "—"
+    return f"{headline(record)[1]:.2f}"
+
+
+def results_block(runs_dir: Path = RUNS_DIR) -> str:
+    """Top-1 (%) or mAP@0.5 of each headline cell: the record each of the paper's tables shows for it (the most
+    faithful profile that ran it, seed 0), with the profiles those records ran under."""
+    best = preferred_records(all_records(runs_dir))
+    header = ["cell", "dense", *(label(m) for m in SUMMARY_METHODS), "profiles"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
+    for task, dataset, model, sparsity, row_label in SUMMARY_CELLS:
+        records = {m: best.get((task, dataset, model, m, sparsity)) for m in SUMMARY_METHODS}
+        present = [r for r in records.values() if r is not None]
+        if not present:
+            continue
+        metric, _ = headline(present[0])
+        dense = format(present[0]["dense_metrics"][metric], ".2f")
+        profiles = ", ".join(f"`{p}`" for p in sorted({r["profile"]["name"] for r in present}))
+        cells = [row_label, dense, *(_value(records[m]) for m in SUMMARY_METHODS), profiles]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[[], str]] = {"methods": methods_block, "results": results_block}
+
+
+def render(text: str, blocks: dict[str, Callable[[], str]] = BLOCKS) -> str:
+    """`text` with each marked block replaced by its generator's output; a marker without a generator, or a
+    generator without its markers, is an error (a renamed block would otherwise go stale silently)."""
+    found = re.findall(r"<!-- BEGIN (\w+) -->", text)
+    unknown = sorted(set(found) - set(blocks))
+    missing = sorted(set(blocks) - set(found))
+    if unknown or missing:
+        raise ValueError(f"README blocks: unknown {unknown}, missing {missing}; known blocks: {sorted(blocks)}")
+    for name in found:
+        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
+        text = pattern.sub(lambda m, name=name: m.group(1) + blocks[name]() + "\n" + m.group(2), text)
+    return text
+
+
+def main(argv: list[str] | None = None, path: Path = README) -> int:
+    new = render(path.read_text())
+    if new != path.read_text():
+        write_text_atomic(path, new)
+        print(f"rewrote the generated blocks of {path.relative_to(REPO_ROOT)}")
+    else:
+        print(f"{path.relative_to(REPO_ROOT)} is up to date")
+    return 0
