@@ -93,6 +93,8 @@ class OBSOptions(MethodOptions):
     batch_size: int = 128  # images per forward while collecting Hessians (memory only)
     reuse_inputs: bool = True  # start each layer's forward at its nn.Sequential unit from kept inputs (the
     # same values as a forward from the image, which False runs; fcpts.core.layer_inputs)
+    cache_bytes: float = 4e9  # the most kept inputs (over all images, both models): a unit whose inputs would
+    # take more is reached from the image, so memory does not grow with the calibration set
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
@@ -391,6 +393,7 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         lambda b: calibration_batch(calib, cfg.batch_size, b, device),
         calibration_batches(calib, cfg.batch_size),
         reuse=cfg.reuse_inputs,
+        max_bytes=cfg.cache_bytes,
     )
     log, planned, actual = {}, 0, 0
     bar = tqdm(
