@@ -20,7 +20,8 @@ Steps:
 1. allocation: per-layer prune counts with exactly round(target * N) zeros in total (`ALLOCATIONS`).
    "error" (default, by measurement, below) prunes every layer on the dense model's Hessians at
    a grid of levels, takes the relative output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each
-   level, and spends the global zero budget where the summed error grows least: on the lower convex hull
+   level (all levels of a layer from one factorisation of H, stacked in one column sweep: the levels differ
+   only in their masks; SparseGPT's batched form), and spends the global zero budget where the summed error grows least: on the lower convex hull
    of each layer's curve the segments are taken in order of slope (error per zero) until the budget is
    used, the last one partly (a greedy that is exact for convex curves; OBC's DP over the same table
    without its discreteness). "erk", "uniform", "l2norm" and "global-magnitude" give the counts of those
