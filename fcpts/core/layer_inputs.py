@@ -9,6 +9,9 @@ layer are kept for every batch, the layer's input is taken by running that unit 
 later unit of the chain runs the units in between once, with their weights as they are by then. A layer
 in no chain (a stem, a head) is reached by a forward from the image. The result is the same computation
 as the forward from the image, in the same order on the same batches (a test checks it).
+
+The kept inputs cover every calibration image, so they are bounded: where a unit's inputs over all batches
+would exceed `max_bytes`, its layers are reached from the image instead (slower, memory of one batch).
 """
 
 from __future__ import annotations
@@ -85,10 +88,18 @@ def _fresh(x):
 class LayerInputs:
     """Calling it with a layer's name yields, batch by batch, that layer's input in each of `nets`
     (networks of the same structure: the model being pruned and, for dense targets, its dense copy).
-    Layers must be asked for in forward order; `reuse=False` runs every forward from the image."""
+    Layers must be asked for in forward order; `reuse=False` runs every forward from the image, and so does a
+    unit whose inputs over all batches (in all nets) would exceed `max_bytes`."""
 
-    def __init__(self, nets: list[nn.Module], batch: Callable[[int], torch.Tensor], n_batches: int, reuse=True):
-        self.nets, self.batch, self.n_batches = nets, batch, n_batches
+    def __init__(
+        self,
+        nets: list[nn.Module],
+        batch: Callable[[int], torch.Tensor],
+        n_batches: int,
+        reuse=True,
+        max_bytes: float = float("inf"),
+    ):
+        self.nets, self.batch, self.n_batches, self.max_bytes = nets, batch, n_batches, max_bytes
         self.units = sequential_units(nets[0]) if reuse else {}
         self.unit: str | None = None
         self.kept: list[list] = []  # [batch][net]: the inputs of self.unit
@@ -97,13 +108,12 @@ class LayerInputs:
     @torch.no_grad()
     def __call__(self, layer: str) -> Iterator[list[torch.Tensor]]:
         unit = unit_of(layer, self.units)
-        if unit is None:
+        if unit is None or not self._move_to(unit):
             self.unit, self.kept = None, []
             for b in range(self.n_batches):
                 x = self.batch(b)
                 yield [input_of(net, layer, x) for net in self.nets]
             return
-        self._move_to(unit)
         for kept in self.kept:
             if layer == unit:
                 yield [_fresh(x) for x in kept]
@@ -111,24 +121,38 @@ class LayerInputs:
                 inside = layer[len(unit) + 1 :]
                 yield [input_of(net.get_submodule(unit), inside, _fresh(x)) for net, x in zip(self.nets, kept)]
 
-    def _move_to(self, unit: str) -> None:
+    def _too_large(self, first: list) -> bool:
+        """Whether keeping inputs like the first batch's for every batch would exceed max_bytes."""
+        size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+        return size * self.n_batches > self.max_bytes
+
+    def _move_to(self, unit: str) -> bool:
+        """Keep the inputs of `unit` for every batch; False (nothing kept) where they would exceed max_bytes."""
         chain, pos = self.units[unit]
         here = self.units.get(self.unit) if self.unit is not None else None
         if here is not None and here[0] == chain and here[1] <= pos and chain not in self.broken:
             between = [u for u, (c, p) in self.units.items() if c == chain and here[1] <= p < pos]
-            for kept in self.kept:
+            for b, kept in enumerate(self.kept):
                 for i, net in enumerate(self.nets):
                     for u in between:
                         kept[i] = net.get_submodule(u)(kept[i])
+                if b == 0 and self._too_large(kept):
+                    self.unit, self.kept = None, []
+                    return False
             if self._chains_as_assumed(unit):
                 self.unit = unit
-                return
+                return True
             self.broken.add(chain)  # the model's forward does more between the units: from the image
-        self.kept = []
-        for b in range(self.n_batches):
+        self.unit, self.kept = None, []
+        first = [input_of(net, unit, self.batch(0)) for net in self.nets]
+        if self._too_large(first):
+            return False
+        self.kept = [first]
+        for b in range(1, self.n_batches):
             x = self.batch(b)
             self.kept.append([input_of(net, unit, x) for net in self.nets])
         self.unit = unit
+        return True
 
     def _chains_as_assumed(self, unit: str) -> bool:
         """Whether the first batch's input of `unit`, reached through the units before it, is the one a

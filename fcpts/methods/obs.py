@@ -20,7 +20,8 @@ Steps:
 1. allocation: per-layer prune counts with exactly round(target * N) zeros in total (`ALLOCATIONS`).
    "error" (default, by measurement, below) prunes every layer on the dense model's Hessians at
    a grid of levels, takes the relative output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each
-   level, and spends the global zero budget where the summed error grows least: on the lower convex hull
+   level (all levels of a layer from one factorisation of H, stacked in one column sweep: the levels differ
+   only in their masks; SparseGPT's batched form), and spends the global zero budget where the summed error grows least: on the lower convex hull
    of each layer's curve the segments are taken in order of slope (error per zero) until the budget is
    used, the last one partly (a greedy that is exact for convex curves; OBC's DP over the same table
    without its discreteness). "erk", "uniform", "l2norm" and "global-magnitude" give the counts of those
@@ -94,6 +95,8 @@ class OBSOptions(MethodOptions):
     batch_size: int = 128  # images per forward while collecting Hessians (memory only)
     reuse_inputs: bool = True  # start each layer's forward at its nn.Sequential unit from kept inputs (the
     # same values as a forward from the image, which False runs; fcpts.core.layer_inputs)
+    cache_bytes: float = 4e9  # the most kept inputs (over all images, both models): a unit whose inputs would
+    # take more is reached from the image, so memory does not grow with the calibration set
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
@@ -202,42 +205,75 @@ class LayerOBS:
         W = self.weight().clone()  # never a view of a float64 layer's own weight
         if self.C is not None:  # the dense outputs W X_dense, best reached from these inputs: W C H^-1
             W = torch.where(dead[:, None, :], W, W @ self.C @ Hinv)  # a dead input's weight keeps its value
-        reference = W.clone()
+        fixed = None if keep is None else ~keep.reshape(W.shape).to(W.device)
+        (pruned,), (rel_error,) = self._sweep(W, U, dead, [count], block_size, fixed)
+        info = {"rel_error": rel_error, "damp": damp, "dead_inputs": int(dead.sum())}
+        return pruned.reshape(self.layer.weight.shape), info
+
+    @torch.no_grad()
+    def error_curve(self, counts: list[int], block_size: int = 128, percdamp: float = 0.01) -> list[float]:
+        """The relative output errors of pruning `counts` weights each, from one factorisation of H: the levels
+        differ only in their masks, so they run as one batch through the column sweep (what `prune` gives for
+        each count alone)."""
+        _Hinv, U, dead, _damp = self.inverse_factor(percdamp)
+        return self._sweep(self.weight().clone(), U, dead, counts, block_size)[1]
+
+    def _sweep(
+        self,
+        W: torch.Tensor,
+        U: torch.Tensor,
+        dead: torch.Tensor,
+        counts: list[int],
+        block_size: int,
+        fixed: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[float]]:
+        """SparseGPT's blocked column sweep of W (G, R, D) for each count at once (a leading level dimension):
+        the pruned weights (levels, G, R, D) and each level's error relative to W's own output energy."""
+        reference = W
         G, R, D = W.shape
-        fixed = None if keep is None else ~keep.reshape(G, R, D).to(W.device)
+        W = W.expand(len(counts), G, R, D).clone()
+        total = torch.tensor(counts, device=W.device)[:, None]
         for b0 in range(0, D, block_size):
             b1 = min(b0 + block_size, D)
-            W1, U1 = W[:, :, b0:b1].clone(), U[:, b0:b1, b0:b1]
+            W1, U1 = W[..., b0:b1].clone(), U[:, b0:b1, b0:b1]
             d = torch.diagonal(U1, dim1=1, dim2=2)[:, None, :]  # (G, 1, n)
             if fixed is not None:
-                mask1 = fixed[:, :, b0:b1]
-            else:  # this block's share of the count, cumulative rounding so the shares add up exactly
-                k = min(round(count * b1 / D) - round(count * b0 / D), W1.numel())
-                score = torch.where(dead[:, None, b0:b1], -1 / (1 + W1.abs()), W1**2 / d**2)
-                mask1 = torch.zeros(W1.numel(), dtype=torch.bool, device=W.device)
-                mask1[torch.sort(score.flatten(), stable=True).indices[:k]] = True
-                mask1 = mask1.view_as(W1)
+                mask1 = fixed[None, :, :, b0:b1]
+            else:  # this block's share of each count, cumulative rounding so the shares add up exactly
+                k = torch.clamp(_rounded(total * b1, D) - _rounded(total * b0, D), max=W1[0].numel())
+                score = torch.where(dead[:, None, b0:b1], -1 / (1 + W1.abs()), W1**2 / d**2).flatten(1)
+                order = torch.sort(score, dim=1, stable=True).indices
+                ranks = torch.arange(score.shape[1], device=W.device).expand_as(order)
+                mask1 = torch.zeros_like(order, dtype=torch.bool).scatter_(1, order, ranks < k).view_as(W1)
             err = torch.zeros_like(W1)
             for i in range(b1 - b0):
-                w = W1[:, :, i]
-                q = torch.where(mask1[:, :, i], torch.zeros_like(w), w)
-                err[:, :, i] = (w - q) / d[:, :, i]
-                W1[:, :, i:] -= err[:, :, i, None] * U1[:, None, i, i:]
-                W1[:, :, i] = q
-            W[:, :, b0:b1] = W1
-            W[:, :, b1:] -= torch.bmm(err, U[:, b0:b1, b1:])
-        rel_error = self.error(W, reference) / max(self.error(torch.zeros_like(W), reference), 1e-30)
-        info = {"rel_error": rel_error, "damp": damp, "dead_inputs": int(dead.sum())}
-        return W.reshape(self.layer.weight.shape), info
+                w = W1[..., i]
+                q = torch.where(mask1[..., i], torch.zeros_like(w), w)
+                err[..., i] = (w - q) / d[:, :, i]
+                W1[..., i:] -= err[..., i, None] * U1[:, None, i, i:]
+                W1[..., i] = q
+            W[..., b0:b1] = W1
+            W[..., b1:] -= torch.matmul(err, U[:, b0:b1, b1:])
+        energy = max(self.error(torch.zeros_like(reference), reference), 1e-30)
+        return W, [self.error(w, reference) / energy for w in W]
+
+
+def _rounded(numerator: torch.Tensor, denominator: int) -> torch.Tensor:
+    """round(numerator / denominator) elementwise as Python computes it for ints: a correctly rounded float64
+    quotient, then half to even."""
+    return torch.round(numerator.double() / denominator).long()
 
 
 @torch.no_grad()
-def collect_hessians(model: nn.Module, obs: dict[str, LayerOBS], calib: Calibration, batch_size: int) -> None:
+def collect_hessians(
+    model: nn.Module, obs: dict[str, LayerOBS], calib: Calibration, batch_size: int, progress: bool = False
+) -> None:
     """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
     modules = dict(model.named_modules())
     handles = [modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])) for n in obs]
+    batches = calibration_batches(calib, batch_size)
     try:
-        for b in range(calibration_batches(calib, batch_size)):
+        for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
             model(calibration_batch(calib, batch_size, b, next(model.parameters()).device))
     finally:
         for h in handles:
@@ -313,21 +349,18 @@ def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> d
 
 
 def error_counts(
-    model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, cfg: OBSOptions, bar
+    model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, cfg: OBSOptions
 ) -> tuple[dict[str, int], dict[str, list]]:
     """The "error" allocation: each layer pruned alone on the dense model's Hessians at every level."""
     obs = {n: LayerOBS(m) for n, m in layers.items()}
-    collect_hessians(model, obs, calib, cfg.batch_size)
+    collect_hessians(model, obs, calib, cfg.batch_size, cfg.progress)
     levels = sorted(set(cfg.levels) | {target})
     curves = {}
-    for n, o in obs.items():
-        numel = layers[n].weight.numel()
-        curve = [(0, 0.0)]
-        for s in levels:
-            count = round(s * numel)
-            curve.append((count, o.prune(count, cfg.block_size, cfg.percdamp)[1]["rel_error"]))
-        curves[n] = curve
-        bar.set_postfix(stage="allocation", layer=n)
+    bar = tqdm(list(obs), disable=not cfg.progress, desc="obs error curves", unit="layer", leave=False)
+    for n in bar:
+        bar.set_postfix(layer=n)
+        counts = [round(s * layers[n].weight.numel()) for s in levels]
+        curves[n] = [(0, 0.0), *zip(counts, obs.pop(n).error_curve(counts, cfg.block_size, cfg.percdamp))]
     return hull_allocation(curves, round(target * sum(m.weight.numel() for m in layers.values()))), curves
 
 
@@ -345,12 +378,9 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
             f"the dense model already has {existing} zero weights, more than the {total} of "
             f"sparsity {target}; ask for at least {existing / n_weights:.4f}"
         )
-    bar = tqdm(
-        total=len(layers), disable=not cfg.progress, desc=f"obs-{cfg.allocation} {target:.2f}", dynamic_ncols=True
-    )
     curves = None
     if cfg.allocation == "error":
-        counts, curves = error_counts(model, layers, calib, target, cfg, bar)
+        counts, curves = error_counts(model, layers, calib, target, cfg)
     else:
         counts = magnitude_counts(layers, target, cfg.allocation)
     allocation_s = time.perf_counter() - t0
@@ -361,9 +391,14 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         lambda b: calibration_batch(calib, cfg.batch_size, b, device),
         calibration_batches(calib, cfg.batch_size),
         reuse=cfg.reuse_inputs,
+        max_bytes=cfg.cache_bytes,
     )
     log, planned, actual = {}, 0, 0
+    bar = tqdm(
+        total=len(layers), disable=not cfg.progress, desc=f"obs-{cfg.allocation} {target:.2f} pruning", unit="layer"
+    )
     for n, layer in layers.items():
+        bar.set_postfix(layer=n)
         tic = time.perf_counter()
         o = LayerOBS(layer)
         for x, *x_dense in inputs(n):
@@ -383,7 +418,6 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
             **info,
         }
         bar.update(1)
-        bar.set_postfix(layer=n, err=f"{info['rel_error']:.2e}")
     bar.close()
     if actual != total:
         raise RuntimeError(

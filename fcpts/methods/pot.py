@@ -73,8 +73,9 @@ class POTOptions(MethodOptions):
     weight_correction: bool = True
     bias_correction: bool = True
     fold_bn: bool = True
-    cache_bytes: float = 4e9  # cached dense layer inputs (more layers share one forward); Gram statistics
-    # of one layer may take as much again
+    cache_bytes: float = 4e9  # dense layer inputs cached for all images (more layers share one forward), on
+    # the model's device; a layer whose inputs alone exceed it is streamed: its inputs recomputed from the dense
+    # model for each batch it reads. Gram statistics may take as much again (docs/memory.md)
     gram: bool = True  # same loss from per-image input Gram matrices where cheaper (pot_objective.py)
     sampling: str = "batches"  # each step one of the fixed batches the calibration set is cut into once, as
     # msbench's cached loader batches; "random": a fresh random draw of batch_size images (with replacement)
@@ -150,6 +151,34 @@ def collect_inputs(
     return {n: torch.cat(v) for n, v in store.items()}
 
 
+class RecomputedInputs:
+    """A layer's dense inputs for any of the calibration images, recomputed by an early-stopped forward of the
+    dense model whenever they are read: the memory of one read instead of a tensor over every image. Indexed
+    like that tensor would be (an index tensor, a list or a slice of images)."""
+
+    def __init__(self, dense: nn.Module, name: str, images: torch.Tensor, chunk: int = 64):
+        self.dense, self.name, self.images, self.chunk = dense, name, images, chunk
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        if isinstance(idx, torch.Tensor):
+            idx = idx.cpu()
+        return collect_inputs(self.dense, [self.name], self.images[idx], self.chunk)[self.name]
+
+
+class RecomputedTargets:
+    """The dense layer's outputs on its recomputed dense inputs (the targets of `inputs="sparse"`)."""
+
+    def __init__(self, layer: nn.Module, inputs: RecomputedInputs, weight: torch.Tensor, bias: torch.Tensor):
+        self.layer, self.inputs, self.weight, self.bias = layer, inputs, weight, bias
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        with torch.no_grad():
+            return layer_output(self.layer, self.inputs[idx], self.weight, self.bias)
+
+
 @torch.no_grad()
 def network_errors(
     dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
@@ -185,21 +214,38 @@ def relative_error(error: float, energy: float) -> float | None:
     return error / energy if energy > 0 else None
 
 
+@torch.no_grad()
+def _output_bytes_per_image(model: nn.Module, names: list[str], images: torch.Tensor) -> int:
+    """What `network_errors` holds per image: the named layers' outputs."""
+    mods, total = dict(model.named_modules()), [0]
+    hooks = [
+        mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size())) for n in names
+    ]
+    try:
+        model(images[:1].to(next(model.parameters()).device))
+    finally:
+        for h in hooks:
+            h.remove()
+    return sum(total)
+
+
 def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -> dict[str, int]:
     got = collect_inputs(model, names, sample[:1])
     return {n: t.numel() * t.element_size() for n, t in got.items()}
 
 
 def layer_objective(
-    layer: nn.Module, inputs: torch.Tensor, cfg: POTOptions, units: torch.Tensor | None = None
+    layer: nn.Module, inputs: torch.Tensor | RecomputedInputs, cfg: POTOptions, units: torch.Tensor | None = None
 ) -> ForwardObjective | GramObjective:
     """Gram statistics where the whole reconstruction is estimated cheaper with them and they fit in
-    cache_bytes (on top of the cached inputs), else the layer's forward."""
+    cache_bytes (on top of the cached inputs), else the layer's forward. Recomputed inputs take the statistics
+    whenever they fit: a forward objective would recompute a batch's inputs for every step."""
     if cfg.gram and gram_candidate(layer):
         unit_size = 1 if units is None else units.shape[1]
         batch = min(cfg.batch_size, len(inputs))
-        plan = gram_plan(layer, inputs, len(inputs), cfg.iterations, batch, unit_size)
-        if plan["gram_s"] < plan["forward_s"] and plan["bytes"] <= cfg.cache_bytes:
+        plan = gram_plan(layer, inputs[:1], len(inputs), cfg.iterations, batch, unit_size)
+        cheaper = isinstance(inputs, RecomputedInputs) or plan["gram_s"] < plan["forward_s"]
+        if cheaper and plan["bytes"] <= cfg.cache_bytes:
             try:
                 return GramObjective(layer, inputs, units)
             except NotLinearInWeights:
@@ -234,10 +280,10 @@ def prepare_layer(
     dense_layer: nn.Module,
     layer: nn.Module,
     keep: torch.Tensor,
-    inputs: torch.Tensor,
+    inputs: torch.Tensor | RecomputedInputs,
     cfg: POTOptions,
     units: torch.Tensor | None,
-    sparse_inputs: torch.Tensor | None = None,
+    sparse_inputs: torch.Tensor | RecomputedInputs | None = None,
 ) -> LayerProblem:
     """The layer's objective, then bias correction (on dense inputs, as msbench); with `sparse_inputs` the
     objective is the error of the sparse inputs against the dense outputs."""
@@ -252,10 +298,14 @@ def prepare_layer(
         bias_objective = objective
     else:
         bias_objective = ForwardObjective(layer, inputs, units)
-        with torch.no_grad():
-            targets = torch.cat(
-                [layer_output(layer, inputs[i : i + 256], w_dense, b_dense) for i in range(0, len(inputs), 256)]
-            )
+        targets: torch.Tensor | RecomputedTargets
+        if isinstance(inputs, RecomputedInputs):
+            targets = RecomputedTargets(layer, inputs, w_dense, b_dense)
+        else:
+            with torch.no_grad():
+                targets = torch.cat(
+                    [layer_output(layer, inputs[i : i + 256], w_dense, b_dense) for i in range(0, len(inputs), 256)]
+                )
         objective = TargetObjective(layer, sparse_inputs, targets, units)
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
@@ -410,14 +460,24 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     start, collect_s = 0, 0.0
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
-        while end < len(names) and (end == start or used + per_image[names[end]] * len(images) <= cfg.cache_bytes):
+        while end < len(names) and used + per_image[names[end]] * len(images) <= cfg.cache_bytes:
             used += per_image[names[end]] * len(images)
             end += 1
         tic = time.perf_counter()
-        inputs = collect_inputs(dense, names[start:end], images)
+        inputs: dict[str, torch.Tensor | RecomputedInputs]
+        if end == start:  # this layer's inputs alone exceed the cache: recomputed wherever they are read
+            end = start + 1
+            inputs = {names[start]: RecomputedInputs(dense, names[start], images)}
+        else:
+            inputs = dict(collect_inputs(dense, names[start:end], images))
         collect_s += time.perf_counter() - tic
         for n in names[start:end]:
-            sparse_inputs = collect_inputs(model, [n], images)[n] if cfg.inputs == "sparse" else None
+            sparse_inputs: torch.Tensor | RecomputedInputs | None = None
+            if cfg.inputs == "sparse":
+                recomputed = isinstance(inputs[n], RecomputedInputs)
+                sparse_inputs = (
+                    RecomputedInputs(model, n, images) if recomputed else collect_inputs(model, [n], images)[n]
+                )
             pending.append(
                 prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), cfg, units, sparse_inputs)
             )
@@ -429,7 +489,8 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)
-    for n, e in network_errors(dense, model, list(layers), images).items():
+    chunk = max(1, min(128, int(cfg.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images)))))
+    for n, e in network_errors(dense, model, list(layers), images, chunk).items():
         per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)

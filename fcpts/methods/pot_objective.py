@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes their inputs
+
 
 def layer_output(layer: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """The layer's own forward (padding of conv subclasses included) with other weight and bias."""
@@ -47,10 +49,18 @@ class _Units:
     def all_units(self, device: torch.device) -> torch.Tensor:
         return torch.arange(len(self), device=device)
 
+    def _per_read(self, cached: int) -> int:
+        """Units per read in a pass over all of them: `cached` from cached inputs; inputs recomputed on every read
+        (pot.RecomputedInputs) are read RECOMPUTED_READ images at a time, which bounds the memory of the pass."""
+        if isinstance(getattr(self, "inputs", None), torch.Tensor):
+            return cached
+        return max(1, RECOMPUTED_READ // (1 if self.units is None else self.units.shape[1]))
+
     @torch.no_grad()
     def full_loss(self, weight, bias, w_dense, b_dense, chunk: int = 256) -> float:
         """The loss over all units (chunked, unit-weighted)."""
         n = len(self)
+        chunk = self._per_read(chunk)
         total = torch.zeros((), dtype=torch.float64, device=weight.device)  # read back once, at the end
         for i in range(0, n, chunk):
             idx = torch.arange(i, min(i + chunk, n), device=weight.device)
@@ -78,6 +88,7 @@ class ForwardObjective(_Units):
         """Per output channel, mean of (dense - sparse) output over the units' images and positions."""
         dim = channel_dim(self.layer)
         images = self._images(self.all_units(bias.device))
+        chunk = chunk if isinstance(self.inputs, torch.Tensor) else RECOMPUTED_READ
         total, count = torch.zeros_like(bias), 0
         for i in range(0, len(images), chunk):
             x = self.inputs[images[i : i + chunk]]

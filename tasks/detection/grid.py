@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
@@ -59,6 +58,7 @@ from tasks.detection.ssd import (
 )
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
+from tasks.grid.evaluate import evaluation_loader
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -74,7 +74,7 @@ def evaluate_detector(
     images: DetectionImages,
     config: SSDConfig,
     batch_size: int = 32,
-    workers: int = 0,
+    workers: int | None = None,
 ) -> dict:
     """VOC07 mAP@0.5 (%) of a detector (or its DistillView) on the images of `data` listed by `images`."""
     ssd: SSD = model.ssd if isinstance(model, DistillView) else model
@@ -83,8 +83,8 @@ def evaluate_detector(
     device = next(ssd.parameters()).device
     priors = config.priors().to(device)
     detections: list[Detections] = []
-    for x, idx in DataLoader(images, batch_size=batch_size, num_workers=workers, collate_fn=collate_images):
-        logits, regression = ssd(x.to(device))
+    for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
+        logits, regression = ssd(x.to(device, non_blocking=True))
         sizes = []
         for i in idx:
             a = data.annotations[i]
@@ -147,7 +147,7 @@ def build_grid(
     where: Where,
     image_size: int = 300,
     reconstruction: str = "mse-blocks",
-    workers: int = 0,
+    workers: int | None = None,
 ) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
     data_root_path = resolve_data_root(where.data_root)
@@ -243,7 +243,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)"
     )
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
+    p.add_argument(
+        "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
+    )
     args = cli.parse(p, argv, PAPER_METHODS)
     return args
 

@@ -71,7 +71,7 @@ def paper_sparsities(model: str) -> list[float]:
     return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
-def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int = 0) -> Grid:
+def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int | None = None) -> Grid:
     """The ImageNet grid of one model: its library's weights and preprocessing, train/ calibration, val/ metrics."""
     folder = imagenet_dir(resolve_data_root(where.data_root))
     train, val = list_split(folder, "train"), list_split(folder, "val")
@@ -129,7 +129,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--data-root",
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
     )
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
+    p.add_argument(
+        "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
+    )
     args = p.parse_args(argv)
     if args.models == ["paper"]:
         args.models = PAPER_CNNS + PAPER_VITS

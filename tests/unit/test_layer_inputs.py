@@ -52,10 +52,11 @@ def test_units_of_nested_sequentials_form_one_chain():
 )
 def test_the_same_inputs_as_a_forward_from_the_image(make):
     """Layer by layer in forward order, with each layer changed after its inputs were taken (as a
-    pruning method does), reuse gives bit-identical inputs, in the dense copy too."""
+    pruning method does), reuse gives bit-identical inputs, in the dense copy too; so does reuse bounded by
+    max_bytes, which keeps no more than that (units whose inputs do not fit are reached from the image)."""
     batch, n = batches()
-    runs = {}
-    for reuse in (True, False):
+    runs, bound = {}, 0.0
+    for reuse in (True, False, "bounded"):
         torch.manual_seed(0)
         model = make().eval()
         dense = copy.deepcopy(model)
@@ -64,16 +65,22 @@ def test_the_same_inputs_as_a_forward_from_the_image(make):
         calls = []
         for m in model.modules():
             m.register_forward_hook(lambda *_, calls=calls: calls.append(1))
-        inputs = LayerInputs([model, dense], batch, n, reuse=reuse)
-        seen = []
+        inputs = LayerInputs(
+            [model, dense], batch, n, reuse=bool(reuse), max_bytes=bound if reuse == "bounded" else 1e30
+        )
+        seen, most = [], 0
         for name in order:
             seen.append([[x.clone() for x in xs] for xs in inputs(name)])
+            most = max(most, sum(x.numel() * x.element_size() for xs in inputs.kept for x in xs))
             with torch.no_grad():
                 layers[name].weight.mul_(0.5)
-        runs[reuse] = (seen, len(calls))
-    for got, expected in zip(runs[True][0], runs[False][0]):
-        assert all(torch.equal(a, b) for g, e in zip(got, expected) for a, b in zip(g, e))
-    assert runs[True][1] < runs[False][1] or make is Halving
+        runs[reuse] = (seen, len(calls), most)
+        bound = most / 2 if reuse is True else bound  # the largest units no longer fit, smaller ones do
+    for bounded in (True, "bounded"):
+        for got, expected in zip(runs[bounded][0], runs[False][0]):
+            assert all(torch.equal(a, b) for g, e in zip(got, expected) for a, b in zip(g, e))
+    assert runs[True][1] < runs["bounded"][1] < runs[False][1] or make is Halving
+    assert 0 < runs["bounded"][2] <= runs[True][2] / 2 or make is Halving
 
 
 def test_a_forward_that_changes_values_between_units_falls_back_to_the_image():
@@ -91,9 +98,10 @@ def test_a_forward_that_changes_values_between_units_falls_back_to_the_image():
 def test_obs_prunes_the_same_with_and_without_reuse():
     x = torch.randn(24, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     nets = []
-    for reuse in (True, False):
+    for reuse, cache_bytes in ((True, 4e9), (False, 4e9), (True, 2e5)):
         torch.manual_seed(0)
-        options = OBSOptions(progress=False, batch_size=10, reuse_inputs=reuse)
+        options = OBSOptions(progress=False, batch_size=10, reuse_inputs=reuse, cache_bytes=cache_bytes)
         net, _ = obs(cifar_resnet("resnet20").eval(), x, 0.8, options)
         nets.append(net.state_dict())
-    assert all(torch.equal(v, nets[1][k]) for k, v in nets[0].items())
+    for other in nets[1:]:
+        assert all(torch.equal(v, other[k]) for k, v in nets[0].items())

@@ -125,6 +125,40 @@ def test_conv_hessian_gives_the_true_output_error(conv, chunk_bytes, monkeypatch
     torch.testing.assert_close(with_dense.C, 2 * with_dense.H)
 
 
+def test_hessians_accumulated_batch_by_batch_equal_the_whole_sets():
+    """One running matrix per layer (and one for the dense cross term): its size does not depend on the number
+    of images, and batches added one by one give the statistics of all images at once."""
+    torch.manual_seed(0)
+    layer = nn.Conv2d(4, 6, 3, padding=1, bias=False).double().requires_grad_(False)
+    x, x_dense = torch.randn(7, 4, 6, 6, dtype=torch.float64), torch.randn(7, 4, 6, 6, dtype=torch.float64)
+    whole, running = LayerOBS(layer), LayerOBS(layer)
+    whole.add_batch(x, x_dense)
+    for a, b in zip(x.split(3), x_dense.split(3)):
+        running.add_batch(a, b)
+    assert running.H.shape == running.C.shape == (1, 36, 36) and running.n_images == 7
+    close = dict(rtol=1e-5, atol=1e-6 * float(whole.H.abs().max()))  # products in float32, sums in float64
+    torch.testing.assert_close(running.H, whole.H, **close)
+    torch.testing.assert_close(running.C, whole.C, **close)
+    patches = torch.nn.functional.unfold(x, 3, padding=1).permute(1, 0, 2).reshape(36, -1)
+    torch.testing.assert_close(whole.H[0], patches @ patches.T / 7, **close)
+
+
+@pytest.mark.parametrize("layer", [nn.Conv2d(8, 12, 3, padding=1), nn.Conv2d(8, 8, 3, groups=4), nn.Linear(40, 6)])
+def test_error_curve_of_all_levels_at_once_equals_pruning_each_level(layer):
+    """One factorisation and one batched sweep for every level give bit for bit the errors of pruning each
+    level alone (so the "error" allocation, and the masks, are those of a level-by-level sweep)."""
+    torch.manual_seed(0)
+    o = LayerOBS(layer.requires_grad_(False))
+    x = torch.randn(9, *((8, 7, 7) if isinstance(layer, nn.Conv2d) else (40,)))
+    x[:, 1] = 0  # a dead input
+    o.add_batch(x)
+    counts = [round(s * layer.weight.numel()) for s in (0.3, 0.6, 0.85, 0.9, 0.99)]
+    for block in (5, 128):
+        curve = o.error_curve(counts, block, 0.01)
+        assert curve == [o.prune(c, block, 0.01)[1]["rel_error"] for c in counts]
+        assert curve == sorted(curve)
+
+
 def test_dead_inputs_are_pruned_first_and_cost_nothing():
     g = torch.Generator().manual_seed(0)
     X = torch.randn(6, 50, generator=g)
