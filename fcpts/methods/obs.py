@@ -96,6 +96,7 @@ class OBSOptions(MethodOptions):
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
+        super().validate()
         check_choice(self, "allocation", ALLOCATIONS)
         if self.percdamp < 0 or self.block_size < 1 or self.batch_size < 1:
             raise ValueError("percdamp must be >= 0, block_size and batch_size >= 1")

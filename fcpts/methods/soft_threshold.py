@@ -30,7 +30,7 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import check_target, sparsity_summary
-from fcpts.core.options import TrainingOptions
+from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport
 
 from .registry import Method, register
@@ -42,6 +42,14 @@ class STROptions(TrainingOptions):
     decay_range: tuple[float, float] = (1e-3, 10.0)  # searched weight decay on s
     search_runs: int = 5
     tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
+
+    def validate(self) -> None:
+        super().validate()
+        check_at_least(self, "search_runs", 1)
+        check_at_least(self, "tolerance", 0.0, inclusive=False)
+        low, high = self.decay_range
+        if not 0 <= low <= high:
+            raise ValueError(f"option decay_range must be (low, high) with 0 <= low <= high, got {self.decay_range!r}")
 
 
 class SoftThreshold(nn.Module):

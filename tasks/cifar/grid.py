@@ -61,7 +61,7 @@ def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, down
         task="cifar",
         dataset=dataset,
         model=model,
-        build_model=dense_factory(lambda: cifar_resnet(model, num_classes), probe, where.device),
+        build_model=dense_factory(lambda: cifar_resnet(model, num_classes), probe, where.device, weights_path),
         make_calibration=make_calibration,
         evaluate=lambda m: classify(m, x_eval, y_eval),
         profile=profile,

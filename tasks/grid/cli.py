@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -25,7 +26,7 @@ from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
 from tasks.grid.records import git_commit
-from tasks.grid.runner import Grid, Where, run_grid
+from tasks.grid.runner import Grid, Where, check_options, run_grid
 
 # Methods beyond the paper that `--all-methods` adds to the paper's set on the classification tasks (CIFAR,
 # ImageNet; detection keeps the paper's set). Their tables and Figure 1 show them as extra rows and lines
@@ -135,8 +136,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
     if args.pot_option:
         profile = profile.with_option_pairs(POT_METHODS, args.pot_option, "pot-", "POT options")
-    for m in methods:  # an option a method lacks fails here, before any data is read
-        get_method(m).check_overrides(profile.options_for(m))
+    check_options(profile, methods, args.seed)  # an option a method lacks or a bad value: before any data is read
     return profile
 
 
@@ -157,6 +157,9 @@ def where(args: argparse.Namespace) -> Where:
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
     resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
+    check_writable(Path(args.results_dir), "--results-dir")
+    if args.checkpoint_dir:
+        check_writable(Path(args.checkpoint_dir), "--checkpoint-dir")
     return Where(
         seed=args.seed,
         data_root=args.data_root,
@@ -166,6 +169,18 @@ def where(args: argparse.Namespace) -> Where:
         device=args.device,
         progress=not args.no_progress,
     )
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """A folder the command will write into, created and tried now: a read-only one fails before any work."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"cannot write into {folder.resolve()} ({e.strerror or e}); give {flag} a folder you can write to"
+        ) from None
 
 
 class GridPlan(NamedTuple):

@@ -198,7 +198,7 @@ def launch(
 def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
     """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
     check_cells(grid, methods, targets)
-    known = read_cells(g.folder)
+    known = read_cells(g.folder, discard_damaged=args.force)
     previous = [e for e in known.values() if e.get("job_id")]
     states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
     for method in methods:
