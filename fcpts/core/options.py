@@ -58,7 +58,7 @@ class MethodOptions:
     def validate(self) -> None:
         """Raise a clear error for a value the method cannot use (before any work). Subclasses extend it
         and call it first."""
-        check_at_least(self, "checkpoint_every_s", 0.0, inclusive=False)
+        check_at_least(self, "checkpoint_every_s", 0.0)  # 0: at every step
         check_at_least(self, "checkpoint_every_steps", 1)
 
     def check_types(self) -> None:
