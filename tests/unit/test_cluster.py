@@ -100,7 +100,7 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     out = capsys.readouterr().out
     done = read_record(record(runs, "uniform"))
     assert done is not None and read_record(record(runs, "fcpts")) is None
-    cell = cell_argv(grid_argv(tiny_cifar, runs), "uniform", 0.5)
+    cell = cell_argv(grid_argv(tiny_cifar, runs), "uniform", 0.5, ("--models", "resnet20"))  # `--model` dropped
     assert done["command"] == " ".join(["python", "-m", "tasks.cifar", *cell])  # the per-cell command
     assert "[done] cifar/cifar10/resnet20/uniform-sp50" in out
     failed = next(line for line in out.splitlines() if line.startswith("[failed]"))
@@ -119,7 +119,9 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     submitted = [line for line in out.splitlines() if line.startswith("[submitted]")]
     assert len(submitted) == 1 and "fcpts-sp50" in submitted[0]
     manifest = json.loads(next(jobs.rglob("submission.json")).read_text())
-    assert {c["method"]: c["command"] for c in manifest["cells"]}["fcpts"].endswith("--methods fcpts --sparsity 0.5")
+    assert {c["method"]: c["command"] for c in manifest["cells"]}["fcpts"].endswith(
+        "--methods fcpts --sparsity 0.5 --models resnet20"
+    )
     assert not list(runs.rglob("*.lock"))
 
 
