@@ -109,21 +109,32 @@ def _thin(history: list[dict], every: int = 10) -> list[dict]:
     return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
 
 
+class GridRecords(list):
+    """The records of a grid's cells (a list, as callers read it), and which cells were run now and which
+    were left to other processes: what tells a command that ran everything from one that did nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[Path] = []
+        self.busy: list[Path] = []
+
+
 def run_grid(
     grid: Grid, methods: list[str], sparsities: list[float], force: bool = False, log: Callable[[str], None] = print
-) -> list[dict]:
+) -> GridRecords:
     if grid.checkpoint_dir is None:
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
     check_cells(grid, methods, sparsities)
     git_commit()  # pin the commit of the code that is about to run
-    records, dense_metrics, busy = [], None, []
+    records, dense_metrics = GridRecords(), None
+    busy = records.busy
     for method in methods:
         for target in sparsities:
             path = cell_path(grid, method, target)
             done = None if force else read_record(path)
             if done is not None:
                 check_same_cell(done, path, target, grid)
-                log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
+                log(f"[skip] {path.resolve()} exists (use --force to redo)")
                 records.append(done)
                 continue
             try:
@@ -136,6 +147,7 @@ def run_grid(
                     if dense_metrics is None:
                         dense_metrics = _dense_metrics(grid, log, rebuild=force)
                     records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+                    records.ran.append(path)
             except CellBusy as e:
                 log(f"[busy] {e}")
                 busy.append(path)
@@ -299,7 +311,8 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     first = grid.metric_names[0]
     log(
         f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
-        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}"
+        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s\n"
+        f"       record: {path.resolve()}\n       model:  {model_path.resolve()}"
     )
     return record
 
