@@ -276,9 +276,11 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
                 unknown += guess.seconds is None
                 log(f"  to run   {method:18s} {target:6.2%}  {estimate.duration(guess.seconds):>9s}  {path}")
                 log(f"           ({guess.basis})")
-    unknown_note = f", {unknown} of unknown time" if unknown else ""
-    log(
-        f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, about "
-        f"{estimate.duration(total)} in all{unknown_note} (times of the machines the records ran on); nothing was run"
-    )
+    if to_run == unknown:
+        time = "time unknown (no comparable record)" if to_run else "nothing to run"
+    else:
+        time = f"about {estimate.duration(total)} for the {to_run - unknown} with an estimate"
+        time += f", {unknown} of unknown time" if unknown else ""
+        time += " (times of the machines the records ran on)"
+    log(f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, {time}; nothing was run")
     return EXIT_OK
