@@ -236,7 +236,9 @@ def run_grids(
         if args.dry_run:
             return dry_run(args, plans(args))
         if args.launcher == "submitit":
-            return launch.launch(args, plans(args), sys.argv[1:] if argv is None else argv, table)
+            code = launch.launch(args, plans(args), sys.argv[1:] if argv is None else argv, table)
+            print(f"records: {Path(args.results_dir).resolve()}")
+            return code
         records: list[dict] = []
         ran = busy = 0
         for grid, methods, targets, *_ in plans(args):

@@ -21,6 +21,7 @@ from torch import nn
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
 from fcpts.core.masks import check_target, prunable_layers
 from fcpts.methods import get_method
+from fcpts.methods.registry import UnknownOptionError
 from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
@@ -185,7 +186,12 @@ def check_options(profile: Profile, methods: Sequence[str], seed: int) -> None:
     """Every method's options built as its cells will build them, so a grid that would fail in its third
     cell fails before the first writes a record."""
     for m in methods:
-        cell_options(profile, m, seed)
+        try:
+            cell_options(profile, m, seed)
+        except UnknownOptionError:
+            raise  # it names the method already
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"method {m!r}, profile {profile.name!r}: {e}") from None
 
 
 def cell_path(grid: Grid, method: str, target: float) -> Path:
