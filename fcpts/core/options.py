@@ -56,8 +56,9 @@ class MethodOptions:
         return device
 
     def validate(self) -> None:
-        """Raise a clear error for a value the method cannot use (before any work). Subclasses extend it
-        and call it first."""
+        """Raise a clear error for a value the method cannot use (before any work): the type of every option
+        first, then its range. Subclasses extend it and call it first."""
+        self.check_types()
         check_at_least(self, "checkpoint_every_s", 0.0)  # 0: at every step
         check_at_least(self, "checkpoint_every_steps", 1)
 
@@ -82,7 +83,6 @@ class MethodOptions:
         if unknown:
             raise TypeError(f"unknown {cls.__name__} options {unknown}; known options: {sorted(cls.field_names())}")
         options = cls(**kwargs)
-        options.check_types()
         options.validate()
         return options
 

@@ -135,3 +135,8 @@ def test_nan_images_of_a_dataset_are_named_by_their_indices():
     x[2, 0] = x[5, 1] = float("nan")
     with pytest.raises(ValueError, match=r"dataset indices 2, 5\)"):
         fcpts.sparsify(nn.Linear(4, 4), torch.utils.data.TensorDataset(x), 0.5, iterations=1, batch_size=8)
+
+
+def test_an_options_object_built_by_hand_is_checked_too():
+    with pytest.raises(TypeError, match="iterations='3'"):
+        fcpts.get_method("fcpts")(nn.Linear(4, 4), torch.randn(8, 4), 0.5, fcpts.FCPTSOptions(iterations="3"))
