@@ -187,10 +187,10 @@ def _fits(value: Any, hint: Any) -> bool:
 
 def _describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args)
+    if origin in (Union, types.UnionType):  # named choices first: "'auto' or a number"
+        return " or ".join(_describe(a) for a in sorted(args, key=lambda a: typing.get_origin(a) is not Literal))
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
+        return repr(args[0]) if len(args) == 1 else "one of " + ", ".join(repr(a) for a in args)
     if hint is type(None):
         return "None"
     if hint is float:
