@@ -40,7 +40,7 @@ bound above and twice the largest move any of them shows against the references 
 cell). `python -m tasks.regression --tolerances` prints each bound and what decided it; every check prints each
 cell's move and its margin (the tolerance left). Measured on an Intel Xeon (spread/intel-xeon/, one thread, the
 code of these references): CIFAR FCPTS top-1 +0.20 and top-5 -0.15, Lite0 FCPTS top-1 -0.78 and top-5 +1.56 (one
-and two of 128 images), every POT, magnitude and LAMP cell and every dense model 0. So Lite0's top-5 tolerance is
+and two of 128 images), detection FCPTS mAP +0.23, every POT, magnitude and LAMP cell and every dense model 0. So Lite0's top-5 tolerance is
 3.13 (2 x 1.5625, rounded up), every other one its summation bound.
 """
 
