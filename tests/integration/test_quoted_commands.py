@@ -46,6 +46,7 @@ def test_the_docs_quote_commands():
     assert {"tasks.cifar", "tasks.imagenet", "tasks.voc", "tasks.reporting"} <= set(MODULES)
 
 
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")  # imported by other tests
 @pytest.mark.parametrize("module", MODULES)
 def test_every_quoted_command_answers_help(module, monkeypatch):
     code, usage, err = help_of(module, monkeypatch=monkeypatch)
