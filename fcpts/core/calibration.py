@@ -79,8 +79,14 @@ class Calibration:
                     "or (input tensor, label) pairs"
                 )
         batch = torch.stack(inputs)
-        check_finite(batch, lambda: f"calibration images {self.indices[idx[0]]}..{self.indices[idx[-1]]}")
+        check_finite(batch, lambda: f"calibration images (dataset indices {self._bad_indices(batch, idx)})")
         return batch
+
+    def _bad_indices(self, batch: torch.Tensor, idx: list[int]) -> str:
+        """The dataset indices of the batch's images that hold NaN or Inf, in order (a batch is shuffled)."""
+        bad = ~torch.isfinite(batch).flatten(1).all(1)
+        found = sorted(self.indices[i] for i, b in zip(idx, bad.tolist()) if b)
+        return ", ".join(map(str, found[:10])) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
 
 
 def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor | Dataset:

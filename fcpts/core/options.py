@@ -7,9 +7,13 @@ Each method's options are one dataclass derived from `MethodOptions` (one-shot m
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 import torch
 from torch import nn
@@ -19,6 +23,11 @@ from .masks import prunable_layers
 T = TypeVar("T", bound="MethodOptions")
 AMP_CHOICES = (None, "bf16")  # training precision of the forwards: float32, or bfloat16 under torch.autocast
 FilterFn = Callable[[nn.Module, str], bool]
+
+
+class OptionTypeError(TypeError, ValueError):
+    """An option value of the wrong type (e.g. lr="abc"): a TypeError to a library caller, a ValueError to a
+    grid, which turns it into its one-line error before any cell runs."""
 
 
 @dataclass
@@ -55,7 +64,22 @@ class MethodOptions:
         return device
 
     def validate(self) -> None:
-        """Raise a clear error for a value the method cannot use (before any work)."""
+        """Raise a clear error for a value the method cannot use (before any work): the type of every option
+        first, then its range. Subclasses extend it and call it first."""
+        self.check_types()
+        check_at_least(self, "checkpoint_every_s", 0.0)  # 0: at every step
+        check_at_least(self, "checkpoint_every_steps", 1)
+
+    def check_types(self) -> None:
+        """Every option of the type its field declares, so a mistyped value ("abc" for a rate) is a named
+        error here, not a comparison failing deep inside a run."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _fits(value, hints[f.name]):
+                raise OptionTypeError(
+                    f"option {f.name}={value!r} of {type(self).__name__} must be {_describe(hints[f.name])}"
+                )
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -100,8 +124,14 @@ class TrainingOptions(MethodOptions):
         return self.lr if self.lr is not None else default_lr(batch_size)
 
     def validate(self) -> None:
+        super().validate()
         if self.iterations < 0 or self.batch_size < 1:
             raise ValueError(f"iterations must be >= 0 and batch_size >= 1, got {self.iterations}, {self.batch_size}")
+        check_at_least(self, "lr", 0.0, inclusive=False)
+        check_at_least(self, "temperature", 0.0, inclusive=False)
+        check_at_least(self, "momentum", 0.0)
+        check_at_least(self, "weight_decay", 0.0)
+        check_at_least(self, "warmup_iterations", 0)
         check_choice(self, "teacher_mode", ("train", "eval"))
         if self.amp not in AMP_CHOICES:
             raise ValueError(
@@ -130,6 +160,52 @@ def resolve_device(device: str | torch.device | None, model: nn.Module | None = 
 def check_choice(options: object, name: str, allowed: tuple[str, ...]) -> None:
     if getattr(options, name) not in allowed:
         raise ValueError(f"option {name}={getattr(options, name)!r} is not one of {allowed}")
+
+
+def check_at_least(options: MethodOptions, name: str, bound: float, inclusive: bool = True) -> None:
+    """`options.name` >= bound (> bound when not inclusive); None passes (it means "the default")."""
+    value = getattr(options, name)
+    if value is not None and not (value >= bound if inclusive else value > bound):
+        raise ValueError(f"option {name} must be {'>=' if inclusive else '>'} {bound:g}, got {value!r}")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether `value` has the declared type; only what a user can mistype is checked (numbers, flags, named
+    choices, None); callables, paths and devices pass."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arm) for arm in args)
+    if origin is Literal:
+        return value in args
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, (str, os.PathLike, torch.device))
+    if origin in (list, tuple) and isinstance(value, (list, tuple)):
+        element_hints = [a for a in args if a is not Ellipsis]
+        return all(any(_fits(v, h) for h in element_hints) for v in value) if element_hints else True
+    return True
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):  # named choices first: "'auto' or a number"
+        return " or ".join(_describe(a) for a in sorted(args, key=lambda a: typing.get_origin(a) is not Literal))
+    if origin is Literal:
+        return repr(args[0]) if len(args) == 1 else "one of " + ", ".join(repr(a) for a in args)
+    if hint is type(None):
+        return "None"
+    if hint is float:
+        return "a number"
+    if hint is int:
+        return "a whole number"
+    return getattr(hint, "__name__", str(hint))
 
 
 def default_lr(batch_size: int) -> float:

@@ -29,6 +29,7 @@ class MagnitudeOptions(MethodOptions):
     allocation: str = "global-magnitude"
 
     def validate(self) -> None:
+        super().validate()
         check_choice(self, "allocation", ALLOCATIONS)
 
 

@@ -21,9 +21,9 @@ Steps:
    "error" (default, by measurement, below) prunes every layer on the dense model's Hessians at
    a grid of levels, takes the relative output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each
    level (all levels of a layer from one factorisation of H, stacked in one column sweep: the levels differ
-   only in their masks; SparseGPT's batched form), and spends the global zero budget where the summed error grows least: on the lower convex hull
-   of each layer's curve the segments are taken in order of slope (error per zero) until the budget is
-   used, the last one partly (a greedy that is exact for convex curves; OBC's DP over the same table
+   only in their masks; SparseGPT's batched form), and spends the global zero budget where the summed error
+   grows least: on the lower convex hull of each layer's curve the segments are taken in order of slope
+   (error per zero) until the budget is used, the last one partly (a greedy that is exact for convex curves; OBC's DP over the same table
    without its discreteness). "erk", "uniform", "l2norm" and "global-magnitude" give the counts of those
    magnitude allocations instead (the weights within a layer are still chosen by OBS). CIFAR-10
    ResNet-32 top-1, SparseGPT targets, BN re-estimated: at 90% error 49.6, ERK 46.0, L2Norm 41.4,
@@ -100,6 +100,7 @@ class OBSOptions(MethodOptions):
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
+        super().validate()
         check_choice(self, "allocation", ALLOCATIONS)
         if self.percdamp < 0 or self.block_size < 1 or self.batch_size < 1:
             raise ValueError("percdamp must be >= 0, block_size and batch_size >= 1")

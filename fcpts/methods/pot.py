@@ -44,7 +44,7 @@ from fcpts.core import allocation
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
-from fcpts.core.options import MethodOptions, check_choice
+from fcpts.core.options import MethodOptions, check_at_least, check_choice
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 
@@ -85,9 +85,13 @@ class POTOptions(MethodOptions):
     # (dense inputs only); each layer's result equals its sequential one up to float rounding
 
     def validate(self) -> None:
+        super().validate()
         check_choice(self, "allocation", ("l2norm", "erk"))
         check_choice(self, "sampling", ("batches", "random"))
         check_choice(self, "inputs", ("dense", "sparse"))
+        for name in ("iterations", "lr_weight", "lr_bias", "early_stop_loss", "cache_bytes"):
+            check_at_least(self, name, 0)
+        check_at_least(self, "batch_size", 1)
 
 
 def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:

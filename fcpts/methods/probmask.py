@@ -24,7 +24,7 @@ from torch.nn.utils import parametrize
 from fcpts.core.allocation import global_keep_masks
 from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import apply_keep_masks, sharing_modules
-from fcpts.core.options import TrainingOptions
+from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 
@@ -37,6 +37,13 @@ class ProbMaskOptions(TrainingOptions):
     t_start: float = 1.0
     t_end: float = 33.0
     schedule_fraction: float = 0.75  # kept fraction reaches 1 - target after this share of steps
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("score_lr", "t_start", "t_end"):
+            check_at_least(self, name, 0.0, inclusive=False)
+        if not 0 < self.schedule_fraction <= 1:
+            raise ValueError(f"option schedule_fraction must lie in (0, 1], got {self.schedule_fraction!r}")
 
 
 class ProbMaskParam(nn.Module):

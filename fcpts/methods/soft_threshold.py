@@ -34,7 +34,7 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import sharing_modules, sparsity_summary
-from fcpts.core.options import TrainingOptions
+from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 
@@ -55,8 +55,11 @@ class STROptions(TrainingOptions):
                 "STR reaches sparsity only by training its thresholds: iterations must be >= 1, got "
                 f"{self.iterations} (for pruning without training use a magnitude method, e.g. 'global-magnitude')"
             )
-        if self.search_runs < 1:
-            raise ValueError(f"search_runs must be >= 1 (STR trials of the bisection), got {self.search_runs}")
+        check_at_least(self, "search_runs", 1)
+        check_at_least(self, "tolerance", 0.0, inclusive=False)
+        low, high = self.decay_range
+        if not 0 <= low <= high:
+            raise ValueError(f"option decay_range must be (low, high) with 0 <= low <= high, got {self.decay_range!r}")
 
 
 class SoftThreshold(nn.Module):

@@ -1,6 +1,6 @@
 """CIFAR-10/100 classification: dense evaluation, then each method x sparsity, one record per run.
 
-    python -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.7 0.8 0.9
+    python -m tasks.cifar --dataset cifar10 --models resnet56 --methods fcpts --sparsity 0.7 0.8 0.9
 
 Calibration images come from the training split (a seeded subset, labels unused); accuracy is measured
 on the test split. Profiles: `paper` (METHOD.md's protocol: 1,024 images, 1,600 iterations of batch 64),
@@ -18,7 +18,7 @@ import torch
 from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid import cli
-from tasks.grid.data import calibration_subset, resolve_data_root
+from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
@@ -36,11 +36,12 @@ PROFILES = profile_table(
     quick_profile(128, iterations=10, batch_size=32, eval_limit=1000, pot_iterations=5),
 )
 PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
+DOWNLOAD_HINT = "add --download to fetch CIFAR there with torchvision"
 
 
 def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, download: bool = False) -> Grid:
     """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
-    root = resolve_data_root(where.data_root, must_exist=not download)
+    root = resolve_data_root(where.data_root, not download, CIFAR_DATA, DOWNLOAD_HINT)
     if download:
         root.mkdir(parents=True, exist_ok=True)
     x_test, y_test = load_cifar(root, dataset, "test", download)
@@ -61,7 +62,7 @@ def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, down
         task="cifar",
         dataset=dataset,
         model=model,
-        build_model=dense_factory(lambda: cifar_resnet(model, num_classes), probe, where.device),
+        build_model=dense_factory(lambda: cifar_resnet(model, num_classes), probe, where.device, weights_path),
         make_calibration=make_calibration,
         evaluate=lambda m: classify(m, x_eval, y_eval),
         profile=profile,
@@ -80,7 +81,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
-    p.add_argument("--model", default="resnet56", choices=sorted(CIFAR_DEPTHS))
+    cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_DEPTHS))}", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(
         p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9], extra_methods=cli.EXTRA_METHODS
     )
@@ -93,10 +94,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
-    grid = build_grid(
-        dataset=args.dataset, model=args.model, profile=profile, where=cli.where(args), download=args.download
-    )
-    yield cli.GridPlan(grid, args.methods, args.sparsity)
+    for model in args.models:
+        grid = build_grid(
+            dataset=args.dataset, model=model, profile=profile, where=cli.where(args), download=args.download
+        )
+        yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
 
 def main(argv=None) -> int:

@@ -27,9 +27,10 @@ from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
 from fcpts.core.options import resolve_device
 from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.cifar.grid import DOWNLOAD_HINT
 from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli, training
-from tasks.grid.data import resolve_data_root
+from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
@@ -47,7 +48,7 @@ def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Te
 
 
 def train(args: argparse.Namespace) -> dict:
-    root = resolve_data_root(args.data_root, must_exist=not args.download)
+    root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA, DOWNLOAD_HINT)
     x_train, y_train = load_cifar(root, args.dataset, "train", args.download)
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if args.train_limit:
@@ -154,7 +155,7 @@ def train(args: argparse.Namespace) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.cifar.train", __doc__)
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
-    p.add_argument("--model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
+    p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true")
     training.add_args(

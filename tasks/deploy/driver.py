@@ -26,6 +26,7 @@ from pathlib import Path
 from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_record
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
 from tasks.deploy.worker import worker_main
+from tasks.grid.help import HelpFormatter
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # no torch there: workers run in venvs without it
 
 DEPLOY_DIR = RESULTS_DIR / "deploy"
@@ -155,13 +156,16 @@ def print_summary(rec: dict) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog="python -m tasks.deploy", description=__doc__, formatter_class=HelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="sparse CIFAR ResNet state dict (e.g. from a previous --record run)")
     src.add_argument("--record", help="CIFAR run record: re-run its method, save the sparse model, deploy it")
-    p.add_argument("--model", help="CIFAR model name when the checkpoint does not say (resnet20/32/44/56)")
+    p.add_argument(
+        "--model",
+        "--models",
+        dest="model",
+        help="CIFAR model name when the checkpoint does not say (resnet20/32/44/56)",
+    )
     p.add_argument("--dataset", help="cifar10 or cifar100 when the checkpoint does not say")
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--out-dir", default=str(DEPLOY_DIR))

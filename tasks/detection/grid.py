@@ -63,6 +63,7 @@ from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
+from tasks.voc import FRAMEWORKS
 
 VOC07_TEST_IMAGES = 4952
 
@@ -150,7 +151,7 @@ def build_grid(
     workers: int | None = None,
 ) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
-    data_root_path = resolve_data_root(where.data_root)
+    data_root_path = resolve_data_root(where.data_root, holding="VOCdevkit/VOC2007 (or a substitute set)")
     folder = voc2007_dir(data_root_path)
     test = VOCDetection(folder, "test", limit=profile.eval_limit)
     trainval = VOCDetection(folder, "trainval")
@@ -231,7 +232,14 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.voc", __doc__)
-    p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="suite",
+        help="suite: the suite's own SSDs (the flags here); mmdet: any single-stage mmdet detector from its config "
+        "and checkpoint (python -m tasks.voc --framework mmdet --help lists its flags)",
+    )
+    cli.add_model_args(p, list(ARCHITECTURES), "detectors", choices=sorted(ARCHITECTURES))
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
         "--reconstruction",
@@ -247,6 +255,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
     )
     args = cli.parse(p, argv, PAPER_METHODS)
+    if args.framework != "suite":
+        p.error(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
     return args
 
 

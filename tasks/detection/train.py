@@ -255,7 +255,7 @@ def train(args: argparse.Namespace) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.detection.train", __doc__)
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
-    p.add_argument("--model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
+    p.add_argument("--model", "--models", dest="model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")
     p.add_argument("--max-zoom-out", type=float, default=2.0, help="largest zoom-out (SSD's expand; pytorch-ssd 4)")
     p.add_argument("--no-augment", action="store_true")

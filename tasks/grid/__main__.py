@@ -5,9 +5,14 @@ import sys
 from tasks.grid import status
 
 COMMANDS = {"status": status.main}
+USAGE = f"usage: python -m tasks.grid {{{','.join(COMMANDS)}}} ...  (python -m tasks.grid status --help for more)"
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(USAGE)
+        print("  status  where each cell submitted with --launcher submitit stands (done, running, failed, missing)")
+        sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
-        print(f"usage: python -m tasks.grid {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         sys.exit(2)
     sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))

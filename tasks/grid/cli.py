@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -20,12 +21,13 @@ import torch
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method, training_methods
-from tasks.grid import launch
+from tasks.grid import estimate, launch
 from tasks.grid.data import DataNotFoundError
+from tasks.grid.help import HelpFormatter
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import POT_METHODS, Profile
-from tasks.grid.records import git_commit
-from tasks.grid.runner import Grid, Where, run_grid
+from tasks.grid.records import git_commit, read_record
+from tasks.grid.runner import Grid, Where, cell_path, check_cells, check_options, run_grid
 
 # Methods beyond the paper that `--all-methods` adds to the paper's set on the classification tasks (CIFAR,
 # ImageNet; detection keeps the paper's set). Their tables and Figure 1 show them as extra rows and lines
@@ -33,9 +35,29 @@ from tasks.grid.runner import Grid, Where, run_grid
 EXTRA_METHODS: tuple[str, ...] = ("obs", "fcpts-plus")
 
 
+# What a task's exit status tells a script (also shown at the end of every task's --help).
+EXIT_OK = 0  # every cell has its record: run now, or found from before ("nothing to do" is said)
+EXIT_FAILED = 1  # a cell ran and failed (cluster jobs), or a check found a regression
+EXIT_USAGE = 2  # bad input, named on one line before any work
+EXIT_BUSY = 3  # some cells were left to other processes running them; run the command again later
+EXIT_CODES = """exit status:
+  0  every cell has its record, run now or found from before (a run with nothing to do says so)
+  1  a cell failed (cluster jobs)
+  2  bad input: one line on stderr, before any work
+  3  some cells were busy in another process: run the same command again once it is done
+"""
+
+
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help."""
-    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
+    option shows its default (a grid's also what its exit status means: add_grid_args)."""
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
+
+
+def add_model_args(p: argparse.ArgumentParser, default: Sequence[str], help: str, **kwargs) -> None:
+    """`--models A [B ...]`, with `--model` accepted as the same flag, so every task takes either spelling."""
+    kwargs.setdefault("metavar", "MODEL")
+    p.add_argument("--models", "--model", dest="models", nargs="+", default=list(default), help=help, **kwargs)
 
 
 def target(text: str) -> float:
@@ -87,7 +109,7 @@ def add_grid_args(
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="dense weights file for the (single) model")
-    p.add_argument("--results-dir", default=str(RUNS_DIR), help="where records go (default: results/runs)")
+    p.add_argument("--results-dir", default=str(RUNS_DIR), help=f"where records go (default: {RUNS_DIR})")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
     p.add_argument(
         "--device",
@@ -95,8 +117,14 @@ def add_grid_args(
         help="where models, data and every method run: cpu, cuda, cuda:1, ... (default: cuda when available)",
     )
     p.add_argument("--force", action="store_true", help="redo cells that already have a record, from a clean start")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the cells with their record paths and an estimated time from comparable records, run nothing",
+    )
     p.add_argument("--no-progress", action="store_true")
     launch.add_launcher_args(p)
+    p.epilog = EXIT_CODES
     p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
 
 
@@ -135,8 +163,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
     if args.pot_option:
         profile = profile.with_option_pairs(POT_METHODS, args.pot_option, "pot-", "POT options")
-    for m in methods:  # an option a method lacks fails here, before any data is read
-        get_method(m).check_overrides(profile.options_for(m))
+    check_options(profile, methods, args.seed)  # an option a method lacks or a bad value: before any data is read
     return profile
 
 
@@ -157,6 +184,9 @@ def where(args: argparse.Namespace) -> Where:
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
     resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
+    check_writable(Path(args.results_dir), "--results-dir")
+    if args.checkpoint_dir:
+        check_writable(Path(args.checkpoint_dir), "--checkpoint-dir")
     return Where(
         seed=args.seed,
         data_root=args.data_root,
@@ -166,6 +196,18 @@ def where(args: argparse.Namespace) -> Where:
         device=args.device,
         progress=not args.no_progress,
     )
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """A folder the command will write into, created and tried now: a read-only one fails before any work."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"cannot write into {folder.resolve()} ({e.strerror or e}); give {flag} a folder you can write to"
+        ) from None
 
 
 class GridPlan(NamedTuple):
@@ -191,13 +233,56 @@ def run_grids(
     def run() -> int:
         launch.check_launcher_args(args)
         check_methods(args.methods)
+        if args.dry_run:
+            return dry_run(args, plans(args))
         if args.launcher == "submitit":
-            return launch.launch(args, plans(args), sys.argv[1:] if argv is None else argv, table)
+            code = launch.launch(args, plans(args), sys.argv[1:] if argv is None else argv, table)
+            print(f"records: {Path(args.results_dir).resolve()}")
+            return code
         records: list[dict] = []
+        ran = busy = 0
         for grid, methods, targets, *_ in plans(args):
-            records += run_grid(grid, list(methods), list(targets), force=args.force)
+            out = run_grid(grid, list(methods), list(targets), force=args.force)
+            records += out
+            ran, busy = ran + len(out.ran), busy + len(out.busy)
         print()
         print(table(records))
-        return 0
+        print(f"records: {Path(args.results_dir).resolve()}")
+        if busy:
+            print(f"{busy} cell(s) busy in another process: run the same command again once it is done (exit 3)")
+            return EXIT_BUSY
+        if not ran:
+            print(f"nothing to do: all {len(records)} cell(s) already have records (--force redoes them)")
+        return EXIT_OK
 
     return run_main(run)
+
+
+def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[str], None] = print) -> int:
+    """List every planned cell: its record path, whether it has a record, and how long it should take."""
+    known = estimate.comparable_records([Path(args.results_dir)])
+    total, unknown, cells, to_run = 0.0, 0, 0, 0
+    for grid, methods, targets, *_ in plans:
+        check_cells(grid, list(methods), list(targets))
+        log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
+        for method in methods:
+            for target in targets:
+                cells += 1
+                path = cell_path(grid, method, target).resolve()
+                if not args.force and read_record(path) is not None:
+                    log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
+                    continue
+                to_run += 1
+                guess = estimate.estimate(known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target)
+                total += guess.seconds or 0.0
+                unknown += guess.seconds is None
+                log(f"  to run   {method:18s} {target:6.2%}  {estimate.duration(guess.seconds):>9s}  {path}")
+                log(f"           ({guess.basis})")
+    if to_run == unknown:
+        time = "time unknown (no comparable record)" if to_run else "nothing to run"
+    else:
+        time = f"about {estimate.duration(total)} for the {to_run - unknown} with an estimate"
+        time += f", {unknown} of unknown time" if unknown else ""
+        time += " (times of the machines the records ran on)"
+    log(f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, {time}; nothing was run")
+    return EXIT_OK

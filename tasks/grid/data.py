@@ -22,8 +22,17 @@ class DataNotFoundError(FileNotFoundError):
     """A dataset or weights file is missing; the message says where we looked and what to pass."""
 
 
-def resolve_data_root(data_root: str | os.PathLike | None = None, must_exist: bool = True) -> Path:
-    """Apply the data-root rule; with must_exist, a missing folder is a clear error."""
+CIFAR_DATA = "CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz)"
+
+
+def resolve_data_root(
+    data_root: str | os.PathLike | None = None,
+    must_exist: bool = True,
+    holding: str = "the command's data (see its --help)",
+    download_hint: str | None = None,
+) -> Path:
+    """Apply the data-root rule; with must_exist, a missing folder is a clear error that says what the folder
+    should hold (`holding`) and, for a command that can fetch it, how (`download_hint`)."""
     if data_root is not None:
         root, source = Path(data_root), "--data-root"
     elif os.environ.get(ENV_DATA_ROOT):
@@ -33,8 +42,7 @@ def resolve_data_root(data_root: str | os.PathLike | None = None, must_exist: bo
     if must_exist and not root.is_dir():
         raise DataNotFoundError(
             f"data root {root} (from {source}) does not exist. Pass --data-root DIR or set "
-            f"{ENV_DATA_ROOT}=DIR to a folder holding CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz); "
-            "add --download to fetch CIFAR there with torchvision."
+            f"{ENV_DATA_ROOT}=DIR to a folder holding {holding}" + (f"; {download_hint}." if download_hint else ".")
         )
     return root
 

@@ -49,6 +49,7 @@ LAUNCHER_FLAGS = (
 )
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
+FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag, dropped with it
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -115,7 +116,7 @@ def check_launcher_args(args: argparse.Namespace) -> None:
 def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence[str] = ()) -> list[str]:
     """The command line of one cell: `argv` without the launcher's flags, with the cell's method and target, and
     narrowed to its grid by `selects` (e.g. `--models resnet50`, which replaces the command's `--models`)."""
-    drop = {*LAUNCHER_FLAGS, *CELL_FLAGS, *selects[:1]}
+    drop = {*LAUNCHER_FLAGS, *CELL_FLAGS, *selects[:1], *(FLAG_ALIASES.get(selects[0], ()) if selects else ())}
     out: list[str] = []
     skip_values = False
     for token in argv:
@@ -198,7 +199,7 @@ def launch(
 def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
     """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
     check_cells(grid, methods, targets)
-    known = read_cells(g.folder)
+    known = read_cells(g.folder, discard_damaged=args.force)
     previous = [e for e in known.values() if e.get("job_id")]
     states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
     for method in methods:

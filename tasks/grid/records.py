@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -89,6 +90,8 @@ MANIFEST = RUNS_DIR / "MANIFEST.txt"
 # A committed record's headline number may differ from the one registered for it by at most this much: records
 # print two decimals, so anything more means the file was edited or re-run without registering the new value.
 COMMITTED_TOLERANCE = 0.005
+# Every other stored number (each metric, the achieved sparsity) is registered to six decimals.
+NUMBER_TOLERANCE = 1.5e-6
 
 
 def headline(record: dict) -> tuple[str, float]:
@@ -97,48 +100,99 @@ def headline(record: dict) -> tuple[str, float]:
     return name, float(record["metrics"][name])
 
 
-def read_manifest_values(path: Path = MANIFEST) -> dict[str, float | None]:
-    """Record path (relative to the runs folder) -> its registered headline value (None: not registered)."""
+def stored_numbers(record: dict) -> dict[str, float]:
+    """Every number a record states about its result, by a dotted name: each metric (top-1, top-5, mAP, each
+    class's AP, the image count) and the achieved sparsity. Registered beside the headline, so editing any of
+    them is caught, not only the number tables lead with."""
+
+    def flatten(prefix: str, value) -> dict[str, float]:
+        if isinstance(value, dict):
+            return {k: v for key, item in value.items() for k, v in flatten(f"{prefix}.{key}", item).items()}
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return {prefix: float(value)}
+        return {}
+
+    return {"achieved_sparsity": float(record["achieved_sparsity"]), **flatten("metrics", record["metrics"])}
+
+
+def reaches_target(record: dict) -> bool:
+    """Whether the achieved sparsity is the target's to within one weight of the pruned layers, computed from
+    the record's numbers (never its stored `hit_target` flag, which an edit could leave behind)."""
+    total = sum(layer["numel"] for layer in record["per_layer"])
+    return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
+
+
+def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
+    """Record path (relative to the runs folder) -> its registered numbers: `value` (the headline) and the
+    stored_numbers (empty: not registered)."""
     if not path.is_file():
         return {}
-    entries: dict[str, float | None] = {}
+    entries: dict[str, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
-            rel, _, value = line.partition("\t")
-            entries[rel.strip()] = float(value.split("=", 1)[1]) if "=" in value else None
+            rel, *fields = line.split("\t")
+            entries[rel.strip()] = {k: float(v) for k, _, v in (f.partition("=") for f in fields if "=" in f)}
     return entries
+
+
+def read_manifest_values(path: Path = MANIFEST) -> dict[str, float | None]:
+    """Record path (relative to the runs folder) -> its registered headline value (None: not registered)."""
+    return {rel: numbers.get("value") for rel, numbers in read_manifest_entries(path).items()}
 
 
 def read_manifest(path: Path = MANIFEST) -> list[str]:
     """Record paths (relative to the runs folder) that were run before and must stay present."""
-    return list(read_manifest_values(path))
+    return list(read_manifest_entries(path))
+
+
+def _number(value: float) -> str:
+    return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: tuple[str, ...] = ()) -> list[str]:
-    """Register every record now present with its headline value; never removes an entry, never changes a
-    registered value unless its path is in `refresh` (accepting a re-run is a deliberate act)."""
-    entries = read_manifest_values(path)
+    """Register every record now present with its headline value and its other stored numbers; never removes an
+    entry, never changes a registered number unless its path is in `refresh` (accepting a re-run is a
+    deliberate act); a number not registered yet is added."""
+    entries = read_manifest_entries(path)
     for r in all_records(runs_dir):
-        if entries.get(r["_path"]) is None or r["_path"] in refresh:
-            entries[r["_path"]] = headline(r)[1]
+        now = {"value": headline(r)[1], **stored_numbers(r)}
+        kept = {} if r["_path"] in refresh else entries.get(r["_path"], {})
+        entries[r["_path"]] = {**now, **kept}
     header = (
-        "# Records that were run and committed, with their headline number (top-1 or mAP@0.5);\n"
-        "# tests/results/test_records.py fails when one goes missing or its number moves.\n"
+        "# Records that were run and committed, with their headline number (value=: top-1 or mAP@0.5) and every\n"
+        "# other number they store; tests/results/test_records.py fails when one goes missing or a number moves.\n"
     )
-    lines = [f"{p}\tvalue={v:.2f}" if v is not None else p for p, v in sorted(entries.items())]
+    lines = []
+    for rel, numbers in sorted(entries.items()):
+        fields = [f"value={numbers['value']:.2f}"] if "value" in numbers else []
+        fields += [f"{k}={_number(v)}" for k, v in sorted(numbers.items()) if k != "value"]
+        lines.append("\t".join([rel, *fields]))
     write_text_atomic(path, header + "".join(f"{line}\n" for line in lines))
     return sorted(entries)
 
 
 def moved_records(
-    records: list[dict], registered: dict[str, float | None], tolerance: float = COMMITTED_TOLERANCE
+    records: list[dict],
+    registered: Mapping[str, Mapping[str, float] | float | None],
+    tolerance: float = COMMITTED_TOLERANCE,
 ) -> list[str]:
-    """Records whose headline number is not the registered one."""
+    """Records whose headline number or any other stored number is not the registered one (`registered`:
+    read_manifest_entries, or read_manifest_values for the headline alone)."""
     problems = []
     for r in records:
         expected = registered.get(r["_path"])
-        if expected is not None and abs(headline(r)[1] - expected) > tolerance:
-            problems.append(f"{r['_path']}: {headline(r)[0]} {headline(r)[1]:.2f}, registered {expected:.2f}")
+        numbers = expected if isinstance(expected, Mapping) else {"value": expected}
+        name, value = headline(r)
+        if numbers.get("value") is not None and abs(value - numbers["value"]) > tolerance:
+            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {numbers['value']:.2f}")
+        stored = stored_numbers(r)
+        for key, registered_value in numbers.items():
+            if key == "value":
+                continue
+            if key not in stored:
+                problems.append(f"{r['_path']}: {key} registered {_number(registered_value)}, absent from the record")
+            elif abs(stored[key] - registered_value) > NUMBER_TOLERANCE:
+                problems.append(f"{r['_path']}: {key} {_number(stored[key])}, registered {_number(registered_value)}")
     return problems
 
 

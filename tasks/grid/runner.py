@@ -21,6 +21,7 @@ from torch import nn
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
 from fcpts.core.masks import check_target, prunable_layers
 from fcpts.methods import get_method
+from fcpts.methods.registry import UnknownOptionError
 from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
@@ -50,9 +51,13 @@ class Where:
         }
 
 
-def dense_factory(make: Callable[[], nn.Module], dense: nn.Module, device: str) -> Callable[[], nn.Module]:
-    """Fresh copies of a dense model for each cell: `make()` with `dense`'s weights, on `device`."""
+def dense_factory(
+    make: Callable[[], nn.Module], dense: nn.Module, device: str, source: str | Path | None = None
+) -> Callable[[], nn.Module]:
+    """Fresh copies of a dense model for each cell: `make()` with `dense`'s weights, on `device`. Weights
+    holding NaN or Inf are refused here, before any cell: every method would turn them into a garbage record."""
     state = {k: v.clone() for k, v in dense.state_dict().items()}
+    check_finite_weights(state, source)
 
     def build() -> nn.Module:
         model = make()
@@ -60,6 +65,18 @@ def dense_factory(make: Callable[[], nn.Module], dense: nn.Module, device: str) 
         return model.to(torch.device(device))
 
     return build
+
+
+def check_finite_weights(state: dict[str, torch.Tensor], source: str | Path | None = None) -> None:
+    """A clear error naming the tensors when a dense state dict holds NaN or Inf."""
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        where = f" from {source}" if source else ""
+        raise ValueError(
+            f"the dense weights{where} hold NaN or Inf values (in {shown}); the file is damaged or the model "
+            "diverged: use another weights file (--weights) or re-create this one"
+        )
 
 
 @dataclass
@@ -93,21 +110,32 @@ def _thin(history: list[dict], every: int = 10) -> list[dict]:
     return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
 
 
+class GridRecords(list):
+    """The records of a grid's cells (a list, as callers read it), and which cells were run now and which
+    were left to other processes: what tells a command that ran everything from one that did nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran: list[Path] = []
+        self.busy: list[Path] = []
+
+
 def run_grid(
     grid: Grid, methods: list[str], sparsities: list[float], force: bool = False, log: Callable[[str], None] = print
-) -> list[dict]:
+) -> GridRecords:
     if grid.checkpoint_dir is None:
         grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
     check_cells(grid, methods, sparsities)
     git_commit()  # pin the commit of the code that is about to run
-    records, dense_metrics, busy = [], None, []
+    records, dense_metrics = GridRecords(), None
+    busy = records.busy
     for method in methods:
         for target in sparsities:
             path = cell_path(grid, method, target)
             done = None if force else read_record(path)
             if done is not None:
                 check_same_cell(done, path, target, grid)
-                log(f"[skip] {path.relative_to(grid.runs_dir)} exists (use --force to redo)")
+                log(f"[skip] {path.resolve()} exists (use --force to redo)")
                 records.append(done)
                 continue
             try:
@@ -118,8 +146,9 @@ def run_grid(
                         records.append(finished)
                         continue
                     if dense_metrics is None:
-                        dense_metrics = _dense_metrics(grid, log)
+                        dense_metrics = _dense_metrics(grid, log, rebuild=force)
                     records.append(_run_cell(grid, method, target, path, dense_metrics, log))
+                    records.ran.append(path)
             except CellBusy as e:
                 log(f"[busy] {e}")
                 busy.append(path)
@@ -129,11 +158,40 @@ def run_grid(
 
 
 def check_cells(grid: Grid, methods: list[str], sparsities: list[float]) -> None:
-    """Fail fast on a typo in a method or an option, or a bad target, before any work."""
-    for m in methods:
-        get_method(m).check_overrides(grid.profile.options_for(m))
+    """Fail fast on a typo in a method or an option, a bad option value, or a bad target, before any work."""
+    check_options(grid.profile, methods, grid.seed)
     for target in sparsities:
         check_target(target)
+
+
+def cell_budget(profile: Profile, method: str, seed: int) -> dict[str, Any]:
+    """What a grid grants one method's cells: the profile's budget and the method's own options."""
+    return {
+        "iterations": profile.iterations,
+        "batch_size": profile.batch_size,
+        "seed": seed,
+        "options": profile.options_for(method),
+    }
+
+
+def cell_options(profile: Profile, method: str, seed: int, progress: bool = False, checkpoint: str | None = None):
+    """The options object one cell runs with; a name or a value the method cannot take is an error here."""
+    budget = cell_budget(profile, method, seed)
+    return get_method(method).make_options(
+        {**budget, "progress": progress, "checkpoint": checkpoint}, budget["options"]
+    )
+
+
+def check_options(profile: Profile, methods: Sequence[str], seed: int) -> None:
+    """Every method's options built as its cells will build them, so a grid that would fail in its third
+    cell fails before the first writes a record."""
+    for m in methods:
+        try:
+            cell_options(profile, m, seed)
+        except UnknownOptionError:
+            raise  # it names the method already
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"method {m!r}, profile {profile.name!r}: {e}") from None
 
 
 def cell_path(grid: Grid, method: str, target: float) -> Path:
@@ -160,10 +218,11 @@ def _clear_checkpoints(ckpt: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _dense_metrics(grid: Grid, log) -> dict:
+def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
     """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
     skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
-    a record names: weights, data, preprocessing, model, environment."""
+    a record names: weights, data, preprocessing, model, environment. `rebuild` (--force) evaluates again
+    and replaces the kept file, a damaged one included."""
     identity = {
         "task": grid.task,
         "dataset": grid.dataset,
@@ -175,8 +234,8 @@ def _dense_metrics(grid: Grid, log) -> dict:
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoint_dir / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
-    if cache.exists():
-        metrics = json.loads(cache.read_text())["metrics"]
+    if cache.exists() and not rebuild:
+        metrics = read_dense_cache(cache, grid.metric_names)
         log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
         return metrics
     t = time.perf_counter()
@@ -186,16 +245,25 @@ def _dense_metrics(grid: Grid, log) -> dict:
     return metrics
 
 
+def read_dense_cache(cache: Path, names: Sequence[str]) -> dict:
+    """The metrics kept in a dense-metrics file; a damaged one is named with its fix."""
+    try:
+        metrics = json.loads(cache.read_text())["metrics"]
+        if not all(isinstance(metrics.get(n), (int, float)) for n in names):
+            raise ValueError(f"it lacks {', '.join(names)}")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(
+            f"the dense-metrics cache {cache} is damaged ({e}); delete it (it is only a cache) or run the "
+            "command again with --force, which evaluates the dense model again and rewrites it"
+        ) from None
+    return metrics
+
+
 def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
     ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
     spec = get_method(method)
-    budget = {
-        "iterations": grid.profile.iterations,
-        "batch_size": grid.profile.batch_size,
-        "seed": grid.seed,
-        "options": grid.profile.options_for(method),
-    }
-    options = spec.make_options({**budget, "progress": grid.progress, "checkpoint": str(ckpt)}, budget["options"])
+    budget = cell_budget(grid.profile, method, grid.seed)
+    options = cell_options(grid.profile, method, grid.seed, grid.progress, str(ckpt))
     calibration, calibration_info = grid.make_calibration(grid.profile.n_calibration_for(method), spec.trains)
     log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
     torch.manual_seed(grid.seed)
@@ -249,7 +317,8 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     first = grid.metric_names[0]
     log(
         f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "
-        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s -> {path.relative_to(grid.runs_dir)}"
+        f"sparsity {report.achieved_sparsity:.6f}, {record['wall_s']:.0f}s\n"
+        f"       record: {path.resolve()}\n       model:  {model_path.resolve()}"
     )
     return record
 

@@ -4,7 +4,6 @@ wrote into the jobs folder, the records, and submitit's job folders (one schedul
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -12,7 +11,7 @@ from pathlib import Path
 
 from tasks.grid.job_state import cell_states
 from tasks.grid.paths import RUNS_DIR
-from tasks.grid.submission import jobs_dir_for, manifests
+from tasks.grid.submission import jobs_dir_for, manifests, read_cells
 
 STATES = ("done", "running", "failed", "missing")
 
@@ -21,7 +20,7 @@ def status_rows(jobs_dir: Path) -> list[dict]:
     """One row per cell of every grid submitted from `jobs_dir`: cell, state, job, detail, log."""
     rows = []
     for manifest in manifests(jobs_dir):
-        cells = json.loads(manifest.read_text())["cells"]
+        cells = list(read_cells(manifest.parent).values())
         for cell, state in zip(cells, cell_states(cells, manifest.parent)):
             rows.append(
                 {

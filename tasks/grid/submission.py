@@ -39,12 +39,27 @@ def grid_folder(jobs_dir: Path, grid: dict) -> Path:
     return jobs_dir / grid["task"] / grid["dataset"] / grid["model"] / f"{grid['profile']}-seed{grid['seed']}"
 
 
-def read_cells(folder: Path) -> dict[str, dict]:
-    """Record path -> its cell entry (empty when nothing was submitted from this folder)."""
+class DamagedManifest(ValueError):
+    """A submission.json that cannot be read; the message names the file and the fix."""
+
+
+def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
+    """Record path -> its cell entry (empty when nothing was submitted from this folder). A damaged manifest is
+    an error naming it, or with `discard_damaged` (--force) deleted, so the launcher rebuilds it."""
     path = folder / MANIFEST
     if not path.is_file():
         return {}
-    return {cell["record"]: cell for cell in json.loads(path.read_text())["cells"]}
+    try:
+        return {cell["record"]: cell for cell in json.loads(path.read_text())["cells"]}
+    except (ValueError, KeyError, TypeError) as e:
+        if discard_damaged:
+            path.unlink()
+            return {}
+        raise DamagedManifest(
+            f"the job manifest {path} is damaged ({type(e).__name__}: {e}); run the command again with --force to "
+            "rebuild it (cells with a record are redone too), or delete it (jobs still running are then not "
+            "known to the launcher)"
+        ) from None
 
 
 def write_cells(folder: Path, grid: dict, cells: dict[str, dict]) -> Path:

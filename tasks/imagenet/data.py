@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
+IMAGENET_DATA = "ImageNet (imagenet/ or the folder itself with train/<wnid>/ and val/<wnid>/)"
 
 
 def imagenet_dir(root: Path) -> Path:

@@ -28,7 +28,7 @@ from tasks.grid.evaluate import classify_dataset
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
-from tasks.imagenet.data import ImageFiles, imagenet_dir, list_split
+from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
 
 # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
@@ -73,7 +73,7 @@ def paper_sparsities(model: str) -> list[float]:
 
 def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int | None = None) -> Grid:
     """The ImageNet grid of one model: its library's weights and preprocessing, train/ calibration, val/ metrics."""
-    folder = imagenet_dir(resolve_data_root(where.data_root))
+    folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
     train, val = list_split(folder, "train"), list_split(folder, "val")
     dense, weights_info = pretrained(model_name, where.weights)
     eval_tf, calib_tf, preprocessing_info = preprocessing(model_name, dense)
@@ -117,11 +117,8 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.imagenet", __doc__)
-    p.add_argument(
-        "--models",
-        nargs="+",
-        default=["efficientnet_lite0"],
-        help=f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}",
+    cli.add_model_args(
+        p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )
     paper = "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model"
     cli.add_grid_args(p, PROFILES, "cpu", paper, default_sparsity=None, extra_methods=cli.EXTRA_METHODS)

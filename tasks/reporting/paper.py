@@ -47,6 +47,18 @@ TABLE1_MODELS = ("resnet32", "resnet56")
 TABLE1_METHODS = ("pot-l2norm", "pot-erk", "fcpts")
 
 
+# Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
+RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
+
+
+def runnable_command(command: str) -> str:
+    """A record's `python -m <module> ...` with the module's current name."""
+    for old, new in RENAMED_MODULES.items():
+        if command.startswith(f"python -m {old} "):
+            return f"python -m {new} " + command.removeprefix(f"python -m {old} ")
+    return command
+
+
 def read_reference(path: Path = REFERENCE) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
@@ -155,7 +167,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         lines.append(
             f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
             f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
-            f"`{t['command']}`"
+            f"`{runnable_command(t['command'])}`"
         )
     if not trained_notes:
         lines.append("- none trained yet")

@@ -7,7 +7,19 @@ import shutil
 import pytest
 
 from tasks.grid.records import read_record
-from tasks.regression import REFERENCE_DIR, SUBSETS, TOLERANCE, compare, compare_subset, run_subset
+from tasks.regression import (
+    REFERENCE_DIR,
+    SUBSETS,
+    SUMMATION_TOLERANCE,
+    TOLERANCE,
+    cell_lines,
+    compare,
+    compare_subset,
+    derive_tolerances,
+    margins,
+    measured_spread,
+    run_subset,
+)
 from tests.conftest import require_data
 
 DATA = {  # what each subset reads under the data root (the detection set is made from CIFAR)
@@ -79,3 +91,30 @@ def test_compare_flags_missing_references(tmp_path):
     problems = compare(tmp_path, reference_dir=tmp_path / "none")
     assert len(problems) == sum(len(s.cells) for s in SUBSETS)
     assert all("no reference record" in p for p in problems)
+
+
+def test_tolerances_widen_to_twice_the_move_measured_on_another_processor_and_margins_are_reported(tmp_path):
+    """A re-run kept from an Intel CPU that moved Lite0's top-5 by +1.56 (as one did against the AMD references)
+    makes that metric's tolerance 3.12, leaves the others at their summation bound, and says so."""
+    lite0 = next(s for s in SUBSETS if s.task == "imagenet")
+    kept = _copy_references(lite0, tmp_path / "spread" / "intel")
+
+    def intel(record):
+        record["metrics"]["top5"] += 1.56
+        record["device"] = "cpu: Intel(R) Xeon(R) Processor, 1 threads"
+
+    _edit(kept[1], intel)
+    spread = measured_spread((lite0,), REFERENCE_DIR, tmp_path / "spread")
+    assert spread["imagenet"]["top5"][0] == pytest.approx(1.56) and "Intel" in spread["imagenet"]["top5"][1]
+    tolerances, why = derive_tolerances(spread)
+    assert tolerances["imagenet"] == {"top1": SUMMATION_TOLERANCE["imagenet"]["top1"], "top5": 3.12}
+    assert tolerances["cifar"] == SUMMATION_TOLERANCE["cifar"]
+    assert any(line.startswith("imagenet top5: ±3.12 (the processor spread") for line in why)
+
+    run = _copy_references(lite0, tmp_path / "run")
+    _move(run[1], "metrics", "top5", 2.0)
+    assert compare_subset(lite0, tmp_path / "run", tolerances=SUMMATION_TOLERANCE)  # 2.0 > 1.6
+    assert compare_subset(lite0, tmp_path / "run", tolerances=tolerances) == []
+    smallest = min(margins(lite0, tmp_path / "run", tolerances=tolerances))
+    assert smallest[0] == pytest.approx(1.12) and "top5 +2.00 of ±3.12" in smallest[1]
+    assert "margin 1.12" in cell_lines(lite0, tmp_path / "run", tolerances=tolerances)[1]

@@ -1,9 +1,10 @@
 """Regression checks on the committed run records (no runs; reads results/ only).
 
-Fails when a record that was run before is missing, when its headline number is not the one registered for
-it in results/runs/MANIFEST.txt, when FCPTS falls below POT in a cell at 80% or
-90%, when the paper's headline cell (CIFAR-10 ResNet-56, 90%) drops more than 3 points from dense, or
-when a full-protocol record misses its target sparsity.
+Fails when a record that was run before is missing, when its headline number or any other number it stores
+(every metric, the achieved sparsity) is not the one registered for it in results/runs/MANIFEST.txt, when FCPTS
+falls below POT in a cell at 80% or 90%, when the paper's headline cell (CIFAR-10 ResNet-56, 90%) drops more than
+3 points from dense, or when a full-protocol record misses its target sparsity (recomputed from the achieved and
+target sparsity, never read from the stored flag).
 """
 
 from collections import defaultdict
@@ -16,7 +17,9 @@ from tasks.grid.records import (
     MANIFEST,
     all_records,
     moved_records,
+    reaches_target,
     read_manifest,
+    read_manifest_entries,
     read_manifest_values,
     read_record,
 )
@@ -39,8 +42,11 @@ def test_every_present_record_is_in_the_manifest():
 
 
 def test_every_committed_number_is_the_registered_one():
-    registered = read_manifest_values(MANIFEST)
-    assert sum(v is not None for v in registered.values()) == len(registered), "entries without a number"
+    """Each record's every stored metric (top-1, top-5, mAP, per-class AP, image count) and achieved sparsity."""
+    registered = read_manifest_entries(MANIFEST)
+    assert all("value" in v for v in registered.values()), "entries without a number"
+    unregistered = [p for p, numbers in registered.items() if "achieved_sparsity" not in numbers]
+    assert not unregistered, f"run `python -m tasks.reporting manifest` to register every number of: {unregistered}"
     problems = moved_records(RECORDS, registered)
     assert not problems, (
         f"committed numbers moved by more than {COMMITTED_TOLERANCE} (re-run? then register with "
@@ -60,6 +66,30 @@ def test_moving_a_committed_number_is_caught():
         moved = {**record, "metrics": {**record["metrics"], "top1": record["metrics"]["top1"] + delta}}
         assert moved_records([moved], registered), delta
     assert moved_records([record], registered) == []
+
+
+def test_moving_any_other_stored_number_is_caught():
+    """A copy with its top-5 moved by 2 points, or its achieved sparsity edited from 0.90 to 0.88 with the stored
+    `hit_target` flag left true, fails the checks; so does a detection record's per-class AP."""
+    registered = read_manifest_entries(MANIFEST)
+    record = next(r for r in RECORDS if r["_path"] == "cifar/cifar100/resnet32/fcpts-sp90-paper-cpu-seed0.json")
+    assert moved_records([record], registered) == [] and reaches_target(record)
+    top5 = {**record, "metrics": {**record["metrics"], "top5": record["metrics"]["top5"] + 2.0}}
+    assert any("metrics.top5" in p for p in moved_records([top5], registered))
+    thinner = {**record, "achieved_sparsity": 0.88, "hit_target": True}
+    assert any("achieved_sparsity" in p for p in moved_records([thinner], registered))
+    assert not reaches_target(thinner)
+    detection = next(r for r in RECORDS if "ap50_per_class" in r["metrics"])
+    per_class = dict(detection["metrics"]["ap50_per_class"])
+    first = next(iter(per_class))
+    per_class[first] += 1.0
+    edited = {**detection, "metrics": {**detection["metrics"], "ap50_per_class": per_class}}
+    assert any(f"ap50_per_class.{first}" in p for p in moved_records([edited], registered))
+
+
+def test_every_stored_hit_target_flag_is_what_its_numbers_say():
+    wrong = [r["_path"] for r in RECORDS if r["hit_target"] != reaches_target(r)]
+    assert not wrong, f"hit_target disagrees with achieved vs target sparsity: {wrong}"
 
 
 def _cells():
@@ -106,8 +136,9 @@ def test_resnet56_cifar10_drop_at_90_percent_within_3_points():
     "record", [r for r in RECORDS if r["profile"]["name"] in FULL_PROFILES], ids=lambda r: r["_path"]
 )
 def test_full_protocol_records_hit_target_and_carry_provenance(record):
+    assert record["hit_target"] == reaches_target(record), "the stored hit_target flag disagrees with the numbers"
     if record["method"] != "str":  # STR has no exact step; its report says what it reached
-        assert record["hit_target"], f"achieved {record['achieved_sparsity']} for target {record['target_sparsity']}"
+        assert reaches_target(record), f"achieved {record['achieved_sparsity']} for target {record['target_sparsity']}"
     for key in ("command", "git_commit", "seed", "calibration", "device", "wall_s", "weights", "data"):
         assert record.get(key) not in (None, ""), f"missing provenance field {key!r}"
     assert record["calibration"]["indices_sha256"]

@@ -2,8 +2,8 @@
 
 The jobs run the real CIFAR task on a tiny CIFAR-shaped folder made here (64 training and 32 test images, a
 randomly initialised ResNet-20), so nothing needs the shared data. One cell fails at run time for real: the
-training-loop methods get `teacher_mode=bogus`, which only FCPTS reads (when its options are built), while the
-one-shot `uniform` cell is unaffected.
+training-loop methods get `block_names=["nope"]`, a well-formed option (so the launcher submits) that only FCPTS
+reads, against the model, once it runs, while the one-shot `uniform` cell is unaffected.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ def tiny_cifar(tmp_path_factory) -> Path:
 def grid_argv(data: Path, runs: Path, *launcher: str) -> list[str]:
     return [
         "--data-root", str(data), "--model", "resnet20", "--profile", "quick", "--methods", "uniform", "fcpts",
-        "--sparsity", "0.5", "--option", "teacher_mode=bogus", "--results-dir", str(runs), "--no-progress", *launcher,
+        "--sparsity", "0.5", "--option", 'block_names=["nope"]', "--results-dir", str(runs), "--no-progress", *launcher,
     ]  # fmt: skip
 
 
 def record(runs: Path, method: str) -> Path:
-    return runs / "cifar" / "cifar10" / "resnet20" / f"{method}-sp50-quick-teacher_modebogus-seed0.json"
+    return runs / "cifar" / "cifar10" / "resnet20" / f"{method}-sp50-quick-block_names['nope']-seed0.json"
 
 
 def test_a_cell_command_is_the_grid_command_narrowed_to_that_cell():
@@ -100,13 +100,13 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     out = capsys.readouterr().out
     done = read_record(record(runs, "uniform"))
     assert done is not None and read_record(record(runs, "fcpts")) is None
-    cell = cell_argv(grid_argv(tiny_cifar, runs), "uniform", 0.5)
+    cell = cell_argv(grid_argv(tiny_cifar, runs), "uniform", 0.5, ("--models", "resnet20"))  # `--model` dropped
     assert done["command"] == " ".join(["python", "-m", "tasks.cifar", *cell])  # the per-cell command
     assert "[done] cifar/cifar10/resnet20/uniform-sp50" in out
     failed = next(line for line in out.splitlines() if line.startswith("[failed]"))
-    assert "fcpts-sp50" in failed and "teacher_mode='bogus' is not one of" in failed
+    assert "fcpts-sp50" in failed and "block_names not found in the model" in failed
     log = Path(out.split("log: ", 1)[1].split()[0])
-    assert log.is_file() and "teacher_mode" in log.read_text()
+    assert log.is_file() and "block_names not found" in log.read_text()
 
     assert status.main(["--results-dir", str(runs), "--jobs-dir", str(jobs)]) == 0
     table = capsys.readouterr().out
@@ -119,7 +119,9 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     submitted = [line for line in out.splitlines() if line.startswith("[submitted]")]
     assert len(submitted) == 1 and "fcpts-sp50" in submitted[0]
     manifest = json.loads(next(jobs.rglob("submission.json")).read_text())
-    assert {c["method"]: c["command"] for c in manifest["cells"]}["fcpts"].endswith("--methods fcpts --sparsity 0.5")
+    assert {c["method"]: c["command"] for c in manifest["cells"]}["fcpts"].endswith(
+        "--methods fcpts --sparsity 0.5 --models resnet20"
+    )
     assert not list(runs.rglob("*.lock"))
 
 

@@ -1,5 +1,7 @@
 """The grid runner: the dense evaluation is done once per grid identity, not per invocation; its console tables."""
 
+import json
+
 import torch
 from torch import nn
 
@@ -72,3 +74,23 @@ def test_the_detection_table_adds_the_model_and_shows_map():
         "-" * 81,
         "mb2-ssd-lite-160   fcpts            0.90  0.900000   30.03   38.00   7.97     394",
     ]
+
+
+def test_the_manifest_registers_every_stored_number_and_keeps_registered_ones(tmp_path):
+    from tasks.grid.records import moved_records, read_manifest_entries, update_manifest
+
+    runs = tmp_path / "runs"
+    run_grid(_grid(tmp_path, [], "a"), ["uniform"], [0.5], log=lambda _: None)
+    manifest = tmp_path / "MANIFEST.txt"
+    (rel,) = update_manifest(runs, manifest)
+    numbers = read_manifest_entries(manifest)[rel]
+    assert {"value", "achieved_sparsity", "metrics.top1", "metrics.top5"} <= set(numbers)
+    record_file = runs / rel
+    record = json.loads(record_file.read_text())
+    record["metrics"]["top5"] = 2.0  # an edit, then a re-registration that is not a deliberate refresh
+    record_file.write_text(json.dumps(record))
+    update_manifest(runs, manifest)
+    assert read_manifest_entries(manifest)[rel]["metrics.top5"] == numbers["metrics.top5"]
+    assert moved_records([{**record, "_path": rel}], read_manifest_entries(manifest))
+    update_manifest(runs, manifest, refresh=(rel,))
+    assert read_manifest_entries(manifest)[rel]["metrics.top5"] == 2.0

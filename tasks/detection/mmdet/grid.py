@@ -79,7 +79,7 @@ def build_grid(
 ) -> Grid:  # fmt: skip
     """The grid of one mmdet detector (config + checkpoint) on a VOC- or COCO-layout folder."""
     cfg = load_config(config)
-    layout = find_layout(resolve_data_root(where.data_root))
+    layout = find_layout(resolve_data_root(where.data_root, holding="a VOC- or COCO-layout dataset"))
     pipeline = config_test_pipeline(cfg)
     eval_set = build_dataset(layout, layout.eval_split, pipeline, profile.eval_limit)
     n_eval_all = (
@@ -166,11 +166,7 @@ def format_table(records: list[dict]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.voc --framework mmdet",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = cli.command_parser("python -m tasks.voc --framework mmdet", __doc__)
     p.add_argument("--config", required=True, help="an mmdet config file (single-stage detector)")
     cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
     p.add_argument(

@@ -1,0 +1,40 @@
+"""The help format of the suite's commands, in the standard library alone (torch-free commands use it too)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module docstring with its line breaks, and each option's default after its help (unless the help
+    already states it, or there is none to state)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and _shows_default(action):  # argparse prints no help line for an option without help
+            action = copy.copy(action)
+            action.help = _default_text(action)
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or not _shows_default(action):
+            return text
+        return f"{text} ({_default_text(action)})"
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    default = action.default
+    return bool(action.option_strings) and not (
+        default is None
+        or default is False
+        or default is argparse.SUPPRESS
+        or default == []
+        or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+    )
+
+
+def _default_text(action: argparse.Action) -> str:
+    default = action.default
+    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
+    return f"default: {shown}"
