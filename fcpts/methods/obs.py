@@ -17,18 +17,17 @@ core is seconds per layer and level, and the "error" allocation below needs a do
 layer; SparseGPT's single pass takes a few hundredths of a second.
 
 Steps:
-1. allocation: per-layer prune counts with exactly round(target * N) zeros in total (`ALLOCATIONS`).
-   "error" (default, by measurement, below) prunes every layer on the dense model's Hessians at
-   a grid of levels, takes the relative output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each
-   level (all levels of a layer from one factorisation of H, stacked in one column sweep: the levels differ
-   only in their masks; SparseGPT's batched form), and spends the global zero budget where the summed error
-   grows least: on the lower convex hull of each layer's curve the segments are taken in order of slope
-   (error per zero) until the budget is used, the last one partly (a greedy that is exact for convex curves; OBC's DP over the same table
-   without its discreteness). "erk", "uniform", "l2norm" and "global-magnitude" give the counts of those
-   magnitude allocations instead (the weights within a layer are still chosen by OBS). CIFAR-10
-   ResNet-32 top-1, SparseGPT targets, BN re-estimated: at 90% error 49.6, ERK 46.0, L2Norm 41.4,
-   uniform 15.8; at 80% error 83.7, ERK 82.8, L2Norm 81.0; with dense targets (step 2) at 90%, error
-   73.6, ERK 72.9 (BN re-estimated) and 79.1, 78.7 (not: the defaults).
+1. allocation: per-layer prune counts with exactly round(target * N) zeros in total (`ALLOCATIONS`). "error" (default,
+   by measurement, below) prunes every layer on the dense model's Hessians at a grid of levels, takes the relative
+   output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each level (all levels of a layer from one factorisation of
+   H, stacked in one column sweep: the levels differ only in their masks; SparseGPT's batched form), and spends the
+   global zero budget where the summed error grows least: on the lower convex hull of each layer's curve the segments
+   are taken in order of slope (error per zero) until the budget is used, the last one partly (a greedy that is exact
+   for convex curves; OBC's DP over the same table without its discreteness). "erk", "uniform", "l2norm" and
+   "global-magnitude" give the counts of those magnitude allocations instead (the weights within a layer are still
+   chosen by OBS). CIFAR-10 ResNet-32 top-1, SparseGPT targets, BN re-estimated: at 90% error 49.6, ERK 46.0, L2Norm
+   41.4, uniform 15.8; at 80% error 83.7, ERK 82.8, L2Norm 81.0; with dense targets (step 2) at 90%, error 73.6, ERK
+   72.9 (BN re-estimated) and 79.1, 78.7 (not: the defaults).
 2. sequential pruning, in forward order: each layer's Hessian comes from the inputs X of the model whose
    earlier layers are already pruned, as SparseGPT does (reached from the kept inputs of the layer's
    nn.Sequential unit, fcpts.core.layer_inputs, not by a forward from the image per layer). SparseGPT then
