@@ -81,7 +81,7 @@ from fcpts.core.report import SparsityReport
 
 from .fcpts import FCPTSOptions, distill
 from .obs import OBSOptions, obs
-from .registry import Method, register
+from .registry import NOT_IN_PAPER, Method, register
 
 
 @dataclass
@@ -249,7 +249,9 @@ register(
         run,
         FCPTSPlusOptions,
         trains=True,
-        in_paper=False,
+        role=NOT_IN_PAPER,
+        tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
+        family="fcpts",
         style=("tab:purple", "D"),
         summary="FCPTS with a sparsity ramp (ERK rates rising over the first half), the change an ablation "
         "showed to help; other candidate changes as options; same contract",

@@ -16,7 +16,7 @@ from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
 
-from .registry import Method, register
+from .registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")
 
@@ -68,6 +68,13 @@ for _name, _label, _summary in (
 ):
     register(
         Method(
-            _name, _label, magnitude, MagnitudeOptions, fixed={"allocation": _name}, in_paper=False, summary=_summary
+            _name,
+            _label,
+            magnitude,
+            MagnitudeOptions,
+            fixed={"allocation": _name},
+            role=NOT_IN_PAPER,
+            family="magnitude",
+            summary=_summary,
         )
     )

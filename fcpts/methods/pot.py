@@ -59,7 +59,7 @@ from .pot_objective import (
     layer_output,
     stack_signature,
 )
-from .registry import Method, register
+from .registry import PAPER_BASELINE, Method, register
 
 
 @dataclass
@@ -463,6 +463,9 @@ for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), (
             pot,
             POTOptions,
             fixed={"allocation": allocation_name},
+            role=PAPER_BASELINE,
+            tasks=("cifar", "imagenet-cnn", "imagenet-vit", "voc"),
+            family="pot",  # one budget and one set of `--pot-*` flags for both allocations
             style=style,
             summary=f"POT with the {label} allocation (msbench protocol)",
         )

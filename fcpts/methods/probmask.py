@@ -28,7 +28,7 @@ from fcpts.core.masks import apply_keep_masks, check_target
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport, loop_report
 
-from .registry import Method, register
+from .registry import PAPER_BASELINE, Method, register
 
 
 @dataclass
@@ -172,6 +172,8 @@ register(
         probmask_sparsify,
         ProbMaskOptions,
         trains=True,
+        role=PAPER_BASELINE,
+        tasks=("imagenet-cnn",),  # Table 2 (CNNs) only: the paper has no ProbMask on CIFAR, ViTs or VOC
         style=("tab:purple", "v"),
         summary="ProbMask with global projection and a deterministic exact export",
     )

@@ -33,7 +33,7 @@ from fcpts.core.masks import check_target, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
 
-from .registry import Method, register
+from .registry import PAPER_BASELINE, Method, register
 
 
 @dataclass
@@ -185,6 +185,7 @@ register(
         str_sparsify,
         STROptions,
         trains=True,
+        role=PAPER_BASELINE,  # Table 5 only, at its own targets: in no task's `--all-methods`
         style=("tab:brown", "D"),
         summary="STR with a bisection search of its threshold decay; records the sparsity it reached",
     )

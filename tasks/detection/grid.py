@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
-from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.detection.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -232,7 +232,7 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.voc", __doc__)
     p.add_argument("--models", nargs="+", default=list(ARCHITECTURES), choices=sorted(ARCHITECTURES))
-    cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
+    cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
         "--reconstruction",
         default="mse-blocks",
@@ -244,7 +244,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)"
     )
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
-    args = cli.parse(p, argv, PAPER_METHODS)
+    args = cli.parse(p, argv, "voc")
     return args
 
 

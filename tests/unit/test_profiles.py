@@ -3,11 +3,11 @@
 import pytest
 
 from tasks.grid.profiles import (
-    POT_METHODS,
     Profile,
     cpu_profile,
     paper_profile,
     pot_budget,
+    pot_methods,
     profile_table,
     quick_profile,
 )
@@ -18,7 +18,8 @@ def test_a_cpu_profile_gives_pot_the_same_images_and_its_own_iterations():
     assert p == Profile(
         "cpu", n_calibration=1000, iterations=200, batch_size=32, note="why", methods=pot_budget(1000, 700)
     )
-    for m in POT_METHODS:
+    assert pot_methods() == ("pot-l2norm", "pot-erk")  # the registry's POT family, one entry per allocation
+    for m in pot_methods():
         assert p.n_calibration_for(m) == 1000 and p.options_for(m) == {"iterations": 700}
 
 
