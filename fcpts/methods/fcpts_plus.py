@@ -80,8 +80,7 @@ from fcpts.core.options import check_choice
 from fcpts.core.report import SparsityReport
 
 from .fcpts import FCPTSOptions, distill
-from .obs import OBSOptions, obs
-from .registry import NOT_IN_PAPER, Method, register
+from .registry import NOT_IN_PAPER, Method, get_method, register
 
 
 @dataclass
@@ -182,10 +181,11 @@ def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) ->
     rates = dense = None
     if opts.start != "magnitude":
         dense = copy.deepcopy(model)  # the teacher: obs prunes the model it is given
-        obs_opts = OBSOptions(
+        obs = get_method("obs")  # a baseline: found through the registry, never imported by the library
+        obs_opts = obs.options(
             seed=opts.seed, device=opts.device, exclude=opts.exclude, filter_fn=opts.filter_fn, progress=opts.progress
         )
-        model, obs_report = obs(model, calibration, target, obs_opts)
+        model, obs_report = obs.run(model, calibration, target, obs_opts)
         rates = {row["name"]: row["sparsity"] for row in obs_report.per_layer}
         if opts.start == "obs-allocation":
             model.load_state_dict(dense.state_dict())

@@ -32,8 +32,7 @@ from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identit
 from fcpts.core.masks import check_target, sparsity_summary
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport
-
-from .registry import PAPER_BASELINE, Method, register
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 
 @dataclass

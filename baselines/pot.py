@@ -47,6 +47,7 @@ from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .pot_objective import (
     ForwardObjective,
@@ -59,7 +60,6 @@ from .pot_objective import (
     layer_output,
     stack_signature,
 )
-from .registry import PAPER_BASELINE, Method, register
 
 
 @dataclass

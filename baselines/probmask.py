@@ -27,8 +27,7 @@ from fcpts.core.loop import frozen_teacher, kl_loss, run_checkpoint, run_identit
 from fcpts.core.masks import apply_keep_masks, check_target
 from fcpts.core.options import TrainingOptions
 from fcpts.core.report import SparsityReport, loop_report
-
-from .registry import PAPER_BASELINE, Method, register
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 
 @dataclass

@@ -72,8 +72,7 @@ from fcpts.core.layer_inputs import LayerInputs
 from fcpts.core.masks import check_target, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
-
-from .registry import NOT_IN_PAPER, Method, register
+from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("error", "erk", "uniform", "l2norm", "global-magnitude")
 GRAM_CHUNK_BYTES = 64 * 2**20  # the most unfolded inputs a Hessian update copies at once

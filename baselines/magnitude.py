@@ -15,8 +15,7 @@ from fcpts.core import allocation
 from fcpts.core.masks import apply_keep_masks, check_target, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
-
-from .registry import NOT_IN_PAPER, Method, register
+from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")
 
