@@ -82,3 +82,14 @@ def test_fcpts_finds_the_baselines_without_importing_them_itself():
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=registry_module.__file__.rsplit("/fcpts/", 1)[0])
     assert "baselines" in registry_module.method_packages()
+
+
+def test_method_packages_are_the_entry_points_then_the_importable_defaults(monkeypatch):
+    class EntryPoint:
+        value = "other_methods:register_all"
+
+    monkeypatch.setattr(
+        registry_module, "entry_points", lambda group: [EntryPoint()] if group == "fcpts.methods" else []
+    )
+    monkeypatch.setattr(registry_module, "DEFAULT_PACKAGES", ("baselines", "not_installed_methods"))
+    assert registry_module.method_packages() == ["other_methods", "baselines"]  # a missing default is skipped
