@@ -58,3 +58,17 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
     assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
     pot = {"method": "pot-erk", "profile": profile, "method_options": {"iterations": 7}}
     assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000}  # the profile's own value wins
+
+
+def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
+    """Read from the registry (options taking `block_names`), so FCPTS+ gets them as FCPTS does."""
+    from tasks.detection.profiles import PROFILES, distill_profile
+
+    p = distill_profile(PROFILES["cpu"], ["head.0", "head.1"], "mse-blocks")
+    blocks = {"reconstruction": "mse-blocks", "block_names": ["head.0", "head.1"]}
+    assert {m for m, entry in p.methods.items() if entry.get("options") == blocks} == {
+        "fcpts",
+        "fcpts-fixed",
+        "fcpts-plus",
+    }
+    assert p.options_for("pot-erk") == {"iterations": 1000} and p.name == "cpu"
