@@ -135,8 +135,12 @@ class Registry(Mapping[str, Method]):
         if self._loaded:
             return
         self._loaded = True  # before importing: a package reading the registry while it loads must not recurse
-        for package in method_packages():
-            importlib.import_module(package)
+        try:
+            for package in method_packages():
+                importlib.import_module(package)
+        except BaseException:
+            self._loaded = False  # a package that fails to import fails every read, never leaves a silent gap
+            raise
 
     def sort_key(self, name: str) -> tuple:
         m = self._methods[name]

@@ -93,3 +93,11 @@ def test_method_packages_are_the_entry_points_then_the_importable_defaults(monke
     )
     monkeypatch.setattr(registry_module, "DEFAULT_PACKAGES", ("baselines", "not_installed_methods"))
     assert registry_module.method_packages() == ["other_methods", "baselines"]  # a missing default is skipped
+
+
+def test_a_method_package_that_fails_to_import_fails_every_read(monkeypatch):
+    fresh = registry_module.Registry()
+    monkeypatch.setattr(registry_module, "method_packages", lambda: ["no_such_method_package"])
+    for _ in range(2):
+        with pytest.raises(ModuleNotFoundError, match="no_such_method_package"):
+            list(fresh)
