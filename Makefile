@@ -35,8 +35,8 @@ test: setup lint
 	$(PY) -m pytest -q
 
 lint: setup
-	$(PY) -m ruff check fcpts tasks benchmarks tests
-	$(PY) -m ruff format --check fcpts tasks benchmarks tests
+	$(PY) -m ruff check fcpts baselines tasks benchmarks tests
+	$(PY) -m ruff format --check fcpts baselines tasks benchmarks tests
 	$(PY) -m mypy
 
 # The reproduce-* targets run their cells here, or as cluster jobs with LAUNCHER (docs/tasks.md: On a cluster), e.g.

@@ -19,9 +19,9 @@ import time
 import torch
 from torch import nn
 
+from baselines import obs as obs_module
+from baselines.obs import LayerOBS
 from benchmarks.report import emit
-from fcpts.methods import obs as obs_module
-from fcpts.methods.obs import LayerOBS
 from tasks.grid.records import device_description
 
 SHAPES = {  # name: (layer, per-image input shape)

@@ -36,7 +36,7 @@ import json, sys, time, torch
 from tasks.cifar.data import CifarCalibration, load_cifar
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid.data import calibration_indices, resolve_data_root
-from fcpts.methods.pot import POTOptions, pot
+from baselines.pot import POTOptions, pot
 
 dataset, model_name, target, iterations, images, threads, device, extra = sys.argv[1:]
 torch.set_num_threads(int(threads))

@@ -16,10 +16,10 @@ import copy
 
 import torch
 
+from baselines.pot import collect_inputs, correct_weight, pot_masks
+from baselines.pot_objective import _patches
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers
-from fcpts.methods.pot import collect_inputs, correct_weight, pot_masks
-from fcpts.methods.pot_objective import _patches
 from tasks.cifar.data import CifarCalibration, load_cifar
 from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
 from tasks.grid.data import calibration_indices, resolve_data_root

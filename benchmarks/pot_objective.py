@@ -4,7 +4,7 @@ For each layer shape (real shapes from CIFAR ResNets and EfficientNet-Lite0), ti
 `--iterations` Adam-free loss+backward steps of three objectives on the same fixed batches, in this one
 process: the layer's forward, per-image Gram statistics summed per step, and per-batch Gram statistics
 (POT's default with its fixed batches). It prints the ratios with the cost estimate that POT uses to choose
-(`fcpts.methods.pot_objective.gram_plan`). Inputs are random: only speed is measured here; that all give
+(`baselines.pot_objective.gram_plan`). Inputs are random: only speed is measured here; that all give
 the same loss and gradients is tests/unit/test_pot_objective.py's job.
 
     python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 import torch
 from torch import nn
 
+from baselines.pot_objective import ForwardObjective, GramObjective, gram_plan
 from fcpts.core.io import write_text_atomic
-from fcpts.methods.pot_objective import ForwardObjective, GramObjective, gram_plan
 from tasks.grid.records import device_description, git_commit
 
 SHAPES = {  # name: (layer, per-image input shape, images as in the profiles)

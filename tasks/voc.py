@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-FRAMEWORKS = ("suite", "mmdet")
+from tasks.detection.profiles import FRAMEWORKS
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ from fcpts.core.run_setup import RunSetup, open_run
 
 from . import thresholds
 from .block_balance import balanced_block_weight
-from .registry import Method, register
+from .registry import PAPER_METHOD, Method, register
 
 log = logging.getLogger("fcpts")
 # the learned masks this far off the target before the exact step: that step prunes (or restores) a large share at once
@@ -362,6 +362,8 @@ register(
         run,
         FCPTSOptions,
         trains=True,
+        role=PAPER_METHOD,
+        tasks=("cifar", "imagenet-cnn", "imagenet-vit", "voc"),
         style=("tab:red", "o"),
         summary="learned per-layer thresholds, net-wise reconstruction, exact global target",
     )
@@ -374,6 +376,8 @@ register(
         FCPTSOptions,
         trains=True,
         fixed={"learn_thresholds": False},
+        role=PAPER_METHOD,
+        family="fcpts",
         style=("tab:orange", "o"),
         summary="ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3)",
     )

@@ -54,7 +54,7 @@ from fcpts.core.run_setup import RunSetup, open_run
 
 from . import fcpts_plus_experimental as experimental
 from .fcpts import FCPTSOptions, Variant, block_mse, distill
-from .registry import Method, register
+from .registry import NOT_IN_PAPER, Method, register
 
 
 @dataclass
@@ -187,7 +187,9 @@ register(
         run,
         FCPTSPlusOptions,
         trains=True,
-        in_paper=False,
+        role=NOT_IN_PAPER,
+        tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
+        family="fcpts",
         style=("tab:purple", "D"),
         summary="FCPTS with a sparsity ramp (ERK rates rising over the first half), the change an ablation "
         "showed to help; other candidate changes as options; same contract",

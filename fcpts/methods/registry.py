@@ -8,15 +8,24 @@ Calling the record (not its `run`) checks the inputs first, whatever the method:
 [0, 1)), the options (an object of the method's own options class, keyword options, or both when they set
 different things), finite weights, the calibration data (a tensor, a Dataset or a DataLoader); and it adapts a
 model whose output is not one tensor (fcpts/core/outputs.py).
-Its label and plot style are the only ones tables, figures and command lines use. A method registers itself
-in its own module (`register(Method(...))`); `fcpts.methods` imports every module of the package.
+Its label and plot style are the only ones tables, figures and command lines use; its role (the paper's
+method, a paper baseline, or beyond the paper) and its tasks decide where it appears, so no other list of
+method names exists: `list_methods(role=..., task=..., trains=...)` answers every such question.
+
+A method registers itself in its own module (`register(Method(...))`). `fcpts.methods` imports its own
+modules; the other method packages (the re-implemented baselines, `baselines/`, and any installed package
+naming itself under the `fcpts.methods` entry-point group) are imported the first time the registry is read,
+so `fcpts` never imports them and they may import `fcpts` freely.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any
 
 from torch import nn
@@ -38,6 +47,21 @@ SHARED_BUDGET = ("seed", "progress", "checkpoint")
 TRAINING_BUDGET = ("iterations", "batch_size")
 
 
+# What a method is to the paper. Tables show the paper's rows for the first two (their layout comes from the
+# paper's reference numbers) and add rows, labelled "not in the paper", for the third.
+PAPER_METHOD = "paper-method"  # FCPTS and its ablation
+PAPER_BASELINE = "paper-baseline"  # a method the paper compares with
+NOT_IN_PAPER = "not-in-paper"  # beyond the paper: another comparison, or this suite's own variant
+ROLES = (PAPER_BASELINE, PAPER_METHOD, NOT_IN_PAPER)  # registry order (see `list_methods`)
+# The tasks whose `--all-methods` set a record can name: a method runs anywhere with `--methods`.
+TASKS = ("cifar", "imagenet-cnn", "imagenet-vit", "voc")
+STUDIED_FAMILY = "fcpts"  # the paper's method: its variants follow the comparisons in registry order
+# Method packages beyond `fcpts.methods`, imported on the first read of the registry: those installed under
+# this entry-point group, and these by name (a checkout run with PYTHONPATH=. and no install has no entry points).
+ENTRY_POINT_GROUP = "fcpts.methods"
+DEFAULT_PACKAGES = ("baselines",)
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -46,9 +70,25 @@ class Method:
     options: type[MethodOptions]
     trains: bool = False  # runs the distillation loop (tasks give it augmented calibration data)
     fixed: Mapping[str, Any] = field(default_factory=dict)  # options this entry pins (e.g. allocation="erk")
-    in_paper: bool = True  # False: an extra beside the paper's methods, labelled so in tables
+    role: str = NOT_IN_PAPER  # one of ROLES
+    tasks: tuple[str, ...] = ()  # the TASKS whose `--all-methods` runs it
+    family: str = ""  # methods sharing one budget and option flags (e.g. "pot"); default: the name
     style: tuple[str, str] = ("tab:gray", "x")  # matplotlib colour and marker
     summary: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"method {self.name!r}: role {self.role!r} is not one of {', '.join(ROLES)}")
+        unknown = sorted(set(self.tasks) - set(TASKS))
+        if unknown:
+            raise ValueError(f"method {self.name!r}: unknown task {', '.join(unknown)}; tasks: {', '.join(TASKS)}")
+        if not self.family:
+            object.__setattr__(self, "family", self.name)
+
+    @property
+    def in_paper(self) -> bool:
+        """False: an extra beside the paper's methods, labelled so in tables and figures."""
+        return self.role != NOT_IN_PAPER
 
     def check_overrides(self, overrides: Mapping[str, Any] | None) -> None:
         """A clear error, before any work, for an option the method does not have or that it pins."""
@@ -116,14 +156,72 @@ class Method:
             return self.run(model, calibration, target, options)
 
 
-METHODS: dict[str, Method] = {}
+class Registry(Mapping[str, Method]):
+    """name -> Method. Reading it first imports the method packages outside `fcpts` (DEFAULT_PACKAGES and the
+    entry points), so `fcpts.get_method("pot-erk")` finds a baseline although `fcpts` never imports one."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+        self._order: dict[str, int] = {}  # registration order, the last key of the registry order
+        self._loaded = False
+
+    def add(self, method: Method) -> None:
+        if method.name in self._methods:
+            raise ValueError(f"method {method.name!r} is registered twice")
+        self._methods[method.name] = method
+        self._order[method.name] = len(self._order)
+
+    def remove(self, name: str) -> Method:
+        """Unregister (tests that register a toy method take it out again)."""
+        self._order.pop(name)
+        return self._methods.pop(name)
+
+    def load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True  # before importing: a package reading the registry while it loads must not recurse
+        try:
+            for package in method_packages():
+                importlib.import_module(package)
+        except BaseException:
+            self._loaded = False  # a package that fails to import fails every read, never leaves a silent gap
+            raise
+
+    def sort_key(self, name: str) -> tuple:
+        m = self._methods[name]
+        return (ROLES.index(m.role), m.family == STUDIED_FAMILY, m.family, self._order[name])
+
+    def __getitem__(self, name: str) -> Method:
+        self.load()
+        return self._methods[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self.load()
+        return iter(sorted(self._methods, key=self.sort_key))
+
+    def __len__(self) -> int:
+        self.load()
+        return len(self._methods)
+
+
+def method_packages() -> list[str]:
+    """The packages whose import registers methods beyond `fcpts.methods`: entry points of ENTRY_POINT_GROUP,
+    then DEFAULT_PACKAGES that are importable (a library installed without them still works)."""
+    named = [ep.value.split(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    present = [p for p in DEFAULT_PACKAGES if importlib.util.find_spec(p) is not None]
+    return list(dict.fromkeys(named + present))
+
+
+METHODS = Registry()
 
 
 def register(method: Method) -> Method:
-    if method.name in METHODS:
-        raise ValueError(f"method {method.name!r} is registered twice")
-    METHODS[method.name] = method
+    METHODS.add(method)
     return method
+
+
+def unregister(name: str) -> Method:
+    return METHODS.remove(name)
 
 
 def get_method(name: str) -> Method:
@@ -132,9 +230,37 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
+def list_methods(
+    role: str | tuple[str, ...] | None = None,
+    task: str | None = None,
+    trains: bool | None = None,
+    family: str | None = None,
+) -> list[str]:
+    """Names of the registered methods that match every filter given, in registry order (not sorted by name,
+    unlike timm's `list_models`): the paper's baselines, the paper's method, then the methods beyond the paper
+    (the other comparisons before FCPTS's own variants); within that, by family name, then in registration
+    order. It is the order of `--all-methods`, of the tables' extra rows and of the figures' lines.
+
+    `role`: one of ROLES, or several; `task`: one of TASKS (the methods its `--all-methods` runs)."""
+    roles = (role,) if isinstance(role, str) else role
+    for r in roles or ():
+        if r not in ROLES:
+            raise ValueError(f"unknown role {r!r}; roles: {', '.join(ROLES)}")
+    if task is not None and task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
+    return [
+        name
+        for name, m in METHODS.items()
+        if (roles is None or m.role in roles)
+        and (task is None or task in m.tasks)
+        and (trains is None or m.trains == trains)
+        and (family is None or m.family == family)
+    ]
+
+
 def training_methods() -> list[str]:
-    """The methods that run a distillation loop (FCPTS, its fixed-rate ablation, STR, ProbMask)."""
-    return [name for name, m in METHODS.items() if m.trains]
+    """The methods that run a distillation loop (FCPTS, its fixed-rate ablation, STR, ProbMask, FCPTS+)."""
+    return list_methods(trains=True)
 
 
 def label(name: str) -> str:

@@ -35,7 +35,6 @@ PROFILES = profile_table(
     ),
     quick_profile(128, iterations=10, batch_size=32, eval_limit=1000, pot_iterations=5),
 )
-PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 DOWNLOAD_HINT = "add --download to fetch CIFAR there with torchvision"
 
 
@@ -82,12 +81,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_DEPTHS))}", choices=sorted(CIFAR_DEPTHS))
-    cli.add_grid_args(
-        p, PROFILES, "fast", " ".join(PAPER_METHODS), default_sparsity=[0.9], extra_methods=cli.EXTRA_METHODS
-    )
+    cli.add_grid_args(p, PROFILES, "fast", ["cifar"], default_sparsity=[0.9])
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
-    args = cli.parse(p, argv, PAPER_METHODS, cli.EXTRA_METHODS)
+    args = cli.parse(p, argv, "cifar")
     return args
 
 

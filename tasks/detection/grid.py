@@ -43,7 +43,7 @@ import torch
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
 from tasks.detection.metrics import Detections, voc07_map
-from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.detection.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
@@ -63,7 +63,6 @@ from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
-from tasks.voc import FRAMEWORKS
 
 VOC07_TEST_IMAGES = 4952
 
@@ -240,7 +239,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "and checkpoint (python -m tasks.voc --framework mmdet --help lists its flags)",
     )
     cli.add_model_args(p, list(ARCHITECTURES), "detectors", choices=sorted(ARCHITECTURES))
-    cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
+    cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
         "--reconstruction",
         default="mse-blocks",
@@ -254,7 +253,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
     )
-    args = cli.parse(p, argv, PAPER_METHODS)
+    args = cli.parse(p, argv, "voc")
     if args.framework != "suite":
         p.error(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
     return args

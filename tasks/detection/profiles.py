@@ -3,12 +3,13 @@ budget for every method and every detector."""
 
 from dataclasses import replace
 
+from fcpts.methods import get_method, list_methods
 from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 
-PAPER_METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
+FRAMEWORKS = ("suite", "mmdet")  # who builds the detector: the suite's own SSDs, or mmdet from a config
+
 PAPER_SPARSITY = 0.9
-DISTILL_METHODS = ("fcpts", "fcpts-fixed")  # they take block_names
 
 PROFILES = profile_table(
     paper_profile("trainval"),
@@ -20,13 +21,19 @@ PROFILES = profile_table(
 )
 
 
+def block_distilling_methods() -> list[str]:
+    """The registry's methods that distill block outputs (their options take `block_names`: FCPTS, its
+    fixed-rate ablation, FCPTS+)."""
+    return [m for m in list_methods(trains=True) if "block_names" in get_method(m).options.field_names()]
+
+
 def distill_profile(profile: Profile, blocks: list[str], reconstruction: str) -> Profile:
     """The profile the distilling methods run with on one detector: block MSE over its `blocks`, the
     reconstruction named in the profile (a non-default one renames it, so its records never pass for the
     default's) and in its note."""
     default = reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}")
     methods = dict(profile.methods)
-    for m in DISTILL_METHODS:
+    for m in block_distilling_methods():
         methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
     return replace(
         profile,

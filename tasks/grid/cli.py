@@ -20,20 +20,14 @@ import torch
 
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
-from fcpts.methods import METHODS, get_method, training_methods
+from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
 from tasks.grid import estimate, launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.help import HelpFormatter
 from tasks.grid.paths import RUNS_DIR
-from tasks.grid.profiles import POT_METHODS, Profile
+from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
 from tasks.grid.runner import Grid, Where, cell_path, check_cells, check_options, run_grid
-
-# Methods beyond the paper that `--all-methods` adds to the paper's set on the classification tasks (CIFAR,
-# ImageNet; detection keeps the paper's set). Their tables and Figure 1 show them as extra rows and lines
-# labelled "not in the paper", so a reader never takes them for the paper's. Adding one is one entry here.
-EXTRA_METHODS: tuple[str, ...] = ("obs", "fcpts-plus")
-
 
 # What a task's exit status tells a script (also shown at the end of every task's --help).
 EXIT_OK = 0  # every cell has its record: run now, or found from before ("nothing to do" is said)
@@ -72,12 +66,13 @@ def add_grid_args(
     p: argparse.ArgumentParser,
     profiles: dict[str, Profile],
     default_profile: str,
-    paper_methods: str,
+    tasks: Sequence[str],
     default_sparsity: Sequence[float] | None,
-    extra_methods: Sequence[str] = (),
 ) -> None:
+    """`tasks`: the registry's task names whose `--all-methods` sets this command runs (ImageNet: one for CNNs,
+    one for ViTs)."""
     p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
-    p.add_argument("--all-methods", action="store_true", help=all_methods_help(paper_methods, extra_methods))
+    p.add_argument("--all-methods", action="store_true", help=all_methods_help(tasks))
     p.add_argument(
         "--sparsity",
         nargs="+",
@@ -128,21 +123,23 @@ def add_grid_args(
     p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
 
 
-def all_methods_help(paper_methods: str, extra_methods: Sequence[str]) -> str:
-    """What `--all-methods` runs, said in `--help`, so nobody is surprised by an extra that is not the paper's."""
-    extras = f", then beyond the paper (tables label them so): {' '.join(extra_methods)}" if extra_methods else ""
-    return f"the paper's set: {paper_methods}{extras}"
+def all_methods_help(tasks: Sequence[str]) -> str:
+    """What `--all-methods` runs, said in `--help` from the registry, so nobody is surprised by an extra that is
+    not the paper's."""
+    parts = []
+    for task in tasks:
+        methods = list_methods(task=task)
+        extras = [m for m in methods if get_method(m).role == NOT_IN_PAPER]
+        paper = " ".join(m for m in methods if m not in extras)
+        more = f", then beyond the paper (tables label them so): {' '.join(extras)}" if extras else ""
+        parts.append(f"{task + ': ' if len(tasks) > 1 else ''}the paper's set: {paper}{more}")
+    return "; ".join(parts)
 
 
-def parse(
-    p: argparse.ArgumentParser,
-    argv: Sequence[str] | None,
-    paper_methods: Sequence[str],
-    extra_methods: Sequence[str] = (),
-) -> argparse.Namespace:
-    """Parse; `--all-methods` becomes the paper's method list followed by the task's extras."""
+def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, task: str) -> argparse.Namespace:
+    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`)."""
     args = p.parse_args(argv)
-    args.methods = [*paper_methods, *extra_methods] if args.all_methods else args.methods
+    args.methods = list_methods(task=task) if args.all_methods else args.methods
     return args
 
 
@@ -162,7 +159,8 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         trained = tuple(m for m in methods if m in training_methods())
         profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
     if args.pot_option:
-        profile = profile.with_option_pairs(POT_METHODS, args.pot_option, "pot-", "POT options")
+        pot = tuple(list_methods(family="pot"))
+        profile = profile.with_option_pairs(pot, args.pot_option, "pot-", "POT options")
     check_options(profile, methods, args.seed)  # an option a method lacks or a bad value: before any data is read
     return profile
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-POT_METHODS = ("pot-l2norm", "pot-erk")  # one budget for both allocations
+from fcpts.methods import list_methods
+
+
+def pot_methods() -> tuple[str, ...]:
+    """POT's registry entries (one per allocation): one budget for all of them."""
+    return tuple(list_methods(family="pot"))
 
 
 @dataclass
@@ -61,7 +66,7 @@ class Profile:
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
         return self.with_method_options(
-            POT_METHODS,
+            pot_methods(),
             {"iterations": iterations},
             f"pot{iterations}",
             f"POT iterations per layer overridden to {iterations}",
@@ -84,7 +89,7 @@ def parse_option_pairs(pairs: list[str]) -> dict:
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
     """Profile.methods entry for both POT allocations: their own image count and iterations per layer."""
-    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in POT_METHODS}
+    return {m: {"n_calibration": n_calibration, "options": {"iterations": iterations}} for m in pot_methods()}
 
 
 def paper_profile(split: str = "training") -> Profile:

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from torch.utils.data import Subset
 
-from fcpts.methods import training_methods
+from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
@@ -57,14 +57,10 @@ PROFILES = profile_table(
 )
 
 
-def paper_methods(model: str) -> list[str]:
-    """Table 2's methods for CNNs (and the substitute); Table 3's for ViTs (no ProbMask there)."""
-    return ["pot-l2norm", "pot-erk", "fcpts"] if model in PAPER_VITS else ["pot-l2norm", "pot-erk", "probmask", "fcpts"]
-
-
 def all_methods(model: str) -> list[str]:
-    """What `--all-methods` runs: the paper's methods for the model, then the extras beyond the paper."""
-    return paper_methods(model) + list(cli.EXTRA_METHODS)
+    """What `--all-methods` runs: the registry's methods of Table 2 (CNNs and the substitute) or Table 3 (ViTs,
+    no ProbMask there), the paper's first, then those beyond the paper."""
+    return list_methods(task="imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
 
 
 def paper_sparsities(model: str) -> list[float]:
@@ -120,8 +116,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_model_args(
         p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )
-    paper = "POT (L2Norm, ERK), ProbMask (CNNs), FCPTS per model"
-    cli.add_grid_args(p, PROFILES, "cpu", paper, default_sparsity=None, extra_methods=cli.EXTRA_METHODS)
+    cli.add_grid_args(p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None)
     p.add_argument(
         "--data-root",
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",

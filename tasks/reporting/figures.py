@@ -25,16 +25,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from fcpts.methods import METHODS, label
+from fcpts.methods import METHODS, get_method, label
 from tasks.grid import cli
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
+from tasks.reporting.layout import compared_methods, read_reference
 from tasks.reporting.legend import row_label
 
 FIGURES_DIR = REPO_ROOT / "paper_figures"
 
-FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legend order
-FIGURE1_LINES = FIGURE1_METHODS + cli.EXTRA_METHODS  # the extras beyond the paper last, labelled so
+
+def figure1_lines() -> list[str]:
+    """Figure 1's lines in legend order: the paper's method, its baselines (the methods of the paper's tables),
+    then the extras beyond the paper, labelled so (`tasks.reporting.layout.compared_methods`)."""
+    return compared_methods(read_reference())
+
 
 # The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
@@ -60,8 +65,8 @@ def allocation_panels(records: list[dict], task: str, dataset: str, target: floa
     # where they are never run.
     paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
     models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
-    # Not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it.
-    order = list(FIGURE1_METHODS)
+    # Figure 1's paper methods (not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it).
+    order = [m for m in figure1_lines() if get_method(m).in_paper]
     return {
         m: sorted(
             (r for r in chosen if r["model"] == m and r["method"] in order), key=lambda r: order.index(r["method"])
@@ -150,8 +155,9 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     """Figure 1's panels: (task, dataset, model) -> its preferred records of the compared methods (not the
     fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
+    lines = figure1_lines()
     for r in preferred_records(records).values():
-        if r["method"] not in FIGURE1_LINES:
+        if r["method"] not in lines:
             continue
         groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
@@ -162,6 +168,7 @@ AXIS_LABELS = {"top1": "top-1 (%)", "map50": "mAP@0.5 (%)"}  # per headline metr
 
 def figure1(records: list[dict], out: Path) -> Path:
     groups = accuracy_curves(records)
+    lines = figure1_lines()
     fig, axes = _panels(max(1, len(groups)))
     if not groups:
         axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
@@ -169,7 +176,7 @@ def figure1(records: list[dict], out: Path) -> Path:
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
         key = headline(rs[0])[0]
         ylabel = AXIS_LABELS[key]
-        for method in [m for m in FIGURE1_LINES if any(r["method"] == m for r in rs)]:
+        for method in [m for m in lines if any(r["method"] == m for r in rs)]:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
             pts = sorted((r["achieved_sparsity"], r["metrics"][key]) for r in rs if r["method"] == method)
             color, marker = METHODS[method].style

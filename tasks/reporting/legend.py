@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.methods import get_method, label
-from tasks.grid.cli import EXTRA_METHODS
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import POT_METHODS, paper_profile
+from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import PROFILE_PREFERENCE, cell_key
+from tasks.reporting.layout import extra_methods
 
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
 NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure
@@ -30,20 +29,14 @@ def extra_label(method: str) -> str:
 
 def row_label(method: str) -> str:
     """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper."""
-    return extra_label(method) if method in EXTRA_METHODS else label(method)
-
-
-def extras_with_records(has_record: Callable[[str], bool]) -> list[str]:
-    """The extras (in their declared order) for which `has_record(method)` holds: a table gains rows for these
-    only, so without their records it is the paper's table unchanged."""
-    return [m for m in EXTRA_METHODS if has_record(m)]
+    return extra_label(method) if method in extra_methods() else label(method)
 
 
 def extras_legend(paper_number: str) -> str:
     """The legend line for the extras' rows; `paper_number` says what stands where the paper's number would."""
     return (
-        f"- `{NOT_IN_PAPER}`: a method beyond the paper's, which `--all-methods` runs beside them (`EXTRA_METHODS` "
-        f"in tasks/grid/cli.py); the paper has no number for it, so {paper_number}."
+        f"- `{NOT_IN_PAPER}`: a method beyond the paper's, which `--all-methods` runs beside them (its registry "
+        f"record's role); the paper has no number for it, so {paper_number}."
     )
 
 
@@ -62,7 +55,7 @@ def budget_text(record: dict) -> str:
     n = (record.get("calibration") or {}).get("n_images")
     images = f" on {n:,} calibration images" if n else ""
     method = record["method"]
-    if method in POT_METHODS:
+    if method in pot_methods():
         per_layer = options.pop("iterations", None)
         text = f"{per_layer:,} iterations per layer" if per_layer else "the method's default iterations"
         text += images
@@ -99,7 +92,7 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
 def paper_protocol() -> str:
     """The paper's protocol as the `paper` profile defines it (tasks/grid/profiles.py)."""
     p = paper_profile()
-    pot = p.methods[POT_METHODS[0]]
+    pot = p.methods[pot_methods()[0]]
     return (
         f"the paper's protocol (profile `paper`) gives the training-loop methods {p.iterations:,} iterations of "
         f"{p.batch_size} on {p.n_calibration:,} calibration images and POT {pot['options']['iterations']:,} "

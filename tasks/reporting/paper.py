@@ -6,8 +6,9 @@
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
-cells without a record say so. Methods beyond the paper (`tasks.grid.cli.EXTRA_METHODS`) add rows to Table 1 and
-columns to Table 6, labelled "(not in the paper)", only once a record of theirs is in the table.
+cells without a record say so. The paper's rows come from its reference numbers (`tasks.reporting.layout`);
+methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 1 and columns to Table 6,
+labelled "(not in the paper)", only once a record of theirs is in the table.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
 from tasks.grid import cli
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.profiles import POT_METHODS, paper_profile
+from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
 from tasks.reporting.drops import drops_table
+from tasks.reporting.layout import extras_with_records, paper_rows, read_reference
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
     extra_label,
     extras_legend,
-    extras_with_records,
     paper_protocol,
     profile_legend,
     profile_preference,
@@ -39,14 +40,10 @@ from tasks.reporting.legend import (
 from tasks.reporting.tables_imagenet import table2, table3, table5
 from tasks.reporting.tables_voc import table4 as voc_table4
 
-REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
 TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 TABLE1_MODELS = ("resnet32", "resnet56")
-TABLE1_METHODS = ("pot-l2norm", "pot-erk", "fcpts")
-
-
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
@@ -57,11 +54,6 @@ def runnable_command(command: str) -> str:
         if command.startswith(f"python -m {old} "):
             return f"python -m {new} " + command.removeprefix(f"python -m {old} ")
     return command
-
-
-def read_reference(path: Path = REFERENCE) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
@@ -81,7 +73,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     runs = same_cell_runs(records)
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
     extras = extras_with_records(
-        lambda m: any((ds, model, m, sp) in best for model in TABLE1_MODELS for ds, sp in cells)
+        lambda m: any((ds, model, m, sp) in best for model in TABLE1_MODELS for ds, sp in cells), "cifar"
     )
     lines = [
         "# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
@@ -114,7 +106,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {p['top1']}/{p['top5']}" if p else ours)
         lines.append(f"| {model} | dense | " + " | ".join(dense_cells) + " |")
-        for method in (*TABLE1_METHODS, *extras):
+        for method in (*paper_rows(reference, "table1"), *extras):
             out = []
             for ds, sp in cells:
                 rec = best.get((ds, model, method, sp))
@@ -189,7 +181,7 @@ def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
     found = sorted(
         (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], float(p["top1"]))
         for r in records
-        if r["task"] == "cifar" and r["method"] in POT_METHODS and r["profile"]["name"] == "paper"
+        if r["task"] == "cifar" and r["method"] in pot_methods() and r["profile"]["name"] == "paper"
         for p in [ref.get((r["dataset"], r["model"], r["method"], r["target_sparsity"]))]
         if p and p["top1"]
     )
@@ -278,7 +270,7 @@ def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
     for r in records:
         if r.get("seed", 0) == 0:  # the seed of Table 1's cells; other seeds' times are not those cells'
             groups[(r["dataset"], r["model"], r["target_sparsity"], r["profile"]["name"])][r["method"]] = r
-    return {k: by for k, by in sorted(groups.items()) if "fcpts" in by and set(POT_METHODS) & set(by)}
+    return {k: by for k, by in sorted(groups.items()) if "fcpts" in by and set(pot_methods()) & set(by)}
 
 
 def equal_load_times(benchmark: str) -> list[str]:
@@ -293,7 +285,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     ran under different loads)."""
     groups = time_groups(records)
     extras = extras_with_records(lambda m: any(m in by for by in groups.values()))
-    timed = (*POT_METHODS, "fcpts", *extras)
+    timed = (*paper_rows(reference, "table6"), *extras)  # POT (both allocations), FCPTS: the paper's columns
+    pots = pot_methods()
     lines = [
         "# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
         "",
@@ -304,13 +297,13 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     ]
     for (ds, model, sp, prof), by in groups.items():
         t = {m: by[m]["wall_s"] / 60 for m in by}
-        pot = [t[m] for m in POT_METHODS if m in t]
+        pot = [t[m] for m in pots if m in t]
         devices = sorted({by[m]["device"] for m in timed if m in by})
         lines.append(
             f"| {ds} | {model} | {sp:.0%} | {prof} | "
             + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in timed)
             + f" | {t['fcpts'] / (sum(pot) / len(pot)):.2f} | "
-            + "; ".join(sorted({pot_layer_loss(by[m]) for m in POT_METHODS if m in by}))
+            + "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by}))
             + f" | {'; '.join(devices)} |"
         )
     lines += [
@@ -329,7 +322,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         + "Only `paper` rows measure the paper's comparison. "
         "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
-        "fcpts/methods/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
+        "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         "",
     ]
     if extras:
@@ -354,7 +347,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
 def _pot_cut_note(records: list[dict]) -> str:
     """How far the `paper-cpu` records cut POT's budget against the paper's protocol, from a record and the
     `paper` profile's definition ("" when no `paper-cpu` POT record is present)."""
-    pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in POT_METHODS), None)
+    pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pot_methods()), None)
     if pot is None:
         return ""
     paper = paper_profile().methods[pot["method"]]

@@ -2,18 +2,19 @@
 
 The paper's own models need full ImageNet and their weights; a record on a partial validation set (dataset
 `imagenet-val<N>`) never fills their cells. The EfficientNet-Lite0 stand-in gets rows of its own, marked
-as a substitute, with no paper numbers beside them. Methods beyond the paper (`tasks.grid.cli.EXTRA_METHODS`)
-get rows labelled "(not in the paper)" in Tables 2 and 3 once a record of theirs is in the table, never otherwise.
+as a substitute, with no paper numbers beside them. The paper's rows come from its reference numbers; methods
+beyond the paper that the task's `--all-methods` runs (the registry's) get rows labelled "(not in the paper)" in
+Tables 2 and 3 once a record of theirs is in the table, never otherwise.
 """
 
 from __future__ import annotations
 
 from tasks.grid.records import preferred_records
 from tasks.imagenet.models import MODELS
+from tasks.reporting.layout import extras_with_records, paper_rows
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
     extras_legend,
-    extras_with_records,
     profile_legend,
     profile_preference,
     read_external,
@@ -38,10 +39,12 @@ def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float
     return found[0][1] if found else None
 
 
-def _extras(preferred: dict[tuple, dict], models: list[str], sparsities: list[float], full_imagenet: bool) -> list[str]:
+def _extras(
+    preferred: dict[tuple, dict], models: list[str], sparsities: list[float], full_imagenet: bool, task: str
+) -> list[str]:
     """The extras beyond the paper with a record in these rows (paper models or substitutes): they get rows."""
     return extras_with_records(
-        lambda m: any(_best(preferred, model, m, s, full_imagenet) for model in models for s in sparsities)
+        lambda m: any(_best(preferred, model, m, s, full_imagenet) for model in models for s in sparsities), task
     )
 
 
@@ -61,12 +64,13 @@ def imagenet_table(
     records: list[dict],
     reference: list[dict],
     models: list[str],
-    methods: list[str],
     sparsities: list[float],
     substitute_methods: list[str] | None = None,
-    extras: bool = True,
+    extras_task: str | None = None,
 ) -> str:
-    """One ImageNet table; with `extras`, rows for the methods beyond the paper that have records here."""
+    """One ImageNet table: the paper's rows of `table` (its reference numbers); with `extras_task` (a registry
+    task), rows for the methods beyond the paper that it runs and that have records here."""
+    methods = paper_rows(reference, table)
     ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
@@ -79,7 +83,7 @@ def imagenet_table(
         "| model (dense: ours · paper) | method | " + " | ".join(f"{int(s * 100)}%" for s in sparsities) + " |",
         "|---|---|" + "---|" * len(sparsities),
     ]
-    model_extras = _extras(preferred, models, sparsities, True) if extras else []
+    model_extras = _extras(preferred, models, sparsities, True, extras_task) if extras_task else []
     for model in models:
         dense_ref = ref.get((model, "dense", 0.0))
         any_rec = next(
@@ -95,7 +99,7 @@ def imagenet_table(
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     sub_methods = methods if substitute_methods is None else substitute_methods
-    sub_extras = _extras(preferred, sub, sparsities, False) if extras and sub_methods else []
+    sub_extras = _extras(preferred, sub, sparsities, False, extras_task) if extras_task and sub_methods else []
     substitute_missing = spread = False
     for model in sub:
         for method in (*sub_methods, *sub_extras):
@@ -225,8 +229,8 @@ def table2(records, reference) -> str:
         records,
         reference,
         ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"],
-        ["pot-l2norm", "pot-erk", "probmask", "fcpts"],
         [0.5, 0.6, 0.7, 0.8, 0.9],
+        extras_task="imagenet-cnn",
     )
 
 
@@ -237,9 +241,9 @@ def table3(records, reference) -> str:
         records,
         reference,
         ["vit_base", "vit_large"],
-        ["pot-l2norm", "pot-erk", "fcpts"],
         [0.5, 0.6, 0.7],
         substitute_methods=[],
+        extras_task="imagenet-vit",
     )
 
 
@@ -250,7 +254,5 @@ def table5(records, reference) -> str:
         records,
         reference,
         ["resnet18"],
-        ["pot-l2norm", "str", "probmask"],
-        [0.5, 0.6, 0.7],
-        extras=False,  # POT against learned masks; an extra's ResNet-18 cells are rows of Table 2 already
+        [0.5, 0.6, 0.7],  # no extras: POT against learned masks; an extra's ResNet-18 cells are rows of Table 2
     )

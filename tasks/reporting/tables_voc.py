@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fcpts.methods import label
 from tasks.grid.records import preferred_records
+from tasks.reporting.layout import paper_rows
 from tasks.reporting.legend import profile_legend, profile_preference
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
@@ -26,7 +27,6 @@ def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
     return out
 
 
-METHODS = ["pot-l2norm", "pot-erk", "fcpts"]
 SPARSITY = 0.9
 
 
@@ -46,6 +46,7 @@ def _cell(rec: dict | None) -> str:
 
 def table4(records: list[dict], reference: list[dict]) -> str:
     voc = [r for r in records if r["task"] == "voc"]
+    methods = paper_rows(reference, "table4")
     preferred = preferred_records(voc)
     lines = [
         "# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper",
@@ -56,9 +57,9 @@ def table4(records: list[dict], reference: list[dict]) -> str:
         "|---|---|---|---|---|",
     ]
     for model, ref in paper_table4(reference).items():
-        recs = {m: _best(preferred, "voc2007", model, m) for m in METHODS}
+        recs = {m: _best(preferred, "voc2007", model, m) for m in methods}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
-        for i, m in enumerate(METHODS):
+        for i, m in enumerate(methods):
             head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
             lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} | {ref[m]} |")
     if not any(r["dataset"] == "voc2007" for r in voc):
@@ -82,12 +83,12 @@ def table4(records: list[dict], reference: list[dict]) -> str:
         shown: list[dict] = []
         for dataset, model in subs:
             # 90% as the paper's table; another target when a record of the paper's methods has it
-            targets = {round(k[4], 4) for k in preferred if k[1:3] == (dataset, model) and k[3] in METHODS}
+            targets = {round(k[4], 4) for k in preferred if k[1:3] == (dataset, model) and k[3] in methods}
             for target in sorted(targets | {SPARSITY}):
-                recs = {m: _best(preferred, dataset, model, m, target) for m in METHODS}
+                recs = {m: _best(preferred, dataset, model, m, target) for m in methods}
                 shown += [r for r in recs.values() if r]
                 dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
-                for i, m in enumerate(METHODS):
+                for i, m in enumerate(methods):
                     head = f"{dataset} | {model} | {dense} | {target:.0%}" if i == 0 else " |  |  | "
                     lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} |")
         lines += [

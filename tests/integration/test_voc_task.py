@@ -74,7 +74,7 @@ def test_batches_depend_on_seed_and_step_only(tiny_set):
 
 
 def test_pot_folds_bn_through_the_distill_view():
-    from fcpts.methods.pot import POTOptions, pot
+    from baselines.pot import POTOptions, pot
     from tasks.detection.ssd import DistillView
 
     torch.manual_seed(0)

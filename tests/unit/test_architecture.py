@@ -1,10 +1,12 @@
-"""The layer rule of docs/design.md: core <- methods <- grid <- task drivers <- reporting, and no cycles.
+"""The layer rule of docs/design.md: core <- methods (fcpts's own, and the baselines) <- grid <- task drivers <-
+reporting, and no cycles; the baselines import only the core and the registry, and the library never imports them.
 
 Every import in the library and the suite (module level or inside a function) is read from the source, so a
-new upward import or cycle fails here before it confuses anyone.
+new upward import or cycle fails here before it confuses anyone. The counts docs/design.md quotes are checked here.
 """
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -12,6 +14,7 @@ LAYERS = [  # (prefix, layer); the longest matching prefix wins
     ("fcpts.core", 0),
     ("fcpts.methods", 1),
     ("fcpts", 1),
+    ("baselines", 1),
     ("tasks.grid", 2),
     ("tasks", 2),
     ("tasks.cifar", 3),
@@ -24,14 +27,26 @@ LAYERS = [  # (prefix, layer); the longest matching prefix wins
     ("benchmarks", 5),
 ]
 NAMES = ["core", "methods", "grid", "drivers", "reporting", "benchmarks"]
+PACKAGES = ("fcpts", "baselines", "tasks", "benchmarks")
+DRIVERS = [prefix for prefix, layer in LAYERS if layer == 3]
+
+
+def part_of(module: str) -> str | None:
+    """The top-level part (the longest LAYERS prefix) a module belongs to."""
+    best = None
+    for prefix, _ in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best)):
+            best = prefix
+    return best
 
 
 def layer_of(module: str) -> int | None:
-    best = None
-    for prefix, layer in LAYERS:
-        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
-            best = (prefix, layer)
-    return None if best is None else best[1]
+    part = part_of(module)
+    return None if part is None else dict(LAYERS)[part]
+
+
+def within(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def module_name(path: Path) -> str:
@@ -59,7 +74,7 @@ def imports_of(path: Path, name: str | None = None) -> set[str]:
 
 
 def _python_files():
-    return [p for d in ("fcpts", "tasks", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    return [p for d in PACKAGES for p in (ROOT / d).rglob("*.py")]
 
 
 def graph() -> dict[str, set[str]]:
@@ -104,13 +119,75 @@ def test_no_import_cycles():
 
 
 def test_the_rule_catches_an_upward_import(tmp_path):
-    assert layer_of("fcpts.core.masks") < layer_of("fcpts.methods.pot") < layer_of("tasks.grid.runner")
+    assert layer_of("fcpts.core.masks") < layer_of("baselines.pot") < layer_of("tasks.grid.runner")
+    assert layer_of("fcpts.methods.fcpts") == layer_of("baselines.pot")
     assert layer_of("tasks.grid.runner") < layer_of("tasks.cifar.grid") < layer_of("tasks.reporting.paper")
     bad = tmp_path / "masks.py"
-    bad.write_text("from tasks.grid import runner\nfrom ..methods import pot\n")
+    bad.write_text("from tasks.grid import runner\nfrom ..methods import fcpts\n")
     found = imports_of(bad, "fcpts.core.masks")
-    assert {"tasks.grid.runner", "fcpts.methods.pot"} <= found
-    assert all(layer_of(m) > layer_of("fcpts.core.masks") for m in ("tasks.grid.runner", "fcpts.methods.pot"))
+    assert {"tasks.grid.runner", "fcpts.methods.fcpts"} <= found
+    assert all(layer_of(m) > layer_of("fcpts.core.masks") for m in ("tasks.grid.runner", "fcpts.methods.fcpts"))
+
+
+BASELINES_MAY_IMPORT = ("baselines", "fcpts.core", "fcpts.methods.registry")
+
+
+def forbidden(g: dict[str, set[str]], importers, allowed=None, denied=None) -> list[str]:
+    """'m imports d' for each module m under `importers` importing a d outside `allowed` (or inside `denied`)."""
+    return sorted(
+        f"{m} imports {d}"
+        for m, deps in g.items()
+        if within(m, importers)
+        for d in deps
+        if (allowed is not None and not within(d, allowed)) or (denied is not None and within(d, denied))
+    )
+
+
+def test_the_baselines_import_only_the_core_and_the_registry():
+    assert forbidden(graph(), ["baselines"], allowed=BASELINES_MAY_IMPORT) == []
+
+
+def test_the_library_never_imports_the_baselines():
+    """`fcpts.get_method` finds them through the registry, which imports them by name on first use."""
+    assert forbidden(graph(), ["fcpts"], denied=["baselines"]) == []
+
+
+def test_the_baseline_rules_catch_a_wrong_import():
+    g = {"baselines.pot": {"fcpts.core.masks", "fcpts.methods.fcpts"}, "fcpts.methods.fcpts": {"baselines.obs"}}
+    assert forbidden(g, ["baselines"], allowed=BASELINES_MAY_IMPORT) == ["baselines.pot imports fcpts.methods.fcpts"]
+    assert forbidden(g, ["fcpts"], denied=["baselines"]) == ["fcpts.methods.fcpts imports baselines.obs"]
+
+
+ROOTS = ("fcpts", "tasks")  # package roots (the public API module, an empty init): not parts of their own
+
+
+def part_edges() -> set[tuple[str, str]]:
+    """(importer part, imported part) pairs between different parts."""
+    return {
+        (a, b)
+        for m, deps in graph().items()
+        for d in deps
+        for a, b in [(part_of(m), part_of(d))]
+        if a != b and a not in ROOTS and b not in ROOTS
+    }
+
+
+def quoted(name: str) -> int:
+    """A count docs/design.md quotes as `<!-- name -->N`."""
+    found = re.search(rf"<!-- {name} -->(\d+)", (ROOT / "docs" / "design.md").read_text())
+    assert found, f"docs/design.md quotes no {name}"
+    return int(found[1])
+
+
+def test_the_counts_in_the_design_doc_are_the_codes():
+    g = graph()
+    measured = {
+        "modules": len(g),
+        "import-edges": sum(len(deps) for deps in g.values()),
+        "parts": len({part_of(m) for m in g} - set(ROOTS)),
+        "part-edges": len(part_edges()),
+    }
+    assert {name: quoted(name) for name in measured} == measured
 
 
 OPENMMLAB = {"mmdet", "mmengine", "mmcv"}

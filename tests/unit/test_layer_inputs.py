@@ -8,9 +8,9 @@ import timm
 import torch
 from torch import nn
 
+from baselines.obs import OBSOptions, forward_order, obs
 from fcpts.core.layer_inputs import LayerInputs, sequential_units, unit_of
 from fcpts.core.masks import prunable_layers
-from fcpts.methods.obs import OBSOptions, forward_order, obs
 from tasks.cifar.models import cifar_resnet
 
 

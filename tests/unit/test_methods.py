@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
+from baselines.probmask import export_masks, kept_fraction, project_scores
+from baselines.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS, get_method
-from fcpts.methods.probmask import export_masks, kept_fraction, project_scores
-from fcpts.methods.soft_threshold import SoftThreshold
 from tests.unit.tiny import FailingAt, tiny_net
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
@@ -89,7 +89,7 @@ def test_checkpoint_of_another_run_is_refused(name, tmp_path):
 def test_str_runs_at_other_targets_reuse_finished_trials(tmp_path, monkeypatch):
     """Trials never look at the target: a second target reuses the first run's trials, with the same result
     as a run that computes them itself."""
-    import fcpts.methods.soft_threshold as str_module
+    import baselines.soft_threshold as str_module
 
     calls = []
     original = str_module._trial

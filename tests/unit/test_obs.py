@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from baselines import obs as obs_module
+from baselines.obs import ALLOCATIONS, LayerOBS, OBSOptions, hull_allocation, obs
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method
-from fcpts.methods import obs as obs_module
-from fcpts.methods.obs import ALLOCATIONS, LayerOBS, OBSOptions, hull_allocation, obs
 from tests.conftest import DEVICES
 
 

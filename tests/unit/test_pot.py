@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from baselines.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
-from fcpts.methods.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from tasks.cifar.models import cifar_resnet
 
 
@@ -138,7 +138,7 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
     ref, _ = pot(small_cnn(), x, 0.6, POTOptions(**cfg))
     ckpt = tmp_path / "pot.pt"
     calls = {"n": 0}
-    import fcpts.methods.pot as pot_module
+    import baselines.pot as pot_module
 
     original = pot_module.optimise
 
@@ -163,8 +163,8 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
 def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
     """msbench caches its calibration loader's batches once and each step trains on one of them; POT's default
     sampling does the same (the old default drew 64 fresh random images with replacement every step)."""
-    from fcpts.methods import pot_objective as lo
-    from fcpts.methods.pot import fixed_batches
+    from baselines import pot_objective as lo
+    from baselines.pot import fixed_batches
 
     seen = []
     original = lo.ForwardObjective.loss
@@ -260,7 +260,7 @@ def test_layers_whose_inputs_exceed_the_cache_are_streamed_with_the_same_result(
     """A layer whose inputs over all images exceed cache_bytes has them recomputed from the dense (or, for sparse
     inputs, the sparse) model wherever they are read: the statistics, steps and errors of the cached run up to
     float rounding, with memory that does not grow with the calibration set."""
-    import fcpts.methods.pot as pot_module
+    import baselines.pot as pot_module
 
     reads = {"n": 0}
     original = pot_module.RecomputedInputs.__getitem__
@@ -289,7 +289,7 @@ def test_layers_whose_inputs_exceed_the_cache_are_streamed_with_the_same_result(
 PEAK_SCRIPT = """
 import resource, sys, torch
 from torch import nn
-from fcpts.methods.pot import POTOptions, pot
+from baselines.pot import POTOptions, pot
 torch.manual_seed(0)
 net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
                     nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),

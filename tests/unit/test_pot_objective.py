@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from baselines.pot import POTOptions, layer_objective, pot
+from baselines.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
 from fcpts.core.masks import prunable_layers
-from fcpts.methods.pot import POTOptions, layer_objective, pot
-from fcpts.methods.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
 
 
 class SamePadConv(nn.Conv2d):

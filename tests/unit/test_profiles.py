@@ -3,11 +3,11 @@
 import pytest
 
 from tasks.grid.profiles import (
-    POT_METHODS,
     Profile,
     cpu_profile,
     paper_profile,
     pot_budget,
+    pot_methods,
     profile_table,
     quick_profile,
 )
@@ -18,7 +18,8 @@ def test_a_cpu_profile_gives_pot_the_same_images_and_its_own_iterations():
     assert p == Profile(
         "cpu", n_calibration=1000, iterations=200, batch_size=32, note="why", methods=pot_budget(1000, 700)
     )
-    for m in POT_METHODS:
+    assert pot_methods() == ("pot-l2norm", "pot-erk")  # the registry's POT family, one entry per allocation
+    for m in pot_methods():
         assert p.n_calibration_for(m) == 1000 and p.options_for(m) == {"iterations": 700}
 
 
@@ -57,3 +58,17 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
     assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
     pot = {"method": "pot-erk", "profile": profile, "method_options": {"iterations": 7}}
     assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000}  # the profile's own value wins
+
+
+def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
+    """Read from the registry (options taking `block_names`), so FCPTS+ gets them as FCPTS does."""
+    from tasks.detection.profiles import PROFILES, distill_profile
+
+    p = distill_profile(PROFILES["cpu"], ["head.0", "head.1"], "mse-blocks")
+    blocks = {"reconstruction": "mse-blocks", "block_names": ["head.0", "head.1"]}
+    assert {m for m, entry in p.methods.items() if entry.get("options") == blocks} == {
+        "fcpts",
+        "fcpts-fixed",
+        "fcpts-plus",
+    }
+    assert p.options_for("pot-erk") == {"iterations": 1000} and p.name == "cpu"

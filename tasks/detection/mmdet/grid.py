@@ -32,7 +32,7 @@ from tasks.detection.mmdet.data import (
 from tasks.detection.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
 from tasks.detection.mmdet.evaluate import evaluate_detector
 from tasks.detection.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
-from tasks.detection.profiles import PAPER_METHODS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.detection.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
@@ -168,7 +168,7 @@ def format_table(records: list[dict]) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.command_parser("python -m tasks.voc --framework mmdet", __doc__)
     p.add_argument("--config", required=True, help="an mmdet config file (single-stage detector)")
-    cli.add_grid_args(p, PROFILES, "cpu", " ".join(PAPER_METHODS), default_sparsity=[PAPER_SPARSITY])
+    cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
         "--checkpoint",
         dest="weights",
@@ -179,7 +179,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
     p.add_argument("--eval-batch-size", type=int, default=16)
-    return cli.parse(p, argv, PAPER_METHODS)
+    return cli.parse(p, argv, "voc")
 
 
 def plans(args: argparse.Namespace):

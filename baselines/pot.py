@@ -47,6 +47,7 @@ from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_at_least, check_choice
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .pot_objective import (
     ForwardObjective,
@@ -59,7 +60,6 @@ from .pot_objective import (
     layer_output,
     stack_signature,
 )
-from .registry import Method, register
 
 
 @dataclass
@@ -525,6 +525,9 @@ for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), (
             pot,
             POTOptions,
             fixed={"allocation": allocation_name},
+            role=PAPER_BASELINE,
+            tasks=("cifar", "imagenet-cnn", "imagenet-vit", "voc"),
+            family="pot",  # one budget and one set of `--pot-*` flags for both allocations
             style=style,
             summary=f"POT with the {label} allocation (msbench protocol)",
         )

@@ -18,8 +18,7 @@ from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
-
-from .registry import Method, register
+from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")
 
@@ -91,7 +90,7 @@ register(
         magnitude_bn,
         MagnitudeBNOptions,
         fixed={"allocation": "global-magnitude"},
-        in_paper=False,
+        role=NOT_IN_PAPER,
         style=("tab:cyan", "s"),
         summary="global magnitude masks, BatchNorm statistics re-estimated on the calibration set; no reconstruction",
     )
@@ -105,6 +104,13 @@ for _name, _label, _summary in (
 ):
     register(
         Method(
-            _name, _label, magnitude, MagnitudeOptions, fixed={"allocation": _name}, in_paper=False, summary=_summary
+            _name,
+            _label,
+            magnitude,
+            MagnitudeOptions,
+            fixed={"allocation": _name},
+            role=NOT_IN_PAPER,
+            family="magnitude",
+            summary=_summary,
         )
     )

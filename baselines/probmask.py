@@ -27,8 +27,7 @@ from fcpts.core.masks import apply_keep_masks, sharing_modules
 from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
-
-from .registry import Method, register
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 
 @dataclass
@@ -175,6 +174,8 @@ register(
         probmask_sparsify,
         ProbMaskOptions,
         trains=True,
+        role=PAPER_BASELINE,
+        tasks=("imagenet-cnn",),  # Table 2 (CNNs) only: the paper has no ProbMask on CIFAR, ViTs or VOC
         style=("tab:purple", "v"),
         summary="ProbMask with global projection and a deterministic exact export",
     )

@@ -37,8 +37,7 @@ from fcpts.core.masks import sharing_modules, sparsity_summary
 from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
-
-from .registry import Method, register
+from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 
 @dataclass
@@ -215,6 +214,7 @@ register(
         str_sparsify,
         STROptions,
         trains=True,
+        role=PAPER_BASELINE,  # Table 5 only, at its own targets: in no task's `--all-methods`
         style=("tab:brown", "D"),
         summary="STR with a bisection search of its threshold decay; records the sparsity it reached",
     )

@@ -73,8 +73,7 @@ from fcpts.core.masks import sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
-
-from .registry import Method, register
+from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("error", "erk", "uniform", "l2norm", "global-magnitude")
 GRAM_CHUNK_BYTES = 64 * 2**20  # the most unfolded inputs a Hessian update copies at once
@@ -449,7 +448,8 @@ register(
         "OBS (second-order, one-shot)",
         obs,
         OBSOptions,
-        in_paper=False,
+        role=NOT_IN_PAPER,
+        tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
         style=("tab:olive", "P"),
         summary="second-order one-shot pruning: SparseGPT's blocked OBS per layer, sequential, towards the "
         "dense layer outputs, allocation from each layer's OBS error curve",

@@ -1,0 +1,51 @@
+"""Which methods a table or figure shows, in which order, from two sources only: the paper's reference numbers
+(`results/paper/paper_reference.csv`: the paper's rows, in the paper's order) and the method registry (the rows
+beyond the paper, their labels and styles). No method is named here, so a new method needs no edit to appear.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+from fcpts.methods import NOT_IN_PAPER, PAPER_METHOD, get_method, list_methods
+from tasks.grid.paths import RESULTS_DIR
+
+REFERENCE = RESULTS_DIR / "paper" / "paper_reference.csv"
+DENSE = "dense"  # the reference's row of the dense model, not a method
+
+
+def read_reference(path: Path = REFERENCE) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def paper_rows(reference: list[dict], table: str) -> list[str]:
+    """The methods of one of the paper's tables in the order the paper prints them; a family the paper reports
+    as one row (Table 6's `pot`) stands for its registry entries."""
+    rows = dict.fromkeys(r["method"] for r in reference if r["table"] == table and r["method"] != DENSE)
+    return [m for name in rows for m in (list_methods(family=name) if name not in _names() else [name])]
+
+
+def extra_methods(task: str | None = None) -> list[str]:
+    """The methods beyond the paper that `--all-methods` runs (on `task`, or on any task), in registry order:
+    tables add rows and figures lines for them, labelled "(not in the paper)"."""
+    return [m for m in list_methods(role=NOT_IN_PAPER, task=task) if get_method(m).tasks]
+
+
+def extras_with_records(has_record: Callable[[str], bool], task: str | None = None) -> list[str]:
+    """The extras for which `has_record(method)` holds: a table gains rows for these only, so without their
+    records it is the paper's table unchanged."""
+    return [m for m in extra_methods(task) if has_record(m)]
+
+
+def compared_methods(reference: list[dict]) -> list[str]:
+    """Every method the paper's tables compare, then the extras: Figure 1's lines, the paper's method first."""
+    in_paper = {m for table in {r["table"] for r in reference} for m in paper_rows(reference, table)}
+    methods = [m for m in list_methods() if m in in_paper or m in extra_methods()]
+    return sorted(methods, key=lambda m: get_method(m).role != PAPER_METHOD)  # stable: registry order otherwise
+
+
+def _names() -> set[str]:
+    return set(list_methods())

@@ -1,0 +1,103 @@
+"""The registry is the only list of methods: its records say each method's role, tasks and family, and
+`list_methods` answers from them; a method registered anywhere appears in `--all-methods`, tables and figures."""
+
+import subprocess
+import sys
+
+import pytest
+
+from fcpts.core.options import MethodOptions
+from fcpts.methods import METHODS, NOT_IN_PAPER, PAPER_BASELINE, PAPER_METHOD, Method, list_methods, register
+from fcpts.methods import registry as registry_module
+from fcpts.methods.registry import ROLES, TASKS, unregister
+from tasks.cifar import grid as cifar
+from tasks.reporting import figures
+from tasks.reporting.layout import extra_methods
+from tasks.reporting.paper import read_reference, table1
+from tests.fake_records import cifar_record
+
+
+def test_list_methods_filters_by_role_task_family_and_training():
+    assert list_methods(role=PAPER_METHOD) == ["fcpts", "fcpts-fixed"]
+    assert list_methods(role=PAPER_BASELINE) == ["pot-l2norm", "pot-erk", "probmask", "str"]
+    assert list_methods(task="voc") == ["pot-l2norm", "pot-erk", "fcpts"]
+    assert list_methods(task="imagenet-cnn") == ["pot-l2norm", "pot-erk", "probmask", "fcpts", "obs", "fcpts-plus"]
+    assert list_methods(family="pot") == ["pot-l2norm", "pot-erk"]
+    assert set(list_methods(trains=True)) == {"fcpts", "fcpts-fixed", "fcpts-plus", "probmask", "str"}
+    assert set(list_methods(role=NOT_IN_PAPER, trains=False)) == {"obs", "uniform", "erk", "global-magnitude", "lamp", "magnitude-bn"}
+
+
+def test_registry_order_is_the_roles_then_comparisons_before_fcpts_variants():
+    names = list_methods()
+    assert sorted(names) == sorted(METHODS) and names == list(METHODS)
+    assert [ROLES.index(METHODS[m].role) for m in names] == sorted(ROLES.index(METHODS[m].role) for m in names)
+    extras = list_methods(role=NOT_IN_PAPER)
+    assert extras[-1] == "fcpts-plus"  # FCPTS's own variant after the other comparisons
+
+
+def test_bad_filters_and_records_are_named():
+    with pytest.raises(ValueError, match="unknown role 'paper'"):
+        list_methods(role="paper")
+    with pytest.raises(ValueError, match="unknown task 'imagenet'; tasks: cifar"):
+        list_methods(task="imagenet")
+    with pytest.raises(ValueError, match="role 'ours' is not one of"):
+        Method("toy", "Toy", lambda *a: a, MethodOptions, role="ours")
+    with pytest.raises(ValueError, match="unknown task coco"):
+        Method("toy", "Toy", lambda *a: a, MethodOptions, tasks=("coco",))
+    assert Method("toy", "Toy", lambda *a: a, MethodOptions).family == "toy"  # its own family by default
+    assert set(TASKS) == {t for m in METHODS.values() for t in m.tasks}  # every task has methods
+
+
+@pytest.fixture
+def toy_method():
+    """A method beyond the paper that CIFAR's `--all-methods` runs, registered here only."""
+    register(Method("toy", "Toy method", lambda *a: a, MethodOptions, role=NOT_IN_PAPER, tasks=("cifar",)))
+    yield "toy"
+    unregister("toy")
+
+
+def test_a_registered_method_appears_in_all_methods_tables_and_figures(toy_method, tmp_path):
+    # Beyond the paper, a comparison: after obs (family name order), before FCPTS's own variant.
+    assert cifar.parse_args(["--all-methods"]).methods[-3:] == ["obs", "toy", "fcpts-plus"]
+    assert "toy" in extra_methods("cifar") and "toy" not in extra_methods("voc")
+    records = [cifar_record("fcpts"), cifar_record("toy", top1=80.0)]
+    text, rows = table1(records, read_reference(), tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| resnet32 | Toy method (not in the paper) |"))
+    assert "**80.00/99.00** (−12.60) [paper-cpu] · —" in row
+    assert [r["method"] for r in rows] == ["fcpts", "toy"]
+    assert figures.figure1_lines()[-2:] == ["toy", "fcpts-plus"]
+
+
+def test_unregistering_takes_the_toy_out_again(toy_method):
+    unregister(toy_method)
+    assert toy_method not in METHODS and toy_method not in list_methods()
+    register(Method(toy_method, "Toy", lambda *a: a, MethodOptions))  # for the fixture's own unregister
+
+
+def test_fcpts_finds_the_baselines_without_importing_them_itself():
+    """`import fcpts` does not import `baselines`; the first read of the registry does (no import cycle)."""
+    code = (
+        "import sys, fcpts; assert 'baselines' not in sys.modules; "
+        "fcpts.get_method('pot-erk'); assert 'baselines.pot' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=registry_module.__file__.rsplit("/fcpts/", 1)[0])
+    assert "baselines" in registry_module.method_packages()
+
+
+def test_method_packages_are_the_entry_points_then_the_importable_defaults(monkeypatch):
+    class EntryPoint:
+        value = "other_methods:register_all"
+
+    monkeypatch.setattr(
+        registry_module, "entry_points", lambda group: [EntryPoint()] if group == "fcpts.methods" else []
+    )
+    monkeypatch.setattr(registry_module, "DEFAULT_PACKAGES", ("baselines", "not_installed_methods"))
+    assert registry_module.method_packages() == ["other_methods", "baselines"]  # a missing default is skipped
+
+
+def test_a_method_package_that_fails_to_import_fails_every_read(monkeypatch):
+    fresh = registry_module.Registry()
+    monkeypatch.setattr(registry_module, "method_packages", lambda: ["no_such_method_package"])
+    for _ in range(2):
+        with pytest.raises(ModuleNotFoundError, match="no_such_method_package"):
+            list(fresh)
