@@ -4,8 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-PHONY_GPU := gpu-data gpu-check gpu-check-dry scale-small
-.PHONY: $(PHONY_GPU) setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: gpu-data gpu-check gpu-check-dry scale-small setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 # The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
@@ -174,8 +173,8 @@ scale-small: setup
 # machine runs every part in at most 8 minutes with only torch, torchvision and timm (no venv, no install);
 # `make gpu-check-dry` runs it on a CPU with tiny sizes.
 GPU_OUT ?= results/local/gpu_check
-gpu-data:
-	$(PYTHON) -m benchmarks.gpu_check prepare
+gpu-data: setup
+	$(PY) -m benchmarks.gpu_check prepare
 
 gpu-check:
 	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT)

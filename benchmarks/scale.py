@@ -42,16 +42,20 @@ FULL = {
     "warmup": 3,
     "steps": 5,
     "layers": 4,
+    "train_images": None,  # the training-loop methods' calibration: the paper's 1,024
     "small_options": {},
     "memory_line": True,
 }
 SMALL = {
-    "batch_sizes": [2],
+    "batch_sizes": [1],
     "images": [2, 6],
     "iterations": [2, 6],
     "warmup": 1,
     "steps": 1,
     "layers": 1,
+    # A training-loop method's setup passes over its calibration set (1,024 images at the paper's budget: minutes
+    # of a ViT on a CPU); a few images here, the setup projected in proportion.
+    "train_images": 4,
     # FCPTS+ prunes its probe images one-shot per ERK exponent before training: a few, not 256, on a CPU.
     "small_options": {"probe_images": 2},
     "memory_line": False,
@@ -88,7 +92,7 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
         "method": method,
         "device": device,
         "threads": threads,
-        "n_images": budget["n_calibration"],  # training methods sample batches from the whole (lazy) set
+        "n_images": sizes["train_images"] or budget["n_calibration"],  # training methods sample batches from it
         "options": budget["options"],
         **sizes,
     }
@@ -110,6 +114,18 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
     cell = json.loads(lines[-1].removeprefix("SCALE_CELL "))
     cell["cell_s"] = round(time.perf_counter() - t, 2)
     return cell
+
+
+# The probe sizes each kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
+SIZES_OF_KIND = {
+    "training": ("batch_sizes", "warmup", "steps", "train_images", "small_options"),
+    "layer-wise": ("images", "iterations", "layers"),
+    "one-shot": ("images",),
+}
+
+
+def same_probes(kind: str, a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in SIZES_OF_KIND[kind])
 
 
 def fmt_time(seconds: float) -> str:
@@ -207,7 +223,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
     p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
     p.add_argument(
-        "--resume", action="store_true", help="keep the finished cells of an earlier --out with the same probes"
+        "--resume",
+        action="store_true",
+        help="keep the finished cells of an earlier --out (those whose probes are this run's)",
+    )
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        help="also keep the finished cells of these outputs (those whose probes are this run's)",
     )
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     args = p.parse_args(argv)
@@ -235,10 +259,15 @@ def main(argv=None) -> dict:
     name = f"scale_{args.device}{'_small' if args.small else ''}.json"
     out = Path(args.out or REPO_ROOT / "results" / "benchmarks" / name)
     done: dict = {}
-    if args.resume and out.is_file():
-        earlier = json.loads(out.read_text())
-        if earlier.get("sizes") == sizes:
-            done = {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] == "ok"}
+    for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
+        earlier = json.loads(path.read_text())
+        done.update(
+            {
+                (c["model"], c["method"]): c
+                for c in earlier["cells"]
+                if c["status"] == "ok" and same_probes(c["kind"], earlier["sizes"], sizes)
+            }
+        )
     t0 = time.perf_counter()
     result = {
         "mode": "small" if args.small else "full",

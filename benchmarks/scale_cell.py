@@ -178,7 +178,7 @@ def run_cell(spec: dict) -> dict:
         overrides = {**base, "log_every": 1, **spec.get("small_options", {})}
         overrides = {k: v for k, v in overrides.items() if k in method.options.field_names()}
         if "search_runs" in method.options.field_names():  # a search of whole runs: time one, count the rest
-            result["runs_per_cell"] = overrides.get("search_runs", getattr(defaults, "search_runs"))
+            result["runs_per_cell"] = overrides.get("search_runs", vars(defaults)["search_runs"])
             overrides["search_runs"] = 1
         iterations = spec["warmup"] + spec["steps"]
         for batch in spec["batch_sizes"]:

@@ -5,7 +5,7 @@ Projections (each a straight line through the probes, documented in docs/benchma
 - training: the median step time at each probed batch size (after the warm-up steps); at the paper's batch
   when it was probed, else the line through two batch sizes (or proportional to one) at the paper's batch.
   Cell = runs x (setup + iterations x step), `runs` the searched runs of a method that searches (STR), setup the
-  probe's time outside its steps.
+  probe's time outside its steps, in proportion to the paper's calibration size over the probe's.
 - layer-wise: time = c0 + c_images x images (+ c_iterations x per-layer iterations) through the probes, taken at
   the paper's calibration size and iterations, for the layers timed; then scaled to every layer by their share
   of the model's multiply-accumulates (the `params` projection scales by weight count instead).
@@ -58,7 +58,8 @@ def project_training(cell: dict, paper: dict, warmup: int) -> dict:
         (b1, t1) = next(iter(step.items()))
         per_step = t1 * batch / b1
     last = probes[-1]
-    setup = max(0.0, last["wall_s"] - sum(last.get("step_s") or []))
+    # The setup passes over the calibration set: in proportion to the paper's calibration size.
+    setup = max(0.0, last["wall_s"] - sum(last.get("step_s") or [])) * paper["n_calibration"] / last["images"]
     runs = cell.get("runs_per_cell", 1)
     return {
         "unit": "step",
