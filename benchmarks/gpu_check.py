@@ -1,8 +1,8 @@
 """The GPU check: every GPU measurement the suite lacks, in one command of at most 8 minutes on one GPU.
 
-    python -m benchmarks.gpu_check prepare                    # here: CIFAR-10 subset + two weight files -> gpu_data/
+    python -m benchmarks.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
     python -m benchmarks.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
-    python -m benchmarks.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in about a minute
+    python -m benchmarks.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
 
 Parts, in order, each a child process with its own time limit (its share of the total; a part may use what
 earlier parts left over, never what later parts are granted), none stopping the others:
@@ -18,7 +18,7 @@ Everything goes under OUT: each part's log, records under OUT/work/, and at the 
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
 Data: `prepare` copies a CIFAR-10 subset (the test split's first images, a seeded subset of the training split)
-and the ResNet-32/56 weights into gpu_data/ (git-ignored), small enough to travel with the working tree; the
+and the ResNet-20/32/56 weights into gpu_data/ (git-ignored), small enough to travel with the working tree; the
 run reads it as FCPTS_DATA_ROOT. Without a git folder the records name the commit `prepare` wrote down.
 """
 
@@ -50,7 +50,7 @@ XZ_FILTERS = [
     {"id": lzma.FILTER_DELTA, "dist": 96},
     {"id": lzma.FILTER_LZMA2, "preset": 9, "lc": 4, "lp": 0, "pb": 0},
 ]
-WEIGHTS = ("resnet32", "resnet56")
+WEIGHTS = ("resnet20", "resnet32", "resnet56")  # ResNet-20: the cuda smoke tests
 
 
 @dataclass
@@ -88,7 +88,7 @@ def write_npz_xz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) -> dict:
-    """CIFAR-10 subsets and the ResNet-32/56 weights from `source` (a data root) into `dest`; the commit too."""
+    """CIFAR-10 subsets and the ResNet-20/32/56 weights from `source` (a data root) into `dest`; the commit too."""
     from tasks.cifar.data import load_cifar
 
     x_train, y_train = load_cifar(source, "cifar10", "train")

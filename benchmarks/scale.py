@@ -233,6 +233,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=[],
         help="also keep the finished cells of these outputs (those whose probes are this run's)",
     )
+    p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     args = p.parse_args(argv)
     if args.device not in ("cpu", "cuda"):
@@ -286,6 +287,8 @@ def main(argv=None) -> dict:
         for method in args.methods:
             if (model, method) in done:
                 cell = done[(model, method)]
+            elif args.merge_only:
+                cell = {"status": "not measured", "error": "no finished cell in the merged outputs"}
             elif args.budget_s is not None and time.perf_counter() - t0 > args.budget_s:
                 cell = {"status": "skipped", "error": f"not started: past the {args.budget_s:.0f} s budget"}
             else:
