@@ -260,8 +260,12 @@ def main(argv=None) -> dict:
     name = f"scale_{args.device}{'_small' if args.small else ''}.json"
     out = Path(args.out or REPO_ROOT / "results" / "benchmarks" / name)
     done: dict = {}
+    failed: dict = {}  # cells that failed before, shown as such by --merge-only
     for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
         earlier = json.loads(path.read_text())
+        failed.update(
+            {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] in ("crashed", "timeout", "error")}
+        )
         done.update(
             {
                 (c["model"], c["method"]): c
@@ -288,7 +292,10 @@ def main(argv=None) -> dict:
             if (model, method) in done:
                 cell = done[(model, method)]
             elif args.merge_only:
-                cell = {"status": "not measured", "error": "no finished cell in the merged outputs"}
+                cell = failed.get((model, method)) or {
+                    "status": "not measured",
+                    "error": "no finished cell in the merged outputs",
+                }
             elif args.budget_s is not None and time.perf_counter() - t0 > args.budget_s:
                 cell = {"status": "skipped", "error": f"not started: past the {args.budget_s:.0f} s budget"}
             else:
