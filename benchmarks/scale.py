@@ -242,6 +242,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--device cuda asked for, but CUDA is not available here; use --device cpu")
     from tasks.imagenet.models import get_spec
 
+    missing = [m for m in args.merge if not Path(m).is_file()]
+    if missing:
+        p.error(f"--merge: no such file {', '.join(missing)}")
     args.models = args.models or paper_models()
     args.methods = args.methods or list(METHODS)
     try:
