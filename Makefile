@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: gpu-data gpu-check gpu-check-dry scale-small setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 # The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
@@ -164,3 +164,22 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache results/checkpoints
+
+# The scale benchmark's CPU mode: every registered method on the paper's seven ImageNet models at 224 px, tiny
+# probes projected to the paper's budget (docs/benchmarks.md); about an hour of one shared core here.
+scale-small: setup
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks.scale --small --threads 1
+
+# The GPU check (docs/benchmarks.md): `make gpu-data` here copies the CIFAR-10 subset and weights it needs into
+# gpu_data/ (git-ignored, small enough to travel with the checkout); `make gpu-check GPU_OUT=DIR` on the GPU
+# machine runs every part in at most 8 minutes with only torch, torchvision and timm (no venv, no install);
+# `make gpu-check-dry` runs it on a CPU with tiny sizes.
+GPU_OUT ?= results/local/gpu_check
+gpu-data: setup
+	$(PY) -m benchmarks.gpu_check prepare
+
+gpu-check:
+	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT)
+
+gpu-check-dry:
+	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT)-dry --dry-run

@@ -1,0 +1,259 @@
+"""The GPU check: every GPU measurement the suite lacks, in one command of at most 8 minutes on one GPU.
+
+    python -m benchmarks.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
+    python -m benchmarks.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
+    python -m benchmarks.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
+
+Parts, in order, each a child process with its own time limit (its share of the total; a part may use what
+earlier parts left over, never what later parts are granted), none stopping the others:
+  smoke        the `cuda`-marked tests
+  step-time    FCPTS step over a plain training step, batch 64 (and bf16)
+  r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
+  r56-bf16     the same in bfloat16 (a record beside it)
+  r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
+  scale        the scale benchmark's FCPTS, POT and OBS cells on ResNet-18, ResNet-50 and ViT-B/16
+  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record): last, so it may use
+               every second the others left
+Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
+how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
+
+Data: `prepare` copies a CIFAR-10 subset (the test split's first images, a seeded subset of the training split)
+and the ResNet-20/32/56 weights into gpu_data/ (git-ignored), small enough to travel with the working tree; the
+run reads it as FCPTS_DATA_ROOT. Without a git folder the records name the commit `prepare` wrote down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import lzma
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tasks.grid.paths import REPO_ROOT
+
+DEFAULT_DATA = REPO_ROOT / "gpu_data"
+TRAVEL_LIMIT = 64 * 2**20  # what travels to the device: the tracked files and gpu_data/ together
+# The archives' own filter chain (../shared/data/README.md): small enough to travel.
+XZ_FILTERS = [
+    {"id": lzma.FILTER_DELTA, "dist": 3},
+    {"id": lzma.FILTER_DELTA, "dist": 96},
+    {"id": lzma.FILTER_LZMA2, "preset": 9, "lc": 4, "lp": 0, "pb": 0},
+]
+WEIGHTS = ("resnet20", "resnet32", "resnet56")  # ResNet-20: the cuda smoke tests
+
+
+@dataclass
+class Part:
+    name: str
+    command: list[str]
+    budget_s: float  # the time this part is granted; earlier parts' leftovers come on top
+
+
+def git_head() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def tracked_bytes() -> int:
+    """Bytes of the checkout's tracked files (what travels besides gpu_data/)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout.split(
+            b"\0"
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return sum((REPO_ROOT / n.decode()).stat().st_size for n in names if n and (REPO_ROOT / n.decode()).is_file())
+
+
+def write_npz_xz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=XZ_FILTERS))
+
+
+def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) -> dict:
+    """CIFAR-10 subsets and the ResNet-20/32/56 weights from `source` (a data root) into `dest`; the commit too."""
+    from tasks.cifar.data import load_cifar
+
+    x_train, y_train = load_cifar(source, "cifar10", "train")
+    x_test, y_test = load_cifar(source, "cifar10", "test")
+    if not (0 < n_train <= len(x_train) and 0 < n_test <= len(x_test)):
+        raise ValueError(f"--train must be in 1..{len(x_train)} and --test in 1..{len(x_test)}")
+    idx = np.sort(np.random.default_rng(seed).choice(len(x_train), n_train, replace=False))
+    if dest.exists():
+        shutil.rmtree(dest)
+    write_npz_xz(dest / "cifar10" / "train.npz.xz", {"x": x_train[idx], "y": y_train[idx]})
+    write_npz_xz(dest / "cifar10" / "test.npz.xz", {"x": x_test[:n_test], "y": y_test[:n_test]})
+    for model in WEIGHTS:
+        src = source / "weights" / "cifar10" / f"{model}.th"
+        if not src.is_file():
+            raise FileNotFoundError(f"{src} not found: the CIFAR-10 weights come from the suite's data folder")
+        (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest / "weights" / "cifar10" / src.name)
+    info = {"commit": git_head(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
+    (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
+    data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    info["bytes"] = data_bytes
+    info["travel_bytes"] = data_bytes + tracked_bytes()
+    return info
+
+
+def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
+    """The parts, with the GPU's sizes, or tiny ones for a CPU dry run."""
+    py = sys.executable
+    work = out / "work"
+    records = ["--results-dir", str(work / "records"), "--device", device, "--no-progress"]
+
+    def cifar(model: str, method: str, sparsity: str, profile: str, *extra: str) -> list[str]:
+        head = [py, "-m", "tasks.cifar", "--dataset", "cifar10", "--model", model, "--methods", method]
+        return head + ["--sparsity", sparsity, "--profile", "quick" if dry_run else profile, *records, *extra]
+
+    smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
+    smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/integration/test_cuda_smoke_tasks.py"]
+    step = [py, "-m", "benchmarks.step_time", "--device", device, "--out", str(work / "step_time.txt")]
+    scale = [py, "-m", "benchmarks.scale", "--device", device, "--out", str(work / "scale.json")]
+    if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
+        smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
+        step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
+        scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
+    else:  # the methods of the goals (FCPTS, POT, OBS cells), about ten seconds a cell on an H100
+        step += ["--amp", "bf16"]
+        scale += ["--models", "resnet18", "resnet50", "vit_base", "--methods", "fcpts", "pot-l2norm", "obs"]
+        scale += ["--cell-timeout", "30"]
+    # ResNet-56 FCPTS takes 60 ms a step on an H100 (results/benchmarks/method_time_cuda.txt): 1,600 steps twice
+    # would not fit, so bf16 and float32 are compared at the `fast` budget (400 steps), same data and seed.
+    return [
+        Part("smoke", smoke, 60),
+        Part("step-time", step, 35),
+        Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 40),
+        Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 40),
+        Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 75),
+        Part("scale", scale, 90),
+        Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 130),
+    ]
+
+
+def run_part(part: Part, timeout_s: float, log: Path, env: dict[str, str]) -> dict:
+    """One part in its own process group (killed whole at its limit); its exit, time and log."""
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(part.command) + "\n")
+        f.flush()
+        proc = subprocess.Popen(
+            part.command, cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=max(timeout_s, 1))
+            status = "passed" if rc == 0 else f"failed (exit {rc})"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = f"timed out after {timeout_s:.0f} s"
+    seconds = round(time.perf_counter() - t, 1)
+    return {"part": part.name, "status": status, "seconds": seconds, "limit_s": round(timeout_s)}
+
+
+def run(out: Path, data_root: Path, device: str, total_s: float, dry_run: bool, only: list[str] | None) -> list[dict]:
+    """Every part within `total_s`; the summary; OUT/work packed."""
+    if not (data_root / "cifar10" / "test.npz.xz").is_file():
+        raise SystemExit(
+            f"no CIFAR-10 under {data_root}: run `python -m benchmarks.gpu_check prepare` (writes gpu_data/) "
+            "and carry gpu_data to the device, or pass --data-root"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "work").mkdir(exist_ok=True)
+    env = {**os.environ, "FCPTS_DATA_ROOT": str(data_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    prepared = data_root / "prepared.json"
+    commit = git_head() or (json.loads(prepared.read_text()).get("commit") if prepared.is_file() else None)
+    if commit and "FCPTS_GIT_COMMIT" not in os.environ:
+        env["FCPTS_GIT_COMMIT"] = commit
+    parts = part_list(out, dry_run, device)
+    unknown = sorted(set(only or []) - {p.name for p in parts})
+    if unknown:
+        raise SystemExit(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(p.name for p in parts)}")
+    parts = [p for p in parts if not only or p.name in only]
+    deadline = time.perf_counter() + total_s
+    share = total_s / sum(p.budget_s for p in parts)  # the budgets are shares of whatever total is given
+    results = []
+    for i, part in enumerate(parts):
+        reserved = share * sum(p.budget_s for p in parts[i + 1 :])
+        timeout_s = deadline - time.perf_counter() - reserved
+        if part.name == "scale":  # start no cell that could not finish in time
+            part.command += ["--budget-s", str(max(timeout_s - 35, 1))]
+        results.append(run_part(part, timeout_s, out / "work" / f"{part.name}.log", env))
+        print(f"{part.name:10s} {results[-1]['status']} in {results[-1]['seconds']} s", flush=True)
+    write_summary(out, results, device, commit, dry_run)
+    with tarfile.open(out / "gpu_check.tar.gz", "w:gz") as tar:
+        tar.add(out / "work", arcname="gpu_check")
+    return results
+
+
+def write_summary(out: Path, results: list[dict], device: str, commit: str | None, dry_run: bool) -> None:
+    import torch
+
+    where = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+    lines = [
+        f"GPU check{' (CPU dry run, tiny sizes: no result)' if dry_run else ''} on {where}, torch {torch.__version__}, "
+        f"commit {commit or 'unknown'}",
+        *(f"{r['part']:10s} {r['status']:28s} {r['seconds']:7.1f} s (limit {r['limit_s']} s)" for r in results),
+        f"{sum(r['status'] == 'passed' for r in results)} of {len(results)} parts passed; "
+        "logs and records in gpu_check.tar.gz",
+    ]
+    (out / "summary.txt").write_text("\n".join(lines) + "\n")
+    (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
+    pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
+    pr.add_argument("--dest", default=str(DEFAULT_DATA))
+    pr.add_argument("--train", type=int, default=3000, help="training images (calibration; POT takes them all)")
+    pr.add_argument("--test", type=int, default=2000, help="test images (evaluation)")
+    rn = sub.add_parser("run", help="run every part")
+    rn.add_argument("--out", required=True, help="everything goes under this folder (on the device: $OUT)")
+    rn.add_argument("--data-root", default=str(DEFAULT_DATA))
+    rn.add_argument("--device", help="default: cuda, cpu for --dry-run")
+    rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 900: a bound on a hang)")
+    rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
+    rn.add_argument("--only", nargs="+", help="run only these parts")
+    args = p.parse_args(argv)
+    if args.command == "prepare":
+        info = prepare(Path(args.source), Path(args.dest), args.train, args.test)
+        print(json.dumps(info, indent=1))
+        if info["travel_bytes"] > TRAVEL_LIMIT:
+            print(
+                f"too large to travel: the tracked files and {args.dest} come to "
+                f"{info['travel_bytes'] / 2**20:.1f} MiB, over {TRAVEL_LIMIT / 2**20:.0f} MiB; "
+                "use fewer --train/--test images",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    device = args.device or ("cpu" if args.dry_run else "cuda")
+    total = args.total_s or (900.0 if args.dry_run else 465.0)
+    results = run(Path(args.out), Path(args.data_root), device, total, args.dry_run, args.only)
+    return 0 if all(r["status"] == "passed" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Benchmark: every registered method on the paper's seven ImageNet models at the paper's ImageNet budget,
+timed on small probes and projected to whole cells; peak host and CUDA memory; the paper's grid in hours.
+
+Models come from their torchvision/timm constructors with random weights (nothing downloaded), inputs are
+synthetic 224-px images. Each (model, method) cell runs in its own process (benchmarks/scale_cell.py: what a
+probe is for each kind of method), so its peak memory is its own; the budgets are the `paper` profile of the
+ImageNet task (tasks/imagenet/grid.py); the projections are benchmarks/scale_projection.py's.
+
+    python -m benchmarks.scale --device cuda                       # the paper's batch, hundreds of images
+    OMP_NUM_THREADS=1 python -m benchmarks.scale --small           # every code path on a CPU in minutes
+    python -m benchmarks.scale --device cuda --models resnet18 vit_base --methods fcpts pot-l2norm
+
+Writes one JSON file (every probe, every projection) and a Markdown table beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from benchmarks.scale_cell import method_kind
+from benchmarks.scale_projection import GRID_TABLES, grid_hours, paper_grid_cells, project_cell
+from fcpts.core.io import write_json_atomic, write_text_atomic
+from fcpts.methods import METHODS, get_method
+from tasks.grid.paths import REPO_ROOT
+from tasks.grid.records import command_line, device_description, git_commit
+
+PAPER_REFERENCE = REPO_ROOT / "results" / "paper" / "paper_reference.csv"
+# Probe sizes: (the paper's batch and a few hundred images on a GPU; a couple of images and steps on a CPU).
+FULL = {
+    "batch_sizes": [64],
+    "images": [256, 512],
+    "iterations": [100, 200],
+    "warmup": 3,
+    "steps": 5,
+    "layers": 4,
+    "train_images": None,  # the training-loop methods' calibration: the paper's 1,024
+    "small_options": {},
+    "memory_line": True,
+}
+SMALL = {
+    "batch_sizes": [1],
+    "images": [2, 6],
+    "iterations": [2, 6],
+    "warmup": 1,
+    "steps": 1,
+    "layers": 1,
+    # A training-loop method's setup passes over its calibration set (1,024 images at the paper's budget: minutes
+    # of a ViT on a CPU); a few images here, the setup projected in proportion.
+    "train_images": 4,
+    # FCPTS+ prunes its probe images one-shot per ERK exponent before training: a few, not 256, on a CPU.
+    "small_options": {"probe_images": 2},
+    "memory_line": False,
+}
+
+
+def paper_models() -> list[str]:
+    from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS
+
+    return PAPER_CNNS + PAPER_VITS
+
+
+def paper_budget(method: str) -> dict:
+    """The ImageNet task's `paper` profile for one method: calibration size, iterations, batch (training-loop
+    methods) or per-layer iterations (a layer-wise method with its own), and the profile's options for it."""
+    from tasks.imagenet.grid import PROFILES
+
+    profile = PROFILES["paper"]
+    m = get_method(method)
+    options = profile.options_for(method) or {}
+    budget = {"n_calibration": profile.n_calibration_for(method), "options": options}
+    if m.trains:
+        budget.update(iterations=profile.iterations, batch_size=profile.batch_size)
+    elif "iterations" in m.options.field_names():
+        budget["iterations"] = options.get("iterations", vars(m.make_options())["iterations"])
+    return budget
+
+
+def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float, threads: int | None) -> dict:
+    """One cell in a child process; its JSON line, or a timeout/crash record."""
+    budget = paper_budget(method)
+    spec = {
+        "model": model,
+        "method": method,
+        "device": device,
+        "threads": threads,
+        "n_images": sizes["train_images"] or budget["n_calibration"],  # training methods sample batches from it
+        "options": budget["options"],
+        **sizes,
+    }
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.scale_cell", json.dumps(spec)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "error": f"cell ran past its {timeout_s:.0f} s", "cell_s": timeout_s}
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("SCALE_CELL ")]
+    if not lines:
+        tail = (proc.stderr or proc.stdout)[-600:]
+        return {"status": "crashed", "error": f"exit {proc.returncode}: {tail}", "cell_s": time.perf_counter() - t}
+    cell = json.loads(lines[-1].removeprefix("SCALE_CELL "))
+    cell["cell_s"] = round(time.perf_counter() - t, 2)
+    return cell
+
+
+# The probe sizes each kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
+SIZES_OF_KIND = {
+    "training": ("batch_sizes", "warmup", "steps", "train_images", "small_options"),
+    "layer-wise": ("images", "iterations", "layers"),
+    "one-shot": ("images",),
+}
+
+
+def same_probes(kind: str, a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in SIZES_OF_KIND[kind])
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def fmt_mem(values: list[float] | None) -> str:
+    return " / ".join(f"{v:.2f}" for v in values) if values else "-"
+
+
+def markdown(result: dict) -> str:
+    """The model x method table, then the grid's projected hours."""
+    device, sizes = result["device"], result["sizes"]
+    unit_of = {"training": "per step", "layer-wise": "per layer", "one-shot": "per run"}
+    lines = [
+        f"# Scale benchmark: {result['device_description']}",
+        "",
+        f"{result['mode']} mode; budgets: the ImageNet task's `paper` profile; probes: {json.dumps(sizes)}.",
+        "Time per step (training loop, at the paper's batch of 64) or per layer (layer-wise, at the paper's images "
+        "and iterations), projected from the probes (docs/benchmarks.md); a cell's projected minutes; peak memory "
+        "in GB at each probe (host RSS; CUDA allocated), then the line through them at the paper's size.",
+    ]
+    if result.get("note"):
+        lines += ["", f"Note: {result['note']}"]
+    lines += [
+        "",
+        "| model | method | kind | time | projected cell min | peak host GB (probes) | host GB at paper size "
+        "| peak CUDA GB (probes) | CUDA GB at paper size | status |",
+        "|---|---|---|---:|---:|---|---:|---|---:|---|",
+    ]
+    for cell in result["cells"]:
+        p = cell.get("projection") or {}
+        mem = p.get("memory", {})
+        kind = cell.get("kind", method_kind(get_method(cell["method"])) if cell["method"] in METHODS else "?")
+        status = cell["status"] if cell["status"] == "ok" else f"{cell['status']}: {cell.get('error', '')[:80]}"
+        status = status.replace("|", "/").replace("\n", " ")
+        if p.get("clamped"):
+            status += " (a slope clamped)"
+        time_s = f"{fmt_time(p['unit_s'])} {unit_of.get(kind, '')}" if p else "-"
+        if p.get("runs", 1) > 1:
+            time_s += f", up to {p['runs']} runs"
+        at_paper = {k: mem.get(k + "_at_paper") for k in ("peak_rss_gb", "peak_cuda_gb")}
+        lines.append(
+            f"| {cell['model']} | {cell['method']} | {kind} | {time_s} | "
+            + (f"{p['projected_s'] / 60:.1f}" if p else "-")
+            + f" | {fmt_mem(mem.get('peak_rss_gb'))} | "
+            + (f"{at_paper['peak_rss_gb']:.1f}" if at_paper["peak_rss_gb"] is not None else "-")
+            + f" | {fmt_mem(mem.get('peak_cuda_gb'))} | "
+            + (f"{at_paper['peak_cuda_gb']:.1f}" if at_paper["peak_cuda_gb"] is not None else "-")
+            + f" | {status} |"
+        )
+    grid = result["grid"]
+    where = "this CPU" if device == "cpu" else result["device_description"]
+    lines += [
+        "",
+        f"## The paper's ImageNet grid, projected hours on {where}",
+        "",
+        "Cells of the paper's Tables 2, 3 and 5 (results/paper/paper_reference.csv), each at its (model, method)'s "
+        "projected minutes (the sparsity does not change the work); a cell in two tables counts once in the total.",
+        "",
+        "| table | cells | projected hours | cells without a projection |",
+        "|---|---:|---:|---:|",
+    ]
+    for table, row in grid["tables"].items():
+        lines.append(f"| {GRID_TABLES[table]} | {row['cells']} | {row['hours']:.1f} | {row['missing']} |")
+    lines.append(f"| whole grid (unique cells) | {grid['unique_cells']} | {grid['total_hours']:.1f} | |")
+    lines += [
+        "",
+        f"command: {result['command']}",
+        f"commit {result['commit']}, torch {result['torch']}, {result['threads']} torch threads a cell, "
+        f"load average at the end {result['load_end']}, created {result['created']}, {result['wall_s']:.0f} s in all",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def finish(result: dict, sizes: dict) -> dict:
+    """Projections of every cell and the grid's hours."""
+    minutes = {}
+    for cell in result["cells"]:
+        if cell["status"] == "ok":
+            cell["projection"] = project_cell(cell, paper_budget(cell["method"]), sizes["warmup"], sizes["memory_line"])
+            minutes[(cell["model"], cell["method"])] = cell["projection"]["projected_s"] / 60
+    result["grid"] = grid_hours(paper_grid_cells(PAPER_REFERENCE), minutes)
+    return result
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", help="default: the paper's seven (tasks/imagenet/models.py)")
+    p.add_argument("--methods", nargs="+", help="default: every registered method")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--small", action="store_true", help="tiny probes (a couple of images and steps) for a CPU")
+    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take")
+    p.add_argument("--budget-s", type=float, help="start no cell after this many seconds (the rest: 'skipped')")
+    p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
+    p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the finished cells of an earlier --out (those whose probes are this run's)",
+    )
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        help="also keep the finished cells of these outputs (those whose probes are this run's)",
+    )
+    p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
+    p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
+    args = p.parse_args(argv)
+    if args.device not in ("cpu", "cuda"):
+        p.error(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda asked for, but CUDA is not available here; use --device cpu")
+    from tasks.imagenet.models import get_spec
+
+    missing = [m for m in args.merge if not Path(m).is_file()]
+    if missing:
+        p.error(f"--merge: no such file {', '.join(missing)}")
+    args.models = args.models or paper_models()
+    args.methods = args.methods or list(METHODS)
+    try:
+        for name in args.models:
+            get_spec(name)
+        for name in args.methods:
+            get_method(name)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    sizes = SMALL if args.small else FULL
+    name = f"scale_{args.device}{'_small' if args.small else ''}.json"
+    out = Path(args.out or REPO_ROOT / "results" / "benchmarks" / name)
+    done: dict = {}
+    failed: dict = {}  # cells that failed before, shown as such by --merge-only
+    for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
+        earlier = json.loads(path.read_text())
+        failed.update(
+            {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] in ("crashed", "timeout", "error")}
+        )
+        done.update(
+            {
+                (c["model"], c["method"]): c
+                for c in earlier["cells"]
+                if c["status"] == "ok" and same_probes(c["kind"], earlier["sizes"], sizes)
+            }
+        )
+    t0 = time.perf_counter()
+    result = {
+        "mode": "small" if args.small else "full",
+        "device": args.device,
+        "device_description": device_description(args.device),
+        "sizes": sizes,
+        "note": args.note,
+        "command": command_line(),
+        "commit": git_commit(),
+        "torch": torch.__version__,
+        "threads": args.threads or torch.get_num_threads(),
+        "budgets": {m: paper_budget(m) for m in args.methods},
+        "cells": [],
+    }
+    for model in args.models:
+        for method in args.methods:
+            if (model, method) in done:
+                cell = done[(model, method)]
+            elif args.merge_only:
+                cell = failed.get((model, method)) or {
+                    "status": "not measured",
+                    "error": "no finished cell in the merged outputs",
+                }
+            elif args.budget_s is not None and time.perf_counter() - t0 > args.budget_s:
+                cell = {"status": "skipped", "error": f"not started: past the {args.budget_s:.0f} s budget"}
+            else:
+                cell = run_cell(model, method, sizes, args.device, args.cell_timeout, args.threads)
+            cell = {"model": model, "method": method, **{k: v for k, v in cell.items() if k not in ("model", "method")}}
+            result["cells"].append(cell)
+            print(f"{model:14s} {method:16s} {cell['status']:8s} {cell.get('cell_s', 0):7.1f} s", flush=True)
+            write_json_atomic(out, result)  # what is measured survives an interrupted run
+    result["wall_s"] = time.perf_counter() - t0
+    result["load_end"] = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    result["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    finish(result, sizes)
+    write_json_atomic(out, result)
+    text = markdown(result)
+    write_text_atomic(out.with_suffix(".md"), text)
+    print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""One cell of the scale benchmark, run in its own process so its peak memory is its own: one method on one
+ImageNet model (random weights, synthetic 224-px images), timed on small probes that the parent projects to
+the paper's budget (benchmarks/scale.py).
+
+What a probe is depends on the kind of method, read from the registry, never from its name:
+- training (the distillation loop): `warmup + steps` steps at a batch size; the per-step times of the last
+  `steps` come from the report's history (`log_every=1`). Two batch sizes give a line in the batch size.
+- layer-wise (every other method with options of its own, e.g. POT, OBS): the method prunes only `layers`
+  layers spread evenly over the model (`filter_fn`), at two calibration sizes; a method with per-layer
+  `iterations` also runs at a second iteration count. The parent fits time = c0 + c_images x images
+  (+ c_iterations x iterations) and scales it to every layer by the layers' share of the model's MACs.
+- one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
+
+Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory.
+
+    python -m benchmarks.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from dataclasses import fields
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from fcpts.core.masks import prunable_layers
+from fcpts.core.options import MethodOptions
+from fcpts.methods import Method, get_method
+
+IMAGE_SIZE = 224
+SHARED_OPTIONS = {f.name for f in fields(MethodOptions)} | {"allocation"}
+
+
+class SyntheticImages(Dataset):
+    """`n` normal 3x224x224 images, each made from its index when read: any calibration size costs no memory
+    until a method holds it, so the measured peak is the method's own."""
+
+    def __init__(self, n: int, size: int = IMAGE_SIZE):
+        self.n, self.size = n, size
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, self.size, self.size, generator=g)
+
+
+def method_kind(method: Method) -> str:
+    """'training', 'layer-wise' or 'one-shot' (see the module's docstring)."""
+    if method.trains:
+        return "training"
+    own = method.options.field_names() - SHARED_OPTIONS - set(method.fixed)
+    return "layer-wise" if own else "one-shot"
+
+
+class PeakRSS:
+    """The highest resident set size of this process while the block runs (sampled), in bytes."""
+
+    def __init__(self, every_s: float = 0.02):
+        self.every_s, self.peak = every_s, 0
+        self._stop = threading.Event()
+
+    @staticmethod
+    def now() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.now())
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self.now()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.now())
+
+
+def layer_costs(model: nn.Module) -> dict[str, dict[str, int]]:
+    """Each prunable layer's multiply-accumulates for one 224-px image and its weight count, in model order."""
+    layers = prunable_layers(model)
+    macs: dict[str, int] = {}
+
+    def hook(name: str):
+        def record(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
+            w = module.weight
+            macs[name] = macs.get(name, 0) + output.numel() * (w.numel() // w.shape[0])
+
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in layers.items()]
+    with torch.no_grad():
+        model.eval()(torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE))
+    for h in handles:
+        h.remove()
+    return {n: {"macs": macs.get(n, 0), "params": m.weight.numel()} for n, m in layers.items()}
+
+
+def spread(names: list[str], k: int) -> list[str]:
+    """`k` names at the middles of `k` equal stretches of the list (all of them when k >= len(names)): typical
+    layers, not the stem and the classifier at the ends."""
+    if k >= len(names):
+        return list(names)
+    return [names[int((i + 0.5) * len(names) / k)] for i in range(k)]
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_probe(method: Method, build, n_images: int, budget: dict, overrides: dict, device: str) -> dict:
+    """One call of the method on a fresh model: wall time, peak memory, per-step times (training)."""
+    model = build()
+    images = SyntheticImages(n_images)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    options = method.make_options(budget, {**overrides, "device": device, "progress": False})
+    with PeakRSS() as rss:
+        synchronize(device)
+        t = time.perf_counter()
+        _, report = method(model, images, 0.7, options)
+        synchronize(device)
+        wall = time.perf_counter() - t
+    out = {"images": n_images, "wall_s": round(wall, 4), "peak_rss_gb": round(rss.peak / 1e9, 3)}
+    if device.startswith("cuda"):
+        out["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
+    out["step_s"] = [row["step_s"] for row in report.history if "step_s" in row]
+    del model, report
+    return out
+
+
+def run_cell(spec: dict) -> dict:
+    """Every probe of one (model, method) cell; see the module's docstring."""
+    from tasks.imagenet.models import architecture
+
+    torch.manual_seed(0)
+    method = get_method(spec["method"])
+    kind = method_kind(method)
+    device = spec["device"]
+    t = time.perf_counter()
+    template = architecture(spec["model"])
+    build_s = time.perf_counter() - t
+    costs = layer_costs(template)
+
+    def build() -> nn.Module:
+        import copy
+
+        return copy.deepcopy(template)
+
+    base = dict(spec.get("options") or {})  # the profile's own options for this method (e.g. POT's iterations)
+    result: dict[str, Any] = {"kind": kind, "build_s": round(build_s, 2), "layers_total": len(costs), "probes": []}
+    result["macs_total"] = sum(c["macs"] for c in costs.values())
+    result["params_total"] = sum(c["params"] for c in costs.values())
+    defaults = method.make_options({}, {})
+    if kind == "training":
+        overrides = {**base, "log_every": 1, **spec.get("small_options", {})}
+        overrides = {k: v for k, v in overrides.items() if k in method.options.field_names()}
+        if "search_runs" in method.options.field_names():  # a search of whole runs: time one, count the rest
+            result["runs_per_cell"] = overrides.get("search_runs", vars(defaults)["search_runs"])
+            overrides["search_runs"] = 1
+        iterations = spec["warmup"] + spec["steps"]
+        for batch in spec["batch_sizes"]:
+            budget = {"iterations": iterations, "batch_size": batch, "seed": 0}
+            probe = run_probe(method, build, spec["n_images"], budget, overrides, device)
+            probe["batch_size"] = batch
+            result["probes"].append(probe)
+        return result
+    if kind == "one-shot":
+        probe = run_probe(method, build, spec["images"][0], {"seed": 0}, {}, device)
+        result["probes"].append(probe)
+        return result
+    chosen = spread(list(costs), spec["layers"])
+    result["layers_timed"] = chosen
+    result["macs_timed"] = sum(costs[n]["macs"] for n in chosen)
+    result["params_timed"] = sum(costs[n]["params"] for n in chosen)
+    keep = set(chosen)
+    overrides = {**base, "filter_fn": lambda module, name: name in keep}
+    iterative = "iterations" in method.options.field_names()
+    plan = [(n, spec["iterations"][0]) for n in spec["images"]]
+    if iterative:
+        plan.append((spec["images"][0], spec["iterations"][1]))
+    for n_images, iterations in plan:
+        probe_overrides = {**overrides, **({"iterations": iterations} if iterative else {})}
+        probe = run_probe(method, build, n_images, {"seed": 0}, probe_overrides, device)
+        if iterative:
+            probe["iterations"] = iterations
+        result["probes"].append(probe)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    spec = json.loads((argv or sys.argv[1:])[0])
+    torch.set_num_threads(int(spec.get("threads") or torch.get_num_threads()))
+    try:
+        result = {"status": "ok", **run_cell(spec)}
+    except Exception as e:  # the parent records the failure of this cell and goes on with the others
+        result = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:500]}"}
+    result["peak_rss_process_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9, 3)
+    print("SCALE_CELL " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

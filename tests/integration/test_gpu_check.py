@@ -1,0 +1,87 @@
+"""The GPU check's CPU dry run: `prepare` then `run --dry-run` on a tiny random CIFAR-10, so the one command meant
+for a rare GPU slot cannot rot between slots: every part's command line still parses and runs, the parts' time
+limits hold, failures are reported per part, and the summary and the packed folder come back."""
+
+import json
+import os
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import gpu_check
+from tasks.cifar.models import cifar_resnet
+
+
+def tiny_source(root):
+    """A data root with random CIFAR-10 splits and freshly initialised ResNet-32/56 weights (akamaster's format)."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 300), ("test", 200)):
+        x = rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
+        gpu_check.write_npz_xz(root / "cifar10" / f"{split}.npz.xz", {"x": x, "y": rng.integers(0, 10, n)})
+    (root / "weights" / "cifar10").mkdir(parents=True)
+    for model in gpu_check.WEIGHTS:
+        state = {f"module.{k}": v for k, v in cifar_resnet(model).state_dict().items()}
+        torch.save({"state_dict": state}, root / "weights" / "cifar10" / f"{model}.th")
+    return root
+
+
+def test_prepare_copies_a_subset_that_reads_back(tmp_path):
+    from tasks.cifar.data import load_cifar
+
+    info = gpu_check.prepare(tiny_source(tmp_path / "src"), tmp_path / "data", n_train=64, n_test=32)
+    x_train, _ = load_cifar(tmp_path / "data", "cifar10", "train")
+    x_test, y_test = load_cifar(tmp_path / "data", "cifar10", "test")
+    src_x, src_y = load_cifar(tmp_path / "src", "cifar10", "test")
+    assert (
+        x_train.shape == (64, 32, 32, 3) and np.array_equal(x_test, src_x[:32]) and np.array_equal(y_test, src_y[:32])
+    )
+    assert info["train"] == 64 and info["bytes"] > 0 and info["travel_bytes"] >= info["bytes"]
+    assert (tmp_path / "data" / "weights" / "cifar10" / "resnet56.th").is_file()
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_part_and_packs_its_output(tmp_path):
+    data = tmp_path / "data"
+    gpu_check.prepare(tiny_source(tmp_path / "src"), data, n_train=256, n_test=64)
+    out = tmp_path / "out"
+    code = gpu_check.main(["run", "--out", str(out), "--data-root", str(data), "--dry-run"])
+    results = json.loads((out / "summary.json").read_text())
+    assert [r["part"] for r in results] == [p.name for p in gpu_check.part_list(out, True, "cpu")]
+    failed = {
+        r["part"]: (out / "work" / f"{r['part']}.log").read_text()[-2000:] for r in results if r["status"] != "passed"
+    }
+    assert code == 0 and not failed, failed
+    found = [json.loads(p.read_text()) for p in (out / "work" / "records").rglob("*.json")]
+    records = [r for r in found if isinstance(r, dict) and "method_options" in r]
+    assert sorted((r["model"], r["method"]) for r in records) == [
+        ("resnet32", "fcpts"),
+        ("resnet32", "pot-l2norm"),
+        ("resnet56", "fcpts"),
+        ("resnet56", "fcpts"),
+    ]
+    assert sorted(str(r["method_options"].get("amp")) for r in records) == ["None", "None", "None", "bf16"]
+    assert all(r["git_commit"] != "unknown" for r in records)
+    scale = json.loads((out / "work" / "scale.json").read_text())
+    assert [c["status"] for c in scale["cells"]] == ["ok"]
+    summary = (out / "summary.txt").read_text()
+    assert "CPU dry run" in summary and f"{len(results)} of {len(results)} parts passed" in summary
+    with tarfile.open(out / "gpu_check.tar.gz") as tar:
+        names = tar.getnames()
+    assert "gpu_check/step_time.txt" in names and "gpu_check/scale.md" in names
+
+
+def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path):
+    slow = gpu_check.Part("slow", [sys.executable, "-c", "import time; time.sleep(30)"], 1)
+    fast = gpu_check.Part("fast", [sys.executable, "-c", "print('ok')"], 1)
+    log = tmp_path / "slow.log"
+    assert gpu_check.run_part(slow, 0.5, log, dict(os.environ))["status"].startswith("timed out")
+    assert gpu_check.run_part(fast, 5, tmp_path / "fast.log", dict(os.environ))["status"] == "passed"
+    assert "time.sleep" in log.read_text()
+
+
+def test_run_without_data_names_the_prepare_step(tmp_path):
+    with pytest.raises(SystemExit, match="gpu_check prepare"):
+        gpu_check.main(["run", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "none"), "--dry-run"])

@@ -1,0 +1,40 @@
+"""The committed scale benchmark output and the numbers docs/benchmarks.md quotes from it: every paper model with
+every method it measured, its Markdown table regenerated from its JSON, the grid's hours as the doc states them."""
+
+import copy
+import json
+
+import pytest
+
+from benchmarks import scale
+from tasks.grid.paths import REPO_ROOT
+
+OUTPUT = REPO_ROOT / "results" / "benchmarks" / "scale_cpu_small.json"
+
+
+@pytest.fixture(scope="module")
+def result():
+    return json.loads(OUTPUT.read_text())
+
+
+def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(result):
+    cells = {(c["model"], c["method"]): c for c in result["cells"]}
+    assert set(cells) == {(m, meth) for m in scale.paper_models() for meth in result["budgets"]}
+    assert {c["status"] for c in cells.values()} <= {"ok", "not measured", "crashed", "timeout", "error"}
+    assert {m for (m, _), c in cells.items() if c["status"] == "ok"} == set(scale.paper_models())
+    assert result["mode"] == "small" and result["sizes"] == scale.SMALL
+
+
+def test_projections_and_table_are_regenerated_from_the_probes(result):
+    again = scale.finish(copy.deepcopy(result), result["sizes"])
+    assert [c.get("projection") for c in again["cells"]] == [c.get("projection") for c in result["cells"]]
+    assert again["grid"] == result["grid"]
+    assert scale.markdown(result) == OUTPUT.with_suffix(".md").read_text()
+
+
+def test_benchmarks_doc_quotes_the_grid_hours(result):
+    text = " ".join((REPO_ROOT / "docs" / "benchmarks.md").read_text().split())
+    grid = result["grid"]
+    assert f"{grid['total_hours']:,.0f} core-hours" in text
+    for table, row in grid["tables"].items():
+        assert f"{scale.GRID_TABLES[table]}: {row['hours']:,.0f}" in text

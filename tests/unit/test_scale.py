@@ -1,0 +1,126 @@
+"""The scale benchmark's pieces: how a method's kind is read from the registry, which layers are timed, what a
+probe measures, and the projections from probes to the paper's budget and grid."""
+
+import pytest
+import torch
+from torch import nn
+
+import fcpts
+from benchmarks import scale, scale_cell, scale_projection
+from benchmarks.scale_projection import grid_hours, line, paper_grid_cells, project_cell
+
+
+def test_every_registered_method_has_a_kind_and_the_paper_budget():
+    kinds = {name: scale_cell.method_kind(m) for name, m in fcpts.METHODS.items()}
+    assert kinds["fcpts"] == kinds["probmask"] == kinds["str"] == "training"
+    assert kinds["pot-l2norm"] == kinds["obs"] == "layer-wise"
+    assert kinds["erk"] == kinds["global-magnitude"] == "one-shot"
+    assert scale.paper_budget("fcpts") == {"n_calibration": 1024, "options": {}, "iterations": 1600, "batch_size": 64}
+    assert scale.paper_budget("pot-l2norm")["n_calibration"] == 10240
+    assert scale.paper_budget("pot-l2norm")["iterations"] == 20000
+
+
+def test_spread_takes_middle_layers_not_the_ends():
+    names = [f"l{i}" for i in range(10)]
+    assert scale_cell.spread(names, 1) == ["l5"]
+    assert scale_cell.spread(names, 2) == ["l2", "l7"]
+    assert scale_cell.spread(names, 20) == names
+
+
+def test_synthetic_images_are_made_per_index_and_repeat():
+    images = scale_cell.SyntheticImages(3)
+    assert images[1].shape == (3, 224, 224) and torch.equal(images[1], images[1])
+    assert not torch.equal(images[0], images[1])
+    with pytest.raises(IndexError):
+        images[3]
+
+
+def test_layer_costs_count_macs_of_one_image():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Flatten(), nn.Linear(8 * 224 * 224, 10))
+    costs = scale_cell.layer_costs(model)
+    assert costs["0"] == {"macs": 8 * 224 * 224 * 27, "params": 8 * 27}
+    assert costs["2"] == {"macs": 10 * 8 * 224 * 224, "params": 10 * 8 * 224 * 224}
+
+
+def test_peak_rss_sees_a_short_allocation():
+    with scale_cell.PeakRSS() as rss:
+        before = scale_cell.PeakRSS.now()
+        block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        del block
+    assert rss.peak - before > 48 * 2**20
+
+
+def test_line_falls_back_to_proportional_when_noise_makes_it_negative():
+    assert line(1, 2.0, 3, 4.0) == (1.0, 1.0, False)
+    assert line(2, 2.0, 4, 1.0) == (0.0, 0.25, True)  # slope < 0: through the origin and the larger point
+    assert line(2, 1.0, 4, 3.0) == (0.0, 0.75, True)  # intercept < 0
+
+
+def test_training_projection_at_the_paper_batch_and_by_a_line():
+    paper = {"iterations": 1600, "batch_size": 64, "n_calibration": 1024}
+    probe = {"batch_size": 64, "images": 1024, "wall_s": 5.0, "step_s": [9.0, 1.0, 1.0, 1.0], "peak_rss_gb": 2.0}
+    cell = {"status": "ok", "kind": "training", "probes": [probe]}
+    p = project_cell(cell, paper, warmup=1)
+    assert p["unit_s"] == 1.0 and p["setup_s"] == 0.0 and p["projected_s"] == 1600
+    assert p["memory"]["peak_rss_gb_at_paper"] == 2.0
+    small = [
+        {"batch_size": 2, "images": 4, "wall_s": 9.0, "step_s": [5.0, 2.0]},
+        {"batch_size": 4, "images": 4, "wall_s": 9.0, "step_s": [5.0, 3.0]},
+    ]
+    p = project_cell({"status": "ok", "kind": "training", "probes": small, "runs_per_cell": 5}, paper, warmup=1)
+    assert p["unit_s"] == pytest.approx(1.0 + 0.5 * 64)  # the line through (2, 2 s) and (4, 3 s)
+    # five searched runs; each one's setup, 1 s on 4 images, in proportion on the paper's 1,024
+    assert p["setup_s"] == pytest.approx(256) and p["projected_s"] == pytest.approx(5 * (256 + 1600 * 33.0))
+
+
+def test_layerwise_projection_fits_images_and_iterations_then_scales_by_macs():
+    probes = [
+        {"images": 2, "iterations": 2, "wall_s": 3.0},
+        {"images": 6, "iterations": 2, "wall_s": 7.0},  # 1 s an image
+        {"images": 2, "iterations": 6, "wall_s": 5.0},  # 0.5 s an iteration
+    ]
+    cell = {"status": "ok", "kind": "layer-wise", "probes": probes, "layers_timed": ["a", "b"]}
+    cell.update(macs_total=400, macs_timed=100, params_total=10, params_timed=5)
+    p = project_cell(cell, {"n_calibration": 10, "iterations": 102}, warmup=0)
+    timed = 1.0 + 1.0 * 10 + 0.5 * 100  # c0 = 3 - 2 at 2 iterations, then 100 iterations more
+    assert p["projected_s"] == pytest.approx(4 * timed) and p["projected_s_by_params"] == pytest.approx(2 * timed)
+    assert p["unit_s"] == pytest.approx(timed / 2)
+
+
+def test_grid_counts_the_papers_tables_and_each_cell_once(tmp_path):
+    cells = paper_grid_cells(scale.PAPER_REFERENCE)
+    assert {t: len(c) for t, c in cells.items()} == {"table2": 100, "table3": 18, "table5": 9}
+    minutes = {(m, meth): 60.0 for t in cells.values() for m, meth, _ in t}
+    hours = grid_hours(cells, minutes)
+    assert hours["unique_cells"] == 121 and hours["total_hours"] == pytest.approx(121)  # Table 5 repeats six
+    assert hours["tables"]["table5"]["hours"] == pytest.approx(9) and not hours["missing"]
+    del minutes[("vit_large", "fcpts")]
+    assert grid_hours(cells, minutes)["tables"]["table3"]["missing"] == 3
+
+
+def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
+    other_batch = {**scale.SMALL, "batch_sizes": [4]}
+    assert scale.same_probes("one-shot", scale.SMALL, other_batch)
+    assert scale.same_probes("layer-wise", scale.SMALL, other_batch)
+    assert not scale.same_probes("training", scale.SMALL, other_batch)
+    assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3})
+
+
+def test_bad_model_or_method_is_refused_before_any_cell(capsys):
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--models", "resnet19"])
+    assert "unknown ImageNet model 'resnet19'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--methods", "nope"])
+    assert "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_small_cell_runs_a_one_shot_method_in_its_own_process(tmp_path):
+    out = tmp_path / "scale.json"
+    result = scale.main(["--small", "--models", "resnet18", "--methods", "erk", "--out", str(out), "--threads", "1"])
+    (cell,) = result["cells"]
+    assert cell["status"] == "ok" and cell["kind"] == "one-shot" and cell["probes"][0]["peak_rss_gb"] > 0.05
+    assert cell["projection"]["projected_s"] == cell["probes"][0]["wall_s"]
+    text = out.with_suffix(".md").read_text()
+    assert "| resnet18 | erk | one-shot |" in text and "whole grid (unique cells) | 121 |" in text
+    assert scale_projection.GRID_TABLES["table2"] in text
