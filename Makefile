@@ -166,11 +166,11 @@ clean:
 	rm -rf $(VENV) .pytest_cache results/checkpoints
 
 # The scale benchmark's CPU mode: every registered method on the paper's seven ImageNet models at 224 px, tiny
-# probes projected to the paper's budget (docs/benchmarks.md); about an hour of one shared core here.
+# probes projected to the paper's budget (docs/notebook/benchmarks.md); about an hour of one shared core here.
 scale-small: setup
 	OMP_NUM_THREADS=1 $(PY) -m benchmarks.scale --small --threads 1
 
-# The GPU check (docs/benchmarks.md): `make gpu-data` here copies the CIFAR-10 subset and weights it needs into
+# The GPU check (docs/notebook/benchmarks.md): `make gpu-data` here copies the CIFAR-10 subset and weights it needs into
 # gpu_data/ (git-ignored, small enough to travel with the checkout); `make gpu-check GPU_OUT=DIR` on the GPU
 # machine runs every part in at most 8 minutes with only torch, torchvision and timm (no venv, no install);
 # `make gpu-check-dry` runs it on a CPU with tiny sizes.

@@ -145,8 +145,8 @@ def markdown(result: dict) -> str:
         "",
         f"{result['mode']} mode; budgets: the ImageNet task's `paper` profile; probes: {json.dumps(sizes)}.",
         "Time per step (training loop, at the paper's batch of 64) or per layer (layer-wise, at the paper's images "
-        "and iterations), projected from the probes (docs/benchmarks.md); a cell's projected minutes; peak memory "
-        "in GB at each probe (host RSS; CUDA allocated), then the line through them at the paper's size.",
+        "and iterations), projected from the probes (docs/notebook/benchmarks.md); a cell's projected minutes; "
+        "peak memory in GB at each probe (host RSS; CUDA allocated), then the line through them at the paper's size.",
     ]
     if result.get("note"):
         lines += ["", f"Note: {result['note']}"]

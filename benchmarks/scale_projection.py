@@ -1,7 +1,7 @@
 """The scale benchmark's arithmetic: a cell's measured probes projected to the paper's budget, and the paper's
 ImageNet grid (Tables 2, 3 and 5) summed from the projected cells. Pure functions of the measurements.
 
-Projections (each a straight line through the probes, documented in docs/benchmarks.md):
+Projections (each a straight line through the probes, documented in docs/notebook/benchmarks.md):
 - training: the median step time at each probed batch size (after the warm-up steps); at the paper's batch
   when it was probed, else the line through two batch sizes (or proportional to one) at the paper's batch.
   Cell = runs x (setup + iterations x step), `runs` the searched runs of a method that searches (STR), setup the

@@ -1,5 +1,6 @@
-"""The committed scale benchmark output and the numbers docs/benchmarks.md quotes from it: every paper model with
-every method it measured, its Markdown table regenerated from its JSON, the grid's hours as the doc states them."""
+"""The committed scale benchmark output and the numbers docs/notebook/benchmarks.md quotes from it: every paper
+model with every method it measured, its Markdown table regenerated from its JSON, the grid's hours as the doc
+states them."""
 
 import copy
 import json
@@ -33,7 +34,7 @@ def test_projections_and_table_are_regenerated_from_the_probes(result):
 
 
 def test_benchmarks_doc_quotes_the_grid_hours(result):
-    text = " ".join((REPO_ROOT / "docs" / "benchmarks.md").read_text().split())
+    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
     grid = result["grid"]
     assert f"{grid['total_hours']:,.0f} core-hours" in text
     for table, row in grid["tables"].items():
