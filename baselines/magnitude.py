@@ -91,6 +91,7 @@ register(
         MagnitudeBNOptions,
         fixed={"allocation": "global-magnitude"},
         role=NOT_IN_PAPER,
+        tasks=("cifar", "imagenet-cnn"),
         style=("tab:cyan", "s"),
         summary="global magnitude masks, BatchNorm statistics re-estimated on the calibration set; no reconstruction",
     )

@@ -21,7 +21,15 @@ def test_list_methods_filters_by_role_task_family_and_training():
     assert list_methods(role=PAPER_METHOD) == ["fcpts", "fcpts-fixed"]
     assert list_methods(role=PAPER_BASELINE) == ["pot-l2norm", "pot-erk", "probmask", "str"]
     assert list_methods(task="voc") == ["pot-l2norm", "pot-erk", "fcpts"]
-    assert list_methods(task="imagenet-cnn") == ["pot-l2norm", "pot-erk", "probmask", "fcpts", "obs", "fcpts-plus"]
+    assert list_methods(task="imagenet-cnn") == [
+        "pot-l2norm",
+        "pot-erk",
+        "probmask",
+        "fcpts",
+        "magnitude-bn",
+        "obs",
+        "fcpts-plus",
+    ]
     assert list_methods(family="pot") == ["pot-l2norm", "pot-erk"]
     assert set(list_methods(trains=True)) == {"fcpts", "fcpts-fixed", "fcpts-plus", "probmask", "str"}
     extras = {"obs", "uniform", "erk", "global-magnitude", "lamp", "magnitude-bn"}
