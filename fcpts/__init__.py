@@ -33,7 +33,7 @@ from .core.masks import sparsity_summary
 from .core.options import MethodOptions
 from .core.outputs import OutputFn
 from .core.report import SparsityReport
-from .methods import METHODS, Method, get_method
+from .methods import METHODS, Method, get_method, list_methods
 from .methods.fcpts import FCPTSOptions
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "METHODS",
     "Method",
     "get_method",
+    "list_methods",
 ]
 __version__ = "0.2.0"
 

@@ -191,7 +191,8 @@ register(
         tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
         family="fcpts",
         style=("tab:purple", "D"),
-        summary="FCPTS with a sparsity ramp (ERK rates rising over the first half), the change an ablation "
-        "showed to help; other candidate changes as options; same contract",
+        summary="FCPTS with a sparsity ramp (ERK rates rising over the first half) and the blocks' loss weighed "
+        "against the output KL by their gradients (block_weight='auto'); the changes an ablation did not keep live in "
+        "fcpts_plus_experimental; same contract",
     )
 )
