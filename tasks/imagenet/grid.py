@@ -58,7 +58,7 @@ PROFILES = profile_table(
 
 
 def paper_methods(model: str) -> list[str]:
-    """Table 2's methods for CNNs (and the substitute); Table 3's for ViTs (no ProbMask there)."""
+    """Table 3's methods for CNNs (and the substitute); Table 4's for ViTs (no ProbMask there)."""
     return ["pot-l2norm", "pot-erk", "fcpts"] if model in PAPER_VITS else ["pot-l2norm", "pot-erk", "probmask", "fcpts"]
 
 

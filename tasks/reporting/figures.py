@@ -2,7 +2,7 @@
 
     python -m tasks.reporting figures  # writes every figure into paper_figures/
 
-Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
+Figure 5 (`fig5_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
 sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
 because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
 substitute on the 1,300-image sample). A panel without a record says which command makes it.
@@ -10,9 +10,9 @@ substitute on the 1,300-image sample). A panel without a record says which comma
 Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
 POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)" in the legend), one panel per
 (task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
-Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
+Figure 4 (`fig4_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
 allocation (`fcpts`), for every model with both records at the same sparsity and profile.
-Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
+Figure 3 (`fig3_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
 with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
 """
 
@@ -36,7 +36,7 @@ FIGURES_DIR = REPO_ROOT / "paper_figures"
 FIGURE1_METHODS = ("fcpts", "pot-l2norm", "pot-erk", "probmask", "str")  # legend order
 FIGURE1_LINES = FIGURE1_METHODS + cli.EXTRA_METHODS  # the extras beyond the paper last, labelled so
 
-# The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
+# The paper's Figure 5: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
 FIGURE4_HINT = {
     "cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
@@ -47,7 +47,7 @@ FIGURE4_HINT = {
 
 
 def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
-    """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
+    """Figure 5's panels: the paper's models (empty when not run), then any other model with records at the
     target, each with its methods' preferred records in Figure 1's legend order."""
     chosen = [
         r
@@ -91,7 +91,7 @@ def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
     return ticks
 
 
-def figure4(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
+def figure5(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
     panels = allocation_panels(records, task, dataset, target)
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 3.6 * len(panels)), squeeze=False)
     for ax, (model, recs) in zip(axes[:, 0], panels.items()):
@@ -148,7 +148,7 @@ def _save(fig, out: Path) -> Path:
 
 def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     """Figure 1's panels: (task, dataset, model) -> its preferred records of the compared methods (not the
-    fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
+    fcpts-fixed ablation, which is Figure 4's), for models with two or more sparsities (a point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
     for r in preferred_records(records).values():
         if r["method"] not in FIGURE1_LINES:
@@ -185,7 +185,7 @@ def figure1(records: list[dict], out: Path) -> Path:
 
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
-    """Figure 3's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    """Figure 4's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
 
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
@@ -194,7 +194,7 @@ def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
     return [(r, learned[cell(r)]) for r in records if r["method"] == "fcpts-fixed" and cell(r) in learned]
 
 
-def figure3(records: list[dict], out: Path) -> Path:
+def figure4(records: list[dict], out: Path) -> Path:
     pairs = fixed_learned_pairs(records)
     models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
     fig, axes = _panels(max(1, len(models)))
@@ -242,7 +242,7 @@ def figure3(records: list[dict], out: Path) -> Path:
     return _save(fig, out)
 
 
-def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
+def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
     """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer."""
     import numpy as np
     import torch
@@ -306,12 +306,12 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
 
 def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
     records = all_records(runs_dir)
-    out = [figure4(records, "cifar", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    out = [figure5(records, "cifar", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
     imagenet_sets = sorted({r["dataset"] for r in records if r["task"] == "imagenet"}) or ["imagenet"]
-    out += [figure4(records, "imagenet", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in imagenet_sets]
+    out += [figure5(records, "imagenet", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in imagenet_sets]
     out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
-    out.append(figure3(records, out_dir / "fig3_fixed_vs_learned.png"))
-    out.append(figure5(records, out_dir / "fig5_bridge.png"))
+    out.append(figure4(records, out_dir / "fig4_fixed_vs_learned.png"))
+    out.append(figure3(records, out_dir / "fig3_bridge.png"))
     return out
 
 
