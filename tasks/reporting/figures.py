@@ -18,6 +18,7 @@ with the area |w| < t shaded at the threshold FCPTS learned for it (from the rec
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -138,8 +139,9 @@ def _panels(n: int, width: float = 4.6, height: float = 3.6):
     return fig, list(axes.flat)
 
 
-def _save(fig, out: Path) -> Path:
-    fig.tight_layout()
+def _save(fig, out: Path, legend_below: float = 0.0) -> Path:
+    """Lay the panels out (above a figure-wide legend taking `legend_below` of the height) and write the PNG."""
+    fig.tight_layout(rect=(0, legend_below, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
     plt.close(fig)
@@ -176,12 +178,33 @@ def figure1(records: list[dict], out: Path) -> Path:
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=row_label(method))
         ax.axhline(rs[0]["dense_metrics"][key], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
-        ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
+        ax.set_title(_wrapped(f"{model} on {ds} [{profiles}]"), fontsize=10)
         ax.set_xlabel("global sparsity reached (%)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, out)
+    order = [row_label(m) for m in FIGURE1_LINES] + ["dense"]
+    return _save(fig, out, shared_legend(fig, axes, order))
+
+
+def _wrapped(title: str, width: int = 48) -> str:
+    """A panel title on as many lines as it needs, so a long model name is not clipped at the figure's edge."""
+    return "\n".join(textwrap.wrap(title, width, break_on_hyphens=False)) if len(title) > width else title
+
+
+def shared_legend(fig, axes, order: list[str]) -> float:
+    """One legend for every panel, below them: each line once, in `order` (a legend per panel repeated the same
+    entries and covered data). Returns the fraction of the figure's height it takes, for `_save`."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    if not entries:
+        return 0.0
+    texts = sorted(entries, key=lambda t: order.index(t) if t in order else len(order))
+    ncol = min(4, len(texts))
+    fig.legend([entries[t] for t in texts], texts, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = -(-len(texts) // ncol)
+    return (0.1 + 0.2 * rows) / fig.get_figheight()
 
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:

@@ -105,13 +105,31 @@ def test_table3_gains_labelled_obs_rows_without_a_paper_number(reference):
 
 def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
     records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
     figures.figure1(records, tmp_path / "f1.png")
-    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    legend = [t.get_text() for t in drawn[0].legends[0].get_texts()]
     assert legend == [label("fcpts"), OBS_ROW, "dense"]
     figures.figure1(records[:2], tmp_path / "f1.png")
-    assert [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [label("fcpts"), "dense"]
+    assert [t.get_text() for t in drawn[1].legends[0].get_texts()] == [label("fcpts"), "dense"]
+
+
+def test_figure1_has_one_legend_for_all_panels_with_every_line_once(monkeypatch, tmp_path):
+    """Panels do not repeat the legend (it covered their data); lines a later panel adds still get an entry,
+    in the methods' order, and a long title wraps instead of running off the figure."""
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
+    records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
+    for sp in (0.7, 0.9):
+        r = cifar("pot-l2norm", sp=sp)
+        r.update(model="a_detector_with_a_long_name_from_an_mmdet_config-160", dataset="voc-cifar10")
+        records.append(r)
+    figures.figure1(records, tmp_path / "f1.png")
+    fig = drawn[0]
+    assert [ax.get_legend() for ax in fig.axes] == [None] * len(fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [label("fcpts"), label("pot-l2norm"), OBS_ROW, "dense"]
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert any("\n" in t for t in titles) and all(len(line) <= 48 for t in titles for line in t.splitlines())
 
 
 def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extras(reference):
@@ -135,7 +153,7 @@ def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extr
 
 def test_figure1_plots_a_detection_model_by_its_map(monkeypatch, tmp_path):
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
     records = []
     for sp, map50 in ((0.5, 17.2), (0.9, 15.1)):
         r = cifar("fcpts", sp=sp)
