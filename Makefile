@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: setup run test lint bench tables figures report check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 # The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
@@ -153,6 +153,11 @@ figures: setup
 # Paper tables from the committed records, beside the paper's numbers (seconds; runs nothing).
 tables: setup
 	$(PY) -m tasks.reporting tables
+
+# The results explorer: tables, figures, then a static site of them and of every run in results/site/ (open
+# results/site/index.html in a browser; no server, no network). Not committed: about 2 min of CPU for the site.
+report: tables figures
+	$(PY) -m tasks.reporting site
 
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).

@@ -1,4 +1,4 @@
-"""`python -m tasks.reporting tables|figures|manifest`: everything users read, regenerated from records."""
+"""`python -m tasks.reporting tables|figures|site|manifest`: everything users read, regenerated from records."""
 
 import sys
 
@@ -7,4 +7,8 @@ from tasks.reporting import figures, paper
 argv = sys.argv[1:]
 if argv[:1] == ["figures"]:
     sys.exit(figures.main(argv[1:]))
+if argv[:1] == ["site"]:
+    from tasks.reporting import site
+
+    sys.exit(site.main(argv[1:]))
 sys.exit(paper.main(argv))

@@ -353,17 +353,11 @@ def _pot_cut_note(records: list[dict]) -> str:
     )
 
 
-def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
-    records, reference = all_records(runs_dir), read_reference()
-    out_dir.mkdir(parents=True, exist_ok=True)
+def render_tables(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> dict[str, str]:
+    """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
+    the same texts)."""
     md, rows = table2(records, reference, weights_dir)
-    written = [
-        out_dir / "table2_cifar.md",
-        out_dir / "table2_cifar.csv",
-        out_dir / "table2_cifar.tex",
-        out_dir / "table6_time.md",
-    ]
-    write_text_atomic(written[0], md)
+    out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
         fields = [
             "dataset",
@@ -382,7 +376,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-        write_text_atomic(written[1], f.getvalue())
+        out["table2_cifar.csv"] = f.getvalue()
     tex = (
         [
             "\\begin{tabular}{llllrrrr}",
@@ -396,25 +390,25 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         ]
         + ["\\end{tabular}", ""]
     )
-    write_text_atomic(written[2], "\n".join(tex))
+    out["table2_cifar.tex"] = "\n".join(tex)
     method_times = {
         str(f.relative_to(RESULTS_DIR.parent)): f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
     }
-    write_text_atomic(written[3], table6(records, reference, method_times))
-    drops = out_dir / "drops_vs_paper.md"
-    write_text_atomic(drops, drops_table(rows, reference))
-    written.append(drops)
-    for name, make in (
-        ("table3_imagenet_cnn.md", table3),
-        ("table4_imagenet_vit.md", table4),
-        ("table1_learned_masks.md", table1),
-    ):
-        path = out_dir / name
-        write_text_atomic(path, make(records, reference))
-        written.append(path)
-    table5 = out_dir / "table5_voc.md"
-    write_text_atomic(table5, voc_table5(records, reference))
-    written.append(table5)
+    out["table6_time.md"] = table6(records, reference, method_times)
+    out["drops_vs_paper.md"] = drops_table(rows, reference)
+    out["table3_imagenet_cnn.md"] = table3(records, reference)
+    out["table4_imagenet_vit.md"] = table4(records, reference)
+    out["table1_learned_masks.md"] = table1(records, reference)
+    out["table5_voc.md"] = voc_table5(records, reference)
+    return out
+
+
+def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_tables(all_records(runs_dir), read_reference(), weights_dir).items():
+        write_text_atomic(out_dir / name, text)
+        written.append(out_dir / name)
     return written
 
 
