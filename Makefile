@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 
-.PHONY: gpu-data gpu-check gpu-check-dry scale-small setup run test lint bench tables figures check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
+.PHONY: gpu-data gpu-check gpu-check-dry scale-small setup run test lint bench tables figures report check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
 # The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
@@ -57,7 +57,7 @@ train-cifar100: setup
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
 	$(PY) -m tasks.cifar.train --dataset cifar100 --model resnet56 --epochs 40
 
-# Table 1's grid: ResNet-32/56 x CIFAR-10/100 x 70/80/90% x POT (L2Norm, ERK), FCPTS, then OBS (not in the
+# Table 2's grid: ResNet-32/56 x CIFAR-10/100 x 70/80/90% x POT (L2Norm, ERK), FCPTS, then OBS (not in the
 # paper: rows of its own). Hours on a CPU; finished cells are skipped, an interrupted cell resumes. PROFILE=paper
 # for POT's full budget.
 PROFILE ?= paper-cpu
@@ -68,8 +68,8 @@ reproduce-cifar: setup
 	$(PY) -m tasks.reporting manifest
 
 # ImageNet task on this workplace's stand-in: EfficientNet-Lite0 (real weights, 1,300 real val images),
-# POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 2), STR at 50-70% (Table 5), FCPTS with ERK rates
-# held at 70/90% (Figure 3); CPU profile; 11-32 min a cell of one shared core here and 2.1 h for STR's search
+# POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 3), STR at 50-70% (Table 1), FCPTS with ERK rates
+# held at 70/90% (Figure 4); CPU profile; 11-32 min a cell of one shared core here and 2.1 h for STR's search
 # (about 16 core-hours in all, the records' wall times), resumable. --all-methods also runs OBS (not in the
 # paper) at 50-90%; it has no record there yet, so its time is not in that estimate.
 reproduce-imagenet-substitute: setup
@@ -78,7 +78,7 @@ reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts-fixed --sparsity 0.7 0.9 --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.reporting manifest
 
-# Table 4's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
+# Table 5's CPU substitute (no VOC or pytorch-ssd checkpoint here): CIFAR-10 objects on CIFAR-100 scene
 # canvases in the VOC layout, our MobileNetV2-SSD-Lite at 160 px (2.6 h of one shared core here, its training
 # record; resumable), then POT (L2Norm, ERK) and FCPTS at 90%.
 VOC_SUB ?= data/voc-cifar
@@ -110,7 +110,7 @@ run-mmdet: setup $(VOC_SUB_SET) $(MMDET_WEIGHTS)
 	$(PY) -m tasks.voc --framework mmdet --data-root $(VOC_SUB) --config $(MMDET_SSDLITE) --methods fcpts \
 	  --sparsity 0.9 --profile cpu --results-dir results/local/runs $(FORCE)
 
-# Table 4 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
+# Table 5 on PASCAL VOC: VOCdevkit/VOC2007 under VOC_ROOT, pytorch-ssd's released checkpoints in
 # $(VOC_ROOT)/weights/voc/ (mobilenet-v1-ssd-mp-0_675.pth, mb2-ssd-lite-mp-0_686.pth). VOC_PROFILE=paper: GPU protocol.
 VOC_ROOT ?= ../shared/data
 VOC_PROFILE ?= cpu
@@ -141,7 +141,7 @@ deploy-runtimes:
 	python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install --quiet deepsparse==1.8.0
 	$(PYTHON) -m venv .venv-openvino && .venv-openvino/bin/pip install --quiet openvino==2026.4.1
 
-# Re-run a few real cells of Tables 1, 2 and 4 at a small budget and compare with the committed reference
+# Re-run a few real cells of Tables 2, 3 and 5 at a small budget and compare with the committed reference
 # records (tolerances per task, measured: tasks/regression.py).
 check-regression: setup
 	$(PY) -m tasks.regression
@@ -155,6 +155,11 @@ figures: setup
 tables: setup
 	$(PY) -m tasks.reporting tables
 	$(PY) -m tasks.reporting readme
+
+# The results explorer: tables, figures, then a static site of them and of every run in results/site/ (open
+# results/site/index.html in a browser; no server, no network). Not committed: about 2 min of CPU for the site.
+report: tables figures
+	$(PY) -m tasks.reporting site
 
 # Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
 # (benchmarks, not tests).

@@ -1,6 +1,6 @@
 """Benchmark: one POT cell end to end, its layers reconstructed one by one vs together, in one run.
 
-The cell is Table 1's CIFAR-10 ResNet-32 POT L2Norm at 80% with the `paper-cpu` budget (1,024 images,
+The cell is Table 2's CIFAR-10 ResNet-32 POT L2Norm at 80% with the `paper-cpu` budget (1,024 images,
 1,000 Adam steps per layer) unless told otherwise. Each variant runs `pot()` in a fresh subprocess on the
 same dense weights and calibration images (so none inherits another's memory or warm caches) and reports
 its wall time, how many layers took their steps stacked, and the mean relative layer error it reached,

@@ -1,4 +1,4 @@
-"""The cells a per-cell probe benchmark walks: every CIFAR Table 1 cell and the Lite0 stand-in's sparsities, each as
+"""The cells a per-cell probe benchmark walks: every CIFAR Table 2 cell and the Lite0 stand-in's sparsities, each as
 (grid, target) with the task's own profile, images and seed. Shared by the benchmarks that show what an automatic
 choice of `fcpts-plus` picks on each cell (erk_choice, block_balance)."""
 

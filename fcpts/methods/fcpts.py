@@ -71,7 +71,7 @@ class FCPTSOptions(TrainingOptions):
     control_loss: Literal["abs", "squared"] = "abs"
     control_weight: float = 1.0
     threshold_grad: Literal["ste", "control-only"] = "control-only"
-    learn_thresholds: bool = True  # False: each layer held at its ERK rate (paper's Figure 3 ablation)
+    learn_thresholds: bool = True  # False: each layer held at its ERK rate (paper's Figure 4 ablation)
     channels_last: bool = True  # run teacher and student in NHWC (faster with oneDNN); output is NCHW
     bn_recalibration: bool = False  # re-estimate BN statistics on the calibration set after the exact step
 
@@ -379,6 +379,6 @@ register(
         role=PAPER_METHOD,
         family="fcpts",
         style=("tab:orange", "o"),
-        summary="ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 3)",
+        summary="ERK rates held in every layer, FCPTS reconstruction otherwise (the paper's Figure 4)",
     )
 )

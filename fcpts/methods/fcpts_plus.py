@@ -6,7 +6,7 @@ results/ablations/, docs/notebook/beyond-the-paper.md) measured: a ramp over the
 half the target and the blocks' MSE weighed against the output KL by their gradients (`block_weight="auto"`:
 ahead on the CIFAR-10 cells at the paper's budget, level on CIFAR-100), every other change off: on the
 ablation cells each was below these, or failed on a second cell (temperature 16, the dense gradient, a fixed
-block weight of 8), or did not carry over to the paper's budget (temperature 8: on the eight 80%/90% Table 1
+block weight of 8), or did not carry over to the paper's budget (temperature 8: on the eight 80%/90% Table 2
 cells as often below the ramp alone as above). A short budget wants otherwise: the ImageNet task's
 200-iteration `cpu` profile runs it without the ramp, with `erk_power=0.5` and block weight 1, chosen on
 held-out train images (benchmarks/heldout.py). The changes the ablation did not keep (the start from `obs`,

@@ -1,4 +1,4 @@
-"""PASCAL VOC detection (the paper's Table 4): dense VOC07 mAP, then each detector x method x sparsity.
+"""PASCAL VOC detection (the paper's Table 5): dense VOC07 mAP, then each detector x method x sparsity.
 
     python -m tasks.voc --all-methods --data-root DIR            # mb1-ssd and mb2-ssd-lite at 90%, VOC2007 test
     python -m tasks.voc --data-root data/voc-cifar --models mb2-ssd-lite --image-size 160 --all-methods

@@ -2,7 +2,7 @@
 
     python -m tasks.detection.make_set --out data/voc-cifar          # 4,000 trainval + 500 test images
 
-There is no VOC here; this set stands in for it on a CPU (Table 4's substitute row). Each image is a
+There is no VOC here; this set stands in for it on a CPU (Table 5's substitute row). Each image is a
 canvas of random size (160-240 x 120-200 px) cut from a CIFAR-100 scene photograph (cloud, forest,
 mountain, plain, sea, road), upscaled and lightly jittered, with 1-3 CIFAR-10 images (10 classes) pasted
 at known boxes (side 20-80 px, aspect 0.8-1.25, overlapping earlier objects by at most IoU 0.1). Objects

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
+from tasks.grid.record_format import expand
 
 
 def sparsity_tag(target: float) -> str:
@@ -37,13 +39,14 @@ def record_path(
 
 
 def read_record(path: Path) -> dict | None:
-    """A finished record, or None when absent or unreadable (then the run is redone)."""
+    """A finished record, whole (its calibration lists read back from their side file), or None when absent or
+    unreadable (then the run is redone)."""
     try:
         with open(path) as f:
             data = json.load(f)
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return data if isinstance(data, dict) and "metrics" in data else None
+    return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
@@ -257,7 +260,18 @@ def write_training_record(weights: Path, record: dict) -> dict:
     return record
 
 
+# Libraries whose version can move a record's numbers where a task uses them (timm: the ImageNet models; the
+# OpenMMLab stack: the mmdet detectors); recorded when installed.
+PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
+
+
 def environment() -> dict[str, str]:
     import torchvision
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__}
+    env = {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            env[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return env

@@ -25,6 +25,7 @@ from fcpts.methods.registry import UnknownOptionError
 from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
+from tasks.grid.record_format import write_record
 from tasks.grid.records import command_line, device_description, environment, git_commit, read_record, record_path
 
 
@@ -312,7 +313,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "sha256": file_sha256(model_path),
         "note": "not committed; re-run the record's command with --force to re-create it",
     }
-    write_json_atomic(path, record)
+    write_record(path, record)  # compact: its calibration lists in a side file beside it
     _clear_checkpoints(ckpt)  # with the side files (STR's search state): the record is the result now
     first = grid.metric_names[0]
     log(

@@ -58,7 +58,7 @@ PROFILES = profile_table(
 
 
 def all_methods(model: str) -> list[str]:
-    """What `--all-methods` runs: the registry's methods of Table 2 (CNNs and the substitute) or Table 3 (ViTs,
+    """What `--all-methods` runs: the registry's methods of Table 3 (CNNs and the substitute) or Table 4 (ViTs,
     no ProbMask there), the paper's first, then those beyond the paper."""
     return list_methods(task="imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
 

@@ -2,7 +2,7 @@
 
     python -m tasks.reporting figures  # writes every figure into paper_figures/
 
-Figure 4 (`fig4_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
+Figure 5 (`fig5_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
 sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
 because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
 substitute on the 1,300-image sample). A panel without a record says which command makes it.
@@ -10,14 +10,15 @@ substitute on the 1,300-image sample). A panel without a record says which comma
 Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
 POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)" in the legend), one panel per
 (task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
-Figure 3 (`fig3_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
+Figure 4 (`fig4_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
 allocation (`fcpts`), for every model with both records at the same sparsity and profile.
-Figure 5 (`fig5_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
+Figure 3 (`fig3_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
 with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -41,7 +42,7 @@ def figure1_lines() -> list[str]:
     return compared_methods(read_reference())
 
 
-# The paper's Figure 4: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
+# The paper's Figure 5: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
 FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
 FIGURE4_HINT = {
     "cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
@@ -52,7 +53,7 @@ FIGURE4_HINT = {
 
 
 def allocation_panels(records: list[dict], task: str, dataset: str, target: float = 0.9) -> dict[str, list[dict]]:
-    """Figure 4's panels: the paper's models (empty when not run), then any other model with records at the
+    """Figure 5's panels: the paper's models (empty when not run), then any other model with records at the
     target, each with its methods' preferred records in Figure 1's legend order."""
     chosen = [
         r
@@ -96,7 +97,7 @@ def _stage_ticks(names: list[str], limit: int = 24) -> list[int]:
     return ticks
 
 
-def figure4(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
+def figure5(records: list[dict], task: str, dataset: str, out: Path, target: float = 0.9) -> Path:
     panels = allocation_panels(records, task, dataset, target)
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 3.6 * len(panels)), squeeze=False)
     for ax, (model, recs) in zip(axes[:, 0], panels.items()):
@@ -143,8 +144,9 @@ def _panels(n: int, width: float = 4.6, height: float = 3.6):
     return fig, list(axes.flat)
 
 
-def _save(fig, out: Path) -> Path:
-    fig.tight_layout()
+def _save(fig, out: Path, legend_below: float = 0.0) -> Path:
+    """Lay the panels out (above a figure-wide legend taking `legend_below` of the height) and write the PNG."""
+    fig.tight_layout(rect=(0, legend_below, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
     plt.close(fig)
@@ -153,7 +155,7 @@ def _save(fig, out: Path) -> Path:
 
 def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     """Figure 1's panels: (task, dataset, model) -> its preferred records of the compared methods (not the
-    fcpts-fixed ablation, which is Figure 3's), for models with two or more sparsities (a point is no curve)."""
+    fcpts-fixed ablation, which is Figure 4's), for models with two or more sparsities (a point is no curve)."""
     groups: dict[tuple, list[dict]] = {}
     lines = figure1_lines()
     for r in preferred_records(records).values():
@@ -183,16 +185,37 @@ def figure1(records: list[dict], out: Path) -> Path:
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=row_label(method))
         ax.axhline(rs[0]["dense_metrics"][key], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
-        ax.set_title(f"{model} on {ds} [{profiles}]", fontsize=10)
+        ax.set_title(_wrapped(f"{model} on {ds} [{profiles}]"), fontsize=10)
         ax.set_xlabel("global sparsity reached (%)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, out)
+    order = [row_label(m) for m in FIGURE1_LINES] + ["dense"]
+    return _save(fig, out, shared_legend(fig, axes, order))
+
+
+def _wrapped(title: str, width: int = 48) -> str:
+    """A panel title on as many lines as it needs, so a long model name is not clipped at the figure's edge."""
+    return "\n".join(textwrap.wrap(title, width, break_on_hyphens=False)) if len(title) > width else title
+
+
+def shared_legend(fig, axes, order: list[str]) -> float:
+    """One legend for every panel, below them: each line once, in `order` (a legend per panel repeated the same
+    entries and covered data). Returns the fraction of the figure's height it takes, for `_save`."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    if not entries:
+        return 0.0
+    texts = sorted(entries, key=lambda t: order.index(t) if t in order else len(order))
+    ncol = min(4, len(texts))
+    fig.legend([entries[t] for t in texts], texts, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = -(-len(texts) // ncol)
+    return (0.1 + 0.2 * rows) / fig.get_figheight()
 
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
-    """Figure 3's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    """Figure 4's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
 
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
@@ -201,7 +224,7 @@ def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
     return [(r, learned[cell(r)]) for r in records if r["method"] == "fcpts-fixed" and cell(r) in learned]
 
 
-def figure3(records: list[dict], out: Path) -> Path:
+def figure4(records: list[dict], out: Path) -> Path:
     pairs = fixed_learned_pairs(records)
     models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
     fig, axes = _panels(max(1, len(models)))
@@ -249,7 +272,7 @@ def figure3(records: list[dict], out: Path) -> Path:
     return _save(fig, out)
 
 
-def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
+def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
     """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer."""
     import numpy as np
     import torch
@@ -313,12 +336,12 @@ def figure5(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
 
 def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
     records = all_records(runs_dir)
-    out = [figure4(records, "cifar", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
+    out = [figure5(records, "cifar", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
     imagenet_sets = sorted({r["dataset"] for r in records if r["task"] == "imagenet"}) or ["imagenet"]
-    out += [figure4(records, "imagenet", ds, out_dir / f"fig4_allocation_{ds}.png") for ds in imagenet_sets]
+    out += [figure5(records, "imagenet", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in imagenet_sets]
     out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
-    out.append(figure3(records, out_dir / "fig3_fixed_vs_learned.png"))
-    out.append(figure5(records, out_dir / "fig5_bridge.png"))
+    out.append(figure4(records, out_dir / "fig4_fixed_vs_learned.png"))
+    out.append(figure3(records, out_dir / "fig3_bridge.png"))
     return out
 
 

@@ -1,13 +1,13 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
-    python -m tasks.reporting tables     # writes results/tables/: table1_cifar.{md,csv,tex}, drops_vs_paper.md,
-                                         # table6_time.md, table2/3/4/5
+    python -m tasks.reporting tables     # writes results/tables/: table2_cifar.{md,csv,tex}, drops_vs_paper.md,
+                                         # table6_time.md, table1/3/4/5
     python -m tasks.reporting manifest   # registers the present records and their numbers (regression test)
 
 Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
 cells without a record say so. The paper's rows come from its reference numbers (`tasks.reporting.layout`);
-methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 1 and columns to Table 6,
+methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 2 and columns to Table 6,
 labelled "(not in the paper)", only once a record of theirs is in the table.
 """
 
@@ -37,13 +37,13 @@ from tasks.reporting.legend import (
     row_label,
     seed_spread,
 )
-from tasks.reporting.tables_imagenet import table2, table3, table5
-from tasks.reporting.tables_voc import table4 as voc_table4
+from tasks.reporting.tables_imagenet import table1, table3, table4
+from tasks.reporting.tables_voc import table5 as voc_table5
 
 TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
-TABLE1_MODELS = ("resnet32", "resnet56")
+TABLE2_MODELS = ("resnet32", "resnet56")
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
@@ -65,18 +65,18 @@ def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
         return None
 
 
-def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> tuple[str, list[dict]]:
+def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> tuple[str, list[dict]]:
     ref = {
-        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table1"
+        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
     }
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
     cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
     extras = extras_with_records(
-        lambda m: any((ds, model, m, sp) in best for model in TABLE1_MODELS for ds, sp in cells), "cifar"
+        lambda m: any((ds, model, m, sp) in best for model in TABLE2_MODELS for ds, sp in cells), "cifar"
     )
     lines = [
-        "# Table 1: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
+        "# Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         "",
         "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is "
         "explained in the legend below the table.",
@@ -88,7 +88,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     missing = trained_only = False
     spread = also = False
     legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
-    for model in TABLE1_MODELS:
+    for model in TABLE2_MODELS:
         dense_cells = []
         for ds, _ in cells:
             rec = next((r for k, r in best.items() if k[0] == ds and k[1] == model), None)
@@ -106,7 +106,7 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {p['top1']}/{p['top5']}" if p else ours)
         lines.append(f"| {model} | dense | " + " | ".join(dense_cells) + " |")
-        for method in (*paper_rows(reference, "table1"), *extras):
+        for method in (*paper_rows(reference, "table2"), *extras):
             out = []
             for ds, sp in cells:
                 rec = best.get((ds, model, method, sp))
@@ -143,8 +143,8 @@ def table1(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                     }
                 )
             lines.append(f"| {model} | {row_label(method)} | " + " | ".join(out) + " |")
-    lines += ["", *table1_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras))]
-    dense_keys = [("cifar10", m, "dense", 0.0) for m in TABLE1_MODELS]
+    lines += ["", *table2_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras))]
+    dense_keys = [("cifar10", m, "dense", 0.0) for m in TABLE2_MODELS]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     lines += [
         "",
@@ -214,7 +214,7 @@ def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
     return text, others
 
 
-def table1_legend(
+def table2_legend(
     cell_records: list[dict],
     missing: bool,
     trained_only: bool,
@@ -223,13 +223,13 @@ def table1_legend(
     beside: list[dict] | None = None,
     extras: bool = False,
 ) -> list[str]:
-    """Every marker Table 1 shows, with the budgets behind its profile tags read from the cells' records."""
+    """Every marker Table 2 shows, with the budgets behind its profile tags read from the cells' records."""
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
     on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
     lines = [
         "Legend:",
         f"- **bold**: this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 "
-        "(its Table 1, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's "
+        "(its Table 2, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's "
         "accuracy as the records measured it.",
         "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
         f"- `[profile]`: the budget the cell's record ran with{profile_preference(cell_records)}:",
@@ -268,7 +268,7 @@ def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
     a POT both ran (the paper's comparison)."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in records:
-        if r.get("seed", 0) == 0:  # the seed of Table 1's cells; other seeds' times are not those cells'
+        if r.get("seed", 0) == 0:  # the seed of Table 2's cells; other seeds' times are not those cells'
             groups[(r["dataset"], r["model"], r["target_sparsity"], r["profile"]["name"])][r["method"]] = r
     return {k: by for k, by in sorted(groups.items()) if "fcpts" in by and set(pot_methods()) & set(by)}
 
@@ -358,17 +358,11 @@ def _pot_cut_note(records: list[dict]) -> str:
     )
 
 
-def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
-    records, reference = all_records(runs_dir), read_reference()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, rows = table1(records, reference, weights_dir)
-    written = [
-        out_dir / "table1_cifar.md",
-        out_dir / "table1_cifar.csv",
-        out_dir / "table1_cifar.tex",
-        out_dir / "table6_time.md",
-    ]
-    write_text_atomic(written[0], md)
+def render_tables(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> dict[str, str]:
+    """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
+    the same texts)."""
+    md, rows = table2(records, reference, weights_dir)
+    out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
         fields = [
             "dataset",
@@ -387,7 +381,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-        write_text_atomic(written[1], f.getvalue())
+        out["table2_cifar.csv"] = f.getvalue()
     tex = (
         [
             "\\begin{tabular}{llllrrrr}",
@@ -401,25 +395,25 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         ]
         + ["\\end{tabular}", ""]
     )
-    write_text_atomic(written[2], "\n".join(tex))
+    out["table2_cifar.tex"] = "\n".join(tex)
     method_times = {
         str(f.relative_to(RESULTS_DIR.parent)): f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
     }
-    write_text_atomic(written[3], table6(records, reference, method_times))
-    drops = out_dir / "drops_vs_paper.md"
-    write_text_atomic(drops, drops_table(rows, reference))
-    written.append(drops)
-    for name, make in (
-        ("table2_imagenet_cnn.md", table2),
-        ("table3_imagenet_vit.md", table3),
-        ("table5_learned_masks.md", table5),
-    ):
-        path = out_dir / name
-        write_text_atomic(path, make(records, reference))
-        written.append(path)
-    table4 = out_dir / "table4_voc.md"
-    write_text_atomic(table4, voc_table4(records, reference))
-    written.append(table4)
+    out["table6_time.md"] = table6(records, reference, method_times)
+    out["drops_vs_paper.md"] = drops_table(rows, reference)
+    out["table3_imagenet_cnn.md"] = table3(records, reference)
+    out["table4_imagenet_vit.md"] = table4(records, reference)
+    out["table1_learned_masks.md"] = table1(records, reference)
+    out["table5_voc.md"] = voc_table5(records, reference)
+    return out
+
+
+def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_tables(all_records(runs_dir), read_reference(), weights_dir).items():
+        write_text_atomic(out_dir / name, text)
+        written.append(out_dir / name)
     return written
 
 

@@ -1,10 +1,10 @@
-"""Tables 2, 3 and 5 (ImageNet) from records, beside the paper's numbers.
+"""Tables 1, 3 and 4 (ImageNet) from records, beside the paper's numbers.
 
 The paper's own models need full ImageNet and their weights; a record on a partial validation set (dataset
 `imagenet-val<N>`) never fills their cells. The EfficientNet-Lite0 stand-in gets rows of its own, marked
 as a substitute, with no paper numbers beside them. The paper's rows come from its reference numbers; methods
 beyond the paper that the task's `--all-methods` runs (the registry's) get rows labelled "(not in the paper)" in
-Tables 2 and 3 once a record of theirs is in the table, never otherwise.
+Tables 3 and 4 once a record of theirs is in the table, never otherwise.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def imagenet_table(
             lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
-        (r for r in reference if (r["table"], r["model"], r["method"]) == ("table2", "resnet18", "dense")), None
+        (r for r in reference if (r["table"], r["model"], r["method"]) == ("table3", "resnet18", "dense")), None
     )
     r18_note = (
         f" (its ResNet-18 is {r18['top1']}, torchvision's published weights "
@@ -222,10 +222,10 @@ def _substitute_note(
     )
 
 
-def table2(records, reference) -> str:
+def table3(records, reference) -> str:
     return imagenet_table(
-        "Table 2: ImageNet CNNs, top-1/top-5 (%)",
-        "table2",
+        "Table 3: ImageNet CNNs, top-1/top-5 (%)",
+        "table3",
         records,
         reference,
         ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"],
@@ -234,10 +234,10 @@ def table2(records, reference) -> str:
     )
 
 
-def table3(records, reference) -> str:
+def table4(records, reference) -> str:
     return imagenet_table(
-        "Table 3: ImageNet ViTs, top-1/top-5 (%)",
-        "table3",
+        "Table 4: ImageNet ViTs, top-1/top-5 (%)",
+        "table4",
         records,
         reference,
         ["vit_base", "vit_large"],
@@ -247,12 +247,12 @@ def table3(records, reference) -> str:
     )
 
 
-def table5(records, reference) -> str:
+def table1(records, reference) -> str:
     return imagenet_table(
-        "Table 5: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)",
-        "table5",
+        "Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)",
+        "table1",
         records,
         reference,
         ["resnet18"],
-        [0.5, 0.6, 0.7],  # no extras: POT against learned masks; an extra's ResNet-18 cells are rows of Table 2
+        [0.5, 0.6, 0.7],  # no extras: POT against learned masks; an extra's ResNet-18 cells are rows of Table 3
     )

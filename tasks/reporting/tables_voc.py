@@ -1,4 +1,4 @@
-"""Table 4 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
+"""Table 5 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
 
 Written by `python -m tasks.reporting tables` (reads records and results/paper/paper_reference.csv only).
 
@@ -18,11 +18,11 @@ from tasks.reporting.legend import profile_legend, profile_preference
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 
 
-def paper_table4(reference: list[dict]) -> dict[str, dict[str, str]]:
-    """The paper's Table 4 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
+def paper_table5(reference: list[dict]) -> dict[str, dict[str, str]]:
+    """The paper's Table 5 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
     out: dict[str, dict[str, str]] = {}
     for r in reference:
-        if r["table"] == "table4":
+        if r["table"] == "table5":
             out.setdefault(r["model"], {})[r["method"]] = r["top1"]
     return out
 
@@ -44,19 +44,19 @@ def _cell(rec: dict | None) -> str:
     return f"**{m:.1f}** (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
 
 
-def table4(records: list[dict], reference: list[dict]) -> str:
+def table5(records: list[dict], reference: list[dict]) -> str:
     voc = [r for r in records if r["task"] == "voc"]
-    methods = paper_rows(reference, "table4")
+    methods = paper_rows(reference, "table5")
     preferred = preferred_records(voc)
     lines = [
-        "# Table 4: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper",
+        "# Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper",
         "",
-        "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 4.",
+        "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 5.",
         "",
         "| model | dense: ours · paper | method | ours | paper |",
         "|---|---|---|---|---|",
     ]
-    for model, ref in paper_table4(reference).items():
+    for model, ref in paper_table5(reference).items():
         recs = {m: _best(preferred, "voc2007", model, m) for m in methods}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
         for i, m in enumerate(methods):

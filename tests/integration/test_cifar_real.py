@@ -16,6 +16,7 @@ from tasks.deploy.checkpoints import sparse_model_from_record
 from tasks.deploy.saved_models import models_from_record
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.records import read_record
 
 PUBLISHED = {"resnet20": 91.73, "resnet32": 92.63, "resnet44": 93.10, "resnet56": 93.39}
 
@@ -72,7 +73,7 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     assert cifar.main(argv) == 0
     files = sorted(f for f in tmp_path.rglob("*.json") if ".checkpoints" not in f.parts)
     assert len(files) == 4
-    rec = json.loads((tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json").read_text())
+    rec = read_record(tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json")  # with its calibration lists
     for key in [
         "task",
         "dataset",

@@ -1,15 +1,14 @@
 """ImageNet task: folder reader on the real sample, library models, offline errors, the paper's
 architectures (random weights, never reported), and a smoke run of the CLI."""
 
-import json
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 import fcpts
 from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
+from tasks.grid.records import read_record
 from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
 from tasks.imagenet.grid import main as imagenet_main
 from tasks.imagenet.models import architecture, map_state_dict, preprocessing, pretrained
@@ -121,9 +120,7 @@ def test_cli_quick_run_writes_labelled_records(tmp_path):
         "--no-progress",
     ]
     assert imagenet_main(argv) == 0
-    rec = json.loads(
-        Path(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json").read_text()
-    )
+    rec = read_record(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json")
     assert rec["substitute"] is True and rec["model_source"] == "timm:tf_efficientnet_lite0"
     assert rec["hit_target"] and rec["data"]["n_eval"] == 64
     assert len(rec["calibration"]["files"]) == 32

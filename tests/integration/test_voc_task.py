@@ -187,9 +187,9 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
     assert "tasks.detection.train" in err and "--weights" in err
 
 
-def test_table4_keeps_substitute_rows_apart():
+def test_table5_keeps_substitute_rows_apart():
     from tasks.reporting.paper import read_reference
-    from tasks.reporting.tables_voc import table4
+    from tasks.reporting.tables_voc import table5
 
     def rec(dataset, model, method, m, substitute, target=0.9):
         return {
@@ -208,7 +208,7 @@ def test_table4_keeps_substitute_rows_apart():
             "reconstruction": "mse-blocks",
         }
 
-    text = table4(
+    text = table5(
         [
             rec("voc2007", "mb1-ssd", "fcpts", 64.0, False),
             rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True),
@@ -220,11 +220,11 @@ def test_table4_keeps_substitute_rows_apart():
     assert "|  |  | FCPTS (ours) | **64.0** (−3.0) [cpu] | 65.1 |" in main
     assert "mb2-ssd-lite-160" not in main and "| voc-cifar10 | mb2-ssd-lite-160 | 67.0 |" in subs
     assert main.count("no record") == 6  # the 5 other paper cells and mb2-ssd-lite's dense
-    without_voc = table4([rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
+    without_voc = table5([rec("voc-cifar10", "mb2-ssd-lite-160", "pot-erk", 10.0, True)], read_reference())
     assert "no record: PASCAL VOC2007" in without_voc and "no record: PASCAL VOC2007" not in text
     # an mmdet detector on the substitute set sits beside the suite's SSD, at each target it was run at
     mmdet = "mmdet-ssdlite_mobilenetv2_voc-cifar10-160"
-    both = table4(
+    both = table5(
         [
             rec("voc-cifar10", "mb2-ssd-lite-160", "fcpts", 31.0, True),
             rec("voc-cifar10", mmdet, "fcpts", 20.0, True, target=0.5),

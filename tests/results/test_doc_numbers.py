@@ -278,12 +278,12 @@ def test_lite0_fcpts_plus_table_is_the_records():
         assert rows[0][1:] == expected, sparsity
 
 
-TABLE1_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
+TABLE2_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
 
 
-@pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE1_CELLS)
-def test_table1_fcpts_plus_table_is_the_records(dataset, model, sparsity):
-    """The Table 1 table of docs/notebook/beyond-the-paper.md: FCPTS's top-1 (the record Table 1 shows), FCPTS+'s, their
+@pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE2_CELLS)
+def test_table2_fcpts_plus_table_is_the_records(dataset, model, sparsity):
+    """The Table 2 table of docs/notebook/beyond-the-paper.md: FCPTS's top-1 (the record Table 2 shows), FCPTS+'s, their
     difference, and FCPTS+'s at block weight 8 where it ran."""
     label = f"{dataset.replace('cifar', 'CIFAR-')} {model.replace('resnet', 'ResNet-')} {sparsity}%"
     rows = [r for r in _table_rows((NOTEBOOK / "beyond-the-paper.md").read_text(), label) if r[0] == label]
@@ -301,7 +301,7 @@ def test_the_default_reproduced_the_records_made_with_the_auto_option_bit_for_bi
     """The `paper-cpu-block_weightauto` records (`--option block_weight=auto`, before it was the default) and the
     `paper-cpu` ones made later under the default: the same masks and metrics on every such cell."""
     autos = sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-block_weightauto-seed0.json"))
-    assert len(autos) == 8, "the eight 80%/90% Table 1 cells"
+    assert len(autos) == 8, "the eight 80%/90% Table 2 cells"
     for path in autos:
         auto = json.loads(path.read_text())
         default = json.loads(path.with_name(path.name.replace("-block_weightauto", "")).read_text())
@@ -313,7 +313,7 @@ def test_the_default_reproduced_the_records_made_with_the_auto_option_bit_for_bi
     ("dataset", "methods"),
     [("cifar10", ("fcpts-plus", "fcpts")), ("cifar100", ("fcpts",))],  # FCPTS+'s CIFAR-100 seeds 1-2 not re-run yet
 )
-def test_table1_three_seed_means_in_the_doc_are_the_records(dataset, methods):
+def test_table2_three_seed_means_in_the_doc_are_the_records(dataset, methods):
     """Seeds 0-2 on ResNet-32 at 90%, as docs/notebook/beyond-the-paper.md quotes them."""
     text = " ".join((NOTEBOOK / "beyond-the-paper.md").read_text().split())
     for method in methods:
@@ -346,7 +346,7 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
     printed = {row[0]: row[5] for row in _table_rows(text, "cifar") if len(row) == 7}
     records = [json.loads(p.read_text()) for p in sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))]
     records = [r for r in records if "block_weight" in r["method_report"]["extra"]]
-    assert len(records) >= 20, "the twelve Table 1 cells under the default, eight with --option block_weight=auto"
+    assert len(records) >= 20, "the twelve Table 2 cells under the default, eight with --option block_weight=auto"
     for record in records:
         cell = f"{record['dataset']} {record['model']} {record['target_sparsity']:.0%}"
         assert printed[cell] == f"{record['method_report']['extra']['block_weight']['chosen']:.4f}", cell

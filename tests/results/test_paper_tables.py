@@ -7,9 +7,9 @@ from tasks.reporting.paper import read_reference, write_tables
 from tests.fake_records import cifar_record
 
 
-def test_reference_data_is_the_papers_table1():
+def test_reference_data_is_the_papers_table2():
     ref = {
-        (r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in read_reference() if r["table"] == "table1"
+        (r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in read_reference() if r["table"] == "table2"
     }
     assert ref[("cifar10", "resnet56", "fcpts", "0.9")]["top1"] == "92.02"
     assert ref[("cifar100", "resnet32", "pot-l2norm", "0.9")]["top5"] == "11.55"
@@ -66,8 +66,8 @@ def test_tables_from_records(tmp_path):
     assert "| cifar10 | resnet56 | 90% | paper | 30.0 | — | 10.0 | 0.33 | Gram on 1/2 layers | cpu: test |" in t6
 
 
-def test_figure4_panels_from_records_and_without(tmp_path):
-    from tasks.reporting.figures import _stage_ticks, allocation_panels, figure4
+def test_figure5_panels_from_records_and_without(tmp_path):
+    from tasks.reporting.figures import _stage_ticks, allocation_panels, figure5
 
     layers = [{"name": n, "sparsity": s} for n, s in (("conv1", 0.0), ("layer1.0.conv1", 0.8), ("linear", 0.95))]
     rec = {
@@ -90,7 +90,7 @@ def test_figure4_panels_from_records_and_without(tmp_path):
     assert allocation_panels([lite], "imagenet", "imagenet-val1300") == {"efficientnet_lite0": [lite]}
     assert list(allocation_panels([], "imagenet", "imagenet")) == ["resnet18", "resnet50"]
     for records in ([rec], []):
-        out = figure4(records, "cifar", "cifar100", tmp_path / f"fig{len(records)}.png")
+        out = figure5(records, "cifar", "cifar100", tmp_path / f"fig{len(records)}.png")
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     resnet = ["conv1"] + [f"layer{s}.{b}.conv{c}" for s in (1, 2, 3) for b in range(5) for c in (1, 2)] + ["linear"]
     assert _stage_ticks(resnet) == [0, 11, 21, 31]  # layer1.0.conv1 sits next to conv1: thinned
@@ -104,10 +104,10 @@ def test_figure4_panels_from_records_and_without(tmp_path):
 
 def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     from tasks.reporting.paper import read_reference
-    from tasks.reporting.tables_imagenet import table2, table3
+    from tasks.reporting.tables_imagenet import table3, table4
 
     ref = read_reference()
-    assert {(r["model"], r["method"], r["sparsity"], r["top1"]) for r in ref if r["table"] == "table2"} >= {
+    assert {(r["model"], r["method"], r["sparsity"], r["top1"]) for r in ref if r["table"] == "table3"} >= {
         ("resnet50", "fcpts", "0.9", "56.91"),
         ("mobilenet_v2", "pot-l2norm", "0.8", "0.22"),
     }
@@ -122,11 +122,11 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
     }
     lite = dict(base, model="efficientnet_lite0", method="fcpts", dataset="imagenet-val1300")
     sample_r18 = dict(base, model="resnet18", method="fcpts", dataset="imagenet-val1300")
-    t2 = table2([lite, sample_r18], ref)
+    t2 = table3([lite, sample_r18], ref)
     assert "**60.00/80.00** (−22.38) [cpu]" in t2  # the substitute row
     assert t2.count("**60.00/80.00**") == 1  # a sample-set ResNet-18 run never fills the paper's cell
     assert "| resnet18 (— · 70.88/90.45) | POT (L2Norm) | — · 70.06/89.12 |" in t2
-    t3 = table3([lite], ref)
+    t3 = table4([lite], ref)
     assert "efficientnet_lite0" not in t3.split("—: no record")[0]
     assert "No substitute rows" in t3 and "Substitute rows:" not in t3 and "Substitute rows:" in t2
     assert "`not run yet`: `python -m tasks.imagenet" in t2  # says how to fill the empty substitute cells
@@ -135,11 +135,11 @@ def test_imagenet_tables_keep_substitute_and_sample_runs_apart(tmp_path):
         for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")
         for sp in (0.5, 0.6, 0.7, 0.8, 0.9)
     ]
-    assert "not run yet" not in table2(grid, ref)  # nothing to fill: no such line
+    assert "not run yet" not in table3(grid, ref)  # nothing to fill: no such line
 
 
 def test_figures_1_and_3_from_records(tmp_path):
-    from tasks.reporting.figures import accuracy_curves, figure1, figure3, fixed_learned_pairs
+    from tasks.reporting.figures import accuracy_curves, figure1, figure4, fixed_learned_pairs
 
     rec = cifar_record
     learned, fixed = rec("fcpts", 0.9, 88.0), rec("fcpts-fixed", 0.9, 85.0)
@@ -154,9 +154,9 @@ def test_figures_1_and_3_from_records(tmp_path):
     assert fixed_learned_pairs(records) == [(fixed, learned)]  # same cell and profile only
     curves = accuracy_curves(records)
     assert list(curves) == [("cifar", "cifar10", "resnet32")]  # resnet56 has one sparsity: no curve
-    # the compared methods only: the fcpts-fixed ablation is Figure 3's
+    # the compared methods only: the fcpts-fixed ablation is Figure 4's
     assert sorted(r["metrics"]["top1"] for r in curves[("cifar", "cifar10", "resnet32")]) == [88.0, 91.0]
-    for fig, out in ((figure1, "f1.png"), (figure3, "f3.png")):
+    for fig, out in ((figure1, "f1.png"), (figure4, "f4.png")):
         assert fig(records, tmp_path / out).read_bytes()[:4] == b"\x89PNG"
 
 
@@ -197,7 +197,7 @@ def test_committed_tables_define_every_profile_tag_they_show():
 
     from tasks.grid.paths import RESULTS_DIR
 
-    for name in ("table1_cifar.md", "table2_imagenet_cnn.md", "table4_voc.md", "table5_learned_masks.md"):
+    for name in ("table2_cifar.md", "table3_imagenet_cnn.md", "table5_voc.md", "table1_learned_masks.md"):
         text = (RESULTS_DIR / "tables" / name).read_text()
         cells = "\n".join(line for line in text.split("Legend")[0].splitlines() if line.startswith("| "))
         tags = set(re.findall(r"\*\* \([^)]*\) \[([\w.-]+)\]", cells))
@@ -211,8 +211,8 @@ def test_substitute_note_states_images_preprocessing_and_the_published_number():
     from tasks.reporting.legend import read_external
 
     external = read_external()
-    table2 = (RESULTS_DIR / "tables" / "table2_imagenet_cnn.md").read_text()
-    note = table2.split("Substitute rows:")[1]
+    table3 = (RESULTS_DIR / "tables" / "table3_imagenet_cnn.md").read_text()
+    note = table3.split("Substitute rows:")[1]
     for fact in (
         f"published {external['efficientnet_lite0.published_top1']}",
         f"{external['imagenet-val1300.classes']} of the 1,000 classes",

@@ -1,12 +1,12 @@
-"""A method beyond the paper (`obs`) gets labelled rows in Tables 1, 2, 6 and a labelled line in Figure 1 once a
+"""A method beyond the paper (`obs`) gets labelled rows in Tables 2, 3, 6 and a labelled line in Figure 1 once a
 record of it exists, with no paper number beside it; without its records every table is the paper's as before."""
 
 import pytest
 
 from fcpts.methods import label
 from tasks.reporting import figures
-from tasks.reporting.paper import read_reference, table1, table6
-from tasks.reporting.tables_imagenet import table2, table3, table5
+from tasks.reporting.paper import read_reference, table2, table6
+from tasks.reporting.tables_imagenet import table1, table3, table4
 from tests.fake_records import cifar_record as cifar
 
 OBS_ROW = f"{label('obs')} (not in the paper)"
@@ -45,9 +45,9 @@ def only_obs_rows_added(plain: str, text: str) -> bool:
     return [r for r in rows if OBS_ROW not in r] == [line for line in plain.splitlines() if line.startswith("| ")]
 
 
-def test_table1_gains_a_labelled_obs_row_without_a_paper_number(reference, tmp_path):
-    plain, plain_rows = table1(PAPER_CELLS, reference, tmp_path)
-    with_obs, rows = table1([*PAPER_CELLS, OBS], reference, tmp_path)
+def test_table2_gains_a_labelled_obs_row_without_a_paper_number(reference, tmp_path):
+    plain, plain_rows = table2(PAPER_CELLS, reference, tmp_path)
+    with_obs, rows = table2([*PAPER_CELLS, OBS], reference, tmp_path)
     assert "not in the paper" not in plain and [r["method"] for r in plain_rows] == ["pot-l2norm", "fcpts"]
     row = next(line for line in with_obs.splitlines() if line.startswith(f"| resnet32 | {OBS_ROW} |"))
     assert "**79.10/99.00** (−13.50) [fast] · —" in row  # the paper has no number: "—" after "·"
@@ -60,14 +60,14 @@ def test_table1_gains_a_labelled_obs_row_without_a_paper_number(reference, tmp_p
     assert only_obs_rows_added(plain, with_obs)
 
 
-def test_table1_ignores_obs_records_outside_its_cells(reference, tmp_path):
-    plain, _ = table1(PAPER_CELLS, reference, tmp_path)
+def test_table2_ignores_obs_records_outside_its_cells(reference, tmp_path):
+    plain, _ = table2(PAPER_CELLS, reference, tmp_path)
     elsewhere = [
         cifar("obs", sp=0.5),
         cifar("obs", model="resnet20"),
         cifar("obs", profile="paper-cpu-it10"),
     ]
-    assert table1([*PAPER_CELLS, *elsewhere], reference, tmp_path)[0] == plain
+    assert table2([*PAPER_CELLS, *elsewhere], reference, tmp_path)[0] == plain
 
 
 def test_table6_gains_an_obs_time_column_left_out_of_the_ratio(reference):
@@ -86,32 +86,50 @@ def test_table6_gains_an_obs_time_column_left_out_of_the_ratio(reference):
     assert without_obs == [line for line in plain.splitlines() if line.startswith("| ")]
 
 
-def test_table2_gains_labelled_obs_rows_without_a_paper_number(reference):
+def test_table3_gains_labelled_obs_rows_without_a_paper_number(reference):
     base = [lite0(m) for m in ("pot-l2norm", "pot-erk", "probmask", "fcpts")]
     full = dict(lite0("obs", top1=55.0), dataset="imagenet", model="resnet18")
-    plain = table2(base, reference)
-    text = table2([*base, lite0("obs", top1=58.0)], reference)
+    plain = table3(base, reference)
+    text = table3([*base, lite0("obs", top1=58.0)], reference)
     assert "not in the paper" not in plain
     sub = next(line for line in text.splitlines() if "substitute" in line and OBS_ROW in line)
     assert "**58.00/80.00** (−17.00) [cpu]" in sub and "·" not in sub
     assert "- `(not in the paper)`: a method beyond the paper's" in text
     assert only_obs_rows_added(plain, text)
     assert OBS_ROW not in text.split("substitute")[0]  # no rows for the paper's models: no record of theirs
-    r18 = next(line for line in table2([*base, full], reference).splitlines() if line.startswith(f"|  | {OBS_ROW} |"))
+    r18 = next(line for line in table3([*base, full], reference).splitlines() if line.startswith(f"|  | {OBS_ROW} |"))
     assert "**55.00/80.00** (−20.00) [cpu] |" in r18 and "·" not in r18  # a paper model's row, no paper number
-    assert OBS_ROW not in table5([*base, full], reference)  # Table 5 is the paper's POT vs learned masks
-    assert OBS_ROW not in table3([lite0("obs")], reference)  # no substitute rows for ViTs
+    assert OBS_ROW not in table1([*base, full], reference)  # Table 1 is the paper's POT vs learned masks
+    assert OBS_ROW not in table4([lite0("obs")], reference)  # no substitute rows for ViTs
 
 
 def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
     records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
     figures.figure1(records, tmp_path / "f1.png")
-    legend = [t.get_text() for t in drawn[0].axes[0].get_legend().get_texts()]
+    legend = [t.get_text() for t in drawn[0].legends[0].get_texts()]
     assert legend == [label("fcpts"), OBS_ROW, "dense"]
     figures.figure1(records[:2], tmp_path / "f1.png")
-    assert [t.get_text() for t in drawn[1].axes[0].get_legend().get_texts()] == [label("fcpts"), "dense"]
+    assert [t.get_text() for t in drawn[1].legends[0].get_texts()] == [label("fcpts"), "dense"]
+
+
+def test_figure1_has_one_legend_for_all_panels_with_every_line_once(monkeypatch, tmp_path):
+    """Panels do not repeat the legend (it covered their data); lines a later panel adds still get an entry,
+    in the methods' order, and a long title wraps instead of running off the figure."""
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
+    records = [cifar(m, sp=sp) for m in ("fcpts", "obs") for sp in (0.7, 0.9)]
+    for sp in (0.7, 0.9):
+        r = cifar("pot-l2norm", sp=sp)
+        r.update(model="a_detector_with_a_long_name_from_an_mmdet_config-160", dataset="voc-cifar10")
+        records.append(r)
+    figures.figure1(records, tmp_path / "f1.png")
+    fig = drawn[0]
+    assert [ax.get_legend() for ax in fig.axes] == [None] * len(fig.axes)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [label("fcpts"), label("pot-l2norm"), OBS_ROW, "dense"]
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert any("\n" in t for t in titles) and all(len(line) <= 48 for t in titles for line in t.splitlines())
 
 
 def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extras(reference):
@@ -135,7 +153,7 @@ def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extr
 
 def test_figure1_plots_a_detection_model_by_its_map(monkeypatch, tmp_path):
     drawn = []
-    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.append(fig) or out)
+    monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
     records = []
     for sp, map50 in ((0.5, 17.2), (0.9, 15.1)):
         r = cifar("fcpts", sp=sp)

@@ -3,7 +3,7 @@
 # 2-core CPU: 160 px input as the suite's own SSD on that set, anchors scaled from the 320 px original by 1/2,
 # zoom-out up to 2x (4x would leave most objects a few pixels wide at 160 px), batch 32, VOC07 11-point mAP;
 # 14 epochs: about 2.5 s an iteration on one core here, so 1,750 iterations (~75 min) leave room in one ~3 h
-# session of this CPU for the pruning cells of Table 4 after it.
+# session of this CPU for the pruning cells of Table 5 after it.
 # Train with `python -m tasks.detection.mmdet.train --config <this file>`.
 _base_ = "mmdet::ssd/ssdlite_mobilenetv2-scratch_8xb24-600e_coco.py"
 

@@ -1,0 +1,438 @@
+"""The results explorer: a static site of every table, figure and run, opened from disk (no server, no network).
+
+    python -m tasks.reporting site                 # writes results/site/ (index.html, runs/*.html, records.csv)
+    make report                                    # tables and figures first, then the site
+
+The tables are the ones `python -m tasks.reporting tables` writes, rendered from the same records and the same
+paper reference (their columns sort on a header click); the figures are copied from paper_figures/; every record
+gets a page with its loss and sparsity curves (from the history it keeps), its per-layer sparsity and its
+provenance; records.csv indexes every record with the paper's number beside ours where the paper has the cell.
+Reads only records, the paper's reference numbers and the committed figures and benchmark outputs; runs nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import re
+import shutil
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from fcpts.core.io import write_text_atomic
+from fcpts.methods import label
+from tasks.grid import cli
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
+from tasks.grid.records import all_records, headline
+from tasks.reporting.paper import REFERENCE, TABLES, WEIGHTS_DIR, read_reference, render_tables
+
+SITE_DIR = RESULTS_DIR / "site"
+FIGURES_DIR = REPO_ROOT / "paper_figures"
+# Tables made elsewhere than from records (the deploy benchmark's), shown as committed.
+COMMITTED_TABLES = ("table7_inference.md",)
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 0 1.5em 3em; color: #222; }
+nav { position: sticky; top: 0; background: #fff; padding: .6em 0; border-bottom: 1px solid #ddd; z-index: 1; }
+nav a { margin-right: 1em; }
+table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
+th { background: #f2f2f2; }
+table.sortable th { cursor: pointer; user-select: none; position: relative; padding-right: 1.2em; }
+th[aria-sort=ascending]::after { content: "\\25B2"; position: absolute; right: 3px; font-size: 9px; }
+th[aria-sort=descending]::after { content: "\\25BC"; position: absolute; right: 3px; font-size: 9px; }
+tr:nth-child(even) td { background: #fafafa; }
+code { background: #f4f4f4; padding: 0 2px; }
+pre { background: #f4f4f4; padding: .6em; overflow-x: auto; font-size: 12px; }
+img { max-width: 100%; border: 1px solid #eee; }
+.scroll { overflow-x: auto; }
+.muted { color: #666; }
+"""
+
+# Sort a table's body on a header click; numbers sort as numbers (a cell's first number: "**90.59/99.70** (−2.80)"
+# sorts by 90.59), cells without one after them; a second click reverses.
+SORT_JS = """
+function cellKey(text) {
+  const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
+  return m ? [0, parseFloat(m[0]), text] : [1, 0, text.trim().toLowerCase()];
+}
+function sortTable(th) {
+  const table = th.closest("table"), body = table.tBodies[0];
+  const col = Array.prototype.indexOf.call(th.parentNode.children, th);
+  const dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+  table.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
+  th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+  const rows = Array.from(body.rows);
+  rows.sort((a, b) => {
+    const x = cellKey(a.cells[col] ? a.cells[col].textContent : "");
+    const y = cellKey(b.cells[col] ? b.cells[col].textContent : "");
+    if (x[0] !== y[0]) return x[0] - y[0];
+    if (x[1] !== y[1]) return dir * (x[1] - y[1]);
+    return dir * x[2].localeCompare(y[2]);
+  });
+  rows.forEach(r => body.appendChild(r));
+}
+document.addEventListener("click", e => {
+  const th = e.target.closest("th");
+  if (th && th.closest("table.sortable")) sortTable(th);
+});
+"""
+
+
+def page(title: str, body: str, root: str = "") -> str:
+    """One HTML page: inline style and script (no file or network fetch but the page's own images)."""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<link rel='icon' href='data:,'>"  # no favicon request
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
+        f"<nav><a href='{root}index.html'>FCPTS results</a><a href='{root}index.html#tables'>tables</a>"
+        f"<a href='{root}index.html#figures'>figures</a><a href='{root}index.html#runs'>runs</a>"
+        f"<a href='{root}records.csv'>records.csv</a></nav>\n{body}\n<script>{SORT_JS}</script></body></html>\n"
+    )
+
+
+# --- Markdown: the subset the generated tables use (headings, paragraphs, lists, pipe tables, fenced blocks,
+# bold, code, links). No Markdown library is a dependency of the suite; this renders only what its tables hold.
+
+
+def inline(text: str, link=lambda url: url) -> str:
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(
+        r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f"<a href='{html.escape(link(m.group(2)))}'>{m.group(1)}</a>", out
+    )
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def markdown_to_html(md: str, link=lambda url: url) -> str:
+    lines, out, i = md.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("```")), len(lines))
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1 : j])) + "</pre>")
+            i = j + 1
+        elif m := re.match(r"(#{1,4}) (.*)", line):
+            level = len(m.group(1)) + 1  # the page's own title is the h1
+            out.append(f"<h{level}>{inline(m.group(2), link)}</h{level}>")
+            i += 1
+        elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
+            head = "".join(f"<th>{inline(c, link)}</th>" for c in _cells(line))
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append("<tr>" + "".join(f"<td>{inline(c, link)}</td>" for c in _cells(lines[i])) + "</tr>")
+                i += 1
+            out.append(
+                f"<div class='scroll'><table class='sortable'><thead><tr>{head}</tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table></div>"
+            )
+        elif re.match(r"\s*- ", line):
+            items = []
+            while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
+                text = lines[i].strip()
+                if text.startswith("- "):
+                    depth = (len(lines[i]) - len(lines[i].lstrip())) // 2
+                    items.append([depth, text[2:]])
+                else:
+                    items[-1][1] += " " + text
+                i += 1
+            out.append(
+                "<ul>"
+                + "".join(f"<li style='margin-left:{1.5 * d}em'>{inline(t, link)}</li>" for d, t in items)
+                + "</ul>"
+            )
+        elif line.strip():
+            para = [line]
+            i += 1
+            while i < len(lines) and lines[i].strip() and not re.match(r"(#|\||```|\s*- )", lines[i]):
+                para.append(lines[i])
+                i += 1
+            out.append(f"<p>{inline(' '.join(para), link)}</p>")
+        else:
+            i += 1
+    return "\n".join(out)
+
+
+# --- The index of all records (records.csv and the runs table)
+
+
+def run_slug(record: dict) -> str:
+    return record["_path"].removesuffix(".json").replace("/", "--")
+
+
+def paper_numbers(reference: list[dict]) -> dict[tuple, dict]:
+    """(dataset, model, method, sparsity) -> the paper's row; its main tables before its learned-mask table, which
+    repeats a few ResNet-18 cells."""
+    out: dict[tuple, dict] = {}
+    for r in sorted(reference, key=lambda r: r["table"] == "table1"):
+        if r["top1"] and r["sparsity"]:
+            out.setdefault((r["dataset"], r["model"], r["method"], round(float(r["sparsity"]), 4)), r)
+    return out
+
+
+INDEX_FIELDS = [
+    "record",
+    "task",
+    "dataset",
+    "model",
+    "method",
+    "target",
+    "achieved",
+    "hit_target",
+    "metric",
+    "ours",
+    "top5",
+    "dense",
+    "drop",
+    "paper",
+    "paper_drop",
+    "profile",
+    "seed",
+    "wall_min",
+    "device",
+    "created",
+    "git_commit",
+]
+
+
+def index_row(record: dict, paper: dict[tuple, dict]) -> dict:
+    name, value = headline(record)
+    dense = record["dense_metrics"].get(name)
+    ref = paper.get((record["dataset"], record["model"], record["method"], round(record["target_sparsity"], 4)))
+    ref_dense = paper.get((record["dataset"], record["model"], "dense", 0.0)) if ref else None
+    return {
+        "record": record["_path"],
+        "task": record["task"],
+        "dataset": record["dataset"],
+        "model": record["model"],
+        "method": record["method"],
+        "target": record["target_sparsity"],
+        "achieved": round(record["achieved_sparsity"], 6),
+        "hit_target": record.get("hit_target"),
+        "metric": name,
+        "ours": value,
+        "top5": record["metrics"].get("top5", ""),
+        "dense": dense,
+        "drop": round(dense - value, 2) if dense is not None else "",
+        "paper": ref["top1"] if ref else "",
+        "paper_drop": round(float(ref_dense["top1"]) - float(ref["top1"]), 2) if ref and ref_dense else "",
+        "profile": record["profile"]["name"],
+        "seed": record.get("seed", 0),
+        "wall_min": round(record["wall_s"] / 60, 2),
+        "device": record.get("device", ""),
+        "created": record.get("created", ""),
+        "git_commit": record.get("git_commit", ""),
+    }
+
+
+def records_csv(rows: list[dict]) -> str:
+    with io.StringIO(newline="") as f:
+        w = csv.DictWriter(f, fieldnames=INDEX_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        return f.getvalue()
+
+
+def runs_table(rows: list[dict]) -> str:
+    shown = [f for f in INDEX_FIELDS if f not in ("record", "device", "created", "git_commit")]
+    head = "<th>run</th>" + "".join(f"<th>{f}</th>" for f in shown)
+    body = "".join(
+        f"<tr><td><a href='runs/{html.escape(r['slug'])}.html'>{html.escape(r['record'])}</a></td>"
+        + "".join(f"<td>{html.escape(str(r[f]))}</td>" for f in shown)
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<div class='scroll'><table class='sortable' id='runs-table'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+# --- One page per run
+
+
+def run_plot(record: dict, out: Path) -> Path:
+    """The run's loss and sparsity curves (when its method keeps a step history) and its per-layer sparsity."""
+    history = (record.get("method_report") or {}).get("history_every_10") or []
+    layers = record.get("per_layer") or []
+    curves = [k for k in ("loss", "sparsity") if any(k in h for h in history)]
+    n = len(curves) + 1
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * (n - 1) + 7.0, 3.4), squeeze=False, width_ratios=[3] * (n - 1) + [5])
+    for ax, key in zip(axes[0], curves):
+        pts = [(h["step"], h[key]) for h in history if key in h]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color="tab:red", linewidth=1.2)
+        if key == "loss" and min(p[1] for p in pts) > 0:
+            ax.set_yscale("log")
+        if key == "sparsity":
+            ax.axhline(record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8, label="target")
+            ax.legend(fontsize=8)
+        ax.set_xlabel("step")
+        ax.set_title(f"{key} (every 10th step)", fontsize=10)
+        ax.grid(alpha=0.3)
+    ax = axes[0][-1]
+    ax.bar(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color="tab:blue", width=0.85)
+    ax.axhline(100 * record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8)
+    ax.set_ylim(0, 102)
+    ax.set_xlabel(f"layer (network order, {len(layers)} layers)")
+    ax.set_ylabel("layer sparsity (%)")
+    ax.set_title("per-layer sparsity (dashed: global target)", fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return out
+
+
+def _definition_list(items: dict) -> str:
+    rows = "".join(
+        f"<tr><th scope='row'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items()
+    )
+    return f"<table>{rows}</table>"
+
+
+def run_page(record: dict, row: dict, plot: str) -> str:
+    name, value = headline(record)
+    calibration = {k: v for k, v in (record.get("calibration") or {}).items() if not isinstance(v, list)}
+    provenance = {
+        "record": f"results/runs/{record['_path']}",
+        "command": record.get("command", ""),
+        "git commit": record.get("git_commit", ""),
+        "created": record.get("created", ""),
+        "device": record.get("device", ""),
+        "environment": ", ".join(f"{k} {v}" for k, v in (record.get("environment") or {}).items()),
+        "dense weights": (record.get("weights") or {}).get("sha256", ""),
+        "mask sha256": record.get("mask_sha256", ""),
+        "calibration": ", ".join(f"{k} {v}" for k, v in calibration.items()),
+        "profile": f"{record['profile']['name']}: {record['profile'].get('note', '')}",
+        "wall time": f"{record['wall_s']:.0f} s (evaluation {record.get('eval_s', 0):.0f} s)",
+    }
+    if record.get("provenance_note"):
+        provenance["note"] = record["provenance_note"]
+    summary = {
+        "method": label(record["method"]),
+        "target / achieved sparsity": f"{record['target_sparsity']:.2%} / {record['achieved_sparsity']:.4%}",
+        name: f"{value:.2f} (dense {row['dense']:.2f}, drop {row['drop']:.2f})" if row["dense"] is not None else value,
+        **({"top-5": record["metrics"]["top5"]} if "top5" in record["metrics"] else {}),
+        "paper": f"{row['paper']} (drop {row['paper_drop']:.2f})" if row["paper_drop"] != "" else row["paper"] or "—",
+    }
+    layers = record.get("per_layer") or []
+    keys = list(dict.fromkeys(k for layer in layers for k in layer))
+    layer_rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_short(layer.get(k, '')))}</td>" for k in keys) + "</tr>"
+        for layer in layers
+    )
+    history = (record.get("method_report") or {}).get("history_every_10") or []
+    no_curve = "" if history else "<p class='muted'>This method keeps no step history: no loss curve.</p>"
+    title = f"{record['model']} on {record['dataset']}: {label(record['method'])} at {record['target_sparsity']:.0%}"
+    body = (
+        f"<h1>{html.escape(title)}</h1>{_definition_list(summary)}"
+        f"<h2>Curves and allocation</h2>{no_curve}<img id='run-plot' src='{html.escape(plot)}' alt='run plot'>"
+        f"<h2>Provenance</h2>{_definition_list(provenance)}"
+        f"<h2>Per layer</h2><div class='scroll'><table class='sortable'><thead><tr>"
+        + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
+        + f"</tr></thead><tbody>{layer_rows}</tbody></table></div>"
+    )
+    return page(title, body, root="../")
+
+
+def _short(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+# --- The whole site
+
+
+def _table_link(url: str) -> str:
+    """A link inside a table's text as seen from the site: another table is a section of the index; a path
+    relative to results/tables/ resolves the same from results/site/ (a sibling folder)."""
+    return f"#{url[:-3]}" if re.fullmatch(r"[\w.-]+\.md", url) else url
+
+
+def build_site(
+    out_dir: Path = SITE_DIR,
+    runs_dir: Path = RUNS_DIR,
+    figures_dir: Path = FIGURES_DIR,
+    tables_dir: Path = TABLES,
+    reference_path: Path = REFERENCE,
+    weights_dir: Path = WEIGHTS_DIR,
+) -> list[Path]:
+    records, reference = all_records(runs_dir), read_reference(reference_path)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    (out_dir / "runs").mkdir(parents=True)
+    written = []
+    tables = render_tables(records, reference, weights_dir)
+    for name in COMMITTED_TABLES:
+        if (tables_dir / name).is_file():
+            tables[name] = (tables_dir / name).read_text()
+    md_tables = sorted((n for n in tables if n.endswith(".md")), key=lambda n: (not n.startswith("table"), n))
+    toc = "".join(f"<li><a href='#{n[:-3]}'>{html.escape(_first_heading(tables[n]))}</a></li>" for n in md_tables)
+    sections = "".join(
+        f"<section id='{n[:-3]}'>{markdown_to_html(tables[n], _table_link)}</section><hr>" for n in md_tables
+    )
+    (out_dir / "figures").mkdir()
+    figures = sorted(figures_dir.glob("*.png"))
+    for f in figures:
+        shutil.copyfile(f, out_dir / "figures" / f.name)
+    figure_html = "".join(
+        f"<figure><img src='figures/{html.escape(f.name)}' alt='{html.escape(f.stem)}' loading='lazy'>"
+        f"<figcaption>{html.escape(f.name)}</figcaption></figure>"
+        for f in figures
+    )
+    paper = paper_numbers(reference)
+    rows = []
+    for r in records:
+        row = {**index_row(r, paper), "slug": run_slug(r)}
+        plot = run_plot(r, out_dir / "runs" / f"{row['slug']}.png")
+        written.append(plot)
+        path = out_dir / "runs" / f"{row['slug']}.html"
+        write_text_atomic(path, run_page(r, row, plot.name))
+        written.append(path)
+        rows.append(row)
+    write_text_atomic(out_dir / "records.csv", records_csv(rows))
+    body = (
+        "<h1>FCPTS suite: results explorer</h1>"
+        f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
+        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table; each run links to "
+        "its page (curves, per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
+        f"<h2 id='tables'>Tables</h2><ul>{toc}</ul>{sections}"
+        f"<h2 id='figures'>Figures</h2>{figure_html}"
+        f"<h2 id='runs'>Runs</h2>{runs_table(rows)}"
+    )
+    write_text_atomic(out_dir / "index.html", page("FCPTS results", body))
+    return [out_dir / "index.html", out_dir / "records.csv", *written]
+
+
+def _first_heading(md: str) -> str:
+    return next((line.lstrip("# ") for line in md.splitlines() if line.startswith("#")), "table")
+
+
+def main(argv=None) -> int:
+    p = cli.command_parser("python -m tasks.reporting site", __doc__)
+    p.add_argument("--out", type=Path, default=SITE_DIR, help="the site's folder (replaced)")
+    p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show")
+    args = p.parse_args(argv)
+    wall, cpu = time.perf_counter(), time.process_time()
+    build_site(args.out, args.runs_dir)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    files = [f for f in args.out.rglob("*") if f.is_file()]
+    runs = len(list((args.out / "runs").glob("*.html")))
+    print(
+        f"wrote {repo_relative(args.out / 'index.html')}: {runs} run pages, {len(files)} files, "
+        f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB in {wall:.0f} s ({cpu:.0f} s of CPU)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

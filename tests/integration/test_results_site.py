@@ -1,0 +1,123 @@
+"""The results explorer in a real headless browser (Debian's chromium through selenium): the index loads without a
+console error, a table sorts on a header click, a run page shows its plot. Built from a few committed records."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.grid.paths import RUNS_DIR
+from tests.conftest import IN_CI
+
+# A few records of different kinds: FCPTS with a step history, POT (per-layer, no history), a detector.
+SUBSET = [
+    "cifar/cifar10/resnet56/fcpts-sp90-paper-seed0.json",
+    "cifar/cifar10/resnet56/pot-l2norm-sp90-paper-cpu-seed0.json",
+    "cifar/cifar10/resnet32/fcpts-sp80-paper-cpu-seed0.json",
+    "imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp50-cpu-seed0.json",
+    "voc/voc-cifar10/mb2-ssd-lite-160/fcpts-sp90-cpu-seed0.json",
+]
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def _missing(what: str):
+    message = f"{what}: apt-get install -y chromium chromium-driver; pip install selenium (the [test] extra)"
+    if IN_CI:
+        pytest.fail(f"CI runs the browser test: {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    from tasks.reporting.site import build_site
+
+    runs = tmp_path_factory.mktemp("runs")
+    for rel in SUBSET:
+        (runs / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(RUNS_DIR / rel, runs / rel)
+    out = tmp_path_factory.mktemp("site") / "site"
+    build_site(out, runs_dir=runs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("selenium is not installed")
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        _missing(f"no {CHROMIUM} or {CHROMEDRIVER}")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,900"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def click(browser, element) -> None:
+    """A user's click on `element`, scrolled to the middle of the window (not under the sticky navigation bar)."""
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    element.click()
+
+
+def test_the_site_has_every_run_and_a_csv_index(site):
+    with open(site / "records.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["record"] for r in rows) == sorted(SUBSET)
+    r56 = next(r for r in rows if r["record"] == SUBSET[0])
+    assert r56["paper"] == "92.02" and r56["metric"] == "top1"  # the paper's CIFAR-10 ResNet-56 FCPTS at 90%
+    assert len(list((site / "runs").glob("*.html"))) == len(SUBSET) == len(list((site / "runs").glob("*.png")))
+    assert all(f.stat().st_size > 0 for f in (site / "figures").glob("*.png"))
+    index = (site / "index.html").read_text()
+    assert [n for n in range(1, 8) if not re.search(rf"<h2>Table {n}\b", index)] == []  # every paper table
+    assert "https://" not in index and "http://" not in index  # nothing from the network
+
+
+def test_index_loads_without_console_errors_and_a_table_sorts(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    assert browser.title == "FCPTS results"
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+    table = browser.find_element(By.ID, "runs-table")
+    header = next(th for th in table.find_elements(By.TAG_NAME, "th") if th.text.strip() == "ours")
+    column = [th.text.strip() for th in table.find_elements(By.TAG_NAME, "th")].index("ours")
+
+    def values():
+        return [
+            float(row.find_elements(By.TAG_NAME, "td")[column].text)
+            for row in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        ]
+
+    assert values() != sorted(values())  # records come in path order, not by value
+    click(browser, header)
+    assert values() == sorted(values()) and header.get_attribute("aria-sort") == "ascending"
+    click(browser, header)
+    assert values() == sorted(values(), reverse=True)
+    # the tables rendered from the records sort too: Table 2's first CIFAR column, by our top-1
+    cifar = browser.find_element(By.CSS_SELECTOR, "#table2_cifar table")
+    click(browser, cifar.find_elements(By.TAG_NAME, "th")[2])
+    assert cifar.find_elements(By.TAG_NAME, "th")[2].get_attribute("aria-sort") == "ascending"
+    assert all(img.get_property("naturalWidth") > 0 for img in browser.find_elements(By.CSS_SELECTOR, "figure img"))
+
+
+def test_a_run_page_shows_its_plot(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    click(browser, browser.find_element(By.LINK_TEXT, SUBSET[0]))
+    assert "resnet56 on cifar10" in browser.title
+    plot = browser.find_element(By.ID, "run-plot")
+    assert plot.get_property("complete") and plot.get_property("naturalWidth") > 400
+    assert "python -m tasks.cifar" in browser.find_element(By.TAG_NAME, "body").text  # provenance: its command
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
