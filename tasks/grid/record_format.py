@@ -95,8 +95,6 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
     """Rewrite every record under `root` compactly, checking each is the same record read back (every key and
     value, the calibration lists and their recorded hash); a record that is not is left as it was and stops the
     rewrite. Returns (records rewritten, bytes before - bytes after, side files included)."""
-    from tasks.grid.records import read_record
-
     count = saved = 0
     for path in sorted(root.rglob("*.json")):
         if any(part.startswith(".") for part in path.relative_to(root).parts):
@@ -107,7 +105,7 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
             continue
         sides_before = {p.name for p in path.parent.glob("calibration-*.lists")}
         write_record(path, before)
-        after = read_record(path)
+        after = expand(json.loads(path.read_text()), path.parent)  # as records.read_record reads it
         calibration = (after or {}).get("calibration") or {}
         same_hash = (
             "indices" not in calibration
