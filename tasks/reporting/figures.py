@@ -189,7 +189,7 @@ def figure1(records: list[dict], out: Path) -> Path:
         ax.set_xlabel("global sparsity reached (%)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    order = [row_label(m) for m in FIGURE1_LINES] + ["dense"]
+    order = [row_label(m) for m in lines] + ["dense"]
     return _save(fig, out, shared_legend(fig, axes, order))
 
 
