@@ -103,6 +103,7 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
         before = json.loads(before_text)
         if not isinstance(before, dict) or "metrics" not in before:
             continue
+        before = expand(before, path.parent)  # a record already compact is rewritten as the same record
         sides_before = {p.name for p in path.parent.glob("calibration-*.lists")}
         write_record(path, before)
         after = expand(json.loads(path.read_text()), path.parent)  # as records.read_record reads it
