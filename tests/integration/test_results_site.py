@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import csv
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tasks.grid.paths import RUNS_DIR
+from tasks.grid.record_format import write_record
+from tasks.grid.records import read_record
 from tests.conftest import IN_CI
 
 # A few records of different kinds: FCPTS with a step history, POT (per-layer, no history), a detector.
@@ -38,7 +39,7 @@ def site(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("runs")
     for rel in SUBSET:
         (runs / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(RUNS_DIR / rel, runs / rel)
+        write_record(runs / rel, read_record(RUNS_DIR / rel))  # with the side file of its calibration lists
     out = tmp_path_factory.mktemp("site") / "site"
     build_site(out, runs_dir=runs)
     return out
