@@ -21,7 +21,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-GRID_TABLES = {"table2": "CNNs (Table 2)", "table3": "ViTs (Table 3)", "table5": "learned masks (Table 5)"}
+GRID_TABLES = {"table3": "CNNs (Table 3)", "table4": "ViTs (Table 4)", "table1": "learned masks (Table 1)"}
 
 
 def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool]:

@@ -30,7 +30,8 @@ from fcpts.methods import label
 from tasks.grid import cli
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
-from tasks.reporting.paper import REFERENCE, TABLES, WEIGHTS_DIR, read_reference, render_tables
+from tasks.reporting.layout import REFERENCE, read_reference
+from tasks.reporting.paper import TABLES, WEIGHTS_DIR, render_tables
 
 SITE_DIR = RESULTS_DIR / "site"
 FIGURES_DIR = REPO_ROOT / "paper_figures"

@@ -47,6 +47,8 @@ def _copy_references(subset, run_dir):
     for ref, new in zip(subset.paths(REFERENCE_DIR), paths):
         new.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ref, new)
+        for side in ref.parent.glob("calibration-*.lists"):  # a compact record's calibration lists
+            shutil.copy(side, new.parent / side.name)
     return paths
 
 

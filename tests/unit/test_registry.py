@@ -13,7 +13,7 @@ from fcpts.methods.registry import ROLES, TASKS, unregister
 from tasks.cifar import grid as cifar
 from tasks.reporting import figures
 from tasks.reporting.layout import extra_methods
-from tasks.reporting.paper import read_reference, table1
+from tasks.reporting.paper import read_reference, table2
 from tests.fake_records import cifar_record
 
 
@@ -70,7 +70,7 @@ def test_a_registered_method_appears_in_all_methods_tables_and_figures(toy_metho
     assert cifar.parse_args(["--all-methods"]).methods[-3:] == ["obs", "toy", "fcpts-plus"]
     assert "toy" in extra_methods("cifar") and "toy" not in extra_methods("voc")
     records = [cifar_record("fcpts"), cifar_record("toy", top1=80.0)]
-    text, rows = table1(records, read_reference(), tmp_path)
+    text, rows = table2(records, read_reference(), tmp_path)
     row = next(line for line in text.splitlines() if line.startswith("| resnet32 | Toy method (not in the paper) |"))
     assert "**80.00/99.00** (−12.60) [paper-cpu] · —" in row
     assert [r["method"] for r in rows] == ["fcpts", "toy"]
