@@ -10,6 +10,7 @@ from baselines.pot import POTOptions, collect_inputs, correct_weight, pot, pot_m
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
 from tasks.cifar.models import cifar_resnet
+from tests.unit.tiny import wide_cnn
 
 
 def small_cnn():
@@ -230,21 +231,6 @@ def test_a_layer_with_an_all_zero_dense_output_has_no_error_ratio():
     assert rows["5"]["error_masked"] is not None
     n = sum(r["numel"] for r in report.per_layer)
     assert round(report.achieved_sparsity * n) == round(0.6 * n)
-
-
-def wide_cnn():
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(16, 16, 3, padding=1, groups=16),
-        nn.ReLU(),
-        nn.Conv2d(16, 24, 1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(24, 5),
-    ).eval()
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from torch import nn
 from baselines.pot import POTOptions, layer_objective, pot
 from baselines.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
 from fcpts.core.masks import prunable_layers
+from tests.unit.tiny import wide_cnn
 
 
 class SamePadConv(nn.Conv2d):
@@ -107,18 +108,7 @@ def test_objective_choice_by_cost_and_memory():
 
 
 def test_pot_with_and_without_gram_statistics_agree():
-    torch.manual_seed(0)
-    net = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(16, 16, 3, padding=1, groups=16),
-        nn.ReLU(),
-        nn.Conv2d(16, 24, 1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(24, 5),
-    ).eval()
+    net = wide_cnn()
     x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
     fast, report = pot(copy.deepcopy(net), x, 0.6, POTOptions(**cfg))

@@ -35,3 +35,19 @@ class FailingAt(torch.utils.data.Dataset):
         if self.fetched == self.fail_at:
             raise KeyboardInterrupt("simulated interruption")
         return self.x[i]
+
+
+def wide_cnn() -> nn.Module:
+    """Plain, depthwise and pointwise convs and a classifier: the layer kinds POT treats differently."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1, groups=16),
+        nn.ReLU(),
+        nn.Conv2d(16, 24, 1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(24, 5),
+    ).eval()
