@@ -195,7 +195,7 @@ def markdown(result: dict) -> str:
     lines += [
         "",
         f"command: {result['command']}",
-        f"commit {result['commit']}, torch {result['torch']}, {result['threads']} torch threads a cell, "
+        f"commit {result['git_commit']}, torch {result['torch']}, {result['threads']} torch threads a cell, "
         f"load average at the end {result['load_end']}, created {result['created']}, {result['wall_s']:.0f} s in all",
     ]
     return "\n".join(lines) + "\n"
@@ -284,7 +284,7 @@ def main(argv=None) -> dict:
         "sizes": sizes,
         "note": args.note,
         "command": command_line(),
-        "commit": git_commit(),
+        "git_commit": git_commit(),
         "torch": torch.__version__,
         "threads": args.threads or torch.get_num_threads(),
         "budgets": {m: paper_budget(m) for m in args.methods},
