@@ -212,6 +212,19 @@ def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None
         )
 
 
+def _devices_of_run(ckpt: Path, here: str) -> list[str]:
+    """The devices a cell's run has worked on, kept beside its checkpoint: a run resumed on another device
+    (a CPU start finished on a GPU, or another GPU model) names each in its record, so its summed wall time is
+    never read as one device's. Written before the method starts, so an interrupted part is counted too."""
+    side = ckpt.with_name(ckpt.name + ".devices")
+    started = ckpt.exists() or any(f != side for f in ckpt.parent.glob(ckpt.name + ".*"))  # STR: side files only
+    earlier = side.read_text().splitlines() if started and side.is_file() else []
+    devices = [*earlier, *([here] if here not in earlier else [])]
+    side.parent.mkdir(parents=True, exist_ok=True)
+    side.write_text("\n".join(devices) + "\n")
+    return devices
+
+
 def _clear_checkpoints(ckpt: Path) -> None:
     """The cell's checkpoint and any side files a method keeps beside it: after the record is written, and
     before a --force run (which starts clean)."""
@@ -269,13 +282,13 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
     log(f"[run] {method} at {target:.0%} on {grid.dataset}/{grid.model} ({grid.profile.name} profile)")
     torch.manual_seed(grid.seed)
     model = grid.build_model()
+    devices = _devices_of_run(ckpt, device_description(next(model.parameters()).device))
     t = time.perf_counter()
     model, report = spec(model, calibration, target, options)
     method_wall = time.perf_counter() - t
     t = time.perf_counter()
     metrics = grid.evaluate(model)
     eval_s = time.perf_counter() - t
-    device = next(model.parameters()).device
     record = {
         "task": grid.task,
         "dataset": grid.dataset,
@@ -295,7 +308,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "wall_s": report.wall_s if report.wall_s else method_wall,
         "process_wall_s": method_wall,
         "eval_s": eval_s,
-        "device": device_description(device),
+        "device": "; ".join(devices),  # two when an interrupted run was resumed on another device
         "git_commit": git_commit(),
         "command": command_line(),
         "environment": environment(),

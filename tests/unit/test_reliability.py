@@ -102,6 +102,30 @@ def test_a_finished_cell_leaves_no_checkpoint_or_side_file(tmp_path):
     assert left == [], f"left behind after the record: {left}"
 
 
+def test_a_run_resumed_on_another_device_names_both_in_its_record(tmp_path):
+    g = grid(tmp_path)
+    run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
+    (tmp_path / "runs/t/d/m/fcpts-sp50-tiny-seed0.json").unlink()
+    ckpt = g.checkpoint_dir / "t/d/m/fcpts-sp50-tiny-seed0.pt"  # an interrupted part, as if it ran on a GPU
+    fcpts.sparsify(net(), images(8), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=str(ckpt))
+    ckpt.with_name(ckpt.name + ".devices").write_text("cuda: NVIDIA H200\n")
+    (record,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], log=lambda _: None)
+    assert record["method_report"]["extra"]["resumed_from_step"] == 3
+    first, here = record["device"].split("; ")
+    assert first == "cuda: NVIDIA H200" and here.startswith("cpu: ")
+    assert list(ckpt.parent.glob(ckpt.name + "*")) == []  # the side file goes with the checkpoint
+
+
+def test_a_start_that_left_no_checkpoint_does_not_count_its_device(tmp_path):
+    g = grid(tmp_path)
+    side = tmp_path / "runs/.checkpoints/t/d/m/fcpts-sp50-tiny-seed0.pt.devices"
+    side.parent.mkdir(parents=True)
+    side.write_text("cuda: NVIDIA H200\n")  # a start on a GPU that crashed before its first checkpoint
+    (record,) = run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
+    assert record["device"].startswith("cpu: ") and ";" not in record["device"]
+    assert g.checkpoint_dir / "t/d/m" == side.parent and not side.exists()
+
+
 def _run_cell(folder: str, queue) -> None:
     lines: list[str] = []
     records = run_grid(grid(Path(folder), slow_s=1.0), ["uniform"], [0.5], log=lines.append)
