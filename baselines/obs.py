@@ -59,6 +59,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -93,6 +94,7 @@ class OBSOptions(MethodOptions):
     batch_size: int = 128  # images per forward while collecting Hessians (memory only)
     reuse_inputs: bool = True  # start each layer's forward at its nn.Sequential unit from kept inputs (the
     # same values as a forward from the image, which False runs; fcpts.core.layer_inputs)
+    CACHE_COPIES: ClassVar[int] = 1  # buffers of `cache_bytes` held at once: the kept inputs (docs/memory.md)
     cache_bytes: float = 4e9  # the most kept inputs (over all images, both models): a unit whose inputs would
     # take more is reached from the image, so memory does not grow with the calibration set
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes

@@ -35,6 +35,7 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -73,6 +74,9 @@ class POTOptions(MethodOptions):
     weight_correction: bool = True
     bias_correction: bool = True
     fold_bn: bool = True
+    # Buffers of `cache_bytes` held at once at the peak (docs/memory.md): cached inputs while concatenated (2C)
+    # and pending Gram statistics (2C); what the scale benchmark bounds its memory line by.
+    CACHE_COPIES: ClassVar[int] = 4
     cache_bytes: float = 4e9  # dense layer inputs cached for all images (more layers share one forward), on
     # the model's device; a layer whose inputs alone exceed it is streamed: its inputs recomputed from the dense
     # model for each batch it reads. Gram statistics may take as much again (docs/memory.md)

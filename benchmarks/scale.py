@@ -84,6 +84,17 @@ def paper_budget(method: str) -> dict:
     return budget
 
 
+def cache_bound_gb(method: str, budget: dict) -> float | None:
+    """The most a method's cache adds to its memory (GB): its `cache_bytes` at the paper's budget times the
+    buffers its options say it holds at once (CACHE_COPIES); None for a method without a bounded cache."""
+    options = get_method(method).options
+    copies = getattr(options, "CACHE_COPIES", None)
+    if copies is None:
+        return None
+    cache = budget["options"].get("cache_bytes", vars(get_method(method).make_options())["cache_bytes"])
+    return copies * cache / 1e9
+
+
 def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float, threads: int | None) -> dict:
     """One cell in a child process; its JSON line, or a timeout/crash record."""
     budget = paper_budget(method)
@@ -146,7 +157,8 @@ def markdown(result: dict) -> str:
         f"{result['mode']} mode; budgets: the ImageNet task's `paper` profile; probes: {json.dumps(sizes)}.",
         "Time per step (training loop, at the paper's batch of 64) or per layer (layer-wise, at the paper's images "
         "and iterations), projected from the probes (docs/notebook/benchmarks.md); a cell's projected minutes; "
-        "peak memory in GB at each probe (host RSS; CUDA allocated), then the line through them at the paper's size.",
+        "peak memory in GB at each probe (host RSS; CUDA allocated), then the line through them at the paper's size, "
+        "capped where a method's cache bounds it (docs/memory.md).",
     ]
     if result.get("note"):
         lines += ["", f"Note: {result['note']}"]
@@ -164,6 +176,8 @@ def markdown(result: dict) -> str:
         status = status.replace("|", "/").replace("\n", " ")
         if p.get("clamped"):
             status += " (a slope clamped)"
+        if mem.get("cache_bounded_gb") is not None:
+            status += f" (memory line capped: cache {mem['cache_bounded_gb']:.0f} GB)"
         time_s = f"{fmt_time(p['unit_s'])} {unit_of.get(kind, '')}" if p else "-"
         if p.get("runs", 1) > 1:
             time_s += f", up to {p['runs']} runs"
@@ -183,7 +197,8 @@ def markdown(result: dict) -> str:
         "",
         f"## The paper's ImageNet grid, projected hours on {where}",
         "",
-        "Cells of the paper's Tables 2, 3 and 5 (results/paper/paper_reference.csv), each at its (model, method)'s "
+        f"Cells of the paper's {', '.join(GRID_TABLES.values())} (results/paper/paper_reference.csv), "
+        "each at its (model, method)'s "
         "projected minutes (the sparsity does not change the work); a cell in two tables counts once in the total.",
         "",
         "| table | cells | projected hours | cells without a projection |",
@@ -198,6 +213,8 @@ def markdown(result: dict) -> str:
         f"commit {result['git_commit']}, torch {result['torch']}, {result['threads']} torch threads a cell, "
         f"load average at the end {result['load_end']}, created {result['created']}, {result['wall_s']:.0f} s in all",
     ]
+    if result.get("projected_by"):
+        lines.append(f"projections recomputed from the probes by commit {result['projected_by']}")
     return "\n".join(lines) + "\n"
 
 
@@ -206,7 +223,10 @@ def finish(result: dict, sizes: dict) -> dict:
     minutes = {}
     for cell in result["cells"]:
         if cell["status"] == "ok":
-            cell["projection"] = project_cell(cell, paper_budget(cell["method"]), sizes["warmup"], sizes["memory_line"])
+            budget = paper_budget(cell["method"])
+            cell["projection"] = project_cell(
+                cell, budget, sizes["warmup"], sizes["memory_line"], cache_bound_gb(cell["method"], budget)
+            )
             minutes[(cell["model"], cell["method"])] = cell["projection"]["projected_s"] / 60
     result["grid"] = grid_hours(paper_grid_cells(PAPER_REFERENCE), minutes)
     return result
@@ -234,10 +254,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="also keep the finished cells of these outputs (those whose probes are this run's)",
     )
     p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
+    p.add_argument(
+        "--reproject",
+        action="store_true",
+        help="measure nothing: recompute --out's projections and table with this code, its provenance kept",
+    )
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     args = p.parse_args(argv)
     if args.device not in ("cpu", "cuda"):
         p.error(f"--device must be cpu or cuda, got {args.device!r}")
+    if args.reproject:
+        if not args.out or not Path(args.out).is_file():
+            p.error("--reproject needs --out naming an existing scale output (e.g. results/benchmarks/scale_cuda.json)")
+        return args
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda asked for, but CUDA is not available here; use --device cpu")
     from tasks.imagenet.models import get_spec
@@ -257,8 +286,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def reproject(out: Path) -> dict:
+    """An earlier output's projections, grid hours and table recomputed from its probes (pure arithmetic), its
+    measurements and provenance as they were; the commit that projected them named beside its own."""
+    result = json.loads(out.read_text())
+    finish(result, result["sizes"])
+    result["projected_by"] = git_commit()
+    write_json_atomic(out, result)
+    write_text_atomic(out.with_suffix(".md"), markdown(result))
+    return result
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.reproject:
+        return reproject(Path(args.out))
     sizes = SMALL if args.small else FULL
     name = f"scale_{args.device}{'_small' if args.small else ''}.json"
     out = Path(args.out or REPO_ROOT / "results" / "benchmarks" / name)

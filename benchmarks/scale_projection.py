@@ -1,5 +1,6 @@
 """The scale benchmark's arithmetic: a cell's measured probes projected to the paper's budget, and the paper's
-ImageNet grid (Tables 2, 3 and 5) summed from the projected cells. Pure functions of the measurements.
+ImageNet grid (its CNN, ViT and learned-mask tables: GRID_TABLES) summed from the projected cells. Pure
+functions of the measurements.
 
 Projections (each a straight line through the probes, documented in docs/notebook/benchmarks.md):
 - training: the median step time at each probed batch size (after the warm-up steps); at the paper's batch
@@ -98,9 +99,14 @@ def project_layerwise(cell: dict, paper: dict) -> dict:
     }
 
 
-def project_memory(cell: dict, x_key: str, x_paper: float, extrapolate: bool = True) -> dict:
+def project_memory(
+    cell: dict, x_key: str, x_paper: float, extrapolate: bool = True, bound_gb: float | None = None
+) -> dict:
     """Peak memory at each probe, and (`extrapolate`) the line through the two smallest probes at the paper's
-    size; probes of a few images differ by less than the allocator's noise, so tiny probes are not extrapolated."""
+    size; probes of a few images differ by less than the allocator's noise, so tiny probes are not extrapolated.
+    `bound_gb`: what a method's cache can add at most (its `cache_bytes` times the buffers it holds,
+    docs/memory.md); small probes fill the cache in proportion to the images, so their line overstates a
+    bounded method at the paper's size: it is capped at the line's intercept plus the bound, and flagged."""
     out: dict = {}
     for key in ("peak_rss_gb", "peak_cuda_gb"):
         points = [(p[x_key], p[key]) for p in cell["probes"] if key in p and x_key in p]
@@ -114,11 +120,17 @@ def project_memory(cell: dict, x_key: str, x_paper: float, extrapolate: bool = T
         if extrapolate and len(points) >= 2 and points[1][0] != points[0][0]:
             c0, c1, _ = line(*points[0], *points[1])
             out[key + "_at_paper"] = c0 + c1 * x_paper
+            if bound_gb is not None and c0 + bound_gb < out[key + "_at_paper"]:
+                out[key + "_at_paper"] = c0 + bound_gb
+                out["cache_bounded_gb"] = bound_gb
     return out
 
 
-def project_cell(cell: dict, paper: dict, warmup: int, memory_line: bool = True) -> dict:
-    """The projection of one measured cell (see the module's docstring)."""
+def project_cell(
+    cell: dict, paper: dict, warmup: int, memory_line: bool = True, cache_bound_gb: float | None = None
+) -> dict:
+    """The projection of one measured cell (see the module's docstring); `cache_bound_gb` bounds a layer-wise
+    method's memory line (project_memory)."""
     if cell.get("status") != "ok":
         return {}
     kind = cell["kind"]
@@ -127,7 +139,7 @@ def project_cell(cell: dict, paper: dict, warmup: int, memory_line: bool = True)
         out["memory"] = project_memory(cell, "batch_size", paper["batch_size"], memory_line)
     elif kind == "layer-wise":
         out = project_layerwise(cell, paper)
-        out["memory"] = project_memory(cell, "images", paper["n_calibration"], memory_line)
+        out["memory"] = project_memory(cell, "images", paper["n_calibration"], memory_line, cache_bound_gb)
     else:
         out = {"unit": "run", "unit_s": cell["probes"][0]["wall_s"], "projected_s": cell["probes"][0]["wall_s"]}
         out["memory"] = project_memory(cell, "images", paper["n_calibration"], extrapolate=False)
