@@ -177,14 +177,15 @@ scale-small: setup
 
 # The GPU check (docs/notebook/benchmarks.md): `make gpu-data` here copies the CIFAR-10 subset and weights it needs into
 # gpu_data/ (git-ignored, small enough to travel with the checkout); `make gpu-check GPU_OUT=DIR` on the GPU
-# machine runs every part in at most 8 minutes with only torch, torchvision and timm (no venv, no install);
+# machine runs what fits in 8 minutes with only torch, torchvision and timm (no venv, no install), and
+# GPU_CONTINUE=<the first call's gpu_check.tar.gz, copied into gpu_data/> finishes the rest in a second call;
 # `make gpu-check-dry` runs it on a CPU with tiny sizes.
 GPU_OUT ?= results/local/gpu_check
 gpu-data: setup
 	$(PY) -m benchmarks.gpu_check prepare
 
 gpu-check:
-	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT)
+	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT) $(if $(GPU_CONTINUE),--continue-from $(GPU_CONTINUE))
 
 gpu-check-dry:
 	PYTHONPATH=. $(PYTHON) -m benchmarks.gpu_check run --out $(GPU_OUT)-dry --dry-run

@@ -1,19 +1,21 @@
-"""The GPU check: every GPU measurement the suite lacks, in one command of at most 8 minutes on one GPU.
+"""The GPU check: every GPU measurement the suite lacks, in two calls of about 8 minutes on one GPU.
 
     python -m benchmarks.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
     python -m benchmarks.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
+    python -m benchmarks.gpu_check run --out OUT2 --continue-from gpu_data/gpu_check.tar.gz   # the rest
     python -m benchmarks.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
 
-Parts, in order, each a child process with its own time limit (its share of the total; a part may use what
-earlier parts left over, never what later parts are granted), none stopping the others:
+Parts, in order, each a child process with its own time limit, none stopping the others. Their budgets (what
+each took on an H200) add up to more than one call: a call gives each part its budget while time is left, the
+last part reached all that remains, and leaves the rest "not started"; a second call given the first's packed
+work finishes it (records kept, checkpoints resumed, scale cells kept, passed parts not run again):
   smoke        the `cuda`-marked tests
   step-time    FCPTS step over a plain training step, batch 64 (and bf16)
   r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
   r56-bf16     the same in bfloat16 (a record beside it)
   r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   scale        the scale benchmark's FCPTS, POT and OBS cells on ResNet-18, ResNet-50 and ViT-B/16
-  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record): last, so it may use
-               every second the others left
+  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record): last, about 7 minutes
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
@@ -127,7 +129,7 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
     smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/integration/test_cuda_smoke_tasks.py"]
     step = [py, "-m", "benchmarks.step_time", "--device", device, "--out", str(work / "step_time.txt")]
-    scale = [py, "-m", "benchmarks.scale", "--device", device, "--out", str(work / "scale.json")]
+    scale = [py, "-m", "benchmarks.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
@@ -136,17 +138,52 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         step += ["--amp", "bf16"]
         scale += ["--models", "resnet18", "resnet50", "vit_base", "--methods", "fcpts", "pot-l2norm", "obs"]
         scale += ["--cell-timeout", "30"]
-    # ResNet-56 FCPTS takes 60 ms a step on an H100 (results/benchmarks/method_time_cuda.txt): 1,600 steps twice
-    # would not fit, so bf16 and float32 are compared at the `fast` budget (400 steps), same data and seed.
+    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200/), rounded up. They add up to
+    # more than one call's 465 s: a call runs the parts in order, each with its budget while time is left, and a
+    # second call with --continue-from finishes the rest (POT's paper budget alone takes about 7 minutes).
     return [
-        Part("smoke", smoke, 60),
+        Part("smoke", smoke, 55),
         Part("step-time", step, 35),
-        Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 40),
-        Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 40),
-        Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 75),
-        Part("scale", scale, 90),
-        Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 130),
+        Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 50),
+        Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 50),
+        Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 95),
+        Part("scale", scale, 180),
+        Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 450),
     ]
+
+
+def time_limits(parts: list[Part], total_s: float) -> list[float]:
+    """Each part's limit within `total_s`: where the budgets fit, each is scaled up to its share of the total;
+    where they do not, each part in turn gets its budget while time is left, the last one reached what remains
+    (0: not started in this call)."""
+    budgets = [p.budget_s for p in parts]
+    if sum(budgets) <= total_s:
+        return [b * total_s / sum(budgets) for b in budgets]
+    limits, left = [], total_s
+    for b in budgets:
+        limits.append(min(b, left))
+        left -= limits[-1]
+    return limits
+
+
+def continue_work(source: Path, work: Path) -> None:
+    """An earlier call's work (its gpu_check.tar.gz or work folder) into `work`: its finished records are kept
+    by the tasks, its checkpoints resumed, its scale cells kept (--resume). Its lock files are stale (their
+    processes ended with that call), so they are dropped; a record's device list says where each part ran."""
+    if source.is_file():
+        with tarfile.open(source) as tar:
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python < 3.10.12: no filters
+            tar.extractall(work.parent / "earlier", **safe)
+        source = work.parent / "earlier" / "gpu_check"
+    if not any((source / name).exists() for name in ("summary.json", "records", "scale.json")):
+        raise SystemExit(
+            f"--continue-from {source}: no summary.json, records/ or scale.json in it (an earlier call's OUT/work "
+            "or its gpu_check.tar.gz)"
+        )
+    shutil.copytree(source, work, dirs_exist_ok=True)
+    for lock in work.rglob("*.lock"):
+        lock.unlink()
+    shutil.rmtree(work.parent / "earlier", ignore_errors=True)
 
 
 def run_part(part: Part, timeout_s: float, log: Path, env: dict[str, str]) -> dict:
@@ -169,8 +206,16 @@ def run_part(part: Part, timeout_s: float, log: Path, env: dict[str, str]) -> di
     return {"part": part.name, "status": status, "seconds": seconds, "limit_s": round(timeout_s)}
 
 
-def run(out: Path, data_root: Path, device: str, total_s: float, dry_run: bool, only: list[str] | None) -> list[dict]:
-    """Every part within `total_s`; the summary; OUT/work packed."""
+def run(
+    out: Path,
+    data_root: Path,
+    device: str,
+    total_s: float,
+    dry_run: bool,
+    only: list[str] | None,
+    continue_from: Path | None = None,
+) -> list[dict]:
+    """Every part within `total_s` (after an earlier call's work, `continue_from`); the summary; OUT/work packed."""
     if not (data_root / "cifar10" / "test.npz.xz").is_file():
         raise SystemExit(
             f"no CIFAR-10 under {data_root}: run `python -m benchmarks.gpu_check prepare` (writes gpu_data/) "
@@ -178,6 +223,8 @@ def run(out: Path, data_root: Path, device: str, total_s: float, dry_run: bool, 
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "work").mkdir(exist_ok=True)
+    if continue_from is not None:
+        continue_work(continue_from, out / "work")
     env = {**os.environ, "FCPTS_DATA_ROOT": str(data_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     prepared = data_root / "prepared.json"
@@ -189,12 +236,29 @@ def run(out: Path, data_root: Path, device: str, total_s: float, dry_run: bool, 
     if unknown:
         raise SystemExit(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(p.name for p in parts)}")
     parts = [p for p in parts if not only or p.name in only]
+    earlier = out / "work" / "summary.json"  # an earlier call's, when continuing
+    passed = {r["part"]: r for r in json.loads(earlier.read_text())} if earlier.is_file() else {}
+    passed = {name: r for name, r in passed.items() if r["status"].startswith("passed")}
+    todo = [p for p in parts if p.name not in passed]
+    fits = sum(p.budget_s for p in todo) <= total_s
     deadline = time.perf_counter() + total_s
-    share = total_s / sum(p.budget_s for p in parts)  # the budgets are shares of whatever total is given
     results = []
-    for i, part in enumerate(parts):
-        reserved = share * sum(p.budget_s for p in parts[i + 1 :])
-        timeout_s = deadline - time.perf_counter() - reserved
+    for part in parts:
+        if part.name in passed:
+            results.append({**passed[part.name], "status": "passed in an earlier call"})
+            print(f"{part.name:10s} passed in an earlier call", flush=True)
+            continue
+        later = todo[todo.index(part) + 1 :]
+        left = deadline - time.perf_counter()
+        if fits:  # every part its share of the total; leftovers go on to the later parts
+            timeout_s = left - total_s / sum(p.budget_s for p in todo) * sum(p.budget_s for p in later)
+        else:  # its budget while time is left; the last part all that remains
+            timeout_s = min(part.budget_s, left) if later else left
+        if timeout_s < 1:
+            results.append({"part": part.name, "status": "not started: this call's time is spent", "seconds": 0.0,
+                            "limit_s": 0})  # fmt: skip
+            print(f"{part.name:10s} not started (run again with --continue-from)", flush=True)
+            continue
         if part.name == "scale":  # start no cell that could not finish in time
             part.command += ["--budget-s", str(max(timeout_s - 35, 1))]
         results.append(run_part(part, timeout_s, out / "work" / f"{part.name}.log", env))
@@ -213,11 +277,17 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
         f"GPU check{' (CPU dry run, tiny sizes: no result)' if dry_run else ''} on {where}, torch {torch.__version__}, "
         f"commit {commit or 'unknown'}",
         *(f"{r['part']:10s} {r['status']:28s} {r['seconds']:7.1f} s (limit {r['limit_s']} s)" for r in results),
-        f"{sum(r['status'] == 'passed' for r in results)} of {len(results)} parts passed; "
-        "logs and records in gpu_check.tar.gz",
+        f"{sum(r['status'].startswith('passed') for r in results)} of {len(results)} parts passed; "
+        "logs and records in gpu_check.tar.gz"
+        + (
+            ""
+            if all(r["status"].startswith("passed") for r in results)
+            else "; what is left: run again with --continue-from this gpu_check.tar.gz (carried inside gpu_data/)"
+        ),
     ]
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    shutil.copy(out / "summary.json", out / "work" / "summary.json")  # packed: a continuing call reads it
     print("\n".join(lines))
 
 
@@ -236,6 +306,11 @@ def main(argv=None) -> int:
     rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 900: a bound on a hang)")
     rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
     rn.add_argument("--only", nargs="+", help="run only these parts")
+    rn.add_argument(
+        "--continue-from",
+        help="an earlier call's gpu_check.tar.gz (or OUT/work): finish what it left (records kept, checkpoints "
+        "resumed, scale cells kept); carry it to the device inside gpu_data/",
+    )
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)
@@ -251,8 +326,11 @@ def main(argv=None) -> int:
         return 0
     device = args.device or ("cpu" if args.dry_run else "cuda")
     total = args.total_s or (900.0 if args.dry_run else 465.0)
-    results = run(Path(args.out), Path(args.data_root), device, total, args.dry_run, args.only)
-    return 0 if all(r["status"] == "passed" for r in results) else 1
+    earlier = Path(args.continue_from) if args.continue_from else None
+    if earlier is not None and not earlier.exists():
+        p.error(f"--continue-from {earlier}: no such file or folder")
+    results = run(Path(args.out), Path(args.data_root), device, total, args.dry_run, args.only, earlier)
+    return 0 if all(r["status"].startswith("passed") for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ FULL = {
     "train_images": None,  # the training-loop methods' calibration: the paper's 1,024
     "small_options": {},
     "memory_line": True,
+    # A layer-wise cell's first call pays the device's one-time costs (CUDA context, kernels' first launch, cuDNN
+    # and cuBLAS set-up): on an H200 its first probe took longer than its second with twice the images, which
+    # made the fitted lines meaningless. One untimed call at the smallest sizes comes first.
+    "warmup_probe": True,
 }
 SMALL = {
     "batch_sizes": [1],
@@ -130,7 +134,7 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
 # The probe sizes each kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
 SIZES_OF_KIND = {
     "training": ("batch_sizes", "warmup", "steps", "train_images", "small_options"),
-    "layer-wise": ("images", "iterations", "layers"),
+    "layer-wise": ("images", "iterations", "layers", "warmup_probe"),
     "one-shot": ("images",),
 }
 

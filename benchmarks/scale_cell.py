@@ -12,6 +12,8 @@ What a probe is depends on the kind of method, read from the registry, never fro
 - one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
 
 Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory.
+A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
+timed probe.
 
     python -m benchmarks.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
 """
@@ -221,6 +223,10 @@ def run_cell(spec: dict) -> dict:
     plan = [(n, spec["iterations"][0]) for n in spec["images"]]
     if iterative:
         plan.append((spec["images"][0], spec["iterations"][1]))
+    if spec.get("warmup_probe"):  # untimed: the device's one-time costs out of the first timed probe
+        run_probe(
+            method, build, plan[0][0], {"seed": 0}, {**overrides, **({"iterations": 2} if iterative else {})}, device
+        )
     for n_images, iterations in plan:
         probe_overrides = {**overrides, **({"iterations": iterations} if iterative else {})}
         probe = run_probe(method, build, n_images, {"seed": 0}, probe_overrides, device)

@@ -85,3 +85,46 @@ def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path):
 def test_run_without_data_names_the_prepare_step(tmp_path):
     with pytest.raises(SystemExit, match="gpu_check prepare"):
         gpu_check.main(["run", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "none"), "--dry-run"])
+
+
+def test_a_second_call_continues_from_the_first_ones_packed_work(tmp_path):
+    first = tmp_path / "first" / "work"
+    cell = first / "records" / "cifar" / "cifar10" / "resnet32"
+    cell.mkdir(parents=True)
+    (cell / "fcpts-sp80-paper-seed0.json.lock").write_text("12345")  # its process ended with the first call
+    (first.parent / "ckpt").mkdir()
+    (first / "records" / ".checkpoints").mkdir()
+    (first / "records" / ".checkpoints" / "pot.pt").write_bytes(b"state")
+    (first / "scale.json").write_text("{}")
+    with tarfile.open(tmp_path / "gpu_check.tar.gz", "w:gz") as tar:
+        tar.add(first, arcname="gpu_check")
+    work = tmp_path / "second" / "work"
+    work.mkdir(parents=True)
+    gpu_check.continue_work(tmp_path / "gpu_check.tar.gz", work)
+    assert (work / "records" / ".checkpoints" / "pot.pt").read_bytes() == b"state" and (work / "scale.json").is_file()
+    assert not list(work.rglob("*.lock")) and sorted(p.name for p in work.parent.iterdir()) == ["work"]
+    with pytest.raises(SystemExit, match="no summary.json, records/ or scale.json"):
+        gpu_check.continue_work(tmp_path / "second" / "nothing", work)
+    assert "--resume" in next(p for p in gpu_check.part_list(tmp_path, False, "cuda") if p.name == "scale").command
+
+
+def test_budgets_that_do_not_fit_one_call_run_in_order_and_the_last_part_takes_the_rest():
+    parts = [gpu_check.Part(n, [], b) for n, b in (("a", 50), ("b", 100), ("c", 400))]
+    assert gpu_check.time_limits(parts, 300) == [50, 100, 150]
+    assert gpu_check.time_limits(parts, 120) == [50, 70, 0]
+    assert gpu_check.time_limits(parts, 1100) == [100, 200, 800]  # they fit: each its share of the total
+
+
+def test_a_continued_call_does_not_run_again_what_passed(tmp_path):
+    data = tmp_path / "data"
+    gpu_check.prepare(tiny_source(tmp_path / "src"), data, n_train=64, n_test=32)
+    work = tmp_path / "first" / "work"
+    work.mkdir(parents=True)
+    (work / "summary.json").write_text(
+        json.dumps([{"part": "smoke", "status": "passed", "seconds": 3.0, "limit_s": 9}])
+    )
+    out = tmp_path / "second"
+    args = ["run", "--out", str(out), "--data-root", str(data), "--dry-run", "--only", "smoke", "--continue-from"]
+    assert gpu_check.main([*args, str(work)]) == 0
+    (smoke,) = json.loads((out / "summary.json").read_text())
+    assert smoke["status"] == "passed in an earlier call" and not (out / "work" / "smoke.log").exists()

@@ -137,3 +137,34 @@ def test_small_cell_runs_a_one_shot_method_in_its_own_process(tmp_path):
     text = out.with_suffix(".md").read_text()
     assert "| resnet18 | erk | one-shot |" in text and "whole grid (unique cells) | 121 |" in text
     assert scale_projection.GRID_TABLES["table3"] in text
+
+
+def test_a_cache_bounded_methods_memory_line_is_capped_at_its_cache():
+    cell = {"probes": [{"images": 256, "peak_cuda_gb": 2.0}, {"images": 512, "peak_cuda_gb": 3.0}]}
+    free = scale_projection.project_memory(cell, "images", 10240)
+    assert free["peak_cuda_gb_at_paper"] == pytest.approx(1.0 + 10240 / 256) and "cache_bounded_gb" not in free
+    capped = scale_projection.project_memory(cell, "images", 10240, bound_gb=16.0)
+    assert capped["peak_cuda_gb_at_paper"] == pytest.approx(17.0) and capped["cache_bounded_gb"] == 16.0
+    assert scale_projection.project_memory(cell, "images", 600, bound_gb=16.0)["peak_cuda_gb_at_paper"] < 17.0
+    # the bound comes from the method's options: POT holds four cache-sized buffers, obs one, FCPTS none
+    assert scale.cache_bound_gb("pot-l2norm", scale.paper_budget("pot-l2norm")) == 16.0
+    assert scale.cache_bound_gb("obs", scale.paper_budget("obs")) == 4.0
+    assert scale.cache_bound_gb("fcpts", scale.paper_budget("fcpts")) is None
+
+
+def test_a_layerwise_cell_makes_one_untimed_call_before_its_timed_probes(monkeypatch):
+    import tasks.imagenet.models as models
+
+    calls = []
+
+    def fake_probe(method, build, n_images, budget, overrides, device):
+        calls.append((n_images, overrides.get("iterations")))
+        return {"images": n_images, "wall_s": 1.0}
+
+    monkeypatch.setattr(models, "architecture", lambda name: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3)))
+    monkeypatch.setattr(scale_cell, "run_probe", fake_probe)
+    spec = {"model": "resnet18", "method": "pot-l2norm", "device": "cpu", "options": {}, **scale.FULL}
+    result = scale_cell.run_cell(spec)
+    assert calls == [(256, 2), (256, 100), (512, 100), (256, 200)]  # the first one untimed
+    assert [p["images"] for p in result["probes"]] == [256, 512, 256]
+    assert scale.SIZES_OF_KIND["layer-wise"][-1] == "warmup_probe"  # earlier cells without it are measured again

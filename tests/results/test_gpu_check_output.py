@@ -1,0 +1,67 @@
+"""What the GPU check measured on a lent H200 (results/benchmarks/gpu_check_h200/, scale_cuda.*,
+step_time_cuda.txt): the records read back whole and name the GPU, and the numbers docs/notebook/benchmarks.md
+quotes are the ones in those files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from benchmarks import scale
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tasks.grid.records import read_record
+
+CHECK = RESULTS_DIR / "benchmarks" / "gpu_check_h200"
+RECORDS = CHECK / "records" / "cifar" / "cifar10"
+DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+
+
+@pytest.fixture(scope="module")
+def records() -> dict[str, dict]:
+    return {
+        "fp32": read_record(RECORDS / "resnet56" / "fcpts-sp90-fast-seed0.json"),
+        "bf16": read_record(RECORDS / "resnet56" / "fcpts-sp90-fast-ampbf16-seed0.json"),
+        "r32": read_record(RECORDS / "resnet32" / "fcpts-sp80-paper-seed0.json"),
+    }
+
+
+def test_the_gpu_records_name_the_gpu_hit_their_target_and_say_what_they_evaluated(records):
+    for r in records.values():
+        assert r["device"] == "cuda: NVIDIA H200" and r["hit_target"]
+        assert r["metrics"]["n_images"] == 2000 and r["data"]["root"].endswith("gpu_data")  # the check's subset
+        assert len(r["calibration"]["indices"]) == r["calibration"]["n_images"]
+    assert records["bf16"]["method_options"]["amp"] == "bf16" and records["fp32"]["method_options"]["amp"] is None
+    assert records["r32"]["method_report"]["extra"]["resumed_from_step"] == 1500  # finished on a second call
+
+
+def test_the_doc_quotes_the_gpu_records(records):
+    fp32, bf16, r32 = (records[k]["metrics"]["top1"] for k in ("fp32", "bf16", "r32"))
+    assert f"float32 {fp32:.2f}" in DOC and f"bfloat16 {bf16:.2f}" in DOC
+    assert f"{abs(bf16 - fp32):.2f} points" in DOC and abs(bf16 - fp32) <= 0.3
+    assert f"top-1 {r32:.2f}" in DOC and f"{records['r32']['wall_s']:.0f} s" in DOC
+
+
+def test_the_doc_quotes_the_gpu_step_ratios():
+    text = (RESULTS_DIR / "benchmarks" / "step_time_cuda.txt").read_text()
+    ratios = re.findall(r"ratio (\d+\.\d+)", text)
+    assert len(ratios) == 4 and "NVIDIA H200" in text
+    for ratio in ratios:
+        assert f"{ratio}" in DOC
+
+
+def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
+    result = json.loads((RESULTS_DIR / "benchmarks" / "scale_cuda.json").read_text())
+    assert result["device_description"] == "cuda: NVIDIA H200"
+    measured = {(c["model"], c["method"]) for c in result["cells"] if c["status"] == "ok"}
+    models, methods = ("resnet18", "resnet50", "vit_base"), ("fcpts", "pot-l2norm", "obs")
+    assert measured == {(m, meth) for m in models for meth in methods}
+    again = scale.finish(copy.deepcopy(result), result["sizes"])
+    assert [c.get("projection") for c in again["cells"]] == [c.get("projection") for c in result["cells"]]
+    assert scale.markdown(result) == (RESULTS_DIR / "benchmarks" / "scale_cuda.md").read_text()
+    for cell in result["cells"]:
+        if cell["status"] == "ok":
+            minutes = cell["projection"]["projected_s"] / 60
+            assert f"{cell['model']} {cell['method']} {minutes:.1f} min" in DOC
