@@ -89,11 +89,12 @@ class FCPTSOptions(TrainingOptions):
 
 
 def default_blocks(model: nn.Module) -> list[str]:
-    """Block outputs for MSE reconstruction: each non-Sequential child of an nn.Sequential that holds
-    a prunable layer (ResNet BasicBlocks, MobileNet inverted residuals, ...)."""
+    """Block outputs for MSE reconstruction: each non-Sequential child that holds a prunable layer of an
+    nn.Sequential (ResNet BasicBlocks, MobileNet inverted residuals, ViT blocks, ...) or of a timm-style stage
+    (a class named `...Stage`, e.g. RegNet's RegStage, whose blocks are plain attributes b1, b2, ...)."""
     names = []
     for parent_name, parent in model.named_modules():
-        if isinstance(parent, nn.Sequential):
+        if isinstance(parent, nn.Sequential) or type(parent).__name__.endswith("Stage"):
             for child_name, child in parent.named_children():
                 if not isinstance(child, nn.Sequential) and any(
                     isinstance(m, (nn.Conv2d, nn.Linear)) for m in child.modules()
@@ -220,6 +221,12 @@ class _Reconstruction:
         self.taps = None
         if opts.reconstruction == "mse-blocks":
             blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
+            if not blocks:
+                log.warning(
+                    "reconstruction='mse-blocks' found no blocks in %s (children of an nn.Sequential or a "
+                    "timm-style stage): only the output KL reconstructs; name them with block_names=[...]",
+                    type(model).__name__,
+                )
             self.taps = _Taps(model, blocks), _Taps(teacher, blocks)
 
     def __call__(self, y_s: torch.Tensor, y_t: torch.Tensor) -> torch.Tensor:

@@ -104,6 +104,15 @@ def test_paper_architectures_sparsify_exactly(name):
         assert torch.isfinite(sparse(calib[:1])).all()
 
 
+def test_every_paper_architecture_has_blocks_for_the_block_mse():
+    """FCPTS's default loss adds each block's MSE; a model where none is found would silently get the KL alone
+    (timm's RegNets hold their blocks in RegStage attributes, not in an nn.Sequential)."""
+    from fcpts.methods.fcpts import default_blocks
+
+    counts = {name: len(default_blocks(architecture(name))) for name in ("resnet18", "regnetx_200mf", "vit_base")}
+    assert counts == {"resnet18": 8 + 3, "regnetx_200mf": 1 + 1 + 4 + 7, "vit_base": 12}  # + downsample convs
+
+
 @needs_sample
 def test_cli_quick_run_writes_labelled_records(tmp_path):
     argv = [

@@ -153,3 +153,40 @@ def test_eval_mode_teacher_is_folded_and_gives_the_same_outputs():
     x = images(4)
     assert torch.allclose(teacher(x), model(x), atol=1e-5)
     assert not any(p.requires_grad for p in teacher.parameters())
+
+
+def test_blocks_are_found_in_stages_and_a_model_without_blocks_is_warned_about(caplog):
+    import logging
+
+    from fcpts.methods.fcpts import default_blocks
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+        def forward(self, x):
+            return x + self.conv(x)
+
+    class RegStage(nn.Module):  # timm's stages hold their blocks as plain attributes b1, b2, ...
+        def __init__(self):
+            super().__init__()
+            self.b1, self.b2 = Block(), Block()
+
+        def forward(self, x):
+            return self.b2(self.b1(x))
+
+    class NoBlocks(nn.Module):  # layers as plain attributes: nothing to call a block
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4 * 6 * 6, 3)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).flatten(1))
+
+    staged = nn.Module()
+    staged.s1 = RegStage()
+    assert default_blocks(staged) == ["s1.b1", "s1.b2"] and default_blocks(NoBlocks()) == []
+    with caplog.at_level(logging.WARNING, logger="fcpts"):
+        fcpts.sparsify(NoBlocks(), torch.randn(8, 3, 8, 8), 0.5, iterations=2, batch_size=4, progress=False)
+    assert "found no blocks in NoBlocks" in caplog.text
