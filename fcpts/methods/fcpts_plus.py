@@ -190,7 +190,7 @@ register(
         role=NOT_IN_PAPER,
         tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
         family="fcpts",
-        style=("tab:purple", "D"),
+        style=("tab:pink", "D"),
         summary="FCPTS with a sparsity ramp (ERK rates rising over the first half) and the blocks' loss weighed "
         "against the output KL by their gradients (block_weight='auto'); the changes an ablation did not keep live in "
         "fcpts_plus_experimental; same contract",

@@ -44,6 +44,12 @@ def test_registry_order_is_the_roles_then_comparisons_before_fcpts_variants():
     assert extras[-1] == "fcpts-plus"  # FCPTS's own variant after the other comparisons
 
 
+def test_methods_drawn_in_their_own_colour_have_one_no_other_method_has():
+    """Figures tell lines apart by colour: a shared colour (ProbMask and FCPTS+ once) reads as one method."""
+    own = [m.style[0] for m in METHODS.values() if m.style[0] != "tab:gray"]  # gray: the magnitude rules
+    assert len(own) == len(set(own)), sorted(own)
+
+
 def test_bad_filters_and_records_are_named():
     with pytest.raises(ValueError, match="unknown role 'paper'"):
         list_methods(role="paper")
