@@ -1,0 +1,123 @@
+"""Benchmark: operators launched by one FCPTS step over one plain training step, counted on a CPU.
+
+Why: on a GPU a CIFAR-sized step is launch-bound (a plain ResNet-56 step at batch 64 took 22 ms on an H200,
+mostly launch time), so the FCPTS step ratio there follows the number of operators each step dispatches,
+not their arithmetic. That number does not depend on the device or on the machine's load, so this CPU counts
+it: torch's profiler records every step's top-level aten operators that do work (each one or a few kernels
+on a GPU, forward and backward; views and no-op casts left out), the difference between runs of n and 2n
+steps is the per-step count, and the operators FCPTS adds are listed by name. A change that cuts operators
+can be checked here without a GPU.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.step_ops --out results/benchmarks/step_ops_cpu.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import fcpts
+from benchmarks.report import emit
+from tasks.cifar.models import cifar_resnet
+from tasks.grid.records import git_commit
+
+# Operators that only make a new view or an empty buffer: no kernel on a GPU.
+NO_KERNEL = {
+    f"aten::{name}"
+    for name in (
+        "detach detach_ select view reshape _reshape_alias as_strided permute transpose t expand expand_as unsqueeze "
+        "squeeze slice alias unflatten flatten narrow split chunk unbind view_as lift_fresh empty empty_like "
+        "empty_strided result_type"
+    ).split()
+}
+# Operators that copy only when they must (another dtype, device or layout): a kernel only if they call another.
+COPY_IF_NEEDED = {"aten::to", "aten::contiguous", "aten::type_as"}
+
+
+def launches(event) -> bool:
+    return event.name not in NO_KERNEL and (event.name not in COPY_IF_NEEDED or bool(event.cpu_children))
+
+
+def top_level_ops(fn: Callable[[], None]) -> Counter:
+    """Names of the aten operators `fn` dispatches that no other aten operator called and that do work (on a
+    GPU, one or a few kernel launches each), forward and backward."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return Counter(
+        e.name
+        for e in prof.events()
+        if e.name.startswith("aten::")
+        and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+        and launches(e)
+    )
+
+
+def per_step(run: Callable[[int], None], steps: int) -> Counter:
+    """Operators of one step: the counts of 2n steps less those of n, over n (setup cancels out)."""
+    few, more = top_level_ops(lambda: run(steps)), top_level_ops(lambda: run(2 * steps))
+    return Counter({k: (more[k] - few[k]) / steps for k in more.keys() | few.keys() if more[k] != few[k]})
+
+
+def plain_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
+    """Plain SGD steps (forward, cross-entropy, backward, update) in FCPTS's memory format, as benchmarks.step_time."""
+
+    def run(steps: int) -> None:
+        m = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
+        xb, y = x.contiguous(memory_format=torch.channels_last), torch.zeros(len(x), dtype=torch.long)
+        for _ in range(steps):
+            loss = F.cross_entropy(m(xb), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    return run
+
+
+def fcpts_steps(model: torch.nn.Module, x: torch.Tensor, **options) -> Callable[[int], None]:
+    def run(steps: int) -> None:
+        fcpts.sparsify(copy.deepcopy(model), x, 0.9, iterations=steps, batch_size=len(x), progress=False, **options)
+
+    return run
+
+
+def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[str]:
+    torch.manual_seed(0)
+    model = cifar_resnet(model_name)
+    x = torch.randn(batch_size, 3, 32, 32)
+    plain = per_step(plain_steps(model, x), steps)
+    n_plain = sum(plain.values())
+    lines = [
+        f"model {model_name}, batch {batch_size}, top-level aten operators per step (runs of {steps} and "
+        f"{2 * steps} steps differenced), counted on a CPU; ratio: FCPTS step over plain step",
+        f"plain step                        : {n_plain:7.0f} operators",
+    ]
+    for label, options in (("mse-blocks (defaults)", {}), ("kl", {"reconstruction": "kl"})):
+        ops = per_step(fcpts_steps(model, x, **options), steps)
+        total = sum(ops.values())
+        added = Counter({k: ops[k] - plain.get(k, 0) for k in ops})
+        most = ", ".join(f"{k.removeprefix('aten::')} {v:+.0f}" for k, v in added.most_common(top))
+        ratio = total / n_plain
+        lines.append(f"fcpts step, {label:22s}: {total:7.0f} operators, ratio {ratio:.2f}; most added: {most}")
+    return lines
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="resnet56")
+    p.add_argument("--batch-size", type=int, default=2, help="does not change the count; small is quick")
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--out", help="also write the output (with its provenance) to this file")
+    args = p.parse_args(argv)
+    git_commit()  # pin the commit of the code that runs
+    emit(measure(args.model, args.batch_size, args.steps), args.out)
+
+
+if __name__ == "__main__":
+    main()
