@@ -65,3 +65,12 @@ def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
         if cell["status"] == "ok":
             minutes = cell["projection"]["projected_s"] / 60
             assert f"{cell['model']} {cell['method']} {minutes:.1f} min" in DOC
+
+
+def test_the_doc_quotes_the_operator_counts():
+    text = (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text()
+    plain = re.search(r"plain step\s+:\s+(\d+) operators", text).group(1)
+    fcpts = re.findall(r"fcpts step, .*?:\s+(\d+) operators, ratio (\d+\.\d+)", text)
+    assert f"dispatches {plain}" in DOC and len(fcpts) == 2
+    (blocks, r_blocks), (kl, r_kl) = fcpts
+    assert f"{blocks} with the block MSE (ratio {r_blocks})" in DOC and f"{kl} with the KL alone (ratio {r_kl})" in DOC
