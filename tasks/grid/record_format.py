@@ -190,9 +190,28 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
     return count, saved
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> int:
+    import argparse
 
-    for folder in sys.argv[1:] or ["results/runs", "results/regression"]:
-        n, saved = rewrite_compact(Path(folder))
+    from tasks.grid.paths import RESULTS_DIR
+
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.grid.record_format", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument(
+        "folders", nargs="*", type=Path, default=[RESULTS_DIR / "runs", RESULTS_DIR / "regression"],
+        help="folders whose records (every *.json with metrics, at any depth) are rewritten compactly "
+        "(default: this checkout's results/runs and results/regression)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        p.error(f"no such folder: {', '.join(missing)} (give the runs folders to rewrite, e.g. results/runs)")
+    for folder in args.folders:
+        n, saved = rewrite_compact(folder)
         print(f"{folder}: {n} records rewritten compactly, {saved / 1e6:.2f} MB saved")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
