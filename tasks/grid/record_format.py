@@ -101,7 +101,7 @@ def compact(record: dict, path: Path) -> dict:
             write_text_atomic(path.parent / name, _one_line(lists) + "\n")
         record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
     if any(k in record for k in DETAIL_KEYS):
-        detail = {k: record[k] for k in DETAIL_KEYS if k in record}
+        detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
         name = detail_name(path, detail)
         if not (path.parent / name).is_file():
             write_text_atomic(path.parent / name, record_text(detail))

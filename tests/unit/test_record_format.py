@@ -70,6 +70,10 @@ def test_a_record_round_trips_through_its_detail_file(tmp_path):
     assert back == rec and list(back) == list(rec)  # every key and value, in their order
     assert json.dumps(back) == json.dumps(rec)
     assert set(side_files(path)) == {detail, *tmp_path.glob("calibration-*.lists")}
+    swapped = {k: rec[k] for k in ("task", "method_report", "metrics", "per_layer", "calibration")}
+    write_record(tmp_path / "swapped.json", swapped)  # the detail's keys apart and in the other order
+    back = read_record(tmp_path / "swapped.json")
+    assert back == swapped and list(back) == ["task", "method_report", "per_layer", "metrics", "calibration"]
 
 
 def test_a_rewritten_record_replaces_its_detail_file(tmp_path):
