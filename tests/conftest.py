@@ -1,5 +1,6 @@
 """Shared test helpers: real data is required in CI and skipped, with the reason, on a user's machine; tests
-marked `cuda` run where a CUDA device is, and are skipped with the reason elsewhere."""
+marked `cuda` run where a CUDA device is, and are skipped with the reason elsewhere; `--library-only` collects only
+the library's tests (tests/library_tests.py: chosen by what they import)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,30 @@ import pytest
 import torch
 
 from tasks.grid.data import resolve_data_root
+from tests.library_tests import is_library_test
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False on this machine"
 # Parametrize a test over this to run it on the CPU always and on a GPU where there is one.
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--library-only",
+        action="store_true",
+        help="collect only the library's tests: the modules of tests/unit and tests/library that import nothing "
+        "beyond fcpts, baselines, torch, numpy, tqdm and pytest (tox -e core, tox -e lowest)",
+    )
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under --library-only, every other test module is left uncollected (never imported: the packages it needs
+    may not be installed)."""
+    is_test_module = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if config.getoption("library_only") and is_test_module and not is_library_test(collection_path):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

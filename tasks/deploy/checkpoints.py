@@ -5,7 +5,6 @@ Torch is imported inside the functions so that the worker process, which shares 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tasks.grid.paths import RESULTS_DIR
@@ -32,11 +31,13 @@ def sparse_model_from_record(
     from fcpts.core.io import save_torch_atomic
     from tasks.deploy.saved_models import models_from_record
     from tasks.grid.data import DataNotFoundError
-    from tasks.grid.records import command_line, git_commit
+    from tasks.grid.records import command_line, git_commit, read_record
     from tasks.grid.rerun import rerun_record
     from tasks.grid.runner import Where
 
-    record = json.loads(Path(record_path).read_text())
+    record = read_record(Path(record_path))  # whole: its per-layer detail and calibration lists read back
+    if record is None:
+        raise DataNotFoundError(f"{record_path} is not a finished run record; run its grid cell first")
     if record.get("task") != "cifar":
         raise ValueError(
             f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "

@@ -8,7 +8,6 @@ saved state dict, checked against the sha256 the record holds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -17,6 +16,7 @@ from torch import nn
 from fcpts.core.io import file_sha256
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import REPO_ROOT
+from tasks.grid.records import read_record
 
 
 def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
@@ -56,7 +56,9 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     record_path = Path(record_path)
     if not record_path.is_file():
         raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")
-    record = json.loads(record_path.read_text())
+    record = read_record(record_path)  # whole: its per-layer detail and calibration lists read back
+    if record is None:
+        raise DataNotFoundError(f"{record_path} is not a finished run record (no metrics); run its grid cell first")
     builder = DENSE_BUILDERS.get(record.get("task"))
     if builder is None:
         raise ValueError(

@@ -1,12 +1,21 @@
 """How a record lies on disk: compact, and read back as the whole record.
 
-A record's calibration block used to hold its image lists inline (1,024 CIFAR indices one per line, or 1,000
-ImageNet file names: most of a record's bytes). They now go to a side file beside the record, named by the hash
-of its content, `calibration-<sha256[:16]>.lists` (JSON; not `*.json`, so no globbing for records meets it),
-shared by every record of the folder that used the same images; the record keeps the lists' hash (`indices_sha256`,
-unchanged) and names the side file under `lists`. Rows of the per-layer table and of the step history stand
-one per line. `read_record` puts the lists back, so a reader sees the same record either way, and records written
-before (lists inline) read as they are.
+A record is a few KB of what was run and what it scored, with two kinds of side file beside it, so that a
+folder of records stays readable and a diff of one shows what changed:
+
+- Calibration lists (1,024 CIFAR indices, 1,000 ImageNet file names, VOC image ids) go to
+  `calibration-<sha256[:16]>.lists`, named by the hash of its content and shared by every record of the folder
+  that used the same images; the record keeps the lists' hash (`indices_sha256`, unchanged) and names the side
+  file under `calibration.lists`.
+- The per-layer table and the method's own report (its step history, its extra numbers), most of the rest of
+  the bytes, go to `<record name>.<sha256[:16]>.detail`, the record's own; the record names it under `detail`,
+  where those two keys stood. Its name carries the hash of its content, so a re-run writes a new one before the
+  record that names it, and an interruption between the two never leaves a record naming the wrong detail.
+
+Neither side file ends in `.json`, so no globbing for records meets them. In both, rows of a list of rows (per
+layer, history) stand one per line. `read_record` puts everything back, so every reader sees the same record
+either way; a missing or edited side file is an error naming it. Records written before (everything inline)
+read as they are. `python -m tasks.grid.record_format DIR...` rewrites a folder's records compactly.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from typing import Any
 from fcpts.core.io import write_text_atomic
 
 LIST_KEYS = ("indices", "files", "image_ids")  # the calibration block's per-image lists
+DETAIL_KEYS = ("per_layer", "method_report")  # the per-layer rows and the method's report, in the detail file
 
 
 def record_text(record: dict) -> str:
@@ -41,70 +51,125 @@ def _layout(value: Any, depth: int) -> str:
     return _one_line(value)
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(_one_line(value).encode()).hexdigest()[:16]
+
+
 def lists_name(lists: dict) -> str:
-    return f"calibration-{hashlib.sha256(_one_line(lists).encode()).hexdigest()[:16]}.lists"
+    return f"calibration-{_digest(lists)}.lists"
 
 
-def compact(record: dict, folder: Path) -> dict:
-    """The record as it is written into `folder`: its calibration lists moved to their side file there (written
-    when absent; same content, same name)."""
-    calibration = record.get("calibration")
-    if not isinstance(calibration, dict) or not any(k in calibration for k in LIST_KEYS):
-        return record
-    lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
-    name = lists_name(lists)
-    side = folder / name
-    if not side.is_file():
-        write_text_atomic(side, _one_line(lists) + "\n")
-    kept: dict[str, Any] = {}
-    for k, v in calibration.items():  # `lists` where the first list stood
-        if k in LIST_KEYS:
-            kept.setdefault("lists", name)
+def detail_name(record_path: Path, detail: dict) -> str:
+    return f"{record_path.stem}.{_digest(detail)}.detail"
+
+
+def side_files(path: Path) -> list[Path]:
+    """The side files the compact record at `path` names (none for a record with everything inline)."""
+    raw = json.loads(path.read_text())
+    calibration = raw.get("calibration")
+    names = [calibration.get("lists")] if isinstance(calibration, dict) else []
+    return [path.parent / name for name in [*names, raw.get("detail")] if isinstance(name, str)]
+
+
+def _replace_keys(block: dict, moved: tuple[str, ...], key: str, value: Any) -> dict:
+    """`block` without the `moved` keys, `key: value` standing where the first of them stood."""
+    out: dict[str, Any] = {}
+    for k, v in block.items():
+        if k in moved:
+            out.setdefault(key, value)
         else:
-            kept[k] = v
-    return {**record, "calibration": kept}
+            out[k] = v
+    return out
+
+
+def _insert_keys(block: dict, key: str, values: dict) -> dict:
+    """`block` with `values` standing where `key` stood (the inverse of _replace_keys)."""
+    out: dict[str, Any] = {}
+    for k, v in block.items():
+        out.update(values if k == key else {k: v})
+    return out
+
+
+def compact(record: dict, path: Path) -> dict:
+    """The record as it is written to `path`: its calibration lists and its detail moved to their side files
+    beside it (each written when absent; same content, same name)."""
+    calibration = record.get("calibration")
+    if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
+        lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
+        name = lists_name(lists)
+        if not (path.parent / name).is_file():
+            write_text_atomic(path.parent / name, _one_line(lists) + "\n")
+        record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
+    if any(k in record for k in DETAIL_KEYS):
+        detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
+        name = detail_name(path, detail)
+        if not (path.parent / name).is_file():
+            write_text_atomic(path.parent / name, record_text(detail))
+        record = _replace_keys(record, DETAIL_KEYS, "detail", name)
+    return record
+
+
+def _read_side(side: Path) -> dict:
+    """A side file's content, checked against the hash its name carries."""
+    try:
+        content = json.loads(side.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{side} is missing: the record beside it keeps part of itself there (restore it from git)"
+        ) from None
+    if not side.name.endswith(f"{_digest(content)}{side.suffix}"):
+        raise ValueError(f"{side} does not hash to its name: it was edited; restore it from git")
+    return content
 
 
 def expand(record: dict, folder: Path) -> dict:
-    """The whole record: its calibration lists read back from the side file it names (a record with its lists
-    inline is returned as it is). A missing or altered side file is an error naming it, never a silent gap."""
+    """The whole record: its calibration lists and its detail read back from the side files it names (a record
+    with them inline is returned as it is). A missing or altered side file is an error naming it, never a
+    silent gap."""
     calibration = record.get("calibration")
-    if not isinstance(calibration, dict) or "lists" not in calibration:
-        return record
-    side = folder / calibration["lists"]
-    try:
-        lists = json.loads(side.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{side} is missing: the record beside it keeps its calibration lists there (restore it from git)"
-        ) from None
-    if lists_name(lists) != side.name:
-        raise ValueError(f"{side} does not hash to its name: it was edited; restore it from git")
-    whole: dict[str, Any] = {}
-    for k, v in calibration.items():
-        whole.update(lists if k == "lists" else {k: v})
-    return {**record, "calibration": whole}
+    if isinstance(calibration, dict) and "lists" in calibration:
+        lists = _read_side(folder / calibration["lists"])
+        record = {**record, "calibration": _insert_keys(calibration, "lists", lists)}
+    if isinstance(record.get("detail"), str):
+        record = _insert_keys(record, "detail", _read_side(folder / record["detail"]))
+    return record
 
 
 def write_record(path: Path, record: dict) -> Path:
-    """Write a record compactly (side file first, so a record never names a side file that is not there)."""
-    return write_text_atomic(path, record_text(compact(record, path.parent)))
+    """Write a record compactly: its side files first, so a record never names a side file that is not there;
+    then the detail file of the record it replaces goes, when this one's differs."""
+    try:
+        before = [p for p in side_files(path) if p.suffix == ".detail"]
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        before = []
+    written = write_text_atomic(path, record_text(compact(record, path)))
+    for stale in set(before) - set(side_files(path)):
+        stale.unlink(missing_ok=True)
+    return written
+
+
+def _records(root: Path) -> list[Path]:
+    paths = []
+    for path in sorted(root.rglob("*.json")):
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue  # a runs folder's own checkpoints and caches
+        raw = json.loads(path.read_text())
+        if isinstance(raw, dict) and "metrics" in raw:
+            paths.append(path)
+    return paths
 
 
 def rewrite_compact(root: Path) -> tuple[int, int]:
     """Rewrite every record under `root` compactly, checking each is the same record read back (every key and
-    value, the calibration lists and their recorded hash); a record that is not is left as it was and stops the
-    rewrite. Returns (records rewritten, bytes before - bytes after, side files included)."""
+    value in the same order, the calibration lists and their recorded hash); a record that is not is left as it
+    was and stops the rewrite. Returns (records rewritten, bytes before - bytes after, side files included)."""
     count = saved = 0
-    for path in sorted(root.rglob("*.json")):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue
+    for path in _records(root):
         before_text = path.read_text()
-        before = json.loads(before_text)
-        if not isinstance(before, dict) or "metrics" not in before:
-            continue
-        before = expand(before, path.parent)  # a record already compact is rewritten as the same record
-        sides_before = {p.name for p in path.parent.glob("calibration-*.lists")}
+        before_sides = {p: p.read_text() for p in side_files(path) if p.is_file()}
+        before = expand(json.loads(before_text), path.parent)  # a record already compact is rewritten as the same
+        sides_in_folder = set(path.parent.glob("calibration-*.lists")) | set(before_sides)
+        size_before = len(before_text) + sum(len(t) for p, t in before_sides.items() if p.suffix == ".detail")
         write_record(path, before)
         after = expand(json.loads(path.read_text()), path.parent)  # as records.read_record reads it
         calibration = (after or {}).get("calibration") or {}
@@ -113,18 +178,40 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
             or calibration.get("indices_sha256")
             == (hashlib.sha256(",".join(map(str, calibration["indices"])).encode()).hexdigest()[:16])
         )
-        if after != before or not same_hash:
+        if after != before or json.dumps(after) != json.dumps(before) or not same_hash:
             write_text_atomic(path, before_text)
+            for side, text in before_sides.items():
+                write_text_atomic(side, text)
             raise ValueError(f"{path}: the compact record does not read back as the record; left as it was")
-        new_sides = {p.name for p in path.parent.glob("calibration-*.lists")} - sides_before
-        saved += len(before_text) - len(path.read_text()) - sum((path.parent / n).stat().st_size for n in new_sides)
+        new_lists = [p for p in side_files(path) if p not in sides_in_folder]
+        size_after = len(path.read_text()) + sum(p.stat().st_size for p in side_files(path) if p.suffix == ".detail")
+        saved += size_before - size_after - sum(p.stat().st_size for p in new_lists if p.suffix == ".lists")
         count += 1
     return count, saved
 
 
-if __name__ == "__main__":
-    import sys
+def main(argv: list[str] | None = None) -> int:
+    import argparse
 
-    for folder in sys.argv[1:] or ["results/runs", "results/regression"]:
-        n, saved = rewrite_compact(Path(folder))
+    from tasks.grid.paths import RESULTS_DIR
+
+    p = argparse.ArgumentParser(
+        prog="python -m tasks.grid.record_format", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument(
+        "folders", nargs="*", type=Path, default=[RESULTS_DIR / "runs", RESULTS_DIR / "regression"],
+        help="folders whose records (every *.json with metrics, at any depth) are rewritten compactly "
+        "(default: this checkout's results/runs and results/regression)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        p.error(f"no such folder: {', '.join(missing)} (give the runs folders to rewrite, e.g. results/runs)")
+    for folder in args.folders:
+        n, saved = rewrite_compact(folder)
         print(f"{folder}: {n} records rewritten compactly, {saved / 1e6:.2f} MB saved")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,5 @@
 """The CIFAR task on the real checkpoints and real lossless CIFAR-10 images in ../shared/data."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -140,7 +139,7 @@ def test_pot_iterations_override_is_recorded_under_its_own_profile(tmp_path):
         "--no-progress",
     ]
     assert cifar.main(argv) == 0
-    rec = json.loads((tmp_path / "cifar/cifar10/resnet20/pot-l2norm-sp50-quick-pot2-seed0.json").read_text())
+    rec = read_record(tmp_path / "cifar/cifar10/resnet20/pot-l2norm-sp50-quick-pot2-seed0.json")
     assert rec["profile"]["name"] == "quick-pot2" and rec["method_options"]["iterations"] == 2
     assert {row["iterations"] for row in rec["per_layer"]} == {2}
     # POT keeps its own image count; the training-loop methods' budget is untouched

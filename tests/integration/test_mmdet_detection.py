@@ -36,6 +36,7 @@ from tasks.detection.profiles import PROFILES  # noqa: E402
 from tasks.detection.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tasks.grid.data import resolve_data_root  # noqa: E402
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
+from tasks.grid.records import read_record  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
@@ -69,7 +70,7 @@ def cell(tiny_voc, checkpoint, tmp_path_factory):
             "--results-dir", str(runs), "--no-progress"]  # fmt: skip
     assert voc_cli.main(argv) == 0
     path = runs / "voc" / "voc-tiny" / "mmdet-ssdlite_mobilenetv2_voc-cifar10-160" / "fcpts-sp70-quick-seed0.json"
-    return json.loads(path.read_text()), runs
+    return read_record(path), runs
 
 
 def test_config_builds_the_detector_and_its_view():

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from tasks.grid.record_format import side_files
 from tasks.grid.records import read_record
 from tasks.regression import (
     REFERENCE_DIR,
@@ -47,7 +48,7 @@ def _copy_references(subset, run_dir):
     for ref, new in zip(subset.paths(REFERENCE_DIR), paths):
         new.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ref, new)
-        for side in ref.parent.glob("calibration-*.lists"):  # a compact record's calibration lists
+        for side in side_files(ref):  # a compact record's calibration lists and per-layer detail
             shutil.copy(side, new.parent / side.name)
     return paths
 

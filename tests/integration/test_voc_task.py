@@ -10,6 +10,7 @@ from tasks.detection import grid as voc
 from tasks.detection import train as train_ssd
 from tasks.detection.data import VOCDetection
 from tasks.detection.ssd import SSDConfig, create_ssd
+from tasks.grid.records import read_record
 from tests.integration.tiny_voc import write_tiny_voc
 
 
@@ -113,12 +114,12 @@ def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatc
     assert voc.main(argv) == 0
     folder = runs / "voc" / "voc-tiny" / "mb2-ssd-lite-64"
     for method in ("fcpts", "erk"):
-        rec = json.loads((folder / f"{method}-sp90-quick-seed0.json").read_text())
+        rec = read_record(folder / f"{method}-sp90-quick-seed0.json")
         assert rec["hit_target"] and rec["achieved_sparsity"] == pytest.approx(0.9, abs=1e-5)
         assert set(rec["metrics"]) >= {"map50", "ap50_per_class", "n_images"} and "top1" not in rec["metrics"]
         assert rec["metrics"]["n_images"] == 4 and rec["substitute"] is True
         assert rec["calibration"]["split"] == "trainval" and rec["calibration"]["labels_used"] is False
-    fc = json.loads((folder / "fcpts-sp90-quick-seed0.json").read_text())
+    fc = read_record(folder / "fcpts-sp90-quick-seed0.json")
     assert fc["method_options"]["reconstruction"] == "mse-blocks"
     assert "ssd.regression_headers.0" in fc["method_options"]["block_names"]
     assert any(n.startswith("ssd.classification_headers") for n in (r["name"] for r in fc["per_layer"]))
@@ -148,16 +149,7 @@ def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_pa
         "--no-progress",
     ]
     assert voc.main(argv) == 0
-    rec = json.loads(
-        (
-            tmp_path
-            / "runs"
-            / "voc"
-            / "voc-tiny"
-            / "mb2-ssd-lite-64"
-            / "pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json"
-        ).read_text()
-    )
+    rec = read_record(tmp_path / "runs/voc/voc-tiny/mb2-ssd-lite-64/pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json")
     assert rec["method_options"]["fold_bn"] is False and rec["method_report"]["extra"]["folded_bn"] == []
     assert rec["profile"]["methods"]["pot-erk"]["options"]["fold_bn"] is False  # both allocations
     assert voc.main([*argv[:-1], "--pot-option", "fold_bn"]) == 2  # not KEY=VALUE: a clear error

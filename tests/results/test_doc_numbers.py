@@ -19,7 +19,7 @@ import pytest
 
 from benchmarks.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
-from tasks.grid.records import all_records, preferred_records
+from tasks.grid.records import all_records, preferred_records, read_record
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -28,7 +28,7 @@ RUNS = RESULTS_DIR / "runs"
 
 
 def _record(path: str) -> dict:
-    return json.loads((RUNS / path).read_text())
+    return read_record(RUNS / path)  # whole: its per-layer rows and report read back from its detail file
 
 
 def _table_rows(text: str, first_cell: str) -> list[list[str]]:
@@ -344,7 +344,7 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
     the cell's full run with the auto weight chose (the record's report), on every such record."""
     text = (RESULTS_DIR / "benchmarks" / "block_balance_cpu.txt").read_text()
     printed = {row[0]: row[5] for row in _table_rows(text, "cifar") if len(row) == 7}
-    records = [json.loads(p.read_text()) for p in sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))]
+    records = [read_record(p) for p in sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))]
     records = [r for r in records if "block_weight" in r["method_report"]["extra"]]
     assert len(records) >= 20, "the twelve Table 2 cells under the default, eight with --option block_weight=auto"
     for record in records:

@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-import torchvision
 from torch import nn
 
 import fcpts
@@ -129,6 +128,7 @@ def test_an_output_without_logits_is_refused_naming_output_fn_which_chooses_the_
 
 
 def test_torchvision_googlenet_with_aux_heads_in_train_mode():
+    torchvision = pytest.importorskip("torchvision")  # the library's tests run without the [tasks] extra too
     model = torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=False, num_classes=10)
     sparse, report = fcpts.sparsify(model, images(4, 32), 0.5, iterations=1, batch_size=2, progress=False)
     assert report.achieved_sparsity == pytest.approx(0.5, abs=1e-6) and len(report.history) == 1

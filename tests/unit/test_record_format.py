@@ -1,5 +1,6 @@
-"""Records lie on disk compactly (calibration lists in a shared side file, rows one per line) and read back whole;
-records written before, with their lists inline, read as they are."""
+"""Records lie on disk compactly (calibration lists in a shared side file, per-layer rows and the method's report in
+the record's own detail file, rows one per line) and read back whole; records written before, with everything
+inline, read as they are."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import pytest
 
 from fcpts.core.io import write_json_atomic
-from tasks.grid.record_format import record_text, write_record
+from tasks.grid.record_format import record_text, rewrite_compact, side_files, write_record
 from tasks.grid.records import environment, read_record
 
 
@@ -56,6 +57,61 @@ def test_a_record_is_written_compactly_and_read_back_whole(tmp_path):
     assert not [p for p in tmp_path.glob("*.json") if "calibration" in p.name]  # record globs never meet them
 
 
+def test_a_record_round_trips_through_its_detail_file(tmp_path):
+    rec = {**record(), "mask_sha256": "ab" * 8, "sparse_model": {"path": "m.pt"}}  # keys after the detail too
+    path = tmp_path / "fcpts-sp90.4-paper-seed0.json"  # a dot in the record's name
+    write_record(path, rec)
+    text = path.read_text()
+    (detail,) = tmp_path.glob("*.detail")
+    assert detail.name.startswith("fcpts-sp90.4-paper-seed0.") and f'"detail": "{detail.name}"' in text
+    assert '"per_layer"' not in text and '"history_every_10"' not in text and '"layer19"' in detail.read_text()
+    assert len(text) < 1024  # what was run and what it scored; the rows are in the detail file
+    back = read_record(path)
+    assert back == rec and list(back) == list(rec)  # every key and value, in their order
+    assert json.dumps(back) == json.dumps(rec)
+    assert set(side_files(path)) == {detail, *tmp_path.glob("calibration-*.lists")}
+    swapped = {k: rec[k] for k in ("task", "method_report", "metrics", "per_layer", "calibration")}
+    write_record(tmp_path / "swapped.json", swapped)  # the detail's keys apart and in the other order
+    back = read_record(tmp_path / "swapped.json")
+    assert back == swapped and list(back) == ["task", "method_report", "per_layer", "metrics", "calibration"]
+
+
+def test_a_rewritten_record_replaces_its_detail_file(tmp_path):
+    path = tmp_path / "fcpts-sp90-paper-seed0.json"
+    write_record(path, record())
+    (first,) = tmp_path.glob("*.detail")
+    write_record(path, record())  # the same record: the same file, kept
+    assert list(tmp_path.glob("*.detail")) == [first]
+    rerun = {**record(), "per_layer": [{"name": "layer0", "numel": 2304, "sparsity": 0.5}]}
+    write_record(path, rerun)  # a re-run: its own detail file, the old one gone
+    (second,) = tmp_path.glob("*.detail")
+    assert second != first and read_record(path) == rerun
+
+
+def test_an_edited_or_missing_detail_file_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "r.json"
+    write_record(path, record())
+    (detail,) = tmp_path.glob("*.detail")
+    detail.write_text(detail.read_text().replace("0.901", "0.801"))
+    with pytest.raises(ValueError, match=detail.name):
+        read_record(path)
+    detail.unlink()
+    with pytest.raises(FileNotFoundError, match=detail.name):
+        read_record(path)
+
+
+def test_rewriting_a_folder_compactly_keeps_every_record_whole(tmp_path):
+    inline = {"a/fcpts-sp90-paper-seed0.json": record(), "a/pot-sp90-paper-seed0.json": record(seed=1)}
+    for rel, rec in inline.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(tmp_path / rel, rec)  # the format before: everything inline
+    assert rewrite_compact(tmp_path)[0] == 2
+    assert rewrite_compact(tmp_path)[0] == 2  # compact records are rewritten as themselves
+    for rel, rec in inline.items():
+        assert read_record(tmp_path / rel) == rec and "per_layer" not in (tmp_path / rel).read_text()
+    assert len(list(tmp_path.rglob("*.detail"))) == 2
+
+
 def test_records_written_before_read_as_they_are(tmp_path):
     rec = record()
     path = tmp_path / "old.json"
@@ -98,3 +154,15 @@ def test_a_grid_writes_its_records_compactly_and_skips_them_when_done(tmp_path):
     logged = []
     (again,) = run_grid(grid(tmp_path), ["uniform"], [0.5], log=logged.append)
     assert again == read_record(path) and logged[0].startswith("[skip]")
+
+
+def test_the_rewrite_command_names_a_missing_folder_before_any_work(tmp_path, capsys):
+    from tasks.grid.record_format import main
+
+    write_json_atomic(tmp_path / "r.json", record())
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path), str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no such folder" in err and "nope" in err
+    assert '"per_layer"' in (tmp_path / "r.json").read_text()  # nothing rewritten
+    assert main([str(tmp_path)]) == 0 and '"per_layer"' not in (tmp_path / "r.json").read_text()

@@ -1,7 +1,5 @@
 """The opening every method shares: a target is checked once on its way to the masks, and every method fails the
-same way on bad input before any work."""
-
-import argparse
+same way on bad input before any work (the command line's side: test_cli_target.py)."""
 
 import pytest
 import torch
@@ -10,7 +8,6 @@ import fcpts
 from fcpts.core.masks import Sparsity, check_target
 from fcpts.core.run_setup import open_run
 from fcpts.methods.fcpts import FCPTSOptions
-from tasks.grid import cli
 from tests.unit.tiny import tiny_net
 
 
@@ -34,23 +31,10 @@ def test_a_checked_target_is_passed_on_as_it_is():
     assert isinstance(target * 2, float) and not isinstance(target * 2, Sparsity)
 
 
-def test_the_command_line_checks_a_target_and_nothing_after_it_does(checks):
-    target = cli.target("0.5")
-    assert checks == [0.5] and isinstance(target, Sparsity)
-    fcpts.get_method("fcpts")(tiny_net(), images(), target, iterations=2, batch_size=8, progress=False)
-    assert checks == [0.5]  # the opening, the ERK start and the exact-target step took it as checked
-
-
 def test_a_library_call_checks_its_target_once(checks):
     model, report = fcpts.get_method("fcpts")(tiny_net(), images(), 0.5, iterations=2, batch_size=8, progress=False)
     assert checks == [0.5]
     assert report.target_sparsity == 0.5
-
-
-@pytest.mark.parametrize("bad", ["1.5", "-0.1", "x"])
-def test_a_bad_target_on_the_command_line_is_a_parse_error(bad):
-    with pytest.raises(argparse.ArgumentTypeError):
-        cli.target(bad)
 
 
 @pytest.mark.parametrize("method", sorted(fcpts.METHODS))
