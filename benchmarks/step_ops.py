@@ -5,8 +5,9 @@ mostly launch time), so the FCPTS step ratio there follows the number of operato
 not their arithmetic. That number does not depend on the device or on the machine's load, so this CPU counts
 it: torch's profiler records every step's top-level aten operators that do work (each one or a few kernels
 on a GPU, forward and backward; views and no-op casts left out), the difference between runs of n and 2n
-steps is the per-step count, and the operators FCPTS adds are listed by name. A change that cuts operators
-can be checked here without a GPU.
+steps is the per-step count, and the operators FCPTS adds are listed by name; POT's Adam steps on one group
+of stacked layers are counted too (on a GPU its 20,000 steps a group are launch-bound the same way). A change
+that cuts operators can be checked here without a GPU.
 
     OMP_NUM_THREADS=1 python -m benchmarks.step_ops --out results/benchmarks/step_ops_cpu.txt
 """
@@ -87,6 +88,17 @@ def fcpts_steps(model: torch.nn.Module, x: torch.Tensor, **options) -> Callable[
     return run
 
 
+def pot_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
+    """POT's Adam steps on the first stage's layers (one stacked group of same-shape layers), as in a cell."""
+
+    def run(steps: int) -> None:
+        pot = fcpts.get_method("pot-l2norm")
+        first_stage = lambda module, name: name.startswith("layer1.")  # noqa: E731
+        pot(copy.deepcopy(model), x, 0.9, iterations=steps, batch_size=len(x), progress=False, filter_fn=first_stage)
+
+    return run
+
+
 def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[str]:
     torch.manual_seed(0)
     model = cifar_resnet(model_name)
@@ -105,6 +117,9 @@ def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[
         most = ", ".join(f"{k.removeprefix('aten::')} {v:+.0f}" for k, v in added.most_common(top))
         ratio = total / n_plain
         lines.append(f"fcpts step, {label:22s}: {total:7.0f} operators, ratio {ratio:.2f}; most added: {most}")
+    pot = per_step(pot_steps(model, x), 50 * steps)  # the Adam steps of its layer group (check every 50 steps)
+    most = ", ".join(f"{k.removeprefix('aten::')} {v:.0f}" for k, v in pot.most_common(top))
+    lines.append(f"pot step, layer1 stacked group     : {sum(pot.values()):7.0f} operators; most: {most}")
     return lines
 
 
