@@ -74,3 +74,5 @@ def test_the_doc_quotes_the_operator_counts():
     assert f"dispatches {plain}" in DOC and len(fcpts) == 2
     (blocks, r_blocks), (kl, r_kl) = fcpts
     assert f"{blocks} with the block MSE (ratio {r_blocks})" in DOC and f"{kl} with the KL alone (ratio {r_kl})" in DOC
+    pot = re.search(r"pot step, .*?:\s+(\d+) operators", text).group(1)
+    assert f"stacked group dispatches {pot} operators" in DOC
