@@ -16,13 +16,14 @@ from pathlib import Path
 import torch
 
 from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 PROFILES = profile_table(
     paper_profile(),

@@ -100,7 +100,8 @@ def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | No
     import torch
 
     from tasks.cifar.data import CIFAR_CLASSES
-    from tasks.cifar.models import cifar_resnet, load_checkpoint
+    from tasks.cifar.models import cifar_resnet
+    from tasks.grid.weights import load_checkpoint
 
     raw = torch.load(path, map_location="cpu", weights_only=True) if Path(path).is_file() else {}
     meta = raw if isinstance(raw, dict) and "state_dict" in raw else {}

@@ -25,11 +25,12 @@ from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
+from tasks.grid.imagenet_catalogue import MODELS, get_spec
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
 from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
-from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
+from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
 
 # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
 # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Chosen on train/ images kept out of
