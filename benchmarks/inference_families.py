@@ -56,7 +56,7 @@ def random_family(name: str, sparsities: list[float], size: int, seed: int) -> F
 
 def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
-    from tasks.cifar.models import cifar_resnet
+    from tasks.grid.cifar_models import cifar_resnet
     from tasks.grid.data import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, load_checkpoint
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
+from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
+from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile

@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
 from fcpts.core.options import resolve_device
-from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.grid import DOWNLOAD_HINT
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli, training
+from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import device_description

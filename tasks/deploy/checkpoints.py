@@ -99,8 +99,8 @@ def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | No
     """(model, metadata) from a checkpoint written by `sparse_model_from_record` or a plain state dict."""
     import torch
 
-    from tasks.cifar.data import CIFAR_CLASSES
-    from tasks.cifar.models import cifar_resnet
+    from tasks.grid.cifar_data import CIFAR_CLASSES
+    from tasks.grid.cifar_models import cifar_resnet
     from tasks.grid.weights import load_checkpoint
 
     raw = torch.load(path, map_location="cpu", weights_only=True) if Path(path).is_file() else {}

@@ -22,8 +22,8 @@ from tasks.grid.paths import REPO_ROOT
 def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     """The record's dense weights: its path when it exists here, else this machine's default location
     for the same model (a clone elsewhere), accepted only with the record's sha256."""
-    from tasks.cifar.data import CIFAR_CLASSES
-    from tasks.cifar.models import cifar_resnet
+    from tasks.grid.cifar_data import CIFAR_CLASSES
+    from tasks.grid.cifar_models import cifar_resnet
     from tasks.grid.data import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, load_checkpoint
 

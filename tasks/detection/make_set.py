@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from torchvision.ops import box_iou
 
 from fcpts.core.io import write_text_atomic
-from tasks.cifar.data import load_cifar
 from tasks.detection.data import SUBSTITUTE_MANIFEST, write_jpeg
 from tasks.grid import cli
+from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 

@@ -1,5 +1,7 @@
 """The CIFAR ResNets (their weights files are read by tasks/grid/weights.py).
 
+Shared: the CIFAR task, its dense training and deploy build them.
+
 CIFAR ResNet-20/32/44/56 (He et al. 2016, Sec. 4.2): 3 stages of 16/32/64 channels, option-A
 shortcuts (stride-2 subsampling plus zero-padded channels), global average pool, one linear layer.
 Parameter names match the akamaster/pytorch_resnet_cifar10 checkpoints.
