@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
@@ -72,7 +73,23 @@ def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, down
     )
 
 
-@register_task("cifar")
+def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    """A record's dense model and input shape: its weights path when it exists here, else this machine's default
+    location for the same model (a clone elsewhere), accepted only with the record's sha256."""
+    model = cifar_resnet(record["model"], num_classes=CIFAR_CLASSES[record["dataset"]])
+    path = Path(record["weights"]["path"])
+    if not path.is_file():
+        path = default_cifar_weights(resolve_data_root(None), record["dataset"], record["model"])
+    info = load_checkpoint(model, path)
+    if info["sha256"] != record["weights"]["sha256"]:
+        raise ValueError(
+            f"dense weights {path} are not the ones the record started from (sha256 "
+            f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})"
+        )
+    return model, (3, 32, 32)
+
+
+@register_task("cifar", build_grid=build_grid, dense_model=dense_model)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])

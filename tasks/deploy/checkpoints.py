@@ -28,7 +28,6 @@ def sparse_model_from_record(
     calibration images, budget and seed) on `device`. Returns the checkpoint path."""
     import torch
 
-    import tasks.cifar.grid  # noqa: F401 - registers the CIFAR task for re-running its records
     from fcpts.core.io import save_torch_atomic
     from tasks.deploy.saved_models import models_from_record
     from tasks.grid.data import DataNotFoundError

@@ -42,6 +42,7 @@ import torch
 
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from tasks.detection.make_set import make_set
 from tasks.detection.metrics import Detections, voc07_map
 from tasks.detection.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
@@ -212,7 +213,7 @@ def build_grid(
     )
 
 
-@register_task("voc")
+@register_task("voc", build_grid=build_grid, make_data=make_set)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
     reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from torch import nn
 from torch.utils.data import Subset
 
 from fcpts.methods import list_methods, training_methods
@@ -103,7 +104,15 @@ def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int 
     )
 
 
-@register_task("imagenet")
+def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    """A record's dense model (its weights file, or the library's weights fetched by name) and input shape."""
+    w = record.get("weights", {})
+    path = w.get("path") if w.get("source") == "file" else None
+    model, _ = pretrained(record["model"], path)
+    return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
+
+
+@register_task("imagenet", build_grid=build_grid, dense_model=dense_model)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
     weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None

@@ -140,7 +140,7 @@ def build_grid(
     )
 
 
-@register_task("coco")
+@register_task("coco", build_grid=build_grid)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
     detection driver's "voc" registration)."""
