@@ -1,4 +1,5 @@
-"""ImageNet models from torchvision and timm: one registry, one factory, each model's own preprocessing.
+"""ImageNet models from torchvision and timm: one factory over the catalogue (tasks/grid/imagenet_catalogue.py), each
+model's own preprocessing.
 
 Weights: `--weights PATH` (a local state dict) always wins; otherwise the library's pretrained weights,
 fetched once into its cache. Offline use is detected up front (one short connection attempt, or
