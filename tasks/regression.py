@@ -56,8 +56,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.grid import cli
 from tasks.grid.data import resolve_data_root
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, pot_budget
 from tasks.grid.records import read_record, record_path
@@ -366,7 +366,7 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.regression", __doc__)
+    p = command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
     p.add_argument("--tables", nargs="+", help="only these tables' subsets (2, 3, 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the check and its references use 1)")

@@ -22,6 +22,7 @@ from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.help import command_parser
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
@@ -97,7 +98,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.cifar", __doc__)
+    p = command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_DEPTHS))}", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(p, PROFILES, "fast", ["cifar"], default_sparsity=[0.9])

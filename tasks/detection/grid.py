@@ -60,6 +60,7 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -231,7 +232,7 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.voc", __doc__)
+    p = command_parser("python -m tasks.voc", __doc__)
     p.add_argument(
         "--framework",
         choices=FRAMEWORKS,

@@ -26,6 +26,7 @@ from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
+from tasks.grid.help import command_parser
 from tasks.grid.imagenet_catalogue import MODELS, get_spec
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
@@ -122,7 +123,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.imagenet", __doc__)
+    p = command_parser("python -m tasks.imagenet", __doc__)
     cli.add_model_args(
         p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )

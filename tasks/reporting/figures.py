@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
-from tasks.grid import cli
+from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.layout import compared_methods, read_reference
@@ -347,7 +347,7 @@ def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> lis
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.reporting figures", __doc__)
+    p = command_parser("python -m tasks.reporting figures", __doc__)
     p.add_argument("--out-dir", default=str(FIGURES_DIR))
     args = p.parse_args(argv)
     for path in write_figures(out_dir=Path(args.out_dir)):
