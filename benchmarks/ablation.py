@@ -21,11 +21,13 @@ import torch
 
 from fcpts.core.io import append_json_line, read_json_lines
 from fcpts.methods import get_method
-from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.data import CifarCalibration
+from tasks.grid.cifar_data import load_cifar, normalize_cifar
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.data import calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import device_description, git_commit
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 PLUS_OFF = {"method": "fcpts-plus", "ramp": 0.0, "block_weight": 1.0}  # fcpts-plus with every part off: FCPTS
 VARIANTS = {

@@ -91,7 +91,7 @@ def write_npz_xz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) -> dict:
     """CIFAR-10 subsets and the ResNet-20/32/56 weights from `source` (a data root) into `dest`; the commit too."""
-    from tasks.cifar.data import load_cifar
+    from tasks.grid.cifar_data import load_cifar
 
     x_train, y_train = load_cifar(source, "cifar10", "train")
     x_test, y_test = load_cifar(source, "cifar10", "test")

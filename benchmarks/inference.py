@@ -46,7 +46,7 @@ from benchmarks.inference_measure import (
 from benchmarks.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
 from tasks.deploy.driver import DEPLOY_DIR, provenance
-from tasks.grid import cli
+from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
 
@@ -61,7 +61,7 @@ DEFAULT_RECORDS = [
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m benchmarks.inference", __doc__)
+    p = command_parser("python -m benchmarks.inference", __doc__)
     p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
     p.add_argument(
         "--sparsity",

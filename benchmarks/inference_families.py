@@ -56,8 +56,9 @@ def random_family(name: str, sparsities: list[float], size: int, seed: int) -> F
 
 def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
-    from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+    from tasks.grid.cifar_models import cifar_resnet
     from tasks.grid.data import resolve_data_root
+    from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
     sparse, meta = load_sparse_checkpoint(checkpoint, None, None)
     dense = cifar_resnet(meta["model"])

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from benchmarks.report import emit
 from fcpts.core.options import resolve_device
 from fcpts.methods import get_method
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.records import device_description, git_commit
 
 BASELINE = "fcpts"

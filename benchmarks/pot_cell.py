@@ -33,8 +33,10 @@ from tasks.grid.records import git_commit
 # commit has. argv: dataset model target iterations images threads device options-json
 WORKER = """
 import json, sys, time, torch
-from tasks.cifar.data import CifarCalibration, load_cifar
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.data import CifarCalibration
+from tasks.grid.cifar_data import load_cifar
+from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 from tasks.grid.data import calibration_indices, resolve_data_root
 from baselines.pot import POTOptions, pot
 

@@ -20,9 +20,11 @@ from baselines.pot import collect_inputs, correct_weight, pot_masks
 from baselines.pot_objective import _patches
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers
-from tasks.cifar.data import CifarCalibration, load_cifar
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.data import CifarCalibration
+from tasks.grid.cifar_data import load_cifar
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.data import calibration_indices, resolve_data_root
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 
 @torch.no_grad()

@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import fcpts
 from benchmarks.report import emit
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.records import git_commit
 
 # Operators that only make a new view or an empty buffer: no kernel on a GPU.

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 import fcpts
 from benchmarks.report import emit
 from fcpts.core.options import resolve_device
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.records import device_description, git_commit
 
 WARMUP = 3

@@ -56,16 +56,13 @@ from pathlib import Path
 
 import torch
 
-from tasks.cifar import grid as cifar
-from tasks.detection import grid as detection
-from tasks.detection.make_set import make_set
-from tasks.grid import cli
 from tasks.grid.data import resolve_data_root
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, pot_budget
 from tasks.grid.records import read_record, record_path
+from tasks.grid.rerun import get_task
 from tasks.grid.runner import Grid, Where, run_grid
-from tasks.imagenet import grid as imagenet
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 SPREAD_DIR = REFERENCE_DIR / "spread"  # <machine>/<task>/...: the subsets re-run on other processors
@@ -103,19 +100,19 @@ class Subset:
 
 
 def _cifar_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
-    return cifar.build_grid(dataset="cifar10", model="resnet20", profile=profile, where=where)
+    return get_task("cifar").build_grid(dataset="cifar10", model="resnet20", profile=profile, where=where)
 
 
 def _imagenet_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
-    return imagenet.build_grid(model_name="efficientnet_lite0", profile=profile, where=where)
+    return get_task("imagenet").build_grid(model_name="efficientnet_lite0", profile=profile, where=where)
 
 
 def _voc_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
     """The substitute set's test split and first trainval images, written to scratch (seconds; not committed)."""
     out = scratch / "voc-cifar"
-    make_set(out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None)
+    get_task("voc").make_data(out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None)
     where = replace(where, data_root=str(out))
-    return detection.build_grid(arch="mb2-ssd-lite", image_size=160, profile=profile, where=where)
+    return get_task("voc").build_grid(arch="mb2-ssd-lite", image_size=160, profile=profile, where=where)
 
 
 def regression_profile(
@@ -369,7 +366,7 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.regression", __doc__)
+    p = command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
     p.add_argument("--tables", nargs="+", help="only these tables' subsets (2, 3, 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the check and its references use 1)")

@@ -1,36 +1,8 @@
-"""`python -m tasks.voc`: the detection task on a VOC-layout folder (the same as `python -m tasks.detection`).
+"""`python -m tasks.voc`: the detection task's command under the task's own name (tasks/detection/command.py)."""
 
-`--framework suite` (default): the suite's own SSDs (tasks/detection/grid.py). `--framework mmdet`: any
-single-stage mmdet detector from its config and checkpoint (tasks/detection/mmdet/, needs the `[mmdet]` extra);
-`python -m tasks.voc --framework mmdet --help` lists its flags.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
 
-from tasks.detection.profiles import FRAMEWORKS
-
-
-def main(argv=None) -> int:
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--framework", choices=FRAMEWORKS, default="suite")
-    known, rest = pre.parse_known_args(argv)
-    if known.framework == "mmdet":
-        from tasks.detection.mmdet import missing
-
-        why = missing()
-        if why is not None:
-            print(f"error: {why}", file=sys.stderr)
-            return 2
-        from tasks.detection.mmdet.grid import main as mmdet_main
-
-        return mmdet_main(rest)
-    from tasks.detection.grid import main as suite_main
-
-    return suite_main(rest)
-
+from tasks.detection.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,15 +14,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from tasks.cifar.data import CIFAR_CLASSES, CifarCalibration, load_cifar, normalize_cifar
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
+from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.help import command_parser
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 PROFILES = profile_table(
     paper_profile(),
@@ -70,7 +74,23 @@ def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, down
     )
 
 
-@register_task("cifar")
+def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    """A record's dense model and input shape: its weights path when it exists here, else this machine's default
+    location for the same model (a clone elsewhere), accepted only with the record's sha256."""
+    model = cifar_resnet(record["model"], num_classes=CIFAR_CLASSES[record["dataset"]])
+    path = Path(record["weights"]["path"])
+    if not path.is_file():
+        path = default_cifar_weights(resolve_data_root(None), record["dataset"], record["model"])
+    info = load_checkpoint(model, path)
+    if info["sha256"] != record["weights"]["sha256"]:
+        raise ValueError(
+            f"dense weights {path} are not the ones the record started from (sha256 "
+            f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})"
+        )
+    return model, (3, 32, 32)
+
+
+@register_task("cifar", build_grid=build_grid, dense_model=dense_model)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
@@ -78,7 +98,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.cifar", __doc__)
+    p = command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
     cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_DEPTHS))}", choices=sorted(CIFAR_DEPTHS))
     cli.add_grid_args(p, PROFILES, "fast", ["cifar"], default_sparsity=[0.9])

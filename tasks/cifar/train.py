@@ -26,12 +26,13 @@ import torch.nn.functional as F
 from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
 from fcpts.core.options import resolve_device
-from tasks.cifar.data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.cifar.grid import DOWNLOAD_HINT
-from tasks.cifar.models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid import cli, training
+from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.help import command_parser
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
@@ -153,7 +154,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.cifar.train", __doc__)
+    p = command_parser("python -m tasks.cifar.train", __doc__)
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
     p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")

@@ -27,7 +27,6 @@ def sparse_model_from_record(
     calibration images, budget and seed) on `device`. Returns the checkpoint path."""
     import torch
 
-    import tasks.cifar.grid  # noqa: F401 - registers the CIFAR task for re-running its records
     from fcpts.core.io import save_torch_atomic
     from tasks.deploy.saved_models import models_from_record
     from tasks.grid.data import DataNotFoundError
@@ -100,8 +99,9 @@ def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | No
     """(model, metadata) from a checkpoint written by `sparse_model_from_record` or a plain state dict."""
     import torch
 
-    from tasks.cifar.data import CIFAR_CLASSES
-    from tasks.cifar.models import cifar_resnet, load_checkpoint
+    from tasks.grid.cifar_data import CIFAR_CLASSES
+    from tasks.grid.cifar_models import cifar_resnet
+    from tasks.grid.weights import load_checkpoint
 
     raw = torch.load(path, map_location="cpu", weights_only=True) if Path(path).is_file() else {}
     meta = raw if isinstance(raw, dict) and "state_dict" in raw else {}

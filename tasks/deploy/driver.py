@@ -54,9 +54,9 @@ def deploy_cifar(
     import torch
 
     from fcpts.core.masks import sparsity_summary
-    from tasks.cifar.data import load_cifar, normalize_cifar
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
     from tasks.deploy.sparse_storage import load_any, write_sparse_files
+    from tasks.grid.cifar_data import load_cifar, normalize_cifar
     from tasks.grid.data import resolve_data_root
 
     model, meta = load_sparse_checkpoint(checkpoint, model_name, dataset)

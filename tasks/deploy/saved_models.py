@@ -17,38 +17,7 @@ from fcpts.core.io import file_sha256
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import read_record
-
-
-def _dense_cifar(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
-    """The record's dense weights: its path when it exists here, else this machine's default location
-    for the same model (a clone elsewhere), accepted only with the record's sha256."""
-    from tasks.cifar.data import CIFAR_CLASSES
-    from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
-    from tasks.grid.data import resolve_data_root
-
-    model = cifar_resnet(record["model"], num_classes=CIFAR_CLASSES[record["dataset"]])
-    path = Path(record["weights"]["path"])
-    if not path.is_file():
-        path = default_cifar_weights(resolve_data_root(None), record["dataset"], record["model"])
-    info = load_checkpoint(model, path)
-    if info["sha256"] != record["weights"]["sha256"]:
-        raise ValueError(
-            f"dense weights {path} are not the ones the record started from (sha256 "
-            f"{info['sha256'][:12]} vs {record['weights']['sha256'][:12]})"
-        )
-    return model, (3, 32, 32)
-
-
-def _dense_library(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
-    from tasks.imagenet.models import pretrained
-
-    w = record.get("weights", {})
-    path = w.get("path") if w.get("source") == "file" else None  # library/package weights: fetched by name
-    model, _ = pretrained(record["model"], path)
-    return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
-
-
-DENSE_BUILDERS = {"cifar": _dense_cifar, "imagenet": _dense_library}
+from tasks.grid.rerun import get_task
 
 
 def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, tuple[int, ...], dict]:
@@ -59,12 +28,12 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     record = read_record(record_path)  # whole: its per-layer detail and calibration lists read back
     if record is None:
         raise DataNotFoundError(f"{record_path} is not a finished run record (no metrics); run its grid cell first")
-    builder = DENSE_BUILDERS.get(record.get("task"))
+    try:  # the record's task driver builds its dense model (registered as `dense_model`)
+        builder = get_task(record.get("task")).dense_model
+    except (ValueError, ImportError):  # an unknown task, or one whose extra is not installed
+        builder = None
     if builder is None:
-        raise ValueError(
-            f"{record_path}: task {record.get('task')!r} has no model builder here "
-            f"(supported: {sorted(DENSE_BUILDERS)})"
-        )
+        raise ValueError(f"{record_path}: task {record.get('task')!r} has no model builder here")
     # relabelled records: today's spelling; --force because the finished cell would otherwise be skipped
     command = record.get("equivalent_command", record["command"]) + " --force  # re-runs the cell, rewrites its record"
     saved = record.get("sparse_model")

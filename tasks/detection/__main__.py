@@ -1,5 +1,5 @@
 import sys
 
-from tasks.voc import main
+from tasks.detection.command import main
 
 sys.exit(main())

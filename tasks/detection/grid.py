@@ -42,6 +42,7 @@ import torch
 
 from fcpts.core.io import file_sha256
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from tasks.detection.make_set import make_set
 from tasks.detection.metrics import Detections, voc07_map
 from tasks.detection.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import (
@@ -59,6 +60,7 @@ from tasks.detection.ssd import (
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -212,7 +214,7 @@ def build_grid(
     )
 
 
-@register_task("voc")
+@register_task("voc", build_grid=build_grid, make_data=make_set)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
     reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""
@@ -230,7 +232,7 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.voc", __doc__)
+    p = command_parser("python -m tasks.voc", __doc__)
     p.add_argument(
         "--framework",
         choices=FRAMEWORKS,

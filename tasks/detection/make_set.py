@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torchvision.ops import box_iou
 
 from fcpts.core.io import write_text_atomic
-from tasks.cifar.data import load_cifar
 from tasks.detection.data import SUBSTITUTE_MANIFEST, write_jpeg
-from tasks.grid import cli
+from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -209,7 +209,7 @@ def make_set(
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.detection.make_set", __doc__)
+    p = command_parser("python -m tasks.detection.make_set", __doc__)
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument(
         "--data-root", help="folder with cifar10/ and cifar100/ (default: $FCPTS_DATA_ROOT, then ../shared/data)"

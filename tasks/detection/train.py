@@ -39,6 +39,7 @@ from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2
 from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
+from tasks.grid.help import command_parser
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
@@ -253,7 +254,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.detection.train", __doc__)
+    p = command_parser("python -m tasks.detection.train", __doc__)
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
     p.add_argument("--model", "--models", dest="model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")

@@ -23,7 +23,6 @@ from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
 from tasks.grid import estimate, launch
 from tasks.grid.data import DataNotFoundError
-from tasks.grid.help import HelpFormatter
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
@@ -40,12 +39,6 @@ EXIT_CODES = """exit status:
   2  bad input: one line on stderr, before any work
   3  some cells were busy in another process: run the same command again once it is done
 """
-
-
-def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
-    option shows its default (a grid's also what its exit status means: add_grid_args)."""
-    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
 
 
 def add_model_args(p: argparse.ArgumentParser, default: Sequence[str], help: str, **kwargs) -> None:

@@ -1,4 +1,5 @@
-"""The help format of the suite's commands, in the standard library alone (torch-free commands use it too)."""
+"""The help format and parser of the suite's commands, in the standard library alone (torch-free commands and
+reporting, which imports no CLI, use it too)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,9 @@ def _default_text(action: argparse.Action) -> str:
     default = action.default
     shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
     return f"default: {shown}"
+
+
+def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
+    option shows its default (a grid's also what its exit status means: add_grid_args)."""
+    return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)

@@ -1,15 +1,22 @@
-"""Re-running a record's cell is a function of the grid: each task registers how to rebuild its grid from
-a record (weights, data, seed), and `rerun_record` runs the same method, target and profile into a folder,
-with the method's options pinned to those the record ran with (a default changed since does not leak in).
+"""The tasks by name, and re-running a record's cell.
 
-Used by the regression check and by deploy (which re-makes a sparse model it cannot find).
+Each driver registers its task: how to rebuild its grid from a record (weights, data, seed), its keyword grid
+builder, and optionally a record's dense model (deploy, the inference benchmarks) and how to write its substitute
+data set (the regression check). Tools that work across tasks look a task up with `get_task`, which imports the
+task's driver by its module name (`DRIVERS`) the first time it is asked for, as fcpts's registry finds the
+baselines: so no driver imports another, and a driver's import registers it.
+
+`rerun_record` runs a record's method, target and profile again into a folder, with the method's options pinned
+to those the record ran with (a default changed since does not leak in). Used by the regression check and by
+deploy (which re-makes a sparse model it cannot find).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +26,47 @@ from tasks.grid.records import record_path
 from tasks.grid.runner import Grid, Where, run_grid
 
 GridForRecord = Callable[..., Grid]
-TASKS: dict[str, GridForRecord] = {}
+# The driver module that registers each task (records name their task; "coco": mmdet detectors, `[mmdet]` extra).
+DRIVERS = {
+    "cifar": "tasks.cifar.grid",
+    "imagenet": "tasks.imagenet.grid",
+    "voc": "tasks.detection.grid",
+    "coco": "tasks.detection.mmdet.grid",
+}
 
 
-def register_task(name: str) -> Callable[[GridForRecord], GridForRecord]:
-    """`@register_task("cifar")` on `f(record, profile, where) -> Grid`: the grid a record came from."""
+@dataclass(frozen=True)
+class Task:
+    """What the tools that work across tasks need from a task's driver."""
+
+    name: str
+    grid_for_record: GridForRecord  # (record, profile, where) -> the grid the record came from
+    build_grid: Callable[..., Grid]  # the driver's keyword grid builder
+    dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
+    make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForRecord]:
+    """`@register_task("cifar", build_grid=build_grid)` on `f(record, profile, where) -> Grid`: the grid a
+    record came from; `parts` are the other fields of `Task`."""
 
     def wrap(fn: GridForRecord) -> GridForRecord:
-        TASKS[name] = fn
+        TASKS[name] = Task(name, fn, **parts)
         return fn
 
     return wrap
+
+
+def get_task(name: str) -> Task:
+    """The registered task, its driver imported by name on first use; an unknown name is an error naming the known."""
+    if name not in TASKS and name in DRIVERS:
+        importlib.import_module(DRIVERS[name])
+    if name not in TASKS:
+        raise ValueError(f"no task {name!r} is registered; known tasks: {', '.join(sorted({*DRIVERS, *TASKS}))}")
+    return TASKS[name]
 
 
 # Options a re-run sets itself: where and how a run reports, its seed, and a layer filter (recorded by name, the
@@ -72,12 +109,7 @@ def record_profile(record: dict) -> Profile:
 
 
 def grid_for_record(record: dict, where: Where) -> Grid:
-    if record["task"] not in TASKS:
-        raise ValueError(
-            f"no task {record['task']!r} is registered for re-running records; import its driver "
-            f"(known: {', '.join(sorted(TASKS)) or 'none'})"
-        )
-    return TASKS[record["task"]](record, record_profile(record), where)
+    return get_task(record["task"]).grid_for_record(record, record_profile(record), where)
 
 
 def rerun_record(record: dict, where: Where, force: bool = True) -> tuple[dict, Path]:

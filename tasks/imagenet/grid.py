@@ -19,17 +19,20 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from torch import nn
 from torch.utils.data import Subset
 
 from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
+from tasks.grid.help import command_parser
+from tasks.grid.imagenet_catalogue import MODELS, get_spec
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, format_table
 from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
-from tasks.imagenet.models import MODELS, PAPER_CNNS, PAPER_VITS, architecture, get_spec, preprocessing, pretrained
+from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
 
 # Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
 # released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Chosen on train/ images kept out of
@@ -102,7 +105,15 @@ def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int 
     )
 
 
-@register_task("imagenet")
+def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
+    """A record's dense model (its weights file, or the library's weights fetched by name) and input shape."""
+    w = record.get("weights", {})
+    path = w.get("path") if w.get("source") == "file" else None
+    model, _ = pretrained(record["model"], path)
+    return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
+
+
+@register_task("imagenet", build_grid=build_grid, dense_model=dense_model)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
     weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None
@@ -112,7 +123,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.imagenet", __doc__)
+    p = command_parser("python -m tasks.imagenet", __doc__)
     cli.add_model_args(
         p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )

@@ -1,4 +1,5 @@
-"""ImageNet models from torchvision and timm: one registry, one factory, each model's own preprocessing.
+"""ImageNet models from torchvision and timm: one factory over the catalogue (tasks/grid/imagenet_catalogue.py), each
+model's own preprocessing.
 
 Weights: `--weights PATH` (a local state dict) always wins; otherwise the library's pretrained weights,
 fetched once into its cache. Offline use is detected up front (one short connection attempt, or
@@ -15,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,41 +23,11 @@ import torch
 from torch import nn
 
 from tasks.grid.data import DataNotFoundError
+from tasks.grid.imagenet_catalogue import get_spec
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    library: str  # "torchvision" | "timm"
-    arch: str  # the library's model name
-    paper_dense: str = ""  # the paper's dense top-1/top-5, for the tables' headers
-    substitute: bool = False  # a stand-in, not one of the paper's models
-    mean: tuple[float, ...] | None = None  # overrides of the library's preprocessing
-    std: tuple[float, ...] | None = None
-    interpolation: str | None = None
-
-
-MODELS: dict[str, ModelSpec] = {
-    "resnet18": ModelSpec("torchvision", "resnet18", "70.88/90.45"),
-    "resnet50": ModelSpec("torchvision", "resnet50", "77.89/93.76"),
-    "mobilenet_v2": ModelSpec("torchvision", "mobilenet_v2", "72.85/91.61"),
-    "regnetx_200mf": ModelSpec("timm", "regnetx_002", "68.41/89.11"),
-    "regnetx_400mf": ModelSpec("timm", "regnetx_004", "71.84/90.55"),
-    "vit_base": ModelSpec("timm", "vit_base_patch16_224", "75.68/92.94"),
-    "vit_large": ModelSpec("timm", "vit_large_patch16_224", "79.29/94.78"),
-    # (x - 0.498) / 0.502 on [0,1] RGB, resize 256 + centre crop 224: the package's documented input.
-    "efficientnet_lite0": ModelSpec(
-        "timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3, std=(0.502,) * 3, interpolation="bilinear"
-    ),
-}
 PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
 PAPER_VITS = ["vit_base", "vit_large"]
 HUB_HOSTS = {"torchvision": "download.pytorch.org", "timm": "huggingface.co"}
-
-
-def get_spec(name: str) -> ModelSpec:
-    if name not in MODELS:
-        raise ValueError(f"unknown ImageNet model {name!r}; choose from {', '.join(MODELS)}")
-    return MODELS[name]
 
 
 def online(host: str) -> bool:

@@ -27,7 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
-from tasks.grid import cli
+from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.layout import compared_methods, read_reference
@@ -278,8 +278,8 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     import torch
 
     from fcpts.core.bridge import kde_density
-    from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
     from tasks.grid.data import resolve_data_root
+    from tasks.grid.weights import default_cifar_weights, read_state_dict
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     rec = next(
@@ -290,17 +290,18 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
         ),
         None,
     )
-    try:
-        model = cifar_resnet("resnet56", 10)
-        load_checkpoint(model, default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
+    try:  # the dense weights file alone: the figure needs one layer's tensor, not the model
+        state, _ = read_state_dict(default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
     except (FileNotFoundError, ValueError):
+        rec = None
+    if rec is not None and f"{layer}.weight" not in state:
         rec = None
     if rec is None:
         ax.text(0.5, 0.5, "needs the CIFAR-10 ResNet-56 checkpoint and its FCPTS 90% record", ha="center", va="center")
         ax.axis("off")
         return _save(fig, out)
     row = next(p for p in rec["per_layer"] if p["name"] == layer)
-    w = dict(model.named_modules())[layer].weight.detach().flatten().double()
+    w = state[f"{layer}.weight"].flatten().double()
     t = row["threshold"]
     grid = torch.linspace(float(w.min()), float(w.max()), 600, dtype=torch.float64)
     # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
@@ -346,7 +347,7 @@ def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> lis
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.reporting figures", __doc__)
+    p = command_parser("python -m tasks.reporting figures", __doc__)
     p.add_argument("--out-dir", default=str(FIGURES_DIR))
     args = p.parse_args(argv)
     for path in write_figures(out_dir=Path(args.out_dir)):

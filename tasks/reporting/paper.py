@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
-from tasks.grid import cli
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
@@ -418,7 +418,7 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.reporting", __doc__)
+    p = command_parser("python -m tasks.reporting", __doc__)
     p.add_argument(
         "what",
         choices=["tables", "manifest", "figures"],

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
-from tasks.grid import cli
+from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
 from tasks.reporting.layout import REFERENCE, read_reference
@@ -419,7 +419,7 @@ def _first_heading(md: str) -> str:
 
 
 def main(argv=None) -> int:
-    p = cli.command_parser("python -m tasks.reporting site", __doc__)
+    p = command_parser("python -m tasks.reporting site", __doc__)
     p.add_argument("--out", type=Path, default=SITE_DIR, help="the site's folder (replaced)")
     p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show")
     args = p.parse_args(argv)

@@ -9,8 +9,8 @@ Tables 3 and 4 once a record of theirs is in the table, never otherwise.
 
 from __future__ import annotations
 
+from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.records import preferred_records
-from tasks.imagenet.models import MODELS
 from tasks.reporting.layout import extras_with_records, paper_rows
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,

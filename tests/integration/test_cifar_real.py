@@ -9,13 +9,15 @@ import fcpts
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import get_method
 from tasks.cifar import grid as cifar
-from tasks.cifar.data import CifarCalibration, load_cifar, normalize_cifar
-from tasks.cifar.models import cifar_resnet, default_cifar_weights, load_checkpoint
+from tasks.cifar.data import CifarCalibration
 from tasks.deploy.checkpoints import sparse_model_from_record
 from tasks.deploy.saved_models import models_from_record
+from tasks.grid.cifar_data import load_cifar, normalize_cifar
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import read_record
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 PUBLISHED = {"resnet20": 91.73, "resnet32": 92.63, "resnet44": 93.10, "resnet56": 93.39}
 

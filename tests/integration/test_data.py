@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from tasks.cifar.data import load_cifar
+from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 
 

@@ -11,7 +11,6 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from tasks.cifar.models import cifar_resnet
 from tasks.deploy import checkpoints, driver, runtimes
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
 from tasks.deploy.sparse_storage import (
@@ -22,6 +21,7 @@ from tasks.deploy.sparse_storage import (
     unpack_bitmask,
     write_sparse_files,
 )
+from tasks.grid.cifar_models import cifar_resnet
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_check
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 
 
 def tiny_source(root):
@@ -29,7 +29,7 @@ def tiny_source(root):
 
 
 def test_prepare_copies_a_subset_that_reads_back(tmp_path):
-    from tasks.cifar.data import load_cifar
+    from tasks.grid.cifar_data import load_cifar
 
     info = gpu_check.prepare(tiny_source(tmp_path / "src"), tmp_path / "data", n_train=64, n_test=32)
     x_train, _ = load_cifar(tmp_path / "data", "cifar10", "train")

@@ -15,7 +15,6 @@ require_mmdet()
 from fcpts.core.io import file_sha256  # noqa: E402
 from fcpts.core.masks import prunable_layers  # noqa: E402
 from tasks import voc as voc_cli  # noqa: E402
-from tasks.cifar.data import load_cifar  # noqa: E402
 from tasks.detection import make_set as mds  # noqa: E402
 from tasks.detection.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
 from tasks.detection.metrics import Detections, voc07_map  # noqa: E402
@@ -34,6 +33,7 @@ from tasks.detection.mmdet.grid import build_grid  # noqa: E402
 from tasks.detection.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
 from tasks.detection.profiles import PROFILES  # noqa: E402
 from tasks.detection.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
+from tasks.grid.cifar_data import load_cifar  # noqa: E402
 from tasks.grid.data import resolve_data_root  # noqa: E402
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from tasks.grid.records import read_record  # noqa: E402

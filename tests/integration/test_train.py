@@ -5,9 +5,10 @@ from pathlib import Path
 
 import torch
 
-from tasks.cifar.models import cifar_resnet, load_checkpoint
 from tasks.cifar.train import augment_batch, main, parse_args, train
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.training import lr_factor
+from tasks.grid.weights import load_checkpoint
 
 TINY = [
     "--dataset",

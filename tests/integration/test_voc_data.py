@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.cifar.data import load_cifar
 from tasks.detection.data import (
     DetectionImages,
     VOCDetection,
@@ -14,6 +13,7 @@ from tasks.detection.data import (
     voc2007_dir,
     write_jpeg,
 )
+from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).

@@ -1,5 +1,6 @@
 """The layer rule of docs/design.md: core <- methods (fcpts's own, and the baselines) <- grid <- task drivers <-
-reporting, and no cycles; the baselines import only the core and the registry, and the library never imports them.
+reporting, and no cycles; the baselines import only the core and the registry, and the library never imports them;
+no driver imports another driver, and reporting imports no driver and not the grid's CLI.
 
 Every import in the library and the suite (module level or inside a function) is read from the source, so a
 new upward import or cycle fails here before it confuses anyone. The counts docs/design.md quotes are checked here.
@@ -190,11 +191,55 @@ def test_the_counts_in_the_design_doc_are_the_codes():
     assert {name: quoted(name) for name in measured} == measured
 
 
+def driver_to_driver(g: dict[str, set[str]]) -> list[str]:
+    """'m imports d' for each driver module importing a module of another driver."""
+    return sorted(
+        f"{m} imports {d}"
+        for m, deps in g.items()
+        if within(m, DRIVERS)
+        for d in deps
+        if within(d, DRIVERS) and part_of(d) != part_of(m)
+    )
+
+
+# Reporting reads records and the paper's reference numbers: what it needs of a model (the ImageNet catalogue, a
+# weights file) lives in tasks/grid, never in a driver, and its commands' parsers come from tasks.grid.help.
+REPORTING_MAY_NOT_IMPORT = [*DRIVERS, "tasks.grid.cli"]
+
+
+def test_reporting_imports_no_driver_and_no_cli():
+    assert forbidden(graph(), ["tasks.reporting"], denied=REPORTING_MAY_NOT_IMPORT) == []
+
+
+# The one import left between drivers: `python -m tasks.voc` is the detection task's command under the task's
+# registered name ("voc", the name its records, the Makefile and the README use), a module that only runs the
+# detection driver's command; it goes when the task has one command name.
+DRIVER_IMPORTS_KEPT = ["tasks.voc imports tasks.detection.command"]
+
+
+def test_no_driver_imports_another_driver():
+    """Shared pieces live in tasks/grid; deploy and the regression check find a task's driver through the task
+    registry (`tasks.grid.rerun.get_task`), which imports it by name."""
+    assert driver_to_driver(graph()) == DRIVER_IMPORTS_KEPT
+
+
+def test_the_driver_rules_catch_a_wrong_import():
+    g = {
+        "tasks.reporting.figures": {"tasks.cifar.grid", "tasks.grid.weights"},
+        "tasks.deploy.driver": {"tasks.cifar.grid", "tasks.deploy.export", "tasks.grid.rerun"},
+        "tasks.cifar.grid": {"tasks.cifar.data"},
+    }
+    assert forbidden(g, ["tasks.reporting"], denied=REPORTING_MAY_NOT_IMPORT) == [
+        "tasks.reporting.figures imports tasks.cifar.grid"
+    ]
+    assert driver_to_driver(g) == ["tasks.deploy.driver imports tasks.cifar.grid"]
+
+
 OPENMMLAB = {"mmdet", "mmengine", "mmcv"}
 MMDET_TASK = "tasks.detection.mmdet"
 # Who may import the mmdet subpackage: its own modules, and the detection driver's two doors to it (the
 # `--framework mmdet` switch and re-running an mmdet record), both inside functions.
-MMDET_DOORS = {"tasks.voc", "tasks.detection.grid"}
+MMDET_DOORS = {"tasks.detection.command", "tasks.detection.grid"}
 
 
 def test_only_the_mmdet_subpackage_imports_openmmlab():

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tasks.cifar import grid as cifar
-from tasks.cifar.models import cifar_resnet
 from tasks.grid import status
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.launch import cell_argv
 from tasks.grid.records import read_record
 from tests.conftest import IN_CI

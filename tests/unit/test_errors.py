@@ -7,9 +7,10 @@ from torch import nn
 import fcpts
 from fcpts.core.masks import NoPrunableLayersError
 from tasks.cifar import grid as cifar
-from tasks.cifar.data import load_cifar
-from tasks.cifar.models import cifar_resnet, load_checkpoint
+from tasks.grid.cifar_data import load_cifar
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.weights import load_checkpoint
 
 
 @pytest.mark.parametrize("target", [-0.1, 1.0, 1.5])

@@ -11,8 +11,8 @@ from torch import nn
 
 import fcpts
 from tasks.cifar import grid as cifar
-from tasks.cifar.models import cifar_resnet
 from tasks.grid import status, submission
+from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.profiles import Profile
 from tasks.grid.runner import Grid, dense_factory, run_grid
 

@@ -11,7 +11,7 @@ from torch import nn
 from baselines.obs import OBSOptions, forward_order, obs
 from fcpts.core.layer_inputs import LayerInputs, sequential_units, unit_of
 from fcpts.core.masks import prunable_layers
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 
 
 def batches(n_batches=3, size=4, hw=16, seed=0):

@@ -9,7 +9,7 @@ from torch import nn
 from baselines.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
-from tasks.cifar.models import cifar_resnet
+from tasks.grid.cifar_models import cifar_resnet
 from tests.unit.tiny import wide_cnn
 
 

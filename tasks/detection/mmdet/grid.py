@@ -36,6 +36,7 @@ from tasks.detection.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
+from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -140,7 +141,7 @@ def build_grid(
     )
 
 
-@register_task("coco")
+@register_task("coco", build_grid=build_grid)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
     detection driver's "voc" registration)."""
@@ -166,7 +167,7 @@ def format_table(records: list[dict]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = cli.command_parser("python -m tasks.voc --framework mmdet", __doc__)
+    p = command_parser("python -m tasks.voc --framework mmdet", __doc__)
     p.add_argument("--config", required=True, help="an mmdet config file (single-stage detector)")
     cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
     p.add_argument(

@@ -1,4 +1,6 @@
-"""Model definitions and weight loading.
+"""The CIFAR ResNets (their weights files are read by tasks/grid/weights.py).
+
+Shared: the CIFAR task, its dense training and deploy build them.
 
 CIFAR ResNet-20/32/44/56 (He et al. 2016, Sec. 4.2): 3 stages of 16/32/64 channels, option-A
 shortcuts (stride-2 subsampling plus zero-padded channels), global average pool, one linear layer.
@@ -7,15 +9,9 @@ Parameter names match the akamaster/pytorch_resnet_cifar10 checkpoints.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from fcpts.core.io import file_sha256
-from tasks.grid.data import DataNotFoundError
-from tasks.grid.paths import RESULTS_DIR
 
 CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9}
 
@@ -75,43 +71,3 @@ def cifar_resnet(name: str, num_classes: int = 10) -> CifarResNet:
     if name not in CIFAR_DEPTHS:
         raise ValueError(f"unknown CIFAR model {name!r}; choose one of {sorted(CIFAR_DEPTHS)}")
     return CifarResNet(CIFAR_DEPTHS[name], num_classes)
-
-
-def load_checkpoint(model: nn.Module, path: str | Path) -> dict:
-    """Load a checkpoint (a state dict, or a dict with `state_dict`; `module.` prefixes stripped).
-
-    Missing, corrupt or mismatched files raise errors that name the file and the problem.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH or --data-root DIR")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # tensors and numbers only: never runs code
-    except Exception as e:  # pickle/zip errors differ by corruption kind
-        raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"weights file {path} holds no state dict (found {type(ckpt).__name__})")
-    state = {k.removeprefix("module."): v for k, v in state.items()}
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {e}") from e
-    meta = {k: v for k, v in ckpt.items() if k != "state_dict" and isinstance(v, (int, float, str))}
-    return {"path": str(path), "sha256": file_sha256(path), **meta}
-
-
-def default_cifar_weights(data_root: Path, dataset: str, model: str) -> Path:
-    """Where the suite expects pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th,
-    then the suite's own trained checkpoints under results/weights/<dataset>/<model>.th."""
-    candidates = [
-        data_root / "weights" / dataset / f"{model}.th",
-        RESULTS_DIR / "weights" / dataset / f"{model}.th",
-    ]
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise DataNotFoundError(
-        f"no pretrained {model} for {dataset}: looked for {', '.join(map(str, candidates))}. "
-        "Pass --weights PATH to a checkpoint of this model."
-    )

@@ -1,0 +1,62 @@
+"""Dense weights files: reading a state dict with errors that name the file, loading it into a model, and where
+the suite looks for a CIFAR model's pretrained weights.
+
+Shared because a driver, deploy and the figures all read the same files: the figures need one layer's dense
+weights, not the driver that trains or prunes the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fcpts.core.io import file_sha256
+from tasks.grid.data import DataNotFoundError
+from tasks.grid.paths import RESULTS_DIR
+
+
+def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
+    """(state dict, the checkpoint's other numbers and strings) from a state dict file or a dict with
+    `state_dict`; `module.` prefixes stripped. Missing or corrupt files raise errors that name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH or --data-root DIR")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # tensors and numbers only: never runs code
+    except Exception as e:  # pickle/zip errors differ by corruption kind
+        raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
+    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"weights file {path} holds no state dict (found {type(ckpt).__name__})")
+    meta = {k: v for k, v in ckpt.items() if k != "state_dict" and isinstance(v, (int, float, str))}
+    return {k.removeprefix("module."): v for k, v in state.items()}, meta
+
+
+def load_checkpoint(model: nn.Module, path: str | Path) -> dict:
+    """Load a checkpoint into `model` (see `read_state_dict`); a file that does not fit the model is an error
+    naming both. Returns the file's path, sha256 and the checkpoint's own numbers and strings."""
+    path = Path(path)
+    state, meta = read_state_dict(path)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {e}") from e
+    return {"path": str(path), "sha256": file_sha256(path), **meta}
+
+
+def default_cifar_weights(data_root: Path, dataset: str, model: str) -> Path:
+    """Where the suite expects pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th,
+    then the suite's own trained checkpoints under results/weights/<dataset>/<model>.th."""
+    candidates = [
+        data_root / "weights" / dataset / f"{model}.th",
+        RESULTS_DIR / "weights" / dataset / f"{model}.th",
+    ]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise DataNotFoundError(
+        f"no pretrained {model} for {dataset}: looked for {', '.join(map(str, candidates))}. "
+        "Pass --weights PATH to a checkpoint of this model."
+    )
