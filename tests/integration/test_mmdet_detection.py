@@ -253,3 +253,10 @@ def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
     assert [(s["start_iter"], s["end_iter"]) for s in second["sessions"]] == [(0, 2), (2, 4)]
     # the exported weights load strictly into the config's detector
     assert load_weights(build_detector(load_config(CONFIG)), weights)["iter"] == 4
+
+
+@pytest.mark.parametrize("flag", ["--config", "--model", "--models"])
+def test_the_config_is_named_as_every_task_names_its_model(flag):
+    from tasks.detection.mmdet.grid import parse_args
+
+    assert parse_args([flag, str(CONFIG), "--methods", "fcpts", "--dry-run"]).config == str(CONFIG)

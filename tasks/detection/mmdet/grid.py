@@ -168,7 +168,14 @@ def format_table(records: list[dict]) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.voc --framework mmdet", __doc__)
-    p.add_argument("--config", required=True, help="an mmdet config file (single-stage detector)")
+    p.add_argument(
+        "--config",
+        "--model",
+        "--models",
+        dest="config",
+        required=True,
+        help="an mmdet config file (single-stage detector): this task's model, so --model/--models name it too",
+    )
     cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
     p.add_argument(
         "--checkpoint",
