@@ -148,7 +148,9 @@ def markdown(result: dict) -> str:
         f"{result['iterations']} iterations of batch {result['batch_size']}. The test split was read only after "
         "the choice, for the chosen candidate.\n\n"
         f"- command: `{result['command']}`\n- commit: `{result['git_commit']}`\n- device: {result['device']}\n"
-        f"- held-out indices sha256 by seed: {result['held_out_indices_sha256']}\n- wall time: {result['wall_s']} s\n\n"
+        f"- held-out indices sha256 by seed: {result['held_out_indices_sha256']}\n"
+        f"- dense held-out top-1 by seed: {result['dense_held_out_top1']} (the dense model trained on them)\n"
+        f"- wall time: {result['wall_s']} s\n\n"
     )
     lines = [
         "| target | candidate | options | held-out top-1 (mean ± sd) | agreement with dense (mean ± sd) | chosen |"
@@ -243,6 +245,7 @@ def main(argv=None) -> dict:
         n_calibration=args.calibration,
         n_held_out=args.held_out,
     )
+    dense_held_out = {s: score_held_out(dense, sp.held_out)["held_out_top1"] for s, sp in splits.items()}
     # The choice is made; only now is the evaluation split read, for the chosen candidates alone.
     x_test, y_test = load_cifar(root, args.dataset, "test")
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
@@ -268,6 +271,7 @@ def main(argv=None) -> dict:
         },
         "data": {"root": str(root), "choice_split": "train", "test_read_after_choice": True},
         "weights": weights_info,
+        "dense_held_out_top1": dense_held_out,  # the dense model saw these images in its own training
         "held_out_rows": rows,
         "choices": choices,
         "default_candidate": default,

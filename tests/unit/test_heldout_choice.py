@@ -110,8 +110,9 @@ def test_real_cifar_run_chooses_on_training_indices_and_reads_test_only_after(mo
         assert split == expected.held_out_sha256
         assert set(expected.held_out) in held and not set(expected.held_out) & seen["calibration"][seed]
     written = json.loads(out.with_suffix(".json").read_text())
-    for key in ("command", "git_commit", "seeds", "held_out_indices_sha256", "device", "wall_s", "weights"):
+    for key in ("command", "git_commit", "seeds", "held_out_indices_sha256", "dense_held_out_top1", "device", "wall_s"):
         assert written[key], key
+    assert written["weights"]["sha256"]
     assert written["seeds"] == [0, 1] and written["command"].startswith("python ")
     assert all("test" not in k for row in written["held_out_rows"] for k in row)
     chosen = written["choices"]["0.5"]["chosen"]
