@@ -1,0 +1,65 @@
+"""The held-out choice of FCPTS+'s options: the committed outputs agree with themselves (the choice is the best mean
+held-out top-1, computed again from the rows), carry their provenance, and the notebook quotes them verbatim."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+
+OUTPUTS = sorted((RESULTS_DIR / "benchmarks").glob("heldout_fcpts_plus_cpu_*.json"))
+NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "heldout-choices.md"
+
+
+def test_there_are_outputs():
+    assert len(OUTPUTS) == 2, [p.name for p in OUTPUTS]
+
+
+@pytest.mark.parametrize("path", OUTPUTS, ids=lambda p: p.stem)
+def test_the_choice_is_recomputed_from_the_held_out_rows(path):
+    out = json.loads(path.read_text())
+    assert len(out["seeds"]) >= 2 and out["git_commit"] and out["command"].startswith("python -m benchmarks.")
+    assert set(out["held_out_indices_sha256"]) == {str(s) for s in out["seeds"]}
+    assert all("test" not in key for row in out["held_out_rows"] for key in row)
+    names = [name for name, _ in out["candidates"]]
+    for target, choice in out["choices"].items():
+        means = {
+            n: statistics.fmean(
+                r["held_out_top1"] for r in out["held_out_rows"] if r["candidate"] == n and r["target"] == float(target)
+            )
+            for n in names
+        }
+        best = max(names, key=lambda n: (round(means[n], 2), -names.index(n)))
+        assert choice["chosen"] == best
+        assert out["choice_agrees_with_default"][target] == (best == names[0])
+        test = out["test_after_choice"][target]
+        assert test["candidate"] == best and len(test["test_top1"]["values"]) == len(out["seeds"])
+        assert test["test_top1"]["mean"] == round(statistics.fmean(test["test_top1"]["values"]), 2)
+
+
+def test_the_notebook_quotes_the_committed_tables():
+    text = NOTEBOOK.read_text()
+    quoted = [line for line in text.splitlines() if line.startswith("| 0.")]
+    committed = set()
+    for path in OUTPUTS:
+        committed |= set(path.with_suffix(".md").read_text().splitlines())
+    assert len(quoted) == 4 * len(OUTPUTS)
+    assert all(line in committed for line in quoted), [line for line in quoted if line not in committed]
+
+
+def test_the_notebook_s_two_seed_remark_is_the_90_percent_output_s_rows():
+    out = json.loads((RESULTS_DIR / "benchmarks" / "heldout_fcpts_plus_cpu_90.json").read_text())
+
+    def two_seed_mean(name: str) -> float:
+        return round(
+            statistics.fmean(
+                r["held_out_top1"] for r in out["held_out_rows"] if r["candidate"] == name and r["seed"] in (0, 1)
+            ),
+            2,
+        )
+
+    assert (two_seed_mean("no-ramp"), two_seed_mean("default")) == (86.95, 86.50)
+    assert "86.95 against 86.50" in " ".join(NOTEBOOK.read_text().split())
