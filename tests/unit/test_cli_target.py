@@ -10,16 +10,12 @@ import torch
 import fcpts
 from fcpts.core.masks import Sparsity
 from tasks.grid import cli
-from tests.unit.tiny import tiny_net
+from tests.unit.tiny import record_target_checks, tiny_net
 
 
 @pytest.fixture
 def checks(monkeypatch) -> list[float]:
-    """Every value a `Sparsity` is made from, i.e. every target check."""
-    seen: list[float] = []
-    real = Sparsity.__new__
-    monkeypatch.setattr(Sparsity, "__new__", lambda cls, target: seen.append(target) or real(cls, target))
-    return seen
+    return record_target_checks(monkeypatch)
 
 
 def test_the_command_line_checks_a_target_and_nothing_after_it_does(checks):

@@ -8,7 +8,7 @@ import fcpts
 from fcpts.core.masks import Sparsity, check_target
 from fcpts.core.run_setup import open_run
 from fcpts.methods.fcpts import FCPTSOptions
-from tests.unit.tiny import tiny_net
+from tests.unit.tiny import record_target_checks, tiny_net
 
 
 def images() -> torch.Tensor:
@@ -17,11 +17,7 @@ def images() -> torch.Tensor:
 
 @pytest.fixture
 def checks(monkeypatch) -> list[float]:
-    """Every value a `Sparsity` is made from, i.e. every target check."""
-    seen: list[float] = []
-    real = Sparsity.__new__
-    monkeypatch.setattr(Sparsity, "__new__", lambda cls, target: seen.append(target) or real(cls, target))
-    return seen
+    return record_target_checks(monkeypatch)
 
 
 def test_a_checked_target_is_passed_on_as_it_is():

@@ -51,3 +51,13 @@ def wide_cnn() -> nn.Module:
         nn.Flatten(),
         nn.Linear(24, 5),
     ).eval()
+
+
+def record_target_checks(monkeypatch) -> list[float]:
+    """Every value a `Sparsity` is made from from now on, i.e. every target check (the list fills as they happen)."""
+    from fcpts.core.masks import Sparsity
+
+    seen: list[float] = []
+    real = Sparsity.__new__
+    monkeypatch.setattr(Sparsity, "__new__", lambda cls, target: seen.append(target) or real(cls, target))
+    return seen
