@@ -152,18 +152,14 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
     ]
 
 
-def time_limits(parts: list[Part], total_s: float) -> list[float]:
-    """Each part's limit within `total_s`: where the budgets fit, each is scaled up to its share of the total;
-    where they do not, each part in turn gets its budget while time is left, the last one reached what remains
-    (0: not started in this call)."""
-    budgets = [p.budget_s for p in parts]
-    if sum(budgets) <= total_s:
-        return [b * total_s / sum(budgets) for b in budgets]
-    limits, left = [], total_s
-    for b in budgets:
-        limits.append(min(b, left))
-        left -= limits[-1]
-    return limits
+def part_limit(budget: float, later: list[float], todo_total: float, left: float, total_s: float) -> float:
+    """A part's time limit as it starts, `left` seconds of the call remaining. Where the budgets of the parts
+    still to run (`todo_total`) fit in the call, each gets its share of the total and earlier leftovers, never
+    what the `later` parts are granted; where they do not, its budget while time is left, and the last part all
+    that remains (below 1 s: not started in this call)."""
+    if todo_total <= total_s:
+        return left - total_s / todo_total * sum(later)
+    return min(budget, left) if later else left
 
 
 def continue_work(source: Path, work: Path) -> None:
@@ -240,7 +236,6 @@ def run(
     passed = {r["part"]: r for r in json.loads(earlier.read_text())} if earlier.is_file() else {}
     passed = {name: r for name, r in passed.items() if r["status"].startswith("passed")}
     todo = [p for p in parts if p.name not in passed]
-    fits = sum(p.budget_s for p in todo) <= total_s
     deadline = time.perf_counter() + total_s
     results = []
     for part in parts:
@@ -248,12 +243,9 @@ def run(
             results.append({**passed[part.name], "status": "passed in an earlier call"})
             print(f"{part.name:10s} passed in an earlier call", flush=True)
             continue
-        later = todo[todo.index(part) + 1 :]
+        later = [p.budget_s for p in todo[todo.index(part) + 1 :]]
         left = deadline - time.perf_counter()
-        if fits:  # every part its share of the total; leftovers go on to the later parts
-            timeout_s = left - total_s / sum(p.budget_s for p in todo) * sum(p.budget_s for p in later)
-        else:  # its budget while time is left; the last part all that remains
-            timeout_s = min(part.budget_s, left) if later else left
+        timeout_s = part_limit(part.budget_s, later, sum(p.budget_s for p in todo), left, total_s)
         if timeout_s < 1:
             results.append({"part": part.name, "status": "not started: this call's time is spent", "seconds": 0.0,
                             "limit_s": 0})  # fmt: skip

@@ -109,10 +109,14 @@ def test_a_second_call_continues_from_the_first_ones_packed_work(tmp_path):
 
 
 def test_budgets_that_do_not_fit_one_call_run_in_order_and_the_last_part_takes_the_rest():
-    parts = [gpu_check.Part(n, [], b) for n, b in (("a", 50), ("b", 100), ("c", 400))]
-    assert gpu_check.time_limits(parts, 300) == [50, 100, 150]
-    assert gpu_check.time_limits(parts, 120) == [50, 70, 0]
-    assert gpu_check.time_limits(parts, 1100) == [100, 200, 800]  # they fit: each its share of the total
+    total = 300  # budgets 50, 100 and 400 s: 550 s of parts in a 300-s call
+    assert gpu_check.part_limit(50, [100, 400], 550, left=300, total_s=total) == 50
+    assert gpu_check.part_limit(100, [400], 550, left=250, total_s=total) == 100
+    assert gpu_check.part_limit(400, [], 550, left=150, total_s=total) == 150  # the last: all that remains
+    assert gpu_check.part_limit(100, [400], 550, left=0.5, total_s=total) == 0.5  # < 1 s: not started
+    # budgets that fit: shares of the total, an early finish's leftover going on to the next part
+    assert gpu_check.part_limit(50, [100, 400], 550, left=1100, total_s=1100) == 100
+    assert gpu_check.part_limit(100, [400], 550, left=1090, total_s=1100) == 290
 
 
 def test_a_continued_call_does_not_run_again_what_passed(tmp_path):
