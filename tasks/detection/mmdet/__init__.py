@@ -16,6 +16,8 @@ other torch/CUDA pairs). Modules, one job each:
     configs/   mmdet configs of the suite (SSDLite-MobileNetV2 on the VOC-layout substitute set)
 """
 
+import sys
+
 INSTALL_HINT = (
     "the mmdet detection task needs mmdet and mmengine (`pip install -e '.[mmdet]'`) and mmcv with its compiled "
     "ops: here `pip install ../shared/wheels/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl` (built for torch 2.14.1), "
@@ -32,3 +34,12 @@ def missing() -> str | None:
     except ImportError as e:
         return f"{e}; {INSTALL_HINT}"
     return None
+
+
+def exit_if_missing() -> None:
+    """For this subpackage's commands: without the extra, exit 2 naming what is missing and the fix, before any
+    mmdet import fails with a traceback."""
+    why = missing()
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        raise SystemExit(2)

@@ -24,8 +24,13 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from mmengine.hooks import Hook
-from mmengine.runner import Runner
+if __name__ == "__main__":  # as a command: say what is missing instead of an import traceback
+    from tasks.detection.mmdet import exit_if_missing
+
+    exit_if_missing()
+
+from mmengine.hooks import Hook  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
 
 from fcpts.core.io import save_torch_atomic, write_json_atomic
 from tasks.detection.mmdet.data import find_layout, point_at
