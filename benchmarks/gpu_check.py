@@ -233,7 +233,8 @@ def run(
         raise SystemExit(f"unknown part(s) {', '.join(unknown)}; parts: {', '.join(p.name for p in parts)}")
     parts = [p for p in parts if not only or p.name in only]
     earlier = out / "work" / "summary.json"  # an earlier call's, when continuing
-    passed = {r["part"]: r for r in json.loads(earlier.read_text())} if earlier.is_file() else {}
+    parts_before = json.loads(earlier.read_text())["parts"] if earlier.is_file() else []
+    passed = {r["part"]: r for r in parts_before}
     passed = {name: r for name, r in passed.items() if r["status"].startswith("passed")}
     todo = [p for p in parts if p.name not in passed]
     deadline = time.perf_counter() + total_s
@@ -278,7 +279,8 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
         ),
     ]
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
-    (out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    summary = {"git_commit": commit, "device": where, "torch": torch.__version__, "dry_run": dry_run, "parts": results}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     shutil.copy(out / "summary.json", out / "work" / "summary.json")  # packed: a continuing call reads it
     print("\n".join(lines))
 

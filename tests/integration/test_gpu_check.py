@@ -48,7 +48,9 @@ def test_dry_run_runs_every_part_and_packs_its_output(tmp_path):
     gpu_check.prepare(tiny_source(tmp_path / "src"), data, n_train=256, n_test=64)
     out = tmp_path / "out"
     code = gpu_check.main(["run", "--out", str(out), "--data-root", str(data), "--dry-run"])
-    results = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    results = summary["parts"]
+    assert summary["git_commit"] and summary["dry_run"] and summary["device"] == "cpu"
     assert [r["part"] for r in results] == [p.name for p in gpu_check.part_list(out, True, "cpu")]
     failed = {
         r["part"]: (out / "work" / f"{r['part']}.log").read_text()[-2000:] for r in results if r["status"] != "passed"
@@ -125,10 +127,10 @@ def test_a_continued_call_does_not_run_again_what_passed(tmp_path):
     work = tmp_path / "first" / "work"
     work.mkdir(parents=True)
     (work / "summary.json").write_text(
-        json.dumps([{"part": "smoke", "status": "passed", "seconds": 3.0, "limit_s": 9}])
+        json.dumps({"git_commit": "x", "parts": [{"part": "smoke", "status": "passed", "seconds": 3.0, "limit_s": 9}]})
     )
     out = tmp_path / "second"
     args = ["run", "--out", str(out), "--data-root", str(data), "--dry-run", "--only", "smoke", "--continue-from"]
     assert gpu_check.main([*args, str(work)]) == 0
-    (smoke,) = json.loads((out / "summary.json").read_text())
+    (smoke,) = json.loads((out / "summary.json").read_text())["parts"]
     assert smoke["status"] == "passed in an earlier call" and not (out / "work" / "smoke.log").exists()
