@@ -87,6 +87,8 @@ class POTOptions(MethodOptions):
     # reconstructed, and still matches the dense outputs (msbench use_dense_inps: False)
     concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked
     # (dense inputs only); each layer's result equals its sequential one up to float rounding
+    cuda_graphs: bool = True  # on a GPU, replay each group's steps from a CUDA graph (the same kernels, launched
+    # at once): eager steps there are bound by Python launching them
 
     def validate(self) -> None:
         super().validate()
@@ -359,25 +361,80 @@ def group_loss(group: list[LayerProblem]):
     return lambda sel, W, B: one.objective.loss(sel[0], W[0], B[0], w_dense[0], b_dense[0]).unsqueeze(0)
 
 
+def graph_capturable(group: list[LayerProblem]) -> bool:
+    """A group's steps can be one CUDA graph where they read only device tensors: not where inputs are recomputed
+    from the dense model (that reads images from the host)."""
+    held = [getattr(p.objective, a, None) for p in group for a in ("inputs", "targets")]
+    return group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
+
+
+class GraphedStep:
+    """One optimisation step captured as a CUDA graph and replayed: POT's steps are tiny (a few small matrix
+    products), so an eager step is bound by launching its ~60 kernels from Python; a replay launches them at once.
+    The same kernels on the same tensors, so a replayed step computes what the eager one does. `WARMUP` eager steps
+    first (on a side stream, as CUDA graphs ask), then the capture."""
+
+    WARMUP = 3
+
+    def __init__(self, step, sel: torch.Tensor, opt: torch.optim.Optimizer):
+        self.sel = sel.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)  # the captured backward allocates the gradients it then rewrites each replay
+        with torch.cuda.graph(self.graph):
+            step(self.sel)
+
+    def __call__(self, sel: torch.Tensor) -> None:
+        self.sel.copy_(sel)
+        self.graph.replay()
+
+
+def replayed_steps(step, eager, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int) -> str:
+    """`len(draws)` steps: `GraphedStep.WARMUP` eager ones on a side stream, then replays of the captured step;
+    every `check_every` steps the host reads whether any layer is still active. Where the capture fails (an
+    operator that cannot be captured) the same steps go on eagerly; returns how the steps ran."""
+    run_step, how = eager, "eager"
+    side = torch.cuda.Stream()
+    for it in range(len(draws)):
+        if it < GraphedStep.WARMUP:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                eager(draws[it])
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            run_step(draws[it])
+        if it + 1 == GraphedStep.WARMUP and it + 1 < len(draws):
+            try:
+                run_step, how = GraphedStep(step, draws[it + 1], opt), "cuda-graph"
+            except RuntimeError as err:
+                opt.zero_grad(set_to_none=True)
+                how = f"eager (CUDA graph capture failed: {str(err).splitlines()[0][:120]})"
+        if (it + 1) % check_every == 0 and not bool(active.any()):
+            break
+    return how
+
+
 def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) -> None:
     """Adam on each layer's own loss with its mask held fixed, the group's layers stacked into one tensor
     (Adam is elementwise and the losses independent: each layer follows its sequential trajectory). A layer
     stops after the step whose loss is below early_stop_loss (msbench); its weights are then held while
-    the others go on. The host learns the losses only every `check_every` steps."""
+    the others go on. The host learns the losses only every `check_every` steps. On a GPU the steps are
+    replayed from a CUDA graph (`GraphedStep`) where `cfg.cuda_graphs` and the group allow it."""
     tic = time.perf_counter()
     losses_of = group_loss(group)
     weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
     bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
-    opt = torch.optim.Adam([{"params": [weight], "lr": cfg.lr_weight}, {"params": [bias], "lr": cfg.lr_bias}])
+    graphs = cfg.cuda_graphs and graph_capturable(group) and cfg.iterations > GraphedStep.WARMUP
+    params = [{"params": [weight], "lr": cfg.lr_weight}, {"params": [bias], "lr": cfg.lr_bias}]
+    opt = torch.optim.Adam(params, capturable=graphs)  # capturable: Adam's step count stays on the device
     active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
     steps = torch.zeros(len(group), dtype=torch.long, device=weight.device)
     last = torch.full((len(group),), float("nan"), device=weight.device)
     by_layer = (-1,) + (1,) * (weight.dim() - 1)
-    for it in range(cfg.iterations):
-        losses = losses_of(draws[it], weight, bias)
-        opt.zero_grad(set_to_none=True)
+
+    def step(sel: torch.Tensor) -> None:  # in place throughout: a graph replays into the same tensors
+        losses = losses_of(sel, weight, bias)
         losses.sum().backward()
         weight.grad.mul_(keep)
         before = weight.detach().clone(), bias.detach().clone()
@@ -386,11 +443,23 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
             weight.mul_(keep)  # Adam's moments must never revive a pruned weight
             weight.copy_(torch.where(active.view(by_layer), weight, before[0]))
             bias.copy_(torch.where(active.view(-1, 1), bias, before[1]))
-            last = torch.where(active, losses.detach(), last)
-            steps += active
-            active &= losses.detach() >= cfg.early_stop_loss
-        if (it + 1) % check_every == 0 and not bool(active.any()):
-            break
+            last.copy_(torch.where(active, losses.detach(), last))
+            steps.add_(active)
+            active.logical_and_(losses.detach() >= cfg.early_stop_loss)
+
+    def eager(sel: torch.Tensor) -> None:
+        opt.zero_grad(set_to_none=True)
+        step(sel)
+
+    if graphs:
+        with torch.cuda.device(weight.device):  # a graph is captured on the current device
+            how = replayed_steps(step, eager, draws, opt, active, check_every)
+    else:
+        for it in range(cfg.iterations):
+            eager(draws[it])
+            if (it + 1) % check_every == 0 and not bool(active.any()):
+                break
+        how = "eager"
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):
@@ -405,6 +474,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
                     p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
                 ),
                 stacked_layers=len(group),
+                steps_on=how,
                 wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
             )
             for k in ("error_masked", "error_bias_corrected", "error_reconstructed"):

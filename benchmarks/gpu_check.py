@@ -11,11 +11,13 @@ last part reached all that remains, and leaves the rest "not started"; a second 
 work finishes it (records kept, checkpoints resumed, scale cells kept, passed parts not run again):
   smoke        the `cuda`-marked tests
   step-time    FCPTS step over a plain training step, batch 64 (and bf16)
+  pot-step     a POT reconstruction step, eager and replayed from a CUDA graph
   r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
   r56-bf16     the same in bfloat16 (a record beside it)
   r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
-  scale        the scale benchmark's FCPTS, POT and OBS cells on ResNet-18, ResNet-50 and ViT-B/16
-  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record): last, about 7 minutes
+  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
+  scale        the scale benchmark's FCPTS, POT and OBS cells on ResNet-18, ResNet-50 and ViT-B/16: last, its
+               cells kept one by one (--resume), so a second call finishes what the first left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
@@ -127,28 +129,33 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         return head + ["--sparsity", sparsity, "--profile", "quick" if dry_run else profile, *records, *extra]
 
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
-    smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/integration/test_cuda_smoke_tasks.py"]
+    smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/unit/test_pot.py"]
+    smoke += ["tests/integration/test_cuda_smoke_tasks.py"]
     step = [py, "-m", "benchmarks.step_time", "--device", device, "--out", str(work / "step_time.txt")]
+    pot_step = [py, "-m", "benchmarks.pot_step_time", "--device", device, "--out", str(work / "pot_step_time.txt")]
     scale = [py, "-m", "benchmarks.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
+        pot_step += ["--model", "resnet20", "--images", "64", "--steps", "2", "--rounds", "1"]
         scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
     else:  # the methods of the goals (FCPTS, POT, OBS cells), about ten seconds a cell on an H100
         step += ["--amp", "bf16"]
         scale += ["--models", "resnet18", "resnet50", "vit_base", "--methods", "fcpts", "pot-l2norm", "obs"]
         scale += ["--cell-timeout", "30"]
-    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200/), rounded up. They add up to
-    # more than one call's 465 s: a call runs the parts in order, each with its budget while time is left, and a
-    # second call with --continue-from finishes the rest (POT's paper budget alone takes about 7 minutes).
+    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200/), rounded up; pot-step and
+    # r32-pot, whose steps are now replayed from CUDA graphs, estimated. They add up to more than one call's
+    # 465 s: a call runs the parts in order, each with its budget while time is left, and a second call with
+    # --continue-from finishes the rest.
     return [
-        Part("smoke", smoke, 55),
+        Part("smoke", smoke, 60),
         Part("step-time", step, 35),
+        Part("pot-step", pot_step, 40),
         Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 50),
         Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 50),
         Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 95),
+        Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 150),
         Part("scale", scale, 180),
-        Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 450),
     ]
 
 

@@ -33,7 +33,7 @@ LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[s
 # Options that change how a run is watched or saved, never its result.
 NOT_IDENTITY = ("progress", "checkpoint", "checkpoint_every_s", "checkpoint_every_steps", "device", "log_every")
 # Options added after runs were checkpointed: at these values a run's identity is what it was before they existed.
-IDENTITY_WHEN_SET = {"amp": None}
+IDENTITY_WHEN_SET = {"amp": None, "cuda_graphs": True}
 
 
 def kl_distill(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:

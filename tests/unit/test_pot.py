@@ -308,3 +308,43 @@ def test_peak_memory_stays_flat_when_the_calibration_set_doubles():
     each, held twice: 9.4 MB more) differ."""
     small, large = peak_rss_mb(96), peak_rss_mb(192)
     assert large - small < 20, (small, large)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("gram", [True, False], ids=["gram", "forward"])
+def test_cuda_graph_steps_equal_the_eager_steps(gram):
+    """Replayed steps compute what eager steps do (to float rounding: capturable Adam keeps its step count on the
+    device), on both objectives, and every group was actually replayed."""
+    torch.manual_seed(0)
+    model = cifar_resnet("resnet20")
+    x = torch.randn(256, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    opts = dict(iterations=300, batch_size=64, lr_weight=1e-3, lr_bias=1e-3, early_stop_loss=0.0, gram=gram)
+    runs = {
+        graphs: pot(copy.deepcopy(model), x, 0.8, POTOptions(progress=False, device="cuda", cuda_graphs=graphs, **opts))
+        for graphs in (False, True)
+    }
+    (eager, eager_report), (graphed, graphed_report) = runs[False], runs[True]
+    assert {row["steps_on"] for row in graphed_report.per_layer} == {"cuda-graph"}
+    assert {row["steps_on"] for row in eager_report.per_layer} == {"eager"}
+    for (name, a), b in zip(prunable_layers(eager).items(), prunable_layers(graphed).values()):
+        assert torch.equal(a.weight != 0, b.weight != 0), name
+        scale = a.weight.abs().max()
+        assert torch.allclose(a.weight, b.weight, rtol=1e-4, atol=1e-5 * scale), name
+    for a, b in zip(eager_report.per_layer, graphed_report.per_layer):
+        assert a["iterations"] == b["iterations"] == 300
+        assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-3)
+
+
+@pytest.mark.cuda
+def test_cuda_graph_steps_stop_early_like_eager_steps():
+    """A layer whose loss is already below early_stop_loss stops after its first step, replayed or not."""
+    torch.manual_seed(0)
+    x = torch.randn(128, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    opts = POTOptions(iterations=500, batch_size=64, early_stop_loss=1e9, progress=False, device="cuda")
+    _, report = pot(cifar_resnet("resnet20"), x, 0.8, opts)
+    assert {row["iterations"] for row in report.per_layer} == {1}
+
+
+def test_steps_are_eager_on_a_cpu():
+    _, report = pot(small_cnn(), torch.randn(32, 3, 8, 8), 0.5, POTOptions(iterations=5, batch_size=16, progress=False))
+    assert {row["steps_on"] for row in report.per_layer} == {"eager"}
