@@ -29,6 +29,7 @@ run reads it as FCPTS_DATA_ROOT. Without a git folder the records name the commi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import lzma
@@ -73,15 +74,33 @@ def git_head() -> str | None:
         return None
 
 
-def tracked_bytes() -> int:
-    """Bytes of the checkout's tracked files (what travels besides gpu_data/)."""
+def tracked_files() -> list[str]:
+    """The checkout's tracked files (what travels besides gpu_data/)."""
     try:
-        names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout.split(
-            b"\0"
-        )
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        return 0
-    return sum((REPO_ROOT / n.decode()).stat().st_size for n in names if n and (REPO_ROOT / n.decode()).is_file())
+        return []
+    return [n.decode() for n in out.split(b"\0") if n and (REPO_ROOT / n.decode()).is_file()]
+
+
+def tracked_bytes() -> int:
+    return sum((REPO_ROOT / n).stat().st_size for n in tracked_files())
+
+
+def tree_digest(files: list[str]) -> str:
+    """sha256 over the files' names and contents (a missing file counts as missing)."""
+    h = hashlib.sha256()
+    for name in files:
+        path = REPO_ROOT / name
+        h.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"<missing>") + b"\0")
+    return h.hexdigest()
+
+
+def sent_commit(prepared: dict) -> str | None:
+    """The commit `prepare` ran at, where the files it listed are unchanged here: a device may get the working
+    tree beside an older git folder, whose HEAD (and 'dirty') would name the wrong code."""
+    files, digest = prepared.get("files"), prepared.get("tree_sha256")
+    return prepared.get("commit") if files and digest and tree_digest(files) == digest else None
 
 
 def write_npz_xz(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -110,7 +129,9 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
             raise FileNotFoundError(f"{src} not found: the CIFAR-10 weights come from the suite's data folder")
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
+    files = tracked_files()
     info = {"commit": git_head(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
+    info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     info["bytes"] = data_bytes
@@ -231,7 +252,7 @@ def run(
     env = {**os.environ, "FCPTS_DATA_ROOT": str(data_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     prepared = data_root / "prepared.json"
-    commit = git_head() or (json.loads(prepared.read_text()).get("commit") if prepared.is_file() else None)
+    commit = (sent_commit(json.loads(prepared.read_text())) if prepared.is_file() else None) or git_head()
     if commit and "FCPTS_GIT_COMMIT" not in os.environ:
         env["FCPTS_GIT_COMMIT"] = commit
     parts = part_list(out, dry_run, device)
@@ -315,7 +336,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)
-        print(json.dumps(info, indent=1))
+        print(json.dumps({k: v for k, v in info.items() if k != "files"}, indent=1))
         if info["travel_bytes"] > TRAVEL_LIMIT:
             print(
                 f"too large to travel: the tracked files and {args.dest} come to "

@@ -150,6 +150,12 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         profile = profile.with_pot_iterations(args.pot_iterations)
     if args.option:
         trained = tuple(m for m in methods if m in training_methods())
+        if not trained:  # else the profile would be renamed for an override that reaches no method
+            raise ValueError(
+                f"--option {' '.join(args.option)} sets options of the training-loop methods "
+                f"({', '.join(training_methods())}), and none of {', '.join(methods)} is one: "
+                "POT's options take --pot-option KEY=VALUE"
+            )
         profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
     if args.pot_option:
         pot = tuple(list_methods(family="pot"))

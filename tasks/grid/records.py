@@ -202,9 +202,11 @@ def moved_records(
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
-    that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code
-    without its git folder (a machine the working tree was sent to) names its commit in $FCPTS_GIT_COMMIT,
-    recorded as that copy's claim."""
+    that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code sent
+    to another machine names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim: where the copy has
+    no git folder, or one that says otherwise (a device may get the working tree beside an older git folder,
+    which then calls the tree dirty), both are named."""
+    claimed = os.environ.get("FCPTS_GIT_COMMIT")
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -212,10 +214,12 @@ def git_commit() -> str:
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
         ).stdout.strip()
-        return head + ("+dirty" if dirty else "")
+        found = head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        claimed = os.environ.get("FCPTS_GIT_COMMIT")
         return f"{claimed} (no git checkout; from $FCPTS_GIT_COMMIT)" if claimed else "unknown"
+    if claimed and claimed != found:
+        return f"{claimed} (from $FCPTS_GIT_COMMIT; this checkout's git folder says {found})"
+    return found
 
 
 def device_description(device: torch.device | str = "cpu") -> str:

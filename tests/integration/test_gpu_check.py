@@ -134,3 +134,15 @@ def test_a_continued_call_does_not_run_again_what_passed(tmp_path):
     assert gpu_check.main([*args, str(work)]) == 0
     (smoke,) = json.loads((out / "summary.json").read_text())["parts"]
     assert smoke["status"] == "passed in an earlier call" and not (out / "work" / "smoke.log").exists()
+
+
+def test_the_run_names_the_prepared_commit_only_while_its_files_are_unchanged(tmp_path, monkeypatch):
+    """A device may get the working tree beside an older git folder: the commit `prepare` wrote down names the
+    code while the files it listed are as they were, and not once one of them changed."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(gpu_check, "REPO_ROOT", tmp_path)
+    prepared = {"commit": "abc", "files": ["a.py"], "tree_sha256": gpu_check.tree_digest(["a.py"])}
+    assert gpu_check.sent_commit(prepared) == "abc"
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert gpu_check.sent_commit(prepared) is None
+    assert gpu_check.sent_commit({"commit": "abc"}) is None  # prepared before the files were listed

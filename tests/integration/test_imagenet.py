@@ -160,6 +160,8 @@ def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile(
         profile(["lr"], ["fcpts"])
     with pytest.raises(ValueError, match="'probmask' has no option reconstruction"):
         profile(["reconstruction=kl"], ["probmask"])
+    with pytest.raises(ValueError, match="none of pot-l2norm is one: POT's options take --pot-option"):
+        profile(["fold_bn=false"], ["pot-l2norm"])  # renamed profile, unchanged method: refused
 
 
 def test_cpu_profile_gives_every_training_method_the_same_lr():

@@ -250,3 +250,21 @@ def test_a_benchmark_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
         append_json_line(rows, {"lr": 0.04})
     assert read_json_lines(rows) == [{"lr": 0.005}, {"lr": 0.02}]
     assert [p.name for p in rows.parent.iterdir()] == ["rows.jsonl"]  # no temporary left behind
+
+
+def test_a_copy_beside_an_older_git_folder_names_both_commits(monkeypatch):
+    """A device given the working tree beside the session's first git folder: its git says `old+dirty`; the
+    record names the commit the copy claims and what git said, never the older commit alone."""
+    from tasks.grid import records
+
+    def old_git(args, **_):
+        out = "old\n" if args[:2] == ["git", "rev-parse"] else " M baselines/pot.py\n"
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(records.subprocess, "run", old_git)
+    monkeypatch.delenv("FCPTS_GIT_COMMIT", raising=False)
+    assert records.git_commit.__wrapped__() == "old+dirty"
+    monkeypatch.setenv("FCPTS_GIT_COMMIT", "new")
+    assert records.git_commit.__wrapped__() == "new (from $FCPTS_GIT_COMMIT; this checkout's git folder says old+dirty)"
+    monkeypatch.setenv("FCPTS_GIT_COMMIT", "old+dirty")
+    assert records.git_commit.__wrapped__() == "old+dirty"
