@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="resnet32")
     p.add_argument("--images", type=int, default=512)
-    p.add_argument("--steps", type=int, default=1000, help="the shorter run's steps (the longer runs twice as many)")
+    p.add_argument("--steps", type=int, default=500, help="the shorter run's steps (the longer runs twice as many)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", help="also write the output (with its provenance) to this file")

@@ -1,6 +1,6 @@
-"""What the GPU check measured on a lent H200 (results/benchmarks/gpu_check_h200/, scale_cuda.*,
-step_time_cuda.txt): the records read back whole and name the GPU, and the numbers docs/notebook/benchmarks.md
-quotes are the ones in those files."""
+"""What the GPU check measured on lent H200s (results/benchmarks/gpu_check_h200/ and gpu_check_h200_2026-11-27/,
+scale_cuda.*, step_time_cuda.txt, pot_step_time_cuda.txt): the records read back whole and name the GPU, and the
+numbers docs/notebook/benchmarks.md quotes are the ones in those files."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tasks.grid.records import read_record
 
 CHECK = RESULTS_DIR / "benchmarks" / "gpu_check_h200"
 RECORDS = CHECK / "records" / "cifar" / "cifar10"
+SECOND = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-27"
 DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
 
 
@@ -76,3 +77,37 @@ def test_the_doc_quotes_the_operator_counts():
     assert f"{blocks} with the block MSE (ratio {r_blocks})" in DOC and f"{kl} with the KL alone (ratio {r_kl})" in DOC
     pot = re.search(r"pot step, .*?:\s+(\d+) operators", text).group(1)
     assert f"stacked group dispatches {pot} operators" in DOC
+
+
+def test_the_second_h200_check_ran_pot_from_cuda_graphs_and_the_doc_quotes_it():
+    records = SECOND / "records" / "cifar" / "cifar10" / "resnet32"
+    pot, fcpts = (read_record(records / f"{m}-sp80-paper-seed0.json") for m in ("pot-l2norm", "fcpts"))
+    for r in (pot, fcpts):
+        assert r["device"] == "cuda: NVIDIA H200" and r["hit_target"] and r["metrics"]["n_images"] == 2000
+    assert pot["budget"]["options"]["iterations"] == 20_000
+    assert {row["steps_on"] for row in pot["per_layer"]} == {"cuda-graph"}
+    assert {row["iterations"] for row in pot["per_layer"]} == {20_000}  # none stopped early: the whole budget
+    assert pot["wall_s"] < 5 * 60  # the goal
+    assert f"in {pot['wall_s']:.0f} s of method time" in DOC and f"is {pot['metrics']['top1']:.2f}" in DOC
+    assert f"FCPTS at the same budget: {fcpts['metrics']['top1']:.2f}, {fcpts['wall_s']:.0f} s" in DOC
+    cpu = read_record(RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32" / "pot-l2norm-sp80-paper-seed0.json")
+    assert f"a CPU thread took {cpu['wall_s'] / 60:.0f} minutes" in DOC
+    summary = json.loads((SECOND / "summary.json").read_text())
+    passed = [p["part"] for p in summary["parts"] if p["status"] == "passed"]
+    assert len(passed) == 6 and "Six of eight parts passed" in DOC
+
+
+def test_the_doc_quotes_the_pot_step_times():
+    text = (RESULTS_DIR / "benchmarks" / "pot_step_time_cuda.txt").read_text()
+    eager, graphed = (float(x) for x in re.findall(r"pot step, .*?:\s+(\d+\.\d+) ms", text))
+    speedup = re.search(r"speed-up (\d+\.\d+)x", text).group(1)
+    assert "NVIDIA H200" in text and "(replayed)" in text
+    assert f"{eager:.3f} ms eager, {graphed:.3f} ms replayed, {speedup}x" in DOC
+    assert f"{graphed:.3f} ms a step against {eager:.3f} ms eager" in DOC
+
+
+def test_the_doc_quotes_the_projected_grid_hours():
+    md = (RESULTS_DIR / "benchmarks" / "scale_cuda.md").read_text()
+    for table, name in (("CNNs (Table 3)", "CNNs"), ("ViTs (Table 4)", "ViTs"), ("learned masks (Table 1)", "learned")):
+        cells, hours, missing = re.search(rf"\| {re.escape(table)} \| (\d+) \| (\d+\.\d+) \| (\d+) \|", md).groups()
+        assert f"{table} {hours} GPU-hours over {int(cells) - int(missing)} of its {cells}" in DOC, name
