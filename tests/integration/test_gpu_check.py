@@ -13,6 +13,7 @@ import torch
 
 from benchmarks import gpu_check
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.paths import REPO_ROOT
 
 
 def tiny_source(root):
@@ -146,3 +147,14 @@ def test_the_run_names_the_prepared_commit_only_while_its_files_are_unchanged(tm
     (tmp_path / "a.py").write_text("x = 2\n")
     assert gpu_check.sent_commit(prepared) is None
     assert gpu_check.sent_commit({"commit": "abc"}) is None  # prepared before the files were listed
+
+
+def test_the_docs_quote_the_parts_and_their_budgets(tmp_path):
+    parts = gpu_check.part_list(tmp_path, False, "cuda")
+    total = sum(p.budget_s for p in parts)
+    notebook = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    tasks_doc = " ".join((REPO_ROOT / "docs" / "tasks.md").read_text().split())
+    assert f"They come to {total:.0f} s" in notebook and f"budgets add up to {total:.0f} s" in tasks_doc
+    for p in parts:
+        if p.name not in ("r56-fp32", "r56-bf16"):
+            assert f"| {p.name} |" in notebook and f"| {p.budget_s:.0f} |" in notebook, p.name
