@@ -4,7 +4,8 @@
                                          # table6_time.md, table1/3/4/5
     python -m tasks.reporting manifest   # registers the present records and their numbers (regression test)
 
-Reads only `results/runs/**.json` and `results/paper/paper_reference.csv`; runs nothing. A cell shows the
+Reads only `results/runs/**.json`, `results/paper/paper_reference.csv` and, for Table 6 alone, the GPU check's
+records (`results/benchmarks/gpu_check_*/records`, rows of their own); runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
 cells without a record say so. The paper's rows come from its reference numbers (`tasks.reporting.layout`);
 methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 2 and columns to Table 6,
@@ -43,6 +44,7 @@ from tasks.reporting.tables_voc import table5 as voc_table5
 TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
+GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
 TABLE2_MODELS = ("resnet32", "resnet56")
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
@@ -263,6 +265,17 @@ def pot_layer_loss(record: dict) -> str:
     return f"Gram on {gram}/{len(objectives)} layers" if gram else "forward"
 
 
+def gpu_check_records(root: Path = GPU_CHECKS) -> list[dict]:
+    """The GPU check's records, for Table 6 only, their profile named after the check's folder: they calibrate from
+    the check's 3,000-image pool and evaluate on 2,000 test images, so they are not cells of the other tables."""
+    out = []
+    for folder in sorted(root.glob("gpu_check_*/records")):
+        check = folder.parent.name.removeprefix("gpu_check_")
+        for r in all_records(folder):
+            out.append({**r, "profile": {**r["profile"], "name": f"{r['profile']['name']} (GPU check {check})"}})
+    return out
+
+
 def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
     """Table 6's rows: (dataset, model, target, profile) -> method -> seed-0 record, for the cells where FCPTS and
     a POT both ran (the paper's comparison)."""
@@ -320,7 +333,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         "device column names two processors compares runs on different machines. "
         + _pot_cut_note(records)
         + "Only `paper` rows measure the paper's comparison. "
-        "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
+        + _gpu_check_note(groups)
+        + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         "",
@@ -344,6 +358,16 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     return "\n".join(lines)
 
 
+def _gpu_check_note(groups: dict[tuple, dict[str, dict]]) -> str:
+    if not any("(GPU check" in profile for _ds, _m, _sp, profile in groups):
+        return ""
+    return (
+        "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
+        "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 images "
+        "capped there), evaluated on 2,000 test images. "
+    )
+
+
 def _pot_cut_note(records: list[dict]) -> str:
     """How far the `paper-cpu` records cut POT's budget against the paper's protocol, from a record and the
     `paper` profile's definition ("" when no `paper-cpu` POT record is present)."""
@@ -358,9 +382,11 @@ def _pot_cut_note(records: list[dict]) -> str:
     )
 
 
-def render_tables(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> dict[str, str]:
+def render_tables(
+    records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR, check_records: list[dict] | None = None
+) -> dict[str, str]:
     """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
-    the same texts)."""
+    the same texts); `check_records` (the GPU check's) join Table 6 alone."""
     md, rows = table2(records, reference, weights_dir)
     out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
@@ -399,7 +425,7 @@ def render_tables(records: list[dict], reference: list[dict], weights_dir: Path 
     method_times = {
         str(f.relative_to(RESULTS_DIR.parent)): f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
     }
-    out["table6_time.md"] = table6(records, reference, method_times)
+    out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference)
     out["table3_imagenet_cnn.md"] = table3(records, reference)
     out["table4_imagenet_vit.md"] = table4(records, reference)
@@ -411,7 +437,8 @@ def render_tables(records: list[dict], reference: list[dict], weights_dir: Path 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in render_tables(all_records(runs_dir), read_reference(), weights_dir).items():
+    tables = render_tables(all_records(runs_dir), read_reference(), weights_dir, gpu_check_records())
+    for name, text in tables.items():
         write_text_atomic(out_dir / name, text)
         written.append(out_dir / name)
     return written

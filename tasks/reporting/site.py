@@ -31,7 +31,7 @@ from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
 from tasks.reporting.layout import REFERENCE, read_reference
-from tasks.reporting.paper import TABLES, WEIGHTS_DIR, render_tables
+from tasks.reporting.paper import TABLES, WEIGHTS_DIR, gpu_check_records, render_tables
 
 SITE_DIR = RESULTS_DIR / "site"
 FIGURES_DIR = REPO_ROOT / "paper_figures"
@@ -372,7 +372,7 @@ def build_site(
         shutil.rmtree(out_dir)
     (out_dir / "runs").mkdir(parents=True)
     written = []
-    tables = render_tables(records, reference, weights_dir)
+    tables = render_tables(records, reference, weights_dir, gpu_check_records())
     for name in COMMITTED_TABLES:
         if (tables_dir / name).is_file():
             tables[name] = (tables_dir / name).read_text()

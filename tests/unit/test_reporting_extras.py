@@ -164,3 +164,26 @@ def test_figure1_plots_a_detection_model_by_its_map(monkeypatch, tmp_path):
     ax = drawn[0].axes[0]
     assert ax.get_ylabel() == "mAP@0.5 (%)"
     assert list(ax.get_lines()[0].get_ydata()) == [17.2, 15.1]
+
+
+def test_the_gpu_checks_records_make_their_own_table6_rows(reference, tmp_path):
+    """A GPU check's records (their own calibration pool and test subset) are never mixed into a `paper` row:
+    their profile names the check, and they make a row only where FCPTS and a POT both ran there."""
+    import json
+
+    from tasks.reporting.paper import gpu_check_records
+
+    folder = tmp_path / "gpu_check_h100" / "records"
+    for method, wall_s in (("fcpts", 80.0), ("pot-l2norm", 60.0)):
+        rec = {**cifar(method, profile="paper", wall_s=wall_s), "device": "cuda: test"}
+        path = folder / rec.pop("_path")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    checked = gpu_check_records(tmp_path)
+    assert {r["profile"]["name"] for r in checked} == {"paper (GPU check h100)"}
+    text = table6([*PAPER_CELLS, *checked], reference)
+    assert "| cifar10 | resnet32 | 90% | paper (GPU check h100) | 1.0 | — | 1.3 |" in text
+    assert "| cifar10 | resnet32 | 90% | paper | 30.0 |" in text  # the paper row keeps its own records
+    assert "A `(GPU check ...)` row is the GPU check's" in text
+    fcpts_only = [r for r in checked if r["method"] == "fcpts"]
+    assert "GPU check" not in table6([*PAPER_CELLS, *fcpts_only], reference)
