@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 
 .PHONY: gpu-data gpu-check gpu-check-dry scale-small setup run test lint bench tables figures report check-regression train-cifar100 reproduce-cifar reproduce-imagenet-substitute voc-substitute voc-substitute-mmdet run-mmdet reproduce-voc deploy-table deploy-runtimes reproduce-fcpts-r56 baselines-r32 clean
 
-# The mmdet detection task (tasks/detection/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
+# The mmdet detection task (tasks/voc/mmdet/) needs mmcv's compiled ops: its CPU wheel for CPython 3.11 and
 # torch 2.14.1 sits in ../shared/wheels/; with it setup adds the [mmdet] extra, without it the task's tests skip.
 MMCV_WHEEL ?= ../shared/wheels/mmcv-2.1.0-cp311-cp311-linux_x86_64.whl
 
@@ -83,8 +83,8 @@ reproduce-imagenet-substitute: setup
 # record; resumable), then POT (L2Norm, ERK) and FCPTS at 90%.
 VOC_SUB ?= data/voc-cifar
 voc-substitute: setup
-	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
-	$(PY) -m tasks.detection.train --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
+	$(PY) -m tasks.voc.make_set --out $(VOC_SUB)
+	$(PY) -m tasks.voc.train --data-root $(VOC_SUB) --model mb2-ssd-lite --image-size 160 --epochs 60
 	$(PY) -m tasks.voc --data-root $(VOC_SUB) --models mb2-ssd-lite --image-size 160 --all-methods --profile cpu
 
 # The same substitute set with mmdet's SSDLite-MobileNetV2 (its config adapted: 10 classes, 160 px), trained dense
@@ -92,14 +92,14 @@ voc-substitute: setup
 # then POT (L2Norm, ERK) and FCPTS at 50% and 90%. Needs the [mmdet] extra (make setup installs it with the mmcv
 # wheel in ../shared/wheels/). `make run-mmdet`: one FCPTS cell of that detector from its committed weights (minutes),
 # its record in results/local/ (not tracked).
-MMDET_SSDLITE := tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
+MMDET_SSDLITE := tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
 MMDET_WEIGHTS := results/weights/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160.pth
 VOC_SUB_SET := $(VOC_SUB)/VOCdevkit/VOC2007/substitute.json
 $(VOC_SUB_SET): | setup
-	$(PY) -m tasks.detection.make_set --out $(VOC_SUB)
+	$(PY) -m tasks.voc.make_set --out $(VOC_SUB)
 
 $(MMDET_WEIGHTS): | setup $(VOC_SUB_SET)
-	OMP_NUM_THREADS=1 $(PY) -m tasks.detection.mmdet.train --data-root $(VOC_SUB) --config $(MMDET_SSDLITE)
+	OMP_NUM_THREADS=1 $(PY) -m tasks.voc.mmdet.train --data-root $(VOC_SUB) --config $(MMDET_SSDLITE)
 
 voc-substitute-mmdet: setup $(VOC_SUB_SET) $(MMDET_WEIGHTS)
 	$(PY) -m tasks.voc --framework mmdet --data-root $(VOC_SUB) --config $(MMDET_SSDLITE) --all-methods \

@@ -63,7 +63,7 @@ def require_data(relative: str, what: str) -> Path:
 def require_mmdet() -> None:
     """Call at the top of a test module for the mmdet task: without the `[mmdet]` extra the module is skipped
     with the reason (and fails in CI, which installs it)."""
-    from tasks.detection.mmdet import missing
+    from tasks.voc.mmdet import missing
 
     why = missing()
     if why is not None:

@@ -30,8 +30,8 @@ GridForRecord = Callable[..., Grid]
 DRIVERS = {
     "cifar": "tasks.cifar.grid",
     "imagenet": "tasks.imagenet.grid",
-    "voc": "tasks.detection.grid",
-    "coco": "tasks.detection.mmdet.grid",
+    "voc": "tasks.voc.grid",
+    "coco": "tasks.voc.mmdet.grid",
 }
 
 

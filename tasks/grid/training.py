@@ -1,4 +1,4 @@
-"""What the suite's dense training recipes (tasks.cifar.train, tasks.detection.train) share besides their
+"""What the suite's dense training recipes (tasks.cifar.train, tasks.voc.train) share besides their
 resumable state (training_state.py): the flags, the steps of an epoch, SGD with a warm-up then cosine schedule,
 the fingerprint that names a recipe's checkpoint, the progress bar, the record of the trained model.
 

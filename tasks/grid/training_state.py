@@ -1,6 +1,6 @@
 """Resumable state of a dense training run (model, optimiser, scheduler, step, history, elapsed time).
 
-Shared by the suite's training recipes (tasks.cifar.train, tasks.detection.train), through the suite's one
+Shared by the suite's training recipes (tasks.cifar.train, tasks.voc.train), through the suite's one
 checkpoint mechanism: saved atomically, resumed only by the run with the same recipe.
 """
 

@@ -4,7 +4,7 @@ Written by `python -m tasks.reporting tables` (reads records and results/paper/p
 
 Cells of the paper's detectors are filled only by records on the full VOC2007 test set (dataset `voc2007`)
 at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objects on scene canvases from
-tasks.detection.make_set, with this suite's own detector) get rows of their own, labelled as such, with no
+tasks.voc.make_set, with this suite's own detector) get rows of their own, labelled as such, with no
 paper numbers beside them. Every record of the task is also listed, reconstruction variants included.
 """
 
@@ -95,8 +95,8 @@ def table5(records: list[dict], reference: list[dict]) -> str:
             "",
             (
                 "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
-                "(tasks.detection.make_set), detectors trained by this suite: its SSD (tasks.detection.train) and, "
-                "for `mmdet-*` models, mmdet's own detector from the named config (tasks.detection.mmdet.train); "
+                "(tasks.voc.make_set), detectors trained by this suite: its SSD (tasks.voc.train) and, "
+                "for `mmdet-*` models, mmdet's own detector from the named config (tasks.voc.mmdet.train); "
                 "see each record's `substitute_manifest`, `weights` and `ssd_config` or `mmdet`."
             ),
         ]

@@ -7,15 +7,15 @@ import json
 import pytest
 import torch
 
-from tasks import voc as voc_cli
 from tasks.cifar import grid as cifar
 from tasks.cifar import train as cifar_train
 from tasks.deploy import checkpoints as deploy_checkpoints
 from tasks.deploy import driver as deploy
-from tasks.detection import grid as voc
-from tasks.detection import train as ssd_train
-from tasks.detection.ssd import create_ssd
 from tasks.imagenet import grid as imagenet
+from tasks.voc import command as voc_cli
+from tasks.voc import grid as voc
+from tasks.voc import train as ssd_train
+from tasks.voc.ssd import create_ssd
 from tests.conftest import DEVICES, require_data, require_mmdet
 from tests.integration.tiny_voc import write_tiny_voc
 
@@ -75,10 +75,10 @@ def test_voc_grid(tiny_set, tmp_path, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_voc_grid_on_an_mmdet_detector(tiny_set, tmp_path, device):
     require_mmdet()
-    from tasks.detection.mmdet.detector import build_detector, load_config
     from tasks.grid.paths import REPO_ROOT
+    from tasks.voc.mmdet.detector import build_detector, load_config
 
-    config = REPO_ROOT / "tasks" / "detection" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
+    config = REPO_ROOT / "tasks" / "voc" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
     torch.manual_seed(0)
     checkpoint = tmp_path / "ssdlite.pth"
     torch.save({"state_dict": build_detector(load_config(config)).state_dict(), "meta": {"epoch": 0}}, checkpoint)

@@ -1,4 +1,4 @@
-"""The detection task on mmdet detectors (tasks/detection/mmdet/): the config builds, calibration images are the
+"""The detection task on mmdet detectors (tasks/voc/mmdet/): the config builds, calibration images are the
 test pipeline's, a tiny pruning cell ends exactly sparse with a full record, mmdet's VOCMetric agrees with the
 suite's VOC07 mAP on the same detections, and dense training resumes. Skipped without the `[mmdet]` extra."""
 
@@ -14,34 +14,34 @@ require_mmdet()
 
 from fcpts.core.io import file_sha256  # noqa: E402
 from fcpts.core.masks import prunable_layers  # noqa: E402
-from tasks import voc as voc_cli  # noqa: E402
-from tasks.detection import make_set as mds  # noqa: E402
-from tasks.detection.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
-from tasks.detection.metrics import Detections, voc07_map  # noqa: E402
-from tasks.detection.mmdet import train as mmdet_train  # noqa: E402
-from tasks.detection.mmdet.agreement import mmdet_voc_map  # noqa: E402
-from tasks.detection.mmdet.data import (  # noqa: E402
-    PipelineImages,
-    build_dataset,
-    config_test_pipeline,
-    find_layout,
-    without_annotations,
-)
-from tasks.detection.mmdet.detector import build_detector, load_config, load_weights  # noqa: E402
-from tasks.detection.mmdet.evaluate import evaluate_detector  # noqa: E402
-from tasks.detection.mmdet.grid import build_grid  # noqa: E402
-from tasks.detection.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
-from tasks.detection.profiles import PROFILES  # noqa: E402
-from tasks.detection.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tasks.grid.cifar_data import load_cifar  # noqa: E402
 from tasks.grid.data import resolve_data_root  # noqa: E402
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from tasks.grid.records import read_record  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
+from tasks.voc import command as voc_cli  # noqa: E402
+from tasks.voc import make_set as mds  # noqa: E402
+from tasks.voc.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
+from tasks.voc.metrics import Detections, voc07_map  # noqa: E402
+from tasks.voc.mmdet import train as mmdet_train  # noqa: E402
+from tasks.voc.mmdet.agreement import mmdet_voc_map  # noqa: E402
+from tasks.voc.mmdet.data import (  # noqa: E402
+    PipelineImages,
+    build_dataset,
+    config_test_pipeline,
+    find_layout,
+    without_annotations,
+)
+from tasks.voc.mmdet.detector import build_detector, load_config, load_weights  # noqa: E402
+from tasks.voc.mmdet.evaluate import evaluate_detector  # noqa: E402
+from tasks.voc.mmdet.grid import build_grid  # noqa: E402
+from tasks.voc.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
+from tasks.voc.profiles import PROFILES  # noqa: E402
+from tasks.voc.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
 
-CONFIG = REPO_ROOT / "tasks" / "detection" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
+CONFIG = REPO_ROOT / "tasks" / "voc" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
 
 
@@ -189,10 +189,14 @@ def test_record_provenance(cell, checkpoint, tiny_voc, tmp_path):
     for key in ("command", "git_commit", "environment", "mask_sha256", "per_layer", "calibration"):
         assert record[key]
     # the record rebuilds its grid (the detection task's driver registers "voc" and hands mmdet records on)
-    import tasks.detection.grid  # noqa: F401
+    import tasks.voc.grid  # noqa: F401
 
     grid = grid_for_record(record, Where(data_root=str(tiny_voc), runs_dir=tmp_path))
     assert (grid.task, grid.dataset, grid.model, grid.profile.name) == ("voc", "voc-tiny", record["model"], "quick")
+    # a record made before the task's package took the task's name names the config at its old path
+    moved = json.loads(json.dumps(record))
+    moved["mmdet"]["config"]["path"] = config["path"].replace("tasks/voc/", "tasks/detection/")
+    assert grid_for_record(moved, Where(data_root=str(tiny_voc), runs_dir=tmp_path)).model == record["model"]
 
 
 def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
@@ -257,6 +261,6 @@ def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
 
 @pytest.mark.parametrize("flag", ["--config", "--model", "--models"])
 def test_the_config_is_named_as_every_task_names_its_model(flag):
-    from tasks.detection.mmdet.grid import parse_args
+    from tasks.voc.mmdet.grid import parse_args
 
     assert parse_args([flag, str(CONFIG), "--methods", "fcpts", "--dry-run"]).config == str(CONFIG)

@@ -52,8 +52,8 @@ def test_the_docs_quote_commands():
 @pytest.mark.parametrize("module", MODULES)
 def test_every_quoted_command_answers_help(module, monkeypatch):
     code, usage, err = help_of(module, monkeypatch=monkeypatch)
-    if module.startswith("tasks.detection.mmdet") and not IN_CI:
-        from tasks.detection.mmdet import INSTALL_HINT, missing
+    if module.startswith("tasks.voc.mmdet") and not IN_CI:
+        from tasks.voc.mmdet import INSTALL_HINT, missing
 
         if missing() is not None:  # without the extra: exit 2 naming what is missing and the fix, no traceback
             assert code == 2 and INSTALL_HINT in err and "Traceback" not in err, err[-500:]

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.detection.data import (
+from tasks.grid.cifar_data import load_cifar
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.voc.data import (
     DetectionImages,
     VOCDetection,
     preprocess,
@@ -13,8 +15,6 @@ from tasks.detection.data import (
     voc2007_dir,
     write_jpeg,
 )
-from tasks.grid.cifar_data import load_cifar
-from tasks.grid.data import DataNotFoundError, resolve_data_root
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).
 VOC2007_000001 = """<annotation>
@@ -126,7 +126,7 @@ def test_unknown_class_needs_labels_txt(tmp_path):
 
 
 def _cifar_test_sources():
-    from tasks.detection.make_set import _scenes
+    from tasks.voc.make_set import _scenes
     from tests.conftest import require_data
 
     require_data("cifar10/test.npz.xz", "CIFAR-10's test images")
@@ -137,7 +137,7 @@ def _cifar_test_sources():
 
 
 def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
-    from tasks.detection import make_set as mds
+    from tasks.voc import make_set as mds
 
     objects, labels, scenes = _cifar_test_sources()
     assert len(scenes) == 600  # 6 CIFAR-100 scene classes x 100 test images
@@ -172,7 +172,7 @@ def test_a_trainval_prefix_is_the_whole_sets_first_images(tmp_path):
     """The regression check's set: fewer trainval images, every written file and id as in the whole set."""
     import json
 
-    from tasks.detection import make_set as mds
+    from tasks.voc import make_set as mds
     from tests.conftest import require_data
 
     require_data("cifar10", "CIFAR-10")

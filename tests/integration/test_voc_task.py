@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.detection import grid as voc
-from tasks.detection import train as train_ssd
-from tasks.detection.data import VOCDetection
-from tasks.detection.ssd import SSDConfig, create_ssd
 from tasks.grid.records import read_record
+from tasks.voc import grid as voc
+from tasks.voc import train as train_ssd
+from tasks.voc.data import VOCDetection
+from tasks.voc.ssd import SSDConfig, create_ssd
 from tests.integration.tiny_voc import write_tiny_voc
 
 
@@ -76,7 +76,7 @@ def test_batches_depend_on_seed_and_step_only(tiny_set):
 
 def test_pot_folds_bn_through_the_distill_view():
     from baselines.pot import POTOptions, pot
-    from tasks.detection.ssd import DistillView
+    from tasks.voc.ssd import DistillView
 
     torch.manual_seed(0)
     model = DistillView(create_ssd("mb2-ssd-lite", 11))
@@ -176,7 +176,7 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
         == 2
     )
     err = capsys.readouterr().err
-    assert "tasks.detection.train" in err and "--weights" in err
+    assert "tasks.voc.train" in err and "--weights" in err
 
 
 def test_table5_keeps_substitute_rows_apart():

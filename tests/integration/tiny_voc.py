@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.detection import make_set as mds
-from tasks.detection.data import SUBSTITUTE_MANIFEST
+from tasks.voc import make_set as mds
+from tasks.voc.data import SUBSTITUTE_MANIFEST
 
 
 def write_tiny_voc(root: Path) -> Path:

@@ -20,9 +20,8 @@ LAYERS = [  # (prefix, layer); the longest matching prefix wins
     ("tasks", 2),
     ("tasks.cifar", 3),
     ("tasks.imagenet", 3),
-    ("tasks.detection", 3),
-    ("tasks.deploy", 3),
     ("tasks.voc", 3),
+    ("tasks.deploy", 3),
     ("tasks.regression", 3),
     ("tasks.reporting", 4),
     ("benchmarks", 5),
@@ -211,16 +210,10 @@ def test_reporting_imports_no_driver_and_no_cli():
     assert forbidden(graph(), ["tasks.reporting"], denied=REPORTING_MAY_NOT_IMPORT) == []
 
 
-# The one import left between drivers: `python -m tasks.voc` is the detection task's command under the task's
-# registered name ("voc", the name its records, the Makefile and the README use), a module that only runs the
-# detection driver's command; it goes when the task has one command name.
-DRIVER_IMPORTS_KEPT = ["tasks.voc imports tasks.detection.command"]
-
-
 def test_no_driver_imports_another_driver():
     """Shared pieces live in tasks/grid; deploy and the regression check find a task's driver through the task
     registry (`tasks.grid.rerun.get_task`), which imports it by name."""
-    assert driver_to_driver(graph()) == DRIVER_IMPORTS_KEPT
+    assert driver_to_driver(graph()) == []
 
 
 def test_the_driver_rules_catch_a_wrong_import():
@@ -236,10 +229,10 @@ def test_the_driver_rules_catch_a_wrong_import():
 
 
 OPENMMLAB = {"mmdet", "mmengine", "mmcv"}
-MMDET_TASK = "tasks.detection.mmdet"
+MMDET_TASK = "tasks.voc.mmdet"
 # Who may import the mmdet subpackage: its own modules, and the detection driver's two doors to it (the
 # `--framework mmdet` switch and re-running an mmdet record), both inside functions.
-MMDET_DOORS = {"tasks.detection.command", "tasks.detection.grid"}
+MMDET_DOORS = {"tasks.voc.command", "tasks.voc.grid"}
 
 
 def test_only_the_mmdet_subpackage_imports_openmmlab():
@@ -261,4 +254,4 @@ def test_nothing_but_the_detection_driver_imports_the_mmdet_subpackage():
         if not module.startswith(MMDET_TASK) and any(i.startswith(MMDET_TASK) for i in imports_of(path)):
             importers.add(module)
     assert importers <= MMDET_DOORS
-    assert layer_of(MMDET_TASK + ".grid") == layer_of("tasks.detection.grid")  # a driver, above grid and methods
+    assert layer_of(MMDET_TASK + ".grid") == layer_of("tasks.voc.grid")  # a driver, above grid and methods

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks import voc
 from tasks.cifar import grid as cifar
-from tasks.detection import grid as detection
 from tasks.grid.cli import EXIT_BUSY
 from tasks.imagenet import grid as imagenet
+from tasks.voc import command as voc
+from tasks.voc import grid as detection
 from tests.conftest import require_data
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.detection.metrics import Detection, GroundTruth, voc07_ap, voc07_map
+from tasks.voc.metrics import Detection, GroundTruth, voc07_ap, voc07_map
 
 CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from fcpts.core.loop import kl_distill
-from tasks.detection.ssd import (
+from tasks.voc.ssd import (
     DistillView,
     MultiboxLoss,
     SSDConfig,

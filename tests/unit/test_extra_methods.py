@@ -5,8 +5,8 @@ import pytest
 
 from fcpts.methods import get_method, list_methods
 from tasks.cifar import grid as cifar
-from tasks.detection import grid as detection
 from tasks.imagenet import grid as imagenet
+from tasks.voc import grid as detection
 
 PAPER_SET = ["pot-l2norm", "pot-erk", "fcpts"]  # the paper's Tables 1, 3, 4
 EXTRAS = ["magnitude-bn", "obs", "fcpts-plus"]  # beyond the paper, run by the classification tasks

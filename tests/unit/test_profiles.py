@@ -62,7 +62,7 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
 
 def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
     """Read from the registry (options taking `block_names`), so FCPTS+ gets them as FCPTS does."""
-    from tasks.detection.profiles import PROFILES, distill_profile
+    from tasks.voc.profiles import PROFILES, distill_profile
 
     p = distill_profile(PROFILES["cpu"], ["head.0", "head.1"], "mse-blocks")
     blocks = {"reconstruction": "mse-blocks", "block_names": ["head.0", "head.1"]}

@@ -5,9 +5,9 @@ import json
 import torch
 from torch import nn
 
-from tasks.detection.grid import VOC_COLUMNS
 from tasks.grid.profiles import Profile
 from tasks.grid.runner import Grid, format_table, run_grid
+from tasks.voc.grid import VOC_COLUMNS
 
 
 def _grid(tmp_path, calls: list, weights: str) -> Grid:

@@ -27,7 +27,7 @@ def test_a_task_is_found_by_name_and_its_driver_imported_on_first_use():
 def test_each_task_registers_what_the_tools_use():
     cifar, voc = get_task("cifar"), get_task("voc")
     assert (cifar.build_grid.__module__, cifar.dense_model.__module__) == ("tasks.cifar.grid", "tasks.cifar.grid")
-    assert (voc.build_grid.__module__, voc.make_data.__module__) == ("tasks.detection.grid", "tasks.detection.make_set")
+    assert (voc.build_grid.__module__, voc.make_data.__module__) == ("tasks.voc.grid", "tasks.voc.make_set")
     assert voc.dense_model is None  # deploy says it has no model builder for detection records
 
 

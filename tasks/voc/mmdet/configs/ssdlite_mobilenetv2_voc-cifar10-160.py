@@ -1,15 +1,15 @@
 # mmdet's SSDLite-MobileNetV2 (ssd/ssdlite_mobilenetv2-scratch_8xb24-600e_coco.py) adapted to the suite's
-# VOC-layout substitute set (tasks.detection.make_set: 10 CIFAR-10 classes on 160-240 px canvases) on a
+# VOC-layout substitute set (tasks.voc.make_set: 10 CIFAR-10 classes on 160-240 px canvases) on a
 # 2-core CPU: 160 px input as the suite's own SSD on that set, anchors scaled from the 320 px original by 1/2,
 # zoom-out up to 2x (4x would leave most objects a few pixels wide at 160 px), batch 32, VOC07 11-point mAP;
 # 14 epochs: about 2.5 s an iteration on one core here, so 1,750 iterations (~75 min) leave room in one ~3 h
 # session of this CPU for the pruning cells of Table 5 after it.
-# Train with `python -m tasks.detection.mmdet.train --config <this file>`.
+# Train with `python -m tasks.voc.mmdet.train --config <this file>`.
 _base_ = "mmdet::ssd/ssdlite_mobilenetv2-scratch_8xb24-600e_coco.py"
 
 classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 input_size = 160
-data_root = "data/voc-cifar/VOCdevkit/"  # the default of tasks.detection.make_set; --data-root replaces it
+data_root = "data/voc-cifar/VOCdevkit/"  # the default of tasks.voc.make_set; --data-root replaces it
 mean = [123.675, 116.28, 103.53]
 
 model = dict(
@@ -81,7 +81,7 @@ param_scheduler = [
     dict(type="LinearLR", start_factor=0.001, by_epoch=False, begin=0, end=125),  # one epoch of warm-up
     dict(type="CosineAnnealingLR", begin=0, T_max=max_epochs, end=max_epochs, by_epoch=True, eta_min=0),
 ]
-# From scratch: the peak rate of the suite's own SSD recipe on this set (tasks.detection.train), mmdet's decay.
+# From scratch: the peak rate of the suite's own SSD recipe on this set (tasks.voc.train), mmdet's decay.
 optim_wrapper = dict(optimizer=dict(lr=0.05, momentum=0.9, weight_decay=4.0e-5))
 auto_scale_lr = dict(enable=False, base_batch_size=32)
 default_hooks = dict(

@@ -1,6 +1,6 @@
 """An mmdet single-stage detector as the methods see it: one output tensor, its raw head outputs named.
 
-The same contract as the suite's own SSD (tasks/detection/ssd/distill.py): forward(x) takes the images as the
+The same contract as the suite's own SSD (tasks/voc/ssd/distill.py): forward(x) takes the images as the
 detector's data preprocessor leaves them and returns T * log p(class | anchor) per anchor, flattened, so FCPTS's
 output KL is T^2 x the mean per-anchor KL between the dense teacher's and the student's class distributions.
 A softmax head (SSD) gives one distribution over its C + 1 channels per anchor; a sigmoid head (RetinaNet)
@@ -22,7 +22,7 @@ from torch import nn
 
 from fcpts.core.masks import PRUNABLE_TYPES, prunable_layers
 from fcpts.methods.fcpts import default_blocks
-from tasks.detection.ssd import RECONSTRUCTIONS
+from tasks.voc.ssd import RECONSTRUCTIONS
 
 PRUNED_LAYERS_RULE = (
     "every Conv2d and Linear of the detector (backbone, neck, head; the head's last classification and "

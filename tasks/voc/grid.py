@@ -2,15 +2,15 @@
 
     python -m tasks.voc --all-methods --data-root DIR            # mb1-ssd and mb2-ssd-lite at 90%, VOC2007 test
     python -m tasks.voc --data-root data/voc-cifar --models mb2-ssd-lite --image-size 160 --all-methods
-                                                                 # the CPU substitute (tasks.detection.make_set)
+                                                                 # the CPU substitute (tasks.voc.make_set)
 
 Detectors: pytorch-ssd's MobileNetV1-SSD (`mb1-ssd`) and MobileNetV2-SSD-Lite (`mb2-ssd-lite`), see
-tasks/detection/ssd/. Weights: `--weights PATH`, else pytorch-ssd's released files
+tasks/voc/ssd/. Weights: `--weights PATH`, else pytorch-ssd's released files
 (`mobilenet-v1-ssd-mp-0_675.pth`, `mb2-ssd-lite-mp-0_686.pth`) looked up in `<data-root>/weights/voc/`
 and `<data-root>/models/`; for a substitute set, this suite's own `results/weights/<dataset>/<model>-<size>.pth`
-(tasks.detection.train). Data: `VOCdevkit/VOC2007` (tasks/detection/data.py); calibration images come from `trainval`
+(tasks.voc.train). Data: `VOCdevkit/VOC2007` (tasks/voc/data.py); calibration images come from `trainval`
 (images only, no boxes), mAP is VOC07 11-point mAP@0.5 on `test` with difficult boxes ignored
-(tasks/detection/metrics.py).
+(tasks/voc/metrics.py).
 
 What the methods see: the detector wrapped in `DistillView`, whose forward returns one tensor, the
 per-prior class log-probabilities at temperature T (= FCPTS's 4): FCPTS's output KL is then the mean
@@ -41,11 +41,19 @@ import numpy as np
 import torch
 
 from fcpts.core.io import file_sha256
-from tasks.detection.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
-from tasks.detection.make_set import make_set
-from tasks.detection.metrics import Detections, voc07_map
-from tasks.detection.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
-from tasks.detection.ssd import (
+from tasks.grid import cli
+from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
+from tasks.grid.evaluate import evaluation_loader
+from tasks.grid.help import command_parser
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.profiles import Profile
+from tasks.grid.rerun import register_task
+from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
+from tasks.voc.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from tasks.voc.make_set import make_set
+from tasks.voc.metrics import Detections, voc07_map
+from tasks.voc.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.voc.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
     RELEASED,
@@ -57,14 +65,6 @@ from tasks.detection.ssd import (
     postprocess,
     reconstruction_blocks,
 )
-from tasks.grid import cli
-from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
-from tasks.grid.evaluate import evaluation_loader
-from tasks.grid.help import command_parser
-from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile
-from tasks.grid.rerun import register_task
-from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 
 VOC07_TEST_IMAGES = 4952
 
@@ -118,10 +118,7 @@ def evaluate_detector(
 def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
     if substitute:
         candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
-        hint = (
-            f"train it with `python -m tasks.detection.train --data-root <set> --model {arch} "
-            f"--image-size {image_size}`"
-        )
+        hint = f"train it with `python -m tasks.voc.train --data-root <set> --model {arch} --image-size {image_size}`"
     else:
         name = RELEASED[arch][0]
         candidates = [data_root / "weights" / "voc" / name, data_root / "models" / name]
@@ -217,9 +214,9 @@ def build_grid(
 @register_task("voc", build_grid=build_grid, make_data=make_set)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.detection.mmdet."""
+    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.voc.mmdet."""
     if record.get("framework") == "mmdet":
-        from tasks.detection.mmdet.grid import grid_for_record as mmdet_grid_for_record
+        from tasks.voc.mmdet.grid import grid_for_record as mmdet_grid_for_record
 
         return mmdet_grid_for_record(record, profile, where)
     image_size = record["ssd_config"]["image_size"]

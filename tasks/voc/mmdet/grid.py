@@ -1,7 +1,7 @@
 """The detection grid on an mmdet detector: the user's config and checkpoint, any registered method, mmdet's metric.
 
     python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
-    python -m tasks.detection.mmdet ...                                      (the same)
+    python -m tasks.voc.mmdet ...                                      (the same)
 
 The detector is built by mmengine's registry from the config (`mmdet::` bases resolve to the installed mmdet),
 its checkpoint loaded strictly. Calibration images come from the folder's trainval (VOC) or train* (COCO)
@@ -21,19 +21,6 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from tasks.detection.mmdet.data import (
-    Layout,
-    PipelineImages,
-    build_dataset,
-    config_test_pipeline,
-    find_layout,
-    without_annotations,
-)
-from tasks.detection.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
-from tasks.detection.mmdet.evaluate import evaluate_detector
-from tasks.detection.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
-from tasks.detection.profiles import PAPER_SPARSITY, PROFILES, distill_profile
-from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.help import command_parser
@@ -41,6 +28,19 @@ from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.voc.mmdet.data import (
+    Layout,
+    PipelineImages,
+    build_dataset,
+    config_test_pipeline,
+    find_layout,
+    without_annotations,
+)
+from tasks.voc.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
+from tasks.voc.mmdet.evaluate import evaluate_detector
+from tasks.voc.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
+from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.voc.ssd import RECONSTRUCTIONS
 
 
 def model_name(config: str | Path) -> str:
@@ -141,13 +141,23 @@ def build_grid(
     )
 
 
+MOVED = ("tasks/detection/", "tasks/voc/")  # the detection task's package, before it took the task's name
+
+
+def config_path(recorded: str) -> str:
+    """Where a config a record names lives now: records made before the detection task's package took the task's
+    name (tasks/voc/) name it under tasks/detection/."""
+    old, new = MOVED
+    return new + recorded.removeprefix(old) if recorded.startswith(old) else recorded
+
+
 @register_task("coco", build_grid=build_grid)
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
     detection driver's "voc" registration)."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
     return build_grid(
-        config=record["mmdet"]["config"]["path"],
+        config=config_path(record["mmdet"]["config"]["path"]),
         profile=profile,
         where=where,
         reconstruction=record.get("reconstruction", "mse-blocks"),

@@ -27,7 +27,7 @@ from torchvision.models.detection._utils import BoxCoder
 from torchvision.ops import batched_nms, box_convert, box_iou
 
 if TYPE_CHECKING:
-    from tasks.detection.ssd.model import SSD
+    from tasks.voc.ssd.model import SSD
 
 
 @dataclass(frozen=True)

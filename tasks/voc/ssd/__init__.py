@@ -7,10 +7,10 @@ package so that the grid, training and tests import them from one place while ea
     distill   the one-tensor view of a detector that FCPTS and the other distillation methods reconstruct
 """
 
-from tasks.detection.ssd.boxes import PriorSpec, SSDConfig, decode_boxes, encode_targets, postprocess
-from tasks.detection.ssd.distill import RECONSTRUCTIONS, DistillView, reconstruction_blocks
-from tasks.detection.ssd.loss import MultiboxLoss
-from tasks.detection.ssd.model import (
+from tasks.voc.ssd.boxes import PriorSpec, SSDConfig, decode_boxes, encode_targets, postprocess
+from tasks.voc.ssd.distill import RECONSTRUCTIONS, DistillView, reconstruction_blocks
+from tasks.voc.ssd.loss import MultiboxLoss
+from tasks.voc.ssd.model import (
     ARCHITECTURES,
     RELEASED,
     SSD,

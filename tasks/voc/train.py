@@ -1,7 +1,7 @@
 """Dense detector training: the suite's own SSD for the CPU substitute of PASCAL VOC (no VOC checkpoint here).
 
-    python -m tasks.detection.make_set --out data/voc-cifar
-    python -m tasks.detection.train --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
+    python -m tasks.voc.make_set --out data/voc-cifar
+    python -m tasks.voc.train --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
 
 Recipe (pytorch-ssd's train_ssd.py, from scratch because no ImageNet backbone is available offline; pass
 `--base-net PATH` for a backbone state dict in pytorch-ssd's `base_net` layout):
@@ -35,13 +35,13 @@ from torch.utils.data import Dataset
 from fcpts.core.calibration import to_device
 from fcpts.core.io import file_sha256, save_torch_atomic
 from fcpts.core.options import resolve_device
-from tasks.detection.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
-from tasks.detection.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 from tasks.grid import cli, training
 from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
+from tasks.voc.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
+from tasks.voc.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 
 
 class DetectionTrainSet(Dataset):
@@ -133,7 +133,7 @@ def _one_thread(_worker_id: int) -> None:
 
 
 def train(args: argparse.Namespace) -> dict:
-    from tasks.detection.grid import evaluate_detector  # the task's own metric
+    from tasks.voc.grid import evaluate_detector  # the task's own metric
 
     folder = voc2007_dir(resolve_data_root(args.data_root))
     trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
@@ -254,7 +254,7 @@ def train(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m tasks.detection.train", __doc__)
+    p = command_parser("python -m tasks.voc.train", __doc__)
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
     p.add_argument("--model", "--models", dest="model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")

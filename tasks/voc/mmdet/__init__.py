@@ -11,7 +11,7 @@ other torch/CUDA pairs). Modules, one job each:
                its raw class and box head outputs exposed for FCPTS's MSE, and the prunable-layer rule
     data       VOC- or COCO-layout folders as mmdet datasets; calibration images through the test pipeline
     evaluate   mmdet's metric for the dataset (VOCMetric 11-point, CocoMetric) through mmengine's test loop
-    grid       the grid of one detector (records in the suite's format), `python -m tasks.detection.mmdet`
+    grid       the grid of one detector (records in the suite's format), `python -m tasks.voc.mmdet`
     train      resumable dense training with mmengine's Runner (the substitute set's detector)
     configs/   mmdet configs of the suite (SSDLite-MobileNetV2 on the VOC-layout substitute set)
 """

@@ -28,11 +28,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from tasks.detection.metrics import GroundTruth
-from tasks.detection.ssd import VOC_CLASSES
 from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
+from tasks.voc.metrics import GroundTruth
+from tasks.voc.ssd import VOC_CLASSES
 
-SUBSTITUTE_MANIFEST = "substitute.json"  # written by tasks.detection.make_set
+SUBSTITUTE_MANIFEST = "substitute.json"  # written by tasks.voc.make_set
 
 
 def voc2007_dir(data_root: Path) -> Path:
@@ -46,7 +46,7 @@ def voc2007_dir(data_root: Path) -> Path:
         + ", ".join(f"{c}/Annotations" for c in candidates)
         + f". Pass --data-root DIR (or set {ENV_DATA_ROOT}=DIR) to the folder that holds VOCdevkit/VOC2007 "
         "(JPEGImages/, Annotations/, ImageSets/Main/test.txt); the CPU substitute set is made with "
-        "`python -m tasks.detection.make_set --out DIR`."
+        "`python -m tasks.voc.make_set --out DIR`."
     )
 
 
@@ -156,7 +156,7 @@ class VOCDetection:
         return read_rgb(path)
 
     def manifest(self) -> dict | None:
-        """The substitute set's description when this folder was made by tasks.detection.make_set."""
+        """The substitute set's description when this folder was made by tasks.voc.make_set."""
         p = self.folder / SUBSTITUTE_MANIFEST
         return json.loads(p.read_text()) if p.is_file() else None
 

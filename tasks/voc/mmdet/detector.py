@@ -99,7 +99,7 @@ def load_weights(detector: nn.Module, path: str | Path) -> dict:
     except pickle.UnpicklingError as e:
         raise ValueError(
             f"{path} holds more than weights (torch loads checkpoints weights-only): a Runner's full checkpoint "
-            "with its optimiser and message hub? Pass the weights tasks.detection.mmdet.train exports "
+            "with its optimiser and message hub? Pass the weights tasks.voc.mmdet.train exports "
             "(results/weights/<dataset>/mmdet-<config>.pth) or another state-dict checkpoint"
         ) from e
     meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.detection.ssd.model import SSD
+from tasks.voc.ssd.model import SSD
 
 
 class DistillView(nn.Module):

@@ -10,8 +10,8 @@ from pathlib import Path
 from mmengine.runner import Runner
 from torch import nn
 
-from tasks.detection.mmdet.data import Layout
-from tasks.detection.mmdet.detector import quiet_mmengine
+from tasks.voc.mmdet.data import Layout
+from tasks.voc.mmdet.detector import quiet_mmengine
 
 
 def coco_subset(layout: Layout, limit: int, folder: Path) -> str:

@@ -4,8 +4,8 @@ budget for every method and every detector."""
 from dataclasses import replace
 
 from fcpts.methods import get_method, list_methods
-from tasks.detection.ssd import RECONSTRUCTIONS
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
+from tasks.voc.ssd import RECONSTRUCTIONS
 
 FRAMEWORKS = ("suite", "mmdet")  # who builds the detector: the suite's own SSDs, or mmdet from a config
 

@@ -13,8 +13,8 @@ import torch
 from mmdet.evaluation import VOCMetric
 from mmdet.evaluation.functional import eval_map
 
-from tasks.detection.metrics import Detections
-from tasks.detection.mmdet.detector import quiet_mmengine
+from tasks.voc.metrics import Detections
+from tasks.voc.mmdet.detector import quiet_mmengine
 
 
 def _instances(rows: list[dict]) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Dense training of an mmdet detector with mmengine's Runner, resumable: the substitute set's detector.
 
-    python -m tasks.detection.mmdet.train --data-root data/voc-cifar \\
-        --config tasks/detection/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
+    python -m tasks.voc.mmdet.train --data-root data/voc-cifar \\
+        --config tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
 
 The config says the model, pipelines, schedule, optimiser and hooks; this command points its datasets at a
 VOC- or COCO-layout folder (train on trainval / train*, validate and test on test / val*, with mmdet's metric
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 if __name__ == "__main__":  # as a command: say what is missing instead of an import traceback
-    from tasks.detection.mmdet import exit_if_missing
+    from tasks.voc.mmdet import exit_if_missing
 
     exit_if_missing()
 
@@ -33,18 +33,18 @@ from mmengine.hooks import Hook  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 from fcpts.core.io import save_torch_atomic, write_json_atomic
-from tasks.detection.mmdet.data import find_layout, point_at
-from tasks.detection.mmdet.detector import (
+from tasks.grid import cli
+from tasks.grid.data import resolve_data_root
+from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.records import device_description, write_training_record
+from tasks.voc.mmdet.data import find_layout, point_at
+from tasks.voc.mmdet.detector import (
     allow_ssd_predict,
     config_identity,
     load_config,
     versions,
 )
-from tasks.detection.mmdet.grid import dataset_name, model_name
-from tasks.grid import cli
-from tasks.grid.data import resolve_data_root
-from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.records import device_description, write_training_record
+from tasks.voc.mmdet.grid import dataset_name, model_name
 
 SESSIONS = "fcpts-sessions.json"  # beside the Runner's checkpoints: wall time and iterations of each invocation
 
@@ -126,7 +126,7 @@ def export_weights(runner: Runner, path: Path, meta: dict) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m tasks.detection.mmdet.train",
+        prog="python -m tasks.voc.mmdet.train",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

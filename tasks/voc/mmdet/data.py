@@ -22,8 +22,8 @@ from mmengine.config import Config
 from torch import nn
 from torch.utils.data import Dataset
 
-from tasks.detection.data import SUBSTITUTE_MANIFEST, read_class_names, voc2007_dir
 from tasks.grid.data import DataNotFoundError
+from tasks.voc.data import SUBSTITUTE_MANIFEST, read_class_names, voc2007_dir
 
 ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
 
@@ -37,7 +37,7 @@ class Layout:
     classes: tuple[str, ...]
     calibration_split: str
     eval_split: str
-    manifest: dict | None = None  # the substitute set's description (tasks.detection.make_set)
+    manifest: dict | None = None  # the substitute set's description (tasks.voc.make_set)
 
     @property
     def task(self) -> str:

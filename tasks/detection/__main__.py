@@ -1,5 +1,0 @@
-import sys
-
-from tasks.detection.command import main
-
-sys.exit(main())

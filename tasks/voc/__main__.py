@@ -1,0 +1,5 @@
+import sys
+
+from tasks.voc.command import main
+
+sys.exit(main())

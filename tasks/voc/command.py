@@ -1,0 +1,32 @@
+"""The detection task's command (`python -m tasks.voc`) on a VOC-layout folder.
+
+`--framework suite` (default): the suite's own SSDs (tasks/voc/grid.py). `--framework mmdet`: any
+single-stage mmdet detector from its config and checkpoint (tasks/voc/mmdet/, needs the `[mmdet]` extra);
+`python -m tasks.voc --framework mmdet --help` lists its flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tasks.voc.profiles import FRAMEWORKS
+
+
+def main(argv=None) -> int:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--framework", choices=FRAMEWORKS, default="suite")
+    known, rest = pre.parse_known_args(argv)
+    if known.framework == "mmdet":
+        from tasks.voc.mmdet import missing
+
+        why = missing()
+        if why is not None:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
+        from tasks.voc.mmdet.grid import main as mmdet_main
+
+        return mmdet_main(rest)
+    from tasks.voc.grid import main as suite_main
+
+    return suite_main(rest)
