@@ -187,3 +187,16 @@ def test_the_gpu_checks_records_make_their_own_table6_rows(reference, tmp_path):
     assert "A `(GPU check ...)` row is the GPU check's" in text
     fcpts_only = [r for r in checked if r["method"] == "fcpts"]
     assert "GPU check" not in table6([*PAPER_CELLS, *fcpts_only], reference)
+
+
+def test_a_paper_budget_pot_pairs_with_fcpts_of_the_same_budget_under_paper_cpu(reference):
+    """`paper-cpu` cuts POT's budget only: its FCPTS record ran the paper's budget, so a full-budget POT record
+    gets a `paper` row with it, labelled; an FCPTS record of another budget does not."""
+    pot = cifar("pot-l2norm", sp=0.8, profile="paper", wall_s=4800.0)
+    fcpts = cifar("fcpts", sp=0.8, profile="paper-cpu", wall_s=600.0)
+    fcpts.update(budget={"iterations": 1600, "batch_size": 64, "seed": 0, "options": None})
+    fcpts.update(calibration={"n_images": 1024})
+    row = "| cifar10 | resnet32 | 80% | paper (FCPTS: paper-cpu, the same budget) | 80.0 | — | 10.0 |"
+    assert row in table6([pot, fcpts], reference)
+    shorter = dict(fcpts, budget={**fcpts["budget"], "iterations": 400})
+    assert "80% | paper" not in table6([pot, shorter], reference)
