@@ -131,7 +131,7 @@ def gram_plan(
     instead of gathering and summing `batch` per-image ones). Both objectives are mostly memory-bound on a
     CPU: a forward iteration moves the batch's inputs and four output-sized tensors, a Gram iteration reads
     its Gram matrices, and the set-up unfolds every image once. The rates were measured on the 2-core
-    reference machine (see the test and benchmarks.pot_objective); a wrong pick costs time, never accuracy.
+    reference machine (see the test and benchmarks.speed.pot_objective); a wrong pick costs time, never accuracy.
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]

@@ -1,7 +1,7 @@
 """FCPTS+: FCPTS with changes that may help under the same post-training contract (no labels, the same
 calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, the faithful reproduction.
 
-Each change is an option; the defaults are what the ablation (`benchmarks/ablation.py`, records in
+Each change is an option; the defaults are what the ablation (`benchmarks/accuracy/ablation.py`, records in
 results/ablations/, docs/notebook/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
 half the target and the blocks' MSE weighed against the output KL by their gradients (`block_weight="auto"`:
 ahead on the CIFAR-10 cells at the paper's budget, level on CIFAR-100), every other change off: on the
@@ -9,7 +9,7 @@ ablation cells each was below these, or failed on a second cell (temperature 16,
 block weight of 8), or did not carry over to the paper's budget (temperature 8: on the eight 80%/90% Table 2
 cells as often below the ramp alone as above). A short budget wants otherwise: the ImageNet task's
 200-iteration `cpu` profile runs it without the ramp, with `erk_power=0.5` and block weight 1, chosen on
-held-out train images (benchmarks/heldout.py). The changes the ablation did not keep (the start from `obs`,
+held-out train images (benchmarks/accuracy/heldout.py). The changes the ablation did not keep (the start from `obs`,
 mixing images, projection, a ramp that holds ratios, a learning-rate restart, the dense gradient, relative block
 losses) are options too, described and implemented in fcpts_plus_experimental.py. All of them reach the FCPTS
 loop through one object, `Plan`, at the points `fcpts.Variant` names.

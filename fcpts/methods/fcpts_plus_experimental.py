@@ -1,4 +1,4 @@
-"""FCPTS+'s options that the ablation did not keep (docs/beyond-the-paper.md, benchmarks/ablation.py): each was
+"""FCPTS+'s options that the ablation did not keep (docs/beyond-the-paper.md, benchmarks/accuracy/ablation.py): each was
 below FCPTS+'s defaults on the ablation cell, or failed on a second one. They stay options of `fcpts-plus`, all
 off by default, so the measurements and records made with them re-run; `fcpts_plus.Plan` applies them.
 

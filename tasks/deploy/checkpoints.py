@@ -40,7 +40,7 @@ def sparse_model_from_record(
     if record.get("task") != "cifar":
         raise ValueError(
             f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
-            "python -m benchmarks.inference --records RECORD times any task's saved sparse model"
+            "python -m benchmarks.inference.inference --records RECORD times any task's saved sparse model"
         )
     out = out_dir / f"{checkpoint_name(record)}.pt"
     provenance = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +24,7 @@ from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
 from tasks.grid import estimate, launch
 from tasks.grid.data import DataNotFoundError
+from tasks.grid.lock import JOB_ENV
 from tasks.grid.paths import RUNS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
@@ -150,7 +152,9 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         profile = profile.with_pot_iterations(args.pot_iterations)
     if args.option:
         trained = tuple(m for m in methods if m in training_methods())
-        if not trained:  # else the profile would be renamed for an override that reaches no method
+        # Else the profile would be renamed for an override that reaches no method. A submitted grid's cell (a job)
+        # runs one method of a grid that was checked whole, whose other methods the override reaches.
+        if not trained and not os.environ.get(JOB_ENV):
             raise ValueError(
                 f"--option {' '.join(args.option)} sets options of the training-loop methods "
                 f"({', '.join(training_methods())}), and none of {', '.join(methods)} is one: "

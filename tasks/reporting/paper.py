@@ -363,7 +363,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     for name, text in quoted.items():
         lines += [
             "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-            f"(`python -m benchmarks.method_time`, {name}):",
+            f"(`python -m benchmarks.speed.method_time`, {name}):",
             "",
             "```",
             *equal_load_times(text),

@@ -2,7 +2,7 @@
 
 import re
 
-from benchmarks.call_chain import chain
+from benchmarks.code.call_chain import chain
 from tasks.grid.data import resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 from tests.conftest import require_data

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import gpu_check
+from benchmarks.scale import gpu_check
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.paths import REPO_ROOT
 

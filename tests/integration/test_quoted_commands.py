@@ -22,8 +22,11 @@ COMMAND = re.compile(r"python -m ([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?![\w.<])(?: 
 
 
 def quoted_commands() -> list[tuple[str, str | None]]:
+    """The commands the README and docs tell a reader to run; a quoted output's provenance line (`command: ...`)
+    says what ran when the output was made, under the module names of then, and is left out."""
     texts = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    found = {m.groups() for path in texts if path.is_file() for m in COMMAND.finditer(path.read_text())}
+    lines = [line for path in texts if path.is_file() for line in path.read_text().splitlines()]
+    found = {m.groups() for line in lines if not line.startswith("command: ") for m in COMMAND.finditer(line)}
     return sorted(found, key=lambda c: (c[0], c[1] or ""))
 
 

@@ -3,8 +3,9 @@
 Every number a user reads is generated from a committed record or benchmark output; these tests check the
 quoted tables and blocks that are easy to check mechanically (the README's generated blocks:
 tests/results/test_readme.py): docs/tasks.md's `make run` sentence, the drops-vs-paper table of the results
-notebook, the ablation tables (`python -m benchmarks.ablation --summarize` and `--summarize-seeds`), the runtime
-table of docs/notebook/runtimes.md (Table 7's raw data), the EfficientNet-Lite0 table of docs/notebook/results.md,
+notebook, the ablation tables (`python -m benchmarks.accuracy.ablation --summarize` and `--summarize-seeds`), the
+runtime table of docs/notebook/runtimes.md (Table 7's raw data), the EfficientNet-Lite0 table of
+docs/notebook/results.md,
 and every fenced block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ablation import summarize, summarize_seeds
+from benchmarks.accuracy.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import all_records, preferred_records, read_record
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from benchmarks import scale
+from benchmarks.scale import scale
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import read_record
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import scale
+from benchmarks.scale import scale
 from tasks.grid.paths import REPO_ROOT
 
 OUTPUT = REPO_ROOT / "results" / "benchmarks" / "scale_cpu_small.json"

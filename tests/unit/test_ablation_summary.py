@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from benchmarks import ablation
-from benchmarks.ablation import summarize_seeds
+from benchmarks.accuracy import ablation
+from benchmarks.accuracy.ablation import summarize_seeds
 from fcpts.methods import get_method
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from benchmarks import heldout_choice
-from benchmarks.heldout_choice import TrainingSplit, choose, parse_candidate, split_training
+from benchmarks.accuracy import heldout_choice
+from benchmarks.accuracy.heldout_choice import TrainingSplit, choose, parse_candidate, split_training
 from tests.conftest import require_data
 
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from benchmarks import method_time
+from benchmarks.speed import method_time
 
 
 def test_alternates_runs_and_splits_the_ramp_steps(tmp_path, capsys):

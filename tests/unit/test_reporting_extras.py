@@ -138,7 +138,7 @@ def test_table6_quotes_the_equal_load_ratios_of_the_extras_only_when_it_has_extr
             "model resnet32, 256 images, ... (ratio: median over rounds of the run over the fcpts run before it)",
             "fcpts       : run     42.6 s, ratio to fcpts 1.00; step    977.5 ms",
             "fcpts-plus  : run     44.0 s, ratio to fcpts 1.03; step    920.7 ms after its ramp",
-            "command: python -m benchmarks.method_time --device cpu",
+            "command: python -m benchmarks.speed.method_time --device cpu",
             "commit abc",
         ]
     )

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import fcpts
-from benchmarks import scale, scale_cell, scale_projection
-from benchmarks.scale_projection import grid_hours, line, paper_grid_cells, project_cell
+from benchmarks.scale import scale, scale_cell, scale_projection
+from benchmarks.scale.scale_projection import grid_hours, line, paper_grid_cells, project_cell
 from tasks.grid.paths import REPO_ROOT
 
 
@@ -51,7 +51,7 @@ def test_peak_rss_sees_a_short_allocation():
     # In a fresh interpreter: a long test process's allocator may serve the block from memory already resident.
     code = (
         "import torch\n"
-        "from benchmarks import scale_cell\n"
+        "from benchmarks.scale import scale_cell\n"
         "with scale_cell.PeakRSS() as rss:\n"
         "    before = scale_cell.PeakRSS.now()\n"
         "    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched\n"

@@ -4,7 +4,7 @@ and an FCPTS step that dispatches more operators than a plain step of the same m
 import torch
 from torch import nn
 
-from benchmarks import step_ops
+from benchmarks.speed import step_ops
 
 
 def tiny() -> nn.Module:

@@ -2,7 +2,7 @@
 
 import re
 
-from benchmarks import step_time
+from benchmarks.speed import step_time
 
 
 def test_pairs_every_fcpts_step_with_a_plain_step_and_writes_its_output(tmp_path, capsys):

@@ -8,7 +8,7 @@ the one the cell's full run chooses (where the profile fixes a weight instead, t
 Shows why one fixed block weight cannot fit every network: the blocks' gradient at weight 1 ranges from a
 seventh of the KL's to several hundred times it.
 
-    python -m benchmarks.block_balance --cifar-profile paper-cpu --imagenet-profile cpu
+    python -m benchmarks.accuracy.block_balance --cifar-profile paper-cpu --imagenet-profile cpu
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import logging
 import time
 
-from benchmarks.task_cells import add_cell_arguments, task_cells
+from benchmarks.accuracy.task_cells import add_cell_arguments, task_cells
 from fcpts.methods import get_method
 from tasks.grid.records import device_description, git_commit
 

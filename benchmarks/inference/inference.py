@@ -16,8 +16,8 @@ worker in their own virtual environments (missing ones are reported, not fatal),
 and torch with CSR sparse matmul for Linear and 1x1 Conv2d (the layers where a sparse GEMM applies
 without im2col; 3x3 and depthwise convs stay dense).
 
-    python -m benchmarks.inference                       # writes results/tables/table7_inference.md
-    python -m benchmarks.inference --quick               # smoke run, tiny shapes, few repetitions
+    python -m benchmarks.inference.inference                       # writes results/tables/table7_inference.md
+    python -m benchmarks.inference.inference --quick               # smoke run, tiny shapes, few repetitions
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.inference_families import build_families, export_family
-from benchmarks.inference_measure import (
+from benchmarks.inference.inference_families import build_families, export_family
+from benchmarks.inference.inference_measure import (
     EXTERNAL,
     TORCH_RUNTIMES,
     available_runtimes,
@@ -43,7 +43,7 @@ from benchmarks.inference_measure import (
     time_external,
     time_torch,
 )
-from benchmarks.inference_table import _speedup, write_table
+from benchmarks.inference.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
 from tasks.deploy.driver import DEPLOY_DIR, provenance
 from tasks.grid.help import command_parser
@@ -61,7 +61,7 @@ DEFAULT_RECORDS = [
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m benchmarks.inference", __doc__)
+    p = command_parser("python -m benchmarks.inference.inference", __doc__)
     p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
     p.add_argument(
         "--sparsity",

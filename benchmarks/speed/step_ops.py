@@ -9,7 +9,7 @@ steps is the per-step count, and the operators FCPTS adds are listed by name; PO
 of stacked layers are counted too (on a GPU its 20,000 steps a group are launch-bound the same way). A change
 that cuts operators can be checked here without a GPU.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.step_ops --out results/benchmarks/step_ops_cpu.txt
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.step_ops --out results/benchmarks/step_ops_cpu.txt
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def per_step(run: Callable[[int], None], steps: int) -> Counter:
 
 
 def plain_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
-    """Plain SGD steps (forward, cross-entropy, backward, update) in FCPTS's memory format, as benchmarks.step_time."""
+    """Plain SGD steps (forward, cross-entropy, backward, update) in FCPTS's memory format, as
+    benchmarks.speed.step_time."""
 
     def run(steps: int) -> None:
         m = copy.deepcopy(model).train().to(memory_format=torch.channels_last)

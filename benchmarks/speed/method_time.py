@@ -7,7 +7,7 @@ FCPTS run just before it. Each run also logs every step (`log_every=1`), so the 
 a difference comes from: fcpts-plus's ramp steps (each layer's magnitude mask recomputed at its rate for the
 step's level) against its later steps, which are FCPTS's.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.method_time --device cpu --out results/benchmarks/method_time_cpu.txt
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.method_time --device cpu --out results/benchmarks/method_time_cpu.txt
 """
 
 from __future__ import annotations

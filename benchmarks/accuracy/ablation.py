@@ -4,9 +4,9 @@ Used to choose and document defaults (METHOD.md asks: threshold gradient, teache
 and how accuracy depends on the iteration count for a CPU profile). Every finished variant is appended
 as one JSON line to the output file, with provenance; variants already there are skipped (resume).
 
-    python -m benchmarks.ablation --model resnet56 --target 0.9 --iterations 100 400 1600 \
+    python -m benchmarks.accuracy.ablation --model resnet56 --target 0.9 --iterations 100 400 1600 \
         --variants default control-only teacher-eval --out results/ablations/resnet56-sp90.jsonl
-    python -m benchmarks.ablation --model resnet32 --iterations 400 --seeds 0 1 2 \
+    python -m benchmarks.accuracy.ablation --model resnet32 --iterations 400 --seeds 0 1 2 \
         --variants default no-augment teacher-eval t1 lr0.005 lr0.02 bn-recal kl --out results/ablations/x.jsonl
 """
 

@@ -1,4 +1,4 @@
-"""Sparse kernels for torch itself, so Table 7 (`benchmarks.inference`) can say whether torch's CSR
+"""Sparse kernels for torch itself, so Table 7 (`benchmarks.inference.inference`) can say whether torch's CSR
 matmul (MKL on CPU) turns sparsity into speed where a sparse GEMM applies without im2col: Linear and
 plain 1x1 convs."""
 

@@ -2,13 +2,13 @@
 timed on small probes and projected to whole cells; peak host and CUDA memory; the paper's grid in hours.
 
 Models come from their torchvision/timm constructors with random weights (nothing downloaded), inputs are
-synthetic 224-px images. Each (model, method) cell runs in its own process (benchmarks/scale_cell.py: what a
+synthetic 224-px images. Each (model, method) cell runs in its own process (benchmarks/scale/scale_cell.py: what a
 probe is for each kind of method), so its peak memory is its own; the budgets are the `paper` profile of the
-ImageNet task (tasks/imagenet/grid.py); the projections are benchmarks/scale_projection.py's.
+ImageNet task (tasks/imagenet/grid.py); the projections are benchmarks/scale/scale_projection.py's.
 
-    python -m benchmarks.scale --device cuda                       # the paper's batch, hundreds of images
-    OMP_NUM_THREADS=1 python -m benchmarks.scale --small           # every code path on a CPU in minutes
-    python -m benchmarks.scale --device cuda --models resnet18 vit_base --methods fcpts pot-l2norm
+    python -m benchmarks.scale.scale --device cuda                       # the paper's batch, hundreds of images
+    OMP_NUM_THREADS=1 python -m benchmarks.scale.scale --small           # every code path on a CPU in minutes
+    python -m benchmarks.scale.scale --device cuda --models resnet18 vit_base --methods fcpts pot-l2norm
 
 Writes one JSON file (every probe, every projection) and a Markdown table beside it.
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.scale_cell import method_kind
-from benchmarks.scale_projection import GRID_TABLES, grid_hours, paper_grid_cells, project_cell
+from benchmarks.scale.scale_cell import method_kind
+from benchmarks.scale.scale_projection import GRID_TABLES, grid_hours, paper_grid_cells, project_cell
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
 from tasks.grid.paths import REPO_ROOT
@@ -114,7 +114,7 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
     t = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.scale_cell", json.dumps(spec)],
+            [sys.executable, "-m", "benchmarks.scale.scale_cell", json.dumps(spec)],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,

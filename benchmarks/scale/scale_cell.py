@@ -1,6 +1,6 @@
 """One cell of the scale benchmark, run in its own process so its peak memory is its own: one method on one
 ImageNet model (random weights, synthetic 224-px images), timed on small probes that the parent projects to
-the paper's budget (benchmarks/scale.py).
+the paper's budget (benchmarks/scale/scale.py).
 
 What a probe is depends on the kind of method, read from the registry, never from its name:
 - training (the distillation loop): `warmup + steps` steps at a batch size; the per-step times of the last
@@ -15,7 +15,7 @@ Every probe records its wall time, its peak host memory (RSS sampled every 20 ms
 A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
 timed probe.
 
-    python -m benchmarks.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
+    python -m benchmarks.scale.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
 """
 
 from __future__ import annotations

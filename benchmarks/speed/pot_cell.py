@@ -7,10 +7,10 @@ its wall time, how many layers took their steps stacked, and the mean relative l
 so a faster variant that optimised something else would show. `--baseline-rev` adds the POT of another
 commit (checked out into a temporary git worktree) for a before/after comparison on the same machine.
 
-    python -m benchmarks.pot_cell                                   # sequential vs concurrent
-    python -m benchmarks.pot_cell --baseline-rev 9c9af00            # + that commit's POT, same cell
-    python -m benchmarks.pot_cell --iterations 20000 --images 10240 # the paper's budget
-    python -m benchmarks.pot_cell --output results/benchmarks/pot_cell_cpu.txt
+    python -m benchmarks.speed.pot_cell                                   # sequential vs concurrent
+    python -m benchmarks.speed.pot_cell --baseline-rev 9c9af00            # + that commit's POT, same cell
+    python -m benchmarks.speed.pot_cell --iterations 20000 --images 10240 # the paper's budget
+    python -m benchmarks.speed.pot_cell --output results/benchmarks/pot_cell_cpu.txt
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def main(argv=None) -> None:
         lines.append(f"speed-up of '{name}' over '{next(iter(results))}': {first['wall_s'] / r['wall_s']:.2f}x")
         print(lines[-1])
     lines.append(
-        f"command: python -m benchmarks.pot_cell {' '.join(argv if argv is not None else sys.argv[1:])}; "
+        f"command: python -m benchmarks.speed.pot_cell {' '.join(argv if argv is not None else sys.argv[1:])}; "
         f"this checkout at commit {commit}; load average at the end "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; created {datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%S}Z"
     )

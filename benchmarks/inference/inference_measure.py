@@ -9,8 +9,8 @@ import statistics
 
 import torch
 
-from benchmarks.inference_csr import to_torch_csr
-from benchmarks.inference_families import Family
+from benchmarks.inference.inference_csr import to_torch_csr
+from benchmarks.inference.inference_families import Family
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory, run_worker, runtime_version
 from tasks.deploy.sparse_storage import zlib_size
 from tasks.deploy.worker import time_interleaved

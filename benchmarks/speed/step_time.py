@@ -12,8 +12,8 @@ The two are timed in pairs: while FCPTS fetches a step's batch, the calibration 
 within a second, so the load of a shared machine, which drifts by tens of percent over minutes, hits both
 alike; the ratio printed is the median over all pairs after WARMUP steps of each run, the times are medians.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
-    python -m benchmarks.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
+    python -m benchmarks.speed.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
 """
 
 from __future__ import annotations

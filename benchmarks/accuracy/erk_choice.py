@@ -4,7 +4,7 @@ images (the task's profile: image count, batch size, seed), and the one-shot KL 
 No training: one probe per cell (a few forward passes). Shows, before any long run, where "auto" starts from
 FCPTS's ERK (exponent 1) and where it starts softer.
 
-    python -m benchmarks.erk_choice --cifar-profile paper-cpu --imagenet-profile cpu
+    python -m benchmarks.accuracy.erk_choice --cifar-profile paper-cpu --imagenet-profile cpu
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from benchmarks.task_cells import add_cell_arguments, task_cells
+from benchmarks.accuracy.task_cells import add_cell_arguments, task_cells
 from fcpts.core.calibration import Calibration
 from fcpts.core.erk_choice import choose_erk_power
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions

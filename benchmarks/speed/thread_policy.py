@@ -8,7 +8,7 @@ OpenMP runtime starts (at torch's import), so each configuration runs in a proce
 OMP_NUM_THREADS unset (torch's default: one thread per core). The competitor is a Python loop that keeps
 one core busy. Configurations alternate, round after round; the medians are compared.
 
-    python -m benchmarks.thread_policy --output results/benchmarks/thread_policy_cpu.txt
+    python -m benchmarks.speed.thread_policy --output results/benchmarks/thread_policy_cpu.txt
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def step_seconds(policy: str | None, contended: bool, steps: int) -> tuple[float
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.thread_policy", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.thread_policy", description=__doc__)
     p.add_argument("--steps", type=int, default=5, help="timed steps per process (after two warm-up steps)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--output", help="also write the text here")

@@ -6,7 +6,7 @@ POT's layer loss is a quadratic in (W, b), so its minimum over the kept weights 
 output channel on the input Gram matrix. If Adam's reconstructed error (recorded per layer in POT's run
 records) sits far above this floor, the iteration budget, not the objective, limits POT.
 
-    python -m benchmarks.pot_layer_optimum --model resnet32 --sparsity 0.8 --allocation l2norm --images 1024
+    python -m benchmarks.accuracy.pot_layer_optimum --model resnet32 --sparsity 0.8 --allocation l2norm --images 1024
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ with the highest held-out top-1 averaged over the seeds (a tie goes to the earli
 default first). The test split is read afterwards, for the chosen candidate alone. One JSON and one Markdown table
 record the choice, the seeds' spread, the held-out indices' hash, command, commit, device and wall time.
 
-    python -m benchmarks.heldout_choice --method fcpts-plus --target 0.8 0.9 --seeds 0 1 \\
+    python -m benchmarks.accuracy.heldout_choice --method fcpts-plus --target 0.8 0.9 --seeds 0 1 \\
         --candidate default no-ramp:ramp=0 block-weight-1:block_weight=1 temperature-8:temperature=8 \\
         --out results/benchmarks/heldout_fcpts_plus_cpu
 
-(benchmarks/heldout.py does the same for one option set of the ImageNet task's `cpu` profile.)
+(benchmarks/accuracy/heldout.py does the same for one option set of the ImageNet task's `cpu` profile.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The models Table 7 (`benchmarks.inference`) compares, each architecture as a family of one dense
+"""The models Table 7 (`benchmarks.inference.inference`) compares, each architecture as a family of one dense
 model and its sparse versions: random weights show what a sparsity rate costs or buys, real sparse models
 from deploy checkpoints and run records show what the methods actually produce. Every model is exported
 to ONNX beside its sparse storage files, so all runtimes read the same graphs.

@@ -7,11 +7,11 @@ few images). All the rest is the calibration set (the task's `cpu` profile asks 
 all of train/). val/ is not read. Every finished variant (method, target, options) is one JSON line in
 `--out` (resume: variants already there are skipped), with provenance.
 
-    python -m benchmarks.heldout --method fcpts --option lr=0.02 --target 0.7 \
+    python -m benchmarks.accuracy.heldout --method fcpts --option lr=0.02 --target 0.7 \
         --out results/ablations/lite0-heldout.jsonl
-    python -m benchmarks.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 --target 0.5 0.7 \
+    python -m benchmarks.accuracy.heldout --method fcpts-plus --option lr=0.02 ramp=0 erk_power=0.5 --target 0.5 0.7 \
         --crop-scale 0.35 --out results/ablations/lite0-heldout.jsonl
-    python -m benchmarks.heldout --method pot-l2norm --option iterations=1000 --target 0.5 \
+    python -m benchmarks.accuracy.heldout --method pot-l2norm --option iterations=1000 --target 0.5 \
         --out results/ablations/lite0-heldout.jsonl
 
 (results/ablations/lite0-lr-heldout.jsonl holds the learning-rate rows of FCPTS, written before the method and

@@ -1,9 +1,9 @@
 """The GPU check: every GPU measurement the suite lacks, in two calls of about 8 minutes on one GPU.
 
-    python -m benchmarks.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
-    python -m benchmarks.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
-    python -m benchmarks.gpu_check run --out OUT2 --continue-from gpu_data/gpu_check.tar.gz   # the rest
-    python -m benchmarks.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
+    python -m benchmarks.scale.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
+    python -m benchmarks.scale.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
+    python -m benchmarks.scale.gpu_check run --out OUT2 --continue-from gpu_data/gpu_check.tar.gz   # the rest
+    python -m benchmarks.scale.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
 
 Parts, in order, each a child process with its own time limit, none stopping the others. Their budgets (what
 each took on an H200) add up to more than one call: a call gives each part its budget while time is left, the
@@ -152,9 +152,17 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
     smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/unit/test_pot.py"]
     smoke += ["tests/integration/test_cuda_smoke_tasks.py"]
-    step = [py, "-m", "benchmarks.step_time", "--device", device, "--out", str(work / "step_time.txt")]
-    pot_step = [py, "-m", "benchmarks.pot_step_time", "--device", device, "--out", str(work / "pot_step_time.txt")]
-    scale = [py, "-m", "benchmarks.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
+    step = [py, "-m", "benchmarks.speed.step_time", "--device", device, "--out", str(work / "step_time.txt")]
+    pot_step = [
+        py,
+        "-m",
+        "benchmarks.speed.pot_step_time",
+        "--device",
+        device,
+        "--out",
+        str(work / "pot_step_time.txt"),
+    ]
+    scale = [py, "-m", "benchmarks.scale.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
@@ -242,7 +250,7 @@ def run(
     """Every part within `total_s` (after an earlier call's work, `continue_from`); the summary; OUT/work packed."""
     if not (data_root / "cifar10" / "test.npz.xz").is_file():
         raise SystemExit(
-            f"no CIFAR-10 under {data_root}: run `python -m benchmarks.gpu_check prepare` (writes gpu_data/) "
+            f"no CIFAR-10 under {data_root}: run `python -m benchmarks.scale.gpu_check prepare` (writes gpu_data/) "
             "and carry gpu_data to the device, or pass --data-root"
         )
     out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from the task's `main` down; and counts how often the target is checked on the w
 one cell of `python -m tasks.cifar` (ResNet-20, `quick` profile) on a data root given (random stand-ins do: only
 the path through the code is measured) and prints each frame.
 
-    python -m benchmarks.call_chain --data-root DIR --method fcpts
+    python -m benchmarks.code.call_chain --data-root DIR --method fcpts
 """
 
 from __future__ import annotations

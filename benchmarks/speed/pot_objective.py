@@ -7,9 +7,9 @@ process: the layer's forward, per-image Gram statistics summed per step, and per
 (`baselines.pot_objective.gram_plan`). Inputs are random: only speed is measured here; that all give
 the same loss and gradients is tests/unit/test_pot_objective.py's job.
 
-    python -m benchmarks.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
-    python -m benchmarks.pot_objective --images 256    # fewer cached images: a quicker look
-    python -m benchmarks.pot_objective --images 256 --iterations 20 --output results/benchmarks/pot_objective.txt
+    python -m benchmarks.speed.pot_objective                 # CIFAR and Lite0 shapes, 100 iterations
+    python -m benchmarks.speed.pot_objective --images 256    # fewer cached images: a quicker look
+    python -m benchmarks.speed.pot_objective --images 256 --iterations 20 --output results/benchmarks/pot_objective.txt
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main(argv=None) -> None:
         lines.append(line)
 
     argv_text = shlex.join(sys.argv[1:] if argv is None else argv)
-    emit(f"# python -m benchmarks.pot_objective {argv_text}".rstrip())
+    emit(f"# python -m benchmarks.speed.pot_objective {argv_text}".rstrip())
     emit(
         f"# commit {git_commit()}; {datetime.now(timezone.utc).isoformat(timespec='seconds')}; "
         f"{device_description('cpu')}; load average at start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}"

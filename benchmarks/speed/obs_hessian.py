@@ -6,8 +6,8 @@ gigabytes, and copying them costs more than the products. `GRAM_CHUNK_BYTES` bou
 how much that saves on real layer shapes (random inputs: only speed is measured here; that both give the same
 Hessian is tests/unit/test_obs.py's job).
 
-    python -m benchmarks.obs_hessian
-    OMP_NUM_THREADS=1 python -m benchmarks.obs_hessian --output results/benchmarks/obs_hessian_cpu.txt
+    python -m benchmarks.speed.obs_hessian
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.obs_hessian --output results/benchmarks/obs_hessian_cpu.txt
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def update_seconds(layer: nn.Module, x: torch.Tensor, x_dense: torch.Tensor, chu
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.obs_hessian", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.obs_hessian", description=__doc__)
     p.add_argument("--images", type=int, default=64, help="images in the batch (obs's default batch is 128)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--output", help="also write the text here")

@@ -6,7 +6,7 @@ the first stage of a CIFAR ResNet (one stacked group of same-shape layers), by d
 `--steps` and `2 * --steps` steps (the set-up cancels out), eager and with `cuda_graphs`, interleaved `--rounds`
 times; medians. On a CPU both lines are the eager step (graphs are a GPU's).
 
-    python -m benchmarks.pot_step_time --device cuda --out results/benchmarks/pot_step_time_cuda.txt
+    python -m benchmarks.speed.pot_step_time --device cuda --out results/benchmarks/pot_step_time_cuda.txt
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The "error" allocation prunes every layer at a dozen levels; this is where obs spent most of its time on
 ImageNet-sized layers. The mask hash lets two versions of obs be compared: equal hashes, equal masks.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.obs_time --output results/benchmarks/obs_time_cpu.txt
+    OMP_NUM_THREADS=1 python -m benchmarks.speed.obs_time --output results/benchmarks/obs_time_cpu.txt
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tasks.grid.runner import mask_sha256
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.obs_time", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.obs_time", description=__doc__)
     p.add_argument("--images", type=int, default=16)
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--target", type=float, default=0.7)

@@ -1,0 +1,1 @@
+"""The code's own shape, measured: the way from the command line to the masks."""

@@ -1,0 +1,1 @@
+"""What the sparse models gain at inference (dense, masked, CSR; ONNX Runtime, PyTorch)."""
