@@ -90,7 +90,11 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, 32, 32)
 
 
-@register_task("cifar", build_grid=build_grid, dense_model=dense_model)
+@register_task(
+    "cifar", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.cifar",
+    datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_DEPTHS)), metrics=("top1", "top5"),
+    profiles=tuple(PROFILES),
+)  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])

@@ -44,6 +44,12 @@ class Task:
     build_grid: Callable[..., Grid]  # the driver's keyword grid builder
     dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
     make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
+    # What the task declares, for `python -m tasks.grid tasks` (as timm's list_models):
+    command: str = ""  # the one command that runs its grids
+    datasets: tuple[str, ...] = ()  # what --dataset/--data-root may name
+    models: tuple[str, ...] = ()  # the names its model factory builds
+    metrics: tuple[str, ...] = ()  # what its evaluator writes into a record's `metrics`
+    profiles: tuple[str, ...] = ()  # its budgets, most faithful first
 
 
 TASKS: dict[str, Task] = {}
@@ -58,6 +64,17 @@ def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForR
         return fn
 
     return wrap
+
+
+def list_tasks() -> list[Task]:
+    """Every task whose driver imports here, in `DRIVERS` order (one that needs a missing extra is left out)."""
+    out = []
+    for name in DRIVERS:
+        try:
+            out.append(get_task(name))
+        except ImportError:
+            continue
+    return out
 
 
 def get_task(name: str) -> Task:

@@ -113,7 +113,11 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
 
 
-@register_task("imagenet", build_grid=build_grid, dense_model=dense_model)
+@register_task(
+    "imagenet", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.imagenet",
+    datasets=("imagenet (the 50,000 val images)", "imagenet-val<N> (a subset of val)"), models=tuple(MODELS),
+    metrics=("top1", "top5"), profiles=tuple(PROFILES),
+)  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
     weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None

@@ -211,7 +211,11 @@ def build_grid(
     )
 
 
-@register_task("voc", build_grid=build_grid, make_data=make_set)
+@register_task(
+    "voc", build_grid=build_grid, make_data=make_set, command="python -m tasks.voc",
+    datasets=("voc2007", "voc-cifar10 (the substitute set, tasks.voc.make_set)"),
+    models=(*ARCHITECTURES, "mmdet-<config> (--framework mmdet)"), metrics=("map50",), profiles=tuple(PROFILES),
+)  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (the record's profile already carries the
     reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.voc.mmdet."""

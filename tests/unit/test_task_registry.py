@@ -35,3 +35,33 @@ def test_an_unknown_task_is_an_error_naming_the_known_ones():
     with pytest.raises(ValueError, match="no task 'mnist' is registered; known tasks: .*cifar.*imagenet.*voc"):
         get_task("mnist")
     assert set(DRIVERS) == {"cifar", "imagenet", "voc", "coco"}
+
+
+def test_each_task_declares_what_its_command_takes():
+    """The declared datasets, models and profiles are ones the task's own command line accepts."""
+    from tasks.cifar import grid as cifar_grid
+    from tasks.grid.rerun import list_tasks
+    from tasks.imagenet import grid as imagenet_grid
+    from tasks.voc import grid as voc_grid
+
+    tasks = {t.name: t for t in list_tasks()}
+    assert {"cifar", "imagenet", "voc"} <= set(tasks)
+    for dataset in tasks["cifar"].datasets:
+        assert cifar_grid.parse_args(["--dataset", dataset]).dataset == dataset
+    assert cifar_grid.parse_args(["--models", *tasks["cifar"].models]).models == list(tasks["cifar"].models)
+    assert imagenet_grid.parse_args(["--models", *tasks["imagenet"].models]).models == list(tasks["imagenet"].models)
+    for name, driver in (("cifar", cifar_grid), ("imagenet", imagenet_grid), ("voc", voc_grid)):
+        assert tasks[name].profiles == tuple(driver.PROFILES)
+        assert driver.parse_args(["--profile", tasks[name].profiles[0]]).profile == "paper"
+    assert {t.command.split()[2] for t in tasks.values()} <= {"tasks.cifar", "tasks.imagenet", "tasks.voc"}
+
+
+def test_the_task_list_names_every_task():
+    from tasks.grid.task_list import table
+
+    text = table()
+    head, _, rest = text.partition("not importable here (an extra is missing): ")
+    missing = rest.split(", ") if rest else []
+    for name in DRIVERS:
+        assert (f"\n{name}: " in f"\n{text}") != (name in missing), name
+    assert "cifar: python -m tasks.cifar\n  datasets: cifar10, cifar100\n" in text

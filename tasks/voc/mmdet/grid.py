@@ -151,7 +151,11 @@ def config_path(recorded: str) -> str:
     return new + recorded.removeprefix(old) if recorded.startswith(old) else recorded
 
 
-@register_task("coco", build_grid=build_grid)
+@register_task(
+    "coco", build_grid=build_grid, command="python -m tasks.voc --framework mmdet",
+    datasets=("coco-<split>", "a VOC-layout folder"), models=("mmdet-<config>: any single-stage mmdet detector",),
+    metrics=("map", "map50"), profiles=tuple(PROFILES),
+)  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
     detection driver's "voc" registration)."""
