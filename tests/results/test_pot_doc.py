@@ -1,0 +1,61 @@
+"""docs/notebook/pot-vs-msbench.md's conclusions rest on the records it cites: its full-budget table (top-1, drop,
+layer3 errors after reconstruction, the last conv's and the logits' errors in the network) and the points it says
+each step buys are read from those records here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tasks.grid.records import read_record
+from tasks.reporting.layout import read_reference
+
+DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "pot-vs-msbench.md").read_text().split())
+CELL = RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32"
+PAPER_TOP1 = next(  # the paper's Table 2: POT (L2Norm), CIFAR-10 ResNet-32 80%
+    float(r["top1"])
+    for r in read_reference()
+    if (r["table"], r["dataset"], r["model"], r["method"], r["sparsity"])
+    == ("table2", "cifar10", "resnet32", "pot-l2norm", "0.8")
+)
+ROWS = {
+    "`paper-cpu` (1,000 steps, 1,024 images)": "paper-cpu",
+    "`paper` (20,000 steps, 10,000 images)": "paper",
+    "`paper`, BN not folded (`--pot-option fold_bn=false`)": "paper-pot-fold_bnFalse",
+}
+
+
+def record(profile: str) -> dict:
+    return read_record(CELL / f"pot-l2norm-sp80-{profile}-seed0.json")
+
+
+@pytest.mark.parametrize("label", ROWS)
+def test_the_full_budget_table_is_its_records(label):
+    r = record(ROWS[label])
+    rows = {row["name"]: row for row in r["per_layer"]}
+    layer3 = [row["error_reconstructed"] for name, row in rows.items() if name.startswith("layer3")]
+    drop = r["dense_metrics"]["top1"] - r["metrics"]["top1"]
+    cells = [
+        f"{r['metrics']['top1']:.2f}", f"{drop:.2f}", f"{min(layer3):.2f}-{max(layer3):.2f}",
+        f"{rows['layer3.4.conv2']['error_in_network']:.2f}", f"{rows['linear']['error_in_network']:.2f}",
+    ]  # fmt: skip
+    assert f"| {label} | {' | '.join(cells)} |" in DOC
+
+
+def test_the_points_each_step_buys_are_the_records_differences():
+    cpu, paper, unfolded = (record(p)["metrics"]["top1"] for p in ("paper-cpu", "paper", "paper-pot-fold_bnFalse"))
+    assert record("paper-pot-fold_bnFalse")["method_options"]["fold_bn"] is False
+    assert record("paper")["method_options"]["fold_bn"] is True
+    assert (
+        f"buys {paper - cpu:.2f} of the {PAPER_TOP1 - cpu:.2f} missing points; {PAPER_TOP1 - paper:.2f} remain" in DOC
+    )
+    assert f"{unfolded:.2f} top-1 against {paper:.2f} with folding, {unfolded - paper:.2f} of the" in DOC
+    assert f"{PAPER_TOP1 - unfolded:.2f} remain" in DOC and f"{PAPER_TOP1 - unfolded:.2f} without BN folding" in DOC
+    assert f"gives {cpu:.2f} here (`paper-cpu`, Table 2's record" in DOC
+
+
+def test_the_rates_the_doc_quotes_are_the_records():
+    for profile, quoted in (("paper", "74.2-88.4% with it"), ("paper-pot-fold_bnFalse", "74.9-88.9% without folding")):
+        rates = [row["sparsity"] for row in record(profile)["per_layer"] if row["name"].startswith("layer3")]
+        low, high = quoted.split("%")[0].split("-")
+        assert (f"{min(rates) * 100:.1f}", f"{max(rates) * 100:.1f}") == (low, high) and quoted in DOC
