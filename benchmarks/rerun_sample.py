@@ -39,7 +39,7 @@ import torch
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
 from tasks.grid.data import DataNotFoundError, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, command_line, device_description, git_commit, headline
 from tasks.grid.rerun import get_task, rerun_record
 from tasks.grid.runner import Where
@@ -58,7 +58,7 @@ def committed_records(dirs: Iterable[Path] = RECORD_DIRS) -> list[dict]:
         for record in all_records(d):
             if record["_path"].split("/", 1)[0] in LEFT_OUT:
                 continue
-            record["_path"] = str(Path(d).relative_to(RESULTS_DIR.parent) / record["_path"])
+            record["_path"] = repo_relative(Path(d) / record["_path"])
             out.append(record)
     return out
 
@@ -106,7 +106,8 @@ def _voc_substitute(record: dict, scratch: Path) -> str | None:
 
 
 def same_numbers(old: dict, new: dict) -> bool:
-    """Whether two records state the same result: achieved sparsity, every metric and the dense model's."""
+    """Whether two records state the same result: achieved sparsity, every metric, the dense model's, and each
+    layer's sparsity."""
 
     def flat(value: Any) -> Any:
         if isinstance(value, float):
@@ -117,8 +118,11 @@ def same_numbers(old: dict, new: dict) -> bool:
             return [flat(v) for v in value]
         return value
 
+    def layers(record: dict) -> list:  # each layer's sparsity: the allocation, where a record has no mask hash
+        return [(layer["name"], flat(layer["sparsity"])) for layer in record["per_layer"]]
+
     keys = ("achieved_sparsity", "metrics", "dense_metrics")
-    return all(flat(old[k]) == flat(new[k]) for k in keys)
+    return all(flat(old[k]) == flat(new[k]) for k in keys) and layers(old) == layers(new)
 
 
 def compare(old: dict, new: dict) -> dict:
@@ -161,6 +165,7 @@ def run_cell(record: dict, scratch: Path) -> dict:
         "old_device": record["device"],
         "new_device": new["device"],
         "old_git_commit": record["git_commit"],
+        "new_git_commit": new["git_commit"],
         "old_created": record.get("created"),
     }
     return row
