@@ -13,6 +13,7 @@ whose recorded method time is over `--max-wall-s` is skipped, and either is said
 
     OMP_NUM_THREADS=1 python -m benchmarks.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
     python -m benchmarks.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
+    python -m benchmarks.rerun_sample --this-processor --methods fcpts --out ...  # records made on this processor
 
 The JSON (and a markdown table beside it, same name, `.md`) holds a row per method, written after every cell, so
 an interrupted run loses nothing with `--resume`.
@@ -51,12 +52,13 @@ DEFAULT_MAX_WALL_S = 1200.0  # a cell whose record took longer is skipped (the r
 DEFAULT_OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 
 
-def committed_records(dirs: Iterable[Path] = RECORD_DIRS) -> list[dict]:
-    """Every committed record, read whole by the grid's record loader; `_path` is relative to the repository."""
+def committed_records(dirs: Iterable[Path] = RECORD_DIRS, with_spread: bool = False) -> list[dict]:
+    """Every committed record, read whole by the grid's record loader; `_path` is relative to the repository.
+    The regression's re-runs on other processors only with `with_spread`."""
     out = []
     for d in dirs:
         for record in all_records(d):
-            if record["_path"].split("/", 1)[0] in LEFT_OUT:
+            if not with_spread and record["_path"].split("/", 1)[0] in LEFT_OUT:
                 continue
             record["_path"] = repo_relative(Path(d) / record["_path"])
             out.append(record)
@@ -70,12 +72,24 @@ def why_not_runnable(record: dict) -> str | None:
     return None
 
 
-def preference(record: dict) -> tuple[bool, bool, float]:
-    """The picking order: records with a mask hash, then CIFAR/ImageNet stand-in cells, then the cheapest."""
-    return "mask_sha256" not in record, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
+def processor(device: str) -> str:
+    """`cpu: AMD EPYC` of `cpu: AMD EPYC, 1 threads`: what a device string says about the processor alone."""
+    return device.split(",")[0].strip()
 
 
-def pick_record(records: list[dict], method: str, runnable: Callable[[dict], str | None] = why_not_runnable):
+def preference(record: dict, this_processor: str | None = None) -> tuple[bool, bool, bool, float]:
+    """The picking order: records with a mask hash, then (given `this_processor`) those made on it, then
+    CIFAR/ImageNet stand-in cells, then the cheapest."""
+    elsewhere = this_processor is not None and processor(record["device"]) != this_processor
+    return "mask_sha256" not in record, elsewhere, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
+
+
+def pick_record(
+    records: list[dict],
+    method: str,
+    runnable: Callable[[dict], str | None] = why_not_runnable,
+    this_processor: str | None = None,
+):
     """(the record to re-run for `method` or None, why none: each reason and how many records it held back)."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
@@ -90,7 +104,7 @@ def pick_record(records: list[dict], method: str, runnable: Callable[[dict], str
             reasons[why] = reasons.get(why, 0) + 1
     if not usable:
         return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
-    return min(usable, key=lambda r: (preference(r), r["_path"])), None
+    return min(usable, key=lambda r: (preference(r, this_processor), r["_path"])), None
 
 
 def _voc_substitute(record: dict, scratch: Path) -> str | None:
@@ -171,9 +185,15 @@ def run_cell(record: dict, scratch: Path) -> dict:
     return row
 
 
-def row_for(method: str, records: list[dict], max_wall_s: float, log: Callable[[str], None] = print) -> dict:
+def row_for(
+    method: str,
+    records: list[dict],
+    max_wall_s: float,
+    this_processor: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
     """One method's row: the record it re-ran and the comparison, or why it was skipped."""
-    record, why = pick_record(records, method)
+    record, why = pick_record(records, method, this_processor=this_processor)
     if record is None:
         return {"method": method, "status": "skipped", "reason": why}
     base = {"method": method, "record": record["_path"], "task": record["task"], "profile": record["profile"]["name"]}
@@ -199,12 +219,12 @@ def row_for(method: str, records: list[dict], max_wall_s: float, log: Callable[[
     return {**base, "status": "ran", **row}
 
 
-def cheapest_first(methods: list[str], records: list[dict]) -> list[str]:
+def cheapest_first(methods: list[str], records: list[dict], this_processor: str | None = None) -> list[str]:
     """The methods in the order their cells are run: the cheapest picked record first, so an interrupted run
     has the most rows."""
 
     def cost(method: str) -> float:
-        record, _ = pick_record(records, method)
+        record, _ = pick_record(records, method, this_processor=this_processor)
         return float(record["wall_s"]) if record is not None else 0.0
 
     return sorted(methods, key=cost)
@@ -295,6 +315,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON output; a .md table is written beside it")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
     p.add_argument("--max-wall-s", type=float, default=DEFAULT_MAX_WALL_S, help="skip a cell whose record took longer")
+    p.add_argument(
+        "--this-processor",
+        action="store_true",
+        help="prefer records made on this machine's processor (the regression's re-runs on other processors, "
+        "results/regression/spread/, included): whether a difference is the processor's",
+    )
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
@@ -304,14 +330,15 @@ def main(argv=None) -> int:
     earlier = json.loads(args.out.read_text()).get("notes", []) if kept else []
     notes = [*earlier, *(n for n in args.note if n not in earlier)]
     git_commit()  # pin the commit of the code that runs
-    records = committed_records()
+    here = processor(device_description("cpu")) if args.this_processor else None
+    records = committed_records(with_spread=args.this_processor)
     rows: dict[str, dict] = dict(kept)
     order = list_methods()
-    for method in cheapest_first(methods, records):
+    for method in cheapest_first(methods, records, here):
         if method in kept:
             print(f"[kept] {method}: {kept[method]['record']}")
             continue
-        rows[method] = row_for(method, records, args.max_wall_s)
+        rows[method] = row_for(method, records, args.max_wall_s, here)
         write(args.out, [rows[m] for m in order if m in rows], notes)
     output = write(args.out, [rows[m] for m in order if m in rows], notes)
     print(markdown(output))

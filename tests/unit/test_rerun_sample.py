@@ -19,6 +19,7 @@ def _record(root, name: str, method: str, task: str, wall_s: float, mask: bool =
         "wall_s": wall_s,
         "metrics": {"top1": 50.0},
         "profile": {"name": "cpu"},
+        "device": "cpu: AMD EPYC, 1 threads",
         **({"mask_sha256": f"hash-{name}"} if mask else {}),
         **extra,
     }
@@ -32,7 +33,7 @@ def records(tmp_path):
     _record(runs, "cifar-no-hash", "fcpts", "cifar", 2.0, mask=False)
     _record(runs, "imagenet-slow", "fcpts", "imagenet", 30.0)
     _record(regression, "cifar-cheap", "fcpts", "cifar", 5.0)
-    _record(regression / "spread" / "other-cpu", "cifar-elsewhere", "fcpts", "cifar", 0.5)
+    _record(regression / "spread" / "xeon", "cifar-xeon", "fcpts", "cifar", 9.0, device="cpu: Intel Xeon, 1 threads")
     _record(runs, "old-only", "erk", "voc", 3.0, mask=False)
     _record(runs, "mmdet-only", "lamp", "coco", 1.0, framework="mmdet")
     return committed_records([runs, regression])
@@ -46,6 +47,13 @@ def test_the_regression_s_re_runs_on_other_processors_are_left_out(records):
 def test_a_hashed_stand_in_cell_beats_a_cheaper_detection_cell_and_a_cheaper_record_without_hash(records):
     record, why = pick_record(records, "fcpts")
     assert why is None and record["_path"].endswith("regression/cifar/data/model/cifar-cheap.json")
+
+
+def test_this_processor_first_reads_the_regression_s_re_runs_elsewhere_and_prefers_them(tmp_path, records):
+    records = committed_records([tmp_path / "runs", tmp_path / "regression"], with_spread=True)
+    record, _ = pick_record(records, "fcpts", this_processor="cpu: Intel Xeon")
+    assert record["_path"].endswith("spread/xeon/cifar/data/model/cifar-xeon.json")
+    assert pick_record(records, "fcpts")[0]["_path"].endswith("cifar-cheap.json")
 
 
 def test_a_method_with_only_old_records_still_gets_one(records):
