@@ -9,7 +9,10 @@ where the zeros are (`mask_sha256`), the achieved sparsity, each metric and the 
 Which record: the cheapest that can show the most, that is the first by (it has no mask hash: older records
 cannot be compared mask for mask, only by their numbers; its task is not a CIFAR/ImageNet stand-in cell; its
 recorded method time). Records of the mmdet detectors are passed over without the `[mmdet]` extra, a cell
-whose recorded method time is over `--max-wall-s` is skipped, and either is said in the output.
+whose recorded method time is over `--max-wall-s` is skipped, and either is said in the output. With
+`--this-processor` only records made on this machine's processor count (a training method's mask moves with the
+processor's float summation order, tasks/regression.py), so a difference seen above can be told apart from one
+the code made.
 
     OMP_NUM_THREADS=1 python -m benchmarks.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
     python -m benchmarks.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
@@ -77,11 +80,9 @@ def processor(device: str) -> str:
     return device.split(",")[0].strip()
 
 
-def preference(record: dict, this_processor: str | None = None) -> tuple[bool, bool, bool, float]:
-    """The picking order: records with a mask hash, then (given `this_processor`) those made on it, then
-    CIFAR/ImageNet stand-in cells, then the cheapest."""
-    elsewhere = this_processor is not None and processor(record["device"]) != this_processor
-    return "mask_sha256" not in record, elsewhere, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
+def preference(record: dict) -> tuple[bool, bool, float]:
+    """The picking order: records with a mask hash, then CIFAR/ImageNet stand-in cells, then the cheapest."""
+    return "mask_sha256" not in record, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
 
 
 def pick_record(
@@ -90,7 +91,8 @@ def pick_record(
     runnable: Callable[[dict], str | None] = why_not_runnable,
     this_processor: str | None = None,
 ):
-    """(the record to re-run for `method` or None, why none: each reason and how many records it held back)."""
+    """(the record to re-run for `method` or None, why none: each reason and how many records it held back).
+    Given `this_processor`, only records made on it."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
         return None, "no committed record of this method"
@@ -98,13 +100,15 @@ def pick_record(
     usable = []
     for r in mine:
         why = runnable(r)
+        if why is None and this_processor is not None and processor(r["device"]) != this_processor:
+            why = f"made on another processor ({processor(r['device'])}), not this machine's"
         if why is None:
             usable.append(r)
         else:
             reasons[why] = reasons.get(why, 0) + 1
     if not usable:
         return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
-    return min(usable, key=lambda r: (preference(r, this_processor), r["_path"])), None
+    return min(usable, key=lambda r: (preference(r), r["_path"])), None
 
 
 def _voc_substitute(record: dict, scratch: Path) -> str | None:
@@ -318,7 +322,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--this-processor",
         action="store_true",
-        help="prefer records made on this machine's processor (the regression's re-runs on other processors, "
+        help="only records made on this machine's processor (the regression's re-runs on other processors, "
         "results/regression/spread/, included): whether a difference is the processor's",
     )
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")

@@ -49,11 +49,15 @@ def test_a_hashed_stand_in_cell_beats_a_cheaper_detection_cell_and_a_cheaper_rec
     assert why is None and record["_path"].endswith("regression/cifar/data/model/cifar-cheap.json")
 
 
-def test_this_processor_first_reads_the_regression_s_re_runs_elsewhere_and_prefers_them(tmp_path, records):
+def test_this_processor_reads_the_regression_s_re_runs_elsewhere_and_only_records_made_on_it(tmp_path, records):
     records = committed_records([tmp_path / "runs", tmp_path / "regression"], with_spread=True)
     record, _ = pick_record(records, "fcpts", this_processor="cpu: Intel Xeon")
     assert record["_path"].endswith("spread/xeon/cifar/data/model/cifar-xeon.json")
     assert pick_record(records, "fcpts")[0]["_path"].endswith("cifar-cheap.json")
+    assert pick_record(records, "erk", this_processor="cpu: Intel Xeon") == (
+        None,
+        "1 record(s): made on another processor (cpu: AMD EPYC), not this machine's",
+    )
 
 
 def test_a_method_with_only_old_records_still_gets_one(records):
