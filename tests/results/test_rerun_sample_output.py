@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from benchmarks.rerun_sample import processor, summary
+from benchmarks.rerun_sample import markdown, processor, summary
 from fcpts.methods.registry import list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 
@@ -115,3 +115,8 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
     quoted.append(f"{plus['new_wall_s'] / plus['old_wall_s']:.1f} times slower")
     missing = [q for q in quoted if q not in text]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
+def test_the_table_beside_each_output_is_what_the_benchmark_writes_from_it(path):
+    assert markdown(_read(path)) == path.with_suffix(".md").read_text()
