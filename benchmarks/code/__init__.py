@@ -1,1 +1,2 @@
-"""The code's own shape, measured: the way from the command line to the masks."""
+"""The code's own behaviour, measured: the way from the command line to the masks, and whether committed
+records re-run to the same masks."""

@@ -7,8 +7,9 @@ task's driver by its module name (`DRIVERS`) the first time it is asked for, as 
 baselines: so no driver imports another, and a driver's import registers it.
 
 `rerun_record` runs a record's method, target and profile again into a folder, with the method's options pinned
-to those the record ran with (a default changed since does not leak in). Used by the regression check and by
-deploy (which re-makes a sparse model it cannot find).
+to those the record ran with (a default changed since does not leak in), and its dense weights found in this
+checkout when the absolute path it names belongs to another (`local_weights`, checked by hash). Used by deploy
+(which re-makes a sparse model it cannot find) and by benchmarks.code.rerun_sample.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from fcpts.core.io import file_sha256
 from fcpts.methods import get_method
+from tasks.grid.data import resolve_data_root
+from tasks.grid.paths import REPO_ROOT
 from tasks.grid.profiles import Profile
 from tasks.grid.records import record_path
 from tasks.grid.runner import Grid, Where, run_grid
@@ -125,7 +129,33 @@ def record_profile(record: dict) -> Profile:
     return replace(profile, methods={**profile.methods, method: {**entry, "options": options}})
 
 
+def weights_folders() -> list[tuple[str, Path]]:
+    """(anchor, folder): a weights path's part after the anchor is looked for under the folder, this checkout's
+    own weights and this machine's shared data's."""
+    return [
+        ("results/weights/", REPO_ROOT / "results" / "weights"),
+        ("data/weights/", resolve_data_root(None, must_exist=False) / "weights"),
+    ]
+
+
+def local_weights(record: dict) -> dict:
+    """The record, its dense weights path moved to the same file here when the path it names does not exist: the
+    file under this repository's results/weights/ or the data root's weights/, taken only when its sha256 is the
+    one the record names (so a re-run never starts from other weights). Otherwise the record as it is."""
+    weights = record.get("weights") or {}
+    path, sha256 = weights.get("path"), weights.get("sha256")
+    if not path or not sha256 or Path(path).exists():
+        return record
+    for anchor, folder in weights_folders():
+        _, found, tail = str(path).rpartition(anchor)
+        candidate = folder / tail
+        if found and candidate.is_file() and file_sha256(candidate) == sha256:
+            return {**record, "weights": {**weights, "path": str(candidate)}}
+    return record
+
+
 def grid_for_record(record: dict, where: Where) -> Grid:
+    record = local_weights(record)
     return get_task(record["task"]).grid_for_record(record, record_profile(record), where)
 
 

@@ -1,0 +1,353 @@
+"""Benchmark: committed records re-run with the same mask, one record per registered method.
+
+A record is only worth citing if running its command again gives the same sparse model. For each method in the
+registry this picks one committed record (results/runs/ and the regression references; the regression's re-runs
+on other processors, results/regression/spread/, are copies of those cells and left out), runs its cell again
+with `rerun_record` into a temporary folder, and compares the new record with the committed one: the hash of
+where the zeros are (`mask_sha256`), the achieved sparsity, each metric and the dense model's.
+
+Which record: the cheapest that can show the most, that is the first by (it has no mask hash: older records
+cannot be compared mask for mask, only by their numbers; its task is not a CIFAR/ImageNet stand-in cell; its
+recorded method time). Records of the mmdet detectors are passed over without the `[mmdet]` extra, a cell
+whose recorded method time is over `--max-wall-s` is skipped, and either is said in the output. With
+`--this-processor` only records made on this machine's processor count (a training method's mask moves with the
+processor's float summation order, tasks/regression.py), so a difference seen above can be told apart from one
+the code made.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.code.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
+    python -m benchmarks.code.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
+    python -m benchmarks.code.rerun_sample --this-processor --methods fcpts --out ...  # records made on this processor
+
+The JSON (and a markdown table beside it, same name, `.md`) holds a row per method, written after every cell, so
+an interrupted run loses nothing with `--resume`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fcpts.core.io import write_json_atomic, write_text_atomic
+from fcpts.methods.registry import list_methods
+from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, repo_relative
+from tasks.grid.records import all_records, command_line, device_description, git_commit, headline
+from tasks.grid.rerun import get_task, rerun_record
+from tasks.grid.runner import Where
+
+RECORD_DIRS = (RUNS_DIR, RESULTS_DIR / "regression")
+LEFT_OUT = ("spread",)  # under results/regression: the references re-run on other processors
+STAND_IN_TASKS = ("cifar", "imagenet")  # preferred: their data is here and their cells are cheap
+DEFAULT_MAX_WALL_S = 1200.0  # a cell whose record took longer is skipped (the run's CPU budget is about an hour)
+DEFAULT_OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
+
+
+def committed_records(dirs: Iterable[Path] = RECORD_DIRS, with_spread: bool = False) -> list[dict]:
+    """Every committed record, read whole by the grid's record loader; `_path` is relative to the repository.
+    The regression's re-runs on other processors only with `with_spread`."""
+    out = []
+    for d in dirs:
+        for record in all_records(d):
+            if not with_spread and record["_path"].split("/", 1)[0] in LEFT_OUT:
+                continue
+            record["_path"] = repo_relative(Path(d) / record["_path"])
+            out.append(record)
+    return out
+
+
+def why_not_runnable(record: dict) -> str | None:
+    """Why a record cannot be re-run on this machine (None: it can, as far as can be told without its data)."""
+    if (record["task"] == "coco" or record.get("framework") == "mmdet") and not importlib.util.find_spec("mmdet"):
+        return "an mmdet detector: needs the [mmdet] extra (pip install -e .[mmdet]), not installed here"
+    return None
+
+
+def processor(device: str) -> str:
+    """`cpu: AMD EPYC` of `cpu: AMD EPYC, 1 threads`: what a device string says about the processor alone."""
+    return device.split(",")[0].strip()
+
+
+def preference(record: dict) -> tuple[bool, bool, float]:
+    """The picking order: records with a mask hash, then CIFAR/ImageNet stand-in cells, then the cheapest."""
+    return "mask_sha256" not in record, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
+
+
+def pick_record(
+    records: list[dict],
+    method: str,
+    runnable: Callable[[dict], str | None] = why_not_runnable,
+    this_processor: str | None = None,
+):
+    """(the record to re-run for `method` or None, why none: each reason and how many records it held back).
+    Given `this_processor`, only records made on it."""
+    mine = [r for r in records if r["method"] == method]
+    if not mine:
+        return None, "no committed record of this method"
+    reasons: dict[str, int] = {}
+    usable = []
+    for r in mine:
+        why = runnable(r)
+        if why is None and this_processor is not None and processor(r["device"]) != this_processor:
+            why = f"made on another processor ({processor(r['device'])}), not this machine's"
+        if why is None:
+            usable.append(r)
+        else:
+            reasons[why] = reasons.get(why, 0) + 1
+    if not usable:
+        return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
+    return min(usable, key=lambda r: (preference(r), r["_path"])), None
+
+
+def _voc_substitute(record: dict, scratch: Path) -> str | None:
+    """A substitute detection set named by the record (it is made from CIFAR, never committed), written once into
+    scratch; None for a task that reads its data where it always is."""
+    if record["task"] != "voc" or not record.get("substitute"):
+        return None
+    out = scratch / "voc-cifar"
+    if not out.is_dir():
+        manifest = record["substitute_manifest"]
+        get_task("voc").make_data(out, resolve_data_root(None), seed=manifest["seed"], log=lambda _: None)
+    return str(out)
+
+
+def same_numbers(old: dict, new: dict) -> bool:
+    """Whether two records state the same result: achieved sparsity, every metric, the dense model's, and each
+    layer's sparsity."""
+
+    def flat(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, 9) if math.isfinite(value) else str(value)
+        if isinstance(value, dict):
+            return {k: flat(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [flat(v) for v in value]
+        return value
+
+    def layers(record: dict) -> list:  # each layer's sparsity: the allocation, where a record has no mask hash
+        return [(layer["name"], flat(layer["sparsity"])) for layer in record["per_layer"]]
+
+    keys = ("achieved_sparsity", "metrics", "dense_metrics")
+    return all(flat(old[k]) == flat(new[k]) for k in keys) and layers(old) == layers(new)
+
+
+def compare(old: dict, new: dict) -> dict:
+    """The row's comparison: hashes (the old one may be missing), headline metric, and whether they match."""
+    metric, old_value = headline(old)
+    old_hash, new_hash = old.get("mask_sha256"), new["mask_sha256"]
+    numbers = same_numbers(old, new)
+    return {
+        "metric": metric,
+        "old_value": old_value,
+        "new_value": headline(new)[1],
+        "old_achieved_sparsity": old["achieved_sparsity"],
+        "new_achieved_sparsity": new["achieved_sparsity"],
+        "old_mask_sha256": old_hash,
+        "new_mask_sha256": new_hash,
+        "hash_match": None if old_hash is None else old_hash == new_hash,
+        "numbers_match": numbers,
+        # No hash recorded: the numbers alone decide (a weaker check, said in the row's `compared`).
+        "match": numbers and (old_hash is None or old_hash == new_hash),
+        "compared": "mask hash and numbers" if old_hash else "numbers only (the record predates its mask hash)",
+    }
+
+
+def run_cell(record: dict, scratch: Path) -> dict:
+    """Re-run one record's cell on one thread into scratch; its comparison, times and devices."""
+    torch.set_num_threads(1)
+    runs = scratch / "runs"
+    where = Where(runs_dir=runs, checkpoint_dir=scratch / "checkpoints", progress=False)
+    data_root = _voc_substitute(record, scratch)
+    if data_root:
+        where = replace(where, data_root=data_root)
+    wall, cpu = time.perf_counter(), time.process_time()
+    new, _ = rerun_record(record, where)
+    row = {
+        **compare(record, new),
+        "cell_wall_s": time.perf_counter() - wall,  # data, dense evaluation, method and evaluation
+        "cell_cpu_s": time.process_time() - cpu,
+        "old_wall_s": record["wall_s"],
+        "new_wall_s": new["wall_s"],
+        "old_device": record["device"],
+        "new_device": new["device"],
+        "old_git_commit": record["git_commit"],
+        "new_git_commit": new["git_commit"],
+        "old_created": record.get("created"),
+    }
+    return row
+
+
+def row_for(
+    method: str,
+    records: list[dict],
+    max_wall_s: float,
+    this_processor: str | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """One method's row: the record it re-ran and the comparison, or why it was skipped."""
+    record, why = pick_record(records, method, this_processor=this_processor)
+    if record is None:
+        return {"method": method, "status": "skipped", "reason": why}
+    base = {"method": method, "record": record["_path"], "task": record["task"], "profile": record["profile"]["name"]}
+    if record["wall_s"] > max_wall_s:
+        return {
+            **base,
+            "status": "skipped",
+            "old_wall_s": record["wall_s"],
+            "reason": f"its cheapest runnable record took {record['wall_s']:.0f} s of method time when made, over "
+            f"this run's limit of {max_wall_s:.0f} s per cell (--max-wall-s)",
+        }
+    log(f"[rerun] {method}: {record['_path']} (recorded {record['wall_s']:.1f} s)")
+    with tempfile.TemporaryDirectory(prefix="rerun-sample-") as tmp:
+        try:
+            row = run_cell(record, Path(tmp))
+        except DataNotFoundError as e:
+            return {**base, "status": "skipped", "reason": f"its data is missing here: {e}"}
+    log(
+        f"[{'match' if row['match'] else 'DIFFERS'}] {method}: {row['metric']} {row['old_value']:.2f} -> "
+        f"{row['new_value']:.2f}, hash {str(row['old_mask_sha256'])[:12]} -> {row['new_mask_sha256'][:12]}, "
+        f"{row['cell_wall_s']:.0f} s"
+    )
+    return {**base, "status": "ran", **row}
+
+
+def cheapest_first(methods: list[str], records: list[dict], this_processor: str | None = None) -> list[str]:
+    """The methods in the order their cells are run: the cheapest picked record first, so an interrupted run
+    has the most rows."""
+
+    def cost(method: str) -> float:
+        record, _ = pick_record(records, method, this_processor=this_processor)
+        return float(record["wall_s"]) if record is not None else 0.0
+
+    return sorted(methods, key=cost)
+
+
+def provenance() -> dict:
+    return {
+        "git_commit": git_commit(),
+        "command": command_line(),
+        "device": device_description("cpu"),
+        "torch": torch.__version__,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "torch_threads": torch.get_num_threads(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    ran = [r for r in rows if r["status"] == "ran"]
+    return {
+        "methods": len(rows),
+        "matched": sum(r["match"] for r in ran),
+        "differed": sum(not r["match"] for r in ran),
+        "skipped": len(rows) - len(ran),
+        "cpu_s": round(sum(r["cell_cpu_s"] for r in ran), 1),
+        "wall_s": round(sum(r["cell_wall_s"] for r in ran), 1),
+    }
+
+
+def markdown(output: dict) -> str:
+    """The table beside the JSON: one line per method."""
+    s = output["summary"]
+    lines = [
+        f"Re-runs of one committed record per method ({output['provenance']['device']}, torch "
+        f"{output['provenance']['torch']}, commit {output['provenance']['git_commit'][:12]}): {s['matched']} matched, "
+        f"{s['differed']} differed, {s['skipped']} skipped; {s['cpu_s']:.0f} s CPU in all.",
+        "",
+        "| method | record | compared | old → new headline | old → new mask hash | match | cell s | recorded on |",
+        "|---|---|---|---|---|---|---:|---|",
+    ]
+    for r in output["rows"]:
+        if r["status"] != "ran":
+            lines.append(f"| {r['method']} | {r.get('record', '-')} | skipped: {r['reason']} | | | | | |")
+            continue
+        hashes = f"{str(r['old_mask_sha256'])[:12]} → {r['new_mask_sha256'][:12]}"
+        lines.append(
+            f"| {r['method']} | {r['record']} | {r['compared']} | {r['metric']} {r['old_value']:.2f} → "
+            f"{r['new_value']:.2f} | {hashes} | {'yes' if r['match'] else 'NO'} | {r['cell_wall_s']:.0f} | "
+            f"{r['old_device']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, rows: list[dict], notes: list[str]) -> dict:
+    output = {"provenance": provenance(), "summary": summary(rows), "rows": rows, "notes": notes}
+    write_json_atomic(out, output)
+    write_text_atomic(out.with_suffix(".md"), markdown(output))
+    return output
+
+
+def check_methods(names: list[str] | None) -> list[str]:
+    """The methods to run, registry order; an unknown name is an error naming the known ones."""
+    known = list_methods()
+    if not names:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"--methods: unknown method {', '.join(unknown)}; registered: {', '.join(known)}")
+    return [m for m in known if m in names]
+
+
+def kept_rows(out: Path) -> dict[str, dict]:
+    """method -> its row already in `out` that ran (what --resume keeps); skipped rows are decided again."""
+    if not out.is_file():
+        return {}
+    try:
+        rows = json.loads(out.read_text())["rows"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SystemExit(
+            f"--resume: {out} is not this benchmark's output ({e}); move it away or drop --resume"
+        ) from None
+    return {r["method"]: r for r in rows if r.get("status") == "ran"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON output; a .md table is written beside it")
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
+    p.add_argument("--max-wall-s", type=float, default=DEFAULT_MAX_WALL_S, help="skip a cell whose record took longer")
+    p.add_argument(
+        "--this-processor",
+        action="store_true",
+        help="only records made on this machine's processor (the regression's re-runs on other processors, "
+        "results/regression/spread/, included): whether a difference is the processor's",
+    )
+    p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
+    args = p.parse_args(argv)
+    methods = check_methods(args.methods)
+    if args.out.suffix != ".json":
+        p.error(f"--out {args.out}: name a .json file (the table goes beside it as .md)")
+    kept = kept_rows(args.out) if args.resume else {}
+    earlier = json.loads(args.out.read_text()).get("notes", []) if kept else []
+    notes = [*earlier, *(n for n in args.note if n not in earlier)]
+    git_commit()  # pin the commit of the code that runs
+    here = processor(device_description("cpu")) if args.this_processor else None
+    records = committed_records(with_spread=args.this_processor)
+    rows: dict[str, dict] = dict(kept)
+    order = list_methods()
+    for method in cheapest_first(methods, records, here):
+        if method in kept:
+            print(f"[kept] {method}: {kept[method]['record']}")
+            continue
+        rows[method] = row_for(method, records, args.max_wall_s, here)
+        write(args.out, [rows[m] for m in order if m in rows], notes)
+    output = write(args.out, [rows[m] for m in order if m in rows], notes)
+    print(markdown(output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

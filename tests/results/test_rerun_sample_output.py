@@ -1,0 +1,122 @@
+"""The committed re-runs of one record per method (benchmarks/code/rerun_sample.py): a row for every registered method,
+each re-run matched or its difference shown to be the processor's by a re-run of a record made on this one, the
+provenance stated, and the notebook's numbers the output's. Reads the outputs only; re-runs nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks.code.rerun_sample import markdown, processor, summary
+from fcpts.methods.registry import list_methods
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+
+OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
+SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
+NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
+ROW_FIELDS = (
+    "record",
+    "cell_wall_s",
+    "cell_cpu_s",
+    "old_mask_sha256",
+    "new_mask_sha256",
+    "old_value",
+    "new_value",
+    "match",
+    "old_device",
+    "new_device",
+)
+
+
+def _read(path):
+    return json.loads(path.read_text())
+
+
+def _ran(out: dict) -> list[dict]:
+    return [r for r in out["rows"] if r["status"] == "ran"]
+
+
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
+def test_provenance_and_each_row_s_fields_are_there(path):
+    out = _read(path)
+    prov = out["provenance"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]), prov["git_commit"]
+    assert prov["command"].startswith("python -m benchmarks.rerun_sample")  # its name when it ran (now code/)
+    assert prov["device"].startswith("cpu: ") and prov["torch"] and prov["omp_num_threads"] == "1"
+    for row in _ran(out):
+        missing = [f for f in ROW_FIELDS if f not in row]
+        assert not missing, (row["method"], missing)
+        assert row["cell_wall_s"] > 0 and re.fullmatch(r"[0-9a-f]{64}", row["new_mask_sha256"])
+        assert row["match"] == (row["numbers_match"] and row["old_mask_sha256"] in (None, row["new_mask_sha256"]))
+    assert out["summary"] == summary(out["rows"])
+
+
+def test_one_row_per_registered_method_each_run_or_skipped_with_its_reason():
+    rows = _read(OUT)["rows"]
+    assert [r["method"] for r in rows] == list_methods()
+    for row in rows:
+        assert row["status"] in ("ran", "skipped")
+        if row["status"] == "skipped" and "old_wall_s" in row:
+            assert len(row["reason"]) > 20, row
+
+
+def test_every_re_run_matched_or_differs_only_across_processors():
+    """A record made on another processor may differ (a training method's float sums); then the same method's
+    record made on this processor must re-run to its mask, or no such record exist."""
+    same = {r["method"]: r for r in _read(SAME_PROCESSOR)["rows"]}
+    for row in _ran(_read(OUT)):
+        if row["match"]:
+            continue
+        assert processor(row["old_device"]) != processor(row["new_device"]), row["method"]
+        check = same[row["method"]]
+        if check["status"] == "ran":
+            assert check["match"] and check["old_mask_sha256"], check
+            assert processor(check["old_device"]) == processor(check["new_device"])
+        else:
+            assert "made on another processor" in check["reason"], check
+
+
+def test_the_same_processor_re_runs_all_matched_with_a_mask_hash():
+    ran = _ran(_read(SAME_PROCESSOR))
+    assert ran and all(r["match"] and r["hash_match"] for r in ran)
+
+
+def test_the_notebook_states_the_output_s_numbers():
+    text = NOTEBOOK.read_text()
+    s, same = _read(OUT)["summary"], _read(SAME_PROCESSOR)["summary"]
+    stated = re.search(
+        r"(\d+) of (\d+) registered methods re-ran to the same result, (\d+) differed and (\d+) (?:was|were) skipped",
+        text,
+    )
+    assert stated, "the notebook's summary sentence is missing"
+    assert tuple(map(int, stated.groups())) == (s["matched"], s["methods"], s["differed"], s["skipped"])
+    cpu = re.search(r"(\d+) minutes of CPU time", text)
+    assert cpu and int(cpu.group(1)) == round((s["cpu_s"] + same["cpu_s"]) / 60)
+    stated_same = re.search(r"(\d+) of (\d+) re-ran to the same mask hash on this processor", text)
+    assert stated_same
+    assert tuple(map(int, stated_same.groups())) == (same["matched"], same["matched"] + same["differed"])
+
+
+def test_the_notebook_s_other_numbers_are_the_output_s():
+    text = " ".join(NOTEBOOK.read_text().split())
+    rows = {r["method"]: r for r in _read(OUT)["rows"]}
+    quoted = []
+    for row in rows.values():
+        if row["status"] == "ran" and not row["match"]:
+            quoted.append(f"top-1 {row['old_value']:.2f} became {row['new_value']:.2f}")
+        if row["status"] == "skipped" and "old_wall_s" in row:
+            quoted.append(f"{row['old_wall_s']:,.0f} s")
+            quoted.append(re.search(r"limit of (\d+) s", row["reason"]).group(1) + " s limit per cell")
+    quoted.append(f"mAP at {rows['uniform']['new_value']:.2f} and {rows['erk']['new_value']:.2f}")
+    plus = rows["fcpts-plus"]
+    quoted.append(f"{plus['old_wall_s']:.0f} s became {plus['new_wall_s']:.0f} s")
+    quoted.append(f"{plus['new_wall_s'] / plus['old_wall_s']:.1f} times slower")
+    missing = [q for q in quoted if q not in text]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
+def test_the_table_beside_each_output_is_what_the_benchmark_writes_from_it(path):
+    assert markdown(_read(path)) == path.with_suffix(".md").read_text()

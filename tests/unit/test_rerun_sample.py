@@ -1,0 +1,97 @@
+"""The re-run sample's choices, on fake records written to disk: which record stands for a method, which are held
+back and why, the order cells run in, and the checks on its command line that come before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.code import rerun_sample
+from benchmarks.code.rerun_sample import cheapest_first, check_methods, committed_records, kept_rows, pick_record
+from fcpts.core.io import write_json_atomic
+
+
+def _record(root, name: str, method: str, task: str, wall_s: float, mask: bool = True, **extra) -> None:
+    record = {
+        "task": task,
+        "method": method,
+        "wall_s": wall_s,
+        "metrics": {"top1": 50.0},
+        "profile": {"name": "cpu"},
+        "device": "cpu: AMD EPYC, 1 threads",
+        **({"mask_sha256": f"hash-{name}"} if mask else {}),
+        **extra,
+    }
+    write_json_atomic(root / task / "data" / "model" / f"{name}.json", record)
+
+
+@pytest.fixture
+def records(tmp_path):
+    runs, regression = tmp_path / "runs", tmp_path / "regression"
+    _record(runs, "voc-cheapest", "fcpts", "voc", 1.0)
+    _record(runs, "cifar-no-hash", "fcpts", "cifar", 2.0, mask=False)
+    _record(runs, "imagenet-slow", "fcpts", "imagenet", 30.0)
+    _record(regression, "cifar-cheap", "fcpts", "cifar", 5.0)
+    _record(regression / "spread" / "xeon", "cifar-xeon", "fcpts", "cifar", 9.0, device="cpu: Intel Xeon, 1 threads")
+    _record(runs, "old-only", "erk", "voc", 3.0, mask=False)
+    _record(runs, "mmdet-only", "lamp", "coco", 1.0, framework="mmdet")
+    return committed_records([runs, regression])
+
+
+def test_the_regression_s_re_runs_on_other_processors_are_left_out(records):
+    assert len(records) == 6
+    assert not any("spread" in r["_path"] for r in records)
+
+
+def test_a_hashed_stand_in_cell_beats_a_cheaper_detection_cell_and_a_cheaper_record_without_hash(records):
+    record, why = pick_record(records, "fcpts")
+    assert why is None and record["_path"].endswith("regression/cifar/data/model/cifar-cheap.json")
+
+
+def test_this_processor_reads_the_regression_s_re_runs_elsewhere_and_only_records_made_on_it(tmp_path, records):
+    records = committed_records([tmp_path / "runs", tmp_path / "regression"], with_spread=True)
+    record, _ = pick_record(records, "fcpts", this_processor="cpu: Intel Xeon")
+    assert record["_path"].endswith("spread/xeon/cifar/data/model/cifar-xeon.json")
+    assert pick_record(records, "fcpts")[0]["_path"].endswith("cifar-cheap.json")
+    assert pick_record(records, "erk", this_processor="cpu: Intel Xeon") == (
+        None,
+        "1 record(s): made on another processor (cpu: AMD EPYC), not this machine's",
+    )
+
+
+def test_a_method_with_only_old_records_still_gets_one(records):
+    record, _ = pick_record(records, "erk")
+    assert record["_path"].endswith("old-only.json") and "mask_sha256" not in record
+
+
+def test_a_method_held_back_says_why_and_how_many(records):
+    record, why = pick_record(records, "lamp", runnable=lambda r: "needs the [mmdet] extra")
+    assert record is None and why == "1 record(s): needs the [mmdet] extra"
+    assert pick_record(records, "obs") == (None, "no committed record of this method")
+
+
+def test_mmdet_records_are_held_back_without_the_extra(records, monkeypatch):
+    monkeypatch.setattr(rerun_sample.importlib.util, "find_spec", lambda name: None)
+    record, why = pick_record(records, "lamp")
+    assert record is None and "[mmdet] extra" in why
+
+
+def test_cells_run_cheapest_first(records):
+    assert cheapest_first(["fcpts", "erk"], records) == ["erk", "fcpts"]
+
+
+def test_an_unknown_method_is_refused_before_any_work():
+    with pytest.raises(SystemExit, match="unknown method bogus; registered: .*fcpts"):
+        check_methods(["fcpts", "bogus"])
+    assert check_methods(["lamp", "fcpts"]) == ["fcpts", "lamp"]  # registry order
+
+
+def test_resume_keeps_only_the_rows_that_ran(tmp_path):
+    out = tmp_path / "out.json"
+    rows = [{"method": "lamp", "status": "ran", "record": "x"}, {"method": "str", "status": "skipped"}]
+    out.write_text(json.dumps({"rows": rows}))
+    assert list(kept_rows(out)) == ["lamp"]
+    out.write_text("[]")
+    with pytest.raises(SystemExit, match="not this benchmark's output"):
+        kept_rows(out)
