@@ -12,12 +12,16 @@ from tasks.reporting.layout import read_reference
 
 DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "pot-vs-msbench.md").read_text().split())
 CELL = RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32"
-PAPER_TOP1 = next(  # the paper's Table 2: POT (L2Norm), CIFAR-10 ResNet-32 80%
-    float(r["top1"])
-    for r in read_reference()
-    if (r["table"], r["dataset"], r["model"], r["method"], r["sparsity"])
-    == ("table2", "cifar10", "resnet32", "pot-l2norm", "0.8")
-)
+
+
+def paper_pot(sparsity: str) -> float:
+    """The paper's Table 2: POT (L2Norm) on CIFAR-10 ResNet-32 at `sparsity`."""
+    key = ("table2", "cifar10", "resnet32", "pot-l2norm", sparsity)
+    fields = ("table", "dataset", "model", "method", "sparsity")
+    return next(float(r["top1"]) for r in read_reference() if tuple(r[f] for f in fields) == key)
+
+
+PAPER_TOP1 = paper_pot("0.8")
 ROWS = {
     "`paper-cpu` (1,000 steps, 1,024 images)": "paper-cpu",
     "`paper` (20,000 steps, 10,000 images)": "paper",
@@ -59,3 +63,14 @@ def test_the_rates_the_doc_quotes_are_the_records():
         rates = [row["sparsity"] for row in record(profile)["per_layer"] if row["name"].startswith("layer3")]
         low, high = quoted.split("%")[0].split("-")
         assert (f"{min(rates) * 100:.1f}", f"{max(rates) * 100:.1f}") == (low, high) and quoted in DOC
+
+
+def test_the_90_percent_cell_with_and_without_folding_is_its_records():
+    folded, unfolded = (
+        read_record(CELL / f"pot-l2norm-sp90-{p}-seed0.json")["metrics"]["top1"]
+        for p in ("paper", "paper-pot-fold_bnFalse")
+    )
+    paper90, paper80 = paper_pot("0.9"), record("paper")["metrics"]["top1"]
+    assert f"{unfolded:.2f} without it against {folded:.2f} with it, where the paper has {paper90:.2f}" in DOC
+    assert f"{PAPER_TOP1 - paper80:.2f} short of the paper at 80% and {paper90 - folded:.2f} at 90%" in DOC
+    assert f"{unfolded - paper90:.2f} above at 90%" in DOC and f"{unfolded - folded:.2f} points at 90%" in DOC
