@@ -1,4 +1,4 @@
-"""The GPU check: every GPU measurement the suite lacks, in two calls of about 8 minutes on one GPU.
+"""The GPU check: every GPU measurement the suite lacks, in about 10 minutes on one GPU (a call of 8, then a short one).
 
     python -m benchmarks.scale.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
     python -m benchmarks.scale.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
@@ -23,7 +23,9 @@ how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may h
 
 Data: `prepare` copies a CIFAR-10 subset (the test split's first images, a seeded subset of the training split)
 and the ResNet-20/32/56 weights into gpu_data/ (git-ignored), small enough to travel with the working tree; the
-run reads it as FCPTS_DATA_ROOT. Without a git folder the records name the commit `prepare` wrote down.
+run reads it as FCPTS_DATA_ROOT. The records name the commit `prepare` wrote down while the files it listed are
+unchanged there (a device may hold an older git folder beside the tree it was sent); `+dirty` when they had
+uncommitted changes here.
 """
 
 from __future__ import annotations
@@ -66,12 +68,17 @@ class Part:
 
 
 def git_head() -> str | None:
+    """HEAD, with `+dirty` when tracked files differ from it."""
     try:
-        return subprocess.run(
+        head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+    return head + ("+dirty" if dirty else "")
 
 
 def tracked_files() -> list[str]:
