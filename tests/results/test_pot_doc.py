@@ -14,9 +14,9 @@ DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "pot-vs-msbench.md").read_text
 CELL = RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32"
 
 
-def paper_pot(sparsity: str) -> float:
-    """The paper's Table 2: POT (L2Norm) on CIFAR-10 ResNet-32 at `sparsity`."""
-    key = ("table2", "cifar10", "resnet32", "pot-l2norm", sparsity)
+def paper_pot(sparsity: str, model: str = "resnet32") -> float:
+    """The paper's Table 2: POT (L2Norm) on CIFAR-10 `model` at `sparsity`."""
+    key = ("table2", "cifar10", model, "pot-l2norm", sparsity)
     fields = ("table", "dataset", "model", "method", "sparsity")
     return next(float(r["top1"]) for r in read_reference() if tuple(r[f] for f in fields) == key)
 
@@ -74,3 +74,17 @@ def test_the_90_percent_cell_with_and_without_folding_is_its_records():
     assert f"{unfolded:.2f} without it against {folded:.2f} with it, where the paper has {paper90:.2f}" in DOC
     assert f"{PAPER_TOP1 - paper80:.2f} short of the paper at 80% and {paper90 - folded:.2f} at 90%" in DOC
     assert f"{unfolded - paper90:.2f} above at 90%" in DOC and f"{unfolded - folded:.2f} points at 90%" in DOC
+
+
+@pytest.mark.parametrize("model", ["resnet32", "resnet56"])
+@pytest.mark.parametrize("sparsity", ["0.8", "0.9"])
+def test_the_cut_budget_folding_table_is_its_records(model, sparsity):
+    cell = RESULTS_DIR / "runs" / "cifar" / "cifar10" / model
+    name = f"pot-l2norm-sp{round(float(sparsity) * 100)}"
+    folded, unfolded = (
+        read_record(cell / f"{name}-{p}-seed0.json") for p in ("paper-cpu", "paper-cpu-pot-fold_bnFalse")
+    )
+    assert folded["calibration"]["indices"] == unfolded["calibration"]["indices"]  # the same images
+    a, b = folded["metrics"]["top1"], unfolded["metrics"]["top1"]
+    label = f"ResNet-{model.removeprefix('resnet')} {round(float(sparsity) * 100)}%"
+    assert f"| {label} | {a:.2f} | {b:.2f} | {b - a:.2f} | {paper_pot(sparsity, model):.2f} |" in DOC
