@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.grid.paths import REPO_ROOT
+from tasks.grid.records import checkout_commit
 
 DEFAULT_DATA = REPO_ROOT / "gpu_data"
 TRAVEL_LIMIT = 64 * 2**20  # what travels to the device: the tracked files and gpu_data/ together
@@ -65,20 +66,6 @@ class Part:
     name: str
     command: list[str]
     budget_s: float  # the time this part is granted; earlier parts' leftovers come on top
-
-
-def git_head() -> str | None:
-    """HEAD, with `+dirty` when tracked files differ from it."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
 
 
 def tracked_files() -> list[str]:
@@ -137,7 +124,7 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
     files = tracked_files()
-    info = {"commit": git_head(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
+    info = {"commit": checkout_commit(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
     info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
@@ -267,7 +254,7 @@ def run(
     env = {**os.environ, "FCPTS_DATA_ROOT": str(data_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     prepared = data_root / "prepared.json"
-    commit = (sent_commit(json.loads(prepared.read_text())) if prepared.is_file() else None) or git_head()
+    commit = (sent_commit(json.loads(prepared.read_text())) if prepared.is_file() else None) or checkout_commit()
     if commit and "FCPTS_GIT_COMMIT" not in os.environ:
         env["FCPTS_GIT_COMMIT"] = commit
     parts = part_list(out, dry_run, device)

@@ -199,6 +199,21 @@ def moved_records(
     return problems
 
 
+def checkout_commit() -> str | None:
+    """What this checkout's git folder says: HEAD, with '+dirty' when tracked files differ from it; None without
+    one."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 @lru_cache(maxsize=1)
 def git_commit() -> str:
     """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
@@ -207,15 +222,8 @@ def git_commit() -> str:
     no git folder, or one that says otherwise (a device may get the working tree beside an older git folder,
     which then calls the tree dirty), both are named."""
     claimed = os.environ.get("FCPTS_GIT_COMMIT")
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        found = head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+    found = checkout_commit()
+    if found is None:
         return f"{claimed} (no git checkout; from $FCPTS_GIT_COMMIT)" if claimed else "unknown"
     if claimed and claimed != found:
         return f"{claimed} (from $FCPTS_GIT_COMMIT; this checkout's git folder says {found})"
