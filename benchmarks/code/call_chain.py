@@ -64,7 +64,7 @@ def chain(method: str, data_root: Path) -> tuple[list[str], int]:
         else:
             os.environ["FCPTS_DATA_ROOT"] = old
     if status != 0 or not found:
-        raise RuntimeError(f"the {method} cell exited {status} and computed {'no' if not found else ''} masks")
+        raise RuntimeError(f"the {method} cell exited with status {status}" + ("" if found else ", no masks computed"))
     start = found.index("tasks/cifar/grid.py:main")  # the task's command
     return found[start:], checks[0]
 
