@@ -31,6 +31,7 @@ per layer. The msbench protocol is the default here because it is what the paper
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import zlib
@@ -389,21 +390,21 @@ class GraphedStep:
         self.graph.replay()
 
 
-def replayed_steps(step, eager, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int) -> str:
-    """`len(draws)` steps: `GraphedStep.WARMUP` eager ones on a side stream, then replays of the captured step;
-    every `check_every` steps the host reads whether any layer is still active. Where the capture fails (an
-    operator that cannot be captured) the same steps go on eagerly; returns how the steps ran."""
+def run_steps(step, eager, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
+    """`len(draws)` steps; every `check_every` steps the host reads whether any layer is still active. With
+    `graphs`: `GraphedStep.WARMUP` eager ones on a side stream, then replays of the captured step; where the
+    capture fails (an operator that cannot be captured) the same steps go on eagerly. Returns how the steps ran."""
     run_step, how = eager, "eager"
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream() if graphs else None
     for it in range(len(draws)):
-        if it < GraphedStep.WARMUP:
+        if side is not None and it < GraphedStep.WARMUP:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 eager(draws[it])
             torch.cuda.current_stream().wait_stream(side)
         else:
             run_step(draws[it])
-        if it + 1 == GraphedStep.WARMUP and it + 1 < len(draws):
+        if side is not None and it + 1 == GraphedStep.WARMUP and it + 1 < len(draws):
             try:
                 run_step, how = GraphedStep(step, draws[it + 1], opt), "cuda-graph"
             except RuntimeError as err:
@@ -452,15 +453,9 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
         opt.zero_grad(set_to_none=True)
         step(sel)
 
-    if graphs:
-        with torch.cuda.device(weight.device):  # a graph is captured on the current device
-            how = replayed_steps(step, eager, draws, opt, active, check_every)
-    else:
-        for it in range(cfg.iterations):
-            eager(draws[it])
-            if (it + 1) % check_every == 0 and not bool(active.any()):
-                break
-        how = "eager"
+    # A graph is captured on the current device: the weights' device, for the time of the steps.
+    with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():
+        how = run_steps(step, eager, draws, opt, active, check_every, graphs)
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):

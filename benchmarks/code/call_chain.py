@@ -13,7 +13,6 @@ the path through the code is measured) and prints each frame.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -47,22 +46,14 @@ def chain(method: str, data_root: Path) -> tuple[list[str], int]:
             frame = frame.f_back
         found.extend(reversed(stack))
 
-    old = os.environ.get("FCPTS_DATA_ROOT")
-    os.environ["FCPTS_DATA_ROOT"] = str(data_root)
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            argv = ["--dataset", "cifar10", "--model", "resnet20", "--methods", method, "--sparsity", "0.5"]
-            argv += ["--profile", "quick", "--results-dir", out, "--device", "cpu", "--no-progress"]
-            sys.setprofile(watch)
-            try:
-                status = grid.main(argv)
-            finally:
-                sys.setprofile(None)
-    finally:
-        if old is None:
-            os.environ.pop("FCPTS_DATA_ROOT")
-        else:
-            os.environ["FCPTS_DATA_ROOT"] = old
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["--dataset", "cifar10", "--model", "resnet20", "--methods", method, "--sparsity", "0.5"]
+        argv += ["--profile", "quick", "--data-root", str(data_root), "--results-dir", out, "--device", "cpu"]
+        sys.setprofile(watch)
+        try:
+            status = grid.main([*argv, "--no-progress"])
+        finally:
+            sys.setprofile(None)
     if status != 0 or not found:
         raise RuntimeError(f"the {method} cell exited with status {status}" + ("" if found else ", no masks computed"))
     start = found.index("tasks/cifar/grid.py:main")  # the task's command

@@ -77,10 +77,6 @@ def tracked_files() -> list[str]:
     return [n.decode() for n in out.split(b"\0") if n and (REPO_ROOT / n.decode()).is_file()]
 
 
-def tracked_bytes() -> int:
-    return sum((REPO_ROOT / n).stat().st_size for n in tracked_files())
-
-
 def tree_digest(files: list[str]) -> str:
     """sha256 over the files' names and contents (a missing file counts as missing)."""
     h = hashlib.sha256()
@@ -129,7 +125,7 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     info["bytes"] = data_bytes
-    info["travel_bytes"] = data_bytes + tracked_bytes()
+    info["travel_bytes"] = data_bytes + sum((REPO_ROOT / n).stat().st_size for n in files)
     return info
 
 
