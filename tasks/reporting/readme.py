@@ -8,13 +8,14 @@ added to the registry or a record re-run shows up in the README by re-running th
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import METHODS, label
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
-from tasks.grid.records import all_records, headline, preferred_records
+from tasks.grid.records import all_records, cell_key, headline, preferred_records
 
 README = REPO_ROOT / "README.md"
 
@@ -38,27 +39,34 @@ def methods_block() -> str:
     return "\n".join(lines)
 
 
-def _value(record: dict | None) -> str:
+def _value(record: dict | None, records: list[dict]) -> str:
+    """The cell's headline number; with several seeds under the shown profile, their mean ± sd (n seeds)."""
     if record is None:
         return "—"
-    return f"{headline(record)[1]:.2f}"
+    seeds = [r for r in records if cell_key(r) == cell_key(record) and r["profile"]["name"] == record["profile"]["name"]]
+    if len(seeds) < 2:
+        return f"{headline(record)[1]:.2f}"
+    values = [headline(r)[1] for r in seeds]
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})"
 
 
 def results_block(runs_dir: Path = RUNS_DIR) -> str:
     """Top-1 (%) or mAP@0.5 of each headline cell: the record each of the paper's tables shows for it (the most
-    faithful profile that ran it, seed 0), with the profiles those records ran under."""
-    best = preferred_records(all_records(runs_dir))
+    faithful profile that ran it, seed 0), or the mean ± sd over its seeds where several ran, with the profiles
+    those records ran under."""
+    records = all_records(runs_dir)
+    best = preferred_records(records)
     header = ["cell", "dense", *(label(m) for m in SUMMARY_METHODS), "profiles"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
     for task, dataset, model, sparsity, row_label in SUMMARY_CELLS:
-        records = {m: best.get((task, dataset, model, m, sparsity)) for m in SUMMARY_METHODS}
-        present = [r for r in records.values() if r is not None]
+        shown = {m: best.get((task, dataset, model, m, sparsity)) for m in SUMMARY_METHODS}
+        present = [r for r in shown.values() if r is not None]
         if not present:
             continue
         metric, _ = headline(present[0])
         dense = format(present[0]["dense_metrics"][metric], ".2f")
         profiles = ", ".join(f"`{p}`" for p in sorted({r["profile"]["name"] for r in present}))
-        cells = [row_label, dense, *(_value(records[m]) for m in SUMMARY_METHODS), profiles]
+        cells = [row_label, dense, *(_value(shown[m], records) for m in SUMMARY_METHODS), profiles]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

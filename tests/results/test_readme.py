@@ -33,6 +33,20 @@ def test_render_rewrites_a_stale_block_and_refuses_unknown_markers():
         readme.render(stale + "<!-- BEGIN nope -->\n<!-- END nope -->\n")
 
 
+def test_summary_shows_the_spread_of_a_cell_run_with_several_seeds():
+    """CIFAR-10 ResNet-32 90% ran FCPTS with three seeds under `paper-cpu`: the summary gives their mean ± sd, computed
+    here from the record files themselves."""
+    import json
+    import statistics
+
+    folder = REPO_ROOT / "results" / "runs" / "cifar" / "cifar10" / "resnet32"
+    top1 = [json.loads(p.read_text())["metrics"]["top1"] for p in sorted(folder.glob("fcpts-sp90-paper-cpu-seed*.json"))]
+    assert len(top1) >= 3
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| CIFAR-10 ResNet-32, 90% |"))
+    cell = [c.strip() for c in row.strip("|").split("|")][2]
+    assert cell == f"{statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f} ({len(top1)})"
+
+
 def test_every_registered_method_is_in_the_methods_table():
     block = readme.methods_block()
     for name, method in readme.METHODS.items():
