@@ -32,7 +32,7 @@ import torch
 from fcpts import get_method
 from tasks.cifar.data import CifarCalibration
 from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
-from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
+from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_indices, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.profiles import parse_option_pairs
@@ -179,7 +179,7 @@ def fmt(stat: dict) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
-    p.add_argument("--model", default="resnet20", choices=sorted(CIFAR_DEPTHS))
+    p.add_argument("--model", default="resnet20", choices=sorted(CIFAR_MODELS))
     p.add_argument("--method", default="fcpts-plus")
     p.add_argument(
         "--candidate", nargs="+", default=["default"], help="NAME or NAME:KEY=VALUE[,KEY=VALUE]; the default first"

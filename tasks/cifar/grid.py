@@ -19,7 +19,7 @@ from torch import nn
 from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
 from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
-from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
+from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.help import command_parser
@@ -92,7 +92,7 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
 
 @register_task(
     "cifar", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.cifar",
-    datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_DEPTHS)), metrics=("top1", "top5"),
+    datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_MODELS)), metrics=("top1", "top5"),
     profiles=tuple(PROFILES),
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
@@ -104,7 +104,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
-    cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_DEPTHS))}", choices=sorted(CIFAR_DEPTHS))
+    cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_MODELS))}", choices=sorted(CIFAR_MODELS))
     cli.add_grid_args(p, PROFILES, "fast", ["cifar"], default_sparsity=[0.9])
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")

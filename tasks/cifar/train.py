@@ -29,7 +29,7 @@ from fcpts.core.options import resolve_device
 from tasks.cifar.grid import DOWNLOAD_HINT
 from tasks.grid import cli, training
 from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
-from tasks.grid.cifar_models import CIFAR_DEPTHS, cifar_resnet
+from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.help import command_parser
@@ -156,7 +156,7 @@ def train(args: argparse.Namespace) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.cifar.train", __doc__)
     p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
-    p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(CIFAR_DEPTHS))
+    p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(CIFAR_MODELS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true")
     training.add_args(

@@ -5,6 +5,10 @@ Shared: the CIFAR task, its dense training and deploy build them.
 CIFAR ResNet-20/32/44/56 (He et al. 2016, Sec. 4.2): 3 stages of 16/32/64 channels, option-A
 shortcuts (stride-2 subsampling plus zero-padded channels), global average pool, one linear layer.
 Parameter names match the akamaster/pytorch_resnet_cifar10 checkpoints.
+
+`resnet20b` ... `resnet56b`: the same networks with option-B shortcuts (a 1x1 convolution + BatchNorm where the
+shape changes), the architecture of the paper's dense models (chenyaofo/pytorch-cifar-models, whose accuracies the
+paper's Table 2 quotes). No such checkpoint is available here: `python -m tasks.cifar.train` trains them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CIFAR_DEPTHS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9}
+_BLOCKS = {"resnet20": 3, "resnet32": 5, "resnet44": 7, "resnet56": 9}
+# name -> (basic blocks per stage, shortcut option)
+CIFAR_MODELS = {**{n: (b, "A") for n, b in _BLOCKS.items()}, **{f"{n}b": (b, "B") for n, b in _BLOCKS.items()}}
 
 
 class ShortcutA(nn.Module):
@@ -27,14 +33,21 @@ class ShortcutA(nn.Module):
         return F.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, self.pad, self.pad))
 
 
+def shortcut_b(in_planes: int, planes: int, stride: int) -> nn.Module:
+    """Option B: a strided 1x1 convolution and BatchNorm project onto the new shape."""
+    return nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+
 class BasicBlock(nn.Module):
-    def __init__(self, in_planes: int, planes: int, stride: int = 1):
+    def __init__(self, in_planes: int, planes: int, stride: int = 1, option: str = "A"):
         super().__init__()
         self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
-        self.shortcut = ShortcutA(planes) if stride != 1 or in_planes != planes else nn.Identity()
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or in_planes != planes:
+            self.shortcut = ShortcutA(planes) if option == "A" else shortcut_b(in_planes, planes, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -43,7 +56,7 @@ class BasicBlock(nn.Module):
 
 
 class CifarResNet(nn.Module):
-    def __init__(self, blocks_per_stage: int, num_classes: int = 10):
+    def __init__(self, blocks_per_stage: int, num_classes: int = 10, option: str = "A"):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
@@ -51,7 +64,7 @@ class CifarResNet(nn.Module):
         for planes, stride in ((16, 1), (32, 2), (64, 2)):
             layers = []
             for i in range(blocks_per_stage):
-                layers.append(BasicBlock(in_planes, planes, stride if i == 0 else 1))
+                layers.append(BasicBlock(in_planes, planes, stride if i == 0 else 1, option))
                 in_planes = planes
             stages.append(nn.Sequential(*layers))
         self.layer1, self.layer2, self.layer3 = stages
@@ -68,6 +81,7 @@ class CifarResNet(nn.Module):
 
 
 def cifar_resnet(name: str, num_classes: int = 10) -> CifarResNet:
-    if name not in CIFAR_DEPTHS:
-        raise ValueError(f"unknown CIFAR model {name!r}; choose one of {sorted(CIFAR_DEPTHS)}")
-    return CifarResNet(CIFAR_DEPTHS[name], num_classes)
+    if name not in CIFAR_MODELS:
+        raise ValueError(f"unknown CIFAR model {name!r}; choose one of {sorted(CIFAR_MODELS)}")
+    blocks, option = CIFAR_MODELS[name]
+    return CifarResNet(blocks, num_classes, option)
