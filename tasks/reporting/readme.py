@@ -43,7 +43,8 @@ def _value(record: dict | None, records: list[dict]) -> str:
     """The cell's headline number; with several seeds under the shown profile, their mean ± sd (n seeds)."""
     if record is None:
         return "—"
-    seeds = [r for r in records if cell_key(r) == cell_key(record) and r["profile"]["name"] == record["profile"]["name"]]
+    profile = record["profile"]["name"]
+    seeds = [r for r in records if cell_key(r) == cell_key(record) and r["profile"]["name"] == profile]
     if len(seeds) < 2:
         return f"{headline(record)[1]:.2f}"
     values = [headline(r)[1] for r in seeds]

@@ -40,7 +40,8 @@ def test_summary_shows_the_spread_of_a_cell_run_with_several_seeds():
     import statistics
 
     folder = REPO_ROOT / "results" / "runs" / "cifar" / "cifar10" / "resnet32"
-    top1 = [json.loads(p.read_text())["metrics"]["top1"] for p in sorted(folder.glob("fcpts-sp90-paper-cpu-seed*.json"))]
+    files = sorted(folder.glob("fcpts-sp90-paper-cpu-seed*.json"))
+    top1 = [json.loads(p.read_text())["metrics"]["top1"] for p in files]
     assert len(top1) >= 3
     row = next(line for line in README.read_text().splitlines() if line.startswith("| CIFAR-10 ResNet-32, 90% |"))
     cell = [c.strip() for c in row.strip("|").split("|")][2]
