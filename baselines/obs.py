@@ -455,5 +455,6 @@ register(
         style=("tab:olive", "P"),
         summary="second-order one-shot pruning: SparseGPT's blocked OBS per layer, sequential, towards the "
         "dense layer outputs, allocation from each layer's OBS error curve",
+        headline=True,
     )
 )

@@ -600,5 +600,6 @@ for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), (
             family="pot",  # one budget and one set of `--pot-*` flags for both allocations
             style=style,
             summary=f"POT with the {label} allocation (msbench protocol)",
+            headline=True,
         )
     )

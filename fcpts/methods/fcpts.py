@@ -373,6 +373,7 @@ register(
         tasks=("cifar", "imagenet-cnn", "imagenet-vit", "voc"),
         style=("tab:red", "o"),
         summary="learned per-layer thresholds, net-wise reconstruction, exact global target",
+        headline=True,
     )
 )
 register(

@@ -194,5 +194,6 @@ register(
         summary="FCPTS with a sparsity ramp (ERK rates rising over the first half) and the blocks' loss weighed "
         "against the output KL by their gradients (block_weight='auto'); the changes an ablation did not keep live in "
         "fcpts_plus_experimental; same contract",
+        headline=True,
     )
 )

@@ -75,6 +75,7 @@ class Method:
     family: str = ""  # methods sharing one budget and option flags (e.g. "pot"); default: the name
     style: tuple[str, str] = ("tab:gray", "x")  # matplotlib colour and marker
     summary: str = ""
+    headline: bool = False  # a column of the README's results summary
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -27,6 +27,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
+from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
@@ -220,8 +221,14 @@ def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
 
-    learned = {cell(r): r for r in records if r["method"] == "fcpts"}
-    return [(r, learned[cell(r)]) for r in records if r["method"] == "fcpts-fixed" and cell(r) in learned]
+    learned = {cell(r): r for r in records if r["method"] == STUDIED_FAMILY}
+    fixed = fixed_rates_methods()
+    return [(r, learned[cell(r)]) for r in records if r["method"] in fixed and cell(r) in learned]
+
+
+def fixed_rates_methods() -> list[str]:
+    """The studied method's registered variants that pin its rates (its Figure 4 ablation)."""
+    return [n for n in list_methods(family=STUDIED_FAMILY) if METHODS[n].fixed.get("learn_thresholds") is False]
 
 
 def figure4(records: list[dict], out: Path) -> Path:
@@ -286,7 +293,8 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
         (
             r
             for r in preferred_records(records).values()
-            if (r["dataset"], r["model"], r["method"], r["target_sparsity"]) == ("cifar10", "resnet56", "fcpts", 0.9)
+            if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
+            == ("cifar10", "resnet56", STUDIED_FAMILY, 0.9)
         ),
         None,
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
+from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
@@ -285,10 +286,10 @@ def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
         if r.get("seed", 0) == 0:  # the seed of Table 2's cells; other seeds' times are not those cells'
             groups[(r["dataset"], r["model"], r["target_sparsity"], r["profile"]["name"])][r["method"]] = r
     for (ds, model, sp, profile), by in list(groups.items()):
-        twin = groups.get((ds, model, sp, "paper-cpu"), {}).get("fcpts")
-        if profile == "paper" and "fcpts" not in by and twin is not None and has_paper_budget(twin):
-            by["fcpts"] = twin
-    return {k: by for k, by in sorted(groups.items()) if "fcpts" in by and set(pot_methods()) & set(by)}
+        twin = groups.get((ds, model, sp, "paper-cpu"), {}).get(STUDIED_FAMILY)
+        if profile == "paper" and STUDIED_FAMILY not in by and twin is not None and has_paper_budget(twin):
+            by[STUDIED_FAMILY] = twin
+    return {k: by for k, by in sorted(groups.items()) if STUDIED_FAMILY in by and set(pot_methods()) & set(by)}
 
 
 def has_paper_budget(record: dict) -> bool:
@@ -323,14 +324,14 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     ]
     for (ds, model, sp, prof), by in groups.items():
         t = {m: by[m]["wall_s"] / 60 for m in by}
-        if by["fcpts"]["profile"]["name"] != prof:  # FCPTS's record from another profile of the same budget
-            prof = f"{prof} (FCPTS: {by['fcpts']['profile']['name']}, the same budget)"
+        if by[STUDIED_FAMILY]["profile"]["name"] != prof:  # FCPTS's record from another profile of the same budget
+            prof = f"{prof} (FCPTS: {by[STUDIED_FAMILY]['profile']['name']}, the same budget)"
         pot = [t[m] for m in pots if m in t]
         devices = sorted({by[m]["device"] for m in timed if m in by})
         lines.append(
             f"| {ds} | {model} | {sp:.0%} | {prof} | "
             + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in timed)
-            + f" | {t['fcpts'] / (sum(pot) / len(pot)):.2f} | "
+            + f" | {t[STUDIED_FAMILY] / (sum(pot) / len(pot)):.2f} | "
             + "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by}))
             + f" | {'; '.join(devices)} |"
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import METHODS, label
+from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, cell_key, headline, preferred_records
 
@@ -28,7 +29,13 @@ SUMMARY_CELLS = [
     ("voc", "voc-cifar10", "mb2-ssd-lite-160", 0.9, "Detection substitute, MobileNetV2-SSD-Lite, 90%"),
     ("voc", "voc-cifar10", "mmdet-ssdlite_mobilenetv2_voc-cifar10-160", 0.9, "Detection substitute, mmdet, 90%"),
 ]
-SUMMARY_METHODS = ["fcpts", "fcpts-plus", "obs", "pot-l2norm", "pot-erk"]
+
+
+def summary_methods() -> list[str]:
+    """The summary's columns: the registered methods marked `headline`, the studied method's family first, then in
+    registry order."""
+    names = [name for name, method in METHODS.items() if method.headline]
+    return sorted(names, key=lambda name: METHODS[name].family != STUDIED_FAMILY)
 
 
 def methods_block() -> str:
@@ -57,17 +64,18 @@ def results_block(runs_dir: Path = RUNS_DIR) -> str:
     those records ran under."""
     records = all_records(runs_dir)
     best = preferred_records(records)
-    header = ["cell", "dense", *(label(m) for m in SUMMARY_METHODS), "profiles"]
+    methods = summary_methods()
+    header = ["cell", "dense", *(label(m) for m in methods), "profiles"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
     for task, dataset, model, sparsity, row_label in SUMMARY_CELLS:
-        shown = {m: best.get((task, dataset, model, m, sparsity)) for m in SUMMARY_METHODS}
+        shown = {m: best.get((task, dataset, model, m, sparsity)) for m in methods}
         present = [r for r in shown.values() if r is not None]
         if not present:
             continue
         metric, _ = headline(present[0])
         dense = format(present[0]["dense_metrics"][metric], ".2f")
         profiles = ", ".join(f"`{p}`" for p in sorted({r["profile"]["name"] for r in present}))
-        cells = [row_label, dense, *(_value(shown[m], records) for m in SUMMARY_METHODS), profiles]
+        cells = [row_label, dense, *(_value(shown[m], records) for m in methods), profiles]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

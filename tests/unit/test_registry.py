@@ -83,6 +83,26 @@ def test_a_registered_method_appears_in_all_methods_tables_and_figures(toy_metho
     assert figures.figure1_lines()[-2:] == ["toy", "fcpts-plus"]
 
 
+def test_the_readme_summary_takes_its_columns_from_the_registry():
+    """Methods marked `headline` are the README summary's columns, the studied method's family first; one more
+    marked method is one more column, with no list to edit."""
+    from tasks.reporting import readme
+
+    assert readme.summary_methods() == ["fcpts", "fcpts-plus", "pot-l2norm", "pot-erk", "obs"]
+    register(Method("toy-headline", "Toy", lambda *a: a, MethodOptions, tasks=("cifar",), headline=True))
+    try:
+        assert readme.summary_methods()[-1] == "toy-headline"
+    finally:
+        unregister("toy-headline")
+
+
+def test_figure4_pairs_each_rates_pinning_variant_of_the_studied_method_with_it():
+    assert figures.fixed_rates_methods() == ["fcpts-fixed"]
+    records = [cifar_record("fcpts"), cifar_record("fcpts-fixed", top1=85.0), cifar_record("obs")]
+    pairs = figures.fixed_learned_pairs(records)
+    assert [(a["method"], b["method"]) for a, b in pairs] == [("fcpts-fixed", "fcpts")]
+
+
 def test_unregistering_takes_the_toy_out_again(toy_method):
     unregister(toy_method)
     assert toy_method not in METHODS and toy_method not in list_methods()
