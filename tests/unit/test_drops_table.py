@@ -25,18 +25,17 @@ def seeded(method, top1, seed, **kw):
     return r
 
 
+def drops_of(records, reference, tmp_path) -> str:
+    _, rows = table2(records, reference, tmp_path)
+    return drops_table(rows, reference, same_cell_runs(records))
+
+
 def test_rows_are_the_paper_drop_ours_and_each_gap(reference, tmp_path):
     records = [cifar("fcpts", top1=87.6), cifar("fcpts-plus", top1=89.6), cifar("fcpts", sp=0.8, top1=91.0)]
-    _, rows = table2(records, reference, tmp_path)
-    text = drops_table(rows, reference, same_cell_runs(records))
+    text = drops_of(records, reference, tmp_path)
     # paper Table 2, CIFAR-10 ResNet-32: dense 93.53, FCPTS 90.35 at 90% and 92.36 at 80%; our dense 92.6
-    assert row(text, "CIFAR-10 resnet32 90%") == [
-        "3.18",
-        "5.00 [paper-cpu]",
-        "1.82 short, 1 seed",
-        "3.00 [paper-cpu]",
-        "met (0.18 better), 1 seed",
-    ]
+    ours = ["5.00 [paper-cpu]", "1.82 short, 1 seed", "3.00 [paper-cpu]", "met (0.18 better), 1 seed"]
+    assert row(text, "CIFAR-10 resnet32 90%") == ["3.18", *ours]
     assert row(text, "CIFAR-10 resnet32 80%") == ["1.17", "1.60 [paper-cpu]", "0.43 short, 1 seed", "no record", "—"]
     assert row(text, "CIFAR-100 resnet56 90%") == ["4.56", "no record", "—", "no record", "—"]
     assert sum(line.startswith("| CIFAR-") for line in text.splitlines()) == 8  # 4 models x 80/90%
@@ -47,9 +46,7 @@ def test_seeds_give_mean_and_sd_and_a_spread_covering_the_paper_is_within_noise(
     plus = [seeded("fcpts-plus", t, s) for s, t in enumerate((89.6, 89.2, 89.4))]
     faithful = [seeded("fcpts", t, s) for s, t in enumerate((87.6, 87.5, 87.7))]
     other_profile = seeded("fcpts-plus", 80.0, 1, profile="fast")  # another budget: not a seed of the shown cell
-    records = plus + faithful + [other_profile]
-    _, rows = table2(records, reference, tmp_path)
-    text = drops_table(rows, reference, same_cell_runs(records))
+    text = drops_of(plus + faithful + [other_profile], reference, tmp_path)
     assert row(text, "CIFAR-10 resnet32 90%") == [
         "3.18",
         "5.00 ± 0.10 (3 seeds) [paper-cpu]",
