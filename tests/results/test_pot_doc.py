@@ -4,6 +4,8 @@ each step buys are read from those records here."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
@@ -88,3 +90,73 @@ def test_the_cut_budget_folding_table_is_its_records(model, sparsity):
     a, b = folded["metrics"]["top1"], unfolded["metrics"]["top1"]
     label = f"ResNet-{model.removeprefix('resnet')} {round(float(sparsity) * 100)}%"
     assert f"| {label} | {a:.2f} | {b:.2f} | {b - a:.2f} | {paper_pot(sparsity, model):.2f} |" in DOC
+
+
+# The dense-network experiment: option-A and option-B ResNet-32s trained here with one recipe on CIFAR-10's
+# 10,000 local training images, each pruned by the same commands as Table 2's akamaster cells.
+SHORTCUT_DIR = RESULTS_DIR / "investigations" / "shortcut-option"
+WEIGHTS_10K = RESULTS_DIR / "weights-cifar10-10k" / "cifar10"  # the two dense models and their training records
+SHORTCUT_ROWS = {
+    "akamaster, option A, 50,000 images (Table 2's records)": (CELL, "resnet32"),
+    "option A, trained here, 10,000 images": (SHORTCUT_DIR / "runs" / "cifar" / "cifar10" / "resnet32", "resnet32"),
+    "option B, trained here, 10,000 images": (SHORTCUT_DIR / "runs" / "cifar" / "cifar10" / "resnet32b", "resnet32b"),
+}
+SHORTCUT_METHODS = [
+    ("pot-l2norm", ""),
+    ("pot-l2norm", "-pot-fold_bnFalse"),
+    ("magnitude-bn", ""),
+    ("obs", ""),
+]
+
+
+def shortcut_row(label: str, sparsity: int) -> str:
+    """The doc's table row for one dense model at one sparsity: dense top-1, then each method's top-1 (drop)."""
+    folder, model = SHORTCUT_ROWS[label]
+    cells = []
+    dense = None
+    for method, suffix in SHORTCUT_METHODS:
+        path = folder / f"{method}-sp{sparsity}-paper-cpu{suffix}-seed0.json"
+        if not path.is_file():
+            cells.append("—")
+            continue
+        r = read_record(path)
+        dense = r["dense_metrics"]["top1"]
+        cells.append(f"{r['metrics']['top1']:.2f} (−{dense - r['metrics']['top1']:.2f})")
+    return f"| {label} | {sparsity}% | {dense:.2f} | " + " | ".join(cells) + " |"
+
+
+@pytest.mark.parametrize("sparsity", [80, 90])
+@pytest.mark.parametrize("label", SHORTCUT_ROWS)
+def test_the_shortcut_experiment_table_is_its_records(label, sparsity):
+    assert shortcut_row(label, sparsity) in DOC
+
+
+def test_the_shortcut_experiments_prose_is_its_records():
+    def rec(model, sparsity, method="pot-l2norm", suffix=""):
+        folder = SHORTCUT_ROWS[f"option {'B' if model.endswith('b') else 'A'}, trained here, 10,000 images"][0]
+        return read_record(folder / f"{method}-sp{sparsity}-paper-cpu{suffix}-seed0.json")
+
+    def drop(r):
+        return f"{r['dense_metrics']['top1'] - r['metrics']['top1']:.2f}"
+
+    a, b = rec("resnet32", 80), rec("resnet32b", 80)
+    assert f"at 80% POT loses {drop(b)} points on it against {drop(a)}" in DOC
+    assert f"POT loses {drop(b)} points at 80% on option B against {drop(a)} on option A" in DOC
+    assert f"loses the same on both ({drop(rec('resnet32b', 80, 'obs'))} and {drop(rec('resnet32', 80, 'obs'))})" in DOC
+    assert f"without BN folding POT still loses {drop(rec('resnet32b', 80, suffix='-pot-fold_bnFalse'))}" in DOC
+
+    def rows(r):
+        return {row["name"]: row for row in r["per_layer"]}
+
+    shortcuts = [f"{rows(b)[n]['sparsity']:.0%}" for n in ("layer2.0.shortcut.0", "layer3.0.shortcut.0")]
+    assert f"nearly dense ({shortcuts[0]} and {shortcuts[1]} zeros)" in DOC
+
+    def layer3(r):
+        rates = [row["sparsity"] for n, row in rows(r).items() if n.startswith("layer3") and "shortcut" not in n]
+        return f"{min(rates):.0%}"[:-1] + "-" + f"{max(rates):.0%}"
+
+    assert f"puts {layer3(b)} on the other layer3 convs ({layer3(a)} on option A)" in DOC
+    errors = [f"{rows(r)[n]['error_in_network']:.2f}" for n in ("layer3.4.conv2", "linear") for r in (b, a)]
+    assert f"(last conv in the network {errors[0]} against {errors[1]}, logits {errors[2]} against {errors[3]})" in DOC
+    walls = [json.loads((WEIGHTS_10K / f"{m}.json").read_text())["wall_s"] for m in ("resnet32", "resnet32b")]
+    assert f"{walls[0]:,.0f} and {walls[1]:,.0f} s" in DOC
