@@ -172,7 +172,8 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
         "(the code the paper's POT numbers came from) was compared with this suite's on CIFAR-10 ResNet-32 at 80%: "
         "no procedural difference moves the cell (batch sampling is now msbench's; its sparse-input setting is "
         "an option, and worse here). The paper's dense accuracies are those of another checkpoint family "
-        "(chenyaofo/pytorch-cifar-models: 1x1-conv shortcuts), not available here; see docs/notebook/pot-vs-msbench.md."
+        "(chenyaofo/pytorch-cifar-models: 1x1-conv shortcuts), not available here; trained here alike, the 1x1-conv "
+        "network made POT worse than the option-A one, not better: see docs/notebook/pot-vs-msbench.md."
         + pot_full_budget_gap(records, ref),
         "",
     ]
