@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import METHODS, label
-from fcpts.methods.registry import STUDIED_FAMILY
+from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, cell_key, headline, preferred_records
 
@@ -34,7 +34,7 @@ SUMMARY_CELLS = [
 def summary_methods() -> list[str]:
     """The summary's columns: the registered methods marked `headline`, the studied method's family first, then in
     registry order."""
-    names = [name for name, method in METHODS.items() if method.headline]
+    names = [name for name in list_methods() if METHODS[name].headline]
     return sorted(names, key=lambda name: METHODS[name].family != STUDIED_FAMILY)
 
 
