@@ -114,10 +114,15 @@ SEED_SPREAD_LEGEND = (
 )
 
 
+def seeds_of(shown: dict, records: list[dict]) -> list[dict]:
+    """The records of the shown record's cell under its profile: its seeds, itself included."""
+    return [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
+
+
 def seed_spread(shown: dict, records: list[dict]) -> str:
     """' · n seeds: mean ± sd' of top-1 over the records of the shown record's cell and profile, when more
     than one seed ran it; else ''."""
-    same = [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
+    same = seeds_of(shown, records)
     if len(same) < 2:
         return ""
     top1 = [r["metrics"]["top1"] for r in same]

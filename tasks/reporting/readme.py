@@ -16,7 +16,8 @@ from fcpts.core.io import write_text_atomic
 from fcpts.methods import METHODS, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
-from tasks.grid.records import all_records, cell_key, headline, preferred_records
+from tasks.grid.records import all_records, headline, preferred_records
+from tasks.reporting.legend import seeds_of
 
 README = REPO_ROOT / "README.md"
 
@@ -50,8 +51,7 @@ def _value(record: dict | None, records: list[dict]) -> str:
     """The cell's headline number; with several seeds under the shown profile, their mean ± sd (n seeds)."""
     if record is None:
         return "—"
-    profile = record["profile"]["name"]
-    seeds = [r for r in records if cell_key(r) == cell_key(record) and r["profile"]["name"] == profile]
+    seeds = seeds_of(record, records)
     if len(seeds) < 2:
         return f"{headline(record)[1]:.2f}"
     values = [headline(r)[1] for r in seeds]
