@@ -17,9 +17,10 @@ the code made.
     OMP_NUM_THREADS=1 python -m benchmarks.code.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
     python -m benchmarks.code.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
     python -m benchmarks.code.rerun_sample --this-processor --methods fcpts --out ...  # records made on this processor
+    python -m benchmarks.code.rerun_sample --methods str --work-dir rerun-work --resume --out ...  # a long cell
 
 The JSON (and a markdown table beside it, same name, `.md`) holds a row per method, written after every cell, so
-an interrupted run loses nothing with `--resume`.
+an interrupted run loses nothing with `--resume`; a cell itself resumes from its checkpoints with `--work-dir`.
 """
 
 from __future__ import annotations
@@ -164,8 +165,9 @@ def compare(old: dict, new: dict) -> dict:
     }
 
 
-def run_cell(record: dict, scratch: Path) -> dict:
-    """Re-run one record's cell on one thread into scratch; its comparison, times and devices."""
+def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
+    """Re-run one record's cell on one thread into scratch; its comparison, times and devices. `resume`: carry
+    on from the checkpoint (or the finished record) an earlier, interrupted re-run left in scratch."""
     torch.set_num_threads(1)
     runs = scratch / "runs"
     where = Where(runs_dir=runs, checkpoint_dir=scratch / "checkpoints", progress=False)
@@ -173,7 +175,7 @@ def run_cell(record: dict, scratch: Path) -> dict:
     if data_root:
         where = replace(where, data_root=data_root)
     wall, cpu = time.perf_counter(), time.process_time()
-    new, _ = rerun_record(record, where)
+    new, _ = rerun_record(record, where, force=not resume)
     row = {
         **compare(record, new),
         "cell_wall_s": time.perf_counter() - wall,  # data, dense evaluation, method and evaluation
@@ -189,14 +191,27 @@ def run_cell(record: dict, scratch: Path) -> dict:
     return row
 
 
+def same_code_as_before(scratch: Path) -> bool:
+    """Whether what an earlier re-run left in scratch was made by this commit (then it may be carried on);
+    stamps scratch with this commit either way, so a cell is never finished by other code than it began with."""
+    stamp = scratch / "git_commit"
+    same = stamp.is_file() and stamp.read_text().strip() == str(git_commit())
+    scratch.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(f"{git_commit()}\n")
+    return same
+
+
 def row_for(
     method: str,
     records: list[dict],
     max_wall_s: float,
     this_processor: str | None = None,
     log: Callable[[str], None] = print,
+    work_dir: Path | None = None,
 ) -> dict:
-    """One method's row: the record it re-ran and the comparison, or why it was skipped."""
+    """One method's row: the record it re-ran and the comparison, or why it was skipped. With `work_dir` the
+    cell runs in work_dir/<method> and resumes there if the same commit began it (a long cell survives an
+    interruption); else in a temporary folder, from scratch."""
     record, why = pick_record(records, method, this_processor=this_processor)
     if record is None:
         return {"method": method, "status": "skipped", "reason": why}
@@ -210,11 +225,14 @@ def row_for(
             f"this run's limit of {max_wall_s:.0f} s per cell (--max-wall-s)",
         }
     log(f"[rerun] {method}: {record['_path']} (recorded {record['wall_s']:.1f} s)")
-    with tempfile.TemporaryDirectory(prefix="rerun-sample-") as tmp:
-        try:
-            row = run_cell(record, Path(tmp))
-        except DataNotFoundError as e:
-            return {**base, "status": "skipped", "reason": f"its data is missing here: {e}"}
+    try:
+        if work_dir is not None:
+            row = run_cell(record, work_dir / method, resume=same_code_as_before(work_dir / method))
+        else:
+            with tempfile.TemporaryDirectory(prefix="rerun-sample-") as tmp:
+                row = run_cell(record, Path(tmp))
+    except DataNotFoundError as e:
+        return {**base, "status": "skipped", "reason": f"its data is missing here: {e}"}
     log(
         f"[{'match' if row['match'] else 'DIFFERS'}] {method}: {row['metric']} {row['old_value']:.2f} -> "
         f"{row['new_value']:.2f}, hash {str(row['old_mask_sha256'])[:12]} -> {row['new_mask_sha256'][:12]}, "
@@ -325,6 +343,12 @@ def main(argv=None) -> int:
         help="only records made on this machine's processor (the regression's re-runs on other processors, "
         "results/regression/spread/, included): whether a difference is the processor's",
     )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="run each cell in WORK_DIR/<method> and carry on from what an interrupted run left there "
+        "(default: a temporary folder, each cell from scratch); a cell begun by another commit starts again",
+    )
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
@@ -342,7 +366,7 @@ def main(argv=None) -> int:
         if method in kept:
             print(f"[kept] {method}: {kept[method]['record']}")
             continue
-        rows[method] = row_for(method, records, args.max_wall_s, here)
+        rows[method] = row_for(method, records, args.max_wall_s, here, work_dir=args.work_dir)
         write(args.out, [rows[m] for m in order if m in rows], notes)
     output = write(args.out, [rows[m] for m in order if m in rows], notes)
     print(markdown(output))

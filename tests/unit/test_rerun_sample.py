@@ -95,3 +95,23 @@ def test_resume_keeps_only_the_rows_that_ran(tmp_path):
     out.write_text("[]")
     with pytest.raises(SystemExit, match="not this benchmark's output"):
         kept_rows(out)
+
+
+def test_a_work_dir_cell_resumes_only_what_the_same_commit_began(tmp_path, records, monkeypatch):
+    calls = []
+    row = {"match": True, "metric": "top1", "old_value": 1.0, "new_value": 1.0, "cell_wall_s": 1.0}
+    row |= {"old_mask_sha256": "a", "new_mask_sha256": "a"}
+
+    def fake_run_cell(record, scratch, resume=False):
+        calls.append((scratch, resume))
+        return row
+
+    monkeypatch.setattr(rerun_sample, "run_cell", fake_run_cell)
+    monkeypatch.setattr(rerun_sample, "git_commit", lambda: "abc")
+    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    assert calls == [(tmp_path / "work" / "fcpts", False)]  # nothing there yet: from scratch
+    (tmp_path / "work" / "fcpts" / "git_commit").write_text("other\n")
+    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    assert calls[-1] == (tmp_path / "work" / "fcpts", False)  # begun by other code: from scratch again
+    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    assert calls[-1] == (tmp_path / "work" / "fcpts", True)  # begun by this commit: carried on
