@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fcpts.methods import NOT_IN_PAPER, PAPER_METHOD, get_method, list_methods
@@ -19,6 +20,26 @@ DENSE = "dense"  # the reference's row of the dense model, not a method
 def read_reference(path: Path = REFERENCE) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+@dataclass(frozen=True)
+class PaperLayout:
+    """The datasets, models and sparsities of one of the paper's tables: its rows and columns."""
+
+    datasets: tuple[str, ...]
+    models: tuple[str, ...]
+    sparsities: tuple[float, ...]
+
+
+def paper_layout(reference: list[dict], table: str) -> PaperLayout:
+    """`table`'s layout from the reference numbers: datasets and models in the order the transcription lists
+    them (the paper's), the sparsities of its sparse rows ascending."""
+    rows = [r for r in reference if r["table"] == table]
+    return PaperLayout(
+        tuple(dict.fromkeys(r["dataset"] for r in rows)),
+        tuple(dict.fromkeys(r["model"] for r in rows)),
+        tuple(sorted({float(r["sparsity"]) for r in rows if r["method"] != DENSE})),
+    )
 
 
 def paper_rows(reference: list[dict], table: str) -> list[str]:

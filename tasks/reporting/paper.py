@@ -28,7 +28,7 @@ from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
 from tasks.reporting.drops import drops_table
-from tasks.reporting.layout import extras_with_records, paper_rows, read_reference
+from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
     extra_label,
@@ -46,7 +46,6 @@ TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
-TABLE2_MODELS = ("resnet32", "resnet56")
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
@@ -74,9 +73,10 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     }
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
-    cells = [(ds, sp) for ds in ("cifar10", "cifar100") for sp in (0.7, 0.8, 0.9)]
+    layout = paper_layout(reference, "table2")
+    cells = [(ds, sp) for ds in layout.datasets for sp in layout.sparsities]
     extras = extras_with_records(
-        lambda m: any((ds, model, m, sp) in best for model in TABLE2_MODELS for ds, sp in cells), "cifar"
+        lambda m: any((ds, model, m, sp) in best for model in layout.models for ds, sp in cells), "cifar"
     )
     lines = [
         "# Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
@@ -91,7 +91,7 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     missing = trained_only = False
     spread = also = False
     legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
-    for model in TABLE2_MODELS:
+    for model in layout.models:
         dense_cells = []
         for ds, _ in cells:
             rec = next((r for k, r in best.items() if k[0] == ds and k[1] == model), None)
@@ -147,7 +147,7 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 )
             lines.append(f"| {model} | {row_label(method)} | " + " | ".join(out) + " |")
     lines += ["", *table2_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras))]
-    dense_keys = [("cifar10", m, "dense", 0.0) for m in TABLE2_MODELS]
+    dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     lines += [
         "",

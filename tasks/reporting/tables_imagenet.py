@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.records import preferred_records
-from tasks.reporting.layout import extras_with_records, paper_rows
+from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
     extras_legend,
@@ -63,14 +63,14 @@ def imagenet_table(
     table: str,
     records: list[dict],
     reference: list[dict],
-    models: list[str],
-    sparsities: list[float],
     substitute_methods: list[str] | None = None,
     extras_task: str | None = None,
 ) -> str:
-    """One ImageNet table: the paper's rows of `table` (its reference numbers); with `extras_task` (a registry
-    task), rows for the methods beyond the paper that it runs and that have records here."""
+    """One ImageNet table: the paper's rows, models and sparsities of `table` (its reference numbers); with
+    `extras_task` (a registry task), rows for the methods beyond the paper that it runs and that have records here."""
     methods = paper_rows(reference, table)
+    layout = paper_layout(reference, table)
+    models, sparsities = list(layout.models), list(layout.sparsities)
     ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
@@ -228,8 +228,6 @@ def table3(records, reference) -> str:
         "table3",
         records,
         reference,
-        ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"],
-        [0.5, 0.6, 0.7, 0.8, 0.9],
         extras_task="imagenet-cnn",
     )
 
@@ -240,8 +238,6 @@ def table4(records, reference) -> str:
         "table4",
         records,
         reference,
-        ["vit_base", "vit_large"],
-        [0.5, 0.6, 0.7],
         substitute_methods=[],
         extras_task="imagenet-vit",
     )
@@ -252,7 +248,5 @@ def table1(records, reference) -> str:
         "Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)",
         "table1",
         records,
-        reference,
-        ["resnet18"],
-        [0.5, 0.6, 0.7],  # no extras: POT against learned masks; an extra's ResNet-18 cells are rows of Table 3
+        reference,  # no extras: POT against learned masks; an extra's ResNet-18 cells are rows of Table 3
     )

@@ -103,6 +103,25 @@ def test_table3_gains_labelled_obs_rows_without_a_paper_number(reference):
     assert OBS_ROW not in table4([lite0("obs")], reference)  # no substitute rows for ViTs
 
 
+def test_tables_take_their_models_and_sparsities_from_the_paper_s_reference(reference, tmp_path):
+    """A model or sparsity the reference lists for a table is a row or column of it, with no edit to the code."""
+    more = [
+        dict(
+            next(r for r in reference if r["table"] == table and r["method"] != "dense"),
+            model=model,
+            sparsity=sp,
+            top1="50.0",
+            top5="70.0",
+        )
+        for table, model, sp in (("table2", "resnet110", "0.95"), ("table3", "resnet152", "0.95"))
+    ]
+    text2, _ = table2(PAPER_CELLS, [*reference, *more], tmp_path)
+    assert "| resnet110 | dense |" in text2 and "cifar10 95%" in text2.splitlines()[4]
+    assert "| resnet110 | dense |" not in table2(PAPER_CELLS, reference, tmp_path)[0]
+    text3 = table3([], [*reference, *more])
+    assert "| resnet152 | " in text3 and "| 95% |" in text3 and "| 95% |" not in table3([], reference)
+
+
 def test_figure1_draws_obs_as_a_labelled_line(monkeypatch, tmp_path):
     drawn = []
     monkeypatch.setattr(figures, "_save", lambda fig, out, *_: drawn.append(fig) or out)
