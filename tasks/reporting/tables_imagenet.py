@@ -106,10 +106,10 @@ def imagenet_table(
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
             substitute_missing |= None in recs
             shown += [r for r in recs if r]
-            dense = next((r for r in recs if r), None)
+            first = next((r for r in recs if r), None)
             head = (
-                f"**{model} (substitute{'; dense ' + format(dense['dense_metrics']['top1'], '.2f') if dense else ''}"
-                f"{'; ' + str(dense['data']['n_eval']) + ' val images' if dense else ''})**"
+                f"**{model} (substitute{'; dense ' + format(first['dense_metrics']['top1'], '.2f') if first else ''}"
+                f"{'; ' + str(first['data']['n_eval']) + ' val images' if first else ''})**"
             )
             spreads = [seed_spread(r, records) if r else "" for r in recs]
             spread |= any(spreads)
