@@ -9,6 +9,10 @@ with the highest held-out top-1 averaged over the seeds (a tie goes to the earli
 default first). The test split is read afterwards, for the chosen candidate alone. One JSON and one Markdown table
 record the choice, the seeds' spread, the held-out indices' hash, command, commit, device and wall time.
 
+Every finished run (its held-out scores and its pruned weights) is kept in STEM.runs/, and a run in progress
+checkpoints there, so the same command, interrupted, carries on where it stopped (a paper-budget choice takes
+hours of a CPU); runs made with other settings or by another commit are refused, naming the folder.
+
     python -m benchmarks.accuracy.heldout_choice --method fcpts-plus --target 0.8 0.9 --seeds 0 1 \\
         --candidate default no-ramp:ramp=0 block-weight-1:block_weight=1 temperature-8:temperature=8 \\
         --out results/benchmarks/heldout_fcpts_plus_cpu
@@ -30,6 +34,7 @@ from pathlib import Path
 import torch
 
 from fcpts import get_method
+from fcpts.core.io import save_torch_atomic, write_json_atomic
 from tasks.cifar.data import CifarCalibration
 from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
@@ -113,9 +118,52 @@ def mean_sd(values: Sequence[float]) -> dict:
     }
 
 
+class RunStore:
+    """The finished runs of a selection, one folder: `<key>.json` (the held-out row, written last) and `<key>.pt`
+    (the pruned weights) a run, `<key>.ckpt` while one is in progress, and `identity.json`: the settings and commit
+    every run in it was made with. A folder made with other settings is refused rather than mixed in."""
+
+    def __init__(self, folder: Path, identity: dict, make_model: Callable[[], torch.nn.Module]):
+        self.folder, self.make_model = folder, make_model
+        stamp = folder / "identity.json"
+        if stamp.is_file():
+            before = json.loads(stamp.read_text())
+            changed = sorted(k for k in {*before, *identity} if before.get(k) != identity.get(k))
+            if changed:
+                shown = "; ".join(f"{k}: {before.get(k)!r} there, {identity.get(k)!r} now" for k in changed)
+                raise SystemExit(
+                    f"{folder} holds runs made with other settings ({shown}); delete it to start again, or give "
+                    "another --out"
+                )
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(stamp, identity)
+
+    @staticmethod
+    def key(seed: int, target: float, name: str) -> str:
+        return f"seed{seed}-sp{target:g}-{name}"
+
+    def checkpoint(self, key: str) -> str:
+        return str(self.folder / f"{key}.ckpt")
+
+    def load(self, key: str, options: dict) -> tuple[dict, torch.nn.Module] | None:
+        path = self.folder / f"{key}.json"
+        if not path.is_file():
+            return None
+        row = json.loads(path.read_text())
+        if row.get("options") != options:
+            raise SystemExit(f"{path} ran with options {row.get('options')}, this candidate has {options}; delete it")
+        model = self.make_model()
+        model.load_state_dict(torch.load(self.folder / f"{key}.pt", weights_only=True))
+        return row, model
+
+    def save(self, key: str, row: dict, model: torch.nn.Module) -> None:
+        save_torch_atomic(model.state_dict(), self.folder / f"{key}.pt")
+        write_json_atomic(self.folder / f"{key}.json", row)
+
+
 def run_selection(
     *,
-    run_candidate: Callable[[int, float, dict, list[int]], torch.nn.Module],
+    run_candidate: Callable[[int, float, dict, list[int], str | None], torch.nn.Module],
     score_held_out: Callable[[torch.nn.Module, list[int]], dict],
     n_train: int,
     candidates: Sequence[tuple[str, dict]],
@@ -123,22 +171,34 @@ def run_selection(
     seeds: Sequence[int],
     n_calibration: int,
     n_held_out: int,
+    store: RunStore | None = None,
 ) -> tuple[list[dict], dict[float, dict], dict, dict]:
     """Runs every candidate x target x seed and chooses. Returns the held-out rows, the choices, the pruned models
-    by (seed, target, candidate), and each seed's split. Only training indices reach the two callables."""
+    by (seed, target, candidate), and each seed's split. Only training indices reach the two callables. With
+    `store`, a run finished earlier is read back instead of run again, and a new one checkpoints and is kept."""
     rows, models, splits = [], {}, {}
     for seed in seeds:
         split = split_training(n_train, n_calibration, n_held_out, seed)
         splits[seed] = split
         for target in targets:
             for name, options in candidates:
-                t = time.perf_counter()
-                model = run_candidate(seed, target, options, split.calibration)
-                wall = time.perf_counter() - t
-                scores = score_held_out(model, split.held_out)
-                rows.append({"seed": seed, "target": target, "candidate": name, **scores, "wall_s": round(wall, 1)})
+                key = RunStore.key(seed, target, name)
+                kept = store.load(key, options) if store else None
+                if kept:
+                    row, model = kept
+                    print(f"seed {seed} target {target} {name}: kept from {store.folder}", flush=True)
+                else:
+                    t = time.perf_counter()
+                    model = run_candidate(seed, target, options, split.calibration, store and store.checkpoint(key))
+                    wall = time.perf_counter() - t
+                    scores = score_held_out(model, split.held_out)
+                    row = {"seed": seed, "target": target, "candidate": name, "options": options, **scores}
+                    row["wall_s"] = round(wall, 1)
+                    if store:
+                        store.save(key, row, model)
+                    print(f"seed {seed} target {target} {name}: held-out {scores}, {wall:.0f}s", flush=True)
+                rows.append(row)
                 models[(seed, target, name)] = model
-                print(f"seed {seed} target {target} {name}: held-out {scores}, {wall:.0f}s", flush=True)
     return rows, choose(rows, [n for n, _ in candidates]), models, splits
 
 
@@ -223,9 +283,12 @@ def main(argv=None) -> dict:
         model.load_state_dict(dense.state_dict())
         return model
 
-    def run_candidate(seed: int, target: float, options: dict, calibration: list[int]) -> torch.nn.Module:
+    def run_candidate(
+        seed: int, target: float, options: dict, calibration: list[int], checkpoint: str | None
+    ) -> torch.nn.Module:
         images = CifarCalibration(x_train[calibration], augment=method.trains)
-        model, _ = method(fresh(), images, target, **budget, seed=seed, progress=False, **options)
+        resumable = {"checkpoint": checkpoint} if checkpoint and method.trains else {}
+        model, _ = method(fresh(), images, target, **budget, seed=seed, progress=False, **options, **resumable)
         return model
 
     def score_held_out(model: torch.nn.Module, held_out: list[int]) -> dict:
@@ -237,7 +300,19 @@ def main(argv=None) -> dict:
         top1 = classify(model, x, torch.as_tensor(y_train[held_out]))["top1"]
         return {"held_out_top1": round(top1, 2), "agreement_with_dense": round(100.0 * float(agree), 2)}
 
+    identity = {
+        "method": args.method,
+        "dataset": args.dataset,
+        "model": args.model,
+        "budget": budget,
+        "n_calibration": args.calibration,
+        "n_held_out": args.held_out,
+        "weights_sha256": weights_info["sha256"],
+        "git_commit": commit,
+    }
+    store = RunStore(args.out.with_name(args.out.name + ".runs"), identity, fresh)
     rows, choices, models, splits = run_selection(
+        store=store,
         run_candidate=run_candidate,
         score_held_out=score_held_out,
         n_train=len(x_train),
@@ -279,7 +354,8 @@ def main(argv=None) -> dict:
         "default_candidate": default,
         "choice_agrees_with_default": {t: c["chosen"] == default for t, c in choices.items()},
         "test_after_choice": test_after_choice,
-        "wall_s": round(time.perf_counter() - started, 1),
+        "wall_s": round(time.perf_counter() - started, 1),  # this invocation's; each run's is in its row
+        "runs_wall_s": round(sum(r["wall_s"] for r in rows), 1),
         "device": device_description(),
         "torch_threads": torch.get_num_threads(),
         "git_commit": commit,

@@ -5,9 +5,10 @@ output names its command, commit, seeds, held-out hash, device and wall time."""
 import json
 
 import pytest
+import torch
 
 from benchmarks.accuracy import heldout_choice
-from benchmarks.accuracy.heldout_choice import TrainingSplit, choose, parse_candidate, split_training
+from benchmarks.accuracy.heldout_choice import RunStore, TrainingSplit, choose, parse_candidate, split_training
 from tests.conftest import require_data
 
 
@@ -54,6 +55,49 @@ def test_candidate_syntax():
         parse_candidate(":ramp=0")
 
 
+def test_an_interrupted_selection_keeps_its_finished_runs_and_refuses_other_settings(tmp_path):
+    """Runs finished before an interruption are read back (scores and weights), not run again; the unfinished
+    one gets a checkpoint path in the folder; a folder made with other settings or options is refused."""
+    ran = []
+
+    def run_candidate(seed, target, options, calibration, checkpoint):
+        ran.append((seed, options.get("ramp"), checkpoint))
+        if len(ran) == 3:
+            raise KeyboardInterrupt  # the third run is interrupted
+        model = torch.nn.Linear(2, 1)
+        torch.nn.init.constant_(model.weight, float(len(ran)))
+        return model
+
+    def score(model, held_out):
+        return {"held_out_top1": model.weight[0, 0].item(), "agreement_with_dense": 100.0}
+
+    def selection(store):
+        return heldout_choice.run_selection(
+            run_candidate=run_candidate,
+            score_held_out=score,
+            n_train=100,
+            candidates=[("default", {}), ("no-ramp", {"ramp": 0})],
+            targets=[0.9],
+            seeds=[0, 1],
+            n_calibration=10,
+            n_held_out=10,
+            store=store,
+        )
+
+    folder, identity = tmp_path / "choice.runs", {"method": "fcpts-plus", "git_commit": "abc"}
+    with pytest.raises(KeyboardInterrupt):
+        selection(RunStore(folder, identity, lambda: torch.nn.Linear(2, 1)))
+    assert ran[2][2] == str(folder / "seed1-sp0.9-default.ckpt")
+    rows, choices, models, _ = selection(RunStore(folder, identity, lambda: torch.nn.Linear(2, 1)))
+    assert len(ran) == 5  # seed 0's two runs were kept: only seed 1's ran again
+    assert [r["held_out_top1"] for r in rows] == [1.0, 2.0, 4.0, 5.0]
+    assert models[(0, 0.9, "no-ramp")].weight[0, 0].item() == 2.0 and choices[0.9]["chosen"] == "no-ramp"
+    with pytest.raises(SystemExit, match="git_commit: 'abc' there, 'def' now"):
+        RunStore(folder, {**identity, "git_commit": "def"}, lambda: torch.nn.Linear(2, 1))
+    with pytest.raises(SystemExit, match="ran with options"):
+        RunStore(folder, identity, lambda: torch.nn.Linear(2, 1)).load("seed0-sp0.9-no-ramp", {"ramp": 0.5})
+
+
 def test_a_bad_candidate_option_fails_before_any_image_is_read(monkeypatch, tmp_path):
     monkeypatch.setattr(heldout_choice, "load_cifar", lambda *a: pytest.fail("read images before checking options"))
     with pytest.raises(Exception, match="no option"):
@@ -79,9 +123,9 @@ def test_real_cifar_run_chooses_on_training_indices_and_reads_test_only_after(mo
     seen: dict = {}
 
     def selection(*, run_candidate, score_held_out, **kw):
-        def run(seed, target, options, calibration):
+        def run(seed, target, options, calibration, checkpoint):
             seen.setdefault("calibration", {})[seed] = set(calibration)
-            return run_candidate(seed, target, options, calibration)
+            return run_candidate(seed, target, options, calibration, checkpoint)
 
         def score(model, held_out):
             seen.setdefault("held_out", {}).setdefault(id(held_out), set(held_out))
