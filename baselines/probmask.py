@@ -23,7 +23,16 @@ from torch.nn.utils import parametrize
 from torch.utils.checkpoint import checkpoint
 
 from fcpts.core.allocation import global_keep_masks
-from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import (
+    LoopResult,
+    batches_of,
+    frozen_teacher,
+    kl_loss,
+    run_checkpoint,
+    run_identity,
+    train_loop,
+    warmup_cosine,
+)
 from fcpts.core.masks import apply_keep_masks, sharing_modules
 from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport, loop_report
@@ -134,6 +143,23 @@ def probmask_sparsify(
 ) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
     target, device, layers, calib = open_run(model, calibration, target, cfg)
+    final_scores, loop = train_scores(model, layers, calib, target, device, cfg)
+    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
+    model.eval()
+    n_scores = sum(s.numel() for s in final_scores.values())
+    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
+    # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
+    undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
+    extra = {"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided}
+    return model, loop_report("probmask", target, model, cfg, calib, loop, extra)
+
+
+def train_scores(
+    model: nn.Module, layers: dict[str, nn.Module], calib, target: float, device, cfg: ProbMaskOptions
+) -> tuple[dict[str, torch.Tensor], LoopResult]:
+    """Weights and scores trained together; returns each layer's final scores, with the layers plain again.
+    Its own function so that the training state (the teacher, the optimisers' moments: four weight-sized
+    copies, 5 GB on ViT-L) is gone before the export ranks every score."""
     identity = run_identity(target, cfg, calib, model)
     teacher = frozen_teacher(model, cfg.teacher_mode)
     noise = torch.Generator(device=device)
@@ -176,18 +202,11 @@ def probmask_sparsify(
         before_step=before,
         after_step=after,
     )
-    final_scores = {n: p.scores.detach().clone() for n, p in params.items()}
+    final_scores = {n: p.scores.detach() for n, p in params.items()}
     for name, module in layers.items():
         for user in (*sharing_modules(layers, name), module):
             parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
-    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
-    model.eval()
-    n_scores = sum(s.numel() for s in final_scores.values())
-    hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
-    # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
-    undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
-    extra = {"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided}
-    return model, loop_report("probmask", target, model, cfg, calib, loop, extra)
+    return final_scores, loop
 
 
 register(

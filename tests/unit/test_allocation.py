@@ -87,3 +87,37 @@ def test_rate_masks_count_weights_that_are_already_zero():
     # the existing zeros sit outside the mask even in the layer kept dense, so a method that rewrites
     # kept weights (POT's weight correction) cannot revive them
     assert torch.equal(masks["0"], net[0].weight != 0)
+
+
+def _sorted_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    """The reference: stable sorts of the concatenated float32 scores (by tiebreak, then by score)."""
+    flat = torch.cat([s.flatten().float() for s in scores])
+    keep = torch.ones(flat.numel(), dtype=torch.bool)
+    if tiebreak is None:
+        order = torch.sort(flat, stable=True).indices
+    else:
+        first = torch.sort(torch.cat([t.flatten().float() for t in tiebreak]), stable=True).indices
+        order = first[torch.sort(flat[first], stable=True).indices]
+    keep[order[:k]] = False
+    return list(keep.split([s.numel() for s in scores]))
+
+
+@pytest.mark.parametrize("with_tiebreak", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_lowest_k_without_concatenating_equals_the_stable_sorts(seed, with_tiebreak):
+    """Heavy ties (few distinct values), -0.0 beside 0.0, negative scores, a float64 input, an empty tensor and
+    every k at the ties' edges: the masks equal the stable sorts' exactly."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(7, 3), (0,), (50,), (4, 2, 3)]
+    scores = [torch.randint(-3, 4, s, generator=g).float() * 0.5 for s in shapes]
+    scores[0][0, :2] = torch.tensor([-0.0, 0.0])
+    scores[2] = scores[2].double() + torch.rand(50, generator=g, dtype=torch.float64) * 1e-9  # equal as float32
+    tiebreak = [torch.randint(0, 3, s, generator=g).float() for s in shapes] if with_tiebreak else None
+    total = sum(s.numel() for s in scores)
+    for k in sorted({0, 1, 2, total // 3, total // 2, total - 1, total, *range(10, total, 17)}):
+        got = allocation.lowest_k_keep(scores, k, tiebreak)
+        want = _sorted_keep(scores, k, tiebreak)
+        assert [m.shape for m in got] == [s.shape for s in scores]
+        assert all(torch.equal(a.flatten(), b) for a, b in zip(got, want)), k
+    with pytest.raises(ValueError, match="cannot prune"):
+        allocation.lowest_k_keep(scores, total + 1)
