@@ -42,6 +42,7 @@ from tasks.grid.data import CIFAR_DATA, calibration_indices, calibration_subset,
 from tasks.grid.evaluate import classify
 from tasks.grid.profiles import parse_option_pairs
 from tasks.grid.records import command_line, device_description, git_commit
+from tasks.grid.runner import clear_checkpoints
 from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 HELD_OUT_SEED_OFFSET = 1_000  # the held-out draw's seed is the calibration seed plus this: never the same draw
@@ -157,8 +158,10 @@ class RunStore:
         return row, model
 
     def save(self, key: str, row: dict, model: torch.nn.Module) -> None:
+        """The run's weights and row; its checkpoint goes, as a grid cell's does once its record is written."""
         save_torch_atomic(model.state_dict(), self.folder / f"{key}.pt")
         write_json_atomic(self.folder / f"{key}.json", row)
+        clear_checkpoints(Path(self.checkpoint(key)))
 
 
 def run_selection(

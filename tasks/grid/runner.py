@@ -142,7 +142,7 @@ def run_grid(
             try:
                 with cell_lock(path):
                     if force:
-                        _clear_checkpoints(grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt"))
+                        clear_checkpoints(grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt"))
                     elif (finished := read_record(path)) is not None:  # done by another process meanwhile
                         records.append(finished)
                         continue
@@ -225,7 +225,7 @@ def _devices_of_run(ckpt: Path, here: str) -> list[str]:
     return devices
 
 
-def _clear_checkpoints(ckpt: Path) -> None:
+def clear_checkpoints(ckpt: Path) -> None:
     """The cell's checkpoint and any side files a method keeps beside it: after the record is written, and
     before a --force run (which starts clean)."""
     for stale in [ckpt, *ckpt.parent.glob(ckpt.name + ".*")]:
@@ -327,7 +327,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "note": "not committed; re-run the record's command with --force to re-create it",
     }
     write_record(path, record)  # compact: its calibration lists in a side file beside it
-    _clear_checkpoints(ckpt)  # with the side files (STR's search state): the record is the result now
+    clear_checkpoints(ckpt)  # with the side files (STR's search state): the record is the result now
     first = grid.metric_names[0]
     log(
         f"[done] {method} {target:.0%}: {first} {metrics[first]:.2f} (dense {dense_metrics[first]:.2f}), "

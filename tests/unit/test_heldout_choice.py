@@ -62,6 +62,7 @@ def test_an_interrupted_selection_keeps_its_finished_runs_and_refuses_other_sett
 
     def run_candidate(seed, target, options, calibration, checkpoint):
         ran.append((seed, options.get("ramp"), checkpoint))
+        open(checkpoint, "w").close()  # what a method leaves while it runs
         if len(ran) == 3:
             raise KeyboardInterrupt  # the third run is interrupted
         model = torch.nn.Linear(2, 1)
@@ -90,6 +91,7 @@ def test_an_interrupted_selection_keeps_its_finished_runs_and_refuses_other_sett
     assert ran[2][2] == str(folder / "seed1-sp0.9-default.ckpt")
     rows, choices, models, _ = selection(RunStore(folder, identity, lambda: torch.nn.Linear(2, 1)))
     assert len(ran) == 5  # seed 0's two runs were kept: only seed 1's ran again
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == []  # a finished run's checkpoint is cleared
     assert [r["held_out_top1"] for r in rows] == [1.0, 2.0, 4.0, 5.0]
     assert models[(0, 0.9, "no-ramp")].weight[0, 0].item() == 2.0 and choices[0.9]["chosen"] == "no-ramp"
     with pytest.raises(SystemExit, match="git_commit: 'abc' there, 'def' now"):
