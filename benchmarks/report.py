@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from datetime import datetime, timezone
 
@@ -20,6 +21,13 @@ def provenance() -> list[str]:
         f"{torch.get_num_threads()} torch threads, load average at the end {load}",
         f"created {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
     ]
+
+
+def text_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of a benchmark that prints its lines through `emit`, with the `--output` that `emit` writes to."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
+    p.add_argument("--output", help="also write the printed text here (atomically)")
+    return p
 
 
 def emit(lines: list[str], out: str | None) -> None:

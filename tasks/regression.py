@@ -68,6 +68,8 @@ REFERENCE_DIR = RESULTS_DIR / "regression"
 SPREAD_DIR = REFERENCE_DIR / "spread"  # <machine>/<task>/...: the subsets re-run on other processors
 NOTE = "regression check only; not a result"
 SEED = 0
+Tolerances = dict[str, dict[str, float]]  # per task, per metric: how many points a re-run may move
+
 # Points a re-run cell's metric (and its dense model's) may move when only the summation order changes, per task
 # (module docstring: twice the largest move measured with 2 threads or oneDNN off, at least one image).
 SUMMATION_TOLERANCE = {
@@ -189,11 +191,11 @@ def measured_spread(
 
 def derive_tolerances(
     spread: dict[str, dict[str, tuple[float, str]]],
-    summation: dict[str, dict[str, float]] = SUMMATION_TOLERANCE,
-) -> tuple[dict[str, dict[str, float]], list[str]]:
+    summation: Tolerances = SUMMATION_TOLERANCE,
+) -> tuple[Tolerances, list[str]]:
     """(task -> metric -> tolerance, one line per bound saying what decided it): the summation bound, or
     SPREAD_FACTOR x the cross-processor move (rounded up to 0.01) when that is larger (module docstring)."""
-    tolerances: dict[str, dict[str, float]] = {}
+    tolerances: Tolerances = {}
     why = []
     for task, metrics in summation.items():
         for metric, floor in metrics.items():
@@ -241,17 +243,13 @@ def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[
 
 
 def compare_subset(
-    subset: Subset,
-    new_dir: Path,
-    reference_dir: Path = REFERENCE_DIR,
-    tolerances: dict[str, dict[str, float]] = TOLERANCE,
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
 ) -> list[str]:
     """Problems in one subset (empty: no regression). A missing record on either side is a problem too."""
     tolerance = tolerances[subset.task]
     problems = []
-    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
+    for ref_path, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir):
         name = f"{subset.table} {ref_path.relative_to(reference_dir)}"
-        ref, new = read_record(ref_path), read_record(new_path)
         if ref is None:
             problems.append(f"{name}: no reference record in {reference_dir} (run with --update once)")
             continue
@@ -262,60 +260,57 @@ def compare_subset(
             problems.append(
                 f"{name}: sparsity {new['achieved_sparsity']:.9f} vs reference {ref['achieved_sparsity']:.9f}"
             )
-        for key, what in (("metrics", ""), ("dense_metrics", "dense ")):
-            for metric in subset.metrics:
-                delta = new[key][metric] - ref[key][metric]
-                if abs(delta) > tolerance[metric]:
-                    problems.append(
-                        f"{name}: {what}{metric} {new[key][metric]:.2f} vs reference "
-                        f"{ref[key][metric]:.2f} ({delta:+.2f}, more than ±{tolerance[metric]})"
-                    )
+        problems += [
+            f"{name}: {what}{m} {value:.2f} vs reference {ref_value:.2f} ({move:+.2f}, more than ±{limit})"
+            for what, m, value, ref_value, move, limit in _moves(subset, ref, new, tolerance)
+            if abs(move) > limit
+        ]
     return problems
+
+
+def _record_pairs(subset: Subset, new_dir: Path, reference_dir: Path):
+    """(reference path, new path, reference record, new record) per cell of the subset; a missing record is None."""
+    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
+        yield ref_path, new_path, read_record(ref_path), read_record(new_path)
+
+
+def _moves(subset: Subset, ref: dict, new: dict, tolerance: dict[str, float]):
+    """(what, metric, new value, reference value, move, tolerance) for every metric and dense metric of a cell."""
+    for key, what in (("metrics", ""), ("dense_metrics", "dense ")):
+        for m in subset.metrics:
+            yield what, m, new[key][m], ref[key][m], new[key][m] - ref[key][m], tolerance[m]
 
 
 def compare(
     new_dir: Path,
     reference_dir: Path = REFERENCE_DIR,
     subsets: tuple[Subset, ...] = SUBSETS,
-    tolerances: dict[str, dict[str, float]] = TOLERANCE,
+    tolerances: Tolerances = TOLERANCE,
 ) -> list[str]:
     """Problems in every subset (empty: no regression)."""
     return [p for s in subsets for p in compare_subset(s, new_dir, reference_dir, tolerances)]
 
 
 def margins(
-    subset: Subset,
-    new_dir: Path,
-    reference_dir: Path = REFERENCE_DIR,
-    tolerances: dict[str, dict[str, float]] = TOLERANCE,
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
 ) -> list[tuple[float, str]]:
     """(margin, what) for every metric and dense metric of every re-run cell with a reference: how many points
     of its tolerance a move leaves (negative: a regression)."""
-    out = []
-    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
-        ref, new = read_record(ref_path), read_record(new_path)
-        if ref is None or new is None:
-            continue
-        for key, what in (("metrics", ""), ("dense_metrics", "dense ")):
-            for m in subset.metrics:
-                move, tolerance = new[key][m] - ref[key][m], tolerances[subset.task][m]
-                out.append(
-                    (tolerance - abs(move), f"{subset.table} {new_path.stem} {what}{m} {move:+.2f} of ±{tolerance:.2f}")
-                )
-    return out
+    return [
+        (limit - abs(move), f"{subset.table} {new_path.stem} {what}{m} {move:+.2f} of ±{limit:.2f}")
+        for _, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir)
+        if ref is not None and new is not None
+        for what, m, _, _, move, limit in _moves(subset, ref, new, tolerances[subset.task])
+    ]
 
 
 def cell_lines(
-    subset: Subset,
-    new_dir: Path,
-    reference_dir: Path = REFERENCE_DIR,
-    tolerances: dict[str, dict[str, float]] = TOLERANCE,
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
 ) -> list[str]:
     """One line per re-run cell: each metric beside the reference's, its move and the margin its tolerance leaves,
     the dense model's, and the times; then the processors of the references and of this run."""
     lines, devices = [], set()
-    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
-        ref, new = read_record(ref_path), read_record(new_path)
+    for _, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir):
         if new is None:
             continue
         devices.add(((ref or {}).get("device"), new.get("device")))

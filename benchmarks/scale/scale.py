@@ -34,36 +34,27 @@ from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line, device_description, git_commit
 
 PAPER_REFERENCE = REPO_ROOT / "results" / "paper" / "paper_reference.csv"
-# Probe sizes: (the paper's batch and a few hundred images on a GPU; a couple of images and steps on a CPU).
-FULL = {
-    "batch_sizes": [64],
-    "images": [256, 512],
-    "iterations": [100, 200],
-    "warmup": 3,
-    "steps": 5,
-    "layers": 4,
-    "train_images": None,  # the training-loop methods' calibration: the paper's 1,024
-    "small_options": {},
-    "memory_line": True,
-    # A layer-wise cell's first call pays the device's one-time costs (CUDA context, kernels' first launch, cuDNN
-    # and cuBLAS set-up): on an H200 its first probe took longer than its second with twice the images, which
-    # made the fitted lines meaningless. One untimed call at the smallest sizes comes first.
-    "warmup_probe": True,
-}
-SMALL = {
-    "batch_sizes": [1],
-    "images": [2, 6],
-    "iterations": [2, 6],
-    "warmup": 1,
-    "steps": 1,
-    "layers": 1,
-    # A training-loop method's setup passes over its calibration set (1,024 images at the paper's budget: minutes
-    # of a ViT on a CPU); a few images here, the setup projected in proportion.
-    "train_images": 4,
+# Probe sizes, each knob's value on a GPU (the paper's batch and a few hundred images) beside its `--small` value (a
+# couple of images and steps on a CPU).
+PROBE_SIZES = {
+    "batch_sizes": ([64], [1]),
+    "images": ([256, 512], [2, 6]),
+    "iterations": ([100, 200], [2, 6]),
+    "warmup": (3, 1),
+    "steps": (5, 1),
+    "layers": (4, 1),
+    # A training-loop method's calibration: the paper's 1,024 (None). Its setup passes over them (minutes of a ViT
+    # on a CPU): a few images with --small, the setup projected in proportion.
+    "train_images": (None, 4),
     # FCPTS+ prunes its probe images one-shot per ERK exponent before training: a few, not 256, on a CPU.
-    "small_options": {"probe_images": 2},
-    "memory_line": False,
+    "small_options": ({}, {"probe_images": 2}),
+    "memory_line": (True, False),
 }
+SMALL = {knob: small for knob, (_, small) in PROBE_SIZES.items()}
+# A layer-wise cell's first call pays the device's one-time costs (CUDA context, kernels' first launch, cuDNN and
+# cuBLAS set-up): on an H200 its first probe took longer than its second with twice the images, which made the
+# fitted lines meaningless. One untimed call at the smallest sizes comes first.
+FULL = {knob: full for knob, (full, _) in PROBE_SIZES.items()} | {"warmup_probe": True}
 
 
 def paper_models() -> list[str]:
@@ -251,18 +242,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="keep the finished cells of an earlier --out (those whose probes are this run's)",
     )
-    p.add_argument(
-        "--merge",
-        nargs="+",
-        default=[],
-        help="also keep the finished cells of these outputs (those whose probes are this run's)",
-    )
+    p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
     p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
-    p.add_argument(
-        "--reproject",
-        action="store_true",
-        help="measure nothing: recompute --out's projections and table with this code, its provenance kept",
-    )
+    p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     args = p.parse_args(argv)
     if args.device not in ("cpu", "cuda"):

@@ -12,7 +12,6 @@ Hessian is tests/unit/test_obs.py's job).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -21,7 +20,7 @@ from torch import nn
 
 from baselines import obs as obs_module
 from baselines.obs import LayerOBS
-from benchmarks.report import emit
+from benchmarks.report import emit, text_parser
 from tasks.grid.records import device_description
 
 SHAPES = {  # name: (layer, per-image input shape)
@@ -45,10 +44,9 @@ def update_seconds(layer: nn.Module, x: torch.Tensor, x_dense: torch.Tensor, chu
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.obs_hessian", description=__doc__)
+    p = text_parser("benchmarks.speed.obs_hessian", __doc__)
     p.add_argument("--images", type=int, default=64, help="images in the batch (obs's default batch is 128)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--output", help="also write the text here")
     args = p.parse_args(argv)
     lines = [
         f"one Hessian update of {args.images} images (pruned and dense inputs), {device_description()}, "

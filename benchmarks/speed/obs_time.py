@@ -8,24 +8,22 @@ ImageNet-sized layers. The mask hash lets two versions of obs be compared: equal
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 import torchvision
 
 import fcpts
-from benchmarks.report import emit
+from benchmarks.report import emit, text_parser
 from tasks.grid.records import device_description
 from tasks.grid.runner import mask_sha256
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.obs_time", description=__doc__)
+    p = text_parser("benchmarks.speed.obs_time", __doc__)
     p.add_argument("--images", type=int, default=16)
     p.add_argument("--size", type=int, default=64, help="image side in pixels")
     p.add_argument("--target", type=float, default=0.7)
-    p.add_argument("--output", help="also write the text here")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     model = torchvision.models.resnet18()

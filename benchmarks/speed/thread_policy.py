@@ -13,13 +13,12 @@ one core busy. Configurations alternate, round after round; the medians are comp
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 
-from benchmarks.report import emit
+from benchmarks.report import emit, text_parser
 
 STEP = """
 import statistics, sys, time
@@ -60,10 +59,9 @@ def step_seconds(policy: str | None, contended: bool, steps: int) -> tuple[float
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.speed.thread_policy", description=__doc__)
+    p = text_parser("benchmarks.speed.thread_policy", __doc__)
     p.add_argument("--steps", type=int, default=5, help="timed steps per process (after two warm-up steps)")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--output", help="also write the text here")
     args = p.parse_args(argv)
     configs = [(policy, contended) for policy in (None, "PASSIVE") for contended in (False, True)]
     times: dict[tuple, list[float]] = {c: [] for c in configs}

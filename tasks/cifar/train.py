@@ -103,10 +103,7 @@ def train(args: argparse.Namespace) -> dict:
         y = to_device(y_train[idx], device)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        training.sgd_step(loss, opt, sched)
         step += 1
         with torch.no_grad():
             running += torch.stack([loss.detach().double() * len(y), (logits.argmax(1) == y).sum().double()])

@@ -78,6 +78,14 @@ def sgd_warmup_cosine(
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup, total))
 
 
+def sgd_step(loss: torch.Tensor, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """One step of `sgd_warmup_cosine`'s optimiser on `loss`, the schedule advanced with it."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    sched.step()
+
+
 def recipe_fingerprint(recipe: dict) -> str:
     """A short hash of everything that shapes the trained weights: it names the run's checkpoint, so only the
     same recipe resumes it."""

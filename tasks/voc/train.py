@@ -205,10 +205,7 @@ def train(args: argparse.Namespace) -> dict:
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
         loc, cls = loss_fn(logits, regression, labels, targets)
         loss = loc + cls
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        training.sgd_step(loss, opt, sched)
         step += 1
         with torch.no_grad():
             sums += torch.stack([loc.detach(), cls.detach()]).double()
