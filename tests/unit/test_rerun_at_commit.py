@@ -1,0 +1,105 @@
+"""Re-running a record with the code that made it: the record's command narrowed to its cell, masks compared by
+where their zeros are, the verdict, and a finished old-code run reused only from a checkout at the record's commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from benchmarks.code import rerun_at_commit
+from benchmarks.code.rerun_at_commit import cell_command, pattern_sha256, share_differing, verdict, zero_patterns
+
+RECORD = {
+    "_path": "results/runs/imagenet/val/lite0/fcpts-sp90-cpu-seed0.json",
+    "command": "python -m tasks.imagenet --models lite0 r18 --profile cpu --no-progress --methods lamp fcpts "
+    "--sparsity 0.7 0.9 --force --results-dir elsewhere",
+    "model": "lite0",
+    "method": "fcpts",
+    "target_sparsity": 0.9,
+}
+
+
+def test_the_command_is_narrowed_to_the_records_cell(tmp_path):
+    command = cell_command(RECORD, tmp_path, "/data/imagenet")
+    assert command == [
+        sys.executable,
+        *("-m", "tasks.imagenet", "--models", "lite0", "--profile", "cpu", "--no-progress"),
+        *("--methods", "fcpts", "--sparsity", "0.9"),
+        *("--results-dir", str(tmp_path), "--data-root", "/data/imagenet"),
+    ], "one cell, no --force, its records in the work folder"
+    with pytest.raises(ValueError, match="does not start with `python -m`"):
+        cell_command({**RECORD, "command": "make run"}, tmp_path, None)
+
+
+def _saved(path, weight: torch.Tensor):
+    torch.save({"conv.weight": weight, "conv.bias": torch.zeros(2), "bn.weight": torch.zeros(2)}, path)
+    return path
+
+
+def test_masks_compare_by_their_zeros_alone(tmp_path):
+    weight = torch.arange(1.0, 17.0).reshape(2, 2, 2, 2)
+    weight[0, 0] = 0
+    a = zero_patterns(_saved(tmp_path / "a.pt", weight))
+    assert sorted(a) == ["conv.weight"], "biases and BatchNorm weights (one dimension) are not masks"
+    b = zero_patterns(_saved(tmp_path / "b.pt", weight * 3))  # other values, the same zeros
+    assert pattern_sha256(a) == pattern_sha256(b) and share_differing(a, b) == 0.0
+    moved = weight.clone()
+    moved[1, 1, 1, 1] = 0
+    c = zero_patterns(_saved(tmp_path / "c.pt", moved))
+    assert pattern_sha256(c) != pattern_sha256(a) and share_differing(a, c) == 1 / 16
+    other = zero_patterns(_saved(tmp_path / "d.pt", torch.ones(3, 2, 2, 2)))
+    assert share_differing(a, other) == 1.0, "another shape is another model"
+
+
+def test_the_verdict_names_what_moved_the_model():
+    assert verdict(False, True).startswith("the processor")
+    assert verdict(True, False).startswith("the code")
+    assert verdict(False, False).startswith("both")
+    assert verdict(True, True).startswith("neither")
+
+
+def _commit(repo) -> str:
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("x")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_finished_old_code_run_is_reused_only_at_the_records_commit(tmp_path, monkeypatch):
+    commit = _commit(tmp_path / "work" / "checkout")
+    record = {**RECORD, "git_commit": commit, "sparse_model": {"path": "results/runs/models/imagenet/m.pt"}}
+    finished = tmp_path / "work" / "runs" / "imagenet" / "val" / "lite0" / "fcpts-sp90-cpu-seed0.json"
+    finished.parent.mkdir(parents=True)
+    finished.write_text(json.dumps({"metrics": {"top1": 0.5}}))
+    monkeypatch.setattr(rerun_at_commit.subprocess, "run", _no_cell_run(subprocess.run))
+    old, model = rerun_at_commit.run_old_code(record, tmp_path / "work", None)
+    assert old == {"metrics": {"top1": 0.5}} and model == tmp_path / "work" / "runs" / "models" / "imagenet" / "m.pt"
+    with pytest.raises(SystemExit, match="not the record's"):
+        rerun_at_commit.run_old_code({**record, "git_commit": "0" * 40}, tmp_path / "work", None)
+
+
+def _no_cell_run(run):
+    def guarded(command, *args, **kwargs):
+        assert command[0] == "git", f"a finished run was run again: {command}"
+        return run(command, *args, **kwargs)
+
+    return guarded
+
+
+def test_a_record_without_a_saved_models_hash_is_refused_before_work(tmp_path, monkeypatch, capsys):
+    record = tmp_path / "results" / "r.json"
+    record.parent.mkdir()
+    record.write_text(json.dumps({**RECORD, "sparse_model": {"path": "x.pt"}}))
+    today = tmp_path / "today.pt"
+    today.write_bytes(b"")
+    monkeypatch.setattr(rerun_at_commit, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(rerun_at_commit, "run_old_code", lambda *a: pytest.fail("work started"))
+    with pytest.raises(SystemExit):
+        rerun_at_commit.main(["--record", "results/r.json", "--today", str(today), "--work-dir", str(tmp_path / "w")])
+    assert "names no saved model's hash" in capsys.readouterr().err
