@@ -4,7 +4,8 @@
 another result, either may have moved it. This runs the record's own command, narrowed to its cell, in a checkout of
 the record's commit (a git worktree in --work-dir), on this processor, and compares three sparse models:
 
-- the record's (made elsewhere): its saved model's file hash and its numbers, as stored;
+- the record's (made elsewhere): its saved model's file hash and its numbers, as stored (the same code and torch
+  write the same weights to the same bytes, so the file hash compares the old code's models across machines);
 - the old code's, here: its file hash, its numbers and where its zeros are;
 - today's code's, here (`--today`, the model `rerun_sample --work-dir` saved): where its zeros are.
 

@@ -9,12 +9,15 @@ import re
 
 import pytest
 
+from benchmarks.code.rerun_at_commit import markdown as markdown_at_commit
+from benchmarks.code.rerun_at_commit import verdict
 from benchmarks.code.rerun_sample import markdown, processor, summary
 from fcpts.methods.registry import list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
+AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
 ROW_FIELDS = (
     "record",
@@ -120,3 +123,42 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
 @pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
 def test_the_table_beside_each_output_is_what_the_benchmark_writes_from_it(path):
     assert markdown(_read(path)) == path.with_suffix(".md").read_text()
+
+
+def test_each_re_run_at_its_record_s_commit_agrees_with_the_records_and_the_verdict_follows():
+    out = _read(AT_COMMIT)
+    prov = out["provenance"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and prov["omp_num_threads"] == "1", prov
+    assert prov["command"].startswith("python -m benchmarks.code.rerun_at_commit ")
+    assert out["rows"] and markdown_at_commit(out) == AT_COMMIT.with_suffix(".md").read_text()
+    for row in out["rows"]:
+        record = _read(REPO_ROOT / row["record"])
+        assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
+        assert row["record_value"] == record["metrics"][row["metric"]]
+        assert row["record_model_sha256"] == record["sparse_model"]["sha256"]
+        assert processor(row["old_here_device"]) == processor(prov["device"]) != processor(row["record_device"])
+        assert row["old_here_command"].startswith(f"python -m tasks.{record['task']} ")
+        same_as_record = row["old_here_model_sha256"] == row["record_model_sha256"]
+        same_as_today = row["old_here_pattern_sha256"] == row["today_pattern_sha256"]
+        assert same_as_today == (row["positions_differing_old_vs_today"] == 0.0)
+        assert row["verdict"] == verdict(same_as_record, same_as_today)
+
+
+def test_every_difference_not_checked_on_this_processor_is_re_run_at_its_commit_and_stated():
+    """A re-run that differed, with no record of its method made here to re-run, is explained by the record's own
+    code run here; the notebook states what that found."""
+    same = {r["method"]: r for r in _read(SAME_PROCESSOR)["rows"]}
+    at_commit = {r["record"]: r for r in _read(AT_COMMIT)["rows"]}
+    text = " ".join(NOTEBOOK.read_text().split())
+    for row in _ran(_read(OUT)):
+        if row["match"] or same[row["method"]]["status"] == "ran":
+            continue
+        check = at_commit.get(row["record"])
+        assert check, f"{row['method']}: its difference is not re-run at its record's commit"
+        where = processor(check["record_device"]).removeprefix("cpu: ")
+        for quoted in (
+            f"top-1 {check['old_here_value']:.2f} here ({check['record_value']:.2f} on the {where})",
+            f"{100 * check['positions_differing_old_vs_today']:.2f}% of the weights' positions",
+            f"what moved it: {check['verdict'].split(':')[0]}",
+        ):
+            assert quoted in text, (row["method"], quoted)
