@@ -162,3 +162,14 @@ def test_every_difference_not_checked_on_this_processor_is_re_run_at_its_commit_
             f"what moved it: {check['verdict'].split(':')[0]}",
         ):
             assert quoted in text, (row["method"], quoted)
+
+
+def test_the_notebook_s_minutes_and_collapse_are_the_at_commit_output_s():
+    rows = _read(AT_COMMIT)["rows"]
+    text = " ".join(NOTEBOOK.read_text().split())
+    minutes = " and ".join(f"{r['old_here_wall_s'] / 60:.0f}" for r in rows)
+    assert f"({minutes} minutes a run here)" in text
+    assert "none of the six models keeps 1% top-1" in text and len(rows) == 2
+    assert all(max(r["record_value"], r["old_here_value"]) < 1 for r in rows)
+    rerun = {r["record"]: r for r in _read(OUT)["rows"]}
+    assert all(rerun[r["record"]]["new_value"] < 1 for r in rows), "today's models collapsed too"
