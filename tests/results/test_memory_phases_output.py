@@ -1,0 +1,42 @@
+"""The committed phase-by-phase memory of FCPTS (benchmarks/scale/memory_phases.py) and what docs/memory.md reads
+off it: the teacher's copy, the training loop's peak and the run's, in copies of the weights."""
+
+from __future__ import annotations
+
+import re
+
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+
+OUT = RESULTS_DIR / "benchmarks" / "memory_phases_vit_base_fcpts.txt"
+DOC = REPO_ROOT / "docs" / "memory.md"
+
+
+def phases(path) -> dict[str, tuple[float, float]]:
+    """phase -> (copies of the weights at its end, highest within it)."""
+    rows = {}
+    for line in path.read_text().splitlines():
+        m = re.fullmatch(r"(\S.*?)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+([\d.]+)", line)
+        if m:
+            rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    return rows
+
+
+def test_the_output_names_its_setting_and_provenance():
+    text = OUT.read_text()
+    assert "fcpts on vit_base (86.6 M parameters" in text and "MALLOC_MMAP_THRESHOLD_=1048576" in text
+    assert re.search(r"^commit [0-9a-f]{40},", text, re.M) and "OMP_NUM_THREADS=1" in text
+
+
+def test_the_doc_reads_its_copies_off_the_output():
+    rows = phases(OUT)
+    teacher = rows["frozen_teacher"][0] - rows["run: setup"][0]
+    loop = rows["train_loop"][1] - rows["after _Thresholds"][0]
+    run = max(high for _, high in rows.values()) - rows["build the model"][0]
+    doc = " ".join(DOC.read_text().split())
+    for quoted in (
+        f"the teacher's copy adds {teacher:.1f} copies of the weights",
+        f"the training loop's peak lies {loop:.1f} copies above",
+        f"the run's peak is {run:.1f} copies above the model it was given",
+    ):
+        assert quoted in doc, quoted
+    assert 4.0 <= loop <= 6.0, "gradients, momentum, the step's masks and masked weights: four copies and change"
