@@ -39,3 +39,16 @@ def test_benchmarks_doc_quotes_the_grid_hours(result):
     assert f"{grid['total_hours']:,.0f} core-hours" in text
     for table, row in grid["tables"].items():
         assert f"{scale.GRID_TABLES[table]}: {row['hours']:,.0f}" in text
+
+
+def test_the_capped_vit_large_probmask_try_is_as_the_doc_says():
+    capped = json.loads((OUTPUT.parent / "scale_cpu_small_vit_large_probmask_capped.json").read_text())
+    (cell,) = capped["cells"]
+    assert (cell["model"], cell["method"], cell["status"]) == ("vit_large", "probmask", "crashed")
+    assert cell["error"].startswith("exit -9") and "capped at 18 GB by a cgroup" in capped["note"]
+    assert (
+        capped["sizes"] == scale.SMALL
+        and scale.markdown(capped) == (OUTPUT.parent / "scale_cpu_small_vit_large_probmask_capped.md").read_text()
+    )
+    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    assert f"killed at the cap after {cell['cell_s']:.0f} s" in text and "capped at 18 GB" in text
