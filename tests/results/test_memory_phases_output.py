@@ -40,3 +40,16 @@ def test_the_doc_reads_its_copies_off_the_output():
     ):
         assert quoted in doc, quoted
     assert 4.0 <= loop <= 6.0, "gradients, momentum, the step's masks and masked weights: four copies and change"
+
+
+def test_the_doc_s_glibc_default_numbers_are_that_output_s():
+    fixed, default = phases(OUT), phases(OUT.with_name("memory_phases_vit_base_fcpts_glibc_default.txt"))
+    assert (
+        "MALLOC_MMAP_THRESHOLD_=unset (glibc default)"
+        in OUT.with_name("memory_phases_vit_base_fcpts_glibc_default.txt").read_text()
+    )
+    peak = {name: max(high for _, high in rows.values()) for name, rows in (("fixed", fixed), ("default", default))}
+    end = {name: rows["after _exact_step"][0] for name, rows in (("fixed", fixed), ("default", default))}
+    doc = " ".join(DOC.read_text().split())
+    assert f"peaks at {peak['default']:.1f} copies instead of {peak['fixed']:.1f}" in doc
+    assert f"ends at {end['default']:.1f} instead of {end['fixed']:.1f}" in doc
