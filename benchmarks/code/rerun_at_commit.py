@@ -174,6 +174,8 @@ def main(argv=None) -> int:
     path = REPO_ROOT / args.record
     if not path.is_file() or not args.today.is_file():
         p.error(f"no such file: {args.record if not path.is_file() else args.today}")
+    if not Path(args.record).as_posix().startswith("results/runs/"):
+        p.error(f"{args.record}: name a grid record under results/runs/ (its cell and saved model are found there)")
     record = {**json.loads(path.read_text()), "_path": str(path.relative_to(REPO_ROOT))}
     if not record.get("sparse_model", {}).get("sha256"):
         p.error(f"{args.record} names no saved model's hash: nothing to compare the old code's model with")

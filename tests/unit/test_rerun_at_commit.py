@@ -93,13 +93,27 @@ def _no_cell_run(run):
 
 
 def test_a_record_without_a_saved_models_hash_is_refused_before_work(tmp_path, monkeypatch, capsys):
-    record = tmp_path / "results" / "r.json"
-    record.parent.mkdir()
+    record = tmp_path / "results" / "runs" / "r.json"
+    record.parent.mkdir(parents=True)
     record.write_text(json.dumps({**RECORD, "sparse_model": {"path": "x.pt"}}))
     today = tmp_path / "today.pt"
     today.write_bytes(b"")
     monkeypatch.setattr(rerun_at_commit, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(rerun_at_commit, "run_old_code", lambda *a: pytest.fail("work started"))
     with pytest.raises(SystemExit):
-        rerun_at_commit.main(["--record", "results/r.json", "--today", str(today), "--work-dir", str(tmp_path / "w")])
+        rerun_at_commit.main(
+            ["--record", "results/runs/r.json", "--today", str(today), "--work-dir", str(tmp_path / "w")]
+        )
     assert "names no saved model's hash" in capsys.readouterr().err
+
+
+def test_a_record_outside_the_grid_s_records_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    record = tmp_path / "results" / "regression" / "r.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({**RECORD, "sparse_model": {"path": "x.pt", "sha256": "0" * 64}}))
+    today = tmp_path / "today.pt"
+    today.write_bytes(b"")
+    monkeypatch.setattr(rerun_at_commit, "REPO_ROOT", tmp_path)
+    with pytest.raises(SystemExit):
+        rerun_at_commit.main(["--record", "results/regression/r.json", "--today", str(today), "--work-dir", "w"])
+    assert "under results/runs/" in capsys.readouterr().err
