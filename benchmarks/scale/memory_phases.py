@@ -93,8 +93,8 @@ def marked(log: PhaseLog, phases: tuple[tuple[str, str], ...]) -> Iterator[None]
             setattr(module, attr, original)
 
 
-def measure(model_name: str, method_name: str, images: int = 4, iterations: int = 2) -> tuple[list[str], int]:
-    """The phase lines of one run, and the model's parameter count."""
+def measure(model_name: str, method_name: str, images: int = 4, iterations: int = 2) -> list[str]:
+    """The phase lines of one run."""
     from tasks.imagenet.models import architecture
 
     torch.manual_seed(0)
@@ -119,7 +119,7 @@ def measure(model_name: str, method_name: str, images: int = 4, iterations: int 
     ]
     for phase, now, high in log.rows[1:]:
         lines.append(f"{phase:24s} {now / 1e9:9.2f} {high / 1e9:8.2f} {now / copy:9.1f} {high / copy:8.1f}")
-    return lines, params
+    return lines
 
 
 def main(argv=None) -> int:
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=4)
     p.add_argument("--iterations", type=int, default=2)
     args = p.parse_args(argv)
-    lines, _ = measure(args.model, args.method, args.images, args.iterations)
+    lines = measure(args.model, args.method, args.images, args.iterations)
     emit(lines, args.output)
     return 0
 
