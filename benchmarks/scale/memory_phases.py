@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,29 +41,22 @@ PHASES = {
 
 
 class PhaseLog:
-    """The resident set sampled in the background; `mark(name)` closes the current phase and opens `name`."""
+    """One `PeakRSS` per phase; `mark(name)` closes the current phase and opens `name`."""
 
     def __init__(self, every_s: float = 0.01):
         self.rows: list[tuple[str, int, int]] = []  # (phase, resident at its end, highest within it)
-        self.phase, self.high = "start", PeakRSS.now()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, args=(every_s,), daemon=True)
-        self._thread.start()
-
-    def _sample(self, every_s: float) -> None:
-        while not self._stop.is_set():
-            self.high = max(self.high, PeakRSS.now())
-            self._stop.wait(every_s)
+        self.every_s = every_s
+        self.phase, self._rss = "start", PeakRSS(every_s).__enter__()
 
     def mark(self, name: str) -> None:
+        self._rss.__exit__(None, None, None)
         now = PeakRSS.now()
-        self.rows.append((self.phase, now, max(self.high, now)))
-        self.phase, self.high = name, now
+        self.rows.append((self.phase, now, max(self._rss.peak, now)))
+        self.phase, self._rss = name, PeakRSS(self.every_s).__enter__()
 
     def close(self) -> None:
         self.mark("end")
-        self._stop.set()
-        self._thread.join()
+        self._rss.__exit__(None, None, None)
 
 
 @contextmanager
