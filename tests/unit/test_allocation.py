@@ -121,3 +121,19 @@ def test_lowest_k_without_concatenating_equals_the_stable_sorts(seed, with_tiebr
         assert all(torch.equal(a.flatten(), b) for a, b in zip(got, want)), k
     with pytest.raises(ValueError, match="cannot prune"):
         allocation.lowest_k_keep(scores, total + 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lowest_k_over_the_whole_float_range_equals_the_stable_sorts(seed):
+    """Values spread over every exponent, both infinities, NaN (last, as a sort puts it) and the extremes: the
+    selection's counting passes land on the same k-th score as the sorts, k by k."""
+    g = torch.Generator().manual_seed(seed)
+    scores = [
+        torch.randn(s, generator=g) * torch.exp2(torch.randint(-126, 127, (s,), generator=g)) for s in (300, 1, 77)
+    ]
+    extremes = [float("inf"), float("-inf"), float("nan"), 3.4e38, -3.4e38, 1e-45, -1e-45, 0.0, -0.0]
+    scores[0][: len(extremes)] = torch.tensor(extremes)
+    total = sum(s.numel() for s in scores)
+    for k in sorted({1, 2, total // 2, total - 2, total - 1, total, *range(5, total, 23)}):
+        got = allocation.lowest_k_keep(scores, k)
+        assert all(torch.equal(a.flatten(), b) for a, b in zip(got, _sorted_keep(scores, k, None))), k
