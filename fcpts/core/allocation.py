@@ -139,8 +139,9 @@ def lowest_k_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tenso
     in the order of (score, `tiebreak`, position: tensor by tensor, then flat index), compared as float32.
 
     The same masks as stable sorts of the concatenated scores, without concatenating them: the k-th score is
-    found by bisection on its value, then the ties at it by tiebreak and position, so the extra memory is two
-    boolean masks (kept, tied) and one tensor's temporaries, where the sorts held several weight-sized copies."""
+    found by counting the scores into bins (radix selection), then the ties at it by tiebreak and position, so the
+    extra memory is two boolean masks (kept, tied) and one tensor's temporaries, where the sorts held several
+    weight-sized copies."""
     keep = [torch.ones(s.shape, dtype=torch.bool, device=s.device) for s in scores]
     total = sum(s.numel() for s in scores)
     if not 0 <= k <= total:
