@@ -102,6 +102,9 @@ def noise_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + 500_009 + step
 
 
+PROJECTION_BISECTIONS = 100  # halvings of v's bracket (float64) in each step's projection
+
+
 @torch.no_grad()
 def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
     """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N (v = 0 when the
@@ -118,7 +121,7 @@ def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
 
     lo = torch.stack([s.min() for s in scores]).min().double() - 1.0
     hi = torch.stack([s.max() for s in scores]).max().double()
-    for _ in range(100):
+    for _ in range(PROJECTION_BISECTIONS):
         v = 0.5 * (lo + hi)
         over = kept_sum(v) > budget
         lo, hi = torch.where(over, v, lo), torch.where(over, hi, v)

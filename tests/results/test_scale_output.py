@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from baselines.probmask import PROJECTION_BISECTIONS
 from benchmarks.scale import scale
 from tasks.grid.paths import REPO_ROOT
 
@@ -52,3 +53,23 @@ def test_the_capped_vit_large_probmask_try_is_as_the_doc_says():
     )
     text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
     assert f"killed at the cap after {cell['cell_s']:.0f} s" in text and "capped at 18 GB" in text
+
+
+def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc_says(result):
+    path = OUTPUT.parent / "scale_cpu_small_vit_large_probmask_mmap.json"
+    run = json.loads(path.read_text())
+    (cell,) = run["cells"]
+    assert (cell["model"], cell["method"], cell["status"]) == ("vit_large", "probmask", "ok")
+    assert "MALLOC_MMAP_THRESHOLD_=1048576" in run["note"] and "capped at 16 GB by a cgroup" in run["note"]
+    assert run["sizes"] == scale.SMALL and scale.markdown(run) == path.with_suffix(".md").read_text()
+    (probe,) = cell["probes"]
+    fcpts = next(c for c in result["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
+    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    steps = " and ".join(f"{s:.0f}" for s in probe["step_s"])
+    fcpts_steps = " and ".join(f"{s:.1f}" for s in fcpts["probes"][0]["step_s"])
+    for quoted in (
+        f"peak {probe['peak_rss_gb']:.2f} GB resident, {cell['cell_s']:,.0f} s in all",
+        f"two steps at batch 1 took {steps} s, against FCPTS's {fcpts_steps} s on ViT-L",
+        f"{PROJECTION_BISECTIONS} bisection passes over all {cell['params_total'] / 1e6:.0f} million of them",
+    ):
+        assert quoted in text, quoted
