@@ -3,9 +3,11 @@
 The scale benchmark measures one peak per cell; docs/memory.md states each method's peak as a formula. This runs
 one method once on one model (random weights from the ImageNet catalogue, synthetic 224-px images, a couple of
 steps at batch 1) and marks the phases of its run where it enters and leaves the functions named in `PHASES`
-(FCPTS's: the teacher's copy, the thresholds, the training loop, the exact step), sampling the resident set every
-10 ms. Each line: the phase, the resident set at its end and the highest within it, in GB and in units of 4P (one
-float32 copy of every parameter), so a term of the formula reads off as a step between lines.
+(FCPTS's: the teacher's copy, the thresholds, the training loop, the exact step; ProbMask's: the teacher's copy, the
+loop, the export). A phase's highest resident set is the kernel's high-water mark, reset at each mark, where Linux
+offers it, else sampled every 10 ms. Each line: the phase, the resident set at its end and the highest within it,
+in GB and in units of 4P (one float32 copy of every parameter), so a term of the formula reads off as a step
+between lines.
 
 glibc keeps freed large blocks in the process (its mmap threshold grows after each free), so the resident set
 overstates what is live; `MALLOC_MMAP_THRESHOLD_=1048576` in the environment fixes the threshold and the resident set
@@ -36,6 +38,11 @@ PHASES = {
         ("fcpts.methods.fcpts", "_Thresholds"),
         ("fcpts.methods.fcpts", "train_loop"),
         ("fcpts.methods.fcpts", "_exact_step"),
+    ),
+    "probmask": (
+        ("baselines.probmask", "frozen_teacher"),
+        ("baselines.probmask", "train_loop"),
+        ("baselines.probmask", "export_masks"),
     ),
 }
 
