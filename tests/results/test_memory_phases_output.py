@@ -1,5 +1,5 @@
-"""The committed phase-by-phase memory of FCPTS (benchmarks/scale/memory_phases.py) and what docs/memory.md reads
-off it: the teacher's copy, the training loop's peak and the run's, in copies of the weights."""
+"""The committed phase-by-phase memory of FCPTS and ProbMask (benchmarks/scale/memory_phases.py) and what
+docs/memory.md reads off it: the teacher's copy, the training loop's peak and the run's, in copies of the weights."""
 
 from __future__ import annotations
 
@@ -53,3 +53,24 @@ def test_the_doc_s_glibc_default_numbers_are_that_output_s():
     doc = " ".join(DOC.read_text().split())
     assert f"peaks at {peak['default']:.1f} copies instead of {peak['fixed']:.1f}" in doc
     assert f"ends at {end['default']:.1f} instead of {end['fixed']:.1f}" in doc
+
+
+def test_the_doc_reads_probmask_s_copies_off_its_output():
+    path = OUT.with_name("memory_phases_vit_base_probmask.txt")
+    assert "probmask on vit_base (86.6 M parameters" in path.read_text()
+    assert "MALLOC_MMAP_THRESHOLD_=1048576" in path.read_text()
+    rows = phases(path)
+    teacher = rows["frozen_teacher"][0] - rows["run: setup"][0]
+    scores = rows["after frozen_teacher"][0] - rows["frozen_teacher"][0]
+    loop = rows["train_loop"][1] - rows["after frozen_teacher"][0]
+    run = max(high for _, high in rows.values()) - rows["build the model"][0]
+    export = rows["export_masks"][1] - rows["after train_loop"][0]
+    doc = " ".join(DOC.read_text().split())
+    for quoted in (
+        f"the teacher's copy adds {teacher:.1f} copies of the weights and the keep-scores {scores:.1f} more",
+        f"the training loop's peak lies {loop:.1f} copies above the resident set before it",
+        f"the run's peak is {run:.1f} copies above the model it was given, against the formula's 9",
+        f"its peak lies {export:.1f} copies above the resident set it starts from",
+    ):
+        assert quoted in doc, quoted
+    assert abs(run - 9) <= 1.0, "the formula (16P + 24Pw less the student's 4P) within one copy"
