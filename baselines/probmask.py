@@ -102,14 +102,17 @@ def noise_seed(seed: int, step: int) -> int:
     return seed * 1_000_003 + 500_009 + step
 
 
-PROJECTION_BISECTIONS = 100  # halvings of v's bracket (float64) in each step's projection
+PROJECTION_BISECTIONS = 100  # at most, halvings of v's bracket (float64) in each step's projection
+FIXED_POINT_CHECK_EVERY = 8  # halvings between two reads of the bracket (each read waits for the device)
 
 
 @torch.no_grad()
 def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
     """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N (v = 0 when the
-    scores are within budget already). Every decision is a torch.where on the scores' device: nothing is read
-    back, so the step never waits for it. Returns v (0-dim, float64).
+    scores are within budget already). Every decision is a torch.where on the scores' device; the bracket is read
+    back every FIXED_POINT_CHECK_EVERY halvings, and the bisection stops once a halving left it as it was: from
+    then on every halving repeats that one (the midpoint is an end of the bracket in float64), so stopping gives
+    the v that all PROJECTION_BISECTIONS would, in about 60 passes instead of 100. Returns v (0-dim, float64).
 
     Sums run layer by layer in float64, so the extra memory is one layer's scores in float64, never all of them
     (on ViT-L a flat float64 copy of every score and its two temporaries were 7 GB)."""
@@ -121,10 +124,13 @@ def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
 
     lo = torch.stack([s.min() for s in scores]).min().double() - 1.0
     hi = torch.stack([s.max() for s in scores]).max().double()
-    for _ in range(PROJECTION_BISECTIONS):
+    for halving in range(1, PROJECTION_BISECTIONS + 1):
         v = 0.5 * (lo + hi)
         over = kept_sum(v) > budget
-        lo, hi = torch.where(over, v, lo), torch.where(over, hi, v)
+        new_lo, new_hi = torch.where(over, v, lo), torch.where(over, hi, v)
+        if halving % FIXED_POINT_CHECK_EVERY == 0 and bool((new_lo == lo) & (new_hi == hi)):
+            break
+        lo, hi = new_lo, new_hi
     v = torch.where(kept_sum(torch.zeros_like(hi)) <= budget, torch.zeros_like(hi), hi)
     for s in scores:
         s.sub_(v.to(s.dtype)).clamp_(0, 1)

@@ -202,3 +202,23 @@ def test_probmask_layerwise_projection_moves_scores_exactly_as_the_flat_one(seed
         v_ref = _projection_over_one_flat_copy(reference, kept)
         assert v.to(torch.float32) == v_ref.to(torch.float32)
         assert all(torch.equal(a, b) for a, b in zip(ours, reference))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_probmask_projection_stopping_at_its_fixed_point_gives_what_every_halving_would(seed, monkeypatch):
+    """The bisection stops once a halving leaves the bracket as it was; the v and scores are bit for bit those of
+    all PROJECTION_BISECTIONS halvings (a check interval beyond them never stops early), scores spread or tied."""
+    import baselines.probmask as probmask
+
+    g = torch.Generator().manual_seed(seed)
+    scores = [torch.rand(shape, generator=g).clamp(0.1, 0.9) for shape in ((64, 16, 3, 3), (10, 64), (999,))]
+    if seed % 2:
+        scores[2][:500] = 0.5  # a block of equal scores
+    for kept in (0.9, 0.5, 0.1, 0.002):
+        early, every = [s.clone() for s in scores], [s.clone() for s in scores]
+        v_early = project_scores(early, kept)
+        with monkeypatch.context() as m:
+            m.setattr(probmask, "FIXED_POINT_CHECK_EVERY", probmask.PROJECTION_BISECTIONS + 1)
+            v_every = project_scores(every, kept)
+        assert v_early.item() == v_every.item() and v_early.dtype == torch.float64
+        assert all(torch.equal(a, b) for a, b in zip(early, every))
