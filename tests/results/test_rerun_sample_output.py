@@ -113,6 +113,10 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
             quoted.append(f"{row['old_wall_s']:,.0f} s")
             quoted.append(re.search(r"limit of (\d+) s", row["reason"]).group(1) + " s limit per cell")
     quoted.append(f"mAP at {rows['uniform']['new_value']:.2f} and {rows['erk']['new_value']:.2f}")
+    stra = rows["str"]  # its re-run resumed over sessions: the record's wall time, this part's CPU time
+    quoted.append(f"STR's only records took {stra['old_wall_s']:,.0f} s when made")
+    quoted.append(f"over more than one session, {stra['new_wall_s']:,.0f} s in all")
+    quoted.append(f"for STR only its last session's part, {stra['cell_cpu_s']:,.0f} s")
     plus = rows["fcpts-plus"]
     quoted.append(f"{plus['old_wall_s']:.0f} s became {plus['new_wall_s']:.0f} s")
     quoted.append(f"{plus['new_wall_s'] / plus['old_wall_s']:.1f} times slower")
