@@ -195,6 +195,14 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     step = (RESULTS_DIR / "benchmarks" / "step_time_cpu.txt").read_text()
     ratio = re.search(r"fcpts step, mse-blocks \(defaults\).*ratio (\d+\.\d+)", step)
     assert ratio and f"costs {ratio.group(1)} plain training steps" in text
+    kl = re.search(r"fcpts step, kl .*ratio (\d+\.\d+)", step)
+    assert (
+        kl
+        and f"{ratio.group(1)} with the default block-MSE loss, {kl.group(1)} with the paper's output-only KL" in text
+    )
+    assert step in (NOTEBOOK / "benchmarks.md").read_text(), "the output as committed, in the doc's code block"
+    load = re.search(r"load average at the end (\d+\.\d+)", step)
+    assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
     speedup = re.search(r"speed-up of 'this checkout, same-shape layers together'.*: (\d+\.\d+)x", pot)
     assert speedup and f"runs {speedup.group(1)}x faster" in text
