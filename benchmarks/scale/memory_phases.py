@@ -55,15 +55,17 @@ class PhaseLog:
         self.every_s = every_s
         self.phase, self._rss = "start", PeakRSS(every_s).__enter__()
 
-    def mark(self, name: str) -> None:
+    def _end_phase(self) -> None:
         self._rss.__exit__(None, None, None)
         now = PeakRSS.now()
         self.rows.append((self.phase, now, max(self._rss.peak, now)))
+
+    def mark(self, name: str) -> None:
+        self._end_phase()
         self.phase, self._rss = name, PeakRSS(self.every_s).__enter__()
 
     def close(self) -> None:
-        self.mark("end")
-        self._rss.__exit__(None, None, None)
+        self._end_phase()  # the last phase's row; no new phase (and sampler) opened only to be closed
 
 
 @contextmanager
