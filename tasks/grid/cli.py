@@ -106,7 +106,11 @@ def add_grid_args(
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="where models, data and every method run: cpu, cuda, cuda:1, ... (default: cuda when available)",
     )
-    p.add_argument("--force", action="store_true", help="redo cells that already have a record, from a clean start")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="redo cells that already have a record, from a clean start (an interrupted redo resumes with --force)",
+    )
     p.add_argument(
         "--dry-run",
         action="store_true",

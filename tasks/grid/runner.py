@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic
+from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, write_text_atomic
 from fcpts.core.masks import check_target, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
@@ -136,13 +136,14 @@ def run_grid(
             done = None if force else read_record(path)
             if done is not None:
                 check_same_cell(done, path, target, grid)
-                log(f"[skip] {path.resolve()} exists (use --force to redo)")
+                why = "a --force redo of it was interrupted: --force resumes it" if redo_begun(grid, path) else ""
+                log(f"[skip] {path.resolve()} exists ({why or 'use --force to redo'})")
                 records.append(done)
                 continue
             try:
                 with cell_lock(path):
                     if force:
-                        clear_checkpoints(grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt"))
+                        begin_or_resume_redo(grid, path, log)
                     elif (finished := read_record(path)) is not None:  # done by another process meanwhile
                         records.append(finished)
                         continue
@@ -212,12 +213,46 @@ def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None
         )
 
 
+def cell_checkpoint(grid: Grid, path: Path) -> Path:
+    """Where the cell whose record goes to `path` keeps its resumable state."""
+    return grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+
+
+def _redo_marker(ckpt: Path) -> Path:
+    return ckpt.with_name(ckpt.name + ".redo")
+
+
+def _replaced(path: Path) -> str:
+    """What a --force redo replaces: the sha256 of the record there when it began, or 'none'."""
+    return file_sha256(path) if path.is_file() else "none"
+
+
+def redo_begun(grid: Grid, path: Path) -> bool:
+    """Whether a --force redo of this cell began, and was interrupted, since its record was written."""
+    marker = _redo_marker(cell_checkpoint(grid, path))
+    return marker.is_file() and marker.read_text().strip() == _replaced(path)
+
+
+def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
+    """--force starts a cell clean, except where a --force redo of the same record was interrupted: that one
+    resumes from its checkpoint, so a long redo (an STR search, a cluster job that timed out and is submitted
+    again with the same command) loses nothing finished. The marker beside the checkpoint names the record the
+    redo replaces; it goes with the checkpoint once the new record is written."""
+    ckpt = cell_checkpoint(grid, path)
+    if redo_begun(grid, path):
+        log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")
+        return
+    clear_checkpoints(ckpt)
+    write_text_atomic(_redo_marker(ckpt), _replaced(path) + "\n")
+
+
 def _devices_of_run(ckpt: Path, here: str) -> list[str]:
     """The devices a cell's run has worked on, kept beside its checkpoint: a run resumed on another device
     (a CPU start finished on a GPU, or another GPU model) names each in its record, so its summed wall time is
     never read as one device's. Written before the method starts, so an interrupted part is counted too."""
     side = ckpt.with_name(ckpt.name + ".devices")
-    started = ckpt.exists() or any(f != side for f in ckpt.parent.glob(ckpt.name + ".*"))  # STR: side files only
+    others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, _redo_marker(ckpt)}
+    started = ckpt.exists() or bool(others)  # STR: side files only
     earlier = side.read_text().splitlines() if started and side.is_file() else []
     devices = [*earlier, *([here] if here not in earlier else [])]
     side.parent.mkdir(parents=True, exist_ok=True)
@@ -274,7 +309,7 @@ def read_dense_cache(cache: Path, names: Sequence[str]) -> dict:
 
 
 def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics: dict, log) -> dict:
-    ckpt = grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    ckpt = cell_checkpoint(grid, path)
     spec = get_method(method)
     budget = cell_budget(grid.profile, method, grid.seed)
     options = cell_options(grid.profile, method, grid.seed, grid.progress, str(ckpt))

@@ -94,6 +94,34 @@ def test_a_truncated_checkpoint_names_its_file_and_force_starts_clean(tmp_path):
     assert record["hit_target"]
 
 
+def test_an_interrupted_force_redo_resumes_with_force_and_a_finished_one_starts_clean(tmp_path):
+    (old,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], log=lambda _: None)
+    record = tmp_path / "runs/t/d/m/fcpts-sp50-tiny-seed0.json"
+    before = record.read_bytes()
+    calls = []
+
+    def interrupted(model):  # the dense evaluation passes; the redo is stopped after its method finished
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return {"top1": 1.0, "top5": 0.0}
+
+    g = grid(tmp_path)
+    g.evaluate = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(g, ["fcpts"], [0.5], force=True, log=lambda _: None)
+    assert record.read_bytes() == before  # the record being redone stays until its replacement is written
+    lines: list[str] = []
+    (kept,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], log=lines.append)  # without --force: skipped, and said
+    assert kept == old and "--force resumes it" in lines[-1]
+    (redone,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], force=True, log=lines.append)
+    assert redone["method_report"]["extra"]["resumed_from_step"] == 3 and "[resume]" in " ".join(lines)
+    assert redone["mask_sha256"] == old["mask_sha256"]
+    assert list((g.checkpoint_dir / "t/d/m").glob("fcpts-sp50-tiny-seed0.pt*")) == []  # the marker went too
+    (again,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], force=True, log=lambda _: None)
+    assert again["method_report"]["extra"]["resumed_from_step"] == 0  # a finished redo: --force starts clean
+
+
 def test_a_finished_cell_leaves_no_checkpoint_or_side_file(tmp_path):
     g = grid(tmp_path)
     (record,) = run_grid(g, ["str"], [0.5], log=lambda _: None)
