@@ -41,9 +41,27 @@ FIGURE_STEMS = {
 READ_BY_USERS = [
     REPO_ROOT / "Makefile",
     *sorted((REPO_ROOT / "docs").rglob("*.md")),
-    *sorted((REPO_ROOT / "tasks").rglob("*.py")),
-    *sorted((REPO_ROOT / "benchmarks").rglob("*.py")),
+    *sorted(p for part in ("fcpts", "baselines", "tasks", "benchmarks") for p in (REPO_ROOT / part).rglob("*.py")),
 ]
+# What each of the paper's tables and figures is about, as prose names it: "Table N" or "Figure N" followed by the
+# subject of another is a number left over from another numbering.
+SUBJECTS = {
+    "table": {
+        "learned_masks": ("learned-mask", "learned mask", "STR", "ProbMask"),
+        "cifar": ("CIFAR",),
+        "imagenet_cnn": ("CNN",),
+        "imagenet_vit": ("ViT",),
+        "voc": ("VOC", "detection", "Detection"),
+        "time": ("time", "Time"),
+        "inference": ("inference", "CV22", "latency"),
+    },
+    "figure": {
+        "accuracy_vs_sparsity": ("accuracy vs", "accuracy_vs"),
+        "bridge": ("bridge",),
+        "fixed_vs_learned": ("fixed", "learnable sparsity"),
+        "allocation": ("allocation",),
+    },
+}
 
 
 def caption_order(tex: str, kind: str) -> list[str]:
@@ -112,7 +130,7 @@ def test_every_figure_file_has_the_papers_number(paper_numbers):
 
 def check_names(doc: Path, paper_numbers: dict[tuple[str, str], int]) -> None:
     """A table or figure file `doc` names exists under the paper's number; a link `[Table N](...tableM_...)` has
-    N == M."""
+    N == M; "Table N (CNNs)" and the like name the table the paper gives that subject."""
     figure_stems = sorted((s for s in FIGURE_STEMS.values() if s), key=len, reverse=True)
     text = doc.read_text()
     where = doc.relative_to(REPO_ROOT)
@@ -124,6 +142,14 @@ def check_names(doc: Path, paper_numbers: dict[tuple[str, str], int]) -> None:
         assert paper_numbers[("figure", stem)] == int(number), f"{where}: fig{number}_{rest}.png"
     for said, linked in re.findall(r"\[(?:Table|table) (\d)\]\([^)]*table(\d)_", text):
         assert said == linked, f"{where}: a link says Table {said} and goes to table{linked}"
+    for kind, subjects in SUBJECTS.items():
+        name = kind.capitalize()
+        for said, after in re.findall(rf"\b{name} (\d)\b(?:'s)?([^,;)]{{0,30}})", text):
+            after = re.split(rf"\b[{name[0]}{kind[0]}]{kind[1:]}s?\b", after)[0]  # up to the next one named
+            about = {paper_numbers[(kind, stem)] for stem, words in subjects.items() if any(w in after for w in words)}
+            assert not about or int(said) in about, (
+                f"{where}: '{name} {said}{after}' is about the paper's {name} {about}"
+            )
 
 
 def test_docs_and_code_name_tables_and_figures_by_the_papers_numbers(paper_numbers):
