@@ -21,6 +21,7 @@ trial is the same almost dense start, whatever the target).
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from fcpts.core.options import TrainingOptions, check_at_least
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
+
+log = logging.getLogger("fcpts")
 
 
 @dataclass
@@ -188,6 +191,12 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
     model.eval()
     achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
     best = state["best"]["row"]
+    if abs(achieved - target) >= cfg.tolerance:
+        log.warning(
+            "STR reached sparsity %.4f, not the target %.4f (it has no exact step; its closest of %d trials): more "
+            "iterations or search_runs bring it closer, or use a method that lands on the target",
+            achieved, target, len(state["trials"]),
+        )  # fmt: skip
     return model, SparsityReport(
         method="str",
         target_sparsity=target,
