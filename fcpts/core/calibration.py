@@ -36,6 +36,7 @@ class Calibration:
             raise ValueError("calibration data is empty: pass at least one image")
         if isinstance(data, torch.Tensor):
             check_finite(data, "calibration images")
+            check_not_raw_pixels(data, "the calibration tensor")
         self.data, self.seed = data, seed
         self.batch_size = min(batch_size, len(data))
         self.steps_per_epoch = len(data) // self.batch_size
@@ -79,6 +80,7 @@ class Calibration:
                     "or (input tensor, label) pairs"
                 )
         batch = torch.stack(inputs)
+        check_not_raw_pixels(batch, f"calibration item {idx[0]}")
         check_finite(batch, lambda: f"calibration images (dataset indices {self._bad_indices(batch, idx)})")
         return batch
 
@@ -123,6 +125,18 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda" or batch.is_cuda:
         return batch.to(device)
     return batch.pin_memory().to(device, non_blocking=True)
+
+
+def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:
+    """uint8 inputs are undecoded pixels (PILToTensor, read_image): a model trained on normalised floats would
+    run on them only after a cast that no method should guess, so name the conversion instead of failing in the
+    first convolution with a dtype mismatch."""
+    if x.dtype == torch.uint8:
+        raise TypeError(
+            f"{what} is torch.uint8 (raw pixels): give the inputs the model was trained on, e.g. "
+            "x.float() / 255 then its normalisation (torchvision: the weights' transforms(), or ToDtype(float32, "
+            "scale=True) and Normalize)"
+        )
 
 
 def check_finite(x: torch.Tensor, what: str | Callable[[], str]) -> None:

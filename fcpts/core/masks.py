@@ -154,6 +154,34 @@ def check_finite_weights(model: nn.Module) -> None:
                 )
 
 
+COMPUTE_DTYPES = (torch.float32, torch.float64)
+
+
+def check_weight_dtype(model: nn.Module) -> None:
+    """The methods compute in the model's own dtype and are made for float32: a float16 model's statistics and
+    optimiser steps overflow (POT's went to NaN), so a half-precision model is refused before any work, with the
+    way round it."""
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and p.dtype not in COMPUTE_DTYPES:
+            raise TypeError(
+                f"the model's parameter {name!r} is {p.dtype}: sparsify a float32 model (model.float(), with "
+                "float32 calibration inputs) and cast the sparse model back afterwards (zeros stay zeros); for "
+                "bfloat16 forwards while FCPTS trains, pass amp='bf16'"
+            )
+
+
+def check_finite_result(model: nn.Module, method: str) -> None:
+    """A method that leaves NaN or Inf in the weights has failed, whatever sparsity it reports: say so rather
+    than hand back a model whose NaNs count as kept weights."""
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p.detach()).all()):
+            bad = int((~torch.isfinite(p.detach())).sum())
+            raise FloatingPointError(
+                f"{method} left {bad} NaN/Inf value(s) in {name!r} of the sparse model: the run diverged; a "
+                "smaller learning rate, more calibration images or float32 inputs are the usual ways out"
+            )
+
+
 class _BinActive(torch.autograd.Function):
     """sgn(x) forward; hard-tanh straight-through gradient (1 inside |x| < 1, else 0) backward."""
 

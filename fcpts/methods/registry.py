@@ -31,7 +31,7 @@ from typing import Any
 from torch import nn
 
 from fcpts.core.calibration import calibration_data
-from fcpts.core.masks import check_finite_weights, check_target
+from fcpts.core.masks import check_finite_result, check_finite_weights, check_target, check_weight_dtype
 from fcpts.core.options import MethodOptions
 from fcpts.core.outputs import OutputFn, tensor_outputs
 from fcpts.core.report import SparsityReport
@@ -151,10 +151,13 @@ class Method:
         target = check_target(target)
         options = self.resolve_options(options, overrides)
         check_finite_weights(model)
+        check_weight_dtype(model)
         options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
         calibration = calibration_data(calibration)
         with tensor_outputs(model, output_fn):
-            return self.run(model, calibration, target, options)
+            sparse, report = self.run(model, calibration, target, options)
+        check_finite_result(sparse, self.name)
+        return sparse, report
 
 
 class Registry(Mapping[str, Method]):

@@ -3,6 +3,7 @@ and the edge cases of two methods (STR without iterations, FCPTS+'s block balanc
 
 import collections
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -141,6 +142,38 @@ def test_nan_or_inf_in_the_dense_model_is_refused_before_any_work_naming_the_ten
     model.state_dict()[where][0] = float("nan") if where.endswith("weight") else float("inf")
     with pytest.raises(ValueError, match=rf"'{where}' holds \d+ NaN/Inf"):
         fcpts.sparsify(model, images(), 0.5, method=name, options=get_method(name).make_options(QUICK))
+
+
+@pytest.mark.parametrize("name", sorted(fcpts.METHODS))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_model_is_refused_before_any_work_with_the_way_round(name, dtype):
+    model = tiny_net().to(dtype)  # POT on a float16 model reported sparsity 0.0 over NaN weights, exit 0
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(TypeError, match=rf"'0.weight' is {dtype}: sparsify a float32 model"):
+        fcpts.sparsify(model, images().to(dtype), 0.5, method=name, options=get_method(name).make_options(QUICK))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # untouched
+
+
+def test_a_method_that_leaves_nan_weights_fails_whatever_sparsity_it_reports():
+    magnitude = get_method("global-magnitude")
+
+    def diverges(model, calibration, target, options):
+        model, report = magnitude.run(model, calibration, target, options)
+        with torch.no_grad():
+            model[0].weight[0, 0, 0, 0] = float("nan")
+        return model, report
+
+    method = dataclasses.replace(magnitude, name="diverges", run=diverges)
+    with pytest.raises(FloatingPointError, match=r"diverges left 1 NaN/Inf value\(s\) in '0.weight'"):
+        method(tiny_net(), images(), 0.5)
+
+
+@pytest.mark.parametrize("as_dataset", [False, True])
+def test_raw_uint8_pixels_are_refused_naming_the_conversion(as_dataset):
+    pixels = torch.randint(0, 256, (16, 3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(pixels, torch.zeros(16)) if as_dataset else pixels
+    with pytest.raises(TypeError, match=r"torch.uint8 \(raw pixels\).*x.float\(\) / 255"):
+        fcpts.sparsify(tiny_net(), data, 0.5, **QUICK)
 
 
 def test_str_without_iterations_is_a_clear_error():
