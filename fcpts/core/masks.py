@@ -63,11 +63,15 @@ def prunable_layers(
             layers[owner] = users[0][1]
             if len(users) > 1:
                 layers.sharing[owner] = [module for _, module in users[1:]]
-    if not layers:
-        left_out = "after excluding " + str(sorted(exclude)) if exclude else ""
-        left_out += " and filter_fn" if filter_fn is not None else ""
+    if not layers and names:
+        how = " and ".join(([f"exclude={sorted(exclude)}"] if exclude else []) + (["filter_fn"] if filter_fn else []))
         raise NoPrunableLayersError(
-            f"{type(model).__name__} has no prunable layers (nn.Conv2d / nn.Linear) {left_out}; "
+            f"{how} left none of {type(model).__name__}'s {len(names)} prunable layers (e.g. {sorted(names)[:3]}) "
+            "to prune: keep at least one"
+        )
+    if not layers:
+        raise NoPrunableLayersError(
+            f"{type(model).__name__} has no prunable layers (nn.Conv2d / nn.Linear); "
             "pass a model that contains convolutions or linear layers"
         )
     return layers

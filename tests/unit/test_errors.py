@@ -29,6 +29,19 @@ def test_model_without_prunable_layers():
         fcpts.sparsify(nn.Sequential(nn.ReLU(), nn.BatchNorm1d(4)), torch.randn(4, 4), 0.5)
 
 
+@pytest.mark.parametrize(
+    ("selection", "said"),
+    [
+        ({"exclude": ["0", "2"]}, r"exclude=\['0', '2'\] left none of Sequential's 2 prunable layers"),
+        ({"filter_fn": lambda module, name: False}, r"filter_fn left none of Sequential's 2 prunable layers"),
+    ],
+)
+def test_a_selection_that_leaves_no_layer_says_so(selection, said):
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    with pytest.raises(NoPrunableLayersError, match=said + r" \(e.g. \['0', '2'\]\) to prune: keep at least one"):
+        fcpts.sparsify(model, torch.randn(4, 4), 0.5, **selection)
+
+
 def test_excluding_an_unknown_layer():
     with pytest.raises(ValueError, match="not Conv2d/Linear layers"):
         fcpts.sparsify(nn.Linear(4, 4), torch.randn(4, 4), 0.5, exclude=["nope"])
