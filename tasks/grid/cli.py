@@ -57,6 +57,17 @@ def target(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def seed(text: str) -> int:
+    """A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
+    return value
+
+
 def add_grid_args(
     p: argparse.ArgumentParser,
     profiles: dict[str, Profile],
@@ -97,7 +108,7 @@ def add_grid_args(
         metavar="KEY=VALUE",
         help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="the calibration subset's and the method's seed (>= 0)")
     p.add_argument("--weights", help="dense weights file for the (single) model")
     p.add_argument("--results-dir", default=str(RUNS_DIR), help=f"where records go (default: {RUNS_DIR})")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
@@ -136,9 +147,12 @@ def all_methods_help(tasks: Sequence[str]) -> str:
 
 
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, task: str) -> argparse.Namespace:
-    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`)."""
+    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`); a
+    method or target given twice is one cell."""
     args = p.parse_args(argv)
-    args.methods = list_methods(task=task) if args.all_methods else args.methods
+    args.methods = list_methods(task=task) if args.all_methods else list(dict.fromkeys(args.methods))
+    if args.sparsity:
+        args.sparsity = list(dict.fromkeys(args.sparsity))  # a target given twice is one cell
     return args
 
 

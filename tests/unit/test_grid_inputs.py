@@ -121,6 +121,21 @@ def test_a_damaged_submission_manifest_is_named_and_force_discards_it(tmp_path, 
     assert submission.read_cells(folder, discard_damaged=True) == {} and not manifest.exists()
 
 
+@pytest.mark.parametrize("value", ["-1", "1.5", "x"])
+def test_a_seed_that_cannot_name_a_record_is_refused_by_the_parser(capsys, value):
+    with pytest.raises(SystemExit) as stop:
+        cifar.main(["--model", "resnet20", "--seed", value, "--dry-run"])
+    assert stop.value.code == 2 and "a seed is a whole number >= 0" in capsys.readouterr().err
+
+
+def test_a_method_or_target_given_twice_is_one_cell(tmp_path, capsys):
+    argv = ["--model", "resnet20", "--profile", "quick", "--results-dir", str(tmp_path / "runs"), "--dry-run"]
+    assert cifar.main([*argv, "--methods", "lamp", "fcpts", "lamp", "--sparsity", "0.9", "0.90", "0.5"]) == 0
+    out = capsys.readouterr().out
+    cells = re.findall(r"to run +(\S+) +(\S+)%", out)
+    assert cells == [("lamp", "90.00"), ("lamp", "50.00"), ("fcpts", "90.00"), ("fcpts", "50.00")], out
+
+
 def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
