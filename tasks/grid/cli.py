@@ -147,12 +147,9 @@ def all_methods_help(tasks: Sequence[str]) -> str:
 
 
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, task: str) -> argparse.Namespace:
-    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`); a
-    method or target given twice is one cell."""
+    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`)."""
     args = p.parse_args(argv)
-    args.methods = list_methods(task=task) if args.all_methods else list(dict.fromkeys(args.methods))
-    if args.sparsity:
-        args.sparsity = list(dict.fromkeys(args.sparsity))  # a target given twice is one cell
+    args.methods = list_methods(task=task) if args.all_methods else args.methods
     return args
 
 
@@ -251,6 +248,8 @@ def run_grids(
 
     def run() -> int:
         launch.check_launcher_args(args)
+        args.methods = list(dict.fromkeys(args.methods))  # a method or target given twice is one cell
+        args.sparsity = list(dict.fromkeys(args.sparsity)) if args.sparsity else args.sparsity
         check_methods(args.methods)
         if args.dry_run:
             return dry_run(args, plans(args))

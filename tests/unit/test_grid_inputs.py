@@ -15,6 +15,7 @@ from tasks.grid import status, submission
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.profiles import Profile
 from tasks.grid.runner import Grid, dense_factory, run_grid
+from tasks.imagenet import grid as imagenet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,9 +129,11 @@ def test_a_seed_that_cannot_name_a_record_is_refused_by_the_parser(capsys, value
     assert stop.value.code == 2 and "a seed is a whole number >= 0" in capsys.readouterr().err
 
 
-def test_a_method_or_target_given_twice_is_one_cell(tmp_path, capsys):
-    argv = ["--model", "resnet20", "--profile", "quick", "--results-dir", str(tmp_path / "runs"), "--dry-run"]
-    assert cifar.main([*argv, "--methods", "lamp", "fcpts", "lamp", "--sparsity", "0.9", "0.90", "0.5"]) == 0
+@pytest.mark.parametrize("task", ["cifar", "imagenet"])
+def test_a_method_or_target_given_twice_is_one_cell(tmp_path, capsys, task):
+    main, model = (cifar.main, "resnet20") if task == "cifar" else (imagenet.main, "efficientnet_lite0")
+    argv = ["--model", model, "--profile", "quick", "--results-dir", str(tmp_path / "runs"), "--dry-run"]
+    assert main([*argv, "--methods", "lamp", "fcpts", "lamp", "--sparsity", "0.9", "0.90", "0.5"]) == 0
     out = capsys.readouterr().out
     cells = re.findall(r"to run +(\S+) +(\S+)%", out)
     assert cells == [("lamp", "90.00"), ("lamp", "50.00"), ("fcpts", "90.00"), ("fcpts", "50.00")], out
