@@ -22,6 +22,7 @@ from tasks.deploy.sparse_storage import (
     write_sparse_files,
 )
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.data import DataNotFoundError
 
 
 @torch.no_grad()
@@ -247,6 +248,14 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="pass --model"):
         torch.save({"a": torch.zeros(1)}, tmp_path / "anon.pt")
         checkpoints.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
+
+
+def test_a_missing_or_unfinished_record_is_named_as_such(tmp_path):
+    with pytest.raises(DataNotFoundError, match="run record .*none.json does not exist"):
+        checkpoints.sparse_model_from_record(tmp_path / "none.json", tmp_path, None, False)
+    (tmp_path / "started.json").write_text('{"task": "cifar"}')
+    with pytest.raises(DataNotFoundError, match="started.json is not a finished run record"):
+        checkpoints.sparse_model_from_record(tmp_path / "started.json", tmp_path, None, False)
 
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
