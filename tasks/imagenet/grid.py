@@ -70,6 +70,25 @@ def paper_sparsities(model: str) -> list[float]:
     return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
 
 
+def dataset_name(n_val: int) -> str:
+    """A partial validation set is named by its size, so its results never pass for full ImageNet's."""
+    return "imagenet" if n_val == 50000 else f"imagenet-val{n_val}"
+
+
+def planned_grid(*, model_name: str, profile: Profile, where: Where) -> Grid:
+    """A grid to list, not to run (--dry-run): its cells' names need the val folder's size, not the model's
+    weights, so the paper's grid is listed without fetching seven models."""
+    folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
+
+    def not_built(*_):
+        raise RuntimeError("a planned grid is only listed (--dry-run); it builds no model and reads no image")
+
+    return Grid(
+        task="imagenet", dataset=dataset_name(len(list_split(folder, "val"))), model=model_name,
+        build_model=not_built, make_calibration=not_built, evaluate=not_built, profile=profile, **where.grid_fields(),
+    )  # fmt: skip
+
+
 def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int | None = None) -> Grid:
     """The ImageNet grid of one model: its library's weights and preprocessing, train/ calibration, val/ metrics."""
     folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
@@ -86,9 +105,8 @@ def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int 
     val_set = ImageFiles(val[: profile.eval_limit] if profile.eval_limit else val, eval_tf)
     spec = get_spec(model_name)
     return Grid(
-        # A partial validation set is named by its size, so its results never pass for full ImageNet's.
         task="imagenet",
-        dataset="imagenet" if len(val) == 50000 else f"imagenet-val{len(val)}",
+        dataset=dataset_name(len(val)),
         model=model_name,
         build_model=dense_factory(lambda: architecture(model_name), dense, where.device),
         make_calibration=make_calibration,
@@ -153,7 +171,10 @@ def plans(args: argparse.Namespace):
         methods = all_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
-        grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
+        if args.dry_run:
+            grid = planned_grid(model_name=model_name, profile=profile, where=cli.where(args))
+        else:
+            grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
         yield cli.GridPlan(grid, methods, args.sparsity or paper_sparsities(model_name), ("--models", model_name))
 
 

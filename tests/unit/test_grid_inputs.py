@@ -139,6 +139,19 @@ def test_a_method_or_target_given_twice_is_one_cell(tmp_path, capsys, task):
     assert cells == [("lamp", "90.00"), ("lamp", "50.00"), ("fcpts", "90.00"), ("fcpts", "50.00")], out
 
 
+def test_an_imagenet_dry_run_lists_the_paper_grid_without_fetching_weights(tmp_path, capsys, monkeypatch):
+    def offline(*_, **__):
+        raise AssertionError("a dry run fetched weights")
+
+    monkeypatch.setattr(imagenet, "pretrained", offline)
+    argv = ["--models", "paper", "--all-methods", "--profile", "paper", "--results-dir", str(tmp_path), "--dry-run"]
+    assert imagenet.main(argv) == 0
+    out = capsys.readouterr().out
+    models = imagenet.PAPER_CNNS + imagenet.PAPER_VITS
+    cells = sum(len(imagenet.all_methods(m)) * len(imagenet.paper_sparsities(m)) for m in models)
+    assert f"{cells} cell(s): 0 with a record, {cells} to run" in out and "vit_large/fcpts-sp70-paper-seed0" in out
+
+
 def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
