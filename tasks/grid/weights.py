@@ -42,8 +42,31 @@ def load_checkpoint(model: nn.Module, path: str | Path) -> dict:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {e}") from e
+        misfit = state_dict_misfit(model.state_dict(), state) or str(e)
+        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {misfit}; another model's?") from e
     return {"path": str(path), "sha256": file_sha256(path), **meta}
+
+
+def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], show: int = 3) -> str:
+    """How a file's state dict differs from the model's, in one line: counts of missing, unexpected and reshaped
+    entries with the first few of each, where torch's error lists every key."""
+
+    def some(keys: list[str]) -> str:
+        return ", ".join(keys[:show]) + (", ..." if len(keys) > show else "")
+
+    missing = [k for k in expected if k not in found and not k.endswith("num_batches_tracked")]  # torch fills those
+    unexpected = [k for k in found if k not in expected]
+    reshaped = [
+        f"{k} {tuple(found[k].shape)} for {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in found and found[k].shape != v.shape
+    ]
+    parts = [
+        f"{len(keys)} {what} ({some(keys)})"
+        for what, keys in (("missing", missing), ("unexpected", unexpected), ("of another shape", reshaped))
+        if keys
+    ]
+    return "; ".join(parts)
 
 
 def default_cifar_weights(data_root: Path, dataset: str, model: str) -> Path:

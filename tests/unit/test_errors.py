@@ -88,8 +88,18 @@ def test_corrupt_checkpoint(tmp_path):
 def test_checkpoint_of_another_model(tmp_path):
     path = tmp_path / "r32.th"
     torch.save({"state_dict": cifar_resnet("resnet32").state_dict()}, path)
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(
+        ValueError, match=r"does not fit CifarResNet: 72 unexpected \(layer1.3.conv1.weight, .*, \.\.\.\)"
+    ):
         load_checkpoint(cifar_resnet("resnet20"), path)
+    other_classes = cifar_resnet("resnet20", num_classes=100).state_dict()
+    torch.save(other_classes, path)
+    with pytest.raises(ValueError, match=r"2 of another shape \(linear.weight \(100, 64\) for \(10, 64\), linear"):
+        load_checkpoint(cifar_resnet("resnet20"), path)
+    del other_classes["bn1.num_batches_tracked"]  # an old checkpoint without it still loads, as torch allows
+    other_classes["linear.weight"], other_classes["linear.bias"] = torch.zeros(10, 64), torch.zeros(10)
+    torch.save(other_classes, path)
+    load_checkpoint(cifar_resnet("resnet20"), path)
 
 
 def test_cli_reports_missing_data_and_exits_2(tmp_path, capsys):
