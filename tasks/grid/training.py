@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,39 @@ from tqdm.auto import tqdm
 
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import write_training_record
+
+
+def at_least(kind: type, low: float) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` that is >= `low` (a recipe with lr 0 or -1 epochs would run for
+    hours, or not at all, and write a record)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+        return value
+
+    return parse
+
+
+def above(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite float > `low`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (low < value < math.inf):
+            raise argparse.ArgumentTypeError(f"must be > {low}, got {text}")
+        return value
+
+    return parse
 
 
 def add_args(
@@ -32,17 +66,19 @@ def add_args(
     epochs_help: str | None = None,
 ) -> None:
     """The flags every recipe has; a task gives its own defaults and adds its data and model flags."""
-    p.add_argument("--epochs", type=int, default=epochs, help=epochs_help)
-    p.add_argument("--batch-size", type=int, default=batch_size)
-    p.add_argument("--lr", type=float, help=lr_help)
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=eval_every, help="epochs between test-set looks (reported only)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training images (tests)")
-    p.add_argument("--eval-limit", type=int, help="evaluate on the first N test images (tests)")
+    p.add_argument("--epochs", type=at_least(int, 1), default=epochs, help=epochs_help)
+    p.add_argument("--batch-size", type=at_least(int, 1), default=batch_size)
+    p.add_argument("--lr", type=above(0.0), help=lr_help)
+    p.add_argument("--weight-decay", type=at_least(float, 0.0), default=5e-4)
+    p.add_argument("--seed", type=at_least(int, 0), default=0)
+    p.add_argument(
+        "--eval-every", type=at_least(int, 1), default=eval_every, help="epochs between test-set looks (reported only)"
+    )
+    p.add_argument("--train-limit", type=at_least(int, 1), help="use only the first N training images (tests)")
+    p.add_argument("--eval-limit", type=at_least(int, 1), help="evaluate on the first N test images (tests)")
     p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
-    p.add_argument("--checkpoint-every-s", type=float, default=180.0)
+    p.add_argument("--checkpoint-every-s", type=above(0.0), default=180.0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--no-progress", action="store_true")
 

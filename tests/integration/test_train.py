@@ -3,12 +3,14 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from tasks.cifar.train import augment_batch, main, parse_args, train
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.training import lr_factor
 from tasks.grid.weights import load_checkpoint
+from tasks.voc import train as voc_train
 
 TINY = [
     "--dataset",
@@ -93,6 +95,24 @@ def _run_until_step(args, steps):
 
 
 def test_bad_arguments_exit_2(tmp_path, capsys):
-    assert main([*TINY, "--epochs", "0"]) == 2
     assert main([*TINY, "--data-root", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", [parse_args, voc_train.parse_args], ids=["cifar", "voc"])
+@pytest.mark.parametrize(
+    "flag, value, said",
+    [
+        ("--epochs", "0", "must be >= 1, got 0"),
+        ("--batch-size", "x", "expected a whole number, got 'x'"),
+        ("--lr", "0", "must be > 0.0, got 0"),
+        ("--lr", "nan", "must be > 0.0, got nan"),
+        ("--weight-decay", "-1", "must be >= 0.0, got -1"),
+        ("--seed", "-2", "must be >= 0, got -2"),
+        ("--checkpoint-every-s", "0", "must be > 0.0, got 0"),
+    ],
+)
+def test_a_recipe_refuses_a_value_that_would_train_nothing_before_reading_data(recipe, flag, value, said, capsys):
+    with pytest.raises(SystemExit) as stop:
+        recipe([flag, value])
+    assert stop.value.code == 2 and f"argument {flag}: {said}" in capsys.readouterr().err
