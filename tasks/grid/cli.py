@@ -22,7 +22,7 @@ import torch
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
-from tasks.grid import estimate, launch
+from tasks.grid import arg_types, estimate, launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.lock import JOB_ENV
 from tasks.grid.paths import RUNS_DIR
@@ -55,17 +55,6 @@ def target(text: str) -> float:
         return check_target(float(text))
     except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def seed(text: str) -> int:
-    """A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
-    return value
 
 
 def add_grid_args(
@@ -108,7 +97,9 @@ def add_grid_args(
         metavar="KEY=VALUE",
         help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
     )
-    p.add_argument("--seed", type=seed, default=0, help="the calibration subset's and the method's seed (>= 0)")
+    p.add_argument(
+        "--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"
+    )
     p.add_argument("--weights", help="dense weights file for the (single) model")
     p.add_argument("--results-dir", default=str(RUNS_DIR), help=f"where records go (default: {RUNS_DIR})")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")

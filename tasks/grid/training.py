@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,41 +18,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from tasks.grid.arg_types import above, at_least
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import write_training_record
-
-
-def at_least(kind: type, low: float) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` that is >= `low` (a recipe with lr 0 or -1 epochs would run for
-    hours, or not at all, and write a record)."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}"
-            ) from None
-        if not value >= low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
-        return value
-
-    return parse
-
-
-def above(low: float) -> Callable[[str], float]:
-    """An argparse type: a finite float > `low`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not (low < value < math.inf):
-            raise argparse.ArgumentTypeError(f"must be > {low}, got {text}")
-        return value
-
-    return parse
 
 
 def add_args(

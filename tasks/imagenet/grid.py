@@ -24,6 +24,7 @@ from torch.utils.data import Subset
 
 from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
+from tasks.grid.arg_types import at_least
 from tasks.grid.data import calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
 from tasks.grid.help import command_parser
@@ -155,7 +156,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
     )
     p.add_argument(
-        "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
+        "--workers",
+        type=at_least(int, 0),
+        default=None,
+        help="DataLoader workers for evaluation (default: min(8, CPUs))",
     )
     args = p.parse_args(argv)
     if args.models == ["paper"]:

@@ -42,6 +42,7 @@ import torch
 
 from fcpts.core.io import file_sha256
 from tasks.grid import cli
+from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
 from tasks.grid.help import command_parser
@@ -254,7 +255,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)"
     )
     p.add_argument(
-        "--workers", type=int, default=None, help="DataLoader workers for evaluation (default: min(8, CPUs))"
+        "--workers",
+        type=at_least(int, 0),
+        default=None,
+        help="DataLoader workers for evaluation (default: min(8, CPUs))",
     )
     args = cli.parse(p, argv, "voc")
     if args.framework != "suite":

@@ -36,6 +36,7 @@ from fcpts.core.calibration import to_device
 from fcpts.core.io import file_sha256, save_torch_atomic
 from fcpts.core.options import resolve_device
 from tasks.grid import cli, training
+from tasks.grid.arg_types import at_least
 from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser
 from tasks.grid.records import device_description
@@ -259,7 +260,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--base-net", help="state dict for base_net (pytorch-ssd layout), e.g. an ImageNet backbone")
     p.add_argument("--train-split", default="trainval")
-    p.add_argument("--workers", type=int, default=0, help="processes preparing batches ahead (same batches)")
+    p.add_argument(
+        "--workers", type=at_least(int, 0), default=0, help="processes preparing batches ahead (same batches)"
+    )
     training.add_args(
         p, epochs=60, batch_size=32, eval_every=10, lr_help="peak learning rate (default 0.05 x batch/32)"
     )

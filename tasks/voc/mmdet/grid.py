@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tasks.grid import cli
+from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
@@ -199,7 +200,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument("--workers", type=int, default=0, help="DataLoader workers for evaluation")
+    p.add_argument("--workers", type=at_least(int, 0), default=0, help="DataLoader workers for evaluation")
     p.add_argument("--eval-batch-size", type=int, default=16)
     return cli.parse(p, argv, "voc")
 
