@@ -331,6 +331,17 @@ def kept_rows(out: Path) -> dict[str, dict]:
     return {r["method"]: r for r in rows if r.get("status") == "ran"}
 
 
+def still_current(row: dict, records: list[dict], this_processor: str | None) -> bool:
+    """Whether a kept row still describes the record this run would pick for its method: the same file, made by
+    the same run (commit, time, mask). A record made again since (the learned-mask cells remade on another
+    processor) is re-run, not reported with the old one's comparison."""
+    record, _ = pick_record(records, row["method"], this_processor=this_processor)
+    if record is None:
+        return False
+    now = (record["_path"], record.get("created"), record.get("git_commit"), record.get("mask_sha256"))
+    return now == (row["record"], row.get("old_created"), row.get("old_git_commit"), row.get("old_mask_sha256"))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
@@ -360,6 +371,9 @@ def main(argv=None) -> int:
     git_commit()  # pin the commit of the code that runs
     here = processor(device_description("cpu")) if args.this_processor else None
     records = committed_records(with_spread=args.this_processor)
+    for method in [m for m in kept if not still_current(kept[m], records, here)]:
+        print(f"[stale] {method}: the record it re-ran has been made again or another is picked now; running it again")
+        del kept[method]
     rows: dict[str, dict] = dict(kept)
     order = list_methods()
     for method in cheapest_first(methods, records, here):

@@ -8,7 +8,14 @@ import json
 import pytest
 
 from benchmarks.code import rerun_sample
-from benchmarks.code.rerun_sample import cheapest_first, check_methods, committed_records, kept_rows, pick_record
+from benchmarks.code.rerun_sample import (
+    cheapest_first,
+    check_methods,
+    committed_records,
+    kept_rows,
+    pick_record,
+    still_current,
+)
 from fcpts.core.io import write_json_atomic
 
 
@@ -95,6 +102,22 @@ def test_resume_keeps_only_the_rows_that_ran(tmp_path):
     out.write_text("[]")
     with pytest.raises(SystemExit, match="not this benchmark's output"):
         kept_rows(out)
+
+
+def test_a_kept_row_is_run_again_once_its_record_was_made_again_or_another_is_picked(tmp_path, records):
+    picked, _ = pick_record(records, "fcpts")
+    row = {
+        "method": "fcpts",
+        "record": picked["_path"],
+        "old_created": picked.get("created"),
+        "old_git_commit": picked.get("git_commit"),
+        "old_mask_sha256": picked["mask_sha256"],
+    }
+    assert still_current(row, records, None)
+    remade = [{**r, "mask_sha256": "hash-remade"} if r is picked else r for r in records]
+    assert not still_current(row, remade, None)  # the same file, made again since
+    assert not still_current({**row, "record": "elsewhere.json"}, records, None)  # another record picked now
+    assert not still_current({**row, "method": "obs"}, records, None)  # no record of the method any more
 
 
 def test_a_work_dir_cell_resumes_only_what_the_same_commit_began(tmp_path, records, monkeypatch):
