@@ -465,7 +465,7 @@ def main(argv=None) -> int:
     p = command_parser("python -m tasks.reporting", __doc__)
     p.add_argument(
         "what",
-        choices=["tables", "manifest", "figures"],
+        choices=["tables", "manifest"],
         help="tables: write results/tables/; manifest: register the present records and their headline numbers "
         "in results/runs/MANIFEST.txt",
     )

@@ -1,9 +1,14 @@
 """A method beyond the paper (`obs`) gets labelled rows in Tables 2, 3, 6 and a labelled line in Figure 1 once a
-record of it exists, with no paper number beside it; without its records every table is the paper's as before."""
+record of it exists, with no paper number beside it; without its records every table is the paper's as before.
+And the reporting command lists all its commands when it is given none it knows."""
+
+import subprocess
+import sys
 
 import pytest
 
 from fcpts.methods import label
+from tasks.grid.paths import REPO_ROOT
 from tasks.reporting import figures
 from tasks.reporting.paper import read_reference, table2, table6
 from tasks.reporting.tables_imagenet import table1, table3, table4
@@ -219,3 +224,13 @@ def test_a_paper_budget_pot_pairs_with_fcpts_of_the_same_budget_under_paper_cpu(
     assert row in table6([pot, fcpts], reference)
     shorter = dict(fcpts, budget={**fcpts["budget"], "iterations": 400})
     assert "80% | paper" not in table6([pot, shorter], reference)
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"]])
+def test_the_reporting_command_names_all_its_commands_when_given_none_or_another(argv):
+    done = subprocess.run(
+        [sys.executable, "-m", "tasks.reporting", *argv], capture_output=True, text=True, cwd=REPO_ROOT, check=False
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "{tables,manifest,figures,site,readme}" in done.stderr
+    assert all(f"  {name} " in done.stderr for name in ("tables", "manifest", "figures", "site", "readme"))
