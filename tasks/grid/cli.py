@@ -269,7 +269,7 @@ def run_grids(
 
 def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[str], None] = print) -> int:
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
-    known = estimate.comparable_records([Path(args.results_dir)])
+    known, projected = estimate.comparable_records([Path(args.results_dir)]), estimate.scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
     for grid, methods, targets, *_ in plans:
         check_cells(grid, list(methods), list(targets))
@@ -282,7 +282,9 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
                     log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
                     continue
                 to_run += 1
-                guess = estimate.estimate(known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target)
+                guess = estimate.estimate(
+                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected
+                )
                 total += guess.seconds or 0.0
                 unknown += guess.seconds is None
                 log(f"  to run   {method:18s} {target:6.2%}  {estimate.duration(guess.seconds):>9s}  {path}")
@@ -292,6 +294,6 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
     else:
         time = f"about {estimate.duration(total)} for the {to_run - unknown} with an estimate"
         time += f", {unknown} of unknown time" if unknown else ""
-        time += " (times of the machines the records ran on)"
+        time += " (times of the machines the records or projections ran on)"
     log(f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, {time}; nothing was run")
     return EXIT_OK

@@ -1,18 +1,21 @@
 """How long a grid's cells will take, from the records of comparable cells (`--dry-run`).
 
 A cell's estimate is the median time (method + evaluation) of the records of the same task, dataset, model,
-method and profile at the same target; else at any target; else it is unknown. Times are those of the
-machines the records ran on (each record names its device), so an estimate is a guide, not a promise.
+method and profile at the same target; else at any target; else, for an ImageNet cell at the paper's budget, the
+method time the scale benchmark projected for that model and method on a GPU (its committed full-mode output,
+`results/benchmarks/scale_<device>.json`); else it is unknown. Times are those of the machines the records or
+the projection ran on (each names its device), so an estimate is a guide, not a promise.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import all_records
 
 
@@ -38,8 +41,46 @@ def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
     return out
 
 
-def estimate(records: list[dict], task: str, dataset: str, model: str, method: str, profile: str, target: float):
-    """The estimate of one cell from `records` (see the module docstring)."""
+PROJECTED_PROFILE = ("imagenet", "paper")  # the task and profile whose budget the scale benchmark projects to
+Projections = dict[tuple[str, str], Estimate]
+
+
+def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
+    """(model, method) -> the scale benchmark's projected method time of one cell at the paper's ImageNet budget,
+    from its full-mode outputs on a GPU; a projection that hit a limit (`clamped`) is no estimate."""
+    out: Projections = {}
+    for path in sorted(folder.glob("scale_*.json")):
+        try:
+            scale = json.loads(path.read_text())
+        except ValueError:
+            continue  # not readable: no projection from it (the benchmark's own tests read it)
+        if (
+            not isinstance(scale, dict)
+            or scale.get("mode") != "full"
+            or not str(scale.get("device")).startswith("cuda")
+        ):
+            continue
+        for cell in scale.get("cells", []):
+            projection = cell.get("projection") or {}
+            if cell.get("status") == "ok" and projection.get("projected_s") and not projection.get("clamped"):
+                basis = (
+                    f"projected by the scale benchmark on {scale.get('device_description')} ({path.name}), method only"
+                )
+                out[(cell["model"], cell["method"])] = Estimate(float(projection["projected_s"]), basis)
+    return out
+
+
+def estimate(
+    records: list[dict],
+    task: str,
+    dataset: str,
+    model: str,
+    method: str,
+    profile: str,
+    target: float,
+    projections: Projections | None = None,
+):
+    """The estimate of one cell from `records`, else from `projections` (see the module docstring)."""
     same = [
         r
         for r in records
@@ -51,6 +92,8 @@ def estimate(records: list[dict], task: str, dataset: str, model: str, method: s
         if chosen:
             seconds = statistics.median(cell_seconds(r) for r in chosen)
             return Estimate(seconds, f"median of {len(chosen)} record(s) {where}")
+    if (task, profile) == PROJECTED_PROFILE and (model, method) in (projections or {}):
+        return (projections or {})[(model, method)]
     return Estimate(None, "unknown: no record of this model, method and profile")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tasks.cifar import grid as cifar
+from tasks.grid import estimate
 from tasks.grid.cli import EXIT_BUSY
 from tasks.imagenet import grid as imagenet
 from tasks.voc import command as voc
@@ -95,3 +96,31 @@ def test_exit_statuses_tell_nothing_to_do_and_busy_cells_apart(tmp_path, capsys)
     busy.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))  # a live process holds it
     assert cifar.main(_cifar(tmp_path, "--sparsity", "0.5", "0.6")) == EXIT_BUSY == 3
     assert "1 cell(s) busy in another process" in capsys.readouterr().out
+
+
+def test_an_imagenet_cell_at_the_paper_budget_without_records_is_estimated_from_the_scale_projection(tmp_path):
+    scale = {
+        "mode": "full",
+        "device": "cuda",
+        "device_description": "cuda: Some GPU",
+        "cells": [
+            {"model": "resnet18", "method": "fcpts", "status": "ok", "projection": {"projected_s": 181.0}},
+            {"model": "resnet50", "method": "obs", "status": "ok", "projection": {"projected_s": 9.0, "clamped": True}},
+        ],
+    }
+    (tmp_path / "scale_cuda.json").write_text(json.dumps(scale))
+    (tmp_path / "scale_cpu_small.json").write_text(json.dumps({**scale, "mode": "small", "device": "cpu"}))
+    projected = estimate.scale_projections(tmp_path)
+    assert list(projected) == [("resnet18", "fcpts")]  # the clamped one is a bound, not an estimate
+
+    def guess(task="imagenet", model="resnet18", method="fcpts", profile="paper"):
+        return estimate.estimate([], task, "imagenet", model, method, profile, 0.7, projected)
+
+    assert guess().seconds == 181.0 and "cuda: Some GPU (scale_cuda.json)" in guess().basis
+    assert guess(profile="cpu").seconds is None and guess(method="obs").seconds is None
+    assert guess(task="cifar").seconds is None
+    record = {"task": "imagenet", "dataset": "imagenet", "model": "resnet18", "method": "fcpts", "wall_s": 60.0}
+    record |= {"eval_s": 0.0, "profile": {"name": "paper"}, "target_sparsity": 0.7}
+    assert (
+        estimate.estimate([record], "imagenet", "imagenet", "resnet18", "fcpts", "paper", 0.7, projected).seconds == 60
+    )
