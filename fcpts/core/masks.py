@@ -9,7 +9,7 @@ from __future__ import annotations
 import decimal
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import numpy as np
@@ -149,13 +149,18 @@ def check_finite_weights(model: nn.Module) -> None:
     """NaN or Inf in the dense model's parameters or buffers (BN statistics) would give a garbage sparse model
     or a misleading failure deep inside a method: refuse it before any work, naming the tensor."""
     for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
-        for name, tensor in named:
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all()):
-                bad = int((~torch.isfinite(tensor.detach())).sum())
-                raise ValueError(
-                    f"the model's {kind} {name!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}: the dense model "
-                    "is broken (a diverged training or a corrupted checkpoint); load finite weights before sparsifying"
-                )
+        for name, tensor, bad in _non_finite(named):
+            raise ValueError(
+                f"the model's {kind} {name!r} holds {bad} NaN/Inf value(s) of {tensor.numel()}: the dense model "
+                "is broken (a diverged training or a corrupted checkpoint); load finite weights before sparsifying"
+            )
+
+
+def _non_finite(named: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor, int]]:
+    """(name, tensor, how many of its values are NaN or Inf) for each floating tensor that holds any."""
+    for name, tensor in named:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor.detach()).all()):
+            yield name, tensor, int((~torch.isfinite(tensor.detach())).sum())
 
 
 COMPUTE_DTYPES = (torch.float32, torch.float64)
@@ -177,13 +182,11 @@ def check_weight_dtype(model: nn.Module) -> None:
 def check_finite_result(model: nn.Module, method: str) -> None:
     """A method that leaves NaN or Inf in the weights has failed, whatever sparsity it reports: say so rather
     than hand back a model whose NaNs count as kept weights."""
-    for name, p in model.named_parameters():
-        if p.is_floating_point() and not bool(torch.isfinite(p.detach()).all()):
-            bad = int((~torch.isfinite(p.detach())).sum())
-            raise FloatingPointError(
-                f"{method} left {bad} NaN/Inf value(s) in {name!r} of the sparse model: the run diverged; a "
-                "smaller learning rate, more calibration images or float32 inputs are the usual ways out"
-            )
+    for name, _, bad in _non_finite(model.named_parameters()):
+        raise FloatingPointError(
+            f"{method} left {bad} NaN/Inf value(s) in {name!r} of the sparse model: the run diverged; a "
+            "smaller learning rate, more calibration images or float32 inputs are the usual ways out"
+        )
 
 
 class _BinActive(torch.autograd.Function):

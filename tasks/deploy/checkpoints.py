@@ -28,17 +28,13 @@ def sparse_model_from_record(
     import torch
 
     from fcpts.core.io import save_torch_atomic
-    from tasks.deploy.saved_models import models_from_record
+    from tasks.deploy.saved_models import models_from_record, read_finished_record
     from tasks.grid.data import DataNotFoundError
-    from tasks.grid.records import command_line, git_commit, read_record
+    from tasks.grid.records import command_line, git_commit
     from tasks.grid.rerun import rerun_record
     from tasks.grid.runner import Where
 
-    if not Path(record_path).is_file():
-        raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")
-    record = read_record(Path(record_path))  # whole: its per-layer detail and calibration lists read back
-    if record is None:
-        raise DataNotFoundError(f"{record_path} is not a finished run record (no metrics); run its grid cell first")
+    record = read_finished_record(record_path)
     if record.get("task") != "cifar":
         raise ValueError(
             f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "

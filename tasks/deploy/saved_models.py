@@ -20,14 +20,22 @@ from tasks.grid.records import read_record
 from tasks.grid.rerun import get_task
 
 
-def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, tuple[int, ...], dict]:
-    """(dense model, sparse model, input shape without batch, record), both models in eval mode."""
+def read_finished_record(record_path: str | Path) -> dict:
+    """A run record read whole (its per-layer detail and calibration lists read back); a missing file and a
+    record without metrics are told apart, each with its fix."""
     record_path = Path(record_path)
     if not record_path.is_file():
         raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")
-    record = read_record(record_path)  # whole: its per-layer detail and calibration lists read back
+    record = read_record(record_path)
     if record is None:
         raise DataNotFoundError(f"{record_path} is not a finished run record (no metrics); run its grid cell first")
+    return record
+
+
+def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, tuple[int, ...], dict]:
+    """(dense model, sparse model, input shape without batch, record), both models in eval mode."""
+    record_path = Path(record_path)
+    record = read_finished_record(record_path)
     try:  # the record's task driver builds its dense model (registered as `dense_model`)
         builder = get_task(record.get("task")).dense_model
     except (ValueError, ImportError):  # an unknown task, or one whose extra is not installed

@@ -92,9 +92,8 @@ def estimate(
         if chosen:
             seconds = statistics.median(cell_seconds(r) for r in chosen)
             return Estimate(seconds, f"median of {len(chosen)} record(s) {where}")
-    if (task, profile) == PROJECTED_PROFILE and (model, method) in (projections or {}):
-        return (projections or {})[(model, method)]
-    return Estimate(None, "unknown: no record of this model, method and profile")
+    projected = (projections or {}).get((model, method)) if (task, profile) == PROJECTED_PROFILE else None
+    return projected or Estimate(None, "unknown: no record of this model, method and profile")
 
 
 def duration(seconds: float | None) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.grid.arg_types import at_least
 from tasks.grid.cell_job import CellCommand
 from tasks.grid.job_state import INSTALL_HINT, CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
@@ -52,16 +53,6 @@ CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cel
 FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag, dropped with it
 
 
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def add_launcher_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
     g.add_argument(
@@ -77,16 +68,18 @@ def add_launcher_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
     g.add_argument("--slurm-partition")
-    g.add_argument("--gpus-per-node", type=_count(0))
-    g.add_argument("--cpus-per-task", type=_count(1))
-    g.add_argument("--mem-gb", type=_count(1))
+    g.add_argument("--gpus-per-node", type=at_least(int, 0))
+    g.add_argument("--cpus-per-task", type=at_least(int, 1))
+    g.add_argument("--mem-gb", type=at_least(int, 1))
     g.add_argument(
         "--timeout-min",
-        type=_count(1),
+        type=at_least(int, 1),
         help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
         "when the command is run again",
     )
-    g.add_argument("--array-parallelism", type=_count(1), help="at most this many jobs of a grid at once (slurm)")
+    g.add_argument(
+        "--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
+    )
     g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")
 
 
