@@ -49,10 +49,10 @@ def timed_run(method: str, model, images: Dataset, target: float, **options) -> 
     return time.perf_counter() - t, [row["step_s"] for row in report.history]
 
 
-def ramp_steps(method: str, iterations: int) -> int:
-    """Steps of the method's ramp with its default options (0 for a method without one)."""
-    ramp = getattr(get_method(method).options(), "ramp", 0.0)
-    return round(ramp * iterations)
+def ramp_steps(method: str, iterations: int, target: float) -> int:
+    """Steps of the method's ramp at this target with its default options (0 for a method without one)."""
+    ramp_for = getattr(get_method(method).options(), "ramp_for", None)
+    return round(ramp_for(target) * iterations) if ramp_for else 0
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> list[str]:
     ]
     for method in methods:
         ratio = statistics.median(w / b for w, b in zip(walls[method], walls[BASELINE]))
-        ramp = ramp_steps(method, args.iterations)
+        ramp = ramp_steps(method, args.iterations, args.target)
         per_step = [s for run_steps in steps[method] for s in run_steps[ramp:]]
         line = (
             f"{method:12s}: run {statistics.median(walls[method]):8.1f} s, ratio to {BASELINE} {ratio:.2f}; "

@@ -63,17 +63,18 @@ class ExperimentalOptions:
     relative_blocks: bool = False  # block MSE relative to the teacher block's mean square
     dense_gradient: bool = False  # pruned weights get the gradient too and may grow back
 
-    def validate_experimental(self, ramp: float, erk_power: float | str) -> None:
+    def validate_experimental(self, ramp: float | None, erk_power: float | str) -> None:
+        """`ramp`: the fixed ramp, or None for "auto" (which ramps only from a magnitude start)."""
         check_choice(self, "start", ("magnitude", "obs-allocation", "obs"))
         check_choice(self, "mix", ("none", "mixup", "cutmix"))
         check_choice(self, "ramp_hold", ("erk", "ratios"))
         if self.mix_alpha <= 0:
             raise ValueError(f"mix_alpha must be > 0 (the Beta distribution's parameter), got {self.mix_alpha}")
-        if self.lr_restart and ramp <= 0:
+        if self.lr_restart and ramp is not None and ramp <= 0:
             raise ValueError("lr_restart restarts the learning rate at the ramp's end: set ramp > 0, or no lr_restart")
         if erk_power not in (1.0, "auto") and self.start != "magnitude":
             raise ValueError(f"erk_power sets the magnitude start's rates: use start='magnitude', not {self.start!r}")
-        if ramp > 0 and self.start != "magnitude":
+        if ramp is not None and ramp > 0 and self.start != "magnitude":
             raise ValueError(
                 f"a ramp starts from the dense weights: use start='magnitude', or ramp=0 with start={self.start!r}"
             )

@@ -49,7 +49,7 @@ def test_with_every_change_off_it_is_fcpts():
 @pytest.mark.parametrize(
     "change",
     [
-        {},  # the defaults: a ramp
+        {},  # the defaults: no ramp at 70%
         {"start": "obs", "ramp": 0.0},
         {"start": "obs-allocation", "ramp": 0.0},
         {"mix": "mixup"},
@@ -61,7 +61,7 @@ def test_with_every_change_off_it_is_fcpts():
         {"relative_blocks": True},
         {"block_weight": 2.0},
         {"dense_gradient": True, "projection": True},
-        {"lr_restart": True},
+        {"lr_restart": True, "ramp": 0.5},
     ],
 )
 def test_each_change_keeps_the_exact_target(change):
@@ -129,9 +129,13 @@ def test_projection_prunes_exactly_the_level_and_keeps_the_ratios_between_layers
         assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
 
 
-def test_the_default_is_the_measured_choice_a_ramp_and_the_blocks_weighed_by_their_gradient():
+def test_the_default_is_the_measured_choice_a_ramp_from_90_percent_and_the_blocks_weighed_by_their_gradient():
     defaults = FCPTSPlusOptions()
-    assert (defaults.ramp, defaults.ramp_start, defaults.start, defaults.mix) == (0.5, 0.5, "magnitude", "none")
+    assert (defaults.ramp, defaults.ramp_start, defaults.start, defaults.mix) == ("auto", 0.5, "magnitude", "none")
+    # held-out training images chose the ramp at 90% and none at 80% (docs/notebook/heldout-choices.md)
+    assert [defaults.ramp_for(t) for t in (0.5, 0.7, 0.8, 0.89, 0.9, 0.95)] == [0.0, 0.0, 0.0, 0.0, 0.5, 0.5]
+    assert FCPTSPlusOptions(start="obs").ramp_for(0.9) == 0.0  # a ramp starts from the dense weights
+    assert FCPTSPlusOptions(ramp=0.25).ramp_for(0.5) == 0.25
     assert (defaults.block_weight, defaults.block_balance) == ("auto", 1.0)  # ahead on CIFAR-10, level on CIFAR-100
     assert FCPTSPlusOptions.DEFAULTS_BEFORE == {"block_weight": 1.0}  # what records made before the change ran with
     assert defaults.temperature == METHODS["fcpts"].options().temperature == 4.0  # 8 did not carry to 1,600 steps
@@ -196,6 +200,23 @@ def test_auto_erk_power_starts_from_the_exponent_whose_one_shot_pruning_loses_le
         assert torch.equal(p, q), name  # the probe prunes copies; the model (BN statistics too) is untouched
 
 
+@pytest.mark.parametrize(("target", "ramped"), [(0.8, 0.0), (0.9, 0.5)])
+def test_the_default_ramp_follows_the_target_and_the_report_says_which(target, ramped, monkeypatch):
+    held = []
+    real = thresholds.pin_rates
+    monkeypatch.setattr(
+        thresholds, "pin_rates", lambda p, layers, rates: held.append(dict(rates)) or real(p, layers, rates)
+    )
+    _, report = get_method("fcpts-plus")(net(), images(), target, **{**BUDGET, "iterations": 12}, block_weight=1.0)
+    assert report.extra["ramp"] == ramped and len(held) == round(ramped * 12)
+    assert report.options["ramp"] == "auto"
+
+
+def test_lr_restart_without_a_ramp_at_this_target_is_refused_before_any_step():
+    with pytest.raises(ValueError, match="lr_restart .* at 80% ramp='auto' gives no ramp"):
+        get_method("fcpts-plus")(net(), images(), 0.8, **BUDGET, lr_restart=True)
+
+
 def test_a_ratio_ramp_scales_the_targets_erk_thresholds_onto_each_level_then_lets_go(monkeypatch):
     levels, pinned = [], []
     real = thresholds.project_to_sparsity
@@ -204,7 +225,7 @@ def test_a_ratio_ramp_scales_the_targets_erk_thresholds_onto_each_level_then_let
     )
     monkeypatch.setattr(thresholds, "pin_rates", lambda *a: pinned.append(a))
     options = {**BUDGET, "iterations": 12, "block_weight": 1.0}  # "auto" sets step 0's level once more for its probe
-    model, report = get_method("fcpts-plus")(net(), images(), 0.8, **options, ramp_hold="ratios")
+    model, report = get_method("fcpts-plus")(net(), images(), 0.8, **options, ramp=0.5, ramp_hold="ratios")
     level = cubic_ramp(0.8, 0.5, 6)
     assert levels == [level(step) for step in range(6)] and not pinned  # the ramp's 6 steps, then none
     start = {r["name"]: r["initial_sparsity"] for r in report.per_layer}
@@ -261,7 +282,7 @@ def test_lr_restart_goes_back_to_the_peak_at_the_ramps_end_and_decays_to_zero_tw
         torch.optim.lr_scheduler, "LambdaLR", lambda opt, factor: seen.append(factor) or real(opt, factor)
     )
     _, report = get_method("fcpts-plus")(
-        net(), images(), 0.8, **{**BUDGET, "iterations": 12, "warmup_iterations": 2}, lr_restart=True
+        net(), images(), 0.8, **{**BUDGET, "iterations": 12, "warmup_iterations": 2}, ramp=0.5, lr_restart=True
     )
     factor = seen[-1]
     assert [factor(s) for s in (0, 1)] == [0.5, 1.0]  # warm-up
@@ -309,7 +330,7 @@ def test_bad_options_are_named():
     with pytest.raises(ValueError, match="erk_power sets the magnitude start"):
         FCPTSPlusOptions(erk_power=0.5, start="obs", ramp=0).validate()
     with pytest.raises(ValueError, match="ramp starts from the dense"):
-        FCPTSPlusOptions(start="obs").validate()  # the default ramp needs the dense start
+        FCPTSPlusOptions(start="obs", ramp=0.5).validate()  # a ramp needs the dense start ("auto" then has none)
 
 
 def test_auto_block_weight_is_the_ratio_of_the_two_gradients_on_the_probe_batches():

@@ -50,11 +50,12 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
 
     profile = asdict(PROFILES["paper-cpu"])
     old = {"method": "fcpts-plus", "profile": profile, "method_options": {"ramp": 0.5, "checkpoint": "/old/x.pt"}}
-    assert pinned_options(old) == {"block_weight": 1.0}  # predates block_weight: ran with weight 1
+    # predates block_weight: ran with weight 1; and with a ramp of 0.5 at every target, today's "auto" only from 90%
+    assert pinned_options(old) == {"block_weight": 1.0, "ramp": 0.5}
     new = {**old, "method_options": {"block_weight": "auto", "lr": 0.5, "seed": 3, "progress": True}}
     assert pinned_options(new) == {"lr": 0.5}  # today's default weight; seed and progress are the re-run's
     rebuilt = record_profile(old)
-    assert rebuilt.name == "paper-cpu" and rebuilt.options_for("fcpts-plus") == {"block_weight": 1.0}
+    assert rebuilt.name == "paper-cpu" and rebuilt.options_for("fcpts-plus") == {"block_weight": 1.0, "ramp": 0.5}
     assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
     pot = {"method": "pot-erk", "profile": profile, "method_options": {"iterations": 7}}
     assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000}  # the profile's own value wins
