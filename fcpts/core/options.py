@@ -94,6 +94,12 @@ class MethodOptions:
         options.validate()
         return options
 
+    @classmethod
+    def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
+        """`values` (a `to_dict` of these options) with any default that depends on the target resolved for
+        `target`: what a run at that target ran with. Here none does."""
+        return values
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: a filter function is recorded by its qualified name."""
         out = {}

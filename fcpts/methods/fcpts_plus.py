@@ -110,10 +110,14 @@ class FCPTSPlusOptions(FCPTSOptions, experimental.ExperimentalOptions):
     def ramp_for(self, target: float) -> float:
         """The ramp this run follows: `ramp`, or for "auto" AUTO_RAMP at targets from AUTO_RAMP_FROM on (none from
         a start other than the dense weights, which a ramp needs)."""
-        if self.ramp != "auto":
-            return float(self.ramp)
-        ramps = target >= self.AUTO_RAMP_FROM - 1e-9 and self.start == "magnitude"
-        return self.AUTO_RAMP if ramps else 0.0
+        return float(self.effective({"ramp": self.ramp, "start": self.start}, target)["ramp"])
+
+    @classmethod
+    def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
+        if values.get("ramp") != "auto":
+            return values
+        ramps = target >= cls.AUTO_RAMP_FROM - 1e-9 and values.get("start", "magnitude") == "magnitude"
+        return {**values, "ramp": cls.AUTO_RAMP if ramps else 0.0}
 
 
 def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float]:

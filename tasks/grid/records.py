@@ -23,6 +23,7 @@ import torch
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 from tasks.grid.record_format import expand
+from tasks.grid.record_options import earlier_defaults
 
 
 def sparsity_tag(target: float) -> str:
@@ -73,11 +74,12 @@ def cell_key(record: dict) -> tuple:
 
 
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
-    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell, seed 0
-    first (the seed every table cell was run with; other seeds measure the spread)."""
+    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell, one made with
+    today's defaults before one made with a default changed since, seed 0 first (the seed every table cell was run
+    with; other seeds measure the spread)."""
 
-    def rank(r: dict) -> tuple[int, int]:
-        return PROFILE_PREFERENCE.index(r["profile"]["name"]), r.get("seed", 0)
+    def rank(r: dict) -> tuple[int, bool, int]:
+        return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
 
     out: dict[tuple, dict] = {}
     for r in records:

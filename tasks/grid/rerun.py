@@ -15,17 +15,16 @@ checkout when the absolute path it names belongs to another (`local_weights`, ch
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fcpts.core.io import file_sha256
-from fcpts.methods import get_method
 from tasks.grid.data import resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.profiles import Profile
+from tasks.grid.record_options import pinned_options
 from tasks.grid.records import record_path
 from tasks.grid.runner import Grid, Where, run_grid
 
@@ -88,33 +87,6 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise ValueError(f"no task {name!r} is registered; known tasks: {', '.join(sorted({*DRIVERS, *TASKS}))}")
     return TASKS[name]
-
-
-# Options a re-run sets itself: where and how a run reports, its seed, and a layer filter (recorded by name, the
-# grid supplies the function).
-NOT_PINNED = {
-    "checkpoint",
-    "checkpoint_every_s",
-    "checkpoint_every_steps",
-    "progress",
-    "device",
-    "log_every",
-    "seed",
-    "filter_fn",
-}
-
-
-def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-def pinned_options(record: dict) -> dict[str, Any]:
-    """The record's method options that today's defaults would not give: a default changed since the record
-    was made. An option the record lacks predates it and ran as the method's `DEFAULTS_BEFORE` says."""
-    method = get_method(record["method"])
-    today = _json(method.make_options().to_dict())
-    made_with = {**method.options.DEFAULTS_BEFORE, **record["method_options"]}
-    return {k: v for k, v in made_with.items() if k in today and k not in NOT_PINNED and _json(v) != today[k]}
 
 
 def record_profile(record: dict) -> Profile:

@@ -13,7 +13,9 @@ import statistics
 
 from fcpts.methods import label
 from fcpts.methods.registry import NOT_IN_PAPER, STUDIED_FAMILY, list_methods
+from tasks.grid.record_options import same_setup
 from tasks.reporting.layout import paper_layout
+from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -42,10 +44,20 @@ def paper_drops(reference: list[dict]) -> dict[tuple, float]:
 
 
 def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> list[float]:
-    """The drop of every seed that ran `row`'s cell under its shown profile (the shown record alone if none)."""
-    key = ("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))
-    same = [r for r in runs.get(key, []) if r["profile"]["name"] == row["profile"]]
+    """The drop of every seed that ran `row`'s cell under its shown profile and options (the shown record alone if
+    none)."""
+    shown = shown_record(row, runs)
+    same = [r for r in runs.get(cell_of(row), []) if shown is not None and same_setup(r, shown)]
     return [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
+
+
+def cell_of(row: dict) -> tuple:
+    return ("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))
+
+
+def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
+    """The record Table 2 shows for `row`, among the cell's runs."""
+    return next((r for r in runs.get(cell_of(row), []) if r["_path"] == row["record"]), None)
 
 
 def ours(drops: list[float], profile: str) -> str:
@@ -87,6 +99,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
         "| cell | paper FCPTS | " + " | ".join(f"{n} | {n} vs paper" for n in names) + " |",
         "|---|---:|" + "---:|---|" * len(names),
     ]
+    earlier = False
     for ds, model in table2_cells(reference):
         for sp in SPARSITIES:
             ref = paper.get((ds, model, sp))
@@ -97,6 +110,10 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                     cells += ["no record", "—"]
                     continue
                 drops = seed_drops(row, runs or {})
-                cells += [ours(drops, row["profile"]), against_paper(drops, ref) if ref is not None else "—"]
+                note = earlier_default_note(shown_record(row, runs or {}))
+                earlier |= bool(note)
+                cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
             lines.append(f"| {DATASET_NAMES[ds]} {model} {sp:.0%} | " + " | ".join(cells) + " |")
+    if earlier:
+        lines += ["", EARLIER_DEFAULT_LEGEND.removeprefix("- ")]
     return "\n".join(lines) + "\n"

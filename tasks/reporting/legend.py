@@ -15,6 +15,7 @@ from pathlib import Path
 from fcpts.methods import get_method, label
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
+from tasks.grid.record_options import earlier_defaults, same_setup
 from tasks.grid.records import PROFILE_PREFERENCE, cell_key
 from tasks.reporting.layout import extra_methods
 
@@ -109,14 +110,25 @@ def profile_preference(cell_records: list[dict]) -> str:
 
 
 SEED_SPREAD_LEGEND = (
-    "- `n seeds: mean ± sd`: top-1 over the seeds that ran the cell under the shown profile (seed 0 is the "
-    "bold value); sd is the sample standard deviation. A seed draws other calibration images and batches."
+    "- `n seeds: mean ± sd`: top-1 over the seeds that ran the cell under the shown profile and options (seed 0 "
+    "is the bold value); sd is the sample standard deviation. A seed draws other calibration images and batches."
+)
+EARLIER_DEFAULT_LEGEND = (
+    "- `(earlier default: option value)`: the record ran with a default of its method that has changed since (the "
+    "method's docstring says why); a record made with today's defaults replaces it when one is committed."
 )
 
 
 def seeds_of(shown: dict, records: list[dict]) -> list[dict]:
-    """The records of the shown record's cell under its profile: its seeds, itself included."""
-    return [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
+    """The records of the shown record's cell under its profile and options: its seeds, itself included (a seed
+    run with a default changed since is not one of them)."""
+    return [r for r in records if cell_key(r) == cell_key(shown) and same_setup(r, shown)]
+
+
+def earlier_default_note(record: dict | None) -> str:
+    """' (earlier default: ramp 0.5)' for a record run with a default changed since; else ''."""
+    changed = earlier_defaults(record) if record else {}
+    return f" (earlier default: {', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else ""
 
 
 def seed_spread(shown: dict, records: list[dict]) -> str:

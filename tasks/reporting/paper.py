@@ -30,7 +30,9 @@ from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_k
 from tasks.reporting.drops import drops_table
 from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.reporting.legend import (
+    EARLIER_DEFAULT_LEGEND,
     SEED_SPREAD_LEGEND,
+    earlier_default_note,
     extra_label,
     extras_legend,
     paper_protocol,
@@ -89,7 +91,7 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
     ]
     rows, trained_notes, cell_records = [], {}, []
     missing = trained_only = False
-    spread = also = False
+    spread = also = earlier = False
     legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
     for model in layout.models:
         dense_cells = []
@@ -124,10 +126,12 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 drop = rec["dense_metrics"]["top1"] - m["top1"]
                 extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
                 spread |= "seeds:" in extra
+                earlier |= bool(earlier_default_note(rec))
                 also |= bool(others)
                 legend_records += others
                 out.append(
-                    f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}]{extra} · {paper}"
+                    f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}]"
+                    f"{earlier_default_note(rec)}{extra} · {paper}"
                 )
                 rows.append(
                     {
@@ -146,7 +150,10 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                     }
                 )
             lines.append(f"| {model} | {row_label(method)} | " + " | ".join(out) + " |")
-    lines += ["", *table2_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras))]
+    lines += [
+        "",
+        *table2_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras), earlier),
+    ]
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     lines += [
@@ -226,6 +233,7 @@ def table2_legend(
     also: bool = False,
     beside: list[dict] | None = None,
     extras: bool = False,
+    earlier: bool = False,
 ) -> list[str]:
     """Every marker Table 2 shows, with the budgets behind its profile tags read from the cells' records."""
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
@@ -242,6 +250,8 @@ def table2_legend(
     ]
     if spread:
         lines.append(SEED_SPREAD_LEGEND)
+    if earlier:
+        lines.append(EARLIER_DEFAULT_LEGEND)
     if also:
         lines.append(
             "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "

@@ -17,7 +17,7 @@ from fcpts.methods import METHODS, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
-from tasks.reporting.legend import seeds_of
+from tasks.reporting.legend import earlier_default_note, seeds_of
 
 README = REPO_ROOT / "README.md"
 
@@ -51,11 +51,11 @@ def _value(record: dict | None, records: list[dict]) -> str:
     """The cell's headline number; with several seeds under the shown profile, their mean ± sd (n seeds)."""
     if record is None:
         return "—"
-    seeds = seeds_of(record, records)
+    seeds, note = seeds_of(record, records), earlier_default_note(record)
     if len(seeds) < 2:
-        return f"{headline(record)[1]:.2f}"
+        return f"{headline(record)[1]:.2f}{note}"
     values = [headline(r)[1] for r in seeds]
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)})"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)}){note}"
 
 
 def results_block(runs_dir: Path = RUNS_DIR) -> str:

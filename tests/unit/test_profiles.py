@@ -46,7 +46,8 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
     from dataclasses import asdict
 
     from tasks.cifar.grid import PROFILES
-    from tasks.grid.rerun import pinned_options, record_profile
+    from tasks.grid.record_options import pinned_options
+    from tasks.grid.rerun import record_profile
 
     profile = asdict(PROFILES["paper-cpu"])
     old = {"method": "fcpts-plus", "profile": profile, "method_options": {"ramp": 0.5, "checkpoint": "/old/x.pt"}}

@@ -1,0 +1,71 @@
+"""The options a record's method ran with, against today's defaults: what a re-run must pin, whether two records
+ran one setup (seeds of one cell are averaged only then), and which defaults have changed since a record was made
+(a table marks that record, and prefers one made with today's)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fcpts.methods import get_method
+
+# Options a re-run sets itself: where and how a run reports, its seed, and a layer filter (recorded by name, the
+# grid supplies the function).
+NOT_PINNED = {
+    "checkpoint",
+    "checkpoint_every_s",
+    "checkpoint_every_steps",
+    "progress",
+    "device",
+    "log_every",
+    "seed",
+    "filter_fn",
+}
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def todays_options(method: str) -> dict[str, Any]:
+    """The method's default options today, as a record stores them."""
+    return _json(get_method(method).make_options().to_dict())
+
+
+def made_with(record: dict) -> dict[str, Any]:
+    """The record's options; one it lacks (all, in the oldest records) predates it and ran as the method's
+    `DEFAULTS_BEFORE` says, else as today's default."""
+    return {**get_method(record["method"]).options.DEFAULTS_BEFORE, **record.get("method_options", {})}
+
+
+def pinned_options(record: dict) -> dict[str, Any]:
+    """The record's method options that today's defaults would not give: a default changed since the record
+    was made."""
+    today = todays_options(record["method"])
+    return {k: v for k, v in made_with(record).items() if k in today and k not in NOT_PINNED and _json(v) != today[k]}
+
+
+def effective_options(record: dict) -> dict[str, Any]:
+    """What the record's run did, option by option (run-local ones left out): today's defaults where the record
+    is silent, target-dependent defaults ("auto") resolved at its target."""
+    today = todays_options(record["method"])
+    values = get_method(record["method"]).options.effective({**today, **made_with(record)}, record["target_sparsity"])
+    return {k: _json(values[k]) for k in today if k not in NOT_PINNED}
+
+
+def same_setup(a: dict, b: dict) -> bool:
+    """Whether two records of a cell ran the same profile and options (their seeds may differ)."""
+    return a["profile"]["name"] == b["profile"]["name"] and effective_options(a) == effective_options(b)
+
+
+def earlier_defaults(record: dict) -> dict[str, Any]:
+    """Options the record ran with a default that has changed since, e.g. {"ramp": 0.5}: what today's defaults
+    would run otherwise. Left out: what its profile sets (its budget, its method options), and options the record
+    predates (a re-run pins how it ran; whether today's profile sets the same cannot be read from the record)."""
+    method = get_method(record["method"])
+    by_profile = set(record["profile"].get("methods", {}).get(record["method"], {}).get("options", {}))
+    by_profile |= set(record.get("budget", {}))
+    today = method.options.effective(todays_options(record["method"]), record["target_sparsity"])
+    ran = effective_options(record)
+    recorded = record.get("method_options", {})
+    return {k: v for k, v in ran.items() if k in recorded and k not in by_profile and v != _json(today[k])}
