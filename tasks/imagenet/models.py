@@ -24,6 +24,7 @@ from torch import nn
 
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.imagenet_catalogue import get_spec
+from tasks.grid.weights import state_dict_misfit
 
 PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
 PAPER_VITS = ["vit_base", "vit_large"]
@@ -109,8 +110,9 @@ def load_weights_file(model: nn.Module, path: Path) -> dict:
         state = map_state_dict(model, state, str(path))
     try:
         model.load_state_dict(state)
-    except RuntimeError as e:
-        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {e}") from e
+    except RuntimeError as e:  # the same names, other shapes: say which, not torch's list of every entry
+        misfit = state_dict_misfit(model.state_dict(), state) or str(e)
+        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {misfit}") from e
     return {"path": str(path), "sha256": file_sha256(path), "source": "file"}
 
 

@@ -11,7 +11,7 @@ from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
 from tasks.grid.records import read_record
 from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
 from tasks.imagenet.grid import main as imagenet_main
-from tasks.imagenet.models import architecture, map_state_dict, preprocessing, pretrained
+from tasks.imagenet.models import architecture, load_weights_file, map_state_dict, preprocessing, pretrained
 from tests.conftest import require_data
 
 needs_sample = pytest.mark.usefixtures("imagenet_sample")
@@ -68,6 +68,18 @@ def test_state_dict_mapping_checks_shapes():
     bad = dict(good, x0=torch.zeros(4, 4))
     with pytest.raises(ValueError, match="does not fit"):
         map_state_dict(model, bad, "src")
+
+
+def test_a_weights_file_with_the_same_names_and_other_shapes_is_one_line_naming_them(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    state = dict(model.state_dict(), **{"0.weight": torch.zeros(4, 5)})
+    torch.save(state, tmp_path / "w.pth")
+    with pytest.raises(ValueError) as err:
+        load_weights_file(model, tmp_path / "w.pth")
+    assert (
+        str(err.value)
+        == f"weights file {tmp_path / 'w.pth'} does not fit Sequential: 1 of another shape (0.weight (4, 5) for (4, 3))"
+    )
 
 
 def test_offline_without_cache_fails_fast(tmp_path, monkeypatch):
