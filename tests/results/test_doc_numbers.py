@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks.accuracy.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tasks.grid.record_options import earlier_defaults, effective_options
 from tasks.grid.records import all_records, preferred_records, read_record
 
 README = REPO_ROOT / "README.md"
@@ -297,6 +298,15 @@ def test_lite0_fcpts_plus_table_is_the_records():
 TABLE2_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
 
 
+def _ramp_record(folder: str, sparsity: int) -> dict:
+    """FCPTS+ with the ramp and the automatic block weight on a cell: its `paper-cpu` record while that ran with the
+    ramp (the default until the ramp became "auto"), else the `--option block_weight=auto` record, the same run."""
+    default = _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json")
+    if effective_options(default)["ramp"] == 0.5:
+        return default
+    return _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-block_weightauto-seed0.json")
+
+
 @pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE2_CELLS)
 def test_table2_fcpts_plus_table_is_the_records(dataset, model, sparsity):
     """The Table 2 table of docs/notebook/beyond-the-paper.md: FCPTS's top-1 (the record Table 2 shows), FCPTS+'s, their
@@ -307,7 +317,7 @@ def test_table2_fcpts_plus_table_is_the_records(dataset, model, sparsity):
     folder = f"cifar/{dataset}/{model}"
     fcpts_profile = "paper" if (dataset, model, sparsity) == ("cifar10", "resnet56", 90) else "paper-cpu"
     fcpts = _record(f"{folder}/fcpts-sp{sparsity}-{fcpts_profile}-seed0.json")["metrics"]["top1"]
-    plus = _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json")["metrics"]["top1"]
+    plus = _ramp_record(folder, sparsity)["metrics"]["top1"]
     assert rows[0][1:4] == [f"{fcpts:.2f}", f"{plus:.2f}", f"{plus - fcpts:+.2f}"], label
     path = RUNS / f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-block_weight8-seed0.json"  # --option block_weight=8
     assert rows[0][6] == (f"{json.loads(path.read_text())['metrics']['top1']:.2f}" if path.exists() else "—"), label
@@ -318,9 +328,13 @@ def test_the_default_reproduced_the_records_made_with_the_auto_option_bit_for_bi
     `paper-cpu` ones made later under the default: the same masks and metrics on every such cell."""
     autos = sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-block_weightauto-seed0.json"))
     assert len(autos) == 8, "the eight 80%/90% Table 2 cells"
-    for path in autos:
+    pairs = [
+        (path, json.loads(path.with_name(path.name.replace("-block_weightauto", "")).read_text())) for path in autos
+    ]
+    pairs = [(path, default) for path, default in pairs if default["method_options"]["ramp"] == 0.5]  # not made again
+    assert len(pairs) >= 4, "the four 90% cells, whose default keeps the ramp"
+    for path, default in pairs:
         auto = json.loads(path.read_text())
-        default = json.loads(path.with_name(path.name.replace("-block_weightauto", "")).read_text())
         assert default["method_options"]["block_weight"] == "auto" and default["git_commit"] != auto["git_commit"]
         assert (default["mask_sha256"], default["metrics"]) == (auto["mask_sha256"], auto["metrics"]), path.name
 
@@ -361,8 +375,8 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
     text = (RESULTS_DIR / "benchmarks" / "block_balance_cpu.txt").read_text()
     printed = {row[0]: row[5] for row in _table_rows(text, "cifar") if len(row) == 7}
     records = [read_record(p) for p in sorted(RUNS.glob("cifar/*/*/fcpts-plus-sp*-paper-cpu-*seed0.json"))]
-    records = [r for r in records if "block_weight" in r["method_report"]["extra"]]
-    assert len(records) >= 20, "the twelve Table 2 cells under the default, eight with --option block_weight=auto"
+    records = [r for r in records if "block_weight" in r["method_report"]["extra"] and not earlier_defaults(r)]
+    assert len(records) >= 8, "the 90% Table 2 cells, by default and with --option block_weight=auto, and any remade"
     for record in records:
         cell = f"{record['dataset']} {record['model']} {record['target_sparsity']:.0%}"
         assert printed[cell] == f"{record['method_report']['extra']['block_weight']['chosen']:.4f}", cell
