@@ -33,8 +33,8 @@ of them reach the FCPTS loop through one object, `Plan`, at the points `fcpts.Va
   rate is below 1), and it loses on CIFAR-100 at the paper's budget and collapses on the Lite0 stand-in: the
   step a weight gives depends on the network's activations and its number of blocks. "auto" measures both
   gradients on `balance_batches` calibration batches before the first step and sets the weight
-  that makes the blocks' gradient `block_balance` times the KL's (fcpts/methods/block_balance.py): 4-7 on the
-  CIFAR-10 ResNets, 0.5-0.8 on the CIFAR-100 ones.
+  that makes the blocks' gradient `block_balance` times the KL's (fcpts/methods/block_balance.py): 4-9 on the
+  CIFAR-10 ResNets, 0.45-0.9 on the CIFAR-100 ones (results/benchmarks/block_balance_cpu.txt).
 - `temperature` (FCPTS's option, 4): the output KL's softening. Higher, the KL x T^2 weighs the teacher's
   small logits more, towards matching the logits themselves; 8 helped at 400 iterations, not at 1,600.
 - `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
