@@ -17,6 +17,7 @@ from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
+SAME_PROCESSOR_AMD = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor_amd.json"
 AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
 ROW_FIELDS = (
@@ -41,7 +42,7 @@ def _ran(out: dict) -> list[dict]:
     return [r for r in out["rows"] if r["status"] == "ran"]
 
 
-@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD], ids=lambda p: p.stem)
 def test_provenance_and_each_row_s_fields_are_there(path):
     out = _read(path)
     prov = out["provenance"]
@@ -124,7 +125,7 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
     assert not missing, missing
 
 
-@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD], ids=lambda p: p.stem)
 def test_the_table_beside_each_output_is_what_the_benchmark_writes_from_it(path):
     assert markdown(_read(path)) == path.with_suffix(".md").read_text()
 
@@ -183,3 +184,15 @@ def test_the_notebook_s_minutes_and_collapse_are_the_at_commit_output_s():
     assert all(max(r["record_value"], r["old_here_value"]) < 1 for r in rows)
     rerun = {r["record"]: r for r in _read(OUT)["rows"]}
     assert all(rerun[r["record"]]["new_value"] < 1 for r in rows), "today's models collapsed too"
+
+
+def test_fcpts_fixed_re_run_on_its_record_s_processor_is_the_notebook_s():
+    """FCPTS with fixed allocation's record, made on an AMD EPYC, re-run there with today's code: the notebook's
+    numbers and its reading (same top-1 and sparsity, another model) are the output's."""
+    out = _read(SAME_PROCESSOR_AMD)
+    (row,) = _ran(out)
+    assert row["method"] == "fcpts-fixed" and processor(row["old_device"]) == processor(row["new_device"])
+    assert processor(out["provenance"]["device"]) == processor(row["old_device"]) == "cpu: AMD EPYC"
+    assert row["old_achieved_sparsity"] == row["new_achieved_sparsity"] and not row["numbers_match"]
+    text = " ".join(NOTEBOOK.read_text().split())
+    assert f"top-1 {row['old_value']:.2f} became {row['new_value']:.2f}, at the same achieved sparsity, yet" in text
