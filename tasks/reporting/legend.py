@@ -115,7 +115,9 @@ SEED_SPREAD_LEGEND = (
 )
 EARLIER_DEFAULT_LEGEND = (
     "- `(earlier default: option value)`: the record ran with a default of its method that has changed since (the "
-    "method's docstring says why); a record made with today's defaults replaces it when one is committed."
+    "method's docstring says why); a record made with today's defaults replaces it when one is committed. `n "
+    "seeds of another setup left out`: records of the cell and profile that ran other options (an earlier default) "
+    "than the shown one, not counted in its spread."
 )
 
 
@@ -129,6 +131,14 @@ def earlier_default_note(record: dict | None) -> str:
     """' (earlier default: ramp 0.5)' for a record run with a default changed since; else ''."""
     changed = earlier_defaults(record) if record else {}
     return f" (earlier default: {', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else ""
+
+
+def left_out_seeds(shown: dict, records: list[dict]) -> str:
+    """' · 2 seeds of another setup left out' when records of the shown record's cell and profile ran other options
+    (an earlier default) and so are not among its seeds; else ''."""
+    others = [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
+    n = len(others) - len(seeds_of(shown, records))
+    return f" · {n} seed{'s' if n > 1 else ''} of another setup left out" if n else ""
 
 
 def seed_spread(shown: dict, records: list[dict]) -> str:

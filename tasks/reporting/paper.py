@@ -35,6 +35,7 @@ from tasks.reporting.legend import (
     earlier_default_note,
     extra_label,
     extras_legend,
+    left_out_seeds,
     paper_protocol,
     profile_legend,
     profile_preference,
@@ -126,12 +127,13 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 drop = rec["dense_metrics"]["top1"] - m["top1"]
                 extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
                 spread |= "seeds:" in extra
-                earlier |= bool(earlier_default_note(rec))
+                note = earlier_default_note(rec) + left_out_seeds(rec, runs.get(cell_key(rec), []))
+                earlier |= bool(note)
                 also |= bool(others)
                 legend_records += others
                 out.append(
                     f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}]"
-                    f"{earlier_default_note(rec)}{extra} · {paper}"
+                    f"{note}{extra} · {paper}"
                 )
                 rows.append(
                     {
