@@ -98,10 +98,8 @@ class FCPTSPlusOptions(FCPTSOptions, experimental.ExperimentalOptions):
             raise ValueError(
                 f"block_balance must be > 0 and balance_batches >= 1, got {self.block_balance}, {self.balance_batches}"
             )
-        fixed_ramp = None if self.ramp == "auto" else self.ramp
-        if (fixed_ramp is not None and (isinstance(fixed_ramp, str) or not 0 <= fixed_ramp <= 1)) or not (
-            0 < self.ramp_start <= 1
-        ):
+        fixed_ramp = None if self.ramp == "auto" else float(self.ramp)  # check_types has refused any other string
+        if (fixed_ramp is not None and not 0 <= fixed_ramp <= 1) or not 0 < self.ramp_start <= 1:
             raise ValueError(
                 f"ramp must be 'auto' or lie in [0, 1], and ramp_start in (0, 1]; got {self.ramp!r}, {self.ramp_start}"
             )

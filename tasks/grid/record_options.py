@@ -48,7 +48,11 @@ def pinned_options(record: dict) -> dict[str, Any]:
 def effective_options(record: dict) -> dict[str, Any]:
     """What the record's run did, option by option (run-local ones left out): today's defaults where the record
     is silent, target-dependent defaults ("auto") resolved at its target."""
-    today = todays_options(record["method"])
+    return _effective(record, todays_options(record["method"]))
+
+
+def _effective(record: dict, today: dict[str, Any]) -> dict[str, Any]:
+    """effective_options, given the method's defaults today."""
     values = get_method(record["method"]).options.effective({**today, **made_with(record)}, record["target_sparsity"])
     return {k: _json(values[k]) for k in today if k not in NOT_PINNED}
 
@@ -65,7 +69,8 @@ def earlier_defaults(record: dict) -> dict[str, Any]:
     method = get_method(record["method"])
     by_profile = set(record["profile"].get("methods", {}).get(record["method"], {}).get("options", {}))
     by_profile |= set(record.get("budget", {}))
-    today = method.options.effective(todays_options(record["method"]), record["target_sparsity"])
-    ran = effective_options(record)
+    defaults = todays_options(record["method"])
+    today = method.options.effective(defaults, record["target_sparsity"])
+    ran = _effective(record, defaults)
     recorded = record.get("method_options", {})
     return {k: v for k, v in ran.items() if k in recorded and k not in by_profile and v != _json(today[k])}

@@ -81,14 +81,14 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
 
-    out: dict[tuple, dict] = {}
+    best: dict[tuple, tuple[tuple[int, bool, int], dict]] = {}  # cell_key -> (rank, record): each ranked once
     for r in records:
         if r["profile"]["name"] not in PROFILE_PREFERENCE:
             continue
-        key = cell_key(r)
-        if key not in out or rank(r) < rank(out[key]):
-            out[key] = r
-    return out
+        key, r_rank = cell_key(r), rank(r)
+        if key not in best or r_rank < best[key][0]:
+            best[key] = (r_rank, r)
+    return {key: r for key, (_, r) in best.items()}
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"

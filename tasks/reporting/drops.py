@@ -13,9 +13,8 @@ import statistics
 
 from fcpts.methods import label
 from fcpts.methods.registry import NOT_IN_PAPER, STUDIED_FAMILY, list_methods
-from tasks.grid.record_options import same_setup
 from tasks.reporting.layout import paper_layout
-from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note
+from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note, seeds_of
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -43,11 +42,10 @@ def paper_drops(reference: list[dict]) -> dict[tuple, float]:
     return drops
 
 
-def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> list[float]:
-    """The drop of every seed that ran `row`'s cell under its shown profile and options (the shown record alone if
-    none)."""
-    shown = shown_record(row, runs)
-    same = [r for r in runs.get(cell_of(row), []) if shown is not None and same_setup(r, shown)]
+def seed_drops(row: dict, shown: dict | None, runs: dict[tuple, list[dict]]) -> list[float]:
+    """The drop of every seed that ran `row`'s cell under its shown profile and options (`shown`: its record among
+    the cell's runs; the row's own drop alone if none)."""
+    same = seeds_of(shown, runs.get(cell_of(row), [])) if shown is not None else []
     return [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
 
 
@@ -109,8 +107,9 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                drops = seed_drops(row, runs or {})
-                note = earlier_default_note(shown_record(row, runs or {}))
+                shown_rec = shown_record(row, runs or {})
+                drops = seed_drops(row, shown_rec, runs or {})
+                note = earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
             lines.append(f"| {DATASET_NAMES[ds]} {model} {sp:.0%} | " + " | ".join(cells) + " |")
