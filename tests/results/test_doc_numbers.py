@@ -22,6 +22,7 @@ from benchmarks.accuracy.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.record_options import earlier_defaults, effective_options
 from tasks.grid.records import all_records, preferred_records, read_record
+from tests.results.git_history import record_at
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -298,13 +299,21 @@ def test_lite0_fcpts_plus_table_is_the_records():
 TABLE2_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
 
 
+RAMP_70_AT = "a4938de"  # the last commit whose FCPTS+ 70% CIFAR records all ran with the ramp
+
+
 def _ramp_record(folder: str, sparsity: int) -> dict:
     """FCPTS+ with the ramp and the automatic block weight on a cell: its `paper-cpu` record while that ran with the
-    ramp (the default until the ramp became "auto"), else the `--option block_weight=auto` record, the same run."""
-    default = _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json")
-    if effective_options(default)["ramp"] == 0.5:
+    ramp (the default until the ramp became "auto"), else the `--option block_weight=auto` record, the same run; at
+    70%, where no such record ran, the `paper-cpu` record as the last commit before it was made again held it."""
+    relative = f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json"
+    if effective_options(default := _record(relative))["ramp"] == 0.5:
         return default
-    return _record(f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-block_weightauto-seed0.json")
+    if (auto := RUNS / relative.replace("-paper-cpu-", "-paper-cpu-block_weightauto-")).exists():
+        return json.loads(auto.read_text())
+    ramped = record_at(RAMP_70_AT, relative)
+    assert sparsity == 70 and effective_options(ramped)["ramp"] == 0.5, relative
+    return ramped
 
 
 @pytest.mark.parametrize(("dataset", "model", "sparsity"), TABLE2_CELLS)

@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 
 import pytest
 
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import read_record
-from tests.conftest import IN_CI
+from tests.results.git_history import record_at
 
 OUTPUTS = sorted((RESULTS_DIR / "benchmarks").glob("heldout_fcpts_plus_*.json"))
 RAMP = RESULTS_DIR / "benchmarks" / "heldout_fcpts_plus_ramp_paper.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "heldout-choices.md"
 RAMPED_AT = "1d9c1a7"  # the last commit whose FCPTS+ 80% CIFAR records all ran with the ramp
-
-
-def record_at(commit: str, relative: str) -> dict:
-    """A record as committed at `commit` (it may have been made again since), from git history; without that
-    history (an export, a shallow clone) the test fails in CI and skips elsewhere, saying so."""
-    path = RUNS_DIR.relative_to(REPO_ROOT) / relative
-    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if shown.returncode != 0:
-        message = f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return json.loads(shown.stdout)
 
 
 def test_there_are_outputs():

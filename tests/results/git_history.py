@@ -1,0 +1,24 @@
+"""Records as an earlier commit held them: some tables quote runs whose records were made again since."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from tests.conftest import IN_CI
+
+
+def record_at(commit: str, relative: str) -> dict:
+    """A record under results/runs/ as committed at `commit`, from git history; without that history (an export, a
+    shallow clone) the test fails in CI and skips elsewhere, saying so."""
+    path = RUNS_DIR.relative_to(REPO_ROOT) / relative
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        message = f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return json.loads(shown.stdout)
