@@ -276,26 +276,34 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def short_commit(commit: str) -> str:
+    """`eb96463+dirty` of a full hash with or without '+dirty': enough to find it, and whether the tree was clean."""
+    return commit[:7] + ("+dirty" if "+dirty" in commit else "")
+
+
 def markdown(output: dict) -> str:
-    """The table beside the JSON: one line per method."""
+    """The table beside the JSON: one line per method. A `--resume` output holds rows of several runs, perhaps on
+    other processors and commits: each row names its own, the header the last run's."""
     s = output["summary"]
+    p = output["provenance"]
     lines = [
-        f"Re-runs of one committed record per method ({output['provenance']['device']}, torch "
-        f"{output['provenance']['torch']}, commit {output['provenance']['git_commit'][:12]}): {s['matched']} matched, "
-        f"{s['differed']} differed, {s['skipped']} skipped; {s['cpu_s']:.0f} s CPU in all.",
+        f"Re-runs of one committed record per method (one thread each; torch {p['torch']}; each row's re-run names "
+        f"its processor and commit; last written at commit {p['git_commit'][:12]} on {p['device']}): "
+        f"{s['matched']} matched, {s['differed']} differed, {s['skipped']} skipped; {s['cpu_s']:.0f} s CPU in all.",
         "",
-        "| method | record | compared | old → new headline | old → new mask hash | match | cell s | recorded on |",
-        "|---|---|---|---|---|---|---:|---|",
+        "| method | record | compared | old → new headline | old → new mask hash | match | cell s | recorded on "
+        "| re-run on |",
+        "|---|---|---|---|---|---|---:|---|---|",
     ]
     for r in output["rows"]:
         if r["status"] != "ran":
-            lines.append(f"| {r['method']} | {r.get('record', '-')} | skipped: {r['reason']} | | | | | |")
+            lines.append(f"| {r['method']} | {r.get('record', '-')} | skipped: {r['reason']} | | | | | | |")
             continue
         hashes = f"{str(r['old_mask_sha256'])[:12]} → {r['new_mask_sha256'][:12]}"
         lines.append(
             f"| {r['method']} | {r['record']} | {r['compared']} | {r['metric']} {r['old_value']:.2f} → "
             f"{r['new_value']:.2f} | {hashes} | {'yes' if r['match'] else 'NO'} | {r['cell_wall_s']:.0f} | "
-            f"{r['old_device']} |"
+            f"{r['old_device']} | {processor(r['new_device'])}, {short_commit(r['new_git_commit'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -138,3 +138,38 @@ def test_a_work_dir_cell_resumes_only_what_the_same_commit_began(tmp_path, recor
     assert calls[-1] == (tmp_path / "work" / "fcpts", False)  # begun by other code: from scratch again
     rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
     assert calls[-1] == (tmp_path / "work" / "fcpts", True)  # begun by this commit: carried on
+
+
+def test_the_table_names_each_row_s_re_run_processor_and_commit():
+    """A `--resume` output holds rows re-run on other processors and commits than its last run's: the table says
+    which ran where, not only the last run's device."""
+
+    def ran(method: str, device: str, commit: str) -> dict:
+        return {
+            "method": method,
+            "status": "ran",
+            "record": f"{method}.json",
+            "compared": "mask hash and numbers",
+            "metric": "top1",
+            "old_value": 1.0,
+            "new_value": 1.0,
+            "old_mask_sha256": "a" * 64,
+            "new_mask_sha256": "a" * 64,
+            "match": True,
+            "cell_wall_s": 1.0,
+            "cell_cpu_s": 1.0,
+            "old_device": "cpu: AMD EPYC, 1 threads",
+            "new_device": device,
+            "new_git_commit": commit,
+        }
+
+    rows = [
+        ran("lamp", "cpu: Intel(R) Xeon(R) Processor, 1 threads", "1" * 40),
+        ran("obs", "cpu: AMD EPYC, 1 threads", "2" * 40 + "+dirty"),
+    ]
+    provenance = {"torch": "2", "git_commit": "3" * 40, "device": "cpu: AMD EPYC, 1 threads"}
+    table = rerun_sample.markdown({"summary": rerun_sample.summary(rows), "provenance": provenance, "rows": rows})
+    lamp, obs = (line for line in table.splitlines() if line.startswith(("| lamp", "| obs")))
+    assert lamp.endswith("| cpu: Intel(R) Xeon(R) Processor, 1111111 |")
+    assert obs.endswith("| cpu: AMD EPYC, 2222222+dirty |")
+    assert "last written at commit 333333333333 on cpu: AMD EPYC, 1 threads" in table
