@@ -350,7 +350,7 @@ def test_the_default_reproduced_the_records_made_with_the_auto_option_bit_for_bi
 
 @pytest.mark.parametrize(
     ("dataset", "methods"),
-    [("cifar10", ("fcpts-plus", "fcpts")), ("cifar100", ("fcpts",))],  # FCPTS+'s CIFAR-100 seeds 1-2 not re-run yet
+    [("cifar10", ("fcpts-plus", "fcpts")), ("cifar100", ("fcpts-plus", "fcpts"))],
 )
 def test_table2_three_seed_means_in_the_doc_are_the_records(dataset, methods):
     """Seeds 0-2 on ResNet-32 at 90%, as docs/notebook/beyond-the-paper.md quotes them."""
