@@ -136,8 +136,10 @@ def earlier_default_note(record: dict | None) -> str:
 def left_out_seeds(shown: dict, records: list[dict]) -> str:
     """' · 2 seeds of another setup left out' when records of the shown record's cell and profile ran other options
     (an earlier default) and so are not among its seeds; else ''."""
-    others = [r for r in records if cell_key(r) == cell_key(shown) and r["profile"]["name"] == shown["profile"]["name"]]
-    n = len(others) - len(seeds_of(shown, records))
+    profile = shown["profile"]["name"]
+    n = sum(
+        cell_key(r) == cell_key(shown) and r["profile"]["name"] == profile and not same_setup(r, shown) for r in records
+    )
     return f" · {n} seed{'s' if n > 1 else ''} of another setup left out" if n else ""
 
 

@@ -309,8 +309,8 @@ def _ramp_record(folder: str, sparsity: int) -> dict:
     relative = f"{folder}/fcpts-plus-sp{sparsity}-paper-cpu-seed0.json"
     if effective_options(default := _record(relative))["ramp"] == 0.5:
         return default
-    if (auto := RUNS / relative.replace("-paper-cpu-", "-paper-cpu-block_weightauto-")).exists():
-        return json.loads(auto.read_text())
+    if (RUNS / (auto := relative.replace("-paper-cpu-", "-paper-cpu-block_weightauto-"))).exists():
+        return _record(auto)
     ramped = record_at(RAMP_70_AT, relative)
     assert sparsity == 70 and effective_options(ramped)["ramp"] == 0.5, relative
     return ramped
