@@ -380,7 +380,8 @@ def main(argv=None) -> int:
     here = processor(device_description("cpu")) if args.this_processor else None
     records = committed_records(with_spread=args.this_processor)
     for method in [m for m in kept if not still_current(kept[m], records, here)]:
-        print(f"[stale] {method}: the record it re-ran has been made again or another is picked now; running it again")
+        then = "running it again" if method in methods else "its row is dropped (name it in --methods to re-run it)"
+        print(f"[stale] {method}: the record it re-ran has been made again or another is picked now; {then}")
         del kept[method]
     rows: dict[str, dict] = dict(kept)
     order = list_methods()

@@ -159,7 +159,14 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
     entry, never changes a registered number unless its path is in `refresh` (accepting a re-run is a
     deliberate act); a number not registered yet is added."""
     entries = read_manifest_entries(path)
-    for r in all_records(runs_dir):
+    records = all_records(runs_dir)
+    unknown = sorted(set(refresh) - {r["_path"] for r in records})
+    if unknown:  # a refresh that matched nothing would leave the old numbers registered without a word
+        raise ValueError(
+            f"--refresh {' '.join(unknown)}: no record there; name records by their path under "
+            f"{repo_relative(runs_dir)}/ (e.g. cifar/cifar10/resnet56/fcpts-sp90-paper-cpu-seed0.json)"
+        )
+    for r in records:
         now = {"value": headline(r)[1], **stored_numbers(r)}
         kept = {} if r["_path"] in refresh else entries.get(r["_path"], {})
         entries[r["_path"]] = {**now, **kept}

@@ -490,7 +490,10 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
     if args.what == "manifest":
-        entries = update_manifest(refresh=tuple(args.refresh))
+        try:
+            entries = update_manifest(refresh=tuple(args.refresh))
+        except ValueError as e:
+            p.error(str(e))
         print(f"{len(entries)} records in {MANIFEST.relative_to(RESULTS_DIR.parent)}")
         return 0
     for path in write_tables():

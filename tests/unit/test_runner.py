@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -92,5 +93,8 @@ def test_the_manifest_registers_every_stored_number_and_keeps_registered_ones(tm
     update_manifest(runs, manifest)
     assert read_manifest_entries(manifest)[rel]["metrics.top5"] == numbers["metrics.top5"]
     assert moved_records([{**record, "_path": rel}], read_manifest_entries(manifest))
+    with pytest.raises(ValueError, match="no record there"):  # a path that names no record refreshes nothing
+        update_manifest(runs, manifest, refresh=(f"results/runs/{rel}",))
+    assert read_manifest_entries(manifest)[rel]["metrics.top5"] == numbers["metrics.top5"]
     update_manifest(runs, manifest, refresh=(rel,))
     assert read_manifest_entries(manifest)[rel]["metrics.top5"] == 2.0
