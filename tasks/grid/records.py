@@ -286,10 +286,33 @@ def write_training_record(weights: Path, record: dict) -> dict:
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
+def cpu_identity(cpuinfo: str | None = None) -> str:
+    """The kernels torch picks here and the processor's generation: a lent machine's model name may be masked
+    ('AMD EPYC'), while two generations run other float kernels, so a re-run that differs can be told apart."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if not line.strip():
+            break  # the first processor's block is enough
+        fields.setdefault(key.strip(), value.strip())
+    generation = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+    return ", ".join(x for x in (torch.backends.cpu.get_cpu_capability(), generation) if x)
+
+
 def environment() -> dict[str, str]:
     import torchvision
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cpu": cpu_identity(),
+    }
     for name in PROVENANCE_PACKAGES:
         try:
             env[name] = metadata.version(name)

@@ -1,4 +1,4 @@
-"""Records as an earlier commit held them: some tables quote runs whose records were made again since."""
+"""Files as an earlier commit held them: some tables and notes quote runs whose records were made again since."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tests.conftest import IN_CI
 
 
-def record_at(commit: str, relative: str) -> dict:
-    """A record under results/runs/ as committed at `commit`, from git history; without that history (an export, a
-    shallow clone) the test fails in CI and skips elsewhere, saying so."""
-    path = RUNS_DIR.relative_to(REPO_ROOT) / relative
+def json_at(commit: str, path: str) -> dict:
+    """A committed JSON file (path relative to the repository) as `commit` held it, from git history; without that
+    history (an export, a shallow clone) the test fails in CI and skips elsewhere, saying so."""
     shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True)
     if shown.returncode != 0:
         message = f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})"
@@ -22,3 +21,8 @@ def record_at(commit: str, relative: str) -> dict:
             pytest.fail(message)
         pytest.skip(message)
     return json.loads(shown.stdout)
+
+
+def record_at(commit: str, relative: str) -> dict:
+    """A record under results/runs/ as committed at `commit`."""
+    return json_at(commit, str(RUNS_DIR.relative_to(REPO_ROOT) / relative))

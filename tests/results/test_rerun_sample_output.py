@@ -13,8 +13,8 @@ from benchmarks.code.rerun_at_commit import markdown as markdown_at_commit
 from benchmarks.code.rerun_at_commit import verdict
 from benchmarks.code.rerun_sample import markdown, processor, summary
 from fcpts.methods.registry import label, list_methods
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR
-from tests.results.git_history import record_at
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tests.results.git_history import json_at
 
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
@@ -139,7 +139,7 @@ def test_each_re_run_at_its_record_s_commit_agrees_with_the_records_and_the_verd
     assert prov["command"].startswith("python -m benchmarks.code.rerun_at_commit ")
     assert out["rows"] and markdown_at_commit(out) == AT_COMMIT.with_suffix(".md").read_text()
     for row in out["rows"]:
-        record = record_at(BEFORE_REMAKE, str((REPO_ROOT / row["record"]).relative_to(RUNS_DIR)))
+        record = json_at(BEFORE_REMAKE, row["record"])
         assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
         assert row["record_value"] == record["metrics"][row["metric"]]
         assert row["record_model_sha256"] == record["sparse_model"]["sha256"]

@@ -8,6 +8,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 from fcpts.core.io import write_json_atomic
 from tasks.grid.record_format import record_text, rewrite_compact, side_files, write_record
@@ -141,6 +142,19 @@ def test_record_text_is_the_same_json():
 def test_provenance_names_the_model_libraries_installed():
     timm = pytest.importorskip("timm")
     assert environment()["timm"] == timm.__version__
+
+
+def test_provenance_tells_processor_generations_apart():
+    """A masked model name ('AMD EPYC') hides the generation, whose float kernels can move a training method's mask."""
+    from tasks.grid.records import cpu_identity
+
+    zen3 = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n\nprocessor\t: 1\n"
+    zen2 = zen3.replace("25", "23")
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert cpu_identity(zen3) == f"{capability}, family 25 model 1 stepping 1"
+    assert cpu_identity(zen2) == f"{capability}, family 23 model 1 stepping 1"
+    assert cpu_identity("") == capability
+    assert environment()["cpu"] == cpu_identity()
 
 
 def test_a_grid_writes_its_records_compactly_and_skips_them_when_done(tmp_path):
