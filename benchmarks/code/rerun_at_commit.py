@@ -10,8 +10,11 @@ the record's commit (a git worktree in --work-dir), on this processor, and compa
 - today's code's, here (`--today`, the model `rerun_sample --work-dir` saved): where its zeros are.
 
 The same code giving another model here than there says the processor moved it; the same processor giving another
-mask with other code says the code did. Masks are compared as the zero/non-zero pattern of every weight with two or
-more dimensions in the saved state dicts (a pattern hash and the share of positions that differ).
+mask with other code says the code did. A record made from a tree with uncommitted changes (its commit ends in
+`+dirty`) is re-run from its commit without them: if that still makes the record's model, they did not matter; if not,
+they and the processor are not told apart, and the verdict says so. Masks are compared as the zero/non-zero
+pattern of every weight with two or more dimensions in the saved state dicts (a pattern hash and the share of
+positions that differ).
 
     R=results/runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-fixed-sp90-cpu-seed0
     python -m benchmarks.code.rerun_sample --methods fcpts-fixed --work-dir rerun-work --out ...   # today's model
@@ -89,8 +92,13 @@ def share_differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> f
     return sum((a[k] != b[k]).sum().item() for k in a) / sum(a[k].numel() for k in a)
 
 
-def verdict(same_as_record: bool, same_as_today: bool) -> str:
-    """What moved the re-run: the old code here against the record (made elsewhere) and against today's code here."""
+def verdict(same_as_record: bool, same_as_today: bool, record_tree_dirty: bool = False) -> str:
+    """What moved the re-run: the old code here against the record (made elsewhere) and against today's code here.
+    From a dirty tree the commit is not all the code that made the record, so another model here does not say the
+    processor."""
+    if record_tree_dirty and not same_as_record:
+        why = "the processor or the record's uncommitted changes: its commit makes another model here"
+        return f"{why}, today's code the same mask" if same_as_today else f"both the code since and {why}"
     return {
         (True, True): "neither: the old code here makes the record's model, and today's code its mask",
         (False, True): "the processor: the same code makes another model here, today's code the same mask",
@@ -99,16 +107,23 @@ def verdict(same_as_record: bool, same_as_today: bool) -> str:
     }[(same_as_record, same_as_today)]
 
 
+def record_commit(record: dict) -> tuple[str, bool]:
+    """The commit a record names and whether its tree had uncommitted changes ('+dirty')."""
+    commit = record["git_commit"]
+    return commit.removesuffix("+dirty"), commit.endswith("+dirty")
+
+
 def run_old_code(record: dict, work_dir: Path, data_root: str | None) -> tuple[dict, Path]:
     """The record's cell run by its own commit in work_dir/checkout (reused when finished): its record and model."""
     checkout, runs = work_dir / "checkout", work_dir / "runs"
+    commit, _ = record_commit(record)
     relative = Path(record["_path"]).relative_to("results/runs")
     new_record, model = runs / relative, runs / Path(record["sparse_model"]["path"]).relative_to("results/runs")
     if not checkout.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(checkout), record["git_commit"]], check=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(checkout), commit], check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True, check=True)
-    if head.stdout.strip() != record["git_commit"]:
-        raise SystemExit(f"{checkout} is at {head.stdout.strip()[:12]}, not the record's {record['git_commit'][:12]}")
+    if head.stdout.strip() != commit:
+        raise SystemExit(f"{checkout} is at {head.stdout.strip()[:12]}, not the record's {commit[:12]}")
     if not new_record.exists():
         command = cell_command(record, runs.resolve(), data_root)
         print("[at-commit]", shlex.join(command), flush=True)
@@ -140,7 +155,7 @@ def row_for(record: dict, old_here: dict, old_model: Path, today_model: Path) ->
         "positions_differing_old_vs_today": differing,
         "old_here_wall_s": old_here["wall_s"],
         "old_here_command": old_here["command"],
-        "verdict": verdict(same_as_record, differing == 0.0),
+        "verdict": verdict(same_as_record, differing == 0.0, record_commit(record)[1]),
     }
 
 
@@ -155,7 +170,8 @@ def markdown(output: dict) -> str:
     ]
     for r in output["rows"]:
         lines.append(
-            f"| {r['method']} | {processor(r['record_device'])}, {r['record_commit'][:8]} | {r['metric']} "
+            f"| {r['method']} | {processor(r['record_device'])}, {r['record_commit'][:8]}"
+            f"{'+dirty' if r['record_commit'].endswith('+dirty') else ''} | {r['metric']} "
             f"{r['record_value']:.2f} → {r['old_here_value']:.2f} | "
             f"{'yes' if r['old_here_model_sha256'] == r['record_model_sha256'] else 'no'} | "
             f"{100 * r['positions_differing_old_vs_today']:.2f}% | {r['verdict']} |"

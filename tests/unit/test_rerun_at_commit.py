@@ -60,6 +60,10 @@ def test_the_verdict_names_what_moved_the_model():
     assert verdict(True, False).startswith("the code")
     assert verdict(False, False).startswith("both")
     assert verdict(True, True).startswith("neither")
+    # from a dirty tree the commit alone is not the record's code: another model here does not name the processor
+    assert verdict(False, True, record_tree_dirty=True).startswith("the processor or the record's uncommitted changes")
+    assert verdict(False, False, record_tree_dirty=True).startswith("both the code since and the processor or")
+    assert verdict(True, False, record_tree_dirty=True) == verdict(True, False)
 
 
 def _commit(repo) -> str:
@@ -80,6 +84,8 @@ def test_a_finished_old_code_run_is_reused_only_at_the_records_commit(tmp_path, 
     monkeypatch.setattr(rerun_at_commit.subprocess, "run", _no_cell_run(subprocess.run))
     old, model = rerun_at_commit.run_old_code(record, tmp_path / "work", None)
     assert old == {"metrics": {"top1": 0.5}} and model == tmp_path / "work" / "runs" / "models" / "imagenet" / "m.pt"
+    dirty = {**record, "git_commit": commit + "+dirty"}  # its commit's checkout, without the uncommitted changes
+    assert rerun_at_commit.run_old_code(dirty, tmp_path / "work", None) == (old, model)
     with pytest.raises(SystemExit, match="not the record's"):
         rerun_at_commit.run_old_code({**record, "git_commit": "0" * 40}, tmp_path / "work", None)
 
