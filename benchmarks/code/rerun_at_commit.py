@@ -4,8 +4,9 @@
 another result, either may have moved it. This runs the record's own command, narrowed to its cell, in a checkout of
 the record's commit (a git worktree in --work-dir), on this processor, and compares three sparse models:
 
-- the record's (made elsewhere): its saved model's file hash and its numbers, as stored (the same code and torch
-  write the same weights to the same bytes, so the file hash compares the old code's models across machines);
+- the record's (made elsewhere): its mask hash and its numbers, as stored; a record older than the mask hash by its
+  saved model's file hash (two saves of one model can differ in bytes, so the mask hash is the comparison where
+  there is one);
 - the old code's, here: its file hash, its numbers and where its zeros are;
 - today's code's, here (`--today`, the model `rerun_sample --work-dir` saved): where its zeros are.
 
@@ -131,10 +132,19 @@ def run_old_code(record: dict, work_dir: Path, data_root: str | None) -> tuple[d
     return json.loads(new_record.read_text()), model
 
 
+def same_as_record(record: dict, old_here: dict, old_model_sha256: str) -> tuple[bool, str]:
+    """Whether the old code here made the record's model, and by what: the mask hash with every number where the
+    record has a mask hash, else the saved model's file hash."""
+    if record.get("mask_sha256"):
+        same = all(old_here.get(k) == record[k] for k in ("mask_sha256", "achieved_sparsity", "metrics"))
+        return same, "mask hash and numbers"
+    return old_model_sha256 == record["sparse_model"]["sha256"], "model file hash"
+
+
 def row_for(record: dict, old_here: dict, old_model: Path, today_model: Path) -> dict:
     old_patterns, today_patterns = zero_patterns(old_model), zero_patterns(today_model)
     old_sha = file_sha256(old_model)
-    same_as_record = old_sha == record["sparse_model"]["sha256"]
+    same, compared_by = same_as_record(record, old_here, old_sha)
     differing = share_differing(old_patterns, today_patterns)
     metric = next(iter(record["metrics"]))
     return {
@@ -150,13 +160,22 @@ def row_for(record: dict, old_here: dict, old_model: Path, today_model: Path) ->
         "old_here_achieved_sparsity": old_here["achieved_sparsity"],
         "record_model_sha256": record["sparse_model"]["sha256"],
         "old_here_model_sha256": old_sha,
+        "record_mask_sha256": record.get("mask_sha256"),
+        "old_here_mask_sha256": old_here.get("mask_sha256"),
+        "same_as_record": same,
+        "compared_by": compared_by,
         "old_here_pattern_sha256": pattern_sha256(old_patterns),
         "today_pattern_sha256": pattern_sha256(today_patterns),
         "positions_differing_old_vs_today": differing,
         "old_here_wall_s": old_here["wall_s"],
         "old_here_command": old_here["command"],
-        "verdict": verdict(same_as_record, differing == 0.0, record_commit(record)[1]),
+        "verdict": verdict(same, differing == 0.0, record_commit(record)[1]),
     }
+
+
+def _same(row: dict) -> bool:
+    """A row's own answer; rows written before rows said so compared the model files."""
+    return row.get("same_as_record", row["old_here_model_sha256"] == row["record_model_sha256"])
 
 
 def markdown(output: dict) -> str:
@@ -164,7 +183,7 @@ def markdown(output: dict) -> str:
         f"Records re-run here with the code that made them ({output['provenance']['device']}, commit of this tool "
         f"{output['provenance']['git_commit'][:12]}), against the record and against today's code here.",
         "",
-        "| method | record made on | headline: record → old code here | model file: old code here = record's | "
+        "| method | record made on | headline: record → old code here | old code here made the record's model | "
         "zero positions differing, old code vs today's (here) | verdict |",
         "|---|---|---|---|---:|---|",
     ]
@@ -173,7 +192,7 @@ def markdown(output: dict) -> str:
             f"| {r['method']} | {processor(r['record_device'])}, {r['record_commit'][:8]}"
             f"{'+dirty' if r['record_commit'].endswith('+dirty') else ''} | {r['metric']} "
             f"{r['record_value']:.2f} → {r['old_here_value']:.2f} | "
-            f"{'yes' if r['old_here_model_sha256'] == r['record_model_sha256'] else 'no'} | "
+            f"{'yes' if _same(r) else 'no'} (by {r.get('compared_by', 'model file hash')}) | "
             f"{100 * r['positions_differing_old_vs_today']:.2f}% | {r['verdict']} |"
         )
     return "\n".join(lines) + "\n"

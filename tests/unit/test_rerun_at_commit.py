@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from benchmarks.code import rerun_at_commit
-from benchmarks.code.rerun_at_commit import cell_command, pattern_sha256, share_differing, verdict, zero_patterns
+from benchmarks.code.rerun_at_commit import (
+    cell_command,
+    pattern_sha256,
+    same_as_record,
+    share_differing,
+    verdict,
+    zero_patterns,
+)
 
 RECORD = {
     "_path": "results/runs/imagenet/val/lite0/fcpts-sp90-cpu-seed0.json",
@@ -64,6 +71,18 @@ def test_the_verdict_names_what_moved_the_model():
     assert verdict(False, True, record_tree_dirty=True).startswith("the processor or the record's uncommitted changes")
     assert verdict(False, False, record_tree_dirty=True).startswith("both the code since and the processor or")
     assert verdict(True, False, record_tree_dirty=True) == verdict(True, False)
+
+
+def test_the_old_code_s_model_is_the_record_s_by_mask_hash_and_numbers_where_the_record_has_a_hash():
+    """Two saves of one model can differ in bytes: where the record has a mask hash, that and its numbers decide."""
+    numbers = {"achieved_sparsity": 0.7, "metrics": {"top1": 63.69}}
+    record = {**numbers, "mask_sha256": "m", "sparse_model": {"sha256": "file"}}
+    assert same_as_record(record, {**numbers, "mask_sha256": "m"}, "other-file") == (True, "mask hash and numbers")
+    assert not same_as_record(record, {**numbers, "mask_sha256": "other"}, "file")[0]
+    assert not same_as_record(record, {**numbers, "mask_sha256": "m", "metrics": {"top1": 63.7}}, "file")[0]
+    older = {**numbers, "sparse_model": {"sha256": "file"}}  # before the mask hash: the model file decides
+    assert same_as_record(older, numbers, "file") == (True, "model file hash")
+    assert not same_as_record(older, numbers, "other-file")[0]
 
 
 def _commit(repo) -> str:
