@@ -20,6 +20,7 @@ OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
 SAME_PROCESSOR_AMD = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor_amd.json"
 AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
+AT_COMMIT_AMD = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
 BEFORE_REMAKE = "1be3808"  # the last commit holding the learned-mask records (and their re-runs) made again since
 ROW_FIELDS = (
@@ -236,7 +237,7 @@ def test_fcpts_fixed_re_run_on_its_record_s_processor_is_the_notebook_s():
 
 def test_the_records_made_on_an_amd_epyc_re_run_there_as_the_notebook_says():
     """FCPTS's and OBS's records, made on an AMD EPYC and differing on the Intel Xeon, re-run on an AMD EPYC: FCPTS
-    to its mask hash (the processor moved it), OBS not (the notebook says so and what is not known)."""
+    to its mask hash (the processor moved it), OBS not (its commit run there places the difference in the code)."""
     out = _read(SAME_PROCESSOR_AMD)
     rows = {r["method"]: r for r in _ran(out)}
     assert set(rows) == {"fcpts", "obs"}
@@ -249,3 +250,30 @@ def test_the_records_made_on_an_amd_epyc_re_run_there_as_the_notebook_says():
     assert f"on an AMD EPYC today's code gives top-1 {obs['new_value']:.2f}" in text
     assert intel["obs"]["new_mask_sha256"] != obs["new_mask_sha256"] != obs["old_mask_sha256"]
     assert f"re-runs the AMD record to its own mask hash (top-1 {rows['fcpts']['new_value']:.2f})" in text
+
+
+def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_the_code():
+    """OBS's AMD record, whose tree was dirty, run by its commit on an AMD EPYC: the record's mask hash and numbers
+    again, today's code another mask: the code since moved it; the notebook says so with the output's numbers."""
+    out = _read(AT_COMMIT_AMD)
+    prov = out["provenance"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and prov["omp_num_threads"] == "1", prov
+    assert markdown_at_commit(out) == AT_COMMIT_AMD.with_suffix(".md").read_text()
+    (row,) = out["rows"]
+    record = _read(REPO_ROOT / row["record"])
+    assert row["method"] == "obs" and row["record"] == {r["method"]: r for r in _read(OUT)["rows"]}["obs"]["record"]
+    assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
+    assert row["record_commit"].endswith("+dirty")
+    assert processor(row["old_here_device"]) == processor(prov["device"]) == processor(record["device"])
+    assert row["compared_by"] == "mask hash and numbers" and row["record_mask_sha256"] == record["mask_sha256"]
+    same = row["old_here_mask_sha256"] == record["mask_sha256"] and row["old_here_value"] == record["metrics"]["top1"]
+    same_as_today = row["old_here_pattern_sha256"] == row["today_pattern_sha256"]
+    assert row["same_as_record"] == same and row["verdict"] == verdict(same, same_as_today, True)
+    text = _notebook()
+    for quoted in (
+        f"its commit, run on this AMD EPYC without those changes, makes the record's mask and numbers again (top-1 "
+        f"{row['old_here_value']:.2f};",
+        f"differs from it in {100 * row['positions_differing_old_vs_today']:.2f}% of the weights' positions",
+        f"what moved it: {row['verdict'].split(':')[0]}",
+    ):
+        assert quoted in text, quoted
