@@ -7,7 +7,7 @@ the record's commit (a git worktree in --work-dir), on this processor, and compa
 - the record's (made elsewhere): its mask hash and its numbers, as stored; a record older than the mask hash by its
   saved model's file hash (two saves of one model can differ in bytes, so the mask hash is the comparison where
   there is one);
-- the old code's, here: its file hash, its numbers and where its zeros are;
+- the old code's, here: its mask hash (its file hash for an older record), its numbers and where its zeros are;
 - today's code's, here (`--today`, the model `rerun_sample --work-dir` saved): where its zeros are.
 
 The same code giving another model here than there says the processor moved it; the same processor giving another

@@ -181,6 +181,8 @@ def test_each_re_run_at_its_record_s_commit_agrees_with_the_records_and_the_verd
         assert processor(row["old_here_device"]) == processor(prov["device"]) != processor(row["record_device"])
         assert row["old_here_command"].startswith(f"python -m tasks.{record['task']} ")
         same_as_record = row["old_here_model_sha256"] == row["record_model_sha256"]
+        if not same_as_record:  # by file hash alone (no mask hash then): the notebook's 'whatever the bytes'
+            assert row["old_here_value"] != row["record_value"], row["record"]
         same_as_today = row["old_here_pattern_sha256"] == row["today_pattern_sha256"]
         assert same_as_today == (row["positions_differing_old_vs_today"] == 0.0)
         assert row["verdict"] == verdict(same_as_record, same_as_today)
