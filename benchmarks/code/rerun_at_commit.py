@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.code.rerun_sample import processor, provenance
+from benchmarks.code.rerun_sample import processor, provenance, short_commit
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT
 
@@ -189,8 +189,7 @@ def markdown(output: dict) -> str:
     ]
     for r in output["rows"]:
         lines.append(
-            f"| {r['method']} | {processor(r['record_device'])}, {r['record_commit'][:8]}"
-            f"{'+dirty' if r['record_commit'].endswith('+dirty') else ''} | {r['metric']} "
+            f"| {r['method']} | {processor(r['record_device'])}, {short_commit(r['record_commit'], 8)} | {r['metric']} "
             f"{r['record_value']:.2f} → {r['old_here_value']:.2f} | "
             f"{'yes' if _same(r) else 'no'} (by {r.get('compared_by', 'model file hash')}) | "
             f"{100 * r['positions_differing_old_vs_today']:.2f}% | {r['verdict']} |"

@@ -276,9 +276,9 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
-def short_commit(commit: str) -> str:
+def short_commit(commit: str, length: int = 7) -> str:
     """`eb96463+dirty` of a full hash with or without '+dirty': enough to find it, and whether the tree was clean."""
-    return commit[:7] + ("+dirty" if "+dirty" in commit else "")
+    return commit[:length] + ("+dirty" if "+dirty" in commit else "")
 
 
 def markdown(output: dict) -> str:

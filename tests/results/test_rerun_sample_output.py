@@ -117,7 +117,7 @@ def test_the_notebook_states_the_output_s_numbers():
 
 
 def test_the_notebook_s_other_numbers_are_the_output_s():
-    text = " ".join(NOTEBOOK.read_text().split())
+    text = _notebook()
     rows = {r["method"]: r for r in _read(OUT)["rows"]}
     quoted = []
     for row in rows.values():
@@ -193,7 +193,7 @@ def test_every_difference_not_checked_on_this_processor_is_re_run_at_its_commit_
     code run here, and the notebook states what that found; until then the notebook says it has not been."""
     same = {r["method"]: r for r in _read(SAME_PROCESSOR)["rows"]}
     at_commit = {r["record"]: r for r in _read(AT_COMMIT)["rows"]}
-    text = " ".join(NOTEBOOK.read_text().split())
+    text = _notebook()
     for row in _ran(_read(OUT)):
         if row["match"] or same[row["method"]]["status"] == "ran":
             continue
@@ -216,7 +216,7 @@ def test_every_difference_not_checked_on_this_processor_is_re_run_at_its_commit_
 
 def test_the_notebook_s_minutes_and_collapse_are_the_at_commit_output_s():
     rows = _read(AT_COMMIT)["rows"]
-    text = " ".join(NOTEBOOK.read_text().split())
+    text = _notebook()
     minutes = " and ".join(f"{r['old_here_wall_s'] / 60:.0f}" for r in rows)
     assert f"({minutes} minutes a run here)" in text
     assert "none of the six models keeps 1% top-1" in text and len(rows) == 2
@@ -233,7 +233,7 @@ def test_fcpts_fixed_re_run_on_its_record_s_processor_is_the_notebook_s():
     assert row["method"] == "fcpts-fixed" and processor(row["old_device"]) == processor(row["new_device"])
     assert processor(out["provenance"]["device"]) == processor(row["old_device"]) == "cpu: AMD EPYC"
     assert row["old_achieved_sparsity"] == row["new_achieved_sparsity"] and not row["numbers_match"]
-    text = " ".join(NOTEBOOK.read_text().split())
+    text = _notebook()
     assert f"top-1 {row['old_value']:.2f} became {row['new_value']:.2f}, at the same achieved sparsity, yet" in text
 
 
