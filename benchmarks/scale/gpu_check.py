@@ -16,8 +16,9 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   r56-bf16     the same in bfloat16 (a record beside it)
   r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
-  scale        the scale benchmark's FCPTS, POT and OBS cells on ResNet-18, ResNet-50 and ViT-B/16: last, its
-               cells kept one by one (--resume), so a second call finishes what the first left
+  scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid) still missing from the
+               committed results/benchmarks/scale_cuda.json, which it merges: last, its cells kept one by one
+               (--resume), so a second call finishes what the first left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
@@ -59,6 +60,7 @@ XZ_FILTERS = [
     {"id": lzma.FILTER_LZMA2, "preset": 9, "lc": 4, "lp": 0, "pb": 0},
 ]
 WEIGHTS = ("resnet20", "resnet32", "resnet56")  # ResNet-20: the cuda smoke tests
+SCALE_CELL_TIMEOUT_S = 90  # a ViT-L cell on an H200 (ViT-B's took 16-22 s)
 
 
 @dataclass
@@ -153,28 +155,42 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         str(work / "pot_step_time.txt"),
     ]
     scale = [py, "-m", "benchmarks.scale.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
+
+    def step_224(model: str) -> list[str]:  # where arithmetic, not kernel launches, fills a step
+        out = work / f"step_time_{model}_224.txt"
+        return [py, "-m", "benchmarks.speed.step_time", "--device", device, "--model", model, "--out", str(out)]
+
+    step_r18, step_r50 = step_224("resnet18"), step_224("resnet50")
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
         pot_step += ["--model", "resnet20", "--images", "64", "--steps", "2", "--rounds", "1"]
         scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
-    else:  # the methods of the goals (FCPTS, POT, OBS cells), about ten seconds a cell on an H100
+        for cmd in (step_r18, step_r50):
+            cmd += ["--batch-size", "2", "--steps", "1", "--rounds", "1"]
+    else:  # the paper grid's cells still missing from the committed GPU output, 10-30 s a cell on an H200
         step += ["--amp", "bf16"]
-        scale += ["--models", "resnet18", "resnet50", "vit_base", "--methods", "fcpts", "pot-l2norm", "obs"]
-        scale += ["--cell-timeout", "30"]
+        step_r18 += ["--steps", "5", "--rounds", "2"]
+        step_r50 += ["--steps", "5", "--rounds", "2"]
+        merged = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
+        scale += ["--paper-grid", "--cell-timeout", str(SCALE_CELL_TIMEOUT_S)]
+        scale += ["--merge", str(merged)] if merged.is_file() else []
     # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_2026-11-27/), rounded up. Smoke and
-    # pot-step ran past their limits there (60 s; 40 s at 1,000 steps, since halved) and are estimates. They add up
+    # pot-step ran past their limits there (60 s; 40 s at 1,000 steps, since halved), the 224-px steps and the grid's
+    # 21 missing cells (about 20 s each, ViT-L's more) were not run there: estimates. They add up
     # to more than one call's 465 s: a call runs the parts in order, each with its budget while time is left, and a
     # second call with --continue-from finishes the rest.
     return [
         Part("smoke", smoke, 90),
         Part("step-time", step, 35),
+        Part("step-r18-224", step_r18, 40),
+        Part("step-r50-224", step_r50, 50),
         Part("pot-step", pot_step, 45),
         Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 50),
         Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 50),
         Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 95),
         Part("r32-pot", cifar("resnet32", "pot-l2norm", "0.8", "paper"), 80),
-        Part("scale", scale, 180),
+        Part("scale", scale, 480),
     ]
 
 
@@ -279,7 +295,7 @@ def run(
             print(f"{part.name:10s} not started (run again with --continue-from)", flush=True)
             continue
         if part.name == "scale":  # start no cell that could not finish in time
-            part.command += ["--budget-s", str(max(timeout_s - 35, 1))]
+            part.command += ["--budget-s", str(max(timeout_s - SCALE_CELL_TIMEOUT_S - 5, 1))]
         results.append(run_part(part, timeout_s, out / "work" / f"{part.name}.log", env))
         print(f"{part.name:10s} {results[-1]['status']} in {results[-1]['seconds']} s", flush=True)
     write_summary(out, results, device, commit, dry_run)
@@ -323,7 +339,7 @@ def main(argv=None) -> int:
     rn.add_argument("--out", required=True, help="everything goes under this folder (on the device: $OUT)")
     rn.add_argument("--data-root", default=str(DEFAULT_DATA))
     rn.add_argument("--device", help="default: cuda, cpu for --dry-run")
-    rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 900: a bound on a hang)")
+    rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 1500: a bound on a hang)")
     rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
     rn.add_argument("--only", nargs="+", help="run only these parts")
     rn.add_argument(
@@ -345,7 +361,7 @@ def main(argv=None) -> int:
             return 1
         return 0
     device = args.device or ("cpu" if args.dry_run else "cuda")
-    total = args.total_s or (900.0 if args.dry_run else 465.0)
+    total = args.total_s or (1500.0 if args.dry_run else 465.0)
     earlier = Path(args.continue_from) if args.continue_from else None
     if earlier is not None and not earlier.exists():
         p.error(f"--continue-from {earlier}: no such file or folder")

@@ -238,6 +238,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
     p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
     p.add_argument(
+        "--paper-grid",
+        action="store_true",
+        help="the (model, method) pairs of the paper's ImageNet tables instead of --models x --methods (with "
+        "--merge: the cells still missing; kept cells stay in the output)",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="keep the finished cells of an earlier --out (those whose probes are this run's)",
@@ -260,6 +266,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     missing = [m for m in args.merge if not Path(m).is_file()]
     if missing:
         p.error(f"--merge: no such file {', '.join(missing)}")
+    if args.paper_grid and (args.models or args.methods):
+        p.error("--paper-grid chooses the cells itself: leave out --models and --methods")
     args.models = args.models or paper_models()
     args.methods = args.methods or list(METHODS)
     try:
@@ -270,6 +278,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError as e:
         p.error(str(e))
     return args
+
+
+def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
+    """--models x --methods; with --paper-grid, the (model, method) pairs of the paper's ImageNet tables and the
+    cells kept from --resume/--merge, in the paper's model order, so that one output covers the grid."""
+    if not args.paper_grid:
+        return [(model, method) for model in args.models for method in args.methods]
+    pairs = {(model, method) for cells in paper_grid_cells(PAPER_REFERENCE).values() for model, method, _ in cells}
+    pairs |= set(done)
+    models, methods = paper_models(), list(METHODS)
+    rank = {(m, meth): (models.index(m) if m in models else len(models), methods.index(meth)) for m, meth in pairs}
+    return sorted(pairs, key=rank.__getitem__)
 
 
 def reproject(out: Path) -> dict:
@@ -294,6 +314,13 @@ def main(argv=None) -> dict:
     failed: dict = {}  # cells that failed before, shown as such by --merge-only
     for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
         earlier = json.loads(path.read_text())
+        if args.device == "cuda" and earlier["device_description"] != device_description(args.device):
+            raise SystemExit(
+                f"{path} was measured on {earlier['device_description']}, this run on "
+                f"{device_description(args.device)}: one output holds one GPU's times (run without it, or there)"
+            )
+        for c in earlier["cells"]:
+            c.setdefault("git_commit", earlier["git_commit"])  # a kept cell names the code that measured it
         failed.update(
             {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] in ("crashed", "timeout", "error")}
         )
@@ -318,23 +345,23 @@ def main(argv=None) -> dict:
         "budgets": {m: paper_budget(m) for m in args.methods},
         "cells": [],
     }
-    for model in args.models:
-        for method in args.methods:
-            if (model, method) in done:
-                cell = done[(model, method)]
-            elif args.merge_only:
-                cell = failed.get((model, method)) or {
-                    "status": "not measured",
-                    "error": "no finished cell in the merged outputs",
-                }
-            elif args.budget_s is not None and time.perf_counter() - t0 > args.budget_s:
-                cell = {"status": "skipped", "error": f"not started: past the {args.budget_s:.0f} s budget"}
-            else:
-                cell = run_cell(model, method, sizes, args.device, args.cell_timeout, args.threads)
-            cell = {"model": model, "method": method, **{k: v for k, v in cell.items() if k not in ("model", "method")}}
-            result["cells"].append(cell)
-            print(f"{model:14s} {method:16s} {cell['status']:8s} {cell.get('cell_s', 0):7.1f} s", flush=True)
-            write_json_atomic(out, result)  # what is measured survives an interrupted run
+    for model, method in cells_to_run(args, done):
+        if (model, method) in done:
+            cell = done[(model, method)]
+        elif args.merge_only:
+            cell = failed.get((model, method)) or {
+                "status": "not measured",
+                "error": "no finished cell in the merged outputs",
+            }
+        elif args.budget_s is not None and time.perf_counter() - t0 > args.budget_s:
+            cell = {"status": "skipped", "error": f"not started: past the {args.budget_s:.0f} s budget"}
+        else:
+            cell = run_cell(model, method, sizes, args.device, args.cell_timeout, args.threads)
+            cell["git_commit"] = result["git_commit"]
+        cell = {"model": model, "method": method, **{k: v for k, v in cell.items() if k not in ("model", "method")}}
+        result["cells"].append(cell)
+        print(f"{model:14s} {method:16s} {cell['status']:8s} {cell.get('cell_s', 0):7.1f} s", flush=True)
+        write_json_atomic(out, result)  # what is measured survives an interrupted run
     result["wall_s"] = time.perf_counter() - t0
     result["load_end"] = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     result["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -25,12 +25,13 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import Dataset
 
 import fcpts
 from benchmarks.report import emit
 from fcpts.core.options import resolve_device
-from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.records import device_description, git_commit
 
 WARMUP = 3
@@ -100,12 +101,23 @@ def configurations(amp: str | None) -> dict[str, dict]:
     return configs
 
 
+def model_and_images(name: str) -> tuple[nn.Module, int, int]:
+    """(random-weight model, image size, classes): a CIFAR ResNet at 32 px, else an ImageNet architecture at 224
+    px, where arithmetic rather than kernel launches dominates a step on a GPU."""
+    if name in CIFAR_MODELS:
+        return cifar_resnet(name), 32, 10
+    from tasks.imagenet.models import architecture
+
+    return architecture(name), 224, 1000
+
+
 def run(args: argparse.Namespace) -> list[str]:
     device = resolve_device(args.device)
     torch.manual_seed(0)
-    model = cifar_resnet(args.model).to(device)
-    x = torch.randn(args.batch_size, 3, 32, 32)  # on the host, as calibration images are
-    y = torch.randint(0, 10, (args.batch_size,))
+    model, size, classes = model_and_images(args.model)
+    model = model.to(device)
+    x = torch.randn(args.batch_size, 3, size, size)  # on the host, as calibration images are
+    y = torch.randint(0, classes, (args.batch_size,))
     configs = configurations(args.amp)
     timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in configs}
     for _ in range(args.rounds):
@@ -114,8 +126,8 @@ def run(args: argparse.Namespace) -> list[str]:
             timed[name][0].extend(fcpts_times)
             timed[name][1].extend(plain_times)
     lines = [
-        f"model {args.model}, batch {args.batch_size}, {device_description(device)}, {args.rounds} rounds of "
-        f"{args.steps} FCPTS steps, each paired with a plain step (ratio: median over pairs)",
+        f"model {args.model} at {size} px, batch {args.batch_size}, {device_description(device)}, {args.rounds} "
+        f"rounds of {args.steps} FCPTS steps, each paired with a plain step (ratio: median over pairs)",
     ]
     for name, (fcpts_times, plain_times) in timed.items():
         ratio = statistics.median(f / p for f, p in zip(fcpts_times, plain_times))

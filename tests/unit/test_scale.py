@@ -1,6 +1,7 @@
 """The scale benchmark's pieces: how a method's kind is read from the registry, which layers are timed, what a
 probe measures, and the projections from probes to the paper's budget and grid."""
 
+import json
 import os
 import subprocess
 import sys
@@ -117,6 +118,34 @@ def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
     assert scale.same_probes("layer-wise", scale.SMALL, other_batch)
     assert not scale.same_probes("training", scale.SMALL, other_batch)
     assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3})
+
+
+def test_the_paper_grid_mode_runs_the_grids_pairs_and_keeps_merged_cells():
+    args = scale.parse_args(["--paper-grid"])
+    pairs = scale.cells_to_run(args, {})
+    grid = {(m, meth) for cells in paper_grid_cells(scale.PAPER_REFERENCE).values() for m, meth, _ in cells}
+    assert set(pairs) == grid and len(pairs) == len(grid) == 27  # 5 CNNs x 4 + 2 ViTs x 3 + ResNet-18's STR
+    assert pairs[0][0] == "resnet18" and pairs[-1][0] == "vit_large"  # the paper's model order
+    kept = scale.cells_to_run(args, {("resnet50", "obs"): {}})
+    assert ("resnet50", "obs") in kept and len(kept) == 28
+    assert scale.cells_to_run(scale.parse_args(["--models", "resnet18", "--methods", "erk", "obs"]), {}) == [
+        ("resnet18", "erk"),
+        ("resnet18", "obs"),
+    ]
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--paper-grid", "--models", "resnet18"])
+
+
+def test_a_gpu_run_refuses_to_merge_another_gpus_cells(tmp_path, monkeypatch):
+    earlier = {"device_description": "cuda: NVIDIA H200", "git_commit": "abc", "sizes": scale.FULL, "cells": []}
+    merged = tmp_path / "scale_cuda.json"
+    merged.write_text(json.dumps(earlier))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(scale, "device_description", lambda device: "cuda: NVIDIA H100 80GB HBM3")
+    argv = ["--device", "cuda", "--paper-grid", "--merge", str(merged), "--out", str(tmp_path / "new.json")]
+    with pytest.raises(SystemExit, match="measured on cuda: NVIDIA H200, this run on cuda: NVIDIA H100"):
+        scale.main(argv)
+    assert not (tmp_path / "new.json").exists()
 
 
 def test_bad_model_or_method_is_refused_before_any_cell(capsys):

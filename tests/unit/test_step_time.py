@@ -15,3 +15,10 @@ def test_pairs_every_fcpts_step_with_a_plain_step_and_writes_its_output(tmp_path
     assert [name for name, _ in ratios] == ["mse-blocks (defaults)", "kl"]
     assert all(float(r) > 0 for _, r in ratios)
     assert "command: " in printed and "commit " in printed
+
+
+def test_an_imagenet_architecture_is_timed_at_224_px_and_a_cifar_resnet_at_32():
+    model, size, classes = step_time.model_and_images("resnet18")
+    assert (size, classes) == (224, 1000) and model.fc.out_features == 1000
+    model, size, classes = step_time.model_and_images("resnet20")
+    assert (size, classes) == (32, 10) and model.linear.out_features == 10
