@@ -158,3 +158,14 @@ def test_the_docs_quote_the_parts_and_their_budgets(tmp_path):
     for p in parts:
         if p.name not in ("r56-fp32", "r56-bf16"):
             assert f"| {p.name} |" in notebook and f"| {p.budget_s:.0f} |" in notebook, p.name
+
+
+def test_a_scale_part_that_left_cells_not_started_is_run_again(tmp_path):
+    scale_json = tmp_path / "scale.json"
+    scale_json.write_text(json.dumps({"cells": [{"status": "ok"}, {"status": "skipped"}, {"status": "skipped"}]}))
+    passed = {"part": "scale", "status": "passed", "seconds": 1.0, "limit_s": 2}
+    assert gpu_check.scale_status(passed, scale_json)["status"] == "incomplete: 2 cells not started"
+    scale_json.write_text(json.dumps({"cells": [{"status": "ok"}]}))
+    assert gpu_check.scale_status(passed, scale_json) == passed
+    timed_out = {**passed, "status": "timed out after 2 s"}
+    assert gpu_check.scale_status(timed_out, scale_json) == timed_out

@@ -73,6 +73,21 @@ def test_nan_calibration_images_stop_the_run_with_a_named_error(method):
         fcpts.get_method(method)(net(), x, 0.5, iterations=2, progress=False)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_the_finiteness_check_finds_one_bad_value_and_passes_finite_sums_that_overflow(bad):
+    from fcpts.core.calibration import all_finite
+
+    x = torch.randn(4, 3, 8, 8)
+    assert all_finite(x)
+    x[2, 1, 3, 3] = bad
+    assert not all_finite(x)
+    both = torch.zeros(4)
+    both[0], both[1] = float("inf"), -float("inf")  # their sum is NaN, not a number that looks finite
+    assert not all_finite(both)
+    assert all_finite(torch.full((4,), 3e38))  # finite values whose sum overflows to Inf
+    assert all_finite(torch.full((8,), 60000.0, dtype=torch.float16))
+
+
 def test_a_nan_dense_model_stops_the_run_naming_the_step():
     model = net()
     with torch.no_grad():  # finite weights (NaN/Inf ones are refused before the run), outputs that overflow
