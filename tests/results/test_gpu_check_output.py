@@ -1,16 +1,18 @@
-"""What the GPU check measured on lent H200s (results/benchmarks/gpu_check_h200/ and gpu_check_h200_2026-11-27/,
-scale_cuda.*, step_time_cuda.txt, pot_step_time_cuda.txt): the records read back whole and name the GPU, and the
-numbers docs/notebook/benchmarks.md quotes are the ones in those files."""
+"""What the GPU check measured on lent H200s (results/benchmarks/gpu_check_h200/, gpu_check_h200_2026-11-27/ and
+gpu_check_h200_2026-11-28/, scale_cuda.*, step_time*_cuda.txt, pot_step_time_cuda.txt): the records read back
+whole and name the GPU, and the numbers docs/notebook/benchmarks.md quotes are the ones in those files."""
 
 from __future__ import annotations
 
 import copy
 import json
 import re
+from collections import Counter
 
 import pytest
 
 from benchmarks.scale import scale
+from benchmarks.scale.scale_projection import paper_grid_cells
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import read_record
 
@@ -53,12 +55,19 @@ def test_the_doc_quotes_the_gpu_step_ratios():
         assert f"{ratio}" in DOC
 
 
+def scale_cuda() -> dict:
+    return json.loads((RESULTS_DIR / "benchmarks" / "scale_cuda.json").read_text())
+
+
 def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
-    result = json.loads((RESULTS_DIR / "benchmarks" / "scale_cuda.json").read_text())
+    result = scale_cuda()
     assert result["device_description"] == "cuda: NVIDIA H200"
     measured = {(c["model"], c["method"]) for c in result["cells"] if c["status"] == "ok"}
-    models, methods = ("resnet18", "resnet50", "vit_base"), ("fcpts", "pot-l2norm", "obs")
-    assert measured == {(m, meth) for m in models for meth in methods}
+    grid = {(m, meth) for t in paper_grid_cells(scale.PAPER_REFERENCE).values() for m, meth, _ in t}
+    obs = {(m, "obs") for m in ("resnet18", "resnet50", "vit_base")}
+    assert measured == grid | obs and len(result["cells"]) == len(grid | obs) == 30  # the whole grid
+    by_commit = Counter(c["git_commit"][:7] for c in result["cells"])
+    assert by_commit == {"aae19ca": 9, "58e80e0": 21}  # 2026-11-27's nine cells kept, the rest measured after
     again = scale.finish(copy.deepcopy(result), result["sizes"])
     assert [c.get("projection") for c in again["cells"]] == [c.get("projection") for c in result["cells"]]
     assert scale.markdown(result) == (RESULTS_DIR / "benchmarks" / "scale_cuda.md").read_text()
@@ -66,6 +75,66 @@ def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
         if cell["status"] == "ok":
             minutes = cell["projection"]["projected_s"] / 60
             assert f"{cell['model']} {cell['method']} {minutes:.1f} min" in DOC
+
+
+def test_the_doc_quotes_the_grids_memory_and_speed_and_they_meet_the_goals():
+    cells = {(c["model"], c["method"]): c["projection"] for c in scale_cuda()["cells"]}
+    cuda = {k: p["memory"]["peak_cuda_gb_at_paper"] for k, p in cells.items()}
+    vits = ("vit_base", "vit_large")
+    cnn = max((v, k) for k, v in cuda.items() if k[0] not in vits)
+    assert cnn[1] == ("resnet50", "pot-l2norm") and cnn[0] <= 24  # the goal: every CNN cell in 24 GB
+    assert f"every CNN cell at most {cnn[0]:.1f} GB of CUDA memory (POT on ResNet-50;" in DOC
+    fcpts_cnn = max((v, k) for k, v in cuda.items() if k[0] not in vits and k[1] == "fcpts")
+    assert fcpts_cnn[1] == ("resnet50", "fcpts") and f"FCPTS at most {fcpts_cnn[0]:.1f} GB on a CNN (ResNet-50)" in DOC
+    large = {meth: v for (m, meth), v in cuda.items() if m == "vit_large"}
+    assert max(large, key=large.get) == "fcpts" and large["fcpts"] <= 80  # the goal: ViT-L in 80 GB
+    pot_large = max(v for meth, v in large.items() if meth.startswith("pot"))
+    assert f"ViT-L's cells at most {large['fcpts']:.1f} GB (FCPTS; POT {pot_large:.1f} GB)" in DOC
+    minutes = {k: p["projected_s"] for k, p in cells.items()}
+    ratios = [minutes[(m, meth)] / minutes[(m, "fcpts")] for m, meth in minutes if meth.startswith("pot")]
+    assert f"a POT cell takes {min(ratios):.1f} to {max(ratios):.1f} times FCPTS's on the same model" in DOC
+    for model in {m for m, _ in minutes}:  # FCPTS the fastest of the paper's methods on every model
+        paper = {meth: v for (m, meth), v in minutes.items() if m == model and meth != "obs"}
+        assert min(paper, key=paper.get) == "fcpts", model
+    grid = scale_cuda()["grid"]
+    assert not grid["missing"] and f"the whole grid {grid['total_hours']:.1f} GPU-hours on one H200" in DOC
+
+
+def test_the_doc_quotes_the_224_px_step_ratios():
+    pattern = r"fcpts step, .*?:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\S+)"
+    ratios = []
+    for model in ("resnet18", "resnet50"):
+        text = (RESULTS_DIR / "benchmarks" / f"step_time_{model}_224_cuda.txt").read_text()
+        assert f"model {model} at 224 px, batch 64, cuda: NVIDIA H200" in text
+        (f_ms, p_ms, ratio), (_, _, kl) = re.findall(pattern, text)
+        quoted = f"model {model}: fcpts step, mse-blocks (defaults) {f_ms} ms, plain step {p_ms} ms, ratio {ratio}"
+        assert f"{quoted}; kl ratio {kl}" in DOC
+        ratios.append(ratio)
+    assert f"the step ratio is {ratios[0]} and {ratios[1]}" in DOC
+
+
+THIRD = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-28"
+
+
+def test_the_third_h200_check_and_its_profile_are_quoted():
+    smoke = (THIRD / "smoke.log").read_text()
+    passed, skipped = re.search(r"(\d+) passed, (\d+) skipped", smoke).groups()
+    assert "failed" not in smoke.splitlines()[-1]  # POT's two graph tests ran (their durations) and passed
+    assert smoke.count("test_cuda_graph_steps_equal_the_eager_steps[") == 2
+    assert f"smoke: {passed} `cuda` tests passed, {skipped} skipped" in DOC
+    scale_s = re.search(r"^scale\s+passed\s+(\d+\.\d) s", (THIRD / "summary.txt").read_text(), re.M).group(1)
+    assert f"20 of the grid's 21 missing cells in {scale_s} s" in DOC
+    third = re.search(r"^vit_large\s+fcpts\s+ok\s+(\d+\.\d) s", (THIRD / "third_call_scale.log").read_text(), re.M)
+    assert f"to measure that cell ({third.group(1)} s)" in DOC
+    profile = (THIRD / "fourth_call_profile_r18_224.txt").read_text()
+    fetch = re.search(r"fetch\+stack\+H2D ms (\d+\.\d+)", profile).group(1)
+    assert f"copied to the device took {fetch} ms" in DOC
+    sync = re.search(r"cudaStreamSynchronize\s+\S+\s+(\d+\.\d)\d*ms.*?\s(\d+)\s*$", profile, re.M)
+    assert f"the host waited on the device {sync.group(2)} times (`cudaStreamSynchronize`, {sync.group(1)} ms)" in DOC
+    perm = re.search(r"aten::randperm\s+\S+\s+(\d+\.\d)\d*ms", profile).group(1)
+    assert f"spent {perm} ms of host time in random permutations" in DOC
+    kth = re.search(r"aten::kthvalue(?:\s+\S+){4}\s+\S+\s+\S+\s+(\d+\.\d+)%", profile).group(1)
+    assert f"`kthvalue` took {kth}% of the device's time" in DOC
 
 
 def test_the_doc_quotes_the_operator_counts():
