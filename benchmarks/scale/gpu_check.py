@@ -11,6 +11,9 @@ last part reached all that remains, and leaves the rest "not started"; a second 
 work finishes it (records kept, checkpoints resumed, scale cells kept, passed parts not run again):
   smoke        the `cuda`-marked tests
   step-time    FCPTS step over a plain training step, batch 64 (and bf16)
+  step-r18-224 the same on ImageNet ResNet-18 at 224 px (random weights): arithmetic, not launches
+  step-r50-224 the same on ResNet-50
+  step-profile one ResNet-18 FCPTS step's host and device time, launches and waits (and their source lines)
   pot-step     a POT reconstruction step, eager and replayed from a CUDA graph
   r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
   r56-bf16     the same in bfloat16 (a record beside it)
@@ -68,6 +71,20 @@ class Part:
     name: str
     command: list[str]
     budget_s: float  # the time this part is granted; earlier parts' leftovers come on top
+
+
+SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
+
+
+def same_gpu(scale_output: Path, device: str) -> bool:
+    """Whether a committed scale output was measured on this machine's GPU (its cells then need no re-run)."""
+    import torch
+
+    from tasks.grid.records import device_description
+
+    if not scale_output.is_file() or not (device.startswith("cuda") and torch.cuda.is_available()):
+        return False
+    return json.loads(scale_output.read_text())["device_description"] == device_description(device)
 
 
 def tracked_files() -> list[str]:
@@ -143,7 +160,7 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
 
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
     smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/unit/test_pot.py"]
-    smoke += ["tests/integration/test_cuda_smoke_tasks.py"]
+    smoke += ["tests/unit/test_step_profile.py", "tests/integration/test_cuda_smoke_tasks.py"]
     step = [py, "-m", "benchmarks.speed.step_time", "--device", device, "--out", str(work / "step_time.txt")]
     pot_step = [
         py,
@@ -161,6 +178,8 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         return [py, "-m", "benchmarks.speed.step_time", "--device", device, "--model", model, "--out", str(out)]
 
     step_r18, step_r50 = step_224("resnet18"), step_224("resnet50")
+    profile_r18 = [py, "-m", "benchmarks.speed.step_profile", "--device", device, "--model", "resnet18"]
+    profile_r18 += ["--out", str(work / "step_profile_resnet18_224.txt")]
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
@@ -168,23 +187,24 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
         for cmd in (step_r18, step_r50):
             cmd += ["--batch-size", "2", "--steps", "1", "--rounds", "1"]
+        profile_r18 += ["--batch-size", "2", "--steps", "1"]
     else:  # the paper grid's cells still missing from the committed GPU output, 10-30 s a cell on an H200
         step += ["--amp", "bf16"]
         step_r18 += ["--steps", "5", "--rounds", "2"]
         step_r50 += ["--steps", "5", "--rounds", "2"]
-        merged = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
         scale += ["--paper-grid", "--cell-timeout", str(SCALE_CELL_TIMEOUT_S)]
-        scale += ["--merge", str(merged)] if merged.is_file() else []
-    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_2026-11-27/), rounded up. Smoke and
-    # pot-step ran past their limits there (60 s; 40 s at 1,000 steps, since halved), the 224-px steps and the grid's
-    # 21 missing cells (about 20 s each, ViT-L's more) were not run there: estimates. They add up
-    # to more than one call's 465 s: a call runs the parts in order, each with its budget while time is left, and a
-    # second call with --continue-from finishes the rest.
+        scale += ["--merge", str(SCALE_CUDA)] if same_gpu(SCALE_CUDA, device) else []
+    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_2026-11-27/ and _2026-11-28/), rounded
+    # up. Pot-step ran past its limit (40 s at 1,000 steps, since halved) and the step profile has not run: estimates.
+    # Scale: 21 grid cells took 398 s there (ViT-L's more than the others); on the GPU whose cells are committed it
+    # measures none, on another GPU all 27. They add up to more than one call's 465 s: a call runs the parts in
+    # order, each with its budget while time is left, and a second call with --continue-from finishes the rest.
     return [
         Part("smoke", smoke, 90),
         Part("step-time", step, 35),
-        Part("step-r18-224", step_r18, 40),
-        Part("step-r50-224", step_r50, 50),
+        Part("step-r18-224", step_r18, 25),
+        Part("step-r50-224", step_r50, 30),
+        Part("step-profile", profile_r18, 40),
         Part("pot-step", pot_step, 45),
         Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 50),
         Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 50),

@@ -72,7 +72,8 @@ def plain_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None
     def run(steps: int) -> None:
         m = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
-        xb, y = x.contiguous(memory_format=torch.channels_last), torch.zeros(len(x), dtype=torch.long)
+        xb = x.contiguous(memory_format=torch.channels_last)
+        y = torch.zeros(len(x), dtype=torch.long, device=x.device)
         for _ in range(steps):
             loss = F.cross_entropy(m(xb), y)
             opt.zero_grad(set_to_none=True)
