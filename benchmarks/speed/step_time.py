@@ -7,10 +7,11 @@ reconstruction and control losses with the bridge, the optimiser and scheduler s
 bookkeeping; FCPTS runs with `log_every=1`, so each of its steps ends with its loss read-back (on a GPU: a
 synchronisation), and its report's per-step times are whole steps.
 
-The two are timed in pairs: while FCPTS fetches a step's batch, the calibration Dataset runs one plain step
-(on a GPU between two `torch.cuda.synchronize()`), which is then taken off that FCPTS step's time. A pair runs
-within a second, so the load of a shared machine, which drifts by tens of percent over minutes, hits both
-alike; the ratio printed is the median over all pairs after WARMUP steps of each run, the times are medians.
+The two are timed in pairs: while FCPTS fetches a step's batch, the calibration Dataset runs one plain step,
+which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
+which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
+after WARMUP steps of each run, the times are medians. On a GPU the plain steps run (each between two
+`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work.
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
     python -m benchmarks.speed.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
@@ -30,6 +31,7 @@ from torch.utils.data import Dataset
 
 import fcpts
 from benchmarks.report import emit
+from benchmarks.speed.batch_fetch import Images
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.records import device_description, git_commit
@@ -80,16 +82,23 @@ def synchronize(device: torch.device) -> None:
 
 
 def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float]]:
-    """(FCPTS step times, plain step times) of the pairs after WARMUP steps of one FCPTS run."""
+    """(FCPTS step times, plain step times) of the pairs after WARMUP steps of one FCPTS run. On a GPU (a machine
+    to itself: no drifting load) the plain steps run just before the FCPTS run instead of inside its batch
+    fetches, where they would wait for its queued work and undo the next batch's fetch overlapping it."""
     plain = PlainStep(model, x, y)
     for _ in range(WARMUP):
         plain()
     plain.times.clear()
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    if on_gpu:
+        for _ in range(WARMUP + steps):
+            plain()
+    images = Images(x) if on_gpu else PairedImages(x, plain)
     _, report = fcpts.sparsify(
-        copy.deepcopy(model), PairedImages(x, plain), 0.9, iterations=WARMUP + steps, batch_size=len(x),
-        progress=False, log_every=1, **options,
+        copy.deepcopy(model), images, 0.9, iterations=WARMUP + steps, batch_size=len(x), progress=False,
+        log_every=1, **options,
     )  # fmt: skip
-    fcpts_times = [h["step_s"] - p for h, p in zip(report.history, plain.times)]
+    fcpts_times = [h["step_s"] - (0 if on_gpu else p) for h, p in zip(report.history, plain.times)]
     return fcpts_times[WARMUP:], plain.times[WARMUP:]
 
 

@@ -227,6 +227,29 @@ def batches_of(
     return lambda step: step_batch(calib, step, device, transform, channels_last)
 
 
+class Prefetched:
+    """`batches` one step ahead on a GPU: step k+1's batch is fetched (indexed, stacked, checked, pinned and copied)
+    right after step k's work is queued, so the host prepares it while the device computes instead of the device
+    waiting for it. A batch depends on its step alone, so the values are those of fetching each at its step. A
+    fetch that fails ahead is dropped and made again at its own step, where its error belongs (after the
+    previous step's checkpoint)."""
+
+    def __init__(self, batches: Callable[[int], torch.Tensor], ahead: bool):
+        self.batches, self.ahead = batches, ahead
+        self.next: tuple[int, torch.Tensor] | None = None
+
+    def __call__(self, step: int) -> torch.Tensor:
+        ready, self.next = self.next, None
+        return ready[1] if ready is not None and ready[0] == step else self.batches(step)
+
+    def fetch_after(self, step: int, iterations: int) -> None:
+        if self.ahead and step + 1 < iterations:
+            try:
+                self.next = (step + 1, self.batches(step + 1))
+            except Exception:
+                self.next = None
+
+
 def _resume(
     checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: list, result: LoopResult
 ) -> float:
@@ -255,12 +278,14 @@ def train_loop(
     desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
+    prefetch: bool | None = None,
 ) -> LoopResult:
     """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`batches_of`),
     resumed from `checkpoint`; each scheduler steps its own optimiser.
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
-    before every checkpoint, so a saved state never holds a NaN the checks have not seen."""
+    before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU (`prefetch`
+    None) the next step's batch is fetched while the device runs this one (`Prefetched`)."""
     iterations, device = options.iterations, resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()
@@ -286,10 +311,11 @@ def train_loop(
         desc=desc,
         dynamic_ncols=True,
     )
+    fetch = Prefetched(batches, device.type == "cuda" if prefetch is None else prefetch)
     for step in bar:
         if before_step is not None:
             before_step(step)
-        x = batches(step)
+        x = fetch(step)
         with autocast(options.amp, device):
             with torch.no_grad():
                 y_t = teacher(x)
@@ -305,6 +331,7 @@ def train_loop(
             sch.step()
         if after_step is not None:
             after_step(step)
+        fetch.fetch_after(step, iterations)
         log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
         if log.due(step + 1 - start) or step + 1 == iterations:
             bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})

@@ -121,3 +121,50 @@ def test_channels_last_feeds_nhwc_and_returns_an_nchw_model():
     sparse, _ = fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False, channels_last=True)
     assert layouts and all(layouts)  # teacher and student, every step
     assert sparse[0].weight.is_contiguous()
+
+
+@pytest.mark.parametrize("method", ["fcpts", "str", "probmask"])
+def test_fetching_the_next_batch_ahead_changes_nothing(method, monkeypatch):
+    from fcpts.core import loop
+
+    real_init, real_after = loop.Prefetched.__init__, loop.Prefetched.fetch_after
+
+    def run(ahead: bool):
+        fetched = []
+
+        def init(self, batches, _ahead):  # on this CPU the loop does not fetch ahead unless told to
+            self.inside = False
+            real_init(self, lambda step: fetched.append((step, self.inside)) or batches(step), ahead)
+
+        def after(self, step, iterations):  # marks the fetches made ahead, after a step's work
+            self.inside = True
+            real_after(self, step, iterations)
+            self.inside = False
+
+        monkeypatch.setattr(loop.Prefetched, "__init__", init)
+        monkeypatch.setattr(loop.Prefetched, "fetch_after", after)
+        model, report = fcpts.get_method(method)(net(), images(), 0.5, iterations=5, batch_size=4, progress=False)
+        return model.state_dict(), untimed(report.history), fetched
+
+    (plain, plain_history, in_turn), (ahead, ahead_history, early) = run(False), run(True)
+    assert all(torch.equal(a, b) for a, b in zip(plain.values(), ahead.values())) and plain_history == ahead_history
+    loops = len(in_turn) // 5  # STR's trials run the loop several times
+    assert in_turn == [(k, False) for k in range(5)] * loops  # each batch at its own step
+    assert early == ([(0, False)] + [(k, True) for k in range(1, 5)]) * loops  # the rest after the step before
+
+
+def test_a_batch_that_fails_ahead_fails_at_its_own_step():
+    from fcpts.core.loop import Prefetched
+
+    def batches(step):
+        if step == 2:
+            raise ValueError("calibration images (dataset indices 7) contain NaN or Inf values")
+        return torch.full((1,), float(step))
+
+    fetch = Prefetched(batches, ahead=True)
+    assert fetch(1).item() == 1.0
+    fetch.fetch_after(1, iterations=4)  # step 2's batch fails here: dropped, not raised mid-step 1
+    with pytest.raises(ValueError, match="dataset indices 7"):
+        fetch(2)
+    fetch.fetch_after(3, iterations=4)  # the last step: nothing ahead
+    assert fetch.next is None and fetch(3).item() == 3.0
