@@ -1,4 +1,4 @@
-"""The GPU check: every GPU measurement the suite lacks, in about 10 minutes on one GPU (a call of 8, then a short one).
+"""The GPU check: every GPU measurement the suite lacks, in 10 to 20 minutes on one GPU (calls of 8 minutes).
 
     python -m benchmarks.scale.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
     python -m benchmarks.scale.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
@@ -19,9 +19,9 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   r56-bf16     the same in bfloat16 (a record beside it)
   r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
-  scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid) still missing from the
-               committed results/benchmarks/scale_cuda.json, which it merges: last, its cells kept one by one
-               (--resume), so a second call finishes what the first left
+  scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid): on the GPU that measured
+               the committed results/benchmarks/scale_cuda.json those still missing from it (it merges them), on
+               another all 27: last, its cells kept one by one (--resume), so a later call finishes what one left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 

@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> list[str]:
             timed[name][1].extend(plain_times)
     lines = [
         f"model {args.model} at {size} px, batch {args.batch_size}, {device_description(device)}, {args.rounds} "
-        f"rounds of {args.steps} FCPTS steps, each paired with a plain step (ratio: median over pairs)",
+        f"rounds of {args.steps} FCPTS steps, each paired with a plain step"
+        + (" run before the FCPTS run" if device.type == "cuda" else "")
+        + " (ratio: median over pairs)",
     ]
     for name, (fcpts_times, plain_times) in timed.items():
         ratio = statistics.median(f / p for f, p in zip(fcpts_times, plain_times))

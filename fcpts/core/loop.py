@@ -278,14 +278,13 @@ def train_loop(
     desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
-    prefetch: bool | None = None,
 ) -> LoopResult:
     """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`batches_of`),
     resumed from `checkpoint`; each scheduler steps its own optimiser.
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
-    before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU (`prefetch`
-    None) the next step's batch is fetched while the device runs this one (`Prefetched`)."""
+    before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU the next
+    step's batch is fetched while the device runs this one (`Prefetched`)."""
     iterations, device = options.iterations, resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()
@@ -311,7 +310,7 @@ def train_loop(
         desc=desc,
         dynamic_ncols=True,
     )
-    fetch = Prefetched(batches, device.type == "cuda" if prefetch is None else prefetch)
+    fetch = Prefetched(batches, ahead=device.type == "cuda")
     for step in bar:
         if before_step is not None:
             before_step(step)

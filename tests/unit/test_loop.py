@@ -129,12 +129,12 @@ def test_fetching_the_next_batch_ahead_changes_nothing(method, monkeypatch):
 
     real_init, real_after = loop.Prefetched.__init__, loop.Prefetched.fetch_after
 
-    def run(ahead: bool):
+    def run(forced: bool):
         fetched = []
 
-        def init(self, batches, _ahead):  # on this CPU the loop does not fetch ahead unless told to
+        def init(self, batches, ahead):  # on this CPU the loop does not fetch ahead unless forced to
             self.inside = False
-            real_init(self, lambda step: fetched.append((step, self.inside)) or batches(step), ahead)
+            real_init(self, lambda step: fetched.append((step, self.inside)) or batches(step), forced)
 
         def after(self, step, iterations):  # marks the fetches made ahead, after a step's work
             self.inside = True
