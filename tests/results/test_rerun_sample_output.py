@@ -279,3 +279,18 @@ def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_
         f"what moved it: {row['verdict'].split(':')[0]}",
     ):
         assert quoted in text, quoted
+
+
+def test_the_notebook_quotes_the_remade_str_record():
+    path = "results/runs/imagenet/imagenet-val1300/efficientnet_lite0/str-sp50-cpu-seed0.json"
+    record, before = json.loads((REPO_ROOT / path).read_text()), json_at(BEFORE_REMAKE, path)
+    text = _notebook()
+    assert record["git_commit"].startswith("44d3779") and record["mask_sha256"]
+    quoted = (
+        f"a clean checkout at {record['git_commit'][:7]}, its five trials resumed over two sessions, "
+        f"{record['wall_s']:,.0f} s): top-1 {record['metrics']['top1']:.2f}, top-5 {record['metrics']['top5']:.2f}"
+    )
+    assert quoted in text and f"achieved sparsity {record['achieved_sparsity']:.5f}, now with a mask hash" in text
+    row = next(r for r in _read(OUT)["rows"] if r["method"] == "str")  # the row re-ran the record before it
+    assert row["record"] == path.removeprefix("results/") or row["record"].endswith("str-sp50-cpu-seed0.json")
+    assert not before.get("mask_sha256") and f"(was {before['metrics']['top5']:.2f})" in text
