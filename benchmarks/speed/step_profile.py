@@ -120,6 +120,7 @@ def measure(model_name: str, batch_size: int, steps: int, device: torch.device, 
         f"{2 * steps} steps profiled and differenced: one step's share (times in ms)",
         summary("plain step", plain),
         summary("fcpts step", step),
+        f"plain host, most: {most(plain['host_ms'], top)}",
         f"fcpts host, most: {most(step['host_ms'], top)}",
         f"fcpts device by operator, most: {most(step['op_device_ms'], top)}",
     ]
