@@ -194,3 +194,18 @@ def test_the_doc_quotes_the_batch_fetch_times():
     assert f"the stack alone {ms['stack alone']} ms" in DOC
     assert f"element-wise check as it was {ms['finiteness, element-wise (before)']} ms" in DOC
     assert f"the one sum that replaced it {ms['finiteness, one sum (all_finite)']} ms ({speedup}x faster)" in DOC
+
+
+def test_the_doc_quotes_where_a_cpu_step_goes():
+    text = (RESULTS_DIR / "benchmarks" / "step_profile_cpu.txt").read_text()
+    plain_ms = float(re.search(r"^plain step: host\s+(\d+\.\d+) ms", text, re.M).group(1))
+    ops = {
+        who: dict(re.findall(r"aten::(\w+) (\d+\.\d+)", re.search(rf"^{who} host, most: (.*)$", text, re.M).group(1)))
+        for who in ("plain", "fcpts")
+    }
+    fwd, bwd = "mkldnn_convolution", "convolution_backward"
+    assert f"forward convolutions took {ops['fcpts'][fwd]} ms against the plain step's {ops['plain'][fwd]}" in DOC
+    assert f"backward ones {ops['fcpts'][bwd]} against {ops['plain'][bwd]}" in DOC
+    extra = (float(ops["fcpts"][fwd]) - float(ops["plain"][fwd])) / plain_ms
+    assert f"add {extra:.2f} of a plain step ({plain_ms} ms there)" in DOC
+    assert f"leave {1.35 - 1 - extra:.2f} of a plain step" in DOC
