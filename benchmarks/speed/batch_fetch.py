@@ -18,24 +18,11 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch.utils.data import Dataset
 
 from benchmarks.report import emit
+from benchmarks.speed.method_time import Images
 from fcpts.core.calibration import Calibration, all_finite
 from tasks.grid.records import git_commit
-
-
-class Images(Dataset):
-    """Ready tensors, as a Dataset gives them after its transforms."""
-
-    def __init__(self, x: torch.Tensor):
-        self.x = x
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.x[i]
 
 
 def median_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:

@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import fcpts
 from benchmarks.report import emit
-from benchmarks.speed.batch_fetch import Images
+from benchmarks.speed.method_time import Images
 from benchmarks.speed.step_ops import plain_steps
 from benchmarks.speed.step_time import model_and_images
 from fcpts.core.options import resolve_device

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 import fcpts
 from benchmarks.report import emit
-from benchmarks.speed.batch_fetch import Images
+from benchmarks.speed.method_time import Images
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.records import device_description, git_commit
