@@ -294,3 +294,18 @@ def test_the_notebook_quotes_the_remade_str_record():
     row = next(r for r in _read(OUT)["rows"] if r["method"] == "str")  # the row re-ran the record before it
     assert row["record"] == path.removeprefix("results/") or row["record"].endswith("str-sp50-cpu-seed0.json")
     assert not before.get("mask_sha256") and f"(was {before['metrics']['top5']:.2f})" in text
+
+
+def test_the_notebook_names_the_commit_the_obs_bisect_found():
+    text = (RESULTS_DIR / "benchmarks" / "obs_bisect_amd.txt").read_text()
+    first_bad = re.search(r"^([0-9a-f]{40}) is the first bad commit$", text, re.M).group(1)
+    steps = re.findall(r"^\d\d:\d\d:\d\d ([0-9a-f]{7}) ([0-9a-f]{64})$", text, re.M)
+    good = "6452629e6b10e600502f0702b7c6d1abdb996eacdfaff1c77976334a1615a299"  # the record's mask hash
+    record = json.loads((RESULTS_DIR / "runs/cifar/cifar100/resnet32/obs-sp70-paper-cpu-seed0.json").read_text())
+    assert record["mask_sha256"] == good
+    assert (first_bad[:7], good) not in steps and any(c == first_bad[:7] for c, _ in steps)  # it ran and differed
+    assert any(h == good for _, h in steps)  # an older commit made the record's mask
+    notebook = _notebook()
+    assert (
+        f"the cell run at each of {len(steps)} commits" in notebook and f"names the change: {first_bad[:7]}" in notebook
+    )
