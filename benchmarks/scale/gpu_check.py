@@ -80,11 +80,11 @@ def same_gpu(scale_output: Path, device: str) -> bool:
     """Whether a committed scale output was measured on this machine's GPU (its cells then need no re-run)."""
     import torch
 
-    from tasks.grid.records import device_description
+    from benchmarks.scale.scale import measured_on
 
     if not scale_output.is_file() or not (device.startswith("cuda") and torch.cuda.is_available()):
         return False
-    return json.loads(scale_output.read_text())["device_description"] == device_description(device)
+    return measured_on(json.loads(scale_output.read_text()), device)
 
 
 def tracked_files() -> list[str]:

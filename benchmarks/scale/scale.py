@@ -280,6 +280,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def measured_on(output: dict, device: str) -> bool:
+    """Whether a scale output was measured on this machine's `device` (one output holds one GPU's times)."""
+    return output["device_description"] == device_description(device)
+
+
 def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
     """--models x --methods; with --paper-grid, the (model, method) pairs of the paper's ImageNet tables and the
     cells kept from --resume/--merge, in the paper's model order, so that one output covers the grid."""
@@ -314,7 +319,7 @@ def main(argv=None) -> dict:
     failed: dict = {}  # cells that failed before, shown as such by --merge-only
     for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
         earlier = json.loads(path.read_text())
-        if args.device == "cuda" and earlier["device_description"] != device_description(args.device):
+        if args.device == "cuda" and not measured_on(earlier, args.device):
             raise SystemExit(
                 f"{path} was measured on {earlier['device_description']}, this run on "
                 f"{device_description(args.device)}: one output holds one GPU's times (run without it, or there)"

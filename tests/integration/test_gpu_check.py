@@ -172,15 +172,15 @@ def test_a_scale_part_that_left_cells_not_started_is_run_again(tmp_path):
 
 
 def test_the_committed_gpu_cells_are_merged_only_on_the_gpu_that_measured_them(tmp_path, monkeypatch):
-    import tasks.grid.records as records
+    from benchmarks.scale import scale
 
     out = tmp_path / "scale_cuda.json"
     out.write_text(json.dumps({"device_description": "cuda: NVIDIA H200"}))
     assert not gpu_check.same_gpu(out, "cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(records, "device_description", lambda device: "cuda: NVIDIA H200")
+    monkeypatch.setattr(scale, "device_description", lambda device: "cuda: NVIDIA H200")
     assert gpu_check.same_gpu(out, "cuda") and not gpu_check.same_gpu(tmp_path / "none.json", "cuda")
-    monkeypatch.setattr(records, "device_description", lambda device: "cuda: NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(scale, "device_description", lambda device: "cuda: NVIDIA A100-SXM4-80GB")
     assert not gpu_check.same_gpu(out, "cuda")
     scale_part = next(p for p in gpu_check.part_list(tmp_path, False, "cuda") if p.name == "scale")
     assert "--paper-grid" in scale_part.command and "--merge" not in scale_part.command  # another GPU: all 27
