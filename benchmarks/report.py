@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import torch
@@ -36,3 +37,10 @@ def emit(lines: list[str], out: str | None) -> None:
     print(text)
     if out:
         write_text_atomic(out, text + "\n")
+
+
+def measure_then_emit(measure: Callable[[], list[str]], out: str | None) -> None:
+    """Pin the commit first (a benchmark of minutes names the code that ran, not what was committed meanwhile),
+    then measure and `emit`."""
+    git_commit()
+    emit(measure(), out)

@@ -19,10 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from benchmarks.speed.method_time import Images
 from fcpts.core.calibration import Calibration, all_finite
-from tasks.grid.records import git_commit
 
 
 def median_ms(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
@@ -63,13 +62,11 @@ def measure(batch_size: int, size: int, rounds: int) -> list[str]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--rounds", type=int, default=20)
+    for flag, default in (("--batch-size", 64), ("--size", 224), ("--rounds", 20)):
+        p.add_argument(flag, type=int, default=default)
     p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
-    git_commit()  # pin the commit of the code that runs
-    emit(measure(args.batch_size, args.size, args.rounds), args.out)
+    measure_then_emit(lambda: measure(args.batch_size, args.size, args.rounds), args.out)
 
 
 if __name__ == "__main__":

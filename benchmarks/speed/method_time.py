@@ -20,11 +20,11 @@ import time
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from fcpts.core.options import resolve_device
 from fcpts.methods import get_method
 from tasks.grid.cifar_models import cifar_resnet
-from tasks.grid.records import device_description, git_commit
+from tasks.grid.records import device_description
 
 BASELINE = "fcpts"
 
@@ -105,8 +105,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     for method in args.methods:
         get_method(method)  # an unknown name fails here, before any run
-    git_commit()  # pin the commit of the code that runs
-    emit(run(args), args.out)
+    measure_then_emit(lambda: run(args), args.out)
 
 
 if __name__ == "__main__":

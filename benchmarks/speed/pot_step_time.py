@@ -19,10 +19,10 @@ import time
 import torch
 
 import fcpts
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import cifar_resnet
-from tasks.grid.records import device_description, git_commit
+from tasks.grid.records import device_description
 
 
 def pot_seconds(model: torch.nn.Module, x: torch.Tensor, steps: int, graphs: bool, device: torch.device) -> float:
@@ -77,8 +77,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.images < 64:
         p.error("--steps and --rounds must be at least 1, --images at least 64 (one batch)")
-    git_commit()  # pin the commit of the code that runs
-    emit(run(args), args.out)
+    measure_then_emit(lambda: run(args), args.out)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import fcpts
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from tasks.grid.cifar_models import cifar_resnet
-from tasks.grid.records import git_commit
 
 # Operators that only make a new view or an empty buffer: no kernel on a GPU.
 NO_KERNEL = {
@@ -132,8 +131,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
-    git_commit()  # pin the commit of the code that runs
-    emit(measure(args.model, args.batch_size, args.steps), args.out)
+    measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps), args.out)
 
 
 if __name__ == "__main__":

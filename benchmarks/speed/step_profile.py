@@ -27,13 +27,13 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import fcpts
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from benchmarks.speed.method_time import Images
 from benchmarks.speed.step_ops import plain_steps
 from benchmarks.speed.step_time import model_and_images
 from fcpts.core.options import resolve_device
 from tasks.grid.paths import REPO_ROOT
-from tasks.grid.records import device_description, git_commit
+from tasks.grid.records import device_description
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 WAIT = "cudaStreamSynchronize"
@@ -138,8 +138,7 @@ def main(argv=None) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
-    git_commit()  # pin the commit of the code that runs
-    emit(measure(args.model, args.batch_size, args.steps, resolve_device(args.device)), args.out)
+    measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps, resolve_device(args.device)), args.out)
 
 
 if __name__ == "__main__":

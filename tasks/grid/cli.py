@@ -186,6 +186,24 @@ def run_main(main: Callable[[], int]) -> int:
         return 2
 
 
+def script_main(
+    parse_args: Callable[[Sequence[str] | None], argparse.Namespace], work: Callable[[argparse.Namespace], object]
+) -> Callable[[Sequence[str] | None], int]:
+    """`main(argv)` of a script that parses its flags and does one job (training a dense model), with `run_main`'s
+    error handling: one way for every script to start and fail."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        args = parse_args(argv)
+
+        def run() -> int:
+            work(args)
+            return 0
+
+        return run_main(run)
+
+    return main
+
+
 def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:

@@ -269,14 +269,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-
-    def run() -> int:
-        train(args)
-        return 0
-
-    return cli.run_main(run)
+main = cli.script_main(parse_args, train)
 
 
 if __name__ == "__main__":
