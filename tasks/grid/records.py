@@ -209,14 +209,18 @@ def moved_records(
 
 
 def checkout_commit() -> str | None:
-    """What this checkout's git folder says: HEAD, with '+dirty' when tracked files differ from it; None without
-    one."""
+    """What this checkout's git folder says: HEAD, with '+dirty' when tracked files outside results/ differ from
+    it; None without one. results/ holds what runs write (records, models) and read by hash (weights): a grid's
+    second command, run after its first wrote records, runs the same code, so its records name the same commit."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -225,7 +229,7 @@ def checkout_commit() -> str | None:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD's hash, with '+dirty' when tracked files differ from it, read once per process: the code
+    """HEAD's hash, with '+dirty' when tracked code differs from it (`checkout_commit`), read once per process: the code
     that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code sent
     to another machine names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim: where the copy has
     no git folder, or one that says otherwise (a device may get the working tree beside an older git folder,

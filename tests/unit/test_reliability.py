@@ -295,6 +295,28 @@ def test_a_benchmark_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
     assert [p.name for p in rows.parent.iterdir()] == ["rows.jsonl"]  # no temporary left behind
 
 
+def test_records_a_run_wrote_do_not_make_the_code_dirty(tmp_path, monkeypatch):
+    """A grid's second command runs after its first wrote records into results/: the same code, the same commit.
+    A change to code outside results/ still marks the commit '+dirty'."""
+    from tasks.grid import records
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results/runs").mkdir(parents=True)
+    (tmp_path / "results/runs/cell.json").write_text("{}")
+    (tmp_path / "method.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code and a record")
+    monkeypatch.setattr(records, "REPO_ROOT", tmp_path)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "results/runs/cell.json").write_text('{"top1": 1}')
+    assert records.checkout_commit() == head
+    (tmp_path / "method.py").write_text("x = 2\n")
+    assert records.checkout_commit() == head + "+dirty"
+
+
 def test_a_copy_beside_an_older_git_folder_names_both_commits(monkeypatch):
     """A device given the working tree beside the session's first git folder: its git says `old+dirty`; the
     record names the commit the copy claims and what git said, never the older commit alone."""
