@@ -11,15 +11,26 @@ from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tests.conftest import IN_CI
 
 
+def _needs_history(message: str) -> None:
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def is_ancestor(older: str, commit: str) -> bool:
+    """Whether `older` is in `commit`'s history (a record's code included that change)."""
+    run = subprocess.run(["git", "merge-base", "--is-ancestor", older, commit], cwd=REPO_ROOT, capture_output=True)
+    if run.returncode not in (0, 1):
+        _needs_history(f"needs git history holding {older} and {commit} ({run.stderr.decode().strip()})")
+    return run.returncode == 0
+
+
 def json_at(commit: str, path: str) -> dict:
     """A committed JSON file (path relative to the repository) as `commit` held it, from git history; without that
     history (an export, a shallow clone) the test fails in CI and skips elsewhere, saying so."""
     shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True)
     if shown.returncode != 0:
-        message = f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        _needs_history(f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})")
     return json.loads(shown.stdout)
 
 

@@ -14,7 +14,7 @@ from benchmarks.code.rerun_at_commit import verdict
 from benchmarks.code.rerun_sample import markdown, processor, summary
 from fcpts.methods.registry import label, list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
-from tests.results.git_history import json_at
+from tests.results.git_history import is_ancestor, json_at
 
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
@@ -23,6 +23,7 @@ AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
 AT_COMMIT_AMD = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
 BEFORE_REMAKE = "1be3808"  # the last commit holding the learned-mask records (and their re-runs) made again since
+BEFORE_OBS_REMAKE = "755ac97"  # the last commit holding the OBS records made before 7302f36, and their re-runs
 ROW_FIELDS = (
     "record",
     "cell_wall_s",
@@ -48,6 +49,11 @@ def _ran(out: dict) -> list[dict]:
 def _before_remake(path) -> dict:
     """An output as it stood before the learned-mask records were made again (what the notebook's history quotes)."""
     return json_at(BEFORE_REMAKE, str(path.relative_to(REPO_ROOT)))
+
+
+def _before_obs_remake(path) -> dict:
+    """An output as it stood before OBS's records made with the old Hessian summation were made again."""
+    return json_at(BEFORE_OBS_REMAKE, str(path.relative_to(REPO_ROOT)))
 
 
 def _notebook() -> str:
@@ -239,13 +245,14 @@ def test_fcpts_fixed_re_run_on_its_record_s_processor_is_the_notebook_s():
 
 def test_the_records_made_on_an_amd_epyc_re_run_there_as_the_notebook_says():
     """FCPTS's and OBS's records, made on an AMD EPYC and differing on the Intel Xeon, re-run on an AMD EPYC: FCPTS
-    to its mask hash (the processor moved it), OBS not (its commit run there places the difference in the code)."""
-    out = _read(SAME_PROCESSOR_AMD)
+    to its mask hash (the processor moved it), OBS not (its commit run there places the difference in the code).
+    The outputs as they stood before OBS's records were made again."""
+    out = json_at(BEFORE_OBS_REMAKE, str(SAME_PROCESSOR_AMD.relative_to(REPO_ROOT)))
     rows = {r["method"]: r for r in _ran(out)}
     assert set(rows) == {"fcpts", "obs"}
     assert all(processor(r["old_device"]) == processor(r["new_device"]) == "cpu: AMD EPYC" for r in rows.values())
     assert rows["fcpts"]["match"] and rows["fcpts"]["hash_match"]
-    intel = {r["method"]: r for r in _read(OUT)["rows"]}
+    intel = {r["method"]: r for r in _before_obs_remake(OUT)["rows"]}
     assert rows["fcpts"]["record"] == intel["fcpts"]["record"] and not intel["fcpts"]["match"]
     obs, text = rows["obs"], _notebook()
     assert obs["record"] == intel["obs"]["record"] and not obs["match"]
@@ -262,8 +269,9 @@ def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_
     assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and prov["omp_num_threads"] == "1", prov
     assert markdown_at_commit(out) == AT_COMMIT_AMD.with_suffix(".md").read_text()
     (row,) = out["rows"]
-    record = _read(REPO_ROOT / row["record"])
-    assert row["method"] == "obs" and row["record"] == {r["method"]: r for r in _read(OUT)["rows"]}["obs"]["record"]
+    record = json_at(BEFORE_OBS_REMAKE, row["record"])  # the record as it was before it was made again
+    before = {r["method"]: r for r in _before_obs_remake(OUT)["rows"]}
+    assert row["method"] == "obs" and row["record"] == before["obs"]["record"]
     assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
     assert row["record_commit"].endswith("+dirty")
     assert processor(row["old_here_device"]) == processor(prov["device"]) == processor(record["device"])
@@ -301,7 +309,7 @@ def test_the_notebook_names_the_commit_the_obs_bisect_found():
     first_bad = re.search(r"^([0-9a-f]{40}) is the first bad commit$", text, re.M).group(1)
     steps = re.findall(r"^\d\d:\d\d:\d\d ([0-9a-f]{7}) ([0-9a-f]{64})$", text, re.M)
     good = "6452629e6b10e600502f0702b7c6d1abdb996eacdfaff1c77976334a1615a299"  # the record's mask hash
-    record = json.loads((RESULTS_DIR / "runs/cifar/cifar100/resnet32/obs-sp70-paper-cpu-seed0.json").read_text())
+    record = json_at(BEFORE_OBS_REMAKE, "results/runs/cifar/cifar100/resnet32/obs-sp70-paper-cpu-seed0.json")
     assert record["mask_sha256"] == good
     assert (first_bad[:7], good) not in steps and any(c == first_bad[:7] for c, _ in steps)  # it ran and differed
     assert any(h == good for _, h in steps)  # an older commit made the record's mask
@@ -309,3 +317,53 @@ def test_the_notebook_names_the_commit_the_obs_bisect_found():
     assert (
         f"the cell run at each of {len(steps)} commits" in notebook and f"names the change: {first_bad[:7]}" in notebook
     )
+
+
+OBS_SUMMATION_CHANGE = "7302f36"  # the bisect's first bad commit: each layer's Hessian summed a few images at a time
+OBS_REMADE = [
+    *(
+        f"results/runs/cifar/{dataset}/{model}/obs-sp{percent}-paper-cpu-seed0.json"
+        for dataset, model, percents in (
+            ("cifar10", "resnet32", (70, 80, 90)),
+            ("cifar10", "resnet56", (70, 80)),
+            ("cifar100", "resnet32", (70, 80)),
+            ("cifar100", "resnet56", (70, 80, 90)),
+        )
+        for percent in percents
+    ),
+    "results/runs/imagenet/imagenet-val1300/efficientnet_lite0/obs-sp50-cpu-seed0.json",
+]
+
+
+def _code_commit(record: dict) -> str:
+    return record["git_commit"].removesuffix("+dirty")
+
+
+def test_the_obs_records_made_before_the_summation_change_are_made_again_as_the_notebook_s_table_says():
+    """The AMD EPYC's OBS records that predate the change the bisect found, made again on an AMD EPYC from a clean
+    checkout with the change; the notebook's table is theirs, before and now."""
+    text, moved = NOTEBOOK.read_text(), []
+    for path in OBS_REMADE:
+        before, now = json_at(BEFORE_OBS_REMAKE, path), _read(REPO_ROOT / path)
+        assert processor(before["device"]) == processor(now["device"]) == "cpu: AMD EPYC", path
+        assert not is_ancestor(OBS_SUMMATION_CHANGE, _code_commit(before)), path
+        assert is_ancestor(OBS_SUMMATION_CHANGE, now["git_commit"]) and now["mask_sha256"], path
+        metric = "top1"
+        same = "yes" if now["mask_sha256"] == before["mask_sha256"] else "no"
+        row = (
+            f"| {now['dataset']} {now['model']} {100 * now['target_sparsity']:.0f}% | "
+            f"{before['metrics'][metric]:.2f} | {now['metrics'][metric]:.2f} | {same} | {now['wall_s']:.0f} |"
+        )
+        assert row in text, row
+        if same == "no":
+            moved.append(abs(now["metrics"][metric] - before["metrics"][metric]))
+    assert f"The bisect left {len(OBS_REMADE)} OBS records on the AMD EPYC" in text
+    stated = f"moved {len(moved)} masks of {len(OBS_REMADE)}, by at most {max(moved):.2f} top-1 points"
+    assert stated in " ".join(text.split()), stated
+
+
+def test_no_amd_obs_record_predates_the_summation_change():
+    for path in sorted(RESULTS_DIR.glob("runs/*/*/*/obs-*.json")):
+        record = _read(path)
+        if processor(record["device"]) == "cpu: AMD EPYC":
+            assert is_ancestor(OBS_SUMMATION_CHANGE, _code_commit(record)), path
