@@ -369,12 +369,23 @@ def main(argv=None) -> int:
         "(default: a temporary folder, each cell from scratch); a cell begun by another commit starts again",
     )
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
+    p.add_argument(
+        "--forget-note",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)",
+    )
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
     if args.out.suffix != ".json":
         p.error(f"--out {args.out}: name a .json file (the table goes beside it as .md)")
     kept = kept_rows(args.out) if args.resume else {}
     earlier = json.loads(args.out.read_text()).get("notes", []) if kept else []
+    for text in args.forget_note:
+        if not any(text in n for n in earlier):
+            p.error(f"--forget-note {text!r}: no note kept in {args.out} contains it (its notes: {earlier})")
+    earlier = [n for n in earlier if not any(text in n for text in args.forget_note)]
     notes = [*earlier, *(n for n in args.note if n not in earlier)]
     git_commit()  # pin the commit of the code that runs
     here = processor(device_description("cpu")) if args.this_processor else None

@@ -173,3 +173,19 @@ def test_the_table_names_each_row_s_re_run_processor_and_commit():
     assert lamp.endswith("| cpu: Intel(R) Xeon(R) Processor, 1111111 |")
     assert obs.endswith("| cpu: AMD EPYC, 2222222+dirty |")
     assert "last written at commit 333333333333 on cpu: AMD EPYC, 1 threads" in table
+
+
+def test_a_note_that_no_longer_holds_is_forgotten_by_name_and_an_absent_one_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "out.json"
+    row = {"method": "lamp", "status": "ran", "record": "x", "match": True, "cell_cpu_s": 1.0, "cell_wall_s": 1.0}
+    notes = ["STR's row names its commit abc+dirty: only this output differed", "FCPTS's row: kept"]
+    out.write_text(json.dumps({"rows": [row], "notes": notes}))
+    with pytest.raises(SystemExit):  # before any work: nothing is run or written
+        rerun_sample.main(["--out", str(out), "--resume", "--forget-note", "no such note"])
+    assert json.loads(out.read_text())["notes"] == notes
+    monkeypatch.setattr(rerun_sample, "committed_records", lambda **_: [])
+    monkeypatch.setattr(rerun_sample, "still_current", lambda *_: True)
+    monkeypatch.setattr(rerun_sample, "markdown", lambda _: "")
+    rerun_sample.main(["--out", str(out), "--resume", "--methods", "lamp", "--forget-note", "STR's row names"])
+    written = json.loads(out.read_text())
+    assert written["notes"] == ["FCPTS's row: kept"] and written["rows"] == [row]
