@@ -374,3 +374,21 @@ def test_no_amd_obs_record_predates_the_summation_change():
         record = _read(path)
         if processor(record["device"]) == "cpu: AMD EPYC":
             assert is_ancestor(OBS_SUMMATION_CHANGE, _code_commit(record)), path
+
+
+def test_obs_s_rows_now_re_run_to_their_mask_hash_as_the_notebook_says():
+    """OBS's records made again: the sample's row (now an Intel record, the cheapest) and the AMD EPYC's own."""
+    row = {r["method"]: r for r in _read(OUT)["rows"]}["obs"]
+    amd = {r["method"]: r for r in _read(SAME_PROCESSOR_AMD)["rows"]}["obs"]
+    assert row["match"] and row["hash_match"] and amd["match"] and amd["hash_match"]
+    record, remade = _read(REPO_ROOT / row["record"]), _read(REPO_ROOT / amd["record"])
+    assert processor(record["device"]) != processor(row["new_device"]) == processor(amd["new_device"])
+    assert amd["record"] in OBS_REMADE and not is_ancestor(OBS_SUMMATION_CHANGE, _code_commit(record))
+    text = _notebook()
+    for quoted in (
+        f"({record['wall_s']:.0f} s; the {100 * remade['target_sparsity']:.0f}% cell made again took "
+        f"{remade['wall_s']:.0f} s, beside another run), made at {record['git_commit'][:7]}, before the summation",
+        f"re-ran it on the AMD EPYC to its mask hash (top-1 {row['new_value']:.2f})",
+        f"re-ran to its mask hash too (top-1 {amd['new_value']:.2f})",
+    ):
+        assert quoted in text, quoted
