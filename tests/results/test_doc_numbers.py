@@ -294,6 +294,14 @@ def test_lite0_fcpts_plus_table_is_the_records():
         ]
         expected = [f"{json.loads(p.read_text())['metrics']['top1']:.2f}" if p.exists() else "—" for p in paths]
         assert rows[0][1:] == expected, sparsity
+    obs = [json.loads((RUNS / f"{folder}/obs-sp{s}-cpu-seed0.json").read_text()) for s in (50, 60, 70, 80, 90)]
+    top1 = [f"{r['metrics']['top1']:.2f}" for r in obs]
+    prose = " ".join(text.split())
+    assert f"obs gives {', '.join(top1[:4])} and {top1[4]} top-1 at 50-90%" in prose
+    assert (
+        f"The 50% cell was made again with the chunked sums (docs/notebook/reruns.md): "
+        f"{obs[0]['wall_s'] / 60:.0f} minutes" in prose
+    )
 
 
 TABLE2_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
