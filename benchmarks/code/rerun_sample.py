@@ -369,13 +369,8 @@ def main(argv=None) -> int:
         "(default: a temporary folder, each cell from scratch); a cell begun by another commit starts again",
     )
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
-    p.add_argument(
-        "--forget-note",
-        action="append",
-        default=[],
-        metavar="TEXT",
-        help="drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)",
-    )
+    forget = "drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)"
+    p.add_argument("--forget-note", action="append", default=[], metavar="TEXT", help=forget)
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
     if args.out.suffix != ".json":
