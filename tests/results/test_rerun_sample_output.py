@@ -365,6 +365,13 @@ def test_the_obs_records_made_before_the_summation_change_are_made_again_as_the_
         if same == "no":
             moved.append(abs(now["metrics"][metric] - before["metrics"][metric]))
     assert f"The bisect left {len(OBS_REMADE)} OBS records on the AMD EPYC" in text
+    commits = (
+        {_read(REPO_ROOT / path)["git_commit"][:7] for path in OBS_REMADE[:3]},
+        {_read(REPO_ROOT / path)["git_commit"][:7] for path in OBS_REMADE[3:]},
+    )
+    assert [len(c) for c in commits] == [1, 1], commits
+    (first,), (rest,) = commits
+    assert f"at {first} for CIFAR-10 ResNet-32, at {rest} for the rest" in " ".join(text.split())
     stated = f"moved {len(moved)} masks of {len(OBS_REMADE)}, by at most {max(moved):.2f} top-1 points"
     assert stated in " ".join(text.split()), stated
 
