@@ -30,11 +30,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 import fcpts
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 from benchmarks.speed.method_time import Images
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
-from tasks.grid.records import device_description, git_commit
+from tasks.grid.records import device_description
 
 WARMUP = 3
 
@@ -160,10 +160,9 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
-    git_commit()  # pin the commit of the code that runs
     if args.threads:
         torch.set_num_threads(args.threads)
-    emit(run(args), args.out)
+    measure_then_emit(lambda: run(args), args.out)
 
 
 if __name__ == "__main__":

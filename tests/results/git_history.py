@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import NoReturn
 
 import pytest
 
@@ -11,7 +12,7 @@ from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tests.conftest import IN_CI
 
 
-def _needs_history(message: str) -> None:
+def _needs_history(message: str) -> NoReturn:
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)

@@ -46,14 +46,9 @@ def _ran(out: dict) -> list[dict]:
     return [r for r in out["rows"] if r["status"] == "ran"]
 
 
-def _before_remake(path) -> dict:
-    """An output as it stood before the learned-mask records were made again (what the notebook's history quotes)."""
-    return json_at(BEFORE_REMAKE, str(path.relative_to(REPO_ROOT)))
-
-
-def _before_obs_remake(path) -> dict:
-    """An output as it stood before OBS's records made with the old Hessian summation were made again."""
-    return json_at(BEFORE_OBS_REMAKE, str(path.relative_to(REPO_ROOT)))
+def _output_at(commit: str, path) -> dict:
+    """An output as it stood at `commit` (BEFORE_REMAKE, BEFORE_OBS_REMAKE): what the notebook's history quotes."""
+    return json_at(commit, str(path.relative_to(REPO_ROOT)))
 
 
 def _notebook() -> str:
@@ -137,7 +132,8 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
     quoted.append(f"over more than one session, {stra['new_wall_s']:,.0f} s in all): the same mask hash, top-1 and")
     quoted.append(f"for STR only its last session's part, {stra['cell_cpu_s']:,.0f} s")
     assert stra["match"] and stra["hash_match"] and processor(stra["old_device"]) == processor(stra["new_device"])
-    older = {r["method"]: r for r in _before_obs_remake(OUT)["rows"]}["str"]  # the record before it, on the Intel
+    # the record before it, re-run on the Intel Xeon
+    older = {r["method"]: r for r in _output_at(BEFORE_OBS_REMAKE, OUT)["rows"]}["str"]
     quoted.append(f"STR's only records, made on the AMD EPYC before the mask hash, took {older['old_wall_s']:,.0f} s")
     quoted.append(f"over more than one session, {older['new_wall_s']:,.0f} s in all, and differed the least")
     quoted.append(f"top-1 {older['old_value']:.2f} became {older['new_value']:.2f}, achieved sparsity")
@@ -159,7 +155,7 @@ def test_the_re_runs_of_the_records_made_again_are_the_notebook_s_history():
     """The learned-mask records made again: their re-runs now match on the processor that made them, and the
     notebook's account of the earlier records (re-run elsewhere, and at their commit) is what those outputs said."""
     now = {r["method"]: r for r in _read(OUT)["rows"]}
-    before = {r["method"]: r for r in _before_remake(OUT)["rows"]}
+    before = {r["method"]: r for r in _output_at(BEFORE_REMAKE, OUT)["rows"]}
     at_commit = {r["record"]: r for r in _read(AT_COMMIT)["rows"]}
     text = _notebook()
     for method in ("fcpts-fixed", "probmask"):
@@ -233,14 +229,14 @@ def test_the_notebook_s_minutes_and_collapse_are_the_at_commit_output_s():
     assert f"({minutes} minutes a run here)" in text
     assert "none of the six models keeps 1% top-1" in text and len(rows) == 2
     assert all(max(r["record_value"], r["old_here_value"]) < 1 for r in rows)
-    rerun = {r["record"]: r for r in _before_remake(OUT)["rows"]}
+    rerun = {r["record"]: r for r in _output_at(BEFORE_REMAKE, OUT)["rows"]}
     assert all(rerun[r["record"]]["new_value"] < 1 for r in rows), "today's models collapsed too"
 
 
 def test_fcpts_fixed_re_run_on_its_record_s_processor_is_the_notebook_s():
     """FCPTS with fixed allocation's record, made on an AMD EPYC, re-run there with today's code: the notebook's
     numbers and its reading (same top-1 and sparsity, another model) are the output's."""
-    out = _before_remake(SAME_PROCESSOR_AMD)
+    out = _output_at(BEFORE_REMAKE, SAME_PROCESSOR_AMD)
     (row,) = _ran(out)
     assert row["method"] == "fcpts-fixed" and processor(row["old_device"]) == processor(row["new_device"])
     assert processor(out["provenance"]["device"]) == processor(row["old_device"]) == "cpu: AMD EPYC"
@@ -253,12 +249,12 @@ def test_the_records_made_on_an_amd_epyc_re_run_there_as_the_notebook_says():
     """FCPTS's and OBS's records, made on an AMD EPYC and differing on the Intel Xeon, re-run on an AMD EPYC: FCPTS
     to its mask hash (the processor moved it), OBS not (its commit run there places the difference in the code).
     The outputs as they stood before OBS's records were made again."""
-    out = json_at(BEFORE_OBS_REMAKE, str(SAME_PROCESSOR_AMD.relative_to(REPO_ROOT)))
+    out = _output_at(BEFORE_OBS_REMAKE, SAME_PROCESSOR_AMD)
     rows = {r["method"]: r for r in _ran(out)}
     assert set(rows) == {"fcpts", "obs"}
     assert all(processor(r["old_device"]) == processor(r["new_device"]) == "cpu: AMD EPYC" for r in rows.values())
     assert rows["fcpts"]["match"] and rows["fcpts"]["hash_match"]
-    intel = {r["method"]: r for r in _before_obs_remake(OUT)["rows"]}
+    intel = {r["method"]: r for r in _output_at(BEFORE_OBS_REMAKE, OUT)["rows"]}
     assert rows["fcpts"]["record"] == intel["fcpts"]["record"] and not intel["fcpts"]["match"]
     obs, text = rows["obs"], _notebook()
     assert obs["record"] == intel["obs"]["record"] and not obs["match"]
@@ -276,7 +272,7 @@ def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_
     assert markdown_at_commit(out) == AT_COMMIT_AMD.with_suffix(".md").read_text()
     (row,) = out["rows"]
     record = json_at(BEFORE_OBS_REMAKE, row["record"])  # the record as it was before it was made again
-    before = {r["method"]: r for r in _before_obs_remake(OUT)["rows"]}
+    before = {r["method"]: r for r in _output_at(BEFORE_OBS_REMAKE, OUT)["rows"]}
     assert row["method"] == "obs" and row["record"] == before["obs"]["record"]
     assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
     assert row["record_commit"].endswith("+dirty")
@@ -348,14 +344,14 @@ def _code_commit(record: dict) -> str:
 def test_the_obs_records_made_before_the_summation_change_are_made_again_as_the_notebook_s_table_says():
     """The AMD EPYC's OBS records that predate the change the bisect found, made again on an AMD EPYC from a clean
     checkout with the change; the notebook's table is theirs, before and now."""
-    text, moved = NOTEBOOK.read_text(), []
+    text, moved, made_at, metric = NOTEBOOK.read_text(), [], [], "top1"
     for path in OBS_REMADE:
         before, now = json_at(BEFORE_OBS_REMAKE, path), _read(REPO_ROOT / path)
         assert processor(before["device"]) == processor(now["device"]) == "cpu: AMD EPYC", path
         assert not is_ancestor(OBS_SUMMATION_CHANGE, _code_commit(before)), path
         assert not now["git_commit"].endswith("+dirty") and now["mask_sha256"], path  # a clean checkout's code
         assert is_ancestor(OBS_SUMMATION_CHANGE, now["git_commit"]), path
-        metric = "top1"
+        made_at.append(now["git_commit"][:7])
         same = "yes" if now["mask_sha256"] == before["mask_sha256"] else "no"
         row = (
             f"| {now['dataset']} {now['model']} {100 * now['target_sparsity']:.0f}% | "
@@ -365,15 +361,13 @@ def test_the_obs_records_made_before_the_summation_change_are_made_again_as_the_
         if same == "no":
             moved.append(abs(now["metrics"][metric] - before["metrics"][metric]))
     assert f"The bisect left {len(OBS_REMADE)} OBS records on the AMD EPYC" in text
-    commits = (
-        {_read(REPO_ROOT / path)["git_commit"][:7] for path in OBS_REMADE[:3]},
-        {_read(REPO_ROOT / path)["git_commit"][:7] for path in OBS_REMADE[3:]},
-    )
+    commits = set(made_at[:3]), set(made_at[3:])  # CIFAR-10 ResNet-32's cells, then the rest
     assert [len(c) for c in commits] == [1, 1], commits
     (first,), (rest,) = commits
-    assert f"at {first} for CIFAR-10 ResNet-32, at {rest} for the rest" in " ".join(text.split())
+    prose = _notebook()
+    assert f"at {first} for CIFAR-10 ResNet-32, at {rest} for the rest" in prose
     stated = f"moved {len(moved)} masks of {len(OBS_REMADE)}, by at most {max(moved):.2f} top-1 points"
-    assert stated in " ".join(text.split()), stated
+    assert stated in prose, stated
 
 
 def test_no_amd_obs_record_predates_the_summation_change():
