@@ -11,7 +11,10 @@ The two are timed in pairs: while FCPTS fetches a step's batch, the calibration 
 which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
 which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
 after WARMUP steps of each run, the times are medians. On a GPU the plain steps run (each between two
-`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work.
+`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work. On a GPU
+FCPTS replays its steps' forward and backward from a CUDA graph after its warm-up (fcpts/core/step_graph.py);
+each configuration is timed both ways (", eager": `cuda_graphs=False`). The plain step stays eager, as a user's
+training step would be.
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
     python -m benchmarks.speed.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
@@ -32,11 +35,12 @@ from torch.utils.data import Dataset
 import fcpts
 from benchmarks.report import measure_then_emit
 from benchmarks.speed.method_time import Images
+from fcpts.core import step_graph
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.records import device_description
 
-WARMUP = 3
+WARMUP = step_graph.WARMUP + 1  # FCPTS's eager steps before its CUDA graph, and the step that captures it
 
 
 class PlainStep:
@@ -102,11 +106,14 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     return fcpts_times[WARMUP:], plain.times[WARMUP:]
 
 
-def configurations(amp: str | None) -> dict[str, dict]:
-    """FCPTS option sets to time: the defaults, the paper's output-only KL, and each under `amp` if given."""
+def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
+    """FCPTS option sets to time: the defaults, the paper's output-only KL, and each under `amp` if given; on a
+    GPU each also without its CUDA graph (`cuda_graphs=False`), so the replay's share shows."""
     configs = {"mse-blocks (defaults)": {}, "kl": {"reconstruction": "kl"}}
     if amp:
         configs |= {f"{name}, amp {amp}": {**opts, "amp": amp} for name, opts in configs.items()}
+    if step_graph.can_capture(device):
+        configs |= {f"{name}, eager": {**opts, "cuda_graphs": False} for name, opts in configs.items()}
     return configs
 
 
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> list[str]:
     model = model.to(device)
     x = torch.randn(args.batch_size, 3, size, size)  # on the host, as calibration images are
     y = torch.randint(0, classes, (args.batch_size,))
-    configs = configurations(args.amp)
+    configs = configurations(args.amp, device)
     timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in configs}
     for _ in range(args.rounds):
         for name, options in configs.items():

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from . import step_graph
 from .bn import fold_batchnorm
 from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
@@ -124,6 +125,7 @@ class LoopResult:
     history: list[dict] = field(default_factory=list)
     resumed_from_step: int = 0
     wall_s: float = 0.0
+    steps_on: dict[str, Any] = field(default_factory=dict)  # how the steps ran, where CUDA graphs were asked for
 
 
 def _finite_or_raise(value: float, what: str, step: int, desc: str, detail: str = "") -> None:
@@ -189,15 +191,16 @@ class StepLog:
         return steps_done % self.log_every == 0
 
 
-def autocast(amp: str | None, device: torch.device) -> contextlib.AbstractContextManager:
-    """The forwards' precision: float32 (None) or bfloat16 under torch.autocast ("bf16")."""
+def autocast(amp: str | None, device: torch.device, cache: bool = True) -> contextlib.AbstractContextManager:
+    """The forwards' precision: float32 (None) or bfloat16 under torch.autocast ("bf16"); `cache=False` where the
+    forward is captured in a CUDA graph (autocast's cast cache cannot be)."""
     if amp is None:
         return contextlib.nullcontext()
     if amp != "bf16":
         raise ValueError(f"amp must be None or 'bf16', got {amp!r}")
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError(f"amp='bf16' needs bfloat16 support, which {torch.cuda.get_device_name(device)} lacks")
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
 def step_batch(
@@ -278,13 +281,16 @@ def train_loop(
     desc: str = "distill",
     before_step: Callable[[int], None] | None = None,
     after_step: Callable[[int], None] | None = None,
+    cuda_graphs: bool = False,
 ) -> LoopResult:
     """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`batches_of`),
     resumed from `checkpoint`; each scheduler steps its own optimiser.
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
     before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU the next
-    step's batch is fetched while the device runs this one (`Prefetched`)."""
+    step's batch is fetched while the device runs this one (`Prefetched`), and with `cuda_graphs` (for a loop
+    whose forward and backward do the same work at every step) they are replayed from a CUDA graph
+    (`step_graph.StepRunner`; `result.steps_on` says how the steps ran)."""
     iterations, device = options.iterations, resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()
@@ -311,11 +317,10 @@ def train_loop(
         dynamic_ncols=True,
     )
     fetch = Prefetched(batches, ahead=device.type == "cuda")
-    for step in bar:
-        if before_step is not None:
-            before_step(step)
-        x = fetch(step)
-        with autocast(options.amp, device):
+    graphs = cuda_graphs and step_graph.can_capture(device)
+
+    def forward_backward(step: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        with autocast(options.amp, device, cache=not graphs):
             with torch.no_grad():
                 y_t = teacher(x)
             if step == start:  # the one read-back inside a step, on the first one only
@@ -324,8 +329,18 @@ def train_loop(
         for o in optimizers:
             o.zero_grad(set_to_none=True)
         loss.backward()
+        return loss, logs
+
+    def optimizer_steps() -> None:
         for o in optimizers:
             o.step()
+
+    runner = step_graph.StepRunner(forward_backward, optimizers, graphs)
+    for step in bar:
+        if before_step is not None:
+            before_step(step)
+        x = fetch(step)
+        loss, logs = runner.run(step, x, then=optimizer_steps)
         for sch in schedulers:
             sch.step()
         if after_step is not None:
@@ -343,4 +358,5 @@ def train_loop(
     if iterations > start and checkpoint.last_step != iterations:
         save(iterations)
     result.wall_s = elapsed_before + time.perf_counter() - t0
+    result.steps_on = runner.report()
     return result

@@ -74,6 +74,7 @@ class FCPTSOptions(TrainingOptions):
     learn_thresholds: bool = True  # False: each layer held at its ERK rate (paper's Figure 4 ablation)
     channels_last: bool = True  # run teacher and student in NHWC (faster with oneDNN); output is NCHW
     bn_recalibration: bool = False  # re-estimate BN statistics on the calibration set after the exact step
+    cuda_graphs: bool = True  # on a GPU, replay each step's forward and backward from a CUDA graph (step_graph.py)
 
     def validate(self) -> None:
         super().validate()
@@ -341,7 +342,10 @@ def distill(
     checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
     batches = batches_of(calib, device, variant.transform, opts.channels_last)
     desc = f"{method} {target:.2f}"
-    loop = train_loop(model, teacher, batches, opts, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin)
+    loop = train_loop(
+        model, teacher, batches, opts, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin,
+        cuda_graphs=opts.cuda_graphs,
+    )  # fmt: skip
     reconstruction.remove()
     t_final, masks, exact = _exact_step(thr, target, method)
     thresholds.detach_all(layers)
@@ -355,6 +359,7 @@ def distill(
     if balance is not None:
         extra["block_weight"] = balance
     extra["resumed_from_step"] = loop.resumed_from_step
+    extra.update(loop.steps_on)
     report = loop_report(method, target, model, opts, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]
