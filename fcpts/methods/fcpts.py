@@ -234,7 +234,9 @@ class _Reconstruction:
         rec = kl_distill(y_s, y_t, self.temperature)
         if self.taps is not None:
             s, t = self.taps[0].outputs, self.taps[1].outputs
-            rec = rec + self.weight * sum(self.block_loss(s[k], t[k]) for k in s)
+            # each teacher block output is let go once its MSE holds the difference: held through the step they
+            # would add a set of block outputs to its peak memory
+            rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k)) for k in s)
         return rec
 
     def balance(self, model, teacher, setup: RunSetup, params, opts: FCPTSOptions, variant: Variant) -> dict:
