@@ -36,6 +36,7 @@ from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import device_description
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+GRAPH_LAUNCH = "cudaGraphLaunch"  # a replayed CUDA graph: its kernels in one launch (fcpts/core/step_graph.py)
 WAIT = "cudaStreamSynchronize"
 COPY = "cudaMemcpyAsync"
 
@@ -92,7 +93,8 @@ def summary(label: str, step: dict[str, Counter]) -> str:
     launches = sum(step["calls"][n] for n in LAUNCHES)
     return (
         f"{label}: host {sum(step['host_ms'].values()):7.2f} ms, device {sum(step['device_ms'].values()):7.2f} ms, "
-        f"{launches:6.0f} kernel launches, {step['calls'][WAIT]:4.0f} waits for the device "
+        f"{launches:6.0f} kernel launches, {step['calls'][GRAPH_LAUNCH]:3.0f} graph launches, "
+        f"{step['calls'][WAIT]:4.0f} waits for the device "
         f"({step['host_ms'][WAIT]:.2f} ms), {step['calls'][COPY]:4.0f} async copies"
     )
 
