@@ -91,6 +91,8 @@ class StepRunner:
         if self.replay is None or self.static is None:
             return self.work(step, x)
         static_x, out = self.static
+        if (x.shape, x.stride(), x.dtype) != (static_x.shape, static_x.stride(), static_x.dtype):
+            return self.work(step, x)  # a batch the graph was not recorded for: this step runs eagerly
         static_x.copy_(x)
         self.replay()
         return out

@@ -124,3 +124,22 @@ def test_cuda_graph_steps_follow_the_eager_steps(amp):
         prunable_layers(eager).values(), prunable_layers(graphed).values()))  # fmt: skip
     total = sum(m.weight.numel() for m in prunable_layers(eager).values())
     assert same / total > 0.999
+
+
+def test_a_batch_unlike_the_recorded_one_runs_eagerly(monkeypatch):
+    replayed: list[int] = []
+    forced_on_this_cpu(monkeypatch, stand_in_capture(replayed))
+    ran: list[tuple[int, tuple[int, ...]]] = []
+
+    def work(step, x):
+        ran.append((step, tuple(x.shape)))
+        return x.sum(), {}
+
+    runner = step_graph.StepRunner(work, [], graphs=True)
+    batches = [torch.ones(4, 3)] * (step_graph.WARMUP + 2) + [torch.ones(2, 3), torch.ones(4, 3)]
+    for step, x in enumerate(batches):
+        loss, _ = runner.run(step, x, then=lambda: None)
+        assert loss.item() == x.numel()
+    first = step_graph.WARMUP
+    assert replayed == [first] * 3  # the capture's step, the one after it and the last; the odd batch ran eagerly
+    assert ran[-2] == (first + 2, (2, 3)) and runner.how == "cuda-graph"
