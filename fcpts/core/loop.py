@@ -193,7 +193,7 @@ class StepLog:
 
 def autocast(amp: str | None, device: torch.device, cache: bool = True) -> contextlib.AbstractContextManager:
     """The forwards' precision: float32 (None) or bfloat16 under torch.autocast ("bf16"); `cache=False` where the
-    forward is captured in a CUDA graph (autocast's cast cache cannot be)."""
+    forward is captured in a CUDA graph (a capture cannot hold autocast's cache of cast weights)."""
     if amp is None:
         return contextlib.nullcontext()
     if amp != "bf16":
