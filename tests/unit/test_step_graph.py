@@ -104,7 +104,8 @@ def test_a_run_no_longer_than_the_warm_up_is_all_eager(monkeypatch):
 @pytest.mark.parametrize("amp", [None, "bf16"], ids=["fp32", "bf16"])
 def test_cuda_graph_steps_follow_the_eager_steps(amp):
     """On a GPU: CIFAR ResNet-20, 20 steps each way. Eager GPU steps are not bit-reproducible themselves
-    (cuDNN's backward sums in varying order), so the losses are compared within 1e-3 and the masks by overlap."""
+    (cuDNN's backward sums in varying order), so the losses are compared within 1e-3 (1e-2 in bfloat16, whose
+    rounding magnifies that) and the masks by overlap."""
     x = images(64, 32)
     runs = {}
     for graphs in (False, True):
@@ -119,7 +120,7 @@ def test_cuda_graph_steps_follow_the_eager_steps(amp):
     assert "steps_on" not in eager_report.extra  # no graph asked for
     assert graphed_report.achieved_sparsity == eager_report.achieved_sparsity
     for a, b in zip(eager_report.history, graphed_report.history):
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3), (a["step"], a["loss"], b["loss"])
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-2 if amp else 1e-3), (a["step"], a["loss"], b["loss"])
     same = sum(int((a.weight != 0).eq(b.weight != 0).sum()) for a, b in zip(
         prunable_layers(eager).values(), prunable_layers(graphed).values()))  # fmt: skip
     total = sum(m.weight.numel() for m in prunable_layers(eager).values())
