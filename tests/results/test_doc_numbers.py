@@ -203,6 +203,10 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
         and f"{ratio.group(1)} with the default block-MSE loss, {kl.group(1)} with the paper's output-only KL" in text
     )
     assert step in (NOTEBOOK / "benchmarks.md").read_text(), "the output as committed, in the doc's code block"
+    amd = (RESULTS_DIR / "benchmarks" / "step_time_cpu_amd.txt").read_text()
+    amd_ratios = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd, re.M)
+    assert "AMD EPYC" in amd and len(amd_ratios) == 2 and "+dirty" not in amd
+    assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL" in text
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
