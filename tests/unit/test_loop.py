@@ -107,44 +107,14 @@ def test_block_mse_has_mse_losss_value_and_gradient():
     assert grad.is_contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("method, options", [("fcpts", {}), ("fcpts-plus", {"block_weight": 8.0})])
-def test_the_teachers_block_outputs_are_freed_before_the_backward(method, options, monkeypatch):
-    """The block MSE reads the teacher's block outputs once; held through the student's backward they would add a
-    set of block outputs to a step's peak memory (a ViT-B's twelve at batch 64: 465 MB). FCPTS+ with a fixed block
-    weight: its 'auto' weight's probe computes its own gradients with the outputs held, before the loop."""
+def teacher_block_outputs(monkeypatch) -> dict:
+    """{block name: a weak reference to the teacher's latest output there}, kept by wrapping FCPTS's block taps."""
     import weakref
 
     from fcpts.methods import fcpts as fcpts_method
 
-    teacher_outputs, alive_in_backward = [], []
+    held: dict = {}
     real_hook = fcpts_method._Taps._hook
-
-    def hook(self, name):
-        inner = real_hook(self, name)
-
-        def keep_track(module, inp, out):
-            if not torch.is_grad_enabled() and name != "3":  # the teacher's forward; "3": the logits, kept by the KL
-                teacher_outputs.append(weakref.ref(out))
-            return inner(module, inp, out)
-
-        return keep_track
-
-    monkeypatch.setattr(fcpts_method._Taps, "_hook", hook)
-    model = net()
-    model[0].weight.register_hook(lambda g: alive_in_backward.append(sum(r() is not None for r in teacher_outputs)))
-    fcpts.get_method(method)(model, images(), 0.5, iterations=3, batch_size=4, progress=False, **options)
-    assert teacher_outputs and alive_in_backward == [0] * len(alive_in_backward) and len(alive_in_backward) >= 3
-
-
-def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatch):
-    """At the k-th block's MSE only the teacher's block outputs from the k-th on are still held, so a step never
-    holds the teacher's block outputs and the MSE's differences (one block output each) all at once."""
-    import weakref
-
-    from fcpts.methods import fcpts as fcpts_method
-
-    held, alive_at_each_mse = {}, []
-    real_hook, real_mse = fcpts_method._Taps._hook, fcpts_method.block_mse
 
     def hook(self, name):
         inner = real_hook(self, name)
@@ -156,11 +126,34 @@ def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatc
 
         return keep_track
 
+    monkeypatch.setattr(fcpts_method._Taps, "_hook", hook)
+    return held
+
+
+@pytest.mark.parametrize("method, options", [("fcpts", {}), ("fcpts-plus", {"block_weight": 8.0})])
+def test_the_teachers_block_outputs_are_freed_before_the_backward(method, options, monkeypatch):
+    """The block MSE reads the teacher's block outputs once; held through the student's backward they would add a
+    set of block outputs to a step's memory (a ViT-B's twelve at batch 64: 465 MB). FCPTS+ with a fixed block
+    weight: its 'auto' weight's probe computes its own gradients with the outputs held, before the loop."""
+    held, alive_in_backward = teacher_block_outputs(monkeypatch), []
+    model = net()  # blocks "0" (a conv) and "3" (the head, whose output, the logits, the KL's teacher term keeps)
+    model[0].weight.register_hook(lambda g: alive_in_backward.append(held["0"]() is not None))
+    fcpts.get_method(method)(model, images(), 0.5, iterations=3, batch_size=4, progress=False, **options)
+    assert alive_in_backward == [False] * 3
+
+
+def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatch):
+    """At the k-th block's MSE only the teacher's block outputs from the k-th on are still held, so a step never
+    holds the teacher's block outputs and the MSE's differences (one block output each) all at once."""
+    from fcpts.methods import fcpts as fcpts_method
+
+    held, alive_at_each_mse = teacher_block_outputs(monkeypatch), []
+    real_mse = fcpts_method.block_mse
+
     def mse(student, teacher):
         alive_at_each_mse.append(sum(r() is not None for r in held.values()))
         return real_mse(student, teacher)
 
-    monkeypatch.setattr(fcpts_method._Taps, "_hook", hook)
     monkeypatch.setattr(fcpts_method, "block_mse", mse)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
     model.append(nn.Sequential(nn.Flatten(), nn.Linear(4 * 8 * 8, 3)))
