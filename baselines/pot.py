@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from fcpts.core import allocation
+from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
@@ -369,50 +369,20 @@ def graph_capturable(group: list[LayerProblem]) -> bool:
     return group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
 
 
-class GraphedStep:
-    """One optimisation step captured as a CUDA graph and replayed: POT's steps are tiny (a few small matrix
-    products), so an eager step is bound by launching its ~60 kernels from Python; a replay launches them at once
-    (an H200: 0.12 ms a step against 3.2 ms, results/benchmarks/pot_step_time_cuda.txt). `WARMUP` eager steps first
-    (on a side stream, as CUDA graphs ask), then the capture. Against `cuda_graphs=False` the one difference is
-    Adam's bias correction, rounded on the device (capturable): final losses within 1.5e-4 relative there."""
-
-    WARMUP = 3
-
-    def __init__(self, step, sel: torch.Tensor, opt: torch.optim.Optimizer):
-        self.sel = sel.clone()
-        self.graph = torch.cuda.CUDAGraph()
-        opt.zero_grad(set_to_none=True)  # the captured backward allocates the gradients it then rewrites each replay
-        with torch.cuda.graph(self.graph):
-            step(self.sel)
-
-    def __call__(self, sel: torch.Tensor) -> None:
-        self.sel.copy_(sel)
-        self.graph.replay()
-
-
-def run_steps(step, eager, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
+def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
     """`len(draws)` steps; every `check_every` steps the host reads whether any layer is still active. With
-    `graphs`: `GraphedStep.WARMUP` eager ones on a side stream, then replays of the captured step; where the
-    capture fails (an operator that cannot be captured) the same steps go on eagerly. Returns how the steps ran."""
-    run_step, how = eager, "eager"
-    side = torch.cuda.Stream() if graphs else None
+    `graphs`: `step_graph.WARMUP` eager ones on a side stream, then replays of the step captured after them
+    (`step_graph.StepRunner`; POT's steps are tiny, a few small matrix products, so an eager step is bound by
+    launching its ~60 kernels from Python: on an H200 0.12 ms a replayed step against 3.2 ms,
+    results/benchmarks/pot_step_time_cuda.txt). Against `cuda_graphs=False` the one difference is Adam's bias
+    correction, rounded on the device (capturable): final losses within 1.5e-4 relative there. Where the capture
+    fails the same steps go on eagerly. Returns how the steps ran."""
+    runner = step_graph.StepRunner(lambda _it, sel: step(sel), [opt], graphs)
     for it in range(len(draws)):
-        if side is not None and it < GraphedStep.WARMUP:
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                eager(draws[it])
-            torch.cuda.current_stream().wait_stream(side)
-        else:
-            run_step(draws[it])
-        if side is not None and it + 1 == GraphedStep.WARMUP and it + 1 < len(draws):
-            try:
-                run_step, how = GraphedStep(step, draws[it + 1], opt), "cuda-graph"
-            except RuntimeError as err:
-                opt.zero_grad(set_to_none=True)
-                how = f"eager (CUDA graph capture failed: {str(err).splitlines()[0][:120]})"
+        runner.run(it, draws[it], then=lambda: None)
         if (it + 1) % check_every == 0 and not bool(active.any()):
             break
-    return how
+    return runner.how
 
 
 def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) -> None:
@@ -420,14 +390,14 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
     (Adam is elementwise and the losses independent: each layer follows its sequential trajectory). A layer
     stops after the step whose loss is below early_stop_loss (msbench); its weights are then held while
     the others go on. The host learns the losses only every `check_every` steps. On a GPU the steps are
-    replayed from a CUDA graph (`GraphedStep`) where `cfg.cuda_graphs` and the group allow it."""
+    replayed from a CUDA graph (`run_steps`) where `cfg.cuda_graphs` and the group allow it."""
     tic = time.perf_counter()
     losses_of = group_loss(group)
     weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
     bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
-    graphs = cfg.cuda_graphs and graph_capturable(group) and cfg.iterations > GraphedStep.WARMUP
+    graphs = cfg.cuda_graphs and graph_capturable(group) and cfg.iterations > step_graph.WARMUP
     params = [{"params": [weight], "lr": cfg.lr_weight}, {"params": [bias], "lr": cfg.lr_bias}]
     opt = torch.optim.Adam(params, capturable=graphs)  # capturable: Adam's step count stays on the device
     active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
@@ -436,6 +406,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
     by_layer = (-1,) + (1,) * (weight.dim() - 1)
 
     def step(sel: torch.Tensor) -> None:  # in place throughout: a graph replays into the same tensors
+        opt.zero_grad(set_to_none=True)  # on the host: a captured step's backward allocates the gradients it rewrites
         losses = losses_of(sel, weight, bias)
         losses.sum().backward()
         weight.grad.mul_(keep)
@@ -449,13 +420,9 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
             steps.add_(active)
             active.logical_and_(losses.detach() >= cfg.early_stop_loss)
 
-    def eager(sel: torch.Tensor) -> None:
-        opt.zero_grad(set_to_none=True)
-        step(sel)
-
     # A graph is captured on the current device: the weights' device, for the time of the steps.
     with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():
-        how = run_steps(step, eager, draws, opt, active, check_every, graphs)
+        how = run_steps(step, draws, opt, active, check_every, graphs)
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):

@@ -1,30 +1,31 @@
-"""A training-loop step's forward and backward replayed from one CUDA graph.
+"""A training step replayed from one CUDA graph: FCPTS's forward and backward, POT's whole step.
 
 Why: an FCPTS step dispatches some 2,500 small operators (the teacher's forward, each layer's mask and bridge
 terms, the losses; results/benchmarks/step_ops_cpu.txt), and on a GPU it costs what launching them from Python
 costs: 2.67 plain steps on an H200 at CIFAR size (results/benchmarks/step_time_cuda.txt), where the arithmetic is
-a few milliseconds. Replayed from a graph, the kernels are launched at once. The optimisers and schedulers stay
-eager (the learning rate changes every step), and so does everything before a step (pinned thresholds, the
-batch's fetch, which is copied into the graph's input).
+a few milliseconds. Replayed from a graph, the kernels are launched at once (a POT step on an H200: 0.12 ms against
+3.2 ms, results/benchmarks/pot_step_time_cuda.txt). Whatever changes on the host from step to step stays eager:
+FCPTS's optimiser and schedule (its learning rate changes every step), pinned thresholds, the batch's fetch, which
+is copied into the graph's input.
 
 `StepRunner.run` does one step: `WARMUP` eager steps on a side stream (as CUDA graphs ask), then the capture
-of the forward and backward, then replays. A replay rewrites the same output tensors, so the loop's step log
-copies them before the next replay (it stacks them at once). Only loops whose forward and backward do the same
-work at every step may replay (FCPTS's: its loss does not depend on the step). Where the capture fails, the
-steps go on eagerly and `how` says why.
+of the step's work, then replays. A replay rewrites the same output tensors, so the loop's step log
+copies them before the next replay (it stacks them at once). Only work that does the same at every step may
+replay (FCPTS's loss does not depend on the step; POT's step reads its batch from the graph's input). Where the
+capture fails, the steps go on eagerly and `how` says why.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
 WARMUP = 3  # eager steps before the capture
 
-Work = Callable[[int, torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]  # (step, batch) -> (loss, logs)
+Out = TypeVar("Out")  # what a step's work returns (FCPTS: its loss and logged terms)
 Replay = Callable[[], None]
 
 
@@ -33,7 +34,7 @@ def can_capture(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def capture(work: Work, step: int, static_x: torch.Tensor) -> tuple[Replay, tuple[torch.Tensor, dict[str, Any]]]:
+def capture(work: Callable[[int, torch.Tensor], Out], step: int, static_x: torch.Tensor) -> tuple[Replay, Out]:
     """Record `work(step, static_x)` as a CUDA graph; returns its replay and the outputs each replay rewrites."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -51,19 +52,19 @@ def side_stream() -> Iterator[None]:
     torch.cuda.current_stream().wait_stream(side)
 
 
-class StepRunner:
-    """Runs each step's `work` (forward and backward, gradients left in `.grad`) then `then` (the optimisers),
-    eagerly, or with `graphs` (a GPU only) from a CUDA graph after `WARMUP` eager steps."""
+class StepRunner(Generic[Out]):
+    """Runs each step's `work(step, batch)` (gradients left in `.grad`) then `then` (eager optimisers, if any),
+    eagerly, or with `graphs` (a GPU only) from a CUDA graph after `WARMUP` eager steps. `optimizers`' gradients
+    are dropped before the capture, which allocates the ones each replay rewrites."""
 
-    def __init__(self, work: Work, optimizers: list[torch.optim.Optimizer], graphs: bool):
+    def __init__(self, work: Callable[[int, torch.Tensor], Out], optimizers: list[torch.optim.Optimizer], graphs: bool):
         self.work, self.optimizers, self.graphs = work, optimizers, graphs
         self.warmed = 0
-        self.replay: Replay | None = None
-        self.static: tuple[torch.Tensor, tuple[torch.Tensor, dict[str, Any]]] | None = None
-        self.how = "eager"
+        self.recorded: tuple[Replay, torch.Tensor, Out] | None = None  # the replay, its input, its outputs
+        self.how = "eager"  # until a capture is tried: then "cuda-graph", or why it failed
         self.replayed_from: int | None = None
 
-    def run(self, step: int, x: torch.Tensor, then: Callable[[], None]) -> tuple[torch.Tensor, dict[str, Any]]:
+    def run(self, step: int, x: torch.Tensor, then: Callable[[], None]) -> Out:
         if not self.graphs:
             out = self.work(step, x)
         elif self.warmed < WARMUP:
@@ -77,24 +78,24 @@ class StepRunner:
         then()
         return out
 
-    def _replayed(self, step: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        if self.replay is None and self.how == "eager":
+    def _replayed(self, step: int, x: torch.Tensor) -> Out:
+        if self.recorded is None and self.how == "eager":
             static_x = x.clone()
-            self._drop_gradients()  # the captured backward allocates the gradients each replay then rewrites
+            self._drop_gradients()
             try:
-                self.replay, out = capture(self.work, step, static_x)
+                replay, out = capture(self.work, step, static_x)
             except RuntimeError as err:
                 self._drop_gradients()
                 self.how = f"eager (CUDA graph capture failed: {str(err).splitlines()[0][:120]})"
             else:
-                self.static, self.how, self.replayed_from = (static_x, out), "cuda-graph", step
-        if self.replay is None or self.static is None:
+                self.recorded, self.how, self.replayed_from = (replay, static_x, out), "cuda-graph", step
+        if self.recorded is None:
             return self.work(step, x)
-        static_x, out = self.static
+        replay, static_x, out = self.recorded
         if (x.shape, x.stride(), x.dtype) != (static_x.shape, static_x.stride(), static_x.dtype):
             return self.work(step, x)  # a batch the graph was not recorded for: this step runs eagerly
         static_x.copy_(x)
-        self.replay()
+        replay()
         return out
 
     def _drop_gradients(self) -> None:
