@@ -10,6 +10,7 @@ import contextlib
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fcpts
 from fcpts.core import step_graph
@@ -40,6 +41,56 @@ def stand_in_capture(replayed: list[int]):
             replayed.append(step)
 
         return replay, out
+
+    return capture
+
+
+class CaptureGuard(TorchDispatchMode):
+    """Notes every operator a CUDA graph cannot record: a read-back to the host (on a GPU, a sync a capture
+    forbids), an output whose shape depends on the data, a tensor built from host data (on a GPU, a copy from
+    pageable memory), a draw from an explicit generator (a capture follows the default CUDA generator only).
+    Seen from a CPU run, so `.tolist()` and `.cpu()` (no dispatch on a CPU) go unnoticed."""
+
+    HOST_READS = {"aten._local_scalar_dense", "aten.equal", "aten.is_nonzero"}
+    DATA_SHAPED = {"aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive"}
+    HOST_DATA = {"aten.lift_fresh"}
+
+    def __init__(self):
+        super().__init__()
+        self.ran: list[str] = []
+        self.uncapturable: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = str(func.overloadpacket)
+        self.ran.append(name)
+        if why := self._why(name, args, kwargs):
+            self.uncapturable.append(f"{name}: {why}")
+        return func(*args, **kwargs)
+
+    def _why(self, name: str, args, kwargs) -> str | None:
+        if name in self.HOST_READS:
+            return "reads a value back to the host"
+        if name in self.DATA_SHAPED:
+            return "its shape depends on the data"
+        if name in ("aten.index", "aten.index_put", "aten.index_put_") and any(
+            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1]
+        ):
+            return "a boolean-mask index (its shape depends on the data)"
+        if name in self.HOST_DATA:
+            return "a tensor built from host data"
+        if isinstance(kwargs.get("generator"), torch.Generator):
+            return "a draw from an explicit generator"
+        return None
+
+
+def guarded_capture(guard: CaptureGuard):
+    """Runs the step once under `guard` where a capture would record it; its replays as `stand_in_capture`'s."""
+
+    def capture(work, step, static_x):
+        with guard:
+            work(step, static_x)
+        return stand_in_capture([])(work, step, static_x)
 
     return capture
 
@@ -144,3 +195,38 @@ def test_a_batch_unlike_the_recorded_one_runs_eagerly(monkeypatch):
     first = step_graph.WARMUP
     assert replayed == [first] * 3  # the capture's step, the one after it and the last; the odd batch ran eagerly
     assert ran[-2] == (first + 2, (2, 3)) and runner.how == "cuda-graph"
+
+
+@pytest.mark.parametrize(
+    "method, options",
+    [("fcpts", {}), ("fcpts", {"reconstruction": "kl"}), ("fcpts-fixed", {}), ("fcpts-plus", {})],
+    ids=["fcpts", "fcpts-kl", "fcpts-fixed", "fcpts-plus"],
+)
+def test_the_captured_step_holds_nothing_a_cuda_graph_cannot(method, options, monkeypatch):
+    """What FCPTS's step does on a GPU, seen here: a CIFAR ResNet-20 (residual blocks, option-A shortcuts) at
+    8 px, the step a capture would record."""
+    guard = CaptureGuard()
+    forced_on_this_cpu(monkeypatch, guarded_capture(guard))
+    _, report = fcpts.get_method(method)(
+        cifar_resnet("resnet20"), images(), 0.75, iterations=ITERATIONS, batch_size=8, progress=False, **options
+    )
+    assert report.extra["steps_on"] == "cuda-graph"
+    assert {"aten.convolution", "aten.convolution_backward"} <= set(guard.ran)  # forward and backward were seen
+    assert guard.uncapturable == []
+
+
+def test_the_capture_guard_names_what_a_graph_cannot_hold():
+    guard = CaptureGuard()
+    x = torch.randn(8)
+    with guard:
+        float(x.sum())
+        x[x > 0].sum()
+        x * torch.tensor([2.0])
+        torch.rand(2, generator=torch.Generator().manual_seed(0))
+        x.abs().sum()
+    assert guard.uncapturable == [
+        "aten._local_scalar_dense: reads a value back to the host",
+        "aten.index: a boolean-mask index (its shape depends on the data)",
+        "aten.lift_fresh: a tensor built from host data",
+        "aten.rand: a draw from an explicit generator",
+    ]
