@@ -12,7 +12,10 @@ recorded method time). Records of the mmdet detectors are passed over without th
 whose recorded method time is over `--max-wall-s` is skipped, and either is said in the output. With
 `--this-processor` only records made on this machine's processor count (a training method's mask moves with the
 processor's float summation order, tasks/regression.py), so a difference seen above can be told apart from one
-the code made.
+the code made. A processor is its name and, where the record names them, the kernels torch picks and its generation
+(one masked name, 'AMD EPYC', hides generations with other float kernels): a record naming another generation is
+held back, one naming none (older) comes after one naming this machine's, and its row says a difference may be the
+processor's.
 
     OMP_NUM_THREADS=1 python -m benchmarks.code.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
     python -m benchmarks.code.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -45,7 +48,7 @@ from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, repo_relative
-from tasks.grid.records import all_records, command_line, device_description, git_commit, headline
+from tasks.grid.records import all_records, command_line, cpu_identity, device_description, git_commit, headline
 from tasks.grid.rerun import get_task, rerun_record
 from tasks.grid.runner import Where
 
@@ -81,6 +84,34 @@ def processor(device: str) -> str:
     return device.split(",")[0].strip()
 
 
+class Processor(NamedTuple):
+    """What a record's machine must share with this one for a re-run's mask to be comparable: the processor's name
+    and the kernels torch picks with its generation (`records.cpu_identity`; two generations behind one masked name,
+    'AMD EPYC', run other float kernels)."""
+
+    name: str
+    kernels: str
+
+
+def this_machine() -> Processor:
+    return Processor(processor(device_description("cpu")), cpu_identity())
+
+
+def recorded_kernels(record: dict) -> str | None:
+    """The kernels and generation the record's machine ran (None: the record predates them)."""
+    return record.get("environment", {}).get("cpu")
+
+
+def why_another_processor(record: dict, here: Processor) -> str | None:
+    """Why a record was not made on this machine's processor (None: as far as the record tells, it was)."""
+    if processor(record["device"]) != here.name:
+        return f"made on another processor ({processor(record['device'])}), not this machine's"
+    kernels = recorded_kernels(record)
+    if kernels is not None and kernels != here.kernels:
+        return f"made on another generation of it ({kernels}), not this machine's ({here.kernels})"
+    return None
+
+
 def preference(record: dict) -> tuple[bool, bool, float]:
     """The picking order: records with a mask hash, then CIFAR/ImageNet stand-in cells, then the cheapest."""
     return "mask_sha256" not in record, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
@@ -90,10 +121,10 @@ def pick_record(
     records: list[dict],
     method: str,
     runnable: Callable[[dict], str | None] = why_not_runnable,
-    this_processor: str | None = None,
+    this_processor: Processor | None = None,
 ):
     """(the record to re-run for `method` or None, why none: each reason and how many records it held back).
-    Given `this_processor`, only records made on it."""
+    Given `this_processor`, only records made on it, those that name its generation first."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
         return None, "no committed record of this method"
@@ -101,15 +132,16 @@ def pick_record(
     usable = []
     for r in mine:
         why = runnable(r)
-        if why is None and this_processor is not None and processor(r["device"]) != this_processor:
-            why = f"made on another processor ({processor(r['device'])}), not this machine's"
+        if why is None and this_processor is not None:
+            why = why_another_processor(r, this_processor)
         if why is None:
             usable.append(r)
         else:
             reasons[why] = reasons.get(why, 0) + 1
     if not usable:
         return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
-    return min(usable, key=lambda r: (preference(r), r["_path"])), None
+    unknown_generation = (lambda r: recorded_kernels(r) is None) if this_processor else (lambda r: False)
+    return min(usable, key=lambda r: (unknown_generation(r), preference(r), r["_path"])), None
 
 
 def _voc_substitute(record: dict, scratch: Path) -> str | None:
@@ -183,7 +215,9 @@ def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
         "old_wall_s": record["wall_s"],
         "new_wall_s": new["wall_s"],
         "old_device": record["device"],
+        "old_kernels": recorded_kernels(record),
         "new_device": new["device"],
+        "new_kernels": recorded_kernels(new),
         "old_git_commit": record["git_commit"],
         "new_git_commit": new["git_commit"],
         "old_created": record.get("created"),
@@ -205,7 +239,7 @@ def row_for(
     method: str,
     records: list[dict],
     max_wall_s: float,
-    this_processor: str | None = None,
+    this_processor: Processor | None = None,
     log: Callable[[str], None] = print,
     work_dir: Path | None = None,
 ) -> dict:
@@ -241,7 +275,7 @@ def row_for(
     return {**base, "status": "ran", **row}
 
 
-def cheapest_first(methods: list[str], records: list[dict], this_processor: str | None = None) -> list[str]:
+def cheapest_first(methods: list[str], records: list[dict], this_processor: Processor | None = None) -> list[str]:
     """The methods in the order their cells are run: the cheapest picked record first, so an interrupted run
     has the most rows."""
 
@@ -281,6 +315,28 @@ def short_commit(commit: str, length: int = 7) -> str:
     return commit[:length] + ("+dirty" if "+dirty" in commit else "")
 
 
+def _kernels(kernels: str | None) -> str:
+    return f" ({kernels})" if kernels else ""
+
+
+def recorded_on(row: dict) -> str:
+    """The record's machine, with its kernels and generation where the record names them; where only the re-run
+    does, that the record does not (rows of runs before either was recorded show the device alone)."""
+    if row.get("old_kernels") or not row.get("new_kernels"):
+        return row["old_device"] + _kernels(row.get("old_kernels"))
+    return f"{row['old_device']} (generation not recorded)"
+
+
+def match_cell(row: dict) -> str:
+    """yes / NO; a difference on a processor of the same name whose generation the record does not name may be
+    the processor's (another generation runs other float kernels), and says so."""
+    if row["match"]:
+        return "yes"
+    unknown = not row.get("old_kernels") and row.get("new_kernels")
+    same_name = processor(row["old_device"]) == processor(row["new_device"])
+    return "NO (the record names no generation: perhaps the processor's)" if unknown and same_name else "NO"
+
+
 def markdown(output: dict) -> str:
     """The table beside the JSON: one line per method. A `--resume` output holds rows of several runs, perhaps on
     other processors and commits: each row names its own, the header the last run's."""
@@ -302,8 +358,9 @@ def markdown(output: dict) -> str:
         hashes = f"{str(r['old_mask_sha256'])[:12]} → {r['new_mask_sha256'][:12]}"
         lines.append(
             f"| {r['method']} | {r['record']} | {r['compared']} | {r['metric']} {r['old_value']:.2f} → "
-            f"{r['new_value']:.2f} | {hashes} | {'yes' if r['match'] else 'NO'} | {r['cell_wall_s']:.0f} | "
-            f"{r['old_device']} | {processor(r['new_device'])}, {short_commit(r['new_git_commit'])} |"
+            f"{r['new_value']:.2f} | {hashes} | {match_cell(r)} | {r['cell_wall_s']:.0f} | "
+            f"{recorded_on(r)} | {processor(r['new_device'])}{_kernels(r.get('new_kernels'))}, "
+            f"{short_commit(r['new_git_commit'])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -339,7 +396,7 @@ def kept_rows(out: Path) -> dict[str, dict]:
     return {r["method"]: r for r in rows if r.get("status") == "ran"}
 
 
-def still_current(row: dict, records: list[dict], this_processor: str | None) -> bool:
+def still_current(row: dict, records: list[dict], this_processor: Processor | None) -> bool:
     """Whether a kept row still describes the record this run would pick for its method: the same file, made by
     the same run (commit, time, mask). A record made again since (the learned-mask cells remade on another
     processor) is re-run, not reported with the old one's comparison."""
@@ -359,8 +416,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--this-processor",
         action="store_true",
-        help="only records made on this machine's processor (the regression's re-runs on other processors, "
-        "results/regression/spread/, included): whether a difference is the processor's",
+        help="only records made on this machine's processor, and its generation where a record names it (the "
+        "regression's re-runs on other processors, results/regression/spread/, included): whether a difference is "
+        "the processor's",
     )
     p.add_argument(
         "--work-dir",
@@ -383,7 +441,7 @@ def main(argv=None) -> int:
     earlier = [n for n in earlier if not any(text in n for text in args.forget_note)]
     notes = [*earlier, *(n for n in args.note if n not in earlier)]
     git_commit()  # pin the commit of the code that runs
-    here = processor(device_description("cpu")) if args.this_processor else None
+    here = this_machine() if args.this_processor else None
     records = committed_records(with_spread=args.this_processor)
     for method in [m for m in kept if not still_current(kept[m], records, here)]:
         then = "running it again" if method in methods else "its row is dropped (name it in --methods to re-run it)"

@@ -9,6 +9,7 @@ import pytest
 
 from benchmarks.code import rerun_sample
 from benchmarks.code.rerun_sample import (
+    Processor,
     cheapest_first,
     check_methods,
     committed_records,
@@ -56,12 +57,37 @@ def test_a_hashed_stand_in_cell_beats_a_cheaper_detection_cell_and_a_cheaper_rec
     assert why is None and record["_path"].endswith("regression/cifar/data/model/cifar-cheap.json")
 
 
+XEON = Processor("cpu: Intel Xeon", "AVX512, family 6 model 143 stepping 8")
+ZEN3 = Processor("cpu: AMD EPYC", "AVX2, family 25 model 1 stepping 1")
+ZEN4 = "AVX512, family 25 model 17 stepping 1"
+
+
+def test_this_processor_holds_back_another_generation_and_prefers_a_record_naming_its_own(tmp_path):
+    """Two generations hide behind 'AMD EPYC': a record naming the other one is not this processor's; one naming
+    none may be (it predates the field), and comes after one naming this machine's."""
+    runs = tmp_path / "runs"
+    _record(runs, "zen4", "fcpts", "cifar", 1.0, environment={"cpu": ZEN4})
+    _record(runs, "unnamed", "fcpts", "cifar", 2.0)
+    _record(runs, "zen3", "fcpts", "cifar", 3.0, environment={"cpu": ZEN3.kernels})
+    _record(runs, "zen4-only", "lamp", "cifar", 1.0, environment={"cpu": ZEN4})
+    records = committed_records([runs])
+    assert pick_record(records, "fcpts", this_processor=ZEN3)[0]["_path"].endswith("zen3.json")
+    assert pick_record(records, "fcpts")[0]["_path"].endswith("zen4.json")  # any processor: the cheapest
+    assert pick_record(records, "lamp", this_processor=ZEN3) == (
+        None,
+        f"1 record(s): made on another generation of it ({ZEN4}), not this machine's ({ZEN3.kernels})",
+    )
+    zen3 = next(r for r in records if r["_path"].endswith("zen3.json"))
+    zen3["environment"].pop("cpu")  # as if it predated the field: then the cheaper record naming none is as good
+    assert pick_record(records, "fcpts", this_processor=ZEN3)[0]["_path"].endswith("unnamed.json")
+
+
 def test_this_processor_reads_the_regression_s_re_runs_elsewhere_and_only_records_made_on_it(tmp_path, records):
     records = committed_records([tmp_path / "runs", tmp_path / "regression"], with_spread=True)
-    record, _ = pick_record(records, "fcpts", this_processor="cpu: Intel Xeon")
+    record, _ = pick_record(records, "fcpts", this_processor=XEON)
     assert record["_path"].endswith("spread/xeon/cifar/data/model/cifar-xeon.json")
     assert pick_record(records, "fcpts")[0]["_path"].endswith("cifar-cheap.json")
-    assert pick_record(records, "erk", this_processor="cpu: Intel Xeon") == (
+    assert pick_record(records, "erk", this_processor=XEON) == (
         None,
         "1 record(s): made on another processor (cpu: AMD EPYC), not this machine's",
     )
@@ -173,6 +199,16 @@ def test_the_table_names_each_row_s_re_run_processor_and_commit():
     assert lamp.endswith("| cpu: Intel(R) Xeon(R) Processor, 1111111 |")
     assert obs.endswith("| cpu: AMD EPYC, 2222222+dirty |")
     assert "last written at commit 333333333333 on cpu: AMD EPYC, 1 threads" in table
+
+    # rows that know the generations: the table names them, and a difference the record cannot place says so
+    named = {**ran("fcpts", "cpu: AMD EPYC, 1 threads", "4" * 40), "old_kernels": ZEN4, "new_kernels": ZEN3.kernels}
+    unnamed = {**named, "method": "fcpts-plus", "old_kernels": None, "match": False}
+    table = rerun_sample.markdown({"summary": rerun_sample.summary([named, unnamed]), "provenance": provenance,
+                                   "rows": [named, unnamed]})  # fmt: skip
+    fcpts, plus = (line for line in table.splitlines() if line.startswith(("| fcpts |", "| fcpts-plus |")))
+    assert f"| yes | 1 | cpu: AMD EPYC, 1 threads ({ZEN4}) | cpu: AMD EPYC ({ZEN3.kernels}), 4444444 |" in fcpts
+    assert "| NO (the record names no generation: perhaps the processor's) | 1 |" in plus
+    assert "| cpu: AMD EPYC, 1 threads (generation not recorded) |" in plus
 
 
 def test_a_note_that_no_longer_holds_is_forgotten_by_name_and_an_absent_one_is_refused(tmp_path, monkeypatch):
