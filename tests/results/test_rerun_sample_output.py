@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.code.rerun_at_commit import markdown as markdown_at_commit
 from benchmarks.code.rerun_at_commit import verdict
-from benchmarks.code.rerun_sample import markdown, processor, summary
+from benchmarks.code.rerun_sample import markdown, processor, recorded_kernels, summary
 from fcpts.methods.registry import label, list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tests.results.git_history import is_ancestor, json_at
@@ -21,6 +21,7 @@ SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.j
 SAME_PROCESSOR_AMD = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor_amd.json"
 AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
 AT_COMMIT_AMD = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd.json"
+AT_COMMIT_AMD_PLUS = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd_fcpts_plus.json"
 NOTEBOOK = REPO_ROOT / "docs" / "notebook" / "reruns.md"
 BEFORE_REMAKE = "1be3808"  # the last commit holding the learned-mask records (and their re-runs) made again since
 BEFORE_OBS_REMAKE = "755ac97"  # the last commit holding the OBS records made before 7302f36, and their re-runs
@@ -391,5 +392,27 @@ def test_obs_s_rows_now_re_run_to_their_mask_hash_as_the_notebook_says():
         f"{remade['wall_s']:.0f} s, beside another run), made at {record['git_commit'][:7]}, before the summation",
         f"re-ran it on the AMD EPYC to its mask hash (top-1 {row['new_value']:.2f})",
         f"re-ran to its mask hash too (top-1 {amd['new_value']:.2f})",
+    ):
+        assert quoted in text, quoted
+
+
+def test_the_fcpts_plus_record_differs_on_this_amd_generation_by_the_processor_as_the_notebook_says():
+    """An 'AMD EPYC' record that re-ran on the Intel Xeon differs on the AMD EPYC lent since; its own commit run here
+    makes today's mask, not the record's."""
+    out = _read(AT_COMMIT_AMD_PLUS)
+    assert out["provenance"]["command"].startswith("python -m benchmarks.code.rerun_at_commit ")
+    assert markdown_at_commit(out) == AT_COMMIT_AMD_PLUS.with_suffix(".md").read_text()
+    (row,) = out["rows"]
+    record = json.loads((REPO_ROOT / row["record"]).read_text())
+    assert row["method"] == "fcpts-plus" and recorded_kernels(record) is None  # made before records named it
+    assert (row["record_commit"], row["record_value"]) == (record["git_commit"], record["metrics"]["top1"])
+    assert row["record_mask_sha256"] == record["mask_sha256"] != row["old_here_mask_sha256"]
+    assert processor(row["old_here_device"]) == processor(record["device"]) == "cpu: AMD EPYC"
+    assert row["positions_differing_old_vs_today"] == 0.0 and row["verdict"] == verdict(False, True)
+    text = _notebook()
+    for quoted in (
+        f"top-1 {row['record_value']:.2f} became {row['old_here_value']:.2f}, and its zeros differ from today's "
+        f"code's in {100 * row['positions_differing_old_vs_today']:.2f}% of the weights' positions",
+        f"what moved it: {row['verdict'].split(':')[0]}",
     ):
         assert quoted in text, quoted
