@@ -26,13 +26,18 @@ def is_ancestor(older: str, commit: str) -> bool:
     return run.returncode == 0
 
 
-def json_at(commit: str, path: str) -> dict:
-    """A committed JSON file (path relative to the repository) as `commit` held it, from git history; without that
+def text_at(commit: str, path: str) -> str:
+    """A committed file (path relative to the repository) as `commit` held it, from git history; without that
     history (an export, a shallow clone) the test fails in CI and skips elsewhere, saying so."""
     shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT, capture_output=True, text=True)
     if shown.returncode != 0:
         _needs_history(f"needs git history holding {commit} ({shown.stderr.strip() or 'git failed'})")
-    return json.loads(shown.stdout)
+    return shown.stdout
+
+
+def json_at(commit: str, path: str) -> dict:
+    """A committed JSON file as `commit` held it (`text_at`)."""
+    return json.loads(text_at(commit, path))
 
 
 def record_at(commit: str, relative: str) -> dict:

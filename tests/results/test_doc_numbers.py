@@ -22,7 +22,7 @@ from benchmarks.accuracy.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.record_options import earlier_defaults, effective_options
 from tasks.grid.records import all_records, preferred_records, read_record
-from tests.results.git_history import record_at
+from tests.results.git_history import record_at, text_at
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -207,6 +207,10 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     amd_ratios = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd, re.M)
     assert "AMD EPYC" in amd and len(amd_ratios) == 2 and "+dirty" not in amd
     assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL" in text
+    amd_before = text_at("3c51860", "results/benchmarks/step_time_cpu_amd.txt")  # before the in-place ReLUs
+    before = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_before, re.M)
+    assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
+    assert "6 rounds" in amd and "; six rounds)" in text
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
