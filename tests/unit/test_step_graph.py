@@ -48,8 +48,9 @@ def stand_in_capture(replayed: list[int]):
 class CaptureGuard(TorchDispatchMode):
     """Notes every operator a CUDA graph cannot record: a read-back to the host (on a GPU, a sync a capture
     forbids), an output whose shape depends on the data, a tensor built from host data (on a GPU, a copy from
-    pageable memory), a draw from an explicit generator (a capture follows the default CUDA generator only).
-    Seen from a CPU run, so `.tolist()` and `.cpu()` (no dispatch on a CPU) go unnoticed."""
+    pageable memory), a draw from an explicit generator (a capture follows the default CUDA generator, others
+    only once registered with it). Seen from a CPU run, so `.tolist()` and `.cpu()` (no dispatch on a CPU) go
+    unnoticed."""
 
     HOST_READS = {"aten._local_scalar_dense", "aten.equal", "aten.is_nonzero"}
     DATA_SHAPED = {"aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive"}
