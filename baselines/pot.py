@@ -377,7 +377,7 @@ def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every:
     results/benchmarks/pot_step_time_cuda.txt). Against `cuda_graphs=False` the one difference is Adam's bias
     correction, rounded on the device (capturable): final losses within 1.5e-4 relative there. Where the capture
     fails the same steps go on eagerly. Returns how the steps ran."""
-    runner = step_graph.StepRunner(lambda _it, sel: step(sel), [opt], graphs)
+    runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
     for it in range(len(draws)):
         runner.run(it, draws[it], then=lambda: None)
         if (it + 1) % check_every == 0 and not bool(active.any()):

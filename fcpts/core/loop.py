@@ -335,7 +335,7 @@ def train_loop(
         for o in optimizers:
             o.step()
 
-    runner = step_graph.StepRunner(forward_backward, optimizers, graphs)
+    runner = step_graph.StepRunner(forward_backward, graphs)
     for step in bar:
         if before_step is not None:
             before_step(step)

@@ -54,11 +54,12 @@ def side_stream() -> Iterator[None]:
 
 class StepRunner(Generic[Out]):
     """Runs each step's `work(step, batch)` (gradients left in `.grad`) then `then` (eager optimisers, if any),
-    eagerly, or with `graphs` (a GPU only) from a CUDA graph after `WARMUP` eager steps. `optimizers`' gradients
-    are dropped before the capture, which allocates the ones each replay rewrites."""
+    eagerly, or with `graphs` (a GPU only) from a CUDA graph after `WARMUP` eager steps. `work` sets its gradients
+    to None before its backward (FCPTS's and POT's do), so the captured backward allocates the ones each replay
+    rewrites, and an eager step after a failed capture drops what that capture left."""
 
-    def __init__(self, work: Callable[[int, torch.Tensor], Out], optimizers: list[torch.optim.Optimizer], graphs: bool):
-        self.work, self.optimizers, self.graphs = work, optimizers, graphs
+    def __init__(self, work: Callable[[int, torch.Tensor], Out], graphs: bool):
+        self.work, self.graphs = work, graphs
         self.warmed = 0
         self.recorded: tuple[Replay, torch.Tensor, Out] | None = None  # the replay, its input, its outputs
         self.how = "eager"  # until a capture is tried: then "cuda-graph", or why it failed
@@ -81,11 +82,9 @@ class StepRunner(Generic[Out]):
     def _replayed(self, step: int, x: torch.Tensor) -> Out:
         if self.recorded is None and self.how == "eager":
             static_x = x.clone()
-            self._drop_gradients()
             try:
                 replay, out = capture(self.work, step, static_x)
             except RuntimeError as err:
-                self._drop_gradients()
                 self.how = f"eager (CUDA graph capture failed: {str(err).splitlines()[0][:120]})"
             else:
                 self.recorded, self.how, self.replayed_from = (replay, static_x, out), "cuda-graph", step
@@ -97,10 +96,6 @@ class StepRunner(Generic[Out]):
         static_x.copy_(x)
         replay()
         return out
-
-    def _drop_gradients(self) -> None:
-        for o in self.optimizers:
-            o.zero_grad(set_to_none=True)
 
     def report(self) -> dict[str, Any]:
         """How the steps ran, for a run's report (only where graphs were asked for)."""

@@ -188,7 +188,7 @@ def test_a_batch_unlike_the_recorded_one_runs_eagerly(monkeypatch):
         ran.append((step, tuple(x.shape)))
         return x.sum(), {}
 
-    runner = step_graph.StepRunner(work, [], graphs=True)
+    runner = step_graph.StepRunner(work, graphs=True)
     batches = [torch.ones(4, 3)] * (step_graph.WARMUP + 2) + [torch.ones(2, 3), torch.ones(4, 3)]
     for step, x in enumerate(batches):
         loss, _ = runner.run(step, x, then=lambda: None)
