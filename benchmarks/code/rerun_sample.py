@@ -140,7 +140,10 @@ def pick_record(
             reasons[why] = reasons.get(why, 0) + 1
     if not usable:
         return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
-    unknown_generation = (lambda r: recorded_kernels(r) is None) if this_processor else (lambda r: False)
+
+    def unknown_generation(r: dict) -> bool:
+        return this_processor is not None and recorded_kernels(r) is None
+
     return min(usable, key=lambda r: (unknown_generation(r), preference(r), r["_path"])), None
 
 
