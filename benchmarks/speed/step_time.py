@@ -11,7 +11,9 @@ The two are timed in pairs: while FCPTS fetches a step's batch, the calibration 
 which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
 which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
 after WARMUP steps of each run, the times are medians. On a GPU the plain steps run (each between two
-`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work. On a GPU
+`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work. After
+each plain step the teacher's forward alone runs, timed apart (taken off the FCPTS step too); its share of the
+plain step is printed as the floor no FCPTS step's ratio can go below, whatever the rest of FCPTS costs. On a GPU
 FCPTS replays its steps' forward and backward from a CUDA graph after its warm-up (fcpts/core/step_graph.py);
 each configuration is timed both ways (", eager": `cuda_graphs=False`). The plain step stays eager, as a user's
 training step would be.
@@ -36,6 +38,7 @@ import fcpts
 from benchmarks.report import measure_then_emit
 from benchmarks.speed.method_time import Images
 from fcpts.core import step_graph
+from fcpts.core.loop import frozen_teacher
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.records import device_description
@@ -44,14 +47,18 @@ WARMUP = step_graph.WARMUP + 1  # FCPTS's eager steps before its CUDA graph, and
 
 
 class PlainStep:
-    """A plain SGD training step (forward, cross-entropy, backward, update) of its own copy of the model, timed."""
+    """A plain SGD training step (forward, cross-entropy, backward, update) of its own copy of the model, timed;
+    then, timed apart, the forward of a frozen copy as FCPTS's teacher runs it (no gradient, batch statistics):
+    the one part of an FCPTS step a plain step has no counterpart for, so 1 + its share is the ratio's floor."""
 
     def __init__(self, model, x, y):
         self.model = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
+        self.teacher = frozen_teacher(self.model, "train")
         device = next(self.model.parameters()).device
         self.x, self.y = x.to(device).contiguous(memory_format=torch.channels_last), y.to(device)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=3e-4)
         self.times: list[float] = []
+        self.teacher_times: list[float] = []
 
     def __call__(self) -> None:
         synchronize(self.x.device)
@@ -61,11 +68,21 @@ class PlainStep:
         loss.backward()
         self.opt.step()
         synchronize(self.x.device)
-        self.times.append(time.perf_counter() - t)
+        t_teacher = time.perf_counter()
+        self.times.append(t_teacher - t)
+        with torch.no_grad():
+            self.teacher(self.x)
+        synchronize(self.x.device)
+        self.teacher_times.append(time.perf_counter() - t_teacher)
+
+    def clear(self) -> None:
+        self.times.clear()
+        self.teacher_times.clear()
 
 
 class PairedImages(Dataset):
-    """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
+    """Calibration images that run one plain step (and teacher forward) each time a whole batch (all of them) has
+    been fetched."""
 
     def __init__(self, x: torch.Tensor, plain: PlainStep):
         self.x, self.plain, self.fetched = x.cpu(), plain, 0
@@ -85,14 +102,15 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float]]:
-    """(FCPTS step times, plain step times) of the pairs after WARMUP steps of one FCPTS run. On a GPU (a machine
-    to itself: no drifting load) the plain steps run just before the FCPTS run instead of inside its batch
-    fetches, where they would wait for its queued work and undo the next batch's fetch overlapping it."""
+def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float], list[float]]:
+    """(FCPTS step times, plain step times, teacher forward times) of the pairs after WARMUP steps of one FCPTS
+    run. On a GPU (a machine to itself: no drifting load) the plain steps run just before the FCPTS run instead of
+    inside its batch fetches, where they would wait for its queued work and undo the next batch's fetch
+    overlapping it."""
     plain = PlainStep(model, x, y)
     for _ in range(WARMUP):
         plain()
-    plain.times.clear()
+    plain.clear()
     on_gpu = next(model.parameters()).device.type == "cuda"
     if on_gpu:
         for _ in range(WARMUP + steps):
@@ -102,8 +120,9 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
         copy.deepcopy(model), images, 0.9, iterations=WARMUP + steps, batch_size=len(x), progress=False,
         log_every=1, **options,
     )  # fmt: skip
-    fcpts_times = [h["step_s"] - (0 if on_gpu else p) for h, p in zip(report.history, plain.times)]
-    return fcpts_times[WARMUP:], plain.times[WARMUP:]
+    inside = [0.0 if on_gpu else p + t for p, t in zip(plain.times, plain.teacher_times)]
+    fcpts_times = [h["step_s"] - paired for h, paired in zip(report.history, inside)]
+    return fcpts_times[WARMUP:], plain.times[WARMUP:], plain.teacher_times[WARMUP:]
 
 
 def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
@@ -136,11 +155,17 @@ def run(args: argparse.Namespace) -> list[str]:
     y = torch.randint(0, classes, (args.batch_size,))
     configs = configurations(args.amp, device)
     timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in configs}
+    plain_all: list[float] = []
+    teacher_all: list[float] = []
     for _ in range(args.rounds):
         for name, options in configs.items():
-            fcpts_times, plain_times = paired_step_times(model, x, y, args.steps, device=str(device), **options)
+            fcpts_times, plain_times, teacher_times = paired_step_times(
+                model, x, y, args.steps, device=str(device), **options
+            )
             timed[name][0].extend(fcpts_times)
             timed[name][1].extend(plain_times)
+            plain_all.extend(plain_times)
+            teacher_all.extend(teacher_times)
     lines = [
         f"model {args.model} at {size} px, batch {args.batch_size}, {device_description(device)}, {args.rounds} "
         f"rounds of {args.steps} FCPTS steps, each paired with a plain step"
@@ -153,6 +178,12 @@ def run(args: argparse.Namespace) -> list[str]:
             f"fcpts step, {name:36s}: {statistics.median(fcpts_times) * 1000:8.2f} ms, plain step "
             f"{statistics.median(plain_times) * 1000:8.2f} ms, ratio {ratio:.2f}"
         )
+    share = round(statistics.median(t / p for t, p in zip(teacher_all, plain_all)), 2)
+    lines.append(
+        f"teacher forward alone (no gradient, batch statistics): {statistics.median(teacher_all) * 1000:8.2f} ms, "
+        f"{share:.2f} of the plain step after it (median over pairs): no FCPTS step's ratio can be below "
+        f"{1 + share:.2f}"
+    )
     return lines
 
 

@@ -14,6 +14,10 @@ def test_pairs_every_fcpts_step_with_a_plain_step_and_writes_its_output(tmp_path
     ratios = re.findall(r"^fcpts step, (.+?)\s*: .* ratio (\d+\.\d+)$", printed, re.M)
     assert [name for name, _ in ratios] == ["mse-blocks (defaults)", "kl"]
     assert all(float(r) > 0 for _, r in ratios)
+    teacher = re.search(r"^teacher forward alone .*: +(\d+\.\d+) ms, (\d+\.\d+) of the plain step .* below (\d+\.\d+)$",
+                        printed, re.M)  # fmt: skip
+    assert teacher and float(teacher.group(1)) > 0
+    assert teacher.group(3) == f"{1 + float(teacher.group(2)):.2f}"
     assert "command: " in printed and "commit " in printed
 
 
