@@ -211,6 +211,16 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     before = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_before, re.M)
     assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
     assert "6 rounds" in amd and "; six rounds)" in text
+    amd_earlier = text_at("04cc05d", "results/benchmarks/step_time_cpu_amd.txt")  # same code, before the teacher row
+    earlier = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_earlier, re.M)
+    flat = " ".join(text.split())
+    assert "6 rounds" in amd_earlier
+    assert f"six rounds before: {earlier[0]} and {earlier[1]}, in the history at 04cc05d" in flat
+    teacher = re.search(r"^teacher forward alone .*, (\d+\.\d+) of the plain step .* below (\d+\.\d+)$", amd, re.M)
+    floor = f"it is {teacher.group(1)} of a plain step, so no FCPTS step there can cost less than {teacher.group(2)}"
+    assert teacher and floor in flat
+    above = [f"{float(r) - float(teacher.group(2)):.2f}" for r in amd_ratios]
+    assert f"The KL's steps sit {above[1]} above that floor, the default loss's {above[0]}" in flat
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
