@@ -8,6 +8,7 @@ exactly round(target * N) zeros, and the masks are folded into plain weights.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,24 +131,47 @@ class _BlockMSE(torch.autograd.Function):
     """F.mse_loss(student, teacher) with the teacher held fixed, in float32 whatever the inputs' precision.
     The gradient is mse_loss's, 2 (student - teacher) / n, from the one saved difference; the value is
     ||student - teacher||^2 / n (equal to rounding). One temporary instead of mse_loss's three: on a CPU,
-    where every fresh block-sized buffer costs page faults, forward and backward take a third of the time."""
+    where every fresh block-sized buffer costs page faults, forward and backward take a third of the time.
+    With `reuse_teacher` (a float32 teacher tensor its caller gives up) not even that one: the difference is
+    written over the teacher's output, and the gradient over the difference (same values, bit for bit)."""
 
     @staticmethod
-    def forward(ctx, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        diff = torch.sub(student.float(), teacher.float())
+    def forward(ctx, student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
+        overwrite = reuse_teacher and teacher.dtype == torch.float32 and teacher.shape == student.shape
+        diff = (
+            torch.sub(student.float(), teacher, out=teacher)
+            if overwrite
+            else torch.sub(student.float(), teacher.float())
+        )
         ctx.save_for_backward(diff)
         ctx.student_dtype = student.dtype
         return torch.linalg.vector_norm(diff).square() / diff.numel()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        (diff,) = ctx.saved_tensors
-        return (diff * (grad * (2.0 / diff.numel()))).to(ctx.student_dtype), None
+        (diff,) = ctx.saved_tensors  # read once: a second backward through this graph fails on its version
+        return diff.mul_(grad * (2.0 / diff.numel())).to(ctx.student_dtype), None, None
 
 
-def block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Mean squared error of a student block output against the teacher's (no gradient into the teacher)."""
-    return _BlockMSE.apply(student, teacher.detach())
+def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool = False) -> torch.Tensor:
+    """Mean squared error of a student block output against the teacher's (no gradient into the teacher).
+    `reuse_teacher=True` overwrites a float32 `teacher` with the difference: only for a tensor nothing else reads."""
+    return _BlockMSE.apply(student, teacher.detach(), reuse_teacher)
+
+
+def sole_tensors(blocks: dict[str, torch.Tensor], output: torch.Tensor) -> set[str]:
+    """The block outputs that share their memory with no other block output nor the model's output, and cover
+    it densely: the ones a block MSE may overwrite once it has read them."""
+
+    def memory(t: torch.Tensor) -> int:
+        return t.untyped_storage().data_ptr()
+
+    users = collections.Counter(memory(t) for t in [*blocks.values(), output])
+    return {
+        name for name, t in blocks.items()
+        if users[memory(t)] == 1 and t.numel() > 0
+        and (t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)))
+    }  # fmt: skip
 
 
 class Variant:
@@ -174,8 +198,9 @@ class Variant:
         alone holds the level)."""
         return None
 
-    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        return block_mse(student, teacher)
+    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
+        """The loss of one block; `sole`: nothing else reads `teacher`, which the loss may overwrite."""
+        return block_mse(student, teacher, reuse_teacher=sole)
 
     def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
         return warmup_cosine(warmup, iterations)
@@ -234,9 +259,11 @@ class _Reconstruction:
         rec = kl_distill(y_s, y_t, self.temperature)
         if self.taps is not None:
             s, t = self.taps[0].outputs, self.taps[1].outputs
-            # each teacher block output is let go once its MSE holds the difference: held through the step they
-            # would add a set of block outputs to its peak memory
-            rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k)) for k in s)
+            sole = sole_tensors(t, y_t)
+            # each teacher block output is let go once its MSE holds the difference (where nothing else reads it,
+            # the difference is written over it): held through the step they would add a set of block outputs
+            # to its peak memory
+            rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k), k in sole) for k in s)
         return rec
 
     def balance(self, model, teacher, setup: RunSetup, params, opts: FCPTSOptions, variant: Variant) -> dict:

@@ -176,10 +176,10 @@ class Plan(Variant):
             return self.level(step)
         return self.target if self.opts.projection else None
 
-    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        if self.opts.relative_blocks:
+    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
+        if self.opts.relative_blocks:  # reads the teacher again after its MSE: never overwrites it
             return experimental.relative_block_mse(student, teacher)
-        return block_mse(student, teacher)
+        return block_mse(student, teacher, reuse_teacher=sole)
 
     def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
         if self.opts.lr_restart:

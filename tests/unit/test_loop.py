@@ -12,7 +12,7 @@ from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import batches_of, frozen_teacher, run_identity, train_loop, warmup_cosine
 from fcpts.core.options import TrainingOptions
-from fcpts.methods.fcpts import FCPTSOptions, block_mse
+from fcpts.methods.fcpts import FCPTSOptions, block_mse, sole_tensors
 
 
 def net() -> nn.Module:
@@ -107,6 +107,93 @@ def test_block_mse_has_mse_losss_value_and_gradient():
     assert grad.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_block_mse_over_the_teachers_tensor_gives_the_same_bits_in_its_memory():
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(4, 8, 5, 5, generator=g).contiguous(memory_format=torch.channels_last).requires_grad_()
+    t = torch.randn(4, 8, 5, 5, generator=g).contiguous(memory_format=torch.channels_last)
+    kept = t.clone()
+    fresh = block_mse(s, kept)
+    (fresh_grad,) = torch.autograd.grad(fresh, s)
+    assert torch.equal(kept, t), "by default the teacher's tensor is left alone"
+    reused = block_mse(s, t, reuse_teacher=True)
+    (grad,) = torch.autograd.grad(reused, s)
+    assert reused.item() == fresh.item() and torch.equal(grad, fresh_grad)
+    assert grad.data_ptr() == t.data_ptr(), "difference and gradient written over the teacher's tensor"
+    half = kept.bfloat16()
+    block_mse(s, half, reuse_teacher=True)
+    assert torch.equal(half, kept.bfloat16()), "a bfloat16 teacher cannot hold the float32 difference: left alone"
+
+
+def test_a_second_backward_through_a_block_mse_fails_instead_of_reading_its_gradient():
+    s = torch.randn(2, 3, 4, 4, requires_grad=True)
+    loss = block_mse(s, torch.randn(2, 3, 4, 4))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_only_block_outputs_nothing_else_reads_may_be_overwritten():
+    shared = torch.randn(4, 3, 4, 4)
+    alone, output = torch.randn(2, 3, 4, 4), torch.randn(2, 10)
+    blocks = {
+        "alone": alone,
+        "channels-last": torch.randn(2, 3, 4, 4).contiguous(memory_format=torch.channels_last),
+        "tapped twice": shared,
+        "its alias": shared,
+        "half of another": (halves := torch.randn(4, 3, 4, 4))[:2],
+        "other half": halves[2:],
+        "the output": output,
+        "strided": torch.randn(2, 3, 4, 8)[..., ::2],
+    }
+    assert sole_tensors(blocks, output) == {"alone", "channels-last"}
+
+
+class _Wrapper(nn.Module):
+    """A block that returns its inner block's output: one tensor tapped under two names."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Conv2d(3, 4, 3))
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+def test_a_teacher_output_tapped_twice_or_returned_is_never_overwritten(monkeypatch):
+    from fcpts.methods import fcpts as fcpts_method
+
+    def run() -> dict:
+        torch.manual_seed(0)
+        model = nn.Sequential(_Wrapper(), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+        sparse, _ = fcpts.sparsify(model, images(), 0.5, iterations=3, batch_size=8, progress=False)
+        return sparse.state_dict()
+
+    guarded = run()
+    monkeypatch.setattr(fcpts_method, "sole_tensors", lambda blocks, output: set())
+    never = run()
+    assert all(torch.equal(guarded[k], never[k]) for k in never)
+    monkeypatch.setattr(fcpts_method, "sole_tensors", lambda blocks, output: set(blocks))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        run()  # unguarded, "0.inner.0"'s MSE writes over the difference "0"'s saved
+
+
+def test_fcpts_overwrites_every_teacher_block_output_of_a_cifar_resnet(monkeypatch):
+    from fcpts.methods import fcpts as fcpts_method
+    from tasks.grid.cifar_models import cifar_resnet
+
+    decided: list[tuple[set, set]] = []
+    real = fcpts_method.sole_tensors
+
+    def record(blocks, output):
+        sole = real(blocks, output)
+        decided.append((set(blocks), sole))
+        return sole
+
+    monkeypatch.setattr(fcpts_method, "sole_tensors", record)
+    fcpts.sparsify(cifar_resnet("resnet20"), torch.randn(8, 3, 8, 8), 0.9, iterations=2, batch_size=8, progress=False)
+    assert len(decided) == 2 and all(len(names) == 9 and sole == names for names, sole in decided)
+
+
 def teacher_block_outputs(monkeypatch) -> dict:
     """{block name: a weak reference to the teacher's latest output there}, kept by wrapping FCPTS's block taps."""
     import weakref
@@ -150,9 +237,9 @@ def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatc
     held, alive_at_each_mse = teacher_block_outputs(monkeypatch), []
     real_mse = fcpts_method.block_mse
 
-    def mse(student, teacher):
+    def mse(student, teacher, reuse_teacher=False):
         alive_at_each_mse.append(sum(r() is not None for r in held.values()))
-        return real_mse(student, teacher)
+        return real_mse(student, teacher, reuse_teacher)
 
     monkeypatch.setattr(fcpts_method, "block_mse", mse)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
