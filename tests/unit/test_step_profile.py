@@ -20,7 +20,9 @@ def test_one_steps_share_is_profiled_for_both_steps_and_written(tmp_path, capsys
     assert out.read_text() == printed
     rows = dict(re.findall(r"^(plain step|fcpts step): host\s+(\d+\.\d+) ms", printed, re.M))
     assert set(rows) == {"plain step", "fcpts step"} and all(float(v) > 0 for v in rows.values())
-    assert re.search(r"^fcpts host, most: aten::\S+ \d+\.\d+", printed, re.M)
+    top = re.search(r"^fcpts host, most: (\S+) \d+\.\d+", printed, re.M)
+    assert top, printed  # on a GPU a tiny model's eager step may spend most in the launch calls (cudaLaunchKernel)
+    assert top.group(1).startswith("aten::") or device == "cuda"
     launches = re.search(r"^fcpts step: .*?(\d+) kernel launches", printed, re.M).group(1)
     if device == "cuda":
         assert int(launches) > 0 and re.search(r"^fcpts waits by source line: ", printed, re.M)

@@ -1,8 +1,13 @@
 """The step-time benchmark: FCPTS steps paired with plain steps, ratios printed and written with provenance."""
 
 import re
+from collections import Counter
+
+import pytest
+import torch
 
 from benchmarks.speed import step_time
+from tests.unit.test_step_graph import forced_on_this_cpu, stand_in_capture
 
 
 def test_pairs_every_fcpts_step_with_a_plain_step_and_writes_its_output(tmp_path, capsys):
@@ -26,3 +31,51 @@ def test_an_imagenet_architecture_is_timed_at_224_px_and_a_cifar_resnet_at_32():
     assert (size, classes) == (224, 1000) and model.fc.out_features == 1000
     model, size, classes = step_time.model_and_images("resnet20")
     assert (size, classes) == (32, 10) and model.linear.out_features == 10
+
+
+def capture_plain_and_fcpts(replayed: list[str]):
+    """A stand-in CUDA graph capture on this CPU: a replay reruns the recorded step (FCPTS's, or the plain step's
+    and its teacher's), noting what it replayed."""
+    fcpts_capture = stand_in_capture([])
+
+    def capture(work, step, static_x):
+        if not isinstance(getattr(work, "__self__", None), step_time.PlainStep):
+            replay, out = fcpts_capture(work, step, static_x)
+            return (lambda: (replay(), replayed.append("fcpts"))), out
+
+        def replay() -> None:
+            work(step, static_x)
+            replayed.append(work.__name__)
+
+        return replay, None
+
+    return capture
+
+
+def test_where_fcpts_replays_from_a_graph_the_plain_step_and_teacher_it_is_paired_with_replay_too(
+    tmp_path, capsys, monkeypatch
+):
+    replayed: list[str] = []
+    forced_on_this_cpu(monkeypatch, capture_plain_and_fcpts(replayed))
+    step_time.main(["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1", "--device", "cpu"])
+    printed = capsys.readouterr().out
+    names = re.findall(r"^fcpts step, (.+?)\s*: .* ratio \d+\.\d+$", printed, re.M)
+    assert names == ["mse-blocks (defaults)", "kl", "mse-blocks (defaults), eager", "kl, eager"]
+    assert "replayed from a CUDA graph where FCPTS's is" in printed.splitlines()[0]
+    floors = re.findall(r"^teacher forward alone \(no gradient, batch statistics\), (\w+): ", printed, re.M)
+    assert floors == ["replayed", "eager"]
+    # Only the two replayed configurations replay. Each: the plain step and teacher replay at the warm-up's last
+    # call (the capture) and in each of FCPTS's 5 batch fetches (on a CPU the pairs run inside them); FCPTS
+    # replays its 2 steps after its 3 eager ones.
+    assert Counter(replayed) == {"_forward_backward": 2 * 6, "_teacher_forward": 2 * 6, "fcpts": 2 * 2}
+
+
+def test_a_plain_step_that_cannot_be_captured_stops_the_benchmark_instead_of_timing_eager_steps(monkeypatch):
+    def failing(work, step, static_x):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    forced_on_this_cpu(monkeypatch, failing)
+    model, _, _ = step_time.model_and_images("resnet20")
+    x, y = torch.randn(4, 3, 32, 32), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="the plain step was to replay from a CUDA graph but runs eager"):
+        step_time.paired_step_times(model, x, y, 1)
