@@ -233,22 +233,33 @@ def batches_of(
 class Prefetched:
     """`batches` one step ahead on a GPU: step k+1's batch is fetched (indexed, stacked, checked, pinned and copied)
     right after step k's work is queued, so the host prepares it while the device computes instead of the device
-    waiting for it. A batch depends on its step alone, so the values are those of fetching each at its step. A
-    fetch that fails ahead is dropped and made again at its own step, where its error belongs (after the
-    previous step's checkpoint)."""
+    waiting for it. On a GPU (`device`) that fetch's device work, the copy and the conversion to channels-last,
+    runs on a stream of its own, so it overlaps step k's kernels instead of queueing behind them; step k+1 waits
+    for it. A batch depends on its step alone, so the values are those of fetching each at its step. A fetch that
+    fails ahead is dropped and made again at its own step, where its error belongs (after the previous step's
+    checkpoint)."""
 
-    def __init__(self, batches: Callable[[int], torch.Tensor], ahead: bool):
+    def __init__(self, batches: Callable[[int], torch.Tensor], ahead: bool, device: torch.device | None = None):
         self.batches, self.ahead = batches, ahead
         self.next: tuple[int, torch.Tensor] | None = None
+        on_gpu = ahead and device is not None and device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if on_gpu else None
 
     def __call__(self, step: int) -> torch.Tensor:
         ready, self.next = self.next, None
-        return ready[1] if ready is not None and ready[0] == step else self.batches(step)
+        if ready is None or ready[0] != step:
+            return self.batches(step)
+        if self.stream is not None:  # the step's kernels wait for the copy; its memory stays theirs until they end
+            current = torch.cuda.current_stream(self.stream.device)
+            current.wait_stream(self.stream)
+            ready[1].record_stream(current)
+        return ready[1]
 
     def fetch_after(self, step: int, iterations: int) -> None:
         if self.ahead and step + 1 < iterations:
             try:
-                self.next = (step + 1, self.batches(step + 1))
+                with torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext():
+                    self.next = (step + 1, self.batches(step + 1))
             except Exception:
                 self.next = None
 
@@ -316,7 +327,7 @@ def train_loop(
         desc=desc,
         dynamic_ncols=True,
     )
-    fetch = Prefetched(batches, ahead=device.type == "cuda")
+    fetch = Prefetched(batches, ahead=device.type == "cuda", device=device)
     graphs = cuda_graphs and step_graph.can_capture(device)
 
     def forward_backward(step: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:

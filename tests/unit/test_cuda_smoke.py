@@ -75,3 +75,27 @@ def test_bf16_training_keeps_fp32_parameters_and_the_exact_target(name, device):
 def test_asking_for_cuda_without_it_is_a_clear_error():
     with pytest.raises(ValueError, match="CUDA is not available"):
         fcpts.sparsify(net(), images(), 0.5, iterations=1, progress=False, device="cuda")
+
+
+@pytest.mark.cuda
+def test_batches_fetched_ahead_on_their_own_stream_equal_those_fetched_in_turn():
+    """The loop copies the next batch on a stream of its own while the current step's kernels run: each step must
+    still see exactly its own batch, whole, however long the kernels before it run."""
+    from fcpts.core.calibration import Calibration
+    from fcpts.core.loop import Prefetched, batches_of
+
+    device = torch.device("cuda")
+    batches = batches_of(Calibration(images(64), batch_size=16, seed=0), device, channels_last=True)
+    fetch = Prefetched(batches, ahead=True, device=device)
+    assert fetch.stream is not None
+    busy = torch.randn(2048, 2048, device=device)
+    seen = []
+    for step in range(8):
+        x = fetch(step)
+        for _ in range(50):  # keeps the step's stream busy while the next batch is copied on the other
+            busy = torch.tanh(busy @ busy)
+        seen.append(x + busy[0, 0] * 0)  # used on the step's stream after its work
+        fetch.fetch_after(step, 8)
+    torch.cuda.synchronize()
+    assert all(x.is_contiguous(memory_format=torch.channels_last) for x in seen)
+    assert all(torch.equal(x, batches(step)) for step, x in enumerate(seen))

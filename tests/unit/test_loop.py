@@ -274,9 +274,9 @@ def test_fetching_the_next_batch_ahead_changes_nothing(method, monkeypatch):
     def run(forced: bool):
         fetched = []
 
-        def init(self, batches, ahead):  # on this CPU the loop does not fetch ahead unless forced to
+        def init(self, batches, ahead, device=None):  # on this CPU the loop does not fetch ahead unless forced to
             self.inside = False
-            real_init(self, lambda step: fetched.append((step, self.inside)) or batches(step), forced)
+            real_init(self, lambda step: fetched.append((step, self.inside)) or batches(step), forced, device)
 
         def after(self, step, iterations):  # marks the fetches made ahead, after a step's work
             self.inside = True
