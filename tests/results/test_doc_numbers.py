@@ -137,7 +137,7 @@ def _quoted_blocks() -> list[tuple[Path, Path, list[str]]]:
         text = doc.read_text()
         for m in re.finditer(r"^( *)```[a-z]*\n(.*?)^\1```", text, flags=re.S | re.M):
             before = text[: m.start()].rstrip().rsplit("\n\n", 1)[-1]
-            names = re.findall(r"results/benchmarks/[\w.-]+\.txt", before)
+            names = re.findall(r"results/benchmarks/[\w./-]+\.txt", before)
             if names:
                 indent = len(m.group(1))
                 lines = [line[indent:] for line in m.group(2).rstrip("\n").splitlines()]
@@ -211,6 +211,13 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     before = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_before, re.M)
     assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
     assert "6 rounds" in amd and "; six rounds)" in text
+    amd_reuse = text_at("baccbd6", "results/benchmarks/step_time_cpu_amd.txt")  # before the block MSE's reuse
+    reuse = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_reuse, re.M)
+    assert "6 rounds" in amd_reuse and amd_reuse != amd
+    assert (
+        f"before the block MSE reused that memory, six rounds: {reuse[0]} and {reuse[1]}, in the history at baccbd6"
+        in (" ".join(text.split()))
+    )
     amd_earlier = text_at("04cc05d", "results/benchmarks/step_time_cpu_amd.txt")  # same code, before the teacher row
     earlier = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_earlier, re.M)
     flat = " ".join(text.split())

@@ -15,10 +15,13 @@ from benchmarks.scale import scale
 from benchmarks.scale.scale_projection import paper_grid_cells
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import read_record
+from tests.results.git_history import text_at
 
 CHECK = RESULTS_DIR / "benchmarks" / "gpu_check_h200"
 RECORDS = CHECK / "records" / "cifar" / "cifar10"
 SECOND = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-27"
+THIRD = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-28"
+FOURTH = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-28b"
 DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
 
 
@@ -47,12 +50,49 @@ def test_the_doc_quotes_the_gpu_records(records):
     assert f"top-1 {r32:.2f}" in DOC and f"{records['r32']['wall_s']:.0f} s" in DOC
 
 
+STEP = r"fcpts step, (.+?)\s*:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\S+)"
+FLOOR = r"teacher forward alone .*?(?:, (\w+))?:\s+(\S+) ms, (\S+) of the plain step .* below (\S+)"
+
+
+def step_rows(text: str) -> dict[str, tuple[str, str, str]]:
+    """configuration -> (FCPTS ms, plain ms, ratio) of a step_time output."""
+    return {name: rest for name, *rest in re.findall(STEP, text)}
+
+
+def floors(text: str) -> dict[str, tuple[str, str, str]]:
+    """how the steps ran ('' on a CPU) -> (teacher ms, share of a plain step, floor) of a step_time output."""
+    return {how: rest for how, *rest in re.findall(FLOOR, text)}
+
+
 def test_the_doc_quotes_the_gpu_step_ratios():
+    first = (CHECK / "first_call_step_time.txt").read_text()  # eager steps only, the first H200 check
+    ratios = [r for *_, r in step_rows(first).values()]
+    assert len(ratios) == 4 and "NVIDIA H200" in first
+    assert first == text_at("1c764b2", "results/benchmarks/step_time_cuda.txt")  # what it was until replaced
+    assert f"step time: ratios {', '.join(ratios[:3])} and {ratios[3]} (above)" in DOC  # the 2026-11-26 section
+    for line in first.splitlines()[1:5]:
+        assert " ".join(line.split()) in DOC
+
+
+def test_the_doc_quotes_the_like_for_like_gpu_step_and_its_floor():
     text = (RESULTS_DIR / "benchmarks" / "step_time_cuda.txt").read_text()
-    ratios = re.findall(r"ratio (\d+\.\d+)", text)
-    assert len(ratios) == 4 and "NVIDIA H200" in text
-    for ratio in ratios:
-        assert f"{ratio}" in DOC
+    assert text == (FOURTH / "second_call_step_time.txt").read_text()
+    assert "replayed from a CUDA graph where FCPTS's is" in text.splitlines()[0] and "NVIDIA H200" in text
+    for line in text.splitlines()[:11]:
+        assert " ".join(line.split()) in DOC
+    rows, floor = step_rows(text), floors(text)
+    (g_f, g_p, g_r), (e_f, e_p, e_r) = rows["mse-blocks (defaults)"], rows["mse-blocks (defaults), eager"]
+    assert f"FCPTS's CIFAR step from {e_f} to {g_f} ms and the plain step from {e_p} to {g_p} ms" in DOC
+    assert f"the ratio fell from {e_r} to {g_r} (the KL's to {rows['kl'][2]})" in DOC
+    assert f"the replayed teacher's forward alone is {floor['replayed'][1]} of a replayed plain step" in DOC
+    bf16, bf16_kl = rows["mse-blocks (defaults), amp bf16"][2], rows["kl, amp bf16"][2]
+    assert f"bf16 takes FCPTS's step to {bf16} (the KL's to {bf16_kl})" in DOC
+    r18 = step_rows((FOURTH / "second_call_step_time_resnet18_224.txt").read_text())
+    r18_eager, r18_replayed = r18["mse-blocks (defaults), eager"][0], r18["mse-blocks (defaults)"][0]
+    assert f"replay took a CIFAR step from {e_f} to {g_f} ms and a 224-px ResNet-18 step from {r18_eager} to" in DOC
+    assert f"ResNet-18 step from {r18_eager} to {r18_replayed} ms on the same GPU" in DOC
+    unfair = step_rows((FOURTH / "step_time.txt").read_text())["mse-blocks (defaults)"]
+    assert float(unfair[2]) < 1 and f"the ratio came out at {unfair[2]}" in DOC
 
 
 def scale_cuda() -> dict:
@@ -103,8 +143,9 @@ def test_the_doc_quotes_the_grids_memory_and_speed_and_they_meet_the_goals():
 def test_the_doc_quotes_the_224_px_step_ratios():
     pattern = r"fcpts step, .*?:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\S+)"
     ratios = []
-    for model in ("resnet18", "resnet50"):
-        text = (RESULTS_DIR / "benchmarks" / f"step_time_{model}_224_cuda.txt").read_text()
+    for model in ("resnet18", "resnet50"):  # eager, the third H200 check's
+        text = (THIRD / f"step_time_{model}_224.txt").read_text()
+        assert text == text_at("1c764b2", f"results/benchmarks/step_time_{model}_224_cuda.txt")
         assert f"model {model} at 224 px, batch 64, cuda: NVIDIA H200" in text
         (f_ms, p_ms, ratio), _ = re.findall(pattern, text)
         if model == "resnet18":
@@ -113,10 +154,32 @@ def test_the_doc_quotes_the_224_px_step_ratios():
         for line in text.splitlines()[:3]:  # the header and both ratios, verbatim
             assert " ".join(line.split()) in DOC
         ratios.append(ratio)
-    assert f"the step ratio is {ratios[0]} and {ratios[1]}" in DOC
+    assert f"{ratios[0]} and {ratios[1]} at 224 px" in DOC
 
 
-THIRD = RESULTS_DIR / "benchmarks" / "gpu_check_h200_2026-11-28"
+def test_the_doc_quotes_the_replayed_224_px_steps_and_the_copy_streams_effect():
+    ratios = {}
+    for model in ("resnet18", "resnet50"):
+        text = (RESULTS_DIR / "benchmarks" / f"step_time_{model}_224_cuda.txt").read_text()
+        assert text == (FOURTH / f"third_call_step_time_{model}_224.txt").read_text()
+        assert "commit 1c764b2" in text and "replayed from a CUDA graph where FCPTS's is" in text
+        for line in text.splitlines()[:7]:
+            assert " ".join(line.split()) in DOC
+        before = step_rows((FOURTH / f"second_call_step_time_{model}_224.txt").read_text())
+        after = step_rows(text)
+        ratios[model] = before["mse-blocks (defaults)"][2], after["mse-blocks (defaults)"][2], floors(text)
+    (r18_before, r18_after, r18_floor), (r50_before, r50_after, r50_floor) = ratios["resnet18"], ratios["resnet50"]
+    assert (
+        f"ResNet-18 ratio went from {r18_before} to {r18_after} and ResNet-50's from {r50_before} to {r50_after}" in DOC
+    )
+    assert f"on ResNet-18 ({r18_after} against {r18_floor['replayed'][2]})" in DOC
+    share = r50_floor["replayed"][1]
+    assert float(r50_floor["replayed"][2]) > 1.35 and f"forward alone is {share} of a plain step" in DOC
+    cifar = step_rows((RESULTS_DIR / "benchmarks" / "step_time_cuda.txt").read_text())["mse-blocks (defaults)"][2]
+    outputs = ("step_time_cuda.txt", "step_time_resnet18_224_cuda.txt", "step_time_resnet50_224_cuda.txt")
+    shares = sorted(float(floors((RESULTS_DIR / "benchmarks" / t).read_text())["replayed"][1]) for t in outputs)
+    assert f"the step ratio is {cifar} on CIFAR ResNet-56 and {r18_after} and {r50_after} on ImageNet" in DOC
+    assert f"({shares[0]:.2f} to {shares[-1]:.2f} of a plain step)" in DOC
 
 
 def test_the_third_h200_check_and_its_profile_are_quoted():
@@ -209,3 +272,56 @@ def test_the_doc_quotes_where_a_cpu_step_goes():
     extra = (float(ops["fcpts"][fwd]) - float(ops["plain"][fwd])) / plain_ms
     assert f"add {extra:.2f} of a plain step ({plain_ms} ms there)" in DOC
     assert f"leave {1.35 - 1 - extra:.2f} of a plain step" in DOC
+
+
+def test_the_fourth_h200_check_its_replayed_records_and_profile_are_quoted():
+    first = (FOURTH / "smoke.log").read_text().splitlines()[-1]
+    failed, passed, skipped = (int(n) for n in re.search(r"(\d+) failed, (\d+) passed, (\d+) skipped", first).groups())
+    assert failed == 1 and f"The smoke part's one failure, of {failed + passed + skipped} tests" in DOC
+    second = (FOURTH / "second_call_smoke.log").read_text()
+    passed, skipped = re.search(r"^(\d+) passed, (\d+) skipped", second.splitlines()[-1]).groups()
+    assert "failed" not in second.splitlines()[-1]
+    assert f"{passed} `cuda` tests passed, {skipped} skipped" in DOC
+    summary = json.loads((FOURTH / "summary.json").read_text())
+    assert [p["part"] for p in summary["parts"] if not p["status"].startswith("passed")] == ["smoke"]
+    third = (FOURTH / "third_call_smoke.log").read_text()
+    assert re.search(r"^19 passed", third.splitlines()[-1]) and "failed" not in third.splitlines()[-1]
+    records = FOURTH / "records" / "cifar" / "cifar10"
+    eager = SECOND / "records" / "cifar" / "cifar10"
+    quoted = []
+    for cell in (
+        "resnet56/fcpts-sp90-fast-seed0",
+        "resnet56/fcpts-sp90-fast-ampbf16-seed0",
+        "resnet32/fcpts-sp80-paper-seed0",
+    ):
+        replayed, before = read_record(records / f"{cell}.json"), read_record(eager / f"{cell}.json")
+        assert replayed["device"] == "cuda: NVIDIA H200" and replayed["hit_target"]
+        assert replayed["method_report"]["extra"]["steps_on"] == "cuda-graph"
+        assert replayed["mask_sha256"] == before["mask_sha256"]  # the same masks as the eager GPU run's
+        assert replayed["metrics"]["top1"] == before["metrics"]["top1"]
+        quoted.append((replayed["metrics"]["top1"], replayed["wall_s"], before["wall_s"]))
+    (fp32, fp32_s, fp32_eager), (bf16, bf16_s, bf16_eager), (r32, r32_s, r32_eager) = quoted
+    assert f"float32 {fp32:.2f} and bfloat16 {bf16:.2f} in {fp32_s:.1f} s and {bf16_s:.1f} s" in DOC
+    assert f"({fp32_eager:.0f} s and {bf16_eager:.0f} s eager the day before)" in DOC
+    assert f"the paper's budget, {r32:.2f} in {r32_s:.0f} s ({r32_eager:.0f} s eager the day before" in DOC
+    assert f"ResNet-32 cell takes {r32_s:.0f} s there ({r32_eager:.0f} s eager)" in DOC
+    pot = (FOURTH / "pot_step_time.txt").read_text()
+    eager_ms, graphed_ms = re.findall(r"pot step, .*?:\s+(\d+\.\d+) ms", pot)
+    speedup = re.search(r"speed-up (\d+\.\d+)x", pot).group(1)
+    assert f"{eager_ms} ms eager, {graphed_ms} ms replayed, {speedup}x" in DOC
+    profile = (FOURTH / "step_profile_resnet18_224.txt").read_text()
+    row = r"^{}: host\s+(\S+) ms, device\s+(\S+) ms,\s+(\d+) kernel launches,\s+(\d+) graph launches,\s+(\d+) waits"
+    p_host, p_dev, p_launch, _, _ = re.search(row.format("plain step"), profile, re.M).groups()
+    f_host, f_dev, f_launch, f_graph, f_waits = re.search(row.format("fcpts step"), profile, re.M).groups()
+    assert (f_graph, f_waits) == ("1", "0")
+    assert f"launching {f_launch} kernels and one graph (the plain step: {p_launch} kernels) with no wait" in DOC
+    assert f"its device busy {f_dev} ms a step against the plain step's {p_dev} ms" in DOC
+    assert f"The host's {f_host} ms a step (the plain step's: {p_host} ms)" in DOC
+    host = dict(re.findall(r"(aten::\w+) (\d+\.\d+)", re.search(r"^fcpts host, most: (.*)$", profile, re.M).group(1)))
+    assert f"held `aten::cat` {host['aten::cat']} ms" in DOC and f"`aten::randperm` {host['aten::randperm']} ms" in DOC
+    device = dict(
+        re.findall(
+            r"(aten::\w+) (\d+\.\d+)", re.search(r"^fcpts device by operator, most: (.*)$", profile, re.M).group(1)
+        )
+    )
+    assert f"`aten::copy_` took {device['aten::copy_']} ms a step" in DOC
