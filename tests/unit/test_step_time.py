@@ -52,9 +52,7 @@ def capture_plain_and_fcpts(replayed: list[str]):
     return capture
 
 
-def test_where_fcpts_replays_from_a_graph_the_plain_step_and_teacher_it_is_paired_with_replay_too(
-    tmp_path, capsys, monkeypatch
-):
+def test_where_fcpts_replays_from_a_graph_the_plain_step_and_teacher_it_is_paired_with_replay_too(capsys, monkeypatch):
     replayed: list[str] = []
     forced_on_this_cpu(monkeypatch, capture_plain_and_fcpts(replayed))
     step_time.main(["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1", "--device", "cpu"])
