@@ -128,7 +128,7 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     inside its batch fetches, where they would wait for its queued work and undo the next batch's fetch
     overlapping it."""
     device = next(model.parameters()).device
-    graphs = options.get("cuda_graphs", True) and step_graph.can_capture(device)
+    graphs = replays(options, device)
     plain = PlainStep(model, x, y, graphs)
     for _ in range(WARMUP):
         plain()
@@ -148,6 +148,12 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     inside = [0.0 if on_gpu else p + t for p, t in zip(plain.times, plain.teacher_times)]
     fcpts_times = [h["step_s"] - paired for h, paired in zip(report.history, inside)]
     return fcpts_times[WARMUP:], plain.times[WARMUP:], plain.teacher_times[WARMUP:]
+
+
+def replays(options: dict, device: torch.device) -> bool:
+    """Whether FCPTS with these options replays its steps from a CUDA graph on `device` (its default, unless set)."""
+    asked = options.get("cuda_graphs", fcpts.get_method("fcpts").options().cuda_graphs)
+    return asked and step_graph.can_capture(device)
 
 
 def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
@@ -188,8 +194,7 @@ def run(args: argparse.Namespace) -> list[str]:
             )
             timed[name][0].extend(fcpts_times)
             timed[name][1].extend(plain_times)
-            replayed = options.get("cuda_graphs", True) and step_graph.can_capture(device)
-            plain_all, teacher_all = floors.setdefault("replayed" if replayed else "eager", ([], []))
+            plain_all, teacher_all = floors.setdefault("replayed" if replays(options, device) else "eager", ([], []))
             plain_all.extend(plain_times)
             teacher_all.extend(teacher_times)
     lines = [
