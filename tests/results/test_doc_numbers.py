@@ -192,6 +192,11 @@ def test_deploy_doc_quotes_the_deploy_record_and_table7():
         assert q in text, q
 
 
+def default_and_kl_ratios(step_time_output: str) -> list[str]:
+    """The default loss's and the KL's step ratios of a CPU step_time output, in that order."""
+    return re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", step_time_output, re.M)
+
+
 def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     text = " ".join((NOTEBOOK / "benchmarks.md").read_text().split())
     step = (RESULTS_DIR / "benchmarks" / "step_time_cpu.txt").read_text()
@@ -204,30 +209,29 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     )
     assert step in (NOTEBOOK / "benchmarks.md").read_text(), "the output as committed, in the doc's code block"
     amd = (RESULTS_DIR / "benchmarks" / "step_time_cpu_amd.txt").read_text()
-    amd_ratios = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd, re.M)
+    amd_ratios = default_and_kl_ratios(amd)
     assert "AMD EPYC" in amd and len(amd_ratios) == 2 and "+dirty" not in amd
     assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL" in text
     amd_before = text_at("3c51860", "results/benchmarks/step_time_cpu_amd.txt")  # before the in-place ReLUs
-    before = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_before, re.M)
+    before = default_and_kl_ratios(amd_before)
     assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
     assert "6 rounds" in amd and "; six rounds)" in text
     amd_reuse = text_at("baccbd6", "results/benchmarks/step_time_cpu_amd.txt")  # before the block MSE's reuse
-    reuse = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_reuse, re.M)
+    reuse = default_and_kl_ratios(amd_reuse)
     assert "6 rounds" in amd_reuse and amd_reuse != amd
     assert (
         f"before the block MSE reused that memory, six rounds: {reuse[0]} and {reuse[1]}, in the history at baccbd6"
-        in (" ".join(text.split()))
+        in text
     )
     amd_earlier = text_at("04cc05d", "results/benchmarks/step_time_cpu_amd.txt")  # same code, before the teacher row
-    earlier = re.findall(r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*ratio (\d+\.\d+)$", amd_earlier, re.M)
-    flat = " ".join(text.split())
+    earlier = default_and_kl_ratios(amd_earlier)
     assert "6 rounds" in amd_earlier
-    assert f"six rounds before: {earlier[0]} and {earlier[1]}, in the history at 04cc05d" in flat
+    assert f"six rounds before: {earlier[0]} and {earlier[1]}, in the history at 04cc05d" in text
     teacher = re.search(r"^teacher forward alone .*, (\d+\.\d+) of the plain step .* below (\d+\.\d+)$", amd, re.M)
     floor = f"it is {teacher.group(1)} of a plain step, so no FCPTS step there can cost less than {teacher.group(2)}"
-    assert teacher and floor in flat
+    assert teacher and floor in text
     above = [f"{float(r) - float(teacher.group(2)):.2f}" for r in amd_ratios]
-    assert f"The KL's steps sit {above[1]} above that floor, the default loss's {above[0]}" in flat
+    assert f"The KL's steps sit {above[1]} above that floor, the default loss's {above[0]}" in text
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()

@@ -141,13 +141,12 @@ def test_the_doc_quotes_the_grids_memory_and_speed_and_they_meet_the_goals():
 
 
 def test_the_doc_quotes_the_224_px_step_ratios():
-    pattern = r"fcpts step, .*?:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\S+)"
     ratios = []
     for model in ("resnet18", "resnet50"):  # eager, the third H200 check's
         text = (THIRD / f"step_time_{model}_224.txt").read_text()
         assert text == text_at("1c764b2", f"results/benchmarks/step_time_{model}_224_cuda.txt")
         assert f"model {model} at 224 px, batch 64, cuda: NVIDIA H200" in text
-        (f_ms, p_ms, ratio), _ = re.findall(pattern, text)
+        (f_ms, p_ms, ratio), _ = step_rows(text).values()
         if model == "resnet18":
             assert f"ResNet-18 step at 224 px takes {float(p_ms):.0f} ms there" in DOC
             assert f"most of the {float(f_ms) - float(p_ms):.0f} ms FCPTS adds is not arithmetic" in DOC
