@@ -18,6 +18,7 @@ from torch.utils.data import (
     RandomSampler,
     SequentialSampler,
     Subset,
+    default_collate,
 )
 
 
@@ -79,7 +80,7 @@ class Calibration:
                     f"calibration item {i} is a {type(x).__name__}: a calibration Dataset must give input tensors "
                     "or (input tensor, label) pairs"
                 )
-        batch = torch.stack(inputs)
+        batch = default_collate(inputs)  # torch.stack; in a worker process, straight into shared memory
         check_not_raw_pixels(batch, f"calibration item {idx[0]}")
         check_finite(batch, lambda: f"calibration images (dataset indices {self._bad_indices(batch, idx)})")
         return batch

@@ -12,7 +12,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import step_graph
+from .batch_workers import WorkerBatches, calibration_workers
 from .bn import fold_batchnorm
 from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
@@ -32,7 +33,15 @@ from .options import MethodOptions, TrainingOptions, resolve_device
 # device (detached); the loop reads them back every `log_every` steps, so computing them never waits.
 LossFn = Callable[[torch.Tensor, torch.Tensor, int], "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 # Options that change how a run is watched or saved, never its result.
-NOT_IDENTITY = ("progress", "checkpoint", "checkpoint_every_s", "checkpoint_every_steps", "device", "log_every")
+NOT_IDENTITY = (
+    "progress",
+    "checkpoint",
+    "checkpoint_every_s",
+    "checkpoint_every_steps",
+    "device",
+    "log_every",
+    "calibration_workers",
+)
 # Options added after runs were checkpointed: at these values a run's identity is what it was before they existed.
 IDENTITY_WHEN_SET = {"amp": None, "cuda_graphs": True}
 
@@ -210,14 +219,49 @@ def step_batch(
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     channels_last: bool = False,
 ) -> torch.Tensor:
-    """Step `step`'s calibration batch as teacher and student see it: on the device, transformed (e.g. images
-    mixed within the batch), in NHWC when the models run channels-last."""
-    x = to_device(calib.batch(step), device)
-    if transform is not None:
-        x = transform(x, step)
-    if channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
+    """Step `step`'s calibration batch as teacher and student see it (`StepBatches`)."""
+    return StepBatches(calib, device, transform, channels_last)(step)
+
+
+class StepBatches:
+    """step -> that step's calibration batch as teacher and student see it: on the device, transformed (e.g.
+    images mixed within the batch), in NHWC when the models run channels-last. The host's part, `calib.batch`,
+    is made in this process, or by worker processes while `from_workers` is open (the same values)."""
+
+    def __init__(
+        self,
+        calib: Calibration,
+        device: torch.device,
+        transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+        channels_last: bool = False,
+    ):
+        self.calib, self.device, self.transform, self.channels_last = calib, device, transform, channels_last
+        self.host: Callable[[int], torch.Tensor] = calib.batch
+        self.workers = 0  # how many made the batches of the last `from_workers`
+
+    def __call__(self, step: int) -> torch.Tensor:
+        x = to_device(self.host(step), self.device)
+        if self.transform is not None:
+            x = self.transform(x, step)
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    @contextlib.contextmanager
+    def from_workers(self, asked: int | None, start: int, stop: int) -> Iterator[None]:
+        """Inside: the host batches of steps `start`..`stop - 1` come from worker processes (`asked`, or the
+        default for this device and data: `batch_workers.calibration_workers`)."""
+        self.workers = calibration_workers(asked, self.calib, self.device) if start < stop else 0
+        if self.workers == 0:
+            yield
+            return
+        made = WorkerBatches(self.calib, start, stop, self.workers, pin=self.device.type == "cuda")
+        self.host = made
+        try:
+            yield
+        finally:
+            self.host = self.calib.batch
+            made.close()
 
 
 def batches_of(
@@ -225,9 +269,9 @@ def batches_of(
     device: torch.device,
     transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     channels_last: bool = False,
-) -> Callable[[int], torch.Tensor]:
-    """step -> that step's batch as teacher and student see it (`step_batch`)."""
-    return lambda step: step_batch(calib, step, device, transform, channels_last)
+) -> StepBatches:
+    """step -> that step's batch as teacher and student see it (`StepBatches`)."""
+    return StepBatches(calib, device, transform, channels_last)
 
 
 class Prefetched:
@@ -299,7 +343,8 @@ def train_loop(
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
     before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU the next
-    step's batch is fetched while the device runs this one (`Prefetched`), and with `cuda_graphs` (for a loop
+    step's batch is fetched while the device runs this one (`Prefetched`), its host part made ahead by worker
+    processes (`StepBatches.from_workers`, option `calibration_workers`), and with `cuda_graphs` (for a loop
     whose forward and backward do the same work at every step) they are replayed from a CUDA graph
     (`step_graph.StepRunner`; `result.steps_on` says how the steps ran)."""
     iterations, device = options.iterations, resolve_device(None, model)
@@ -347,27 +392,35 @@ def train_loop(
             o.step()
 
     runner = step_graph.StepRunner(forward_backward, graphs)
-    for step in bar:
-        if before_step is not None:
-            before_step(step)
-        x = fetch(step)
-        loss, logs = runner.run(step, x, then=optimizer_steps)
-        for sch in schedulers:
-            sch.step()
-        if after_step is not None:
-            after_step(step)
-        fetch.fetch_after(step, iterations)
-        log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
-        if log.due(step + 1 - start) or step + 1 == iterations:
-            bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
-        if checkpoint.due(step + 1):
-            log.flush()
-            save(step + 1)
-            log.restart_clock()
+    made = (
+        batches.from_workers(options.calibration_workers, start, iterations)
+        if isinstance(batches, StepBatches)
+        else contextlib.nullcontext()
+    )
+    with made:
+        for step in bar:
+            if before_step is not None:
+                before_step(step)
+            x = fetch(step)
+            loss, logs = runner.run(step, x, then=optimizer_steps)
+            for sch in schedulers:
+                sch.step()
+            if after_step is not None:
+                after_step(step)
+            fetch.fetch_after(step, iterations)
+            log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
+            if log.due(step + 1 - start) or step + 1 == iterations:
+                bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
+            if checkpoint.due(step + 1):
+                log.flush()
+                save(step + 1)
+                log.restart_clock()
     bar.close()
     log.flush()
     if iterations > start and checkpoint.last_step != iterations:
         save(iterations)
     result.wall_s = elapsed_before + time.perf_counter() - t0
     result.steps_on = runner.report()
+    if isinstance(batches, StepBatches) and batches.workers:  # where none did (a CPU), the report is as before
+        result.steps_on["batch_workers"] = batches.workers
     return result

@@ -125,6 +125,7 @@ class TrainingOptions(MethodOptions):
     teacher_mode: str = "train"
     amp: str | None = None  # "bf16": student and teacher forwards under torch.autocast (masks, optimiser: fp32)
     log_every: int = 50  # steps between moving losses to the host (and checking them for NaN/Inf)
+    calibration_workers: int | None = None  # processes making batches ahead; None: min(8, CPUs) on GPU, 0 on CPU
 
     def resolved_lr(self, batch_size: int) -> float:
         return self.lr if self.lr is not None else default_lr(batch_size)
@@ -144,6 +145,7 @@ class TrainingOptions(MethodOptions):
                 f"option amp={self.amp!r} is not one of {AMP_CHOICES}: None trains in float32, 'bf16' runs the "
                 "forwards in bfloat16 under torch.autocast (float16 would need loss scaling and is not offered)"
             )
+        check_at_least(self, "calibration_workers", 0)
         if self.log_every < 1:
             raise ValueError(f"option log_every must be >= 1 (steps between loss read-outs), got {self.log_every}")
 

@@ -81,8 +81,9 @@ def loop_report(
     loop: LoopResult,
     extra: dict[str, Any],
 ) -> SparsityReport:
-    """The report of a training-loop method: the sparsity measured on the finished `model`, the loop's history
-    and time, and the options, seed and calibration images that reproduce the run."""
+    """The report of a training-loop method: the sparsity measured on the finished `model`, the loop's history,
+    time and how its steps ran (`LoopResult.steps_on`, in `extra`), and the options, seed and calibration images
+    that reproduce the run."""
     achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     return SparsityReport(
         method=method,
@@ -94,5 +95,5 @@ def loop_report(
         seed=options.seed,
         calibration_indices=calib.indices,
         options=options.to_dict(),
-        extra=extra,
+        extra={**extra, **loop.steps_on},
     )

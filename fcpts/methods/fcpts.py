@@ -388,7 +388,6 @@ def distill(
     if balance is not None:
         extra["block_weight"] = balance
     extra["resumed_from_step"] = loop.resumed_from_step
-    extra.update(loop.steps_on)
     report = loop_report(method, target, model, opts, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]

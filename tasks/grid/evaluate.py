@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
+
+from fcpts.core.batch_workers import default_workers
 
 
 @torch.inference_mode()
@@ -35,20 +36,14 @@ def classify(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
     )
 
 
-def default_workers() -> int:
-    """Evaluation's DataLoader workers unless told: min(8, the CPUs this process may run on). Decoding a
-    50,000-image validation set in the main process would leave a GPU waiting."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(8, cpus)
-
-
 def _one_thread(_worker_id: int) -> None:
     torch.set_num_threads(1)  # workers decode images; torch's own threads in each would only contend
 
 
 def evaluation_loader(dataset, batch_size: int, workers: int | None, device: torch.device, **kwargs) -> DataLoader:
     """The dataset in order (so results do not depend on the workers), `workers` processes preparing batches
-    (None: default_workers()), pinned memory when the model is on a GPU."""
+    (None: min(8, the CPUs this process may run on): decoding a 50,000-image validation set in the main process
+    would leave a GPU waiting), pinned memory when the model is on a GPU."""
     workers = default_workers() if workers is None else workers
     return DataLoader(
         dataset,

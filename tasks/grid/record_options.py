@@ -18,6 +18,7 @@ NOT_PINNED = {
     "progress",
     "device",
     "log_every",
+    "calibration_workers",
     "seed",
     "filter_fn",
 }

@@ -99,3 +99,31 @@ def test_batches_fetched_ahead_on_their_own_stream_equal_those_fetched_in_turn()
     torch.cuda.synchronize()
     assert all(x.is_contiguous(memory_format=torch.channels_last) for x in seen)
     assert all(torch.equal(x, batches(step)) for step, x in enumerate(seen))
+
+
+@pytest.mark.cuda
+def test_batches_made_by_workers_reach_the_gpu_pinned_and_the_run_equals_one_without_them():
+    """On a GPU the host's part of each batch is made by worker processes by default: their batches come pinned
+    (so the copy does not make the host wait) and the run's result is the one made with batches made in turn (the
+    same zeros; weights to the GPU's own run-to-run rounding: the batches' equality is the CPU test's)."""
+    from torch.utils.data import TensorDataset
+
+    from fcpts.core.calibration import Calibration
+    from fcpts.core.loop import StepBatches
+
+    data = TensorDataset(images(64))
+    batches = StepBatches(Calibration(data, batch_size=16, seed=0), torch.device("cuda"))
+    with batches.from_workers(None, start=0, stop=4):
+        assert batches.workers >= 1
+        host = [batches.host(step) for step in range(4)]
+    assert all(x.is_pinned() for x in host)
+    runs = []
+    for workers in (None, 0):
+        model, report = fcpts.sparsify(
+            net(), data, TARGET, device="cuda", calibration_workers=workers, cuda_graphs=False, **BUDGET
+        )
+        runs.append((model.state_dict(), report.extra.get("batch_workers")))
+    (made, by), (here, none) = runs
+    assert by >= 1 and none is None
+    assert all(torch.equal(a == 0, b == 0) for a, b in zip(made.values(), here.values()))
+    assert all(torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6) for a, b in zip(made.values(), here.values()))

@@ -1,0 +1,87 @@
+"""Calibration batches made by worker processes, in step order, ahead of the steps that use them.
+
+A step's batch is a function of (seed, step) alone (`Calibration.batch`), so any process can make it. On a GPU
+the host's work for a batch (a Dataset's decoding and random crops, the stack, the finiteness check) otherwise
+sits between two steps while the device waits: at 224 px it takes longer than a whole step on an H200. Workers
+make the batches of the coming steps in order, pinned for the copy; the values are those of making each in the
+main process, so a run's result does not depend on how many workers made its batches.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .calibration import Calibration
+
+MAX_DEFAULT_WORKERS = 8
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform says, else all of them)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def default_workers() -> int:
+    """min(8, usable CPUs): enough to keep a GPU fed on typical transforms without taking a whole node."""
+    return min(MAX_DEFAULT_WORKERS, usable_cpus())
+
+
+def calibration_workers(asked: int | None, calib: Calibration, device: torch.device) -> int:
+    """The workers a run's batches come from: `asked`, or unasked (None) `default_workers()` for host data on a
+    GPU and none on a CPU (the step's own arithmetic needs the cores there). A calibration tensor already on
+    the device is indexed there, where no worker can reach it."""
+    on_device = isinstance(calib.data, torch.Tensor) and calib.data.device.type != "cpu"
+    if asked is None:
+        return default_workers() if device.type == "cuda" and not on_device else 0
+    if asked > 0 and on_device:
+        raise ValueError(
+            f"calibration_workers={asked} asks for worker processes, but the calibration tensor is on "
+            f"{calib.data.device}, where workers cannot read it: pass it on the host, or calibration_workers=0"
+        )
+    return asked
+
+
+class _StepBatch(Dataset):
+    """Step -> (step, that step's batch): the step travels with its batch so the order can be checked."""
+
+    def __init__(self, calib: Calibration):
+        self.calib = calib
+
+    def __getitem__(self, step: int) -> tuple[int, torch.Tensor]:
+        return step, self.calib.batch(step)
+
+
+class WorkerBatches:
+    """step -> `calib.batch(step)`, made by `workers` processes for the steps `start`..`stop - 1`, asked in that
+    order. From a step asked out of that order, or one whose worker failed, on, the batches are made in this
+    process, so an error in a batch (NaN images, an unreadable file) is raised here with its own type and message."""
+
+    def __init__(self, calib: Calibration, start: int, stop: int, workers: int, pin: bool):
+        self.calib, self.next_step = calib, start
+        loader = DataLoader(
+            _StepBatch(calib), batch_size=None, sampler=range(start, stop), num_workers=workers, pin_memory=pin
+        )
+        self.made: Iterator[tuple[int, torch.Tensor]] | None = iter(loader)
+
+    def __call__(self, step: int) -> torch.Tensor:
+        if self.made is not None and step != self.next_step:
+            self.close()
+        if self.made is not None:
+            self.next_step += 1
+            try:
+                made_step, batch = next(self.made)
+            except Exception:
+                self.close()
+            else:
+                if made_step == step:
+                    return batch
+                self.close()
+        return self.calib.batch(step)
+
+    def close(self) -> None:
+        """Stop the workers (the iterator's last reference goes, and its workers with it)."""
+        self.made = None
