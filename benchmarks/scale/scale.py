@@ -249,6 +249,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="keep the finished cells of an earlier --out (those whose probes are this run's)",
     )
     p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
+    p.add_argument(
+        "--again",
+        nargs="+",
+        default=[],
+        metavar="METHOD",
+        help="measure these methods' cells again where --merge holds them (a change made them faster since); "
+        "--resume still keeps this output's own",
+    )
     p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
     p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
@@ -273,7 +281,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     try:
         for name in args.models:
             get_spec(name)
-        for name in args.methods:
+        for name in [*args.methods, *args.again]:
             get_method(name)
     except ValueError as e:
         p.error(str(e))
@@ -317,8 +325,10 @@ def main(argv=None) -> dict:
     out = Path(args.out or REPO_ROOT / "results" / "benchmarks" / name)
     done: dict = {}
     failed: dict = {}  # cells that failed before, shown as such by --merge-only
-    for path in ([out] if args.resume and out.is_file() else []) + [Path(m) for m in args.merge]:
+    own = [out] if args.resume and out.is_file() else []
+    for path in own + [Path(m) for m in args.merge]:
         earlier = json.loads(path.read_text())
+        again = set() if path in own else set(args.again)  # a merged output's cells of these are measured anew
         if args.device == "cuda" and not measured_on(earlier, args.device):
             raise SystemExit(
                 f"{path} was measured on {earlier['device_description']}, this run on "
@@ -333,7 +343,7 @@ def main(argv=None) -> dict:
             {
                 (c["model"], c["method"]): c
                 for c in earlier["cells"]
-                if c["status"] == "ok" and same_probes(c["kind"], earlier["sizes"], sizes)
+                if c["status"] == "ok" and same_probes(c["kind"], earlier["sizes"], sizes) and c["method"] not in again
             }
         )
     t0 = time.perf_counter()

@@ -148,6 +148,21 @@ def test_a_gpu_run_refuses_to_merge_another_gpus_cells(tmp_path, monkeypatch):
     assert not (tmp_path / "new.json").exists()
 
 
+def test_again_measures_a_merged_methods_cells_anew_and_keeps_this_outputs_own(tmp_path):
+    committed = REPO_ROOT / "results" / "benchmarks" / "scale_cpu_small.json"
+    cells = ["--small", "--models", "resnet18", "--methods", "erk", "fcpts", "--merge-only"]
+
+    def statuses(*argv: str, out: str = "scale.json") -> dict[str, str]:
+        return {c["method"]: c["status"] for c in scale.main([*cells, *argv, "--out", str(tmp_path / out)])["cells"]}
+
+    assert statuses("--merge", str(committed)) == {"erk": "ok", "fcpts": "ok"}
+    assert statuses("--resume", "--again", "fcpts") == {"erk": "ok", "fcpts": "ok"}  # measured by this output
+    again = statuses("--merge", str(committed), "--again", "fcpts", out="again.json")
+    assert again == {"erk": "ok", "fcpts": "not measured"}  # merged: to be measured anew (here: nothing is)
+    with pytest.raises(SystemExit):
+        scale.parse_args(["--again", "nope"])
+
+
 def test_bad_model_or_method_is_refused_before_any_cell(capsys):
     with pytest.raises(SystemExit):
         scale.parse_args(["--models", "resnet19"])
