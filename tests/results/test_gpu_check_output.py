@@ -1,5 +1,6 @@
 """What the GPU check measured on lent H200s (results/benchmarks/gpu_check_h200/, gpu_check_h200_2026-11-27/ and
-gpu_check_h200_2026-11-28/, scale_cuda.*, step_time*_cuda.txt, pot_step_time_cuda.txt): the records read back
+gpu_check_h200_2026-11-28/, scale_cuda.*, step_time*_cuda.txt, pot_step_time_cuda.txt, and the CPU's batch times
+they are set against): the records read back
 whole and name the GPU, and the numbers docs/notebook/benchmarks.md quotes are the ones in those files."""
 
 from __future__ import annotations
@@ -324,3 +325,35 @@ def test_the_fourth_h200_check_its_replayed_records_and_profile_are_quoted():
         )
     )
     assert f"`aten::copy_` took {device['aten::copy_']} ms a step" in DOC
+
+
+def test_the_doc_quotes_a_batchs_host_time_against_the_gpu_step_and_the_cells_it_bounded():
+    text = (RESULTS_DIR / "benchmarks" / "batch_workers_cpu.txt").read_text()
+    assert "batch 64 at 224 px" in text and "+dirty" not in text
+    rows = dict(re.findall(r"^(imagenet sample.+?|synthetic.+?)\s{2,}([\d. ]+x)$", text, re.M))
+    (imagenet,) = [v.split() for k, v in rows.items() if k.startswith("imagenet")]
+    (synthetic,) = [v.split() for k, v in rows.items() if k.startswith("synthetic")]
+    assert (
+        f"takes {imagenet[0]} ms in the loop's process here, and the scale benchmark's synthetic images "
+        f"{synthetic[0]} ms" in DOC
+    )
+    assert (
+        f"handed over: {imagenet[1]} against {imagenet[0]} ms); two are {imagenet[3][:-1]} and "
+        f"{synthetic[3][:-1]} times as fast" in DOC
+    )
+    assert float(imagenet[1]) >= float(imagenet[0]) and float(imagenet[2]) < float(imagenet[0])  # as the doc says
+    step = step_rows((RESULTS_DIR / "benchmarks" / "step_time_resnet18_224_cuda.txt").read_text())
+    replayed_ms = step["mse-blocks (defaults)"][0]
+    assert f"replayed ResNet-18 FCPTS step of {replayed_ms} ms" in DOC
+    assert float(synthetic[0]) > float(replayed_ms)
+    training = [c for c in scale_cuda()["cells"] if c.get("kind") == "training"]
+    steps = [c["projection"]["unit_s"] for c in training]
+    assert f"took {min(steps):.3f} to {max(steps):.3f} s a step" in DOC
+    for model in ("resnet18", "resnet50"):
+        (cell,) = [c for c in training if c["model"] == model and c["method"] == "fcpts"]
+        assert cell["git_commit"].startswith("aae19ca")
+        assert f"{cell['projection']['unit_s']:.3f} s" in DOC
+    for model, ms in (("resnet18", "44.41"), ("resnet50", "75.05")):
+        eager = step_rows((THIRD / f"step_time_{model}_224.txt").read_text())
+        assert eager["mse-blocks (defaults)"][0] == ms
+    assert "alone at 44.41 and 75.05 ms eager the next day" in DOC
