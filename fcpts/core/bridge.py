@@ -9,9 +9,9 @@ dr/dt = p(t) + p(-t), where p is a density estimate of the layer's signed weight
 - "histogram" (released code): a 100-bin histogram density over [min W, max W].
 
 FCPTS needs the size-weighted mean of r_l(t_l) over all layers (the global sparsity), every step.
-`LayerBridges` computes it for all layers together: a few operations per layer in the forward and one
-batched density estimate in the backward, with nothing read back to the host, so a GPU step is not held
-up by it. `Bridge` is the same function for one layer.
+`LayerBridges` computes it for all layers together: the counts on all weights as one flat tensor
+(`flat_weights`), a standard deviation per layer, and one batched density estimate in the backward, with nothing
+read back to the host, so a GPU step is not held up by it. `Bridge` is the same function for one layer.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .flat_weights import FlatLayout, runs_of
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 METHODS = ("kde", "histogram")
@@ -63,15 +65,20 @@ class _LayerBridges(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, thresholds: torch.Tensor, bridges: LayerBridges, *weights: torch.Tensor) -> torch.Tensor:
-        below = torch.stack([(w.abs() < thresholds[i]).sum() for i, w in enumerate(weights)])
+        below, sampled = [], []
+        for layers, layout, samples in bridges.flat(list(weights)):
+            flat = layout.flatten([weights[i] for i in layers])  # a copy: taken in place below
+            if bridges.method == "kde":
+                sampled.append(flat[samples])
+            below.append((flat.abs_() < layout.per_element(thresholds[layers.start : layers.stop])).sum())
         ctx.bridges = bridges
         if bridges.method == "kde":
-            points = torch.stack([bridges.sample_of(i, w) for i, w in enumerate(weights)])
+            points = torch.cat(sampled)
             stds = torch.stack([w.std() for w in weights])
             ctx.save_for_backward(thresholds, points, stds)
         else:
             ctx.save_for_backward(thresholds, *weights)
-        return below.sum().to(thresholds.dtype) / bridges.total
+        return torch.stack(below).sum().to(thresholds.dtype) / bridges.total  # counts, summed: exact integers
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -114,7 +121,7 @@ class LayerBridges:
             "valid": torch.stack([torch.arange(width) < len(s) for s in samples]),
             "share": torch.tensor([n / self.total for n in numels]),
         }
-        self._unravelled: dict[tuple[torch.device, int, tuple[int, ...]], tuple[torch.Tensor, ...]] = {}
+        self._flat: dict[tuple, list[tuple[range, FlatLayout, torch.Tensor]]] = {}
         self._moved: dict[torch.device, dict[str, torch.Tensor]] = {}
 
     def tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
@@ -123,13 +130,19 @@ class LayerBridges:
             self._moved[device] = {k: v.to(device) for k, v in self._cpu.items()}
         return self._moved[device]
 
-    def sample_of(self, layer: int, weight: torch.Tensor) -> torch.Tensor:
-        """The layer's sampled weights (padded to the widest sample): one gather, whatever the memory format."""
-        key = (weight.device, layer, tuple(weight.shape))
-        if key not in self._unravelled:
-            flat_index = self.tensors(weight.device)["sample"][layer]
-            self._unravelled[key] = torch.unravel_index(flat_index, weight.shape)
-        return weight[self._unravelled[key]]
+    def flat(self, weights: list[torch.Tensor]) -> list[tuple[range, FlatLayout, torch.Tensor]]:
+        """Runs of layers (`flat_weights.runs_of`), each with its flat layout and the positions of its layers'
+        samples in it ((layers, P), padded with each layer's first weight); made once for each device and set of
+        shapes and memory formats."""
+        key = (weights[0].device, *((tuple(w.shape), w.stride()) for w in weights))
+        if key not in self._flat:
+            sample = self.tensors(weights[0].device)["sample"]
+            self._flat[key] = []
+            for layers in runs_of(self.numels):
+                layout = FlatLayout([weights[i] for i in layers])
+                positions = torch.stack([layout.positions(j, sample[i]) for j, i in enumerate(layers)])
+                self._flat[key].append((layers, layout, positions))
+        return self._flat[key]
 
     def __call__(self, thresholds: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
         """The global fraction of weights below their layer's threshold; differentiable in `thresholds` (L,)."""

@@ -213,11 +213,16 @@ class Variant:
 class _Thresholds:
     """Every layer's threshold sigmoid(s_l), learned, and the differentiable global sparsity they give (the bridge)."""
 
-    def __init__(self, layers: dict[str, nn.Module], rates: dict[str, float], opts: FCPTSOptions, variant: Variant):
+    def __init__(
+        self, model: nn.Module, layers: dict[str, nn.Module], rates: dict[str, float], opts: FCPTSOptions,
+        variant: Variant,
+    ):  # fmt: skip
         self.layers, self.names = layers, list(layers)
         numels = [layers[n].weight.numel() for n in self.names]
         ste = opts.learn_thresholds and opts.threshold_grad == "ste"
         self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
+        together = thresholds.MaskedTogether.applies(layers, self.params)
+        self.together = thresholds.MaskedTogether(model, layers, self.params) if together else None
         gen = torch.Generator().manual_seed(opts.seed)  # the KDE samples: drawn on the host, moved once
         self.bridges = LayerBridges(numels, opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen)
         self.scores = [self.params[n].score for n in self.names]
@@ -230,6 +235,11 @@ class _Thresholds:
 
     def global_sparsity(self) -> torch.Tensor:
         return self.bridges(self.values(), [thresholds.original_weight(self.layers[n]) for n in self.names])
+
+    def finish(self) -> None:
+        """The layers mask themselves again (their weights are read elsewhere from now on)."""
+        if self.together is not None:
+            self.together.remove()
 
     def hold(self, rates: dict[str, float] | None, level: Callable[[], float | None]) -> None:
         """Pin every layer to `rates`; without them, scale every threshold onto `level()`'s sparsity, if any."""
@@ -345,7 +355,7 @@ def distill(
     teacher = frozen_teacher(model if variant.dense is None else variant.dense.to(device), opts.teacher_mode)
     rates = variant.start_rates(layers, target)
     learn_t = opts.learn_thresholds
-    thr = _Thresholds(layers, rates, opts, variant)
+    thr = _Thresholds(model, layers, rates, opts, variant)
     scheduler, other, lr_rows = _optimizer(model, thr, opts, calib, variant)
     reconstruction = _Reconstruction(model, teacher, opts, variant)
 
@@ -376,6 +386,7 @@ def distill(
         cuda_graphs=opts.cuda_graphs,
     )  # fmt: skip
     reconstruction.remove()
+    thr.finish()
     t_final, masks, exact = _exact_step(thr, target, method)
     thresholds.detach_all(layers)
     apply_keep_masks(layers, masks)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from fcpts.core.flat_weights import FlatLayout, runs_of
 from fcpts.core.masks import sharing_modules, threshold_mask
 
 MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
@@ -30,11 +31,14 @@ class ThresholdSparsity(nn.Module):
         self.score = nn.Parameter(torch.tensor(float(score)))
         self.threshold_grad = threshold_grad
         self.dense_gradient = dense_gradient
+        self.together: MaskedTogether | None = None  # set while its model's forward masks every layer at once
 
     def threshold(self) -> torch.Tensor:
         return torch.sigmoid(self.score)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        if self.together is not None and (masked := self.together.masked(self)) is not None:
+            return masked
         t = self.threshold()
         if not self.threshold_grad:
             t = t.detach()
@@ -43,6 +47,68 @@ class ThresholdSparsity(nn.Module):
         if self.dense_gradient:  # the same value; d/dW = M + (1 - M) = 1
             masked = masked + (weight - weight.detach()) * (1 - mask.detach())
         return masked
+
+
+class MaskedTogether:
+    """Inside each forward of `model`, every layer's masked weight computed at once on one flat tensor of all the
+    weights (`flat_weights`): the same element-wise operations as each layer's `ThresholdSparsity`, so the same
+    values bit for bit, in a few kernels instead of a few per layer. Outside a forward (a weight read elsewhere)
+    each layer masks its own. Only where each element's value and gradient are unchanged by it: thresholds that
+    take no gradient from the mask and no weight shared by two modules (their gradients would be summed before
+    the mask, not after)."""
+
+    def __init__(self, model: nn.Module, layers: dict[str, nn.Module], params: dict[str, ThresholdSparsity]):
+        self.layers, self.params = layers, params
+        self.index = {id(p): i for i, p in enumerate(params.values())}
+        weights = [original_weight(m) for m in layers.values()]
+        self.runs = [(run, FlatLayout([weights[i] for i in run])) for run in runs_of([w.numel() for w in weights])]
+        (self.dense_gradient,) = {p.dense_gradient for p in params.values()}  # one variant's choice, for all
+        self.current: list[torch.Tensor] | None = None
+        self.inside = False
+        self.hooks = [
+            model.register_forward_pre_hook(self._enter),
+            model.register_forward_hook(self._leave, always_call=True),  # a forward that raises leaves too
+        ]
+        for p in params.values():
+            p.together = self
+
+    @staticmethod
+    def applies(layers: dict[str, nn.Module], params: dict[str, ThresholdSparsity]) -> bool:
+        return not any(p.threshold_grad for p in params.values()) and not any(
+            sharing_modules(layers, name) for name in layers
+        )
+
+    def _enter(self, *_: object) -> None:
+        self.inside, self.current = True, None
+
+    def _leave(self, *_: object) -> None:
+        self.inside, self.current = False, None
+
+    def masked(self, param: ThresholdSparsity) -> torch.Tensor | None:
+        """This forward's masked weight of `param`'s layer (None outside a forward)."""
+        if not self.inside:
+            return None
+        if self.current is None:
+            self.current = self._all()
+        return self.current[self.index[id(param)]]
+
+    def _all(self) -> list[torch.Tensor]:
+        params, modules = list(self.params.values()), list(self.layers.values())
+        out = []
+        for run, layout in self.runs:
+            flat = layout.flatten([original_weight(modules[i]) for i in run])
+            mask = threshold_mask(flat, layout.per_element(torch.stack([params[i].threshold() for i in run]).detach()))
+            masked = flat * mask
+            if self.dense_gradient:
+                masked = masked + (flat - flat.detach()) * (1 - mask.detach())
+            out += layout.views(masked)
+        return out
+
+    def remove(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        for p in self.params.values():
+            p.together = None
 
 
 def initial_score(weight: torch.Tensor, rate: float) -> float:

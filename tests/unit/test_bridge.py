@@ -1,11 +1,13 @@
 """The bridge function r(t) and its density-based derivative."""
 
+import functools
 import math
 
 import pytest
 import torch
 
-from fcpts.core.bridge import Bridge, LayerBridges, histogram_density, kde_density
+from fcpts.core import bridge, flat_weights
+from fcpts.core.bridge import Bridge, LayerBridges, batched_kde_density, histogram_density, kde_density
 
 
 def normal_pdf(x, sigma):
@@ -130,3 +132,42 @@ def test_histogram_density_bins_like_histc():
 
 def test_histogram_of_equal_values_has_no_density():
     assert histogram_density(torch.full((4,), 0.3), torch.tensor([0.3, -0.3])).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("limit", [None, 200])
+def test_the_flat_counts_and_samples_are_the_per_layer_ones_bit_for_bit(limit, monkeypatch):
+    """The bridge works on all layers' weights as one flat tensor (one kernel each, not one per layer), or on runs
+    of layers of at most `limit` weights; its value and gradient are those of counting and sampling layer by layer,
+    channels-last weights included."""
+    if limit is not None:
+        monkeypatch.setattr(bridge, "runs_of", functools.partial(flat_weights.runs_of, limit=limit))
+    g = torch.Generator().manual_seed(1)
+    weights = [
+        torch.randn(16, 8, 3, 3, generator=g).contiguous(memory_format=torch.channels_last) * 0.1,
+        torch.randn(32, 16, 1, 1, generator=g) * 0.2,
+        torch.randn(10, 16, generator=g) * 0.3,
+        torch.randn(5, 7, generator=g).t(),  # a transposed view: its memory order is not its shape's
+    ]
+    t = torch.tensor([0.05, 0.1, 0.2, 0.4], requires_grad=True)
+    bridges = LayerBridges([w.numel() for w in weights], "kde", generator=torch.Generator().manual_seed(3))
+    ours = bridges(t, weights)
+    (grad,) = torch.autograd.grad(ours, t)
+
+    sample = bridges.tensors(torch.device("cpu"))["sample"]
+    points = torch.stack([w[torch.unravel_index(sample[i], w.shape)] for i, w in enumerate(weights)])
+    runs = bridges.flat(weights)
+    assert len(runs) == (1 if limit is None else 3)  # 1,152 and 512 weights alone, 160 + 35 together
+    flat = [layout.flatten([weights[i] for i in layers])[positions] for layers, layout, positions in runs]
+    assert torch.equal(torch.cat(flat), points)
+    below = torch.stack([(w.abs() < t[i]).sum() for i, w in enumerate(weights)]).sum()
+    assert torch.equal(ours.detach(), below.to(t.dtype) / bridges.total)
+    valid = bridges.tensors(torch.device("cpu"))["valid"]
+    stds = torch.stack([w.std() for w in weights])
+    at = torch.stack([t.detach(), -t.detach()], dim=1)
+    density = batched_kde_density(points, valid, at, (0.5 * stds).clamp_min(1e-12))
+    assert torch.equal(grad, bridges.tensors(torch.device("cpu"))["share"] * density.sum(dim=1))
+
+
+def test_runs_of_layers_stay_under_the_limit_unless_one_layer_is_larger():
+    assert flat_weights.runs_of([5, 5, 5, 20, 1, 1], limit=10) == [range(0, 2), range(2, 3), range(3, 4), range(4, 6)]
+    assert flat_weights.runs_of([3, 4], limit=10) == [range(0, 2)] and flat_weights.runs_of([]) == []

@@ -127,3 +127,19 @@ def test_batches_made_by_workers_reach_the_gpu_pinned_and_the_run_equals_one_wit
     assert by >= 1 and none is None
     assert all(torch.equal(a == 0, b == 0) for a, b in zip(made.values(), here.values()))
     assert all(torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6) for a, b in zip(made.values(), here.values()))
+
+
+@pytest.mark.cuda
+def test_masks_made_together_inside_a_replayed_step_equal_masks_made_layer_by_layer(monkeypatch):
+    """On a GPU FCPTS's steps replay from a CUDA graph that holds the masks of all layers made at once (one flat
+    tensor, a few kernels): the run equals one whose layers mask themselves, each eager (the same zeros; weights to
+    the GPU's own rounding, since replay and eager kernels may differ)."""
+    from fcpts.methods import thresholds
+
+    x = images(32)
+    together, _ = fcpts.sparsify(net(), x, TARGET, device="cuda", **BUDGET | {"iterations": 6})
+    monkeypatch.setattr(thresholds.MaskedTogether, "applies", staticmethod(lambda layers, params: False))
+    alone, _ = fcpts.sparsify(net(), x, TARGET, device="cuda", cuda_graphs=False, **BUDGET | {"iterations": 6})
+    a, b = together.state_dict(), alone.state_dict()
+    assert all(torch.equal(a[k] == 0, b[k] == 0) for k in a)
+    assert all(torch.allclose(a[k].float(), b[k].float(), rtol=1e-4, atol=1e-5) for k in a)

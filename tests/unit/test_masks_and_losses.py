@@ -1,9 +1,12 @@
 """The threshold mask's straight-through gradient and the control loss's gradient sign."""
 
+import functools
+
 import pytest
 import torch
 from torch import nn
 
+from fcpts.core import flat_weights
 from fcpts.core.bridge import Bridge
 from fcpts.core.masks import hard_mask, threshold_mask
 from fcpts.methods import thresholds
@@ -53,3 +56,63 @@ def test_control_loss_gradient_sign(current, expected_sign):
     loss = (r - 0.8).abs()
     loss.backward()
     assert torch.sign(t.grad).item() == expected_sign
+
+
+def _runs_with_and_without_masking_together(monkeypatch, method: str, **options):
+    import fcpts
+    from tests.unit.tiny import tiny_net
+
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    runs = []
+    for together in (True, False):
+        if not together:
+            monkeypatch.setattr(thresholds.MaskedTogether, "applies", staticmethod(lambda layers, params: False))
+        model, report = fcpts.get_method(method)(
+            tiny_net(), x, 0.6, iterations=6, batch_size=8, progress=False, **options
+        )
+        runs.append((model.state_dict(), [{k: v for k, v in r.items() if k != "step_s"} for r in report.history]))
+    return runs
+
+
+@pytest.mark.parametrize(
+    "method, options, limit",
+    [
+        ("fcpts", {}, None),
+        ("fcpts", {}, 300),
+        ("fcpts", {"channels_last": False, "reconstruction": "kl"}, None),
+        ("fcpts-plus", {}, None),
+    ],
+)
+def test_masking_every_layer_at_once_changes_no_bit(monkeypatch, method, options, limit):
+    """FCPTS masks all layers' weights as one flat tensor inside each forward (a few kernels, not a few per layer),
+    or runs of layers of at most `limit` weights: the trained weights and every logged loss are those of masking
+    layer by layer, bit for bit."""
+    if limit is not None:
+        monkeypatch.setattr(thresholds, "runs_of", functools.partial(flat_weights.runs_of, limit=limit))
+    (together, together_history), (alone, alone_history) = _runs_with_and_without_masking_together(
+        monkeypatch, method, **options
+    )
+    assert together_history == alone_history
+    assert all(torch.equal(a, b) for a, b in zip(together.values(), alone.values()))
+
+
+def test_masking_together_computes_each_elementwise_step_once_for_all_layers():
+    """One forward of a student whose layers are masked together takes sgn(|W| - t) once for all of them, not once a
+    layer; outside a forward each layer masks its own weight, to the same values."""
+    from tests.unit.tiny import tiny_net
+
+    model = tiny_net()
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))}
+    params = thresholds.attach(layers, {n: 0.5 for n in layers}, threshold_grad=False)
+    together = thresholds.MaskedTogether(model, layers, params)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.profiler.profile() as prof:
+        model(x)
+    signs = sum(e.count for e in prof.key_averages() if e.key == "aten::sign")
+    assert len(layers) == 3 and signs == 1
+    inside = []
+    head = list(layers.values())[-1]  # read inside the forward: the masks made together
+    head.register_forward_pre_hook(lambda *_: inside.extend(layer.weight for layer in layers.values()))
+    model(x)
+    together.remove()
+    assert len(inside) == 3 and all(torch.equal(a, layer.weight) for a, layer in zip(inside, layers.values()))

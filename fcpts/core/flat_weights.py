@@ -1,0 +1,72 @@
+"""Several layers' weights as one flat tensor, each in its own memory order, and back.
+
+Why: FCPTS works on every layer's weights each step (its masks, the bridge's counts). Done layer by layer that is a
+few small operations per layer: on a GPU each is a kernel of a few microseconds, and across a ResNet-56's 57 layers
+they cost more than the arithmetic. On one flat tensor each is one kernel for all layers. Every element is computed
+as it would be in its own layer (element-wise operations, exact copies), so the values are the same bit for bit.
+Layers are taken in runs of at most `MAX_FLAT` elements, so the flat copies stay small beside a large model.
+Each weight is flattened in the order of its memory (a channels-last conv's NHWC), so flattening it is a view of it
+and each piece of a flat result views back with the weight's own strides.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Elements of one flat tensor at most (64 MB of float32): what flattening adds to a step's memory is bounded by a few
+# of these, not a few copies of the model; a layer larger than this is a flat tensor of its own.
+MAX_FLAT = 2**24
+
+
+def runs_of(numels: list[int], limit: int = MAX_FLAT) -> list[range]:
+    """Consecutive runs of layers (by index) with at most `limit` elements between them (or one larger layer)."""
+    runs, start, size = [], 0, 0
+    for i, n in enumerate(numels):
+        if i > start and size + n > limit:
+            runs.append(range(start, i))
+            start, size = i, 0
+        size += n
+    return runs + [range(start, len(numels))] if numels else runs
+
+
+def _memory_order(t: torch.Tensor) -> list[int]:
+    """The permutation of `t`'s dims from the largest stride to the smallest: for a dense tensor, the one under
+    which it is contiguous (NCHW for a contiguous conv weight, NHWC for a channels-last one)."""
+    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+
+
+class FlatLayout:
+    """Where each of `weights` lies in their flat concatenation (each in its memory order at the time)."""
+
+    def __init__(self, weights: list[torch.Tensor]):
+        self.orders = [_memory_order(w) for w in weights]
+        self.permuted_shapes = [[w.shape[d] for d in order] for w, order in zip(weights, self.orders)]
+        self.inverses = [sorted(range(len(order)), key=order.__getitem__) for order in self.orders]
+        self.numels = [w.numel() for w in weights]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(weights))]
+        self.total = sum(self.numels)
+
+    def flatten(self, weights: list[torch.Tensor]) -> torch.Tensor:
+        """One flat tensor of all `weights` (one copy, differentiable)."""
+        return torch.cat([w.permute(order).reshape(-1) for w, order in zip(weights, self.orders)])
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Each weight's piece of a flat tensor, shaped (and strided) as the weight."""
+        pieces = flat.split(self.numels)
+        return [
+            piece.view(shape).permute(inverse)
+            for piece, shape, inverse in zip(pieces, self.permuted_shapes, self.inverses)
+        ]
+
+    def per_element(self, values: torch.Tensor) -> torch.Tensor:
+        """values (one per weight) repeated over each weight's elements: one copy, differentiable in `values`."""
+        return torch.cat([values[i].expand(n) for i, n in enumerate(self.numels)])
+
+    def positions(self, layer: int, logical: torch.Tensor) -> torch.Tensor:
+        """The flat positions of weight `layer`'s elements at row-major (logical) indices `logical`."""
+        shape = [self.permuted_shapes[layer][i] for i in self.inverses[layer]]
+        strides = torch.empty(self.permuted_shapes[layer], device="meta").permute(self.inverses[layer]).stride()
+        position = torch.full_like(logical, self.offsets[layer])
+        for index, stride in zip(torch.unravel_index(logical, shape), strides):
+            position += index * stride
+        return position
