@@ -203,15 +203,39 @@ def test_the_third_h200_check_and_its_profile_are_quoted():
     assert f"`kthvalue` took {kth}% of the device's time" in DOC
 
 
-def test_the_doc_quotes_the_operator_counts():
-    text = (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text()
+def operator_counts(text: str) -> tuple[str, list[tuple[str, str]], str]:
+    """(plain step, [(FCPTS with the block MSE, ratio), (with the KL, ratio)], POT step) of a step_ops output."""
     plain = re.search(r"plain step\s+:\s+(\d+) operators", text).group(1)
     fcpts = re.findall(r"fcpts step, .*?:\s+(\d+) operators, ratio (\d+\.\d+)", text)
-    assert f"dispatches {plain}" in DOC and len(fcpts) == 2
-    (blocks, r_blocks), (kl, r_kl) = fcpts
-    assert f"{blocks} with the block MSE (ratio {r_blocks})" in DOC and f"{kl} with the KL alone (ratio {r_kl})" in DOC
     pot = re.search(r"pot step, .*?:\s+(\d+) operators", text).group(1)
-    assert f"stacked group dispatches {pot} operators" in DOC
+    return plain, fcpts, pot
+
+
+def test_the_doc_quotes_the_operator_counts_before_and_after_the_flat_masks():
+    plain, ((blocks, r_blocks), (kl, r_kl)), _ = operator_counts(
+        (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text()
+    )
+    assert (
+        f"plain ResNet-56 step dispatches {plain}, an FCPTS step now {blocks} with the block MSE (ratio {r_blocks})"
+        f" and {kl} with the KL alone (ratio {r_kl})" in DOC
+    )
+    assert f"(`step_ops`, below; {blocks} since" in DOC
+    old_plain, ((old_blocks, old_r_blocks), (old_kl, old_r_kl)), old_pot = operator_counts(
+        text_at("3021af6", "results/benchmarks/step_ops_cpu.txt")
+    )
+    assert (
+        f"counted {old_blocks} operators for an FCPTS step with the block MSE and {old_kl} with the KL alone, "
+        f"against {old_plain} for a plain ResNet-56 step (ratios {old_r_blocks} and {old_r_kl}, in the history at "
+        "3021af6)" in DOC
+    )
+    assert f"the {old_blocks} operators an FCPTS step dispatched then" in DOC
+    assert f"stacked group dispatched {old_pot} operators" in DOC
+    kl_line = (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text().splitlines()[3]
+    added = dict(re.findall(r"(\w+) \+(\d+)", kl_line))
+    assert kl_line.startswith("fcpts step, kl")
+    assert f"with the KL alone: {added['add_']} in-place adds and {added['mul_']} in-place multiplies" in DOC
+    assert f"{added['sigmoid']} sigmoids" in DOC and f"{added['std']} standard deviations" in DOC
+    assert f"teacher's forward ({added['conv2d']} convolutions" in DOC
 
 
 def test_the_second_h200_check_ran_pot_from_cuda_graphs_and_the_doc_quotes_it():

@@ -19,6 +19,7 @@ from tests.results.git_history import is_ancestor, json_at
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
 SAME_PROCESSOR_AMD = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor_amd.json"
+FLAT_MASKS_AMD = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor_amd_flat_masks.json"
 AT_COMMIT = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu.json"
 AT_COMMIT_AMD = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd.json"
 AT_COMMIT_AMD_PLUS = RESULTS_DIR / "benchmarks" / "rerun_at_commit_cpu_amd_fcpts_plus.json"
@@ -56,7 +57,7 @@ def _notebook() -> str:
     return " ".join(NOTEBOOK.read_text().split())
 
 
-@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD, FLAT_MASKS_AMD], ids=lambda p: p.stem)
 def test_provenance_and_each_row_s_fields_are_there(path):
     out = _read(path)
     prov = out["provenance"]
@@ -147,7 +148,7 @@ def test_the_notebook_s_other_numbers_are_the_output_s():
     assert not missing, missing
 
 
-@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD, FLAT_MASKS_AMD], ids=lambda p: p.stem)
 def test_the_table_beside_each_output_is_what_the_benchmark_writes_from_it(path):
     assert markdown(_read(path)) == path.with_suffix(".md").read_text()
 
@@ -416,3 +417,15 @@ def test_the_fcpts_plus_record_differs_on_this_amd_generation_by_the_processor_a
         f"what moved it: {row['verdict'].split(':')[0]}",
     ):
         assert quoted in text, quoted
+
+
+def test_the_records_re_ran_bit_for_bit_after_the_masks_went_flat():
+    """The masks and the bridge's counts moved onto flat tensors of all layers (6e72cc5): the sampled records of
+    FCPTS and POT re-ran to their mask hashes and numbers after it, on the processor that made them."""
+    out = _read(FLAT_MASKS_AMD)
+    assert is_ancestor("6e72cc5", out["provenance"]["git_commit"])
+    assert {row["method"]: row["match"] for row in out["rows"]} == {"fcpts": True, "pot-l2norm": True, "pot-erk": True}
+    assert (
+        "rerun_sample_cpu_this_processor_amd_flat_masks.md"
+        in (REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text()
+    )
