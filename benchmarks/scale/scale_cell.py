@@ -11,7 +11,8 @@ What a probe is depends on the kind of method, read from the registry, never fro
   (+ c_iterations x iterations) and scales it to every layer by the layers' share of the model's MACs.
 - one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
 
-Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory.
+Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory; a
+training-loop probe whose batches came from worker processes (on a GPU) says how many, whose memory is their own.
 A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
 timed probe.
 
@@ -169,6 +170,8 @@ def run_probe(method: Method, build, n_images: int, budget: dict, overrides: dic
     if device.startswith("cuda"):
         out["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
     out["step_s"] = [row["step_s"] for row in report.history if "step_s" in row]
+    if report.extra.get("batch_workers"):  # their memory is theirs: peak_rss_gb is this process's alone
+        out["batch_workers"] = report.extra["batch_workers"]
     del model, report
     return out
 

@@ -9,6 +9,7 @@ main process, so a run's result does not depend on how many workers made its bat
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .calibration import Calibration
 
+log = logging.getLogger("fcpts")
 MAX_DEFAULT_WORKERS = 8
 
 
@@ -74,8 +76,15 @@ class WorkerBatches:
             self.next_step += 1
             try:
                 made_step, batch = next(self.made)
-            except Exception:
+            except Exception as e:
                 self.close()
+                here = self.calib.batch(step)  # a batch's own error is raised here, as without workers
+                log.warning(
+                    "calibration batches: a worker process failed at step %d (%s: %s) where this process did not; "
+                    "the batches are made in this process from here on (calibration_workers=0 does so from the "
+                    "start)", step, type(e).__name__, str(e).splitlines()[0] if str(e) else "",
+                )  # fmt: skip
+                return here
             else:
                 if made_step == step:
                     return batch

@@ -97,3 +97,23 @@ def test_unasked_workers_feed_a_gpu_and_leave_a_cpu_alone():
 def test_a_negative_worker_count_is_refused_before_any_work():
     with pytest.raises(ValueError, match="calibration_workers must be >= 0"):
         TrainingOptions(calibration_workers=-1).validate()
+
+
+class NotInWorkers(Jittered):
+    """A Dataset that cannot be read in a worker process (as one holding a handle that does not survive a fork)."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError("this handle does not survive a fork")
+        return super().__getitem__(i)
+
+
+def test_workers_that_fail_where_this_process_does_not_hand_over_with_a_warning(caplog):
+    calib = Calibration(NotInWorkers(), batch_size=4, seed=0)
+    made = WorkerBatches(calib, start=0, stop=4, workers=1, pin=False)
+    with caplog.at_level("WARNING", logger="fcpts"):
+        batches = [made(step) for step in range(4)]
+    assert all(torch.equal(b, calib.batch(step)) for step, b in enumerate(batches)) and made.made is None
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "a worker process failed at step 0 (RuntimeError" in warning
+    assert "calibration_workers=0" in warning
