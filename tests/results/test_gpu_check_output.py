@@ -229,6 +229,7 @@ def test_the_doc_quotes_the_operator_counts_before_and_after_the_flat_masks():
         "3021af6)" in DOC
     )
     assert f"the {old_blocks} operators an FCPTS step dispatched then" in DOC
+    assert f"a ResNet-56 step dispatches {blocks} operators instead of {old_blocks}, with the same bits" in DOC
     assert f"stacked group dispatched {old_pot} operators" in DOC
     kl_line = (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text().splitlines()[3]
     added = dict(re.findall(r"(\w+) \+(\d+)", kl_line))
