@@ -184,3 +184,9 @@ def test_the_committed_gpu_cells_are_merged_only_on_the_gpu_that_measured_them(t
     assert not gpu_check.same_gpu(out, "cuda")
     scale_part = next(p for p in gpu_check.part_list(tmp_path, False, "cuda") if p.name == "scale")
     assert "--paper-grid" in scale_part.command and "--merge" not in scale_part.command  # another GPU: all 27
+    monkeypatch.setattr(gpu_check, "SCALE_CUDA", out)
+    monkeypatch.setattr(scale, "device_description", lambda device: "cuda: NVIDIA H200")
+    command = next(p for p in gpu_check.part_list(tmp_path, False, "cuda") if p.name == "scale").command
+    again = command[command.index("--again") + 1 :]
+    assert command[command.index("--merge") + 1] == str(out)  # the same GPU: its cells kept, but for
+    assert {"fcpts", "probmask", "str"} <= set(again) and "pot-l2norm" not in again  # the training loop's, again
