@@ -1,7 +1,7 @@
 """Profiles: how much work a run gets. One profile gives every method the same budget and data.
 
-A profile renamed by an override (`--iterations`, `--pot-iterations`, `--option`) never shares records
-with the profile it came from.
+A profile renamed by an override (`--iterations`, `--pot-iterations`, `--option` of a result-changing option)
+never shares records with the profile it came from.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
+from fcpts.core.loop import NOT_IDENTITY
 from fcpts.methods import list_methods
 
 
@@ -50,18 +51,29 @@ class Profile:
     def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
         """The same profile with `options` merged into each of `methods`' own options, renamed
         `<name>-<suffix>` so its records never mix with this one's."""
+        return replace(
+            self, name=f"{self.name}-{suffix}", methods=self._merged(methods, options), note=f"{self.note}; {what}"
+        )
+
+    def _merged(self, methods: tuple[str, ...], options: dict) -> dict[str, dict]:
+        """The per-method entries with `options` merged into each of `methods`' own options."""
         entries = dict(self.methods)
         for m in methods:
             entry = entries.get(m, {})
             entries[m] = {**entry, "options": {**entry.get("options", {}), **options}}
-        return replace(self, name=f"{self.name}-{suffix}", methods=entries, note=f"{self.note}; {what}")
+        return entries
 
     def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
         """`KEY=VALUE` overrides (values read as JSON where they parse: 0.02, false) for `methods`, the
-        profile renamed `<name>-<prefix><key><value>...`, for design measurements that never mix with it."""
+        profile renamed `<name>-<prefix><key><value>...`, for design measurements that never mix with it. An
+        option that never changes a result (`fcpts.core.loop.NOT_IDENTITY`: where a run computes, how it is
+        watched, how many processes make its batches) applies without a new name: its records are this profile's."""
         options = parse_option_pairs(pairs)
-        suffix = prefix + "-".join(f"{k}{v}" for k, v in options.items())
-        return self.with_method_options(methods, options, suffix, f"{what} {options}")
+        changing = {k: v for k, v in options.items() if k not in NOT_IDENTITY}
+        if not changing:
+            return replace(self, methods=self._merged(methods, options))
+        suffix = prefix + "-".join(f"{k}{v}" for k, v in changing.items())
+        return self.with_method_options(methods, options, suffix, f"{what} {changing}")
 
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""

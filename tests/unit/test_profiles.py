@@ -74,3 +74,14 @@ def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
         "fcpts-plus",
     }
     assert p.options_for("pot-erk") == {"iterations": 1000} and p.name == "cpu"
+
+
+def test_an_option_that_changes_no_result_keeps_the_profiles_name():
+    """`--option calibration_workers=16` (or log_every, device) applies without renaming the profile, so its
+    records are the profile's cells; a result-changing option beside it still names a profile of its own."""
+    p = quick_profile(8, iterations=2, batch_size=4, eval_limit=16, pot_iterations=2)
+    local = p.with_option_pairs(("fcpts",), ["calibration_workers=16", "log_every=10"], "", "options")
+    assert (local.name, local.note) == (p.name, p.note)
+    assert local.options_for("fcpts") == {"calibration_workers": 16, "log_every": 10}
+    both = p.with_option_pairs(("fcpts",), ["calibration_workers=16", "lr=0.1"], "", "options")
+    assert both.name == "quick-lr0.1" and both.options_for("fcpts") == {"calibration_workers": 16, "lr": 0.1}
