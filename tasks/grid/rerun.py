@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fcpts.core.io import file_sha256
+from fcpts.core.loop import NOT_IDENTITY
 from tasks.grid.data import resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.profiles import Profile
@@ -90,8 +91,15 @@ def get_task(name: str) -> Task:
 
 
 def record_profile(record: dict) -> Profile:
-    """The record's profile with its method's options pinned to what the record ran with."""
+    """The record's profile with its method's options pinned to what the record ran with; the options that change
+    no result (`NOT_IDENTITY`: how many processes made its batches, where it ran) are the re-run's own."""
     profile = Profile(**record["profile"])
+    methods = {
+        name: {**entry, "options": {k: v for k, v in entry["options"].items() if k not in NOT_IDENTITY}}
+        if "options" in entry else entry
+        for name, entry in profile.methods.items()
+    }  # fmt: skip
+    profile = replace(profile, methods=methods)
     pinned = pinned_options(record)
     if not pinned:
         return profile

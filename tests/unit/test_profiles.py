@@ -85,3 +85,10 @@ def test_an_option_that_changes_no_result_keeps_the_profiles_name():
     assert local.options_for("fcpts") == {"calibration_workers": 16, "log_every": 10}
     both = p.with_option_pairs(("fcpts",), ["calibration_workers=16", "lr=0.1"], "", "options")
     assert both.name == "quick-lr0.1" and both.options_for("fcpts") == {"calibration_workers": 16, "lr": 0.1}
+
+    from dataclasses import asdict
+
+    from tasks.grid.rerun import record_profile
+
+    record = {"method": "fcpts", "profile": asdict(both), "method_options": {"calibration_workers": 16, "lr": 0.1}}
+    assert record_profile(record).options_for("fcpts") == {"lr": 0.1}  # a re-run makes its batches its own way
