@@ -12,7 +12,8 @@ What a probe is depends on the kind of method, read from the registry, never fro
 - one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
 
 Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory; a
-training-loop probe whose batches came from worker processes (on a GPU) says how many, whose memory is their own.
+training-loop probe whose batches came from worker processes (on a GPU) says how many (their memory is not in its
+peak RSS).
 A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
 timed probe.
 
