@@ -327,7 +327,7 @@ def _resume(
 def train_loop(
     model: nn.Module,
     teacher: nn.Module,
-    batches: Callable[[int], torch.Tensor],
+    batches: StepBatches,
     options: TrainingOptions,
     schedulers: list[torch.optim.lr_scheduler.LRScheduler],
     loss_fn: LossFn,
@@ -392,12 +392,7 @@ def train_loop(
             o.step()
 
     runner = step_graph.StepRunner(forward_backward, graphs)
-    made = (
-        batches.from_workers(options.calibration_workers, start, iterations)
-        if isinstance(batches, StepBatches)
-        else contextlib.nullcontext()
-    )
-    with made:
+    with batches.from_workers(options.calibration_workers, start, iterations):
         for step in bar:
             if before_step is not None:
                 before_step(step)
@@ -421,6 +416,6 @@ def train_loop(
         save(iterations)
     result.wall_s = elapsed_before + time.perf_counter() - t0
     result.steps_on = runner.report()
-    if isinstance(batches, StepBatches) and batches.workers:  # where none did (a CPU), the report is as before
+    if batches.workers:  # where none did (a CPU), the report is as before
         result.steps_on["batch_workers"] = batches.workers
     return result
