@@ -40,13 +40,16 @@ class ThresholdSparsity(nn.Module):
         if self.together is not None and (masked := self.together.masked(self)) is not None:
             return masked
         t = self.threshold()
-        if not self.threshold_grad:
-            t = t.detach()
-        mask = threshold_mask(weight, t)
-        masked = weight * mask
-        if self.dense_gradient:  # the same value; d/dW = M + (1 - M) = 1
-            masked = masked + (weight - weight.detach()) * (1 - mask.detach())
-        return masked
+        return masked_weight(weight, t if self.threshold_grad else t.detach(), self.dense_gradient)
+
+
+def masked_weight(weight: torch.Tensor, threshold: torch.Tensor, dense_gradient: bool) -> torch.Tensor:
+    """W * M(|W|, t), element by element (one layer's weight and threshold, or flat weights and each one's)."""
+    mask = threshold_mask(weight, threshold)
+    masked = weight * mask
+    if dense_gradient:  # the same value; d/dW = M + (1 - M) = 1
+        masked = masked + (weight - weight.detach()) * (1 - mask.detach())
+    return masked
 
 
 class MaskedTogether:
@@ -97,11 +100,8 @@ class MaskedTogether:
         out = []
         for run, layout in self.runs:
             flat = layout.flatten([original_weight(modules[i]) for i in run])
-            mask = threshold_mask(flat, layout.per_element(torch.stack([params[i].threshold() for i in run]).detach()))
-            masked = flat * mask
-            if self.dense_gradient:
-                masked = masked + (flat - flat.detach()) * (1 - mask.detach())
-            out += layout.views(masked)
+            t = layout.per_element(torch.stack([params[i].threshold() for i in run]).detach())
+            out += layout.views(masked_weight(flat, t, self.dense_gradient))
         return out
 
     def remove(self) -> None:
