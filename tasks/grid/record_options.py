@@ -7,21 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fcpts.core.loop import NOT_IDENTITY
 from fcpts.methods import get_method
 
-# Options a re-run sets itself: where and how a run reports, its seed, and a layer filter (recorded by name, the
-# grid supplies the function).
-NOT_PINNED = {
-    "checkpoint",
-    "checkpoint_every_s",
-    "checkpoint_every_steps",
-    "progress",
-    "device",
-    "log_every",
-    "calibration_workers",
-    "seed",
-    "filter_fn",
-}
+# Options a re-run sets itself: those that change no result (where and how a run reports, how many processes make
+# its batches), its seed, and a layer filter (recorded by name, the grid supplies the function).
+NOT_PINNED = {*NOT_IDENTITY, "seed", "filter_fn"}
 
 
 def _json(value: Any) -> Any:
