@@ -36,7 +36,7 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -90,12 +90,16 @@ class POTOptions(MethodOptions):
     # (dense inputs only); each layer's result equals its sequential one up to float rounding
     cuda_graphs: bool = True  # on a GPU, replay each group's steps from a CUDA graph (its kernels launched at
     # once): eager steps there are bound by Python launching them
+    gram_gradient: str = "closed-form"  # a Gram objective's gradient written down (one product with each Gram
+    # matrix a step) or "autograd" (two: forward and backward); the same up to float rounding
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"gram_gradient": "autograd"}  # what records before it ran with
 
     def validate(self) -> None:
         super().validate()
         check_choice(self, "allocation", ("l2norm", "erk"))
         check_choice(self, "sampling", ("batches", "random"))
         check_choice(self, "inputs", ("dense", "sparse"))
+        check_choice(self, "gram_gradient", ("closed-form", "autograd"))
         for name in ("iterations", "lr_weight", "lr_bias", "early_stop_loss", "cache_bytes"):
             check_at_least(self, name, 0)
         check_at_least(self, "batch_size", 1)
@@ -351,15 +355,27 @@ def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[
     return list(groups.values())
 
 
-def group_loss(group: list[LayerProblem]):
-    """losses(sel, W, B) -> (L,) for stacked weights W (L, ...) and biases B (L, o)."""
+def group_gradients(group: list[LayerProblem], gram_gradient: str):
+    """losses(sel, W, B) -> (L,) for stacked weights W (L, ...) and biases B (L, o), their gradients left in W.grad
+    and B.grad: in closed form for Gram statistics where `gram_gradient` says so, else by autograd."""
     w_dense = torch.stack([p.w_dense for p in group])
     b_dense = torch.stack([p.b_dense for p in group])
     if isinstance(group[0].objective, GramObjective):
         stack = GramStack([p.objective for p in group])
-        return lambda sel, W, B: stack.losses(sel, W, B, w_dense, b_dense)
+        if gram_gradient == "closed-form":
+            return lambda sel, W, B: stack.losses_and_gradients(sel, W, B, w_dense, b_dense)
+        return _by_autograd(lambda sel, W, B: stack.losses(sel, W, B, w_dense, b_dense))
     (one,) = group
-    return lambda sel, W, B: one.objective.loss(sel[0], W[0], B[0], w_dense[0], b_dense[0]).unsqueeze(0)
+    return _by_autograd(lambda sel, W, B: one.objective.loss(sel[0], W[0], B[0], w_dense[0], b_dense[0]).unsqueeze(0))
+
+
+def _by_autograd(losses_of):
+    def losses_and_gradients(sel, W, B):
+        losses = losses_of(sel, W, B)
+        losses.sum().backward()
+        return losses.detach()
+
+    return losses_and_gradients
 
 
 def graph_capturable(group: list[LayerProblem]) -> bool:
@@ -392,7 +408,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
     the others go on. The host learns the losses only every `check_every` steps. On a GPU the steps are
     replayed from a CUDA graph (`run_steps`) where `cfg.cuda_graphs` and the group allow it."""
     tic = time.perf_counter()
-    losses_of = group_loss(group)
+    losses_and_gradients = group_gradients(group, cfg.gram_gradient)
     weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
     bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
@@ -407,8 +423,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
 
     def step(sel: torch.Tensor) -> None:  # in place throughout: a graph replays into the same tensors
         opt.zero_grad(set_to_none=True)  # on the host: a captured step's backward allocates the gradients it rewrites
-        losses = losses_of(sel, weight, bias)
-        losses.sum().backward()
+        losses = losses_and_gradients(sel, weight, bias)
         weight.grad.mul_(keep)
         before = weight.detach().clone(), bias.detach().clone()
         opt.step()
@@ -416,9 +431,9 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
             weight.mul_(keep)  # Adam's moments must never revive a pruned weight
             weight.copy_(torch.where(active.view(by_layer), weight, before[0]))
             bias.copy_(torch.where(active.view(-1, 1), bias, before[1]))
-            last.copy_(torch.where(active, losses.detach(), last))
+            last.copy_(torch.where(active, losses, last))
             steps.add_(active)
-            active.logical_and_(losses.detach() >= cfg.early_stop_loss)
+            active.logical_and_(losses >= cfg.early_stop_loss)
 
     # A graph is captured on the current device: the weights' device, for the time of the steps.
     with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():

@@ -256,6 +256,27 @@ class GramStack:
         gram, s = self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
         return gram_loss(dw, db, gram, s, self.first.count(sel.shape[1]))
 
+    @torch.no_grad()
+    def losses_and_gradients(self, sel: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
+        """The L losses of `losses`, their gradients written to weight.grad and bias.grad in closed form:
+        2 (dW G + db s^T) / count and 2 (dW s + count db) / count. One product with each Gram matrix a step where
+        autograd takes two (forward and backward), and no graph: these products are most of a step on
+        ImageNet-sized layers. Equal to autograd's up to float rounding: G = U U^T is symmetric up to rounding,
+        and its gradient 2 dW G stands for autograd's dW (G + G^T)."""
+        dw, db = self.first.deltas(weight, bias, w_dense, b_dense)  # (L, g, o, D), (L, g, o)
+        if sel.shape[1] == 1:  # POT's fixed batches: one unit a step, read without a sum
+            gram, s = self.grams[self.rows[:, 0], sel[:, 0]], self.sums[self.rows[:, 0], sel[:, 0]]
+        else:
+            gram, s = self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
+        count = self.first.count(sel.shape[1])
+        product = dw @ gram  # dW G
+        moved = (dw @ s.unsqueeze(-1)).squeeze(-1)  # dW s
+        quad = torch.linalg.vecdot(product.flatten(1), dw.flatten(1))
+        losses = quad + 2 * torch.linalg.vecdot(db.flatten(1), moved.flatten(1)) + count * db.pow(2).sum((-1, -2))
+        weight.grad = torch.addcmul(product, db.unsqueeze(-1), s.unsqueeze(-2)).mul_(2 / count).view_as(weight)
+        bias.grad = moved.add_(db, alpha=count).mul_(2 / count).view_as(bias)
+        return losses / count
+
 
 class TargetObjective(_Units):
     """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the

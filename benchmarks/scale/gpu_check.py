@@ -14,16 +14,19 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   step-r18-224 the same on ImageNet ResNet-18 at 224 px (random weights): arithmetic, not launches
   step-r50-224 the same on ResNet-50
   step-profile one ResNet-18 FCPTS step's host and device time, launches and waits (and their source lines)
-  pot-step     a POT reconstruction step, eager and replayed from a CUDA graph
+  pot-step     a POT reconstruction step, eager and replayed from a CUDA graph, its Gram gradient written down
+               and by autograd
+  pot-step-r18-224
+               the same on ResNet-18's last stage at 224 px, where the Gram products are the work
   r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
   r56-bf16     the same in bfloat16 (a record beside it)
   r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid): on the GPU that measured
-               the committed results/benchmarks/scale_cuda.json those still missing from it and the training-loop
-               methods' (measured before their steps replayed and their batches came from workers; it merges the
-               rest), on another all 27: last, its cells kept one by one (--resume), so a later call finishes what
-               one left
+               the committed results/benchmarks/scale_cuda.json those still missing from it, the training-loop
+               methods' (measured before their steps replayed and their batches came from workers) and POT's
+               (before its Gram gradient was written down; it merges the rest), on another all 27: last, its cells
+               kept one by one (--resume), so a later call finishes what one left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
@@ -78,13 +81,14 @@ class Part:
 SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
 
 
-def training_methods() -> list[str]:
-    """The registered training-loop methods: their committed GPU cells were measured before their steps replayed
-    from a CUDA graph and their batches came from worker processes, so the scale part measures them again."""
+def measured_again() -> list[str]:
+    """The registered methods whose committed GPU cells predate what made them faster, so the scale part measures
+    them again: the training-loop methods (their steps replay from a CUDA graph, their batches come from worker
+    processes) and POT (a Gram objective's gradient written down: one product with each Gram matrix a step)."""
     from benchmarks.scale.scale_cell import method_kind
     from fcpts.methods import METHODS
 
-    return [name for name, method in METHODS.items() if method_kind(method) == "training"]
+    return [name for name, m in METHODS.items() if method_kind(m) == "training" or m.family == "pot"]
 
 
 def same_gpu(scale_output: Path, device: str) -> bool:
@@ -183,6 +187,8 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         "--out",
         str(work / "pot_step_time.txt"),
     ]
+    pot_step_r18 = [py, "-m", "benchmarks.speed.pot_step_time", "--device", device]
+    pot_step_r18 += ["--out", str(work / "pot_step_time_resnet18_224.txt")]
     scale = [py, "-m", "benchmarks.scale.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
 
     def step_224(model: str) -> list[str]:  # where arithmetic, not kernel launches, fills a step
@@ -196,6 +202,19 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
         pot_step += ["--model", "resnet20", "--images", "64", "--steps", "2", "--rounds", "1"]
+        # ResNet-18's Gram statistics at 224 px take a CPU minutes: another stage of ResNet-20 instead
+        pot_step_r18 += [
+            "--model",
+            "resnet20",
+            "--layers",
+            "layer3.",
+            "--images",
+            "64",
+            "--steps",
+            "2",
+            "--rounds",
+            "1",
+        ]
         scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
         step_r50 = step_224("resnet18")  # the same command; a CPU takes 45 s for ResNet-50's
         for cmd in (step_r18, step_r50):
@@ -205,16 +224,18 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         step += ["--amp", "bf16"]
         step_r18 += ["--steps", "5", "--rounds", "2"]
         step_r50 += ["--steps", "5", "--rounds", "2"]
+        pot_step_r18 += ["--model", "resnet18", "--layers", "layer4.", "--images", "256", "--steps", "100"]
+        pot_step_r18 += ["--rounds", "2"]
         scale += ["--paper-grid", "--cell-timeout", str(SCALE_CELL_TIMEOUT_S)]
         if same_gpu(SCALE_CUDA, device):
-            scale += ["--merge", str(SCALE_CUDA), "--again", *training_methods()]
+            scale += ["--merge", str(SCALE_CUDA), "--again", *measured_again()]
     # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_2026-11-27/, _2026-11-28/ and
     # _2026-11-28b/), rounded up. FCPTS's CIFAR runs replay their steps from a CUDA graph since: the parts took 15 s
     # each for ResNet-56 and 33 s for ResNet-32 at the paper's budget (method time 5.5, 5.9, 23 s; eager: 30, 34, 75).
     # Scale: 21 grid cells took 398 s there (ViT-L's more than the others); on the GPU whose cells are committed it
-    # measures the 13 training-loop cells again (211 s of cells there before), on another GPU all 27. They add up
-    # to more than one call's 465 s: a call runs the parts in order, each with its budget while time is left, and a
-    # second call with --continue-from finishes the rest.
+    # measures the 13 training-loop cells and the 14 POT cells again (211 s and 311 s of cells there before), on
+    # another GPU all 27. They add up to more than one call's 465 s: a call runs the parts in order, each with its
+    # budget while time is left, and a second call with --continue-from finishes the rest.
     return [
         Part("smoke", smoke, 90),
         Part("step-time", step, 60),
@@ -222,6 +243,7 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         Part("step-r50-224", step_r50, 45),
         Part("step-profile", profile_r18, 40),
         Part("pot-step", pot_step, 45),
+        Part("pot-step-r18-224", pot_step_r18, 50),
         Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 30),
         Part("r56-bf16", cifar("resnet56", "fcpts", "0.9", "fast", "--option", "amp=bf16"), 30),
         Part("r32-fcpts", cifar("resnet32", "fcpts", "0.8", "paper"), 50),

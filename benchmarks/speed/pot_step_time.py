@@ -1,12 +1,16 @@
-"""Benchmark: one POT reconstruction step, eager against replayed from a CUDA graph, on the device named.
+"""Benchmark: one POT reconstruction step, its Gram gradient written down against autograd's, eager against replayed
+from a CUDA graph, on the device named.
 
-POT's paper budget is 20,000 Adam steps per group of layers, and a step is a few small matrix products: on a GPU
-an eager step is bound by Python launching its ~60 kernels, not by the GPU. The step is timed as POT runs it, on
-the first stage of a CIFAR ResNet (one stacked group of same-shape layers), by differencing two runs of
-`--steps` and `2 * --steps` steps (the set-up cancels out), eager and with `cuda_graphs`, interleaved `--rounds`
-times; medians. On a CPU both lines are the eager step (graphs are a GPU's).
+POT's paper budget is 20,000 Adam steps per group of layers. On a CIFAR ResNet's first stage a step is a few small
+matrix products, and on a GPU an eager step is bound by Python launching its kernels, not by the GPU; on an ImageNet
+model's last stage (`--model resnet18 --layers layer4.`, 224 px) its products with the Gram matrices (512 x 4608 by
+4608 x 4608) are the work. A Gram objective's gradient in closed form takes one such product a step, autograd's two
+(forward and backward). The step is timed as POT runs it, on the layers named (one stacked group of same-shape
+layers where their shapes agree), by differencing two runs of `--steps` and `2 * --steps` steps (the set-up cancels
+out), every variant interleaved `--rounds` times; medians. On a CPU the steps are eager (graphs are a GPU's).
 
     python -m benchmarks.speed.pot_step_time --device cuda --out results/benchmarks/pot_step_time_cuda.txt
+    python -m benchmarks.speed.pot_step_time --model resnet18 --layers layer4. --images 128 --steps 20
 """
 
 from __future__ import annotations
@@ -20,55 +24,76 @@ import torch
 
 import fcpts
 from benchmarks.report import measure_then_emit
+from benchmarks.speed.step_time import model_and_images
 from fcpts.core.options import resolve_device
-from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.records import device_description
 
+GRADIENTS = ("closed-form", "autograd")
 
-def pot_seconds(model: torch.nn.Module, x: torch.Tensor, steps: int, graphs: bool, device: torch.device) -> float:
-    """Wall time of POT on the model's first stage with `steps` Adam steps (none stop early)."""
+
+def pot_seconds(
+    model: torch.nn.Module, x: torch.Tensor, layers: str, steps: int, options: dict, device: torch.device
+) -> float:
+    """Wall time of POT on the layers whose names start with `layers`, `steps` Adam steps each (none stop early)."""
     pot = fcpts.get_method("pot-l2norm")
-    first_stage = lambda module, name: name.startswith("layer1.")  # noqa: E731
+    chosen = lambda module, name: name.startswith(layers)  # noqa: E731
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     tic = time.perf_counter()
     pot(
         copy.deepcopy(model), x, 0.8, iterations=steps, batch_size=64, early_stop_loss=0.0, progress=False,
-        filter_fn=first_stage, device=str(device), cuda_graphs=graphs,
+        filter_fn=chosen, device=str(device), **options,
     )  # fmt: skip
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - tic
 
 
+def variants(device: torch.device) -> dict[str, dict]:
+    """Each gradient eager, and on a GPU also replayed from a CUDA graph."""
+    ways = {"eager": False, "cuda graphs": True} if device.type == "cuda" else {"eager": False}
+    return {
+        f"{gradient}, {way}": {"gram_gradient": gradient, "cuda_graphs": graphs}
+        for way, graphs in ways.items()
+        for gradient in GRADIENTS
+    }
+
+
 def run(args: argparse.Namespace) -> list[str]:
     device = resolve_device(args.device)
     torch.manual_seed(0)
-    model = cifar_resnet(args.model)
-    x = torch.randn(args.images, 3, 32, 32)
-    per_step: dict[bool, list[float]] = {False: [], True: []}
-    pot_seconds(model, x, 2, True, device)  # first-call costs (CUDA context, cuBLAS) outside the timing
+    model, size, _ = model_and_images(args.model)
+    x = torch.randn(args.images, 3, size, size)
+    timed = variants(device)
+    per_step: dict[str, list[float]] = {name: [] for name in timed}
+    pot_seconds(model, x, args.layers, 2, {}, device)  # first-call costs (CUDA context, cuBLAS) outside the timing
     for _ in range(args.rounds):
-        for graphs in (False, True):
-            short = pot_seconds(model, x, args.steps, graphs, device)
-            long = pot_seconds(model, x, 2 * args.steps, graphs, device)
-            per_step[graphs].append((long - short) / args.steps)
-    eager, graphed = statistics.median(per_step[False]), statistics.median(per_step[True])
-    how = "replayed" if device.type == "cuda" else "eager: no GPU"
-    return [
-        f"model {args.model} (random weights), POT L2Norm 80%, first stage's layers as one stacked group, batch 64 "
-        f"of {args.images} images, {device_description(device)}; step time from runs of {args.steps} and "
-        f"{2 * args.steps} steps differenced, median of {args.rounds} rounds",
-        f"pot step, eager       : {eager * 1000:8.3f} ms",
-        f"pot step, cuda graphs : {graphed * 1000:8.3f} ms ({how})",
-        f"speed-up {eager / graphed:.2f}x; a group's 20,000 steps: {20_000 * eager:.0f} s eager, "
-        f"{20_000 * graphed:.0f} s with graphs",
+        for name, options in timed.items():
+            short = pot_seconds(model, x, args.layers, args.steps, options, device)
+            long = pot_seconds(model, x, args.layers, 2 * args.steps, options, device)
+            per_step[name].append((long - short) / args.steps)
+    median = {name: statistics.median(times) for name, times in per_step.items()}
+    lines = [
+        f"model {args.model} (random weights) at {size} px, POT L2Norm 80%, layers {args.layers}* (same-shape ones "
+        f"stacked), batch 64 of {args.images} images, {device_description(device)}; step time from runs of "
+        f"{args.steps} and {2 * args.steps} steps differenced, median of {args.rounds} rounds",
+        *(f"pot step, {name:24s}: {seconds * 1000:9.3f} ms" for name, seconds in median.items()),
     ]
+    for way in dict.fromkeys(name.split(", ")[1] for name in median):
+        closed, auto = median[f"closed-form, {way}"], median[f"autograd, {way}"]
+        lines.append(f"closed-form gradient over autograd's, {way}: {auto / closed:.2f}x")
+    if device.type == "cuda":
+        eager, graphed = median["closed-form, eager"], median["closed-form, cuda graphs"]
+        lines.append(f"cuda graphs over eager (closed-form): {eager / graphed:.2f}x")
+    fastest = min(median.values())
+    lines.append(f"a group's 20,000 steps at the fastest: {20_000 * fastest:.0f} s")
+    return lines
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="resnet32")
+    p.add_argument("--model", default="resnet32", help="a CIFAR ResNet (32 px) or an ImageNet architecture (224 px)")
+    p.add_argument("--layers", default="layer1.", help="the layers whose names start with this are reconstructed")
     p.add_argument("--images", type=int, default=512)
     p.add_argument("--steps", type=int, default=500, help="the shorter run's steps (the longer runs twice as many)")
     p.add_argument("--rounds", type=int, default=3)

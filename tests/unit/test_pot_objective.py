@@ -8,7 +8,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from baselines.pot import POTOptions, layer_objective, pot
-from baselines.pot_objective import ForwardObjective, GramObjective, NotLinearInWeights, gram_plan, layer_output
+from baselines.pot_objective import (
+    ForwardObjective,
+    GramObjective,
+    GramStack,
+    NotLinearInWeights,
+    gram_plan,
+    layer_output,
+)
 from fcpts.core.masks import prunable_layers
 from tests.unit.tiny import wide_cnn
 
@@ -74,6 +81,39 @@ def test_gram_loss_and_gradients_match_the_forward(name, units):
     assert results[0][0] > 0
 
 
+@pytest.mark.parametrize("units", ["images", "batches"])
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_closed_form_gradients_equal_autograds(name, units):
+    """Two stacked layers of one shape: the losses and the gradients written down equal autograd's, for single
+    images drawn with repeats and for POT's fixed batches (one a step)."""
+    make, shape = LAYERS[name]
+    torch.manual_seed(0)
+    layers = [make().double(), make().double()]
+    inputs = torch.randn(*shape, dtype=torch.float64)
+    if units == "images":
+        batches, sel = None, torch.tensor([[3, 3, 7, 0, 9], [1, 2, 2, 5, 8]])
+    else:
+        batches, sel = torch.randperm(10)[:9].view(3, 3), torch.tensor([[2], [0]])
+    stack = GramStack([GramObjective(layer, inputs, batches) for layer in layers])
+    w_dense = torch.stack([layer.weight.detach() for layer in layers])
+    b_dense = torch.stack([layer.bias.detach() for layer in layers])
+    keep = torch.rand_like(w_dense) > 0.6
+    start_w, start_b = w_dense * keep * 1.3, b_dense + 0.1
+    results = []
+    for closed_form in (False, True):
+        weight, bias = start_w.clone().requires_grad_(True), start_b.clone().requires_grad_(True)
+        if closed_form:
+            losses = stack.losses_and_gradients(sel, weight, bias, w_dense, b_dense)
+        else:
+            losses = stack.losses(sel, weight, bias, w_dense, b_dense)
+            losses.sum().backward()
+        results.append((losses.detach(), weight.grad, bias.grad))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+    assert results[1][0].grad_fn is None and (results[1][0] > 0).all()
+    assert results[1][1].shape == start_w.shape and results[1][2].shape == start_b.shape
+
+
 def test_objectives_use_the_layers_own_forward():
     layer = SamePadConv(3, 4, 3, stride=2)
     x = torch.randn(2, 3, 8, 8)
@@ -105,6 +145,26 @@ def test_objective_choice_by_cost_and_memory():
     pw = gram_plan(nn.Conv2d(16, 96, 1), torch.randn(1, 16, 112, 112), 1000, 100, 64)
     dense3x3 = gram_plan(nn.Conv2d(64, 64, 3, padding=1), torch.randn(1, 64, 8, 8), 1024, 100, 64)
     assert pw["gram_s"] * 10 < pw["forward_s"] and dense3x3["forward_s"] * 3 < dense3x3["gram_s"]
+
+
+def test_pot_with_closed_form_and_autograd_gradients_agree():
+    """The default writes a Gram objective's gradient down; records made before ran with autograd's. The same
+    reconstruction up to float rounding: the same masks, weights within float32 rounding of each other."""
+    net = wide_cnn()
+    x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
+    assert POTOptions().gram_gradient == "closed-form" and POTOptions.DEFAULTS_BEFORE == {"gram_gradient": "autograd"}
+    closed, report = pot(copy.deepcopy(net), x, 0.6, POTOptions(**cfg))
+    auto, auto_report = pot(net, x, 0.6, POTOptions(gram_gradient="autograd", **cfg))
+    assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "forward"]
+    for a, b in zip(report.per_layer, auto_report.per_layer):
+        assert a["final_loss"] == pytest.approx(b["final_loss"], rel=1e-4), a["name"]
+    for (name, a), b in zip(prunable_layers(closed).items(), prunable_layers(auto).values()):
+        assert torch.equal(a.weight != 0, b.weight != 0), name
+        torch.testing.assert_close(a.weight, b.weight, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a.bias, b.bias, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="gram_gradient"):
+        POTOptions(gram_gradient="analytic").validate()
 
 
 def test_pot_with_and_without_gram_statistics_agree():

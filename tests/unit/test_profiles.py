@@ -59,7 +59,10 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
     assert rebuilt.name == "paper-cpu" and rebuilt.options_for("fcpts-plus") == {"block_weight": 1.0, "ramp": 0.5}
     assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
     pot = {"method": "pot-erk", "profile": profile, "method_options": {"iterations": 7}}
-    assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000}  # the profile's own value wins
+    # the profile's own value wins; the record predates the closed-form Gram gradient: autograd's, pinned
+    assert record_profile(pot).options_for("pot-erk") == {"iterations": 1000, "gram_gradient": "autograd"}
+    pot_today = {**pot, "method_options": {"iterations": 7, "gram_gradient": "closed-form"}}
+    assert record_profile(pot_today).options_for("pot-erk") == {"iterations": 1000}
 
 
 def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
