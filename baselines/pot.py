@@ -22,6 +22,8 @@ Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.
    The loss is quadratic in the weights, so where it is cheaper it is computed from each batch's input
    Gram matrix instead of the layer's forward (`pot_objective.py`: same batches, same loss up to
    rounding), and layers whose statistics share a shape take their steps together as one stacked problem.
+   There the gradient is written down, 2 (dW G + db s^T) / n, one product with each Gram matrix a step where
+   autograd takes two (`gram_gradient`; records made before ran with autograd's, equal up to rounding).
    Each layer draws its batches from a generator of its own, so its result does not depend on which
    layers run with it (`concurrent=False` runs them one by one: same result up to float rounding).
 

@@ -4,8 +4,10 @@ The cell is Table 2's CIFAR-10 ResNet-32 POT L2Norm at 80% with the `paper-cpu` 
 1,000 Adam steps per layer) unless told otherwise. Each variant runs `pot()` in a fresh subprocess on the
 same dense weights and calibration images (so none inherits another's memory or warm caches) and reports
 its wall time, how many layers took their steps stacked, and the mean relative layer error it reached,
-so a faster variant that optimised something else would show. `--baseline-rev` adds the POT of another
-commit (checked out into a temporary git worktree) for a before/after comparison on the same machine.
+so a faster variant that optimised something else would show. The layers together run twice: their Gram
+objectives' gradient written down (the default) and by autograd (`gram_gradient="autograd"`, as before).
+`--baseline-rev` adds the POT of another commit (checked out into a temporary git worktree) for a before/after
+comparison on the same machine.
 
     python -m benchmarks.speed.pot_cell                                   # sequential vs concurrent
     python -m benchmarks.speed.pot_cell --baseline-rev 9c9af00            # + that commit's POT, same cell
@@ -64,6 +66,10 @@ print(json.dumps({
 """
 
 
+TOGETHER = "this checkout, same-shape layers together"
+AUTOGRAD = "this checkout, together, autograd's Gram gradient"
+
+
 def run_variant(root: Path, args: argparse.Namespace, options: dict) -> dict:
     """One `pot()` of the cell in a subprocess with the code under `root`."""
     argv = [args.dataset, args.model, str(args.target), str(args.iterations), str(args.images), str(args.threads)]
@@ -115,7 +121,8 @@ def main(argv=None) -> None:
     print(*lines, sep="\n", flush=True)
     variants: list[tuple[str, Path, dict]] = [
         ("this checkout, layers one by one", REPO_ROOT, {"concurrent": False}),
-        ("this checkout, same-shape layers together", REPO_ROOT, {"concurrent": True}),
+        (AUTOGRAD, REPO_ROOT, {"concurrent": True, "gram_gradient": "autograd"}),
+        (TOGETHER, REPO_ROOT, {"concurrent": True}),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         if args.baseline_rev:
@@ -137,6 +144,11 @@ def main(argv=None) -> None:
     for name, r in list(results.items())[1:]:
         lines.append(f"speed-up of '{name}' over '{next(iter(results))}': {first['wall_s'] / r['wall_s']:.2f}x")
         print(lines[-1])
+    lines.append(
+        f"speed-up of the closed-form Gram gradient over autograd's (layers together): "
+        f"{results[AUTOGRAD]['wall_s'] / results[TOGETHER]['wall_s']:.2f}x"
+    )
+    print(lines[-1])
     lines.append(
         f"command: python -m benchmarks.speed.pot_cell {' '.join(argv if argv is not None else sys.argv[1:])}; "
         f"this checkout at commit {commit}; load average at the end "
