@@ -251,23 +251,35 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
     return {n: t.numel() * t.element_size() for n, t in got.items()}
 
 
+def takes_gram(
+    layer: nn.Module, sample: torch.Tensor, n_images: int, cfg: POTOptions, unit_size: int, recomputed: bool
+):
+    """Whether the layer's objective is its Gram statistics: where the whole reconstruction is estimated cheaper with
+    them and they fit in cache_bytes (on top of the cached inputs). Recomputed inputs take the statistics whenever
+    they fit: a forward objective would recompute a batch's inputs for every step."""
+    if not (cfg.gram and gram_candidate(layer)):
+        return False
+    plan = gram_plan(layer, sample, n_images, cfg.iterations, min(cfg.batch_size, n_images), unit_size)
+    return (recomputed or plan["gram_s"] < plan["forward_s"]) and plan["bytes"] <= cfg.cache_bytes
+
+
 def layer_objective(
     layer: nn.Module, inputs: torch.Tensor | RecomputedInputs, cfg: POTOptions, units: torch.Tensor | None = None
 ) -> ForwardObjective | GramObjective:
-    """Gram statistics where the whole reconstruction is estimated cheaper with them and they fit in
-    cache_bytes (on top of the cached inputs), else the layer's forward. Recomputed inputs take the statistics
-    whenever they fit: a forward objective would recompute a batch's inputs for every step."""
-    if cfg.gram and gram_candidate(layer):
-        unit_size = 1 if units is None else units.shape[1]
-        batch = min(cfg.batch_size, len(inputs))
-        plan = gram_plan(layer, inputs[:1], len(inputs), cfg.iterations, batch, unit_size)
-        cheaper = isinstance(inputs, RecomputedInputs) or plan["gram_s"] < plan["forward_s"]
-        if cheaper and plan["bytes"] <= cfg.cache_bytes:
-            try:
-                return GramObjective(layer, inputs, units)
-            except NotLinearInWeights:
-                pass
+    """Gram statistics where `takes_gram` says so (and the layer is linear in its weight), else the layer's forward."""
+    unit_size = 1 if units is None else units.shape[1]
+    if takes_gram(layer, inputs[:1], len(inputs), cfg, unit_size, isinstance(inputs, RecomputedInputs)):
+        try:
+            return GramObjective(layer, inputs, units)
+        except NotLinearInWeights:
+            pass
     return ForwardObjective(layer, inputs, units)
+
+
+def inputs_recomputed(bytes_per_image: int, n_images: int, cfg: POTOptions) -> bool:
+    """A layer whose dense inputs over all images alone exceed cache_bytes has them recomputed wherever they are
+    read (`RecomputedInputs`); others are cached, consecutive layers sharing a pass while they fit together."""
+    return bytes_per_image * n_images > cfg.cache_bytes
 
 
 def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
@@ -523,7 +535,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
             end += 1
         tic = time.perf_counter()
         inputs: dict[str, torch.Tensor | RecomputedInputs]
-        if end == start:  # this layer's inputs alone exceed the cache: recomputed wherever they are read
+        if inputs_recomputed(per_image[names[start]], len(images), cfg):  # its inputs alone exceed the cache
             end = start + 1
             inputs = {names[start]: RecomputedInputs(dense, names[start], images)}
         else:
