@@ -95,6 +95,10 @@ class POTOptions(MethodOptions):
     gram_gradient: str = "closed-form"  # a Gram objective's gradient written down (one product with each Gram
     # matrix a step) or "autograd" (two: forward and backward); the same up to float rounding
     DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"gram_gradient": "autograd"}  # what records before it ran with
+    choose_for: dict | None = None  # {"images": N, "iterations": T}: make the size choices (inputs cached or
+    # recomputed, Gram statistics or the layer's forward, layers sharing a pass) as a run of N images and T
+    # iterations would, against the same cache_bytes: a probe on a few images that runs what the full set would
+    # (the scale benchmark's); None: the run's own sizes
 
     def validate(self) -> None:
         super().validate()
@@ -105,6 +109,20 @@ class POTOptions(MethodOptions):
         for name in ("iterations", "lr_weight", "lr_bias", "early_stop_loss", "cache_bytes"):
             check_at_least(self, name, 0)
         check_at_least(self, "batch_size", 1)
+        if self.choose_for is not None and (
+            set(self.choose_for) != {"images", "iterations"}
+            or not all(isinstance(v, int) and v >= 1 for v in self.choose_for.values())
+        ):
+            raise ValueError(
+                f"choose_for must be None or {{'images': N, 'iterations': T}} with positive integers, got "
+                f"{self.choose_for!r}"
+            )
+
+    def sizes_for_choices(self, n_images: int) -> tuple[int, int]:
+        """(images, iterations) the size choices are made for: `choose_for`'s, else the run's own."""
+        if self.choose_for is None:
+            return n_images, self.iterations
+        return self.choose_for["images"], self.choose_for["iterations"]
 
 
 def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
@@ -259,7 +277,8 @@ def takes_gram(
     they fit: a forward objective would recompute a batch's inputs for every step."""
     if not (cfg.gram and gram_candidate(layer)):
         return False
-    plan = gram_plan(layer, sample, n_images, cfg.iterations, min(cfg.batch_size, n_images), unit_size)
+    n_images, iterations = cfg.sizes_for_choices(n_images)
+    plan = gram_plan(layer, sample, n_images, iterations, min(cfg.batch_size, n_images), unit_size)
     return (recomputed or plan["gram_s"] < plan["forward_s"]) and plan["bytes"] <= cfg.cache_bytes
 
 
@@ -279,7 +298,7 @@ def layer_objective(
 def inputs_recomputed(bytes_per_image: int, n_images: int, cfg: POTOptions) -> bool:
     """A layer whose dense inputs over all images alone exceed cache_bytes has them recomputed wherever they are
     read (`RecomputedInputs`); others are cached, consecutive layers sharing a pass while they fit together."""
-    return bytes_per_image * n_images > cfg.cache_bytes
+    return bytes_per_image * cfg.sizes_for_choices(n_images)[0] > cfg.cache_bytes
 
 
 def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
@@ -528,10 +547,11 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         pending.clear()
 
     start, collect_s = 0, 0.0
+    planned_images = cfg.sizes_for_choices(len(images))[0]
     while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
         end, used = start, 0
-        while end < len(names) and used + per_image[names[end]] * len(images) <= cfg.cache_bytes:
-            used += per_image[names[end]] * len(images)
+        while end < len(names) and used + per_image[names[end]] * planned_images <= cfg.cache_bytes:
+            used += per_image[names[end]] * planned_images
             end += 1
         tic = time.perf_counter()
         inputs: dict[str, torch.Tensor | RecomputedInputs]
@@ -553,7 +573,8 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
             )
             del sparse_inputs
             statistics = sum(p.objective.grams.numel() * 4 for p in pending if isinstance(p.objective, GramObjective))
-            if not isinstance(pending[-1].objective, GramObjective) or statistics > cfg.cache_bytes:
+            over = statistics * planned_images > cfg.cache_bytes * len(images)  # at the size choices are made for
+            if not isinstance(pending[-1].objective, GramObjective) or over:
                 reconstruct_pending()  # a forward objective holds its inputs; sparse inputs need the layers before
         start = end
     reconstruct_pending()

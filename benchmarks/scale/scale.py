@@ -55,6 +55,9 @@ SMALL = {knob: small for knob, (_, small) in PROBE_SIZES.items()}
 # cuBLAS set-up): on an H200 its first probe took longer than its second with twice the images, which made the
 # fitted lines meaningless. One untimed call at the smallest sizes comes first.
 FULL = {knob: full for knob, (full, _) in PROBE_SIZES.items()} | {"warmup_probe": True}
+# A layer-wise probe makes its size choices as at the paper's size (scale_cell.py), so it times what would run there.
+SMALL |= {"paper_choices": True}
+FULL |= {"paper_choices": True}
 
 
 def paper_models() -> list[str]:
@@ -100,6 +103,8 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
         "threads": threads,
         "n_images": sizes["train_images"] or budget["n_calibration"],  # training methods sample batches from it
         "options": budget["options"],
+        "paper_images": budget["n_calibration"],
+        "paper_iterations": budget.get("iterations"),
         **sizes,
     }
     t = time.perf_counter()
@@ -125,7 +130,7 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
 # The probe sizes each kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
 SIZES_OF_KIND = {
     "training": ("batch_sizes", "warmup", "steps", "train_images", "small_options"),
-    "layer-wise": ("images", "iterations", "layers", "warmup_probe"),
+    "layer-wise": ("images", "iterations", "layers", "warmup_probe", "paper_choices"),
     "one-shot": ("images",),
 }
 

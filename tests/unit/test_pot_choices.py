@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 
 from baselines.pot import POTOptions, pot
@@ -24,3 +25,21 @@ def test_the_choices_listed_are_the_ones_pot_makes():
         ]
         seen.add(tuple((inputs, objective) for _, inputs, objective in listed.values()))
     assert len(seen) == 3  # each cache made other choices
+
+
+def test_choose_for_makes_a_few_images_choose_as_many_would():
+    """`choose_for` makes a run of 8 images take the objectives a run of 32 takes at the same cache (the scale
+    benchmark's probes run so); without it the 8 images fit where the 32 do not."""
+    x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    cfg = dict(iterations=5, batch_size=8, progress=False, cache_bytes=1e4)
+    many = [r["objective"] for r in pot(wide_cnn(), x, 0.6, POTOptions(**cfg))[1].per_layer]
+    few = [r["objective"] for r in pot(wide_cnn(), x[:8], 0.6, POTOptions(**cfg))[1].per_layer]
+    planned = POTOptions(choose_for={"images": 32, "iterations": 5}, **cfg)
+    few_as_many = [r["objective"] for r in pot(wide_cnn(), x[:8], 0.6, planned)[1].per_layer]
+    assert few_as_many == many != few
+
+
+@pytest.mark.parametrize("bad", [{"images": 32}, {"images": 0, "iterations": 5}, {"images": 3.5, "iterations": 5}])
+def test_choose_for_names_what_it_needs(bad):
+    with pytest.raises(ValueError, match="choose_for must be None or"):
+        POTOptions(choose_for=bad).validate()

@@ -199,16 +199,24 @@ def test_a_cache_bounded_methods_memory_line_is_capped_at_its_cache():
 def test_a_layerwise_cell_makes_one_untimed_call_before_its_timed_probes(monkeypatch):
     import tasks.imagenet.models as models
 
-    calls = []
+    calls, chosen = [], []
 
     def fake_probe(method, build, n_images, budget, overrides, device):
         calls.append((n_images, overrides.get("iterations")))
+        chosen.append(overrides.get("choose_for"))
         return {"images": n_images, "wall_s": 1.0}
 
     monkeypatch.setattr(models, "architecture", lambda name: nn.Sequential(nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3)))
     monkeypatch.setattr(scale_cell, "run_probe", fake_probe)
-    spec = {"model": "resnet18", "method": "pot-l2norm", "device": "cpu", "options": {}, **scale.FULL}
+    paper = {"paper_images": 10240, "paper_iterations": 20000}
+    spec = {"model": "resnet18", "method": "pot-l2norm", "device": "cpu", "options": {}, **paper, **scale.FULL}
     result = scale_cell.run_cell(spec)
     assert calls == [(256, 8), (256, 100), (512, 100), (256, 200)]  # the first one untimed (past a CUDA graph capture)
     assert [p["images"] for p in result["probes"]] == [256, 512, 256]
-    assert scale.SIZES_OF_KIND["layer-wise"][-1] == "warmup_probe"  # earlier cells without it are measured again
+    # every probe chooses as the paper's size would (cached or recomputed inputs, Gram statistics or forward)
+    assert chosen == [{"images": 10240, "iterations": 20000}] * 4
+    # earlier cells without these are measured again
+    assert {"warmup_probe", "paper_choices"} <= set(scale.SIZES_OF_KIND["layer-wise"])
+    chosen.clear()
+    scale_cell.run_cell({**spec, "method": "obs"})  # obs has no such choices to make
+    assert set(chosen) == {None}
