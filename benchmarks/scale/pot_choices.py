@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> list[str]:
     for name, (mb, *_) in at[sizes[0]].items():
         picks = [" ".join(at[size][name][1:]) for size in sizes]
         mark = "*" if name in timed else " "
-        lines.append(f"{mark}{name:27s} {mb:8.2f} | " + " | ".join(f"{p:24s}" for p in picks))
+        lines.append((f"{mark}{name:27s} {mb:8.2f} | " + " | ".join(f"{p:24s}" for p in picks)).rstrip())
         if len(set(picks)) > 1:
             differ.append(f"{name}{' (timed)' if name in timed else ''}")
     lines.append(
