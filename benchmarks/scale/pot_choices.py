@@ -19,6 +19,7 @@ import dataclasses
 import torch
 
 from baselines.pot import POTOptions, collect_inputs, inputs_recomputed, takes_gram
+from baselines.pot_objective import gram_candidate, gram_plan
 from benchmarks.report import measure_then_emit
 from benchmarks.scale.scale import FULL, paper_budget
 from benchmarks.scale.scale_cell import IMAGE_SIZE, layer_costs, spread
@@ -26,7 +27,8 @@ from fcpts.core.masks import prunable_layers
 
 
 def choices(model: torch.nn.Module, sample: torch.Tensor, n_images: int, iterations: int, cfg: POTOptions) -> dict:
-    """Per prunable layer: (inputs MB an image, "recomputed"/"cached", "gram"/"forward") at `n_images`."""
+    """Per prunable layer: (inputs MB an image, "recomputed"/"cached", "gram"/"forward", GB of the inputs over
+    all images, GB of the Gram statistics or None where the layer has none) at `n_images`."""
     layers = prunable_layers(model)
     inputs = collect_inputs(model, list(layers), sample)
     cfg = dataclasses.replace(cfg, iterations=iterations)
@@ -35,7 +37,13 @@ def choices(model: torch.nn.Module, sample: torch.Tensor, n_images: int, iterati
         per_image = inputs[name].numel() * inputs[name].element_size()
         recomputed = inputs_recomputed(per_image, n_images, cfg)
         gram = takes_gram(layer, inputs[name], n_images, cfg, cfg.batch_size, recomputed)
-        out[name] = (per_image / 1e6, "recomputed" if recomputed else "cached", "gram" if gram else "forward")
+        statistics = None
+        if gram_candidate(layer):
+            statistics = gram_plan(layer, inputs[name], n_images, iterations, cfg.batch_size, cfg.batch_size)["bytes"]
+        out[name] = (
+            per_image / 1e6, "recomputed" if recomputed else "cached", "gram" if gram else "forward",
+            per_image * n_images / 1e9, None if statistics is None else statistics / 1e9,
+        )  # fmt: skip
     return out
 
 
@@ -56,14 +64,16 @@ def run(args: argparse.Namespace) -> list[str]:
         f"POT (L2Norm) on {args.model} (random weights, {IMAGE_SIZE} px): each layer's inputs cached or recomputed, "
         f"and its objective, at the scale benchmark's probe sizes and at the paper's {paper_images} images "
         f"({paper_iterations} iterations, batch {cfg.batch_size}, cache_bytes {cfg.cache_bytes / 1e9:.0f} GB); "
-        "* = a layer the scale benchmark times",
-        f"{'layer':28s} {'MB/image':>8s} | {head}",
+        "* = a layer the scale benchmark times; last: the inputs over the paper's images and the Gram statistics there",
+        f"{'layer':28s} {'MB/image':>8s} | {head} | GB at {paper_images}",
     ]
     differ = []
     for name, (mb, *_) in at[sizes[0]].items():
-        picks = [" ".join(at[size][name][1:]) for size in sizes]
+        picks = [" ".join(at[size][name][1:3]) for size in sizes]
         mark = "*" if name in timed else " "
-        lines.append((f"{mark}{name:27s} {mb:8.2f} | " + " | ".join(f"{p:24s}" for p in picks)).rstrip())
+        inputs_gb, gram_gb = at[sizes[-1]][name][3:]
+        held = f"inputs {inputs_gb:.1f}, Gram " + ("-" if gram_gb is None else f"{gram_gb:.1f}")
+        lines.append(f"{mark}{name:27s} {mb:8.2f} | " + " | ".join(f"{p:24s}" for p in picks) + f" | {held}")
         if len(set(picks)) > 1:
             differ.append(f"{name}{' (timed)' if name in timed else ''}")
     lines.append(

@@ -19,11 +19,11 @@ def test_the_choices_listed_are_the_ones_pot_makes():
         cfg = POTOptions(iterations=5, batch_size=8, progress=False, cache_bytes=cache)
         listed = choices(wide_cnn(), x[:1], len(x), cfg.iterations, cfg)
         _, report = pot(copy.deepcopy(wide_cnn()), x, 0.6, cfg)
-        assert [objective for _, _, objective in listed.values()] == [r["objective"] for r in report.per_layer]
-        assert [inputs for _, inputs, _ in listed.values()] == [
-            "recomputed" if mb * 1e6 * len(x) > cache else "cached" for mb, _, _ in listed.values()
+        assert [row[2] for row in listed.values()] == [r["objective"] for r in report.per_layer]
+        assert [row[1] for row in listed.values()] == [
+            "recomputed" if inputs_gb * 1e9 > cache else "cached" for *_, inputs_gb, _ in listed.values()
         ]
-        seen.add(tuple((inputs, objective) for _, inputs, objective in listed.values()))
+        seen.add(tuple(row[1:3] for row in listed.values()))
     assert len(seen) == 3  # each cache made other choices
 
 
