@@ -446,3 +446,19 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
     for record in records:
         cell = f"{record['dataset']} {record['model']} {record['target_sparsity']:.0%}"
         assert printed[cell] == f"{record['method_report']['extra']['block_weight']['chosen']:.4f}", cell
+
+
+@pytest.mark.parametrize(
+    "model, label", [("resnet18", "ResNet-18"), ("resnet50", "ResNet-50"), ("vit_base", "ViT-B")]
+)
+def test_pot_choice_counts_quoted_are_the_benchmark_outputs(model, label):
+    """How many layers (and timed layers) choose otherwise at the paper's size, as benchmarks.scale.pot_choices
+    wrote it."""
+    text = (RESULTS_DIR / "benchmarks" / f"pot_choices_{model}.txt").read_text()
+    differ, total, names = re.search(r"differ from a probe's: (\d+) of (\d+)(?:: (.*))?$", text, re.M).groups()
+    timed = names.count("(timed)")
+    timed_total = sum(line.startswith("*") for line in text.splitlines())
+    doc = (NOTEBOOK / "benchmarks.md").read_text()
+    quoted = "all 4 timed" if timed == timed_total == 4 else f"{timed} of {timed_total} timed"
+    assert "+dirty" not in text
+    assert re.search(rf"On {re.escape(label)} {differ} of {total}( layers)? \({quoted}\)", " ".join(doc.split()))
