@@ -14,6 +14,12 @@ from tasks.grid.paths import REPO_ROOT
 OUTPUT = REPO_ROOT / "results" / "benchmarks" / "scale_cpu_small.json"
 
 
+def small_before_paper_choices(sizes: dict) -> bool:
+    """Today's --small probe sizes, made before the layer-wise probes chose as at the paper's size: these outputs'
+    POT cells chose as their probes' sizes did (docs/notebook/benchmarks.md)."""
+    return sizes == {k: v for k, v in scale.SMALL.items() if k != "paper_choices"} and scale.SMALL["paper_choices"]
+
+
 @pytest.fixture(scope="module")
 def result():
     return json.loads(OUTPUT.read_text())
@@ -24,7 +30,7 @@ def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(resul
     assert set(cells) == {(m, meth) for m in scale.paper_models() for meth in result["budgets"]}
     assert {c["status"] for c in cells.values()} <= {"ok", "not measured", "crashed", "timeout", "error"}
     assert {m for (m, _), c in cells.items() if c["status"] == "ok"} == set(scale.paper_models())
-    assert result["mode"] == "small" and result["sizes"] == scale.SMALL
+    assert result["mode"] == "small" and small_before_paper_choices(result["sizes"])
 
 
 def test_projections_and_table_are_regenerated_from_the_probes(result):
@@ -48,7 +54,7 @@ def test_the_capped_vit_large_probmask_try_is_as_the_doc_says():
     assert (cell["model"], cell["method"], cell["status"]) == ("vit_large", "probmask", "crashed")
     assert cell["error"].startswith("exit -9") and "capped at 18 GB by a cgroup" in capped["note"]
     assert (
-        capped["sizes"] == scale.SMALL
+        small_before_paper_choices(capped["sizes"])
         and scale.markdown(capped) == (OUTPUT.parent / "scale_cpu_small_vit_large_probmask_capped.md").read_text()
     )
     text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
@@ -61,7 +67,7 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
     (cell,) = run["cells"]
     assert (cell["model"], cell["method"], cell["status"]) == ("vit_large", "probmask", "ok")
     assert "MALLOC_MMAP_THRESHOLD_=1048576" in run["note"] and "capped at 16 GB by a cgroup" in run["note"]
-    assert run["sizes"] == scale.SMALL and scale.markdown(run) == path.with_suffix(".md").read_text()
+    assert small_before_paper_choices(run["sizes"]) and scale.markdown(run) == path.with_suffix(".md").read_text()
     (probe,) = cell["probes"]
     fcpts = next(c for c in result["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
     text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
