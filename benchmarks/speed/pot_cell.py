@@ -67,7 +67,7 @@ print(json.dumps({
 
 
 TOGETHER = "this checkout, same-shape layers together"
-AUTOGRAD = "this checkout, together, autograd's Gram gradient"
+AUTOGRAD = "this checkout, together, autograd's gradient"
 
 
 def run_variant(root: Path, args: argparse.Namespace, options: dict) -> dict:

@@ -462,3 +462,17 @@ def test_pot_choice_counts_quoted_are_the_benchmark_outputs(model, label):
     quoted = "all 4 timed" if timed == timed_total == 4 else f"{timed} of {timed_total} timed"
     assert "+dirty" not in text
     assert re.search(rf"On {re.escape(label)} {differ} of {total}( layers)? \({quoted}\)", " ".join(doc.split()))
+
+
+def test_pot_gram_gradient_section_quotes_its_outputs():
+    """The CPU step times of the Gram gradient written down and by autograd, from clean commits; the load the
+    notebook reports beside the ResNet-18 run."""
+    doc = " ".join((NOTEBOOK / "benchmarks.md").read_text().split())
+    for name in ("pot_step_time_cpu.txt", "pot_step_time_resnet18_224_cpu.txt"):
+        text = (RESULTS_DIR / "benchmarks" / name).read_text()
+        assert "+dirty" not in text and "OMP_NUM_THREADS=1" in text, name
+        ratio = re.search(r"closed-form gradient over autograd's, eager: (\d+\.\d+)x", text).group(1)
+        assert f"closed-form gradient over autograd's, eager: {ratio}x" in doc
+    r18 = (RESULTS_DIR / "benchmarks" / "pot_step_time_resnet18_224_cpu.txt").read_text()
+    load = re.search(r"load average at the end (\d+\.\d+)", r18).group(1)
+    assert "layers layer4.*" in r18 and f"load average {load} at its end" in doc
