@@ -271,7 +271,7 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
 
 def takes_gram(
     layer: nn.Module, sample: torch.Tensor, n_images: int, cfg: POTOptions, unit_size: int, recomputed: bool
-):
+) -> bool:
     """Whether the layer's objective is its Gram statistics: where the whole reconstruction is estimated cheaper with
     them and they fit in cache_bytes (on top of the cached inputs). Recomputed inputs take the statistics whenever
     they fit: a forward objective would recompute a batch's inputs for every step."""

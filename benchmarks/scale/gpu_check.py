@@ -25,8 +25,9 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid): on the GPU that measured
                the committed results/benchmarks/scale_cuda.json those still missing from it, the training-loop
                methods' (measured before their steps replayed and their batches came from workers) and POT's
-               (before its Gram gradient was written down; it merges the rest), on another all 27: last, its cells
-               kept one by one (--resume), so a later call finishes what one left
+               (before its Gram gradient was written down and its probes chose as at the paper's size; it merges
+               the rest), on another all 27: last, its cells kept one by one (--resume), so a later call finishes
+               what one left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
@@ -84,7 +85,8 @@ SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
 def measured_again() -> list[str]:
     """The registered methods whose committed GPU cells predate what made them faster, so the scale part measures
     them again: the training-loop methods (their steps replay from a CUDA graph, their batches come from worker
-    processes) and POT (a Gram objective's gradient written down: one product with each Gram matrix a step)."""
+    processes) and POT (a Gram objective's gradient written down: one product with each Gram matrix a step; its
+    probes choose as at the paper's size, which also keeps its earlier cells from being merged)."""
     from benchmarks.scale.scale_cell import method_kind
     from fcpts.methods import METHODS
 

@@ -135,8 +135,13 @@ SIZES_OF_KIND = {
 }
 
 
-def same_probes(kind: str, a: dict, b: dict) -> bool:
-    return all(a.get(k) == b.get(k) for k in SIZES_OF_KIND[kind])
+def same_probes(kind: str, a: dict, b: dict, method: str | None = None) -> bool:
+    """Whether cells of this kind measured with probe sizes `a` count as measured with `b`; `paper_choices` only
+    for a method that makes such choices (`choose_for`): other layer-wise methods' probes are the same without it."""
+    knobs = SIZES_OF_KIND[kind]
+    if method is not None and "choose_for" not in get_method(method).options.field_names():
+        knobs = tuple(k for k in knobs if k != "paper_choices")
+    return all(a.get(k) == b.get(k) for k in knobs)
 
 
 def fmt_time(seconds: float) -> str:
@@ -348,7 +353,9 @@ def main(argv=None) -> dict:
             {
                 (c["model"], c["method"]): c
                 for c in earlier["cells"]
-                if c["status"] == "ok" and same_probes(c["kind"], earlier["sizes"], sizes) and c["method"] not in again
+                if c["status"] == "ok"
+                and same_probes(c["kind"], earlier["sizes"], sizes, c["method"])
+                and c["method"] not in again
             }
         )
     t0 = time.perf_counter()

@@ -118,6 +118,10 @@ def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
     assert scale.same_probes("layer-wise", scale.SMALL, other_batch)
     assert not scale.same_probes("training", scale.SMALL, other_batch)
     assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3})
+    # cells made before the probes chose as at the paper's size: POT's measured again, obs's (no such choices) kept
+    before = {k: v for k, v in scale.SMALL.items() if k != "paper_choices"}
+    assert not scale.same_probes("layer-wise", before, scale.SMALL, "pot-erk")
+    assert scale.same_probes("layer-wise", before, scale.SMALL, "obs")
 
 
 def test_the_paper_grid_mode_runs_the_grids_pairs_and_keeps_merged_cells():
