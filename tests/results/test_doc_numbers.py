@@ -476,3 +476,11 @@ def test_pot_gram_gradient_section_quotes_its_outputs():
     r18 = (RESULTS_DIR / "benchmarks" / "pot_step_time_resnet18_224_cpu.txt").read_text()
     load = re.search(r"load average at the end (\d+\.\d+)", r18).group(1)
     assert "layers layer4.*" in r18 and f"load average {load} at its end" in doc
+    cell = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu_gram_gradient.txt").read_text()
+    load = float(re.search(r"load average at the end (\d+\.\d+)", cell).group(1))
+    errors = set(re.findall(r"^this checkout.*\s(\d\.\d{5})$", cell, re.M))
+    assert load < 1.5 and "on a quiet machine" in doc  # the cell's variants ran alone
+    assert len(errors) == 1 and "The same layer errors to five digits" in doc
+    older = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
+    together = re.search(r"^this checkout, same-shape layers together\s+(\d+\.\d)", older, re.M).group(1)
+    assert f"gave {together} s for the layers together" in doc and "cpu:" not in older  # it names no processor
