@@ -484,3 +484,6 @@ def test_pot_gram_gradient_section_quotes_its_outputs():
     older = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
     together = re.search(r"^this checkout, same-shape layers together\s+(\d+\.\d)", older, re.M).group(1)
     assert f"gave {together} s for the layers together" in doc and "cpu:" not in older  # it names no processor
+    step = re.search(r"over autograd's, eager: (\d+\.\d+)x", r18).group(1)
+    whole = re.search(r"over autograd's \(layers together\): (\d+\.\d+)x", cell).group(1)
+    assert f"{step}x faster steps on ResNet-18's last stage" in doc and f"{whole}x on the whole" in doc  # the summary
