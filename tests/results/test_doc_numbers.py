@@ -448,9 +448,7 @@ def test_block_balance_benchmark_chose_what_the_full_runs_chose():
         assert printed[cell] == f"{record['method_report']['extra']['block_weight']['chosen']:.4f}", cell
 
 
-@pytest.mark.parametrize(
-    "model, label", [("resnet18", "ResNet-18"), ("resnet50", "ResNet-50"), ("vit_base", "ViT-B")]
-)
+@pytest.mark.parametrize("model, label", [("resnet18", "ResNet-18"), ("resnet50", "ResNet-50"), ("vit_base", "ViT-B")])
 def test_pot_choice_counts_quoted_are_the_benchmark_outputs(model, label):
     """How many layers (and timed layers) choose otherwise at the paper's size, as benchmarks.scale.pot_choices
     wrote it."""
