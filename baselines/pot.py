@@ -295,10 +295,20 @@ def layer_objective(
     return ForwardObjective(layer, inputs, units)
 
 
-def inputs_recomputed(bytes_per_image: int, n_images: int, cfg: POTOptions) -> bool:
-    """A layer whose dense inputs over all images alone exceed cache_bytes has them recomputed wherever they are
-    read (`RecomputedInputs`); others are cached, consecutive layers sharing a pass while they fit together."""
-    return bytes_per_image * cfg.sizes_for_choices(n_images)[0] > cfg.cache_bytes
+def input_groups(bytes_per_image: list[int], n_images: int, cfg: POTOptions) -> list[tuple[int, int, bool]]:
+    """(start, end, recomputed) of consecutive layers whose dense inputs over all images fit in cache_bytes together
+    (collected by one forward and cached); a layer whose inputs alone exceed it is a group of its own, recomputed
+    wherever they are read (`RecomputedInputs`). At the sizes choices are made for (`choose_for`)."""
+    planned = cfg.sizes_for_choices(n_images)[0]
+    groups, start = [], 0
+    while start < len(bytes_per_image):
+        end, used = start, 0
+        while end < len(bytes_per_image) and used + bytes_per_image[end] * planned <= cfg.cache_bytes:
+            used += bytes_per_image[end] * planned
+            end += 1
+        groups.append((start, max(end, start + 1), end == start))
+        start = max(end, start + 1)
+    return groups
 
 
 def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
@@ -546,17 +556,12 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
             bar.set_postfix(layer=group[-1].name, loss=f"{group[-1].log['final_loss']:.2e}")
         pending.clear()
 
-    start, collect_s = 0, 0.0
+    collect_s = 0.0
     planned_images = cfg.sizes_for_choices(len(images))[0]
-    while start < len(names):  # group consecutive layers whose cached inputs fit in cache_bytes
-        end, used = start, 0
-        while end < len(names) and used + per_image[names[end]] * planned_images <= cfg.cache_bytes:
-            used += per_image[names[end]] * planned_images
-            end += 1
+    for start, end, recomputed in input_groups([per_image[n] for n in names], len(images), cfg):
         tic = time.perf_counter()
         inputs: dict[str, torch.Tensor | RecomputedInputs]
-        if inputs_recomputed(per_image[names[start]], len(images), cfg):  # its inputs alone exceed the cache
-            end = start + 1
+        if recomputed:
             inputs = {names[start]: RecomputedInputs(dense, names[start], images)}
         else:
             inputs = dict(collect_inputs(dense, names[start:end], images))
@@ -564,7 +569,6 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         for n in names[start:end]:
             sparse_inputs: torch.Tensor | RecomputedInputs | None = None
             if cfg.inputs == "sparse":
-                recomputed = isinstance(inputs[n], RecomputedInputs)
                 sparse_inputs = (
                     RecomputedInputs(model, n, images) if recomputed else collect_inputs(model, [n], images)[n]
                 )
@@ -576,7 +580,6 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
             over = statistics * planned_images > cfg.cache_bytes * len(images)  # at the size choices are made for
             if not isinstance(pending[-1].objective, GramObjective) or over:
                 reconstruct_pending()  # a forward objective holds its inputs; sparse inputs need the layers before
-        start = end
     reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)

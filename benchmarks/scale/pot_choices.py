@@ -2,7 +2,7 @@
 paper's calibration size: its inputs cached or recomputed, and its objective (Gram statistics or the layer's forward).
 
 Why: POT makes both choices by comparing sizes that grow with the calibration images against `cache_bytes`
-(baselines/pot.py: `inputs_recomputed`, `takes_gram`). The scale benchmark times POT on a few layers at 256 and 512
+(baselines/pot.py: `input_groups`, `takes_gram`). The scale benchmark times POT on a few layers at 256 and 512
 images and projects the cell to the paper's 10,240; a layer that chooses otherwise at 10,240 images runs other code
 there than its probes timed. This lists each layer's choices at every size from one image's shapes (no
 reconstruction runs; seconds on a CPU), with the budget and options of the scale benchmark's POT cells, and marks
@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from baselines.pot import POTOptions, collect_inputs, inputs_recomputed, takes_gram
+from baselines.pot import POTOptions, collect_inputs, input_groups, takes_gram
 from baselines.pot_objective import gram_candidate, gram_plan
 from benchmarks.report import measure_then_emit
 from benchmarks.scale.scale import FULL, paper_budget
@@ -32,17 +32,20 @@ def choices(model: torch.nn.Module, sample: torch.Tensor, n_images: int, iterati
     layers = prunable_layers(model)
     inputs = collect_inputs(model, list(layers), sample)
     cfg = dataclasses.replace(cfg, iterations=iterations)
+    per_image = {name: x.numel() * x.element_size() for name, x in inputs.items()}
+    recomputed_at = {
+        start for start, _, recomputed in input_groups([per_image[n] for n in layers], n_images, cfg) if recomputed
+    }
     out = {}
-    for name, layer in layers.items():
-        per_image = inputs[name].numel() * inputs[name].element_size()
-        recomputed = inputs_recomputed(per_image, n_images, cfg)
+    for i, (name, layer) in enumerate(layers.items()):
+        recomputed = i in recomputed_at
         gram = takes_gram(layer, inputs[name], n_images, cfg, cfg.batch_size, recomputed)
         statistics = None
         if gram_candidate(layer):
             statistics = gram_plan(layer, inputs[name], n_images, iterations, cfg.batch_size, cfg.batch_size)["bytes"]
         out[name] = (
-            per_image / 1e6, "recomputed" if recomputed else "cached", "gram" if gram else "forward",
-            per_image * n_images / 1e9, None if statistics is None else statistics / 1e9,
+            per_image[name] / 1e6, "recomputed" if recomputed else "cached", "gram" if gram else "forward",
+            per_image[name] * n_images / 1e9, None if statistics is None else statistics / 1e9,
         )  # fmt: skip
     return out
 
