@@ -253,8 +253,11 @@ class GramStack:
     def losses(self, sel: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
         """sel: (L, m) unit indices per layer; returns the L losses."""
         dw, db = self.first.deltas(weight, bias, w_dense, b_dense)
-        gram, s = self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
-        return gram_loss(dw, db, gram, s, self.first.count(sel.shape[1]))
+        return gram_loss(dw, db, *self._summed(sel), self.first.count(sel.shape[1]))
+
+    def _summed(self, sel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per layer, the Gram matrices and sums of its selected units, summed."""
+        return self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
 
     @torch.no_grad()
     def losses_and_gradients(self, sel: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
@@ -267,7 +270,7 @@ class GramStack:
         if sel.shape[1] == 1:  # POT's fixed batches: one unit a step, read without a sum
             gram, s = self.grams[self.rows[:, 0], sel[:, 0]], self.sums[self.rows[:, 0], sel[:, 0]]
         else:
-            gram, s = self.grams[self.rows, sel].sum(1), self.sums[self.rows, sel].sum(1)
+            gram, s = self._summed(sel)
         count = self.first.count(sel.shape[1])
         product = dw @ gram  # dW G
         moved = (dw @ s.unsqueeze(-1)).squeeze(-1)  # dW s
