@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.scale.scale_cell import method_kind
+from benchmarks.scale.scale_cell import makes_size_choices, method_kind
 from benchmarks.scale.scale_projection import GRID_TABLES, grid_hours, paper_grid_cells, project_cell
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
@@ -139,7 +139,7 @@ def same_probes(kind: str, a: dict, b: dict, method: str | None = None) -> bool:
     """Whether cells of this kind measured with probe sizes `a` count as measured with `b`; `paper_choices` only
     for a method that makes such choices (`choose_for`): other layer-wise methods' probes are the same without it."""
     knobs = SIZES_OF_KIND[kind]
-    if method is not None and "choose_for" not in get_method(method).options.field_names():
+    if method is not None and not makes_size_choices(get_method(method)):
         knobs = tuple(k for k in knobs if k != "paper_choices")
     return all(a.get(k) == b.get(k) for k in knobs)
 

@@ -180,6 +180,12 @@ def run_probe(method: Method, build, n_images: int, budget: dict, overrides: dic
     return out
 
 
+def makes_size_choices(method: Method) -> bool:
+    """Whether the method chooses how it runs by comparing sizes that grow with the images against its cache, and can
+    be told to choose as at another size (`choose_for`): what `paper_choices` applies to."""
+    return "choose_for" in method.options.field_names()
+
+
 def run_cell(spec: dict) -> dict:
     """Every probe of one (model, method) cell; see the module's docstring."""
     from tasks.imagenet.models import architecture
@@ -226,7 +232,7 @@ def run_cell(spec: dict) -> dict:
     result["params_timed"] = sum(costs[n]["params"] for n in chosen)
     keep = set(chosen)
     overrides = {**base, "filter_fn": lambda module, name: name in keep}
-    if spec.get("paper_choices") and "choose_for" in method.options.field_names():
+    if spec.get("paper_choices") and makes_size_choices(method):
         # choices made by comparing sizes that grow with the images against a cache (POT: inputs cached or
         # recomputed, Gram statistics or the layer's forward) made as at the paper's size, not the probe's
         overrides["choose_for"] = {"images": spec["paper_images"], "iterations": spec["paper_iterations"]}
