@@ -49,14 +49,9 @@ def pot_seconds(
     return time.perf_counter() - tic
 
 
-def variants(device: torch.device) -> dict[str, dict]:
-    """Each gradient eager, and on a GPU also replayed from a CUDA graph."""
-    ways = {"eager": False, "cuda graphs": True} if device.type == "cuda" else {"eager": False}
-    return {
-        f"{gradient}, {way}": {"gram_gradient": gradient, "cuda_graphs": graphs}
-        for way, graphs in ways.items()
-        for gradient in GRADIENTS
-    }
+def ways(device: torch.device) -> dict[str, bool]:
+    """How the steps run, by `cuda_graphs`: eager, and on a GPU also replayed from a CUDA graph."""
+    return {"eager": False, "cuda graphs": True} if device.type == "cuda" else {"eager": False}
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -64,26 +59,26 @@ def run(args: argparse.Namespace) -> list[str]:
     torch.manual_seed(0)
     model, size, _ = model_and_images(args.model)
     x = torch.randn(args.images, 3, size, size)
-    timed = variants(device)
-    per_step: dict[str, list[float]] = {name: [] for name in timed}
+    per_step: dict[tuple[str, str], list[float]] = {(g, way): [] for way in ways(device) for g in GRADIENTS}
     pot_seconds(model, x, args.layers, 2, {}, device)  # first-call costs (CUDA context, cuBLAS) outside the timing
     for _ in range(args.rounds):
-        for name, options in timed.items():
+        for gradient, way in per_step:
+            options = {"gram_gradient": gradient, "cuda_graphs": ways(device)[way]}
             short = pot_seconds(model, x, args.layers, args.steps, options, device)
             long = pot_seconds(model, x, args.layers, 2 * args.steps, options, device)
-            per_step[name].append((long - short) / args.steps)
-    median = {name: statistics.median(times) for name, times in per_step.items()}
+            per_step[gradient, way].append((long - short) / args.steps)
+    median = {key: statistics.median(times) for key, times in per_step.items()}
     lines = [
         f"model {args.model} (random weights) at {size} px, POT L2Norm 80%, layers {args.layers}* (same-shape ones "
         f"stacked), batch 64 of {args.images} images, {device_description(device)}; step time from runs of "
         f"{args.steps} and {2 * args.steps} steps differenced, median of {args.rounds} rounds",
-        *(f"pot step, {name:24s}: {seconds * 1000:9.3f} ms" for name, seconds in median.items()),
+        *(f"pot step, {f'{g}, {way}':24s}: {seconds * 1000:9.3f} ms" for (g, way), seconds in median.items()),
     ]
-    for way in dict.fromkeys(name.split(", ")[1] for name in median):
-        closed, auto = median[f"closed-form, {way}"], median[f"autograd, {way}"]
+    for way in ways(device):
+        closed, auto = median["closed-form", way], median["autograd", way]
         lines.append(f"closed-form gradient over autograd's, {way}: {auto / closed:.2f}x")
     if device.type == "cuda":
-        eager, graphed = median["closed-form, eager"], median["closed-form, cuda graphs"]
+        eager, graphed = median["closed-form", "eager"], median["closed-form", "cuda graphs"]
         lines.append(f"cuda graphs over eager (closed-form): {eager / graphed:.2f}x")
     fastest = min(median.values())
     lines.append(f"a group's 20,000 steps at the fastest: {20_000 * fastest:.0f} s")
