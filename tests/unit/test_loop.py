@@ -194,6 +194,27 @@ def test_fcpts_overwrites_every_teacher_block_output_of_a_cifar_resnet(monkeypat
     assert len(decided) == 2 and all(len(names) == 9 and sole == names for names, sole in decided)
 
 
+def test_block_output_gradients_are_accumulated_in_place():
+    """Each CIFAR ResNet block output gets two gradients, its block MSE's (first) and the rest of the network's.
+    Autograd adds the second into the first in place only while the first's storage has no other user; a
+    fresh block-sized buffer for every sum cost a CPU step page faults (the overwritten teacher outputs had
+    kept a second user, a storage object made by reading their address)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tasks.grid.cifar_models import cifar_resnet
+
+    x = torch.randn(8, 3, 8, 8)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fcpts.sparsify(cifar_resnet("resnet20"), x, 0.9, iterations=1, batch_size=8, progress=False)
+    sums = [
+        e.name for e in prof.events()
+        if e.name in ("aten::add", "aten::add_") and e.cpu_parent is not None
+        and e.cpu_parent.name.startswith("autograd::engine::evaluate_function")
+        and len(e.input_shapes[0]) == 4 and e.input_shapes[0][0] == len(x)
+    ]  # fmt: skip
+    assert len(sums) >= 9 and set(sums) == {"aten::add_"}, sums
+
+
 def teacher_block_outputs(monkeypatch) -> dict:
     """{block name: a weak reference to the teacher's latest output there}, kept by wrapping FCPTS's block taps."""
     import weakref
