@@ -97,6 +97,9 @@ class OBSOptions(MethodOptions):
     CACHE_COPIES: ClassVar[int] = 1  # buffers of `cache_bytes` held at once: the kept inputs (docs/memory.md)
     cache_bytes: float = 4e9  # the most kept inputs (over all images, both models): a unit whose inputs would
     # take more is reached from the image, so memory does not grow with the calibration set
+    choose_for: dict | None = None  # {"images": N}: keep a unit's inputs or reach it from the image as a run of
+    # N images would, against the same cache_bytes: a probe on a few images that runs what the full set would
+    # (the scale benchmark's); None: the run's own size
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
@@ -106,6 +109,14 @@ class OBSOptions(MethodOptions):
             raise ValueError("percdamp must be >= 0, block_size and batch_size >= 1")
         if not all(0 < s < 1 for s in self.levels):
             raise ValueError(f"levels must lie in (0, 1), got {self.levels}")
+        if self.choose_for is not None and (
+            not isinstance(self.choose_for, dict)
+            or set(self.choose_for) != {"images"}
+            or not (isinstance(n := self.choose_for["images"], int) and n >= 1)
+        ):
+            raise ValueError(
+                f"choose_for must be None or {{'images': N}} with a positive integer, got {self.choose_for!r}"
+            )
 
 
 class LayerOBS:
@@ -393,6 +404,8 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         calibration_batches(calib, cfg.batch_size),
         reuse=cfg.reuse_inputs,
         max_bytes=cfg.cache_bytes,
+        # sized by the first batch, which holds min(batch_size, images) images
+        planned_batches=None if cfg.choose_for is None else cfg.choose_for["images"] / min(cfg.batch_size, len(calib)),
     )
     log, planned, actual = {}, 0, 0
     bar = tqdm(

@@ -110,7 +110,8 @@ class POTOptions(MethodOptions):
             check_at_least(self, name, 0)
         check_at_least(self, "batch_size", 1)
         if self.choose_for is not None and (
-            set(self.choose_for) != {"images", "iterations"}
+            not isinstance(self.choose_for, dict)
+            or set(self.choose_for) != {"images", "iterations"}
             or not all(isinstance(v, int) and v >= 1 for v in self.choose_for.values())
         ):
             raise ValueError(

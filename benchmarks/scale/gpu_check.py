@@ -85,12 +85,13 @@ SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
 def measured_again() -> list[str]:
     """The registered methods whose committed GPU cells predate what made them faster, so the scale part measures
     them again: the training-loop methods (their steps replay from a CUDA graph, their batches come from worker
-    processes) and POT (a Gram objective's gradient written down: one product with each Gram matrix a step; its
-    probes choose as at the paper's size, which also keeps its earlier cells from being merged)."""
-    from benchmarks.scale.scale_cell import method_kind
+    processes) and the methods whose probes now make their size choices as at the paper's size, which also keeps
+    their earlier cells from being merged: POT (besides, a Gram objective's gradient written down: one product with
+    each Gram matrix a step) and obs."""
+    from benchmarks.scale.scale_cell import makes_size_choices, method_kind
     from fcpts.methods import METHODS
 
-    return [name for name, m in METHODS.items() if method_kind(m) == "training" or m.family == "pot"]
+    return [name for name, m in METHODS.items() if method_kind(m) == "training" or makes_size_choices(m)]
 
 
 def same_gpu(scale_output: Path, device: str) -> bool:
@@ -237,9 +238,9 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
     # POT's step times four ways since (two gradients, eager and replayed): the eager ones most of its minute;
     # on ResNet-18's last stage at 224 px (pot-step-r18-224) it has not run on a GPU: its 50 s are an estimate.
     # Scale: 21 grid cells took 398 s there (ViT-L's more than the others); on the GPU whose cells are committed it
-    # measures the 13 training-loop cells and the 14 POT cells again (211 s and 311 s of cells there before), on
-    # another GPU all 27. They add up to more than one call's 465 s: a call runs the parts in order, each with its
-    # budget while time is left, and a second call with --continue-from finishes the rest.
+    # measures the 13 training-loop cells, the 14 POT cells and the 3 obs cells again (211 s, 311 s and 69 s of cells
+    # there before), on another GPU all 27. They add up to more than one call's 465 s: a call runs the parts in
+    # order, each with its budget while time is left, and a second call with --continue-from finishes the rest.
     return [
         Part("smoke", smoke, 90),
         Part("step-time", step, 60),

@@ -16,9 +16,10 @@ training-loop probe whose batches came from worker processes (on a GPU) says how
 peak RSS).
 A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
 timed probe. With `paper_choices` a method that compares sizes growing with the images against its cache makes
-those choices as at the paper's size (POT's `choose_for`): at 10,240 images ResNet-18's 512-channel 3x3 convs need
-13.6 GB of Gram statistics each, over POT's 4 GB, and take the forward objective there, where a probe of 256 images
-would otherwise time Gram steps (`python -m benchmarks.scale.pot_choices`).
+those choices as at the paper's size (POT's and obs's `choose_for`): at 10,240 images ResNet-18's 512-channel 3x3
+convs need 13.6 GB of Gram statistics each, over POT's 4 GB, and take the forward objective there, where a probe of
+256 images would otherwise time Gram steps (`python -m benchmarks.scale.pot_choices`); and obs reaches most units
+from the image there, as its kept inputs would outgrow its cache.
 
     python -m benchmarks.scale.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
 """
@@ -232,11 +233,14 @@ def run_cell(spec: dict) -> dict:
     result["params_timed"] = sum(costs[n]["params"] for n in chosen)
     keep = set(chosen)
     overrides = {**base, "filter_fn": lambda module, name: name in keep}
+    iterative = "iterations" in method.options.field_names()
     if spec.get("paper_choices") and makes_size_choices(method):
         # choices made by comparing sizes that grow with the images against a cache (POT: inputs cached or
-        # recomputed, Gram statistics or the layer's forward) made as at the paper's size, not the probe's
-        overrides["choose_for"] = {"images": spec["paper_images"], "iterations": spec["paper_iterations"]}
-    iterative = "iterations" in method.options.field_names()
+        # recomputed, Gram statistics or the layer's forward; obs: inputs kept or reached from the image) made
+        # as at the paper's size, not the probe's
+        overrides["choose_for"] = {"images": spec["paper_images"]}
+        if iterative:
+            overrides["choose_for"]["iterations"] = spec["paper_iterations"]
     plan = [(n, spec["iterations"][0]) for n in spec["images"]]
     if iterative:
         plan.append((spec["images"][0], spec["iterations"][1]))

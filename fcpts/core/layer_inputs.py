@@ -89,7 +89,8 @@ class LayerInputs:
     """Calling it with a layer's name yields, batch by batch, that layer's input in each of `nets`
     (networks of the same structure: the model being pruned and, for dense targets, its dense copy).
     Layers must be asked for in forward order; `reuse=False` runs every forward from the image, and so does a
-    unit whose inputs over all batches (in all nets) would exceed `max_bytes`."""
+    unit whose inputs over all batches (in all nets) would exceed `max_bytes`; with `planned_batches`, over that
+    many batches like the first (a probe that chooses as a run on more images would; it may be fractional)."""
 
     def __init__(
         self,
@@ -98,8 +99,10 @@ class LayerInputs:
         n_batches: int,
         reuse=True,
         max_bytes: float = float("inf"),
+        planned_batches: float | None = None,
     ):
         self.nets, self.batch, self.n_batches, self.max_bytes = nets, batch, n_batches, max_bytes
+        self.planned_batches = n_batches if planned_batches is None else planned_batches  # what keeping is sized for
         self.units = sequential_units(nets[0]) if reuse else {}
         self.unit: str | None = None
         self.kept: list[list] = []  # [batch][net]: the inputs of self.unit
@@ -122,9 +125,9 @@ class LayerInputs:
                 yield [input_of(net.get_submodule(unit), inside, _fresh(x)) for net, x in zip(self.nets, kept)]
 
     def _too_large(self, first: list) -> bool:
-        """Whether keeping inputs like the first batch's for every batch would exceed max_bytes."""
+        """Whether keeping inputs like the first batch's for every planned batch would exceed max_bytes."""
         size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
-        return size * self.n_batches > self.max_bytes
+        return size * self.planned_batches > self.max_bytes
 
     def _move_to(self, unit: str) -> bool:
         """Keep the inputs of `unit` for every batch; False (nothing kept) where they would exceed max_bytes."""

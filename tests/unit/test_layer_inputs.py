@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from baselines.obs import OBSOptions, forward_order, obs
-from fcpts.core.layer_inputs import LayerInputs, sequential_units, unit_of
+from fcpts.core.layer_inputs import LayerInputs, input_of, sequential_units, unit_of
 from fcpts.core.masks import prunable_layers
 from tasks.grid.cifar_models import cifar_resnet
 
@@ -105,3 +105,55 @@ def test_obs_prunes_the_same_with_and_without_reuse():
         nets.append(net.state_dict())
     for other in nets[1:]:
         assert all(torch.equal(v, other[k]) for k, v in nets[0].items())
+
+
+def kept_units(monkeypatch, images: int, **options) -> dict[str, bool]:
+    """{layer: whether obs served it from kept unit inputs} for a CIFAR ResNet-20 at 16 px."""
+    import baselines.obs
+
+    served: dict[str, bool] = {}
+
+    class Recording(LayerInputs):
+        def __call__(self, layer):
+            yield from super().__call__(layer)
+            served[layer] = self.unit is not None
+
+    monkeypatch.setattr(baselines.obs, "LayerInputs", Recording)
+    x = torch.randn(images, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    obs(cifar_resnet("resnet20").eval(), x, 0.8, OBSOptions(progress=False, batch_size=8, **options))
+    return served
+
+
+def test_obs_keeps_inputs_as_the_planned_number_of_images_would(monkeypatch):
+    """With `choose_for`, 8 images keep a unit's inputs or reach it from the image as 32 images do against the
+    same cache: the first stage's inputs (2 nets x 32 images x 16 KB) do not fit in 0.6 MB, the later ones do."""
+    cache = dict(cache_bytes=6e5)
+    full = kept_units(monkeypatch, 32, **cache)
+    assert not full["layer1.0.conv1"] and full["layer2.1.conv1"] and full["layer3.1.conv1"]
+    assert kept_units(monkeypatch, 8, choose_for={"images": 32}, **cache) == full
+    own = kept_units(monkeypatch, 8, **cache)  # its own size: every unit's inputs fit (the stem and head are no units)
+    assert all(served for layer, served in own.items() if layer.startswith("layer"))
+
+
+@pytest.mark.parametrize("bad", [{"images": 0}, {"images": 8, "iterations": 4}, {"images": 2.5}, 32])
+def test_obs_choose_for_names_what_it_needs(bad):
+    with pytest.raises(ValueError, match="choose_for must be None or"):
+        OBSOptions(choose_for=bad).validate()
+
+
+def test_the_memory_doc_names_the_units_obs_reaches_from_the_image_at_the_papers_size():
+    """docs/memory.md: at 10,240 images in two models, ResNet-18's units up to the last one but one have inputs
+    over obs's cache."""
+    import torchvision
+
+    from tasks.grid.paths import REPO_ROOT
+
+    model = torchvision.models.resnet18().eval()
+    one = torch.randn(1, 3, 224, 224)
+    sizes = {u: input_of(model, u, one).numel() * 4 * 10240 * 2 for u in sequential_units(model)}
+    over = [u for u, size in sizes.items() if size > OBSOptions().cache_bytes]
+    assert over == list(sizes)[:-1] == [u for u in sizes if u != "layer4.1"]
+    doc = " ".join((REPO_ROOT / "docs" / "memory.md").read_text().split())
+    most, least = sizes[over[0]] / 1e9, sizes[over[-1]] / 1e9
+    assert f"units from the first stage to `{over[-1]}` ({most:.1f} GB down to {least:.1f} GB)" in doc

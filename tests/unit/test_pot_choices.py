@@ -39,7 +39,7 @@ def test_choose_for_makes_a_few_images_choose_as_many_would():
     assert few_as_many == many != few
 
 
-@pytest.mark.parametrize("bad", [{"images": 32}, {"images": 0, "iterations": 5}, {"images": 3.5, "iterations": 5}])
+@pytest.mark.parametrize("bad", [{"images": 32}, {"images": 0, "iterations": 5}, {"images": 3.5, "iterations": 5}, 32])
 def test_choose_for_names_what_it_needs(bad):
     with pytest.raises(ValueError, match="choose_for must be None or"):
         POTOptions(choose_for=bad).validate()

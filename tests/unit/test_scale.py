@@ -118,10 +118,12 @@ def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
     assert scale.same_probes("layer-wise", scale.SMALL, other_batch)
     assert not scale.same_probes("training", scale.SMALL, other_batch)
     assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3})
-    # cells made before the probes chose as at the paper's size: POT's measured again, obs's (no such choices) kept
+    # cells made before the probes chose as at the paper's size: POT's and obs's measured again, those of a method
+    # with no such choices (magnitude-bn) kept
     before = {k: v for k, v in scale.SMALL.items() if k != "paper_choices"}
     assert not scale.same_probes("layer-wise", before, scale.SMALL, "pot-erk")
-    assert scale.same_probes("layer-wise", before, scale.SMALL, "obs")
+    assert not scale.same_probes("layer-wise", before, scale.SMALL, "obs")
+    assert scale.same_probes("layer-wise", before, scale.SMALL, "magnitude-bn")
 
 
 def test_the_paper_grid_mode_runs_the_grids_pairs_and_keeps_merged_cells():
@@ -222,5 +224,8 @@ def test_a_layerwise_cell_makes_one_untimed_call_before_its_timed_probes(monkeyp
     # earlier cells without these are measured again
     assert {"warmup_probe", "paper_choices"} <= set(scale.SIZES_OF_KIND["layer-wise"])
     chosen.clear()
-    scale_cell.run_cell({**spec, "method": "obs"})  # obs has no such choices to make
+    scale_cell.run_cell({**spec, "method": "obs"})  # obs keeps inputs or reaches units from the image, no iterations
+    assert chosen == [{"images": 10240}] * 3
+    chosen.clear()
+    scale_cell.run_cell({**spec, "method": "magnitude-bn"})  # no such choices to make
     assert set(chosen) == {None}
