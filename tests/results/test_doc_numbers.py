@@ -212,6 +212,10 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     amd_ratios = default_and_kl_ratios(amd)
     assert "AMD EPYC" in amd and len(amd_ratios) == 2 and "+dirty" not in amd
     assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL" in text
+    amd_sums = text_at("11ff0f6", "results/benchmarks/step_time_cpu_amd.txt")  # before the sums in place
+    sums = default_and_kl_ratios(amd_sums)
+    assert "6 rounds" in amd_sums and amd_sums != amd
+    assert f"before the sums in place, six rounds: {sums[0]} and {sums[1]}, in the history at 11ff0f6" in text
     amd_before = text_at("3c51860", "results/benchmarks/step_time_cpu_amd.txt")  # before the in-place ReLUs
     before = default_and_kl_ratios(amd_before)
     assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
@@ -232,6 +236,10 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     assert teacher and floor in text
     above = [f"{float(r) - float(teacher.group(2)):.2f}" for r in amd_ratios]
     assert f"The KL's steps sit {above[1]} above that floor, the default loss's {above[0]}" in text
+    above_before = [f"{float(r) - float(teacher.group(2)):.2f}" for r in sums]
+    assert f"({above_before[1]} and {above_before[0]} in the run before)" in text
+    moved = abs(float(amd_ratios[1]) - float(sums[1]))
+    assert f"(the KL's by {moved:.2f} between the last two;" in text
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
