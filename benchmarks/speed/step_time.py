@@ -186,6 +186,7 @@ def run(args: argparse.Namespace) -> list[str]:
     y = torch.randint(0, classes, (args.batch_size,))
     configs = configurations(args.amp, device)
     timed: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in configs}
+    by_round: dict[str, list[float]] = {name: [] for name in configs}  # each round's median ratio: the spread
     floors: dict[str, tuple[list[float], list[float]]] = {}  # plain and teacher times by how the steps ran
     for _ in range(args.rounds):
         for name, options in configs.items():
@@ -194,6 +195,7 @@ def run(args: argparse.Namespace) -> list[str]:
             )
             timed[name][0].extend(fcpts_times)
             timed[name][1].extend(plain_times)
+            by_round[name].append(statistics.median(f / p for f, p in zip(fcpts_times, plain_times)))
             plain_all, teacher_all = floors.setdefault("replayed" if replays(options, device) else "eager", ([], []))
             plain_all.extend(plain_times)
             teacher_all.extend(teacher_times)
@@ -202,13 +204,15 @@ def run(args: argparse.Namespace) -> list[str]:
         f"rounds of {args.steps} FCPTS steps, each paired with a plain step"
         + (" run before the FCPTS run" if device.type == "cuda" else "")
         + (", replayed from a CUDA graph where FCPTS's is" if "replayed" in floors else "")
-        + " (ratio: median over pairs)",
+        + " (ratio: median over pairs"
+        + ("; rounds: the lowest and highest of the rounds' medians)" if args.rounds > 1 else ")"),
     ]
     for name, (fcpts_times, plain_times) in timed.items():
         ratio = statistics.median(f / p for f, p in zip(fcpts_times, plain_times))
+        spread = f", rounds {min(by_round[name]):.2f} to {max(by_round[name]):.2f}" if args.rounds > 1 else ""
         lines.append(
             f"fcpts step, {name:36s}: {statistics.median(fcpts_times) * 1000:8.2f} ms, plain step "
-            f"{statistics.median(plain_times) * 1000:8.2f} ms, ratio {ratio:.2f}"
+            f"{statistics.median(plain_times) * 1000:8.2f} ms, ratio {ratio:.2f}{spread}"
         )
     for mode, (plain_all, teacher_all) in floors.items():
         share = round(statistics.median(t / p for t, p in zip(teacher_all, plain_all)), 2)

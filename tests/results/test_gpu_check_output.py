@@ -51,7 +51,7 @@ def test_the_doc_quotes_the_gpu_records(records):
     assert f"top-1 {r32:.2f}" in DOC and f"{records['r32']['wall_s']:.0f} s" in DOC
 
 
-STEP = r"fcpts step, (.+?)\s*:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\S+)"
+STEP = r"fcpts step, (.+?)\s*:\s+(\S+) ms, plain step\s+(\S+) ms, ratio (\d+\.\d+)"
 FLOOR = r"teacher forward alone .*?(?:, (\w+))?:\s+(\S+) ms, (\S+) of the plain step .* below (\S+)"
 
 

@@ -26,6 +26,16 @@ def test_pairs_every_fcpts_step_with_a_plain_step_and_writes_its_output(tmp_path
     assert "command: " in printed and "commit " in printed
 
 
+def test_several_rounds_print_the_spread_of_their_ratios(capsys):
+    """Each round is an FCPTS run of its own: the lowest and highest round medians bound the pooled median."""
+    step_time.main(["--model", "resnet20", "--batch-size", "4", "--steps", "2", "--rounds", "2", "--device", "cpu"])
+    printed = capsys.readouterr().out
+    rows = re.findall(r"^fcpts step, (.+?)\s*: .* ratio (\d+\.\d+), rounds (\d+\.\d+) to (\d+\.\d+)$", printed, re.M)
+    assert [name for name, *_ in rows] == ["mse-blocks (defaults)", "kl"]
+    assert all(float(low) <= float(ratio) <= float(high) for _, ratio, low, high in rows)
+    assert "rounds: the lowest and highest of the rounds' medians" in printed
+
+
 def test_an_imagenet_architecture_is_timed_at_224_px_and_a_cifar_resnet_at_32():
     model, size, classes = step_time.model_and_images("resnet18")
     assert (size, classes) == (224, 1000) and model.fc.out_features == 1000
