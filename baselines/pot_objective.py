@@ -123,28 +123,37 @@ def _patches(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def gram_plan(
-    layer: nn.Module, sample: torch.Tensor, n_images: int, iterations: int, batch: int, unit_size: int = 1
+    layer: nn.Module,
+    sample: torch.Tensor,
+    n_images: int,
+    iterations: int,
+    batch: int,
+    unit_size: int = 1,
+    gram_reads: int = 2,
 ) -> dict:
     """Memory of the Gram statistics and rough CPU seconds of both objectives for a whole reconstruction.
 
     `unit_size` images share one set of statistics (POT's fixed batches: a step reads one batch's Gram matrix
     instead of gathering and summing `batch` per-image ones). Both objectives are mostly memory-bound on a
     CPU: a forward iteration moves the batch's inputs and four output-sized tensors, a Gram iteration reads
-    its Gram matrices, and the set-up unfolds every image once. The rates were measured on the 2-core
-    reference machine (see the test and benchmarks.speed.pot_objective); a wrong pick costs time, never accuracy.
+    its Gram matrices `gram_reads` times (autograd's gradient: forward and backward, 2; in closed form, 1) and
+    multiplies the weight change with them as often (out x D^2 each: what dominates where a layer has many
+    outputs and few positions, a classifier), and the set-up unfolds every image once. The rates were measured on the 2-core reference machine (see the test
+    and benchmarks.speed.pot_objective); a wrong pick costs time, never accuracy.
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]
     c_in, c_out = sample.shape[channel_dim(layer)], layer.weight.shape[0]
     forward_bytes = 4 * batch * positions * (c_in + 4 * c_out)
     forward_flops = 6 * batch * positions * c_out * d
-    gram_bytes = 8 * max(1, batch // unit_size) * groups * d * d
+    gram_bytes = 4 * gram_reads * max(1, batch // unit_size) * groups * d * d
+    gram_flops = 2 * gram_reads * c_out * d * d  # a product of the weight change with the Gram matrix a read
     setup_bytes = 4 * n_images * groups * d * positions
     setup_flops = 2 * n_images * groups * d * d * positions
     return {
         "bytes": max(1, n_images // unit_size) * groups * d * (d + 1) * sample.element_size(),
         "forward_s": iterations * (forward_bytes / 1e9 + forward_flops / 1e11),
-        "gram_s": iterations * gram_bytes / 2e9 + setup_bytes / 1e9 + setup_flops / 5e10,
+        "gram_s": iterations * (gram_bytes / 2e9 + gram_flops / 1e11) + setup_bytes / 1e9 + setup_flops / 5e10,
     }
 
 

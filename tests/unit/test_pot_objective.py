@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines.pot import POTOptions, layer_objective, pot
+from baselines.pot import POTOptions, layer_objective, pot, takes_gram
 from baselines.pot_objective import (
     ForwardObjective,
     GramObjective,
@@ -145,6 +145,20 @@ def test_objective_choice_by_cost_and_memory():
     pw = gram_plan(nn.Conv2d(16, 96, 1), torch.randn(1, 16, 112, 112), 1000, 100, 64)
     dense3x3 = gram_plan(nn.Conv2d(64, 64, 3, padding=1), torch.randn(1, 64, 8, 8), 1024, 100, 64)
     assert pw["gram_s"] * 10 < pw["forward_s"] and dense3x3["forward_s"] * 3 < dense3x3["gram_s"]
+
+
+def test_the_estimate_counts_each_read_of_the_gram_matrices_and_its_product():
+    """A Gram iteration reads its matrices and multiplies the weight change with them twice with autograd's
+    gradient, once in closed form; the product (out x D^2) is what makes a classifier's Gram steps dearer than its
+    forward (EfficientNet-Lite0's 1280 -> 1000 at one position), whichever the gradient."""
+    conv, sample = nn.Conv2d(64, 64, 3, padding=1), torch.randn(1, 64, 8, 8)
+    setup = gram_plan(conv, sample, 1024, 0, 64, 64)["gram_s"]
+    autograd, closed = (gram_plan(conv, sample, 1024, 1000, 64, 64, reads)["gram_s"] for reads in (2, 1))
+    assert autograd - setup == pytest.approx(2 * (closed - setup))
+    classifier, pooled = nn.Linear(1280, 1000), torch.randn(1, 1280)
+    for gradient in ("autograd", "closed-form"):
+        cfg = POTOptions(iterations=1000, gram_gradient=gradient)
+        assert not takes_gram(classifier, pooled, 1300, cfg, 64, recomputed=False)
 
 
 def test_pot_with_closed_form_and_autograd_gradients_agree():
