@@ -212,35 +212,40 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     amd = (RESULTS_DIR / "benchmarks" / "step_time_cpu_amd.txt").read_text()
     amd_ratios = default_and_kl_ratios(amd)
     assert "AMD EPYC" in amd and len(amd_ratios) == 2 and "+dirty" not in amd
-    assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL" in text
-    amd_sums = text_at("11ff0f6", "results/benchmarks/step_time_cpu_amd.txt")  # before the sums in place
-    sums = default_and_kl_ratios(amd_sums)
-    assert "6 rounds" in amd_sums and amd_sums != amd
-    assert f"before the sums in place, six rounds: {sums[0]} and {sums[1]}, in the history at 11ff0f6" in text
-    amd_before = text_at("3c51860", "results/benchmarks/step_time_cpu_amd.txt")  # before the in-place ReLUs
-    before = default_and_kl_ratios(amd_before)
-    assert "3 rounds" in amd_before and f"three rounds: {before[0]} and {before[1]}, in the history at 3c51860" in text
-    assert "6 rounds" in amd and "; six rounds)" in text
-    amd_reuse = text_at("baccbd6", "results/benchmarks/step_time_cpu_amd.txt")  # before the block MSE's reuse
-    reuse = default_and_kl_ratios(amd_reuse)
-    assert "6 rounds" in amd_reuse and amd_reuse != amd
-    assert (
-        f"before the block MSE reused that memory, six rounds: {reuse[0]} and {reuse[1]}, in the history at baccbd6"
-        in text
+    assert f"gives {amd_ratios[0]} with the default loss and {amd_ratios[1]} with the KL." in text
+    spread = re.findall(
+        r"^fcpts step, (?:mse-blocks \(defaults\)|kl)\s*:.*, rounds (\d+\.\d+) to (\d+\.\d+)$", amd, re.M
     )
-    amd_earlier = text_at("04cc05d", "results/benchmarks/step_time_cpu_amd.txt")  # same code, before the teacher row
-    earlier = default_and_kl_ratios(amd_earlier)
-    assert "6 rounds" in amd_earlier
-    assert f"six rounds before: {earlier[0]} and {earlier[1]}, in the history at 04cc05d" in text
+    assert len(spread) == 2
+    assert (
+        f"{spread[0][0]} to {spread[0][1]} for the default loss and {spread[1][0]} to {spread[1][1]} for the KL" in text
+    )
+    assert f"on an AMD EPYC {amd_ratios[0]}, its rounds from {spread[0][0]} to {spread[0][1]}" in text
+    history = {  # commit: (what the doc calls that run, its rounds)
+        "ee1b5ad": ("the same code's, without the spread:", 6),
+        "11ff0f6": ("before the sums in place, six rounds:", 6),
+        "baccbd6": ("before the block MSE reused that memory, six rounds:", 6),
+        "04cc05d": ("and the same code's six rounds before:", 6),
+        "3c51860": ("before the in-place ReLUs, three rounds:", 3),
+    }
+    earlier = {}
+    for commit, (label, rounds) in history.items():
+        output = text_at(commit, "results/benchmarks/step_time_cpu_amd.txt")
+        earlier[commit] = ratios = default_and_kl_ratios(output)
+        assert f"{rounds} rounds" in output and output != amd
+        assert f"{label} {ratios[0]} and {ratios[1]}, in the history at {commit}" in text
+    assert "6 rounds" in amd and "; six rounds)" in text
+    moved = abs(float(earlier["ee1b5ad"][1]) - float(earlier["11ff0f6"][1]))
+    assert f"(the KL's by {moved:.2f} between the two at 11ff0f6 and ee1b5ad;" in text
     teacher = re.search(r"^teacher forward alone .*, (\d+\.\d+) of the plain step .* below (\d+\.\d+)$", amd, re.M)
     floor = f"it is {teacher.group(1)} of a plain step, so no FCPTS step there can cost less than {teacher.group(2)}"
     assert teacher and floor in text
     above = [f"{float(r) - float(teacher.group(2)):.2f}" for r in amd_ratios]
     assert f"The KL's steps sit {above[1]} above that floor, the default loss's {above[0]}" in text
-    above_before = [f"{float(r) - float(teacher.group(2)):.2f}" for r in sums]
+    before = text_at("ee1b5ad", "results/benchmarks/step_time_cpu_amd.txt")
+    floor_before = re.search(r"^teacher forward alone .* below (\d+\.\d+)$", before, re.M)
+    above_before = [f"{float(r) - float(floor_before.group(1)):.2f}" for r in earlier["ee1b5ad"]]
     assert f"({above_before[1]} and {above_before[0]} in the run before)" in text
-    moved = abs(float(amd_ratios[1]) - float(sums[1]))
-    assert f"(the KL's by {moved:.2f} between the last two;" in text
     load = re.search(r"load average at the end (\d+\.\d+)", step)
     assert load and f"(load average {load.group(1)} at the end)" in text
     pot = (RESULTS_DIR / "benchmarks" / "pot_cell_cpu.txt").read_text()
