@@ -275,13 +275,13 @@ def takes_gram(
 ) -> bool:
     """Whether the layer's objective is its Gram statistics: where the whole reconstruction is estimated cheaper with
     them and they fit in cache_bytes (on top of the cached inputs). Recomputed inputs take the statistics whenever
-    they fit: a forward objective would recompute a batch's inputs for every step. The estimate counts the Gram
-    matrices' reads a step by how the gradient is taken (`gram_gradient`)."""
+    they fit: a forward objective would recompute a batch's inputs for every step. The estimate counts a Gram step's
+    work as the gradient takes it (`gram_gradient`)."""
     if not (cfg.gram and gram_candidate(layer)):
         return False
     n_images, iterations = cfg.sizes_for_choices(n_images)
-    reads = 1 if cfg.gram_gradient == "closed-form" else 2
-    plan = gram_plan(layer, sample, n_images, iterations, min(cfg.batch_size, n_images), unit_size, reads)
+    batch = min(cfg.batch_size, n_images)
+    plan = gram_plan(layer, sample, n_images, iterations, batch, unit_size, cfg.gram_gradient)
     return (recomputed or plan["gram_s"] < plan["forward_s"]) and plan["bytes"] <= cfg.cache_bytes
 
 

@@ -129,16 +129,18 @@ def gram_plan(
     iterations: int,
     batch: int,
     unit_size: int = 1,
-    gram_reads: int = 2,
+    gradient: str = "autograd",
 ) -> dict:
     """Memory of the Gram statistics and rough CPU seconds of both objectives for a whole reconstruction.
 
     `unit_size` images share one set of statistics (POT's fixed batches: a step reads one batch's Gram matrix
     instead of gathering and summing `batch` per-image ones). Both objectives are mostly memory-bound on a
     CPU: a forward iteration moves the batch's inputs and four output-sized tensors, a Gram iteration reads
-    its Gram matrices `gram_reads` times (autograd's gradient: forward and backward, 2; in closed form, 1) and
-    multiplies the weight change with them as often (out x D^2 each: what dominates where a layer has many
-    outputs and few positions, a classifier), and the set-up unfolds every image once. The rates were measured on the 2-core reference machine (see the test
+    its Gram matrices, and the set-up unfolds every image once. With autograd's `gradient` a Gram iteration reads
+    them twice (forward and backward), as this estimate was first made: kept so, POT's runs with that gradient
+    (every record made before the closed form) choose as they did. In closed form it reads them once, and the
+    product of the weight change with them (out x D^2) is counted too: what dominates where a layer has many
+    outputs and few positions (a classifier). The rates were measured on the 2-core reference machine (see the test
     and benchmarks.speed.pot_objective); a wrong pick costs time, never accuracy.
     """
     p = _patches(layer, sample[:1])
@@ -146,8 +148,9 @@ def gram_plan(
     c_in, c_out = sample.shape[channel_dim(layer)], layer.weight.shape[0]
     forward_bytes = 4 * batch * positions * (c_in + 4 * c_out)
     forward_flops = 6 * batch * positions * c_out * d
-    gram_bytes = 4 * gram_reads * max(1, batch // unit_size) * groups * d * d
-    gram_flops = 2 * gram_reads * c_out * d * d  # a product of the weight change with the Gram matrix a read
+    closed_form = gradient == "closed-form"
+    gram_bytes = (4 if closed_form else 8) * max(1, batch // unit_size) * groups * d * d
+    gram_flops = 2 * c_out * d * d if closed_form else 0  # the product of the weight change with the Gram matrix
     setup_bytes = 4 * n_images * groups * d * positions
     setup_flops = 2 * n_images * groups * d * d * positions
     return {

@@ -105,7 +105,7 @@ def main(argv=None) -> None:
         ]
         batches = batches.view(-1, args.batch_size)
         plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size, args.batch_size)
-        closed_plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size, args.batch_size, gram_reads=1)
+        closed_plan = gram_plan(layer, inputs, n, args.iterations, args.batch_size, args.batch_size, "closed-form")
         _, forward_s = time_objective(ForwardObjective, layer, inputs, args.iterations, batches, False)
         image_setup, image_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, False)
         batch_setup, batch_s = time_objective(GramObjective, layer, inputs, args.iterations, batches, True)

@@ -147,18 +147,18 @@ def test_objective_choice_by_cost_and_memory():
     assert pw["gram_s"] * 10 < pw["forward_s"] and dense3x3["forward_s"] * 3 < dense3x3["gram_s"]
 
 
-def test_the_estimate_counts_each_read_of_the_gram_matrices_and_its_product():
-    """A Gram iteration reads its matrices and multiplies the weight change with them twice with autograd's
-    gradient, once in closed form; the product (out x D^2) is what makes a classifier's Gram steps dearer than its
-    forward (EfficientNet-Lite0's 1280 -> 1000 at one position), whichever the gradient."""
+def test_the_closed_form_estimate_reads_the_gram_matrices_once_and_counts_the_product():
+    """In closed form a Gram iteration reads its matrices once (autograd's estimate: twice, as records made with it
+    chose) and multiplies the weight change with them (out x D^2): what makes a classifier's Gram steps dearer
+    than its forward (EfficientNet-Lite0's 1280 -> 1000 at one position)."""
     conv, sample = nn.Conv2d(64, 64, 3, padding=1), torch.randn(1, 64, 8, 8)
     setup = gram_plan(conv, sample, 1024, 0, 64, 64)["gram_s"]
-    autograd, closed = (gram_plan(conv, sample, 1024, 1000, 64, 64, reads)["gram_s"] for reads in (2, 1))
-    assert autograd - setup == pytest.approx(2 * (closed - setup))
+    autograd = gram_plan(conv, sample, 1024, 1000, 64, 64)["gram_s"] - setup
+    closed = gram_plan(conv, sample, 1024, 1000, 64, 64, "closed-form")["gram_s"] - setup
+    product = 1000 * 2 * 64 * 576**2 / 1e11
+    assert closed - product == pytest.approx(autograd / 2)
     classifier, pooled = nn.Linear(1280, 1000), torch.randn(1, 1280)
-    for gradient in ("autograd", "closed-form"):
-        cfg = POTOptions(iterations=1000, gram_gradient=gradient)
-        assert not takes_gram(classifier, pooled, 1300, cfg, 64, recomputed=False)
+    assert not takes_gram(classifier, pooled, 1300, POTOptions(iterations=1000), 64, recomputed=False)
 
 
 def test_pot_with_closed_form_and_autograd_gradients_agree():
@@ -170,9 +170,12 @@ def test_pot_with_closed_form_and_autograd_gradients_agree():
     assert POTOptions().gram_gradient == "closed-form" and POTOptions.DEFAULTS_BEFORE == {"gram_gradient": "autograd"}
     closed, report = pot(copy.deepcopy(net), x, 0.6, POTOptions(**cfg))
     auto, auto_report = pot(net, x, 0.6, POTOptions(gram_gradient="autograd", **cfg))
-    assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "forward"]
-    for a, b in zip(report.per_layer, auto_report.per_layer):
-        assert a["final_loss"] == pytest.approx(b["final_loss"], rel=1e-4), a["name"]
+    # a Gram step costs less in closed form: the small classifier's estimate tips to it (autograd's keeps its forward)
+    assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "gram"]
+    assert [r["objective"] for r in auto_report.per_layer] == ["gram", "gram", "gram", "forward"]
+    for a, b in zip(report.per_layer, auto_report.per_layer):  # the classifier's two objectives: float32 apart
+        same = a["objective"] == b["objective"]
+        assert a["final_loss"] == pytest.approx(b["final_loss"], rel=1e-4 if same else 1e-3), a["name"]
     for (name, a), b in zip(prunable_layers(closed).items(), prunable_layers(auto).values()):
         assert torch.equal(a.weight != 0, b.weight != 0), name
         torch.testing.assert_close(a.weight, b.weight, rtol=1e-4, atol=1e-6)
@@ -186,9 +189,10 @@ def test_pot_with_and_without_gram_statistics_agree():
     x = torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     cfg = dict(iterations=25, batch_size=8, progress=False, lr_weight=1e-3, lr_bias=1e-3)
     fast, report = pot(copy.deepcopy(net), x, 0.6, POTOptions(**cfg))
-    slow, _ = pot(net, x, 0.6, POTOptions(gram=False, **cfg))  # pot changes the model it is given
+    slow, slow_report = pot(net, x, 0.6, POTOptions(gram=False, **cfg))  # pot changes the model it is given
     assert fast is not slow
-    assert [r["objective"] for r in report.per_layer] == ["gram", "gram", "gram", "forward"]
+    assert [r["objective"] for r in report.per_layer] == ["gram"] * 4
+    assert [r["objective"] for r in slow_report.per_layer] == ["forward"] * 4
     for (name, a), b in zip(prunable_layers(fast).items(), prunable_layers(slow).values()):
         assert torch.equal(a.weight != 0, b.weight != 0), name
         torch.testing.assert_close(a.weight, b.weight, rtol=1e-3, atol=1e-5)
