@@ -499,3 +499,26 @@ def test_pot_gram_gradient_section_quotes_its_outputs():
     step = re.search(r"over autograd's, eager: (\d+\.\d+)x", r18).group(1)
     whole = re.search(r"over autograd's \(layers together\): (\d+\.\d+)x", cell).group(1)
     assert f"{step}x faster steps on ResNet-18's last stage" in doc and f"{whole}x on the whole" in doc  # the summary
+
+
+def test_results_doc_quotes_the_pot_objective_output():
+    """results.md's table of POT's objectives is the committed output, and its sentences read their ratios off it."""
+    out = (RESULTS_DIR / "benchmarks" / "pot_objective.txt").read_text().splitlines()
+    doc = (NOTEBOOK / "results.md").read_text()
+    assert "\n".join("  " + line for line in out[2:]) in doc
+    # per shape: forward, per-image set-up + steps, per-batch set-up + steps, closed-form steps, ratios, estimates
+    rows = {line[:32].strip(): line[32:].split() for line in out[4:]}
+    text = " ".join(doc.split())
+    ratio = {name: float(row[8]) for name, row in rows.items()}
+    assert (
+        f"{ratio['lite0 1x1 16->96 @112']:.0f}x for Lite0's 1x1 16->96 at 112x112, "
+        f"{ratio['lite0 1x1 672->112 @14']:.1f}x for its 1x1 672->112 at 14x14, "
+        f"{ratio['lite0 depthwise 3x3 144 @56']:.1f}x for its depthwise 3x3 at 56x56, "
+        f"{ratio['cifar-resnet 3x3 64->64 @8']:.1f}x for a CIFAR 3x3 64->64 conv at 8x8, "
+        f"{ratio['cifar-resnet 3x3 16->16 @32']:.1f}x for 16->16 at 32x32: the statistics win on every shape here, "
+        "and the estimates rank them so" in text
+    )
+    assert all(r > 1 and float(row[9]) > 1 for r, row in zip(ratio.values(), rows.values()))
+    assert all(float(row[7]) <= float(row[6]) for row in rows.values())  # closed form no longer than autograd's
+    wide = rows["lite0 1x1 672->112 @14"]
+    assert f"no longer on any shape, {wide[7]} s against autograd's {wide[6]} s on the 672->112 conv" in text
