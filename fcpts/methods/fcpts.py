@@ -166,7 +166,7 @@ def sole_tensors(blocks: dict[str, torch.Tensor], output: torch.Tensor) -> set[s
     def memory(t: torch.Tensor) -> int:
         # the storage's address, read off the tensor: `t.untyped_storage()` would leave a storage object alive
         # beside the tensor, and a gradient buffer whose storage has two users is not accumulated in place
-        return t.data_ptr() - t.storage_offset() * t.element_size()
+        return t.data_ptr() - int(t.storage_offset()) * t.element_size()
 
     users = collections.Counter(memory(t) for t in [*blocks.values(), output])
     return {
