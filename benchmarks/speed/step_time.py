@@ -10,7 +10,8 @@ synchronisation), and its report's per-step times are whole steps.
 The two are timed in pairs: while FCPTS fetches a step's batch, the calibration Dataset runs one plain step,
 which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
 which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
-after WARMUP steps of each run, the times are medians. On a GPU the plain steps run (each between two
+after WARMUP steps of each run, the times are medians. With several rounds (each an FCPTS run of its own) the
+lowest and highest of the rounds' own medians follow the ratio: the spread a single run of the benchmark has. On a GPU the plain steps run (each between two
 `torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work. After
 each plain step the teacher's forward alone runs, timed apart (taken off the FCPTS step too); its share of the
 plain step is printed as the floor no FCPTS step's ratio can go below, whatever the rest of FCPTS costs. On a GPU
