@@ -196,9 +196,9 @@ def test_fcpts_overwrites_every_teacher_block_output_of_a_cifar_resnet(monkeypat
 
 def test_block_output_gradients_are_accumulated_in_place():
     """Each CIFAR ResNet block output gets two gradients, its block MSE's (first) and the rest of the network's.
-    Autograd adds the second into the first in place only while the first's storage has no other user; a
-    fresh block-sized buffer for every sum cost a CPU step page faults (the overwritten teacher outputs had
-    kept a second user, a storage object made by reading their address)."""
+    Autograd adds the second into the first in place only while the first's storage has no other user, else
+    every sum takes a fresh block-sized buffer (the overwritten teacher outputs had kept a second user, a
+    storage object made by reading their address)."""
     from torch.profiler import ProfilerActivity, profile
 
     from tasks.grid.cifar_models import cifar_resnet
