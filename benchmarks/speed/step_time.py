@@ -11,8 +11,9 @@ The two are timed in pairs: while FCPTS fetches a step's batch, the calibration 
 which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
 which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
 after WARMUP steps of each run, the times are medians. With several rounds (each an FCPTS run of its own) the
-lowest and highest of the rounds' own medians follow the ratio: the spread a single run of the benchmark has. On a GPU the plain steps run (each between two
-`torch.cuda.synchronize()`) just before each FCPTS run: inside it they would wait for its queued work. After
+lowest and highest of the rounds' own medians follow the ratio: the spread a single run of the benchmark has.
+On a GPU the plain steps run (each between two `torch.cuda.synchronize()`) just before each FCPTS run: inside it
+they would wait for its queued work. After
 each plain step the teacher's forward alone runs, timed apart (taken off the FCPTS step too); its share of the
 plain step is printed as the floor no FCPTS step's ratio can go below, whatever the rest of FCPTS costs. On a GPU
 FCPTS replays its steps' forward and backward from a CUDA graph after its warm-up (fcpts/core/step_graph.py);
