@@ -71,7 +71,7 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs
 from fcpts.core.masks import sparsity_summary
-from fcpts.core.options import MethodOptions, check_choice
+from fcpts.core.options import MethodOptions, check_choice, check_choose_for
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
@@ -109,14 +109,7 @@ class OBSOptions(MethodOptions):
             raise ValueError("percdamp must be >= 0, block_size and batch_size >= 1")
         if not all(0 < s < 1 for s in self.levels):
             raise ValueError(f"levels must lie in (0, 1), got {self.levels}")
-        if self.choose_for is not None and (
-            not isinstance(self.choose_for, dict)
-            or set(self.choose_for) != {"images"}
-            or not (isinstance(n := self.choose_for["images"], int) and n >= 1)
-        ):
-            raise ValueError(
-                f"choose_for must be None or {{'images': N}} with a positive integer, got {self.choose_for!r}"
-            )
+        check_choose_for(self.choose_for, ("images",))
 
 
 class LayerOBS:

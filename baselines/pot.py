@@ -48,7 +48,7 @@ from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
-from fcpts.core.options import MethodOptions, check_at_least, check_choice
+from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -109,15 +109,7 @@ class POTOptions(MethodOptions):
         for name in ("iterations", "lr_weight", "lr_bias", "early_stop_loss", "cache_bytes"):
             check_at_least(self, name, 0)
         check_at_least(self, "batch_size", 1)
-        if self.choose_for is not None and (
-            not isinstance(self.choose_for, dict)
-            or set(self.choose_for) != {"images", "iterations"}
-            or not all(isinstance(v, int) and v >= 1 for v in self.choose_for.values())
-        ):
-            raise ValueError(
-                f"choose_for must be None or {{'images': N, 'iterations': T}} with positive integers, got "
-                f"{self.choose_for!r}"
-            )
+        check_choose_for(self.choose_for, ("images", "iterations"))
 
     def sizes_for_choices(self, n_images: int) -> tuple[int, int]:
         """(images, iterations) the size choices are made for: `choose_for`'s, else the run's own."""

@@ -177,6 +177,18 @@ def check_at_least(options: MethodOptions, name: str, bound: float, inclusive: b
         raise ValueError(f"option {name} must be {'>=' if inclusive else '>'} {bound:g}, got {value!r}")
 
 
+def check_choose_for(value: dict | None, keys: tuple[str, ...]) -> None:
+    """A method's `choose_for` is None or a dict of exactly `keys`, each a positive integer: the sizes a method that
+    compares sizes growing with the calibration set against its cache makes those choices for."""
+    if value is not None and not (
+        isinstance(value, dict)
+        and set(value) == set(keys)
+        and all(isinstance(v, int) and v >= 1 for v in value.values())
+    ):
+        wanted = ", ".join(f"{key!r}: N" for key in keys)
+        raise ValueError(f"choose_for must be None or {{{wanted}}} with positive integers, got {value!r}")
+
+
 def _fits(value: Any, hint: Any) -> bool:
     """Whether `value` has the declared type; only what a user can mistype is checked (numbers, flags, named
     choices, None); callables, paths and devices pass."""
