@@ -24,10 +24,10 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
   scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid): on the GPU that measured
                the committed results/benchmarks/scale_cuda.json those still missing from it, the training-loop
-               methods' (measured before their steps replayed and their batches came from workers) and POT's
-               (before its Gram gradient was written down and its probes chose as at the paper's size; it merges
-               the rest), on another all 27: last, its cells kept one by one (--resume), so a later call finishes
-               what one left
+               methods' (measured before their steps replayed and their batches came from workers), POT's (before
+               its Gram gradient was written down) and obs's (both before their probes chose as at the paper's
+               size; it merges the rest), on another all 27: last, its cells kept one by one (--resume), so a later
+               call finishes what one left
 Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
 how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
 
