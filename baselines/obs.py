@@ -446,7 +446,7 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         seed=cfg.seed,
         calibration_indices=calib.indices,
         options=cfg.to_dict(),
-        extra={"allocation_s": round(allocation_s, 1), "layer_order": order, "error_curves": curves},
+        extra={"allocation_s": round(allocation_s, 3), "layer_order": order, "error_curves": curves},
     )
 
 

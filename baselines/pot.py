@@ -597,7 +597,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         extra={
             "folded_bn": [list(p) for p in folded],
             "resumed_layers": len(layers) - len(names),
-            "input_collection_s": round(collect_s, 1),
+            "input_collection_s": round(collect_s, 3),
         },  # this process's share
     )
 

@@ -8,7 +8,9 @@ What a probe is depends on the kind of method, read from the registry, never fro
 - layer-wise (every other method with options of its own, e.g. POT, OBS): the method prunes only `layers`
   layers spread evenly over the model (`filter_fn`), at two calibration sizes; a method with per-layer
   `iterations` also runs at a second iteration count. The parent fits time = c0 + c_images x images
-  (+ c_iterations x iterations) and scales it to every layer by the layers' share of the model's MACs.
+  (+ c_iterations x iterations) to the time spent on the pruned layers, scales it to every layer by their share
+  of the model's MACs, and adds what the run spent once (a line in the images: the model's copy, the
+  network-error pass, BN recalibration).
 - one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
 
 Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory; a
@@ -157,8 +159,27 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_probe(method: Method, build, n_images: int, budget: dict, overrides: dict, device: str) -> dict:
-    """One call of the method on a fresh model: wall time, peak memory, per-step times (training)."""
+# A layer-wise method's passes over its calibration images made for each layer's sake, beside the layers' own rows:
+# POT collects each group of layers' dense inputs; obs's error allocation collects and factorises each layer's
+# Hessian before any layer is pruned.
+PASSES_FOR_LAYERS = ("input_collection_s", "allocation_s")
+
+
+def layers_seconds(report) -> float | None:
+    """The seconds a layer-wise run spent on its layers (their rows' `wall_s` and PASSES_FOR_LAYERS); the rest of
+    its wall time a run spends once whatever its layers (the model's copy, the network-error pass, BN
+    recalibration). None where the rows hold no times."""
+    rows = [row["wall_s"] for row in report.per_layer if row.get("wall_s") is not None]
+    if not rows:
+        return None
+    return sum(rows) + sum(report.extra.get(k) or 0.0 for k in PASSES_FOR_LAYERS)
+
+
+def run_probe(
+    method: Method, build, n_images: int, budget: dict, overrides: dict, device: str, layer_wise: bool = False
+) -> dict:
+    """One call of the method on a fresh model: wall time, peak memory, per-step times (training), the time
+    spent on the layers (`layer_wise`)."""
     model = build()
     images = SyntheticImages(n_images)
     if device.startswith("cuda"):
@@ -175,6 +196,8 @@ def run_probe(method: Method, build, n_images: int, budget: dict, overrides: dic
     if device.startswith("cuda"):
         out["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
     out["step_s"] = [row["step_s"] for row in report.history if "step_s" in row]
+    if layer_wise and (layers_s := layers_seconds(report)) is not None:
+        out["layers_s"] = round(min(layers_s, wall), 4)  # the rows' rounding can pass the wall time
     if report.extra.get("batch_workers"):  # their memory is theirs: peak_rss_gb is this process's alone
         out["batch_workers"] = report.extra["batch_workers"]
     del model, report
@@ -251,7 +274,7 @@ def run_cell(spec: dict) -> dict:
         )
     for n_images, iterations in plan:
         probe_overrides = {**overrides, **({"iterations": iterations} if iterative else {})}
-        probe = run_probe(method, build, n_images, {"seed": 0}, probe_overrides, device)
+        probe = run_probe(method, build, n_images, {"seed": 0}, probe_overrides, device, layer_wise=True)
         if iterative:
             probe["iterations"] = iterations
         result["probes"].append(probe)

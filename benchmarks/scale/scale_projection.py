@@ -8,8 +8,10 @@ Projections (each a straight line through the probes, documented in docs/noteboo
   Cell = runs x (setup + iterations x step), `runs` the searched runs of a method that searches (STR), setup the
   probe's time outside its steps, in proportion to the paper's calibration size over the probe's.
 - layer-wise: time = c0 + c_images x images (+ c_iterations x per-layer iterations) through the probes, taken at
-  the paper's calibration size and iterations, for the layers timed; then scaled to every layer by their share
-  of the model's multiply-accumulates (the `params` projection scales by weight count instead).
+  the paper's calibration size and iterations, for the time spent on the layers timed; then scaled to every layer
+  by their share of the model's multiply-accumulates (the `params` projection scales by weight count instead);
+  plus the rest of the probes' time, spent once a run, through the images alone. Probes that did not say how
+  their time split have their whole time scaled (flagged).
 - one-shot: the run as measured.
 A fitted line with a negative slope or intercept (noise of a shared machine) becomes the line through the origin
 and the larger probe (time in proportion to size), flagged as clamped.
@@ -74,26 +76,43 @@ def project_training(cell: dict, paper: dict, warmup: int) -> dict:
 
 
 def project_layerwise(cell: dict, paper: dict) -> dict:
-    """The fitted line at the paper's images (and iterations), for the timed layers and for the model."""
+    """The fitted line at the paper's images (and iterations), for the timed layers and for the model. Where the
+    probes say how much of their time went to the layers (`layers_s`), only that part is scaled to the model and
+    the rest, which a run spends once, is its own line in the images; older probes scale their whole time
+    (`passes`: "scaled with the layers")."""
     probes = cell["probes"]
     p1, p2 = probes[0], probes[1]
-    c0, c_images, clamped = line(p1["images"], p1["wall_s"], p2["images"], p2["wall_s"])
+    split = all("layers_s" in p for p in probes)
+    work = [p["layers_s"] if split else p["wall_s"] for p in probes]
+    c0, c_images, clamped = line(p1["images"], work[0], p2["images"], work[1])
     timed = c0 + c_images * paper["n_calibration"]
     fit = {"c0_s": c0, "c_images_s": c_images}
     if len(probes) > 2 and "iterations" in probes[2]:
         p3 = probes[2]
-        _, c_iter, clamped_i = line(p1["iterations"], p1["wall_s"], p3["iterations"], p3["wall_s"])
+        _, c_iter, clamped_i = line(p1["iterations"], work[0], p3["iterations"], work[2])
         clamped = clamped or clamped_i
         timed += c_iter * (paper["iterations"] - p1["iterations"])
         fit["c_iterations_s"] = c_iter
+    once = 0.0
+    if split:
+        rest = [max(0.0, p["wall_s"] - p["layers_s"]) for p in (p1, p2)]
+        if rest[1] < rest[0]:  # noise on a part that hardly grows with the images: the larger, held
+            o0, o_images, clamped = max(rest), 0.0, True
+        else:
+            o0, o_images, clamped_o = line(p1["images"], rest[0], p2["images"], rest[1])
+            clamped = clamped or clamped_o
+        once = o0 + o_images * paper["n_calibration"]
+        fit |= {"once_c0_s": o0, "once_c_images_s": o_images}
     by_macs = cell["macs_total"] / max(cell["macs_timed"], 1)
     by_params = cell["params_total"] / max(cell["params_timed"], 1)
     return {
         "unit": "layer",
         "unit_s": timed / len(cell["layers_timed"]),
         "fit": fit,
-        "projected_s": timed * by_macs,
-        "projected_s_by_params": timed * by_params,
+        "once_s": once,
+        "passes": "once" if split else "scaled with the layers",
+        "projected_s": timed * by_macs + once,
+        "projected_s_by_params": timed * by_params + once,
         "clamped": clamped,
         "memory_x": "images",
     }

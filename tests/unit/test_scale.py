@@ -1,6 +1,7 @@
 """The scale benchmark's pieces: how a method's kind is read from the registry, which layers are timed, what a
 probe measures, and the projections from probes to the paper's budget and grid."""
 
+import copy
 import json
 import os
 import subprocess
@@ -99,6 +100,67 @@ def test_layerwise_projection_fits_images_and_iterations_then_scales_by_macs():
     timed = 1.0 + 1.0 * 10 + 0.5 * 100  # c0 = 3 - 2 at 2 iterations, then 100 iterations more
     assert p["projected_s"] == pytest.approx(4 * timed) and p["projected_s_by_params"] == pytest.approx(2 * timed)
     assert p["unit_s"] == pytest.approx(timed / 2)
+
+
+def test_a_layerwise_projection_scales_only_the_layers_time_and_adds_the_runs_own_once():
+    probes = [
+        {"images": 2, "iterations": 2, "wall_s": 4.0, "layers_s": 3.0},  # 1 s spent once
+        {"images": 6, "iterations": 2, "wall_s": 9.0, "layers_s": 7.0},  # 2 s: 0.5 + 0.25 an image
+        {"images": 2, "iterations": 6, "wall_s": 6.0, "layers_s": 5.0},
+    ]
+    cell = {"status": "ok", "kind": "layer-wise", "probes": probes, "layers_timed": ["a", "b"]}
+    cell.update(macs_total=400, macs_timed=100, params_total=10, params_timed=5)
+    p = project_cell(cell, {"n_calibration": 10, "iterations": 102}, warmup=0)
+    timed, once = 1.0 + 1.0 * 10 + 0.5 * 100, 0.5 + 0.25 * 10
+    assert p["once_s"] == pytest.approx(once) and p["passes"] == "once"
+    assert p["projected_s"] == pytest.approx(4 * timed + once)
+    assert p["projected_s_by_params"] == pytest.approx(2 * timed + once)
+    # a once-part that shrinks with the images (noise) is held at its larger value, not made proportional
+    probes[1]["wall_s"] = 7.5
+    assert project_cell(cell, {"n_calibration": 10, "iterations": 102}, warmup=0)["once_s"] == pytest.approx(1.0)
+    # probes that did not say how their time split are scaled whole, and the table says so
+    for probe in probes:
+        del probe["layers_s"]
+    old = project_cell(cell, {"n_calibration": 10, "iterations": 102}, warmup=0)
+    assert old["passes"] == "scaled with the layers" and old["once_s"] == 0.0
+    result = {"device": "cpu", "device_description": "cpu", "mode": "small", "sizes": {}, "cells": []}
+    result["cells"] = [{**cell, "model": "m", "method": "pot-l2norm", "projection": old}]
+    result |= {"grid": grid_hours({}, {}), "command": "c", "git_commit": "x", "torch": "t", "threads": 1}
+    result |= {"load_end": "0", "created": "now", "wall_s": 1.0}
+    assert "(whole run scaled with the layers)" in scale.markdown(result)
+
+
+@pytest.mark.parametrize("method", ["pot-l2norm", "obs"])
+def test_a_layerwise_probe_says_how_much_of_its_time_went_to_its_layers(method):
+    """On a real run: the pruned layer's row and passes take part of the wall time; the rest is the run's own, and
+    POT's includes its network-error pass over the whole model (two forwards of every image through the heavy
+    layers after the pruned one), which a run makes once whatever its layers."""
+    torch.manual_seed(0)
+    template = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=4),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 4),
+    )
+    overrides = {"filter_fn": lambda module, name: name == "0"}
+    if method == "pot-l2norm":
+        overrides["iterations"] = 4
+
+    def probe(**kw):
+        return scale_cell.run_probe(
+            fcpts.get_method(method), lambda: copy.deepcopy(template), 16, {"seed": 0}, overrides, "cpu", **kw
+        )
+
+    timed = probe(layer_wise=True)
+    assert 0 < timed["layers_s"] <= timed["wall_s"]
+    if method == "pot-l2norm":
+        assert timed["wall_s"] - timed["layers_s"] > 0.1
+    assert "layers_s" not in probe()
 
 
 def test_grid_counts_the_papers_tables_and_each_cell_once(tmp_path):
@@ -207,7 +269,7 @@ def test_a_layerwise_cell_makes_one_untimed_call_before_its_timed_probes(monkeyp
 
     calls, chosen = [], []
 
-    def fake_probe(method, build, n_images, budget, overrides, device):
+    def fake_probe(method, build, n_images, budget, overrides, device, layer_wise=False):
         calls.append((n_images, overrides.get("iterations")))
         chosen.append(overrides.get("choose_for"))
         return {"images": n_images, "wall_s": 1.0}
