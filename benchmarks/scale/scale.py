@@ -182,7 +182,7 @@ def markdown(result: dict) -> str:
         if p.get("clamped"):
             status += " (a slope clamped)"
         if p.get("passes") == "scaled with the layers":
-            status += " (whole run scaled with the layers)"
+            status += " (the run's own passes scaled with the layers too)"
         if mem.get("cache_bounded_gb") is not None:
             status += f" (memory line capped: cache {mem['cache_bounded_gb']:.0f} GB)"
         time_s = f"{fmt_time(p['unit_s'])} {unit_of.get(kind, '')}" if p else "-"

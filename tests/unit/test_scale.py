@@ -127,7 +127,7 @@ def test_a_layerwise_projection_scales_only_the_layers_time_and_adds_the_runs_ow
     result["cells"] = [{**cell, "model": "m", "method": "pot-l2norm", "projection": old}]
     result |= {"grid": grid_hours({}, {}), "command": "c", "git_commit": "x", "torch": "t", "threads": 1}
     result |= {"load_end": "0", "created": "now", "wall_s": 1.0}
-    assert "(whole run scaled with the layers)" in scale.markdown(result)
+    assert "(the run's own passes scaled with the layers too)" in scale.markdown(result)
 
 
 @pytest.mark.parametrize("method", ["pot-l2norm", "obs"])
