@@ -9,8 +9,8 @@ What a probe is depends on the kind of method, read from the registry, never fro
   layers spread evenly over the model (`filter_fn`), at two calibration sizes; a method with per-layer
   `iterations` also runs at a second iteration count. The parent fits time = c0 + c_images x images
   (+ c_iterations x iterations) to the time spent on the pruned layers, scales it to every layer by their share
-  of the model's MACs, and adds what the run spent once (a line in the images: the model's copy, the
-  network-error pass, BN recalibration).
+  of the model's MACs, and adds what the run spent once (a line in the images: the model's copy, POT's
+  network-error pass, obs's BN recalibration where asked).
 - one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
 
 Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory; a
@@ -167,8 +167,8 @@ PASSES_FOR_LAYERS = ("input_collection_s", "allocation_s")
 
 def layers_seconds(report) -> float | None:
     """The seconds a layer-wise run spent on its layers (their rows' `wall_s` and PASSES_FOR_LAYERS); the rest of
-    its wall time a run spends once whatever its layers (the model's copy, the network-error pass, BN
-    recalibration). None where the rows hold no times."""
+    its wall time a run spends once whatever its layers (the model's copy, POT's network-error pass, obs's BN
+    recalibration where asked). None where the rows hold no times (magnitude-bn's)."""
     rows = [row["wall_s"] for row in report.per_layer if row.get("wall_s") is not None]
     if not rows:
         return None

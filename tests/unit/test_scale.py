@@ -224,6 +224,10 @@ def test_again_measures_a_merged_methods_cells_anew_and_keeps_this_outputs_own(t
         return {c["method"]: c["status"] for c in scale.main([*cells, *argv, "--out", str(tmp_path / out)])["cells"]}
 
     assert statuses("--merge", str(committed)) == {"erk": "ok", "fcpts": "ok"}
+    first = json.loads((tmp_path / "scale.json").read_text())
+    took = sum(c["cell_s"] for c in first["cells"])  # a merged table's time is its cells', not the merge's
+    assert first["merged_cells_s"] == pytest.approx(took) and took > 1
+    assert f"merged: its cells took {took:,.0f} s together" in (tmp_path / "scale.md").read_text()
     assert statuses("--resume", "--again", "fcpts") == {"erk": "ok", "fcpts": "ok"}  # measured by this output
     again = statuses("--merge", str(committed), "--again", "fcpts", out="again.json")
     assert again == {"erk": "ok", "fcpts": "not measured"}  # merged: to be measured anew (here: nothing is)
