@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import torch
 
-# Elements of one flat tensor at most (64 MB of float32): what flattening adds to a step's memory is bounded by a few
-# of these, not a few copies of the model; a layer larger than this is a flat tensor of its own.
-MAX_FLAT = 2**24
+# Elements of one flat tensor at most (16 MB of float32): what flattening adds to a step's memory is bounded by a few
+# of these, not a few copies of the model; a layer larger than this is a flat tensor of its own. Under 32 MB, glibc's
+# largest mmap threshold: a larger block is mapped afresh at each allocation and every page of it faults on first
+# touch, each step, for each flat temporary (runs of 64 MB made FCPTS's CPU steps on 4M-weight layers 2.4 times
+# slower: python -m benchmarks.speed.flat_runs).
+MAX_FLAT = 2**22
 
 
-def runs_of(numels: list[int], limit: int = MAX_FLAT) -> list[range]:
-    """Consecutive runs of layers (by index) with at most `limit` elements between them (or one larger layer)."""
+def runs_of(numels: list[int], limit: int | None = None) -> list[range]:
+    """Consecutive runs of layers (by index) with at most `limit` (MAX_FLAT) elements between them (or one larger
+    layer)."""
+    limit = MAX_FLAT if limit is None else limit
     runs, start, size = [], 0, 0
     for i, n in enumerate(numels):
         if i > start and size + n > limit:
