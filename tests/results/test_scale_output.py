@@ -10,6 +10,7 @@ import pytest
 from baselines.probmask import PROJECTION_BISECTIONS
 from benchmarks.scale import scale
 from tasks.grid.paths import REPO_ROOT
+from tests.results.git_history import json_at
 
 OUTPUT = REPO_ROOT / "results" / "benchmarks" / "scale_cpu_small.json"
 
@@ -79,3 +80,19 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
         f"{PROJECTION_BISECTIONS} bisection passes over all {cell['params_total'] / 1e6:.0f} million of them",
     ):
         assert quoted in text, quoted
+
+
+def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says():
+    path = OUTPUT.parent / "scale_cpu_small_vit_large_64mb_runs.json"
+    run = json.loads(path.read_text())
+    assert run["git_commit"].startswith("ba91467") and "2^24 weights (64 MB)" in run["note"]
+    assert scale.markdown(run) == path.with_suffix(".md").read_text()
+    fcpts = next(c for c in run["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
+    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    steps = " and ".join(f"{s:.1f}" for s in fcpts["probes"][0]["step_s"])
+    assert f"FCPTS's two ViT-L steps at batch 1 took {steps} s with 64-MB runs" in text
+    before = json_at("0bf93f4", "results/benchmarks/scale_cpu_small.json")  # the table before this one
+    old = next(c for c in before["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
+    old_steps = " and ".join(f"{s:.1f}" for s in old["probes"][0]["step_s"])
+    assert "Intel(R) Xeon" in before["device_description"]
+    assert f"the table made before the flat masks had {old_steps} s on an Intel Xeon" in text

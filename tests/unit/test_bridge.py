@@ -171,3 +171,13 @@ def test_the_flat_counts_and_samples_are_the_per_layer_ones_bit_for_bit(limit, m
 def test_runs_of_layers_stay_under_the_limit_unless_one_layer_is_larger():
     assert flat_weights.runs_of([5, 5, 5, 20, 1, 1], limit=10) == [range(0, 2), range(2, 3), range(3, 4), range(4, 6)]
     assert flat_weights.runs_of([3, 4], limit=10) == [range(0, 2)] and flat_weights.runs_of([]) == []
+
+
+def test_flat_runs_stay_under_glibcs_largest_mmap_threshold(monkeypatch):
+    """A flat float32 temporary over 32 MB would be mapped afresh, page by page, at every allocation
+    (benchmarks.speed.flat_runs); the limit is read when runs are made, so the benchmark can set another."""
+    assert flat_weights.MAX_FLAT * 4 <= 16 * 2**20
+    half = flat_weights.MAX_FLAT // 2
+    assert flat_weights.runs_of([half, half, half]) == [range(0, 2), range(2, 3)]
+    monkeypatch.setattr(flat_weights, "MAX_FLAT", 4 * half)
+    assert flat_weights.runs_of([half, half, half]) == [range(0, 3)]
