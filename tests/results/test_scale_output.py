@@ -135,3 +135,5 @@ def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says():
     assert now["git_commit"].startswith("89ba997")  # runs of 2^22
     now_steps = " and ".join(f"{s:.1f}" for s in now["probes"][0]["step_s"])
     assert f"With runs of 16 MB they took {now_steps} s, alone again" in text
+    peaks = [c["probes"][0]["peak_rss_gb"] for c in (now, fcpts)]
+    assert f"FCPTS probe peaked at {peaks[0]:.2f} GB, against {peaks[1]:.2f} GB with 64-MB runs" in text
