@@ -22,6 +22,15 @@ def small_before_paper_choices(sizes: dict) -> bool:
     return sizes == {k: v for k, v in scale.SMALL.items() if k != "paper_choices"} and scale.SMALL["paper_choices"]
 
 
+def notebook_text() -> str:
+    """docs/notebook/benchmarks.md with its line breaks and runs of spaces as single spaces."""
+    return " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+
+
+def cell_of(run: dict, model: str, method: str) -> dict:
+    return next(c for c in run["cells"] if (c["model"], c["method"]) == (model, method))
+
+
 @pytest.fixture(scope="module")
 def result():
     return json.loads(OUTPUT.read_text())
@@ -38,7 +47,7 @@ def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(resul
     crashed = cells[("vit_large", "probmask")]
     assert crashed["status"] == "crashed" and crashed["error"].startswith("exit -9")
     assert "capped at 21 GiB" in result["note"]
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    text = notebook_text()
     assert f"the kernel killed it at the cap after {crashed['cell_s']:.0f} s" in text
 
 
@@ -58,7 +67,7 @@ def test_the_notebook_says_how_much_scaling_a_probes_whole_time_overstated_its_l
         ratios.append((before / now, cell["model"], cell["method"], before, now))
     ratios.sort()
     assert len(ratios) == 21  # POT-L2Norm, POT-ERK and obs on every model
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    text = notebook_text()
     low, high = ratios[0], ratios[-1]
     assert f"{low[0]:.2f} to {high[0]:.2f} times what the split projects" in text
     assert (high[1], high[2]) == ("regnetx_400mf", "pot-l2norm")
@@ -75,7 +84,7 @@ def test_projections_and_table_are_regenerated_from_the_probes(result):
 
 
 def test_benchmarks_doc_quotes_the_grid_hours(result):
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    text = notebook_text()
     grid = result["grid"]
     assert f"{grid['total_hours']:,.0f} core-hours" in text
     for table, row in grid["tables"].items():
@@ -91,7 +100,7 @@ def test_the_capped_vit_large_probmask_try_is_as_the_doc_says():
         small_before_paper_choices(capped["sizes"])
         and scale.markdown(capped) == (OUTPUT.parent / "scale_cpu_small_vit_large_probmask_capped.md").read_text()
     )
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    text = notebook_text()
     assert f"killed at the cap after {cell['cell_s']:.0f} s" in text and "capped at 18 GB" in text
 
 
@@ -103,8 +112,8 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
     assert "MALLOC_MMAP_THRESHOLD_=1048576" in run["note"] and "capped at 16 GB by a cgroup" in run["note"]
     assert small_before_paper_choices(run["sizes"]) and scale.markdown(run) == path.with_suffix(".md").read_text()
     (probe,) = cell["probes"]
-    fcpts = next(c for c in result["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    fcpts = cell_of(result, "vit_large", "fcpts")
+    text = notebook_text()
     steps = " and ".join(f"{s:.0f}" for s in probe["step_s"])
     fcpts_steps = " and ".join(f"{s:.1f}" for s in fcpts["probes"][0]["step_s"])
     for quoted in (
@@ -115,23 +124,21 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
         assert quoted in text, quoted
 
 
-def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says():
+def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says(result):
     path = OUTPUT.parent / "scale_cpu_small_vit_large_64mb_runs.json"
     run = json.loads(path.read_text())
     assert run["git_commit"].startswith("ba91467") and "2^24 weights (64 MB)" in run["note"]
     assert scale.markdown(run) == path.with_suffix(".md").read_text()
-    fcpts = next(c for c in run["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
-    text = " ".join((REPO_ROOT / "docs" / "notebook" / "benchmarks.md").read_text().split())
+    fcpts = cell_of(run, "vit_large", "fcpts")
+    text = notebook_text()
     steps = " and ".join(f"{s:.1f}" for s in fcpts["probes"][0]["step_s"])
     assert f"FCPTS's two ViT-L steps at batch 1 took {steps} s with 64-MB runs" in text
     before = json_at("0bf93f4", "results/benchmarks/scale_cpu_small.json")  # the table before this one
-    old = next(c for c in before["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts"))
+    old = cell_of(before, "vit_large", "fcpts")
     old_steps = " and ".join(f"{s:.1f}" for s in old["probes"][0]["step_s"])
     assert "Intel(R) Xeon" in before["device_description"]
     assert f"the table made before the flat masks had {old_steps} s on an Intel Xeon" in text
-    now = next(
-        c for c in json.loads(OUTPUT.read_text())["cells"] if (c["model"], c["method"]) == ("vit_large", "fcpts")
-    )
+    now = cell_of(result, "vit_large", "fcpts")
     assert now["git_commit"].startswith("89ba997")  # runs of 2^22
     now_steps = " and ".join(f"{s:.1f}" for s in now["probes"][0]["step_s"])
     assert f"With runs of 16 MB they took {now_steps} s, alone again" in text
