@@ -3,7 +3,8 @@
 Every prunable weight gets a keep-probability s in [0, 1] (init 1). Training mask: the binary-concrete
 relaxation m = sigmoid((logit(s) + logit(u)) * T), u ~ U(0, 1), with the inverse temperature T annealed
 exponentially from 1 to 33. After every step the scores are projected onto the global budget
-sum(clamp(s - v, 0, 1)) = kept(t) * N by bisection on v, where the kept fraction follows a cubic schedule
+sum(clamp(s - v, 0, 1)) = kept(t) * N (v by bisection, over the few scores a histogram leaves unsettled:
+baselines/score_projection.py), where the kept fraction follows a cubic schedule
 from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores train with Adam (6e-3),
 weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
 
@@ -16,6 +17,7 @@ sparsity and is reproducible.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -34,10 +36,12 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, sharing_modules
-from fcpts.core.options import TrainingOptions, check_at_least
+from fcpts.core.options import TrainingOptions, check_at_least, check_choice
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
+
+from .score_projection import PROJECTIONS
 
 
 @dataclass
@@ -46,6 +50,9 @@ class ProbMaskOptions(TrainingOptions):
     t_start: float = 1.0
     t_end: float = 33.0
     schedule_fraction: float = 0.75  # kept fraction reaches 1 - target after this share of steps
+    projection: str = "binned"  # how v is found each step (baselines/score_projection.py): "binned" or "bisection"
+
+    DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"projection": "bisection"}  # what records before it ran with
 
     def validate(self) -> None:
         super().validate()
@@ -53,6 +60,7 @@ class ProbMaskOptions(TrainingOptions):
             check_at_least(self, name, 0.0, inclusive=False)
         if not 0 < self.schedule_fraction <= 1:
             raise ValueError(f"option schedule_fraction must lie in (0, 1], got {self.schedule_fraction!r}")
+        check_choice(self, "projection", tuple(PROJECTIONS))
 
 
 EPS = 1e-6  # scores and noise are kept this far from 0 and 1, where the logit is infinite
@@ -100,41 +108,6 @@ def noise_seed(seed: int, step: int) -> int:
     """The relaxed masks' noise of a step depends on (seed, step) only, so a resumed run draws what an
     uninterrupted one would."""
     return seed * 1_000_003 + 500_009 + step
-
-
-PROJECTION_BISECTIONS = 100  # at most, halvings of v's bracket (float64) in each step's projection
-FIXED_POINT_CHECK_EVERY = 8  # halvings between two reads of the bracket (each read waits for the device)
-
-
-@torch.no_grad()
-def project_scores(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
-    """In place: s <- clamp(s - v, 0, 1) with v chosen by bisection so that sum(s) = kept * N (v = 0 when the
-    scores are within budget already). Every decision is a torch.where on the scores' device; the bracket is read
-    back every FIXED_POINT_CHECK_EVERY halvings, and the bisection stops once a halving left it as it was: from
-    then on every halving repeats that one (the midpoint is an end of the bracket in float64), so stopping gives
-    the v that all PROJECTION_BISECTIONS would, in about 60 passes instead of 100. Returns v (0-dim, float64).
-
-    Sums run layer by layer in float64, so the extra memory is one layer's scores in float64, never all of them
-    (on ViT-L a flat float64 copy of every score and its two temporaries were 7 GB)."""
-    n = sum(s.numel() for s in scores)
-    budget = kept * n
-
-    def kept_sum(v: torch.Tensor) -> torch.Tensor:
-        return torch.stack([(s.double() - v).clamp_(0, 1).sum() for s in scores]).sum()
-
-    lo = torch.stack([s.min() for s in scores]).min().double() - 1.0
-    hi = torch.stack([s.max() for s in scores]).max().double()
-    for halving in range(1, PROJECTION_BISECTIONS + 1):
-        v = 0.5 * (lo + hi)
-        over = kept_sum(v) > budget
-        new_lo, new_hi = torch.where(over, v, lo), torch.where(over, hi, v)
-        if halving % FIXED_POINT_CHECK_EVERY == 0 and bool((new_lo == lo) & (new_hi == hi)):
-            break
-        lo, hi = new_lo, new_hi
-    v = torch.where(kept_sum(torch.zeros_like(hi)) <= budget, torch.zeros_like(hi), hi)
-    for s in scores:
-        s.sub_(v.to(s.dtype)).clamp_(0, 1)
-    return v
 
 
 @torch.no_grad()
@@ -194,6 +167,8 @@ def train_scores(
         inv_t = cfg.t_start * (cfg.t_end / cfg.t_start) ** (step / max(1, cfg.iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t
+
+    project_scores = PROJECTIONS[cfg.projection]
 
     def after(step: int) -> None:
         project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from baselines.probmask import PROJECTION_BISECTIONS
+from baselines.score_projection import PROJECTION_BISECTIONS
 from benchmarks.scale import scale
 from benchmarks.scale.scale_projection import project_layerwise
 from tasks.grid.paths import REPO_ROOT

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.probmask import export_masks, kept_fraction, project_scores
+from baselines.probmask import export_masks, kept_fraction
 from baselines.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS, get_method
@@ -51,16 +51,6 @@ def test_str_shrinks_kept_weights_and_reports_what_it_reached(caplog):
     assert report.achieved_sparsity == pytest.approx(sparsity_summary(model)[0])
     assert not report.extra["converged_to_target"]  # 3 steps a trial: far from 0.6
     assert f"STR reached sparsity {report.achieved_sparsity:.4f}, not the target 0.6000" in caplog.text
-
-
-def test_probmask_projection_hits_the_kept_count():
-    g = torch.Generator().manual_seed(0)
-    scores = [torch.rand(50, generator=g) * 1.5, torch.rand(3, 7, generator=g)]
-    n = sum(s.numel() for s in scores)
-    project_scores(scores, 0.3)
-    total = sum(s.sum().item() for s in scores)
-    assert total == pytest.approx(0.3 * n, abs=1e-6 * n)
-    assert all(((s >= 0) & (s <= 1)).all() for s in scores)
 
 
 def test_probmask_export_prunes_weights_that_are_already_zero_first():
@@ -164,63 +154,3 @@ def test_probmask_noise_leaves_the_global_rng_alone_and_a_resumed_run_draws_the_
                           checkpoint=ckpt)  # fmt: skip
     assert report.history[0]["step"] == 0 and len(report.history) == 6
     assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), resumed.state_dict().values()))
-
-
-def test_probmask_projection_decides_on_the_device():
-    scores = [torch.full((10,), 0.4)]
-    assert project_scores(scores, 0.5).item() == 0.0  # within budget already: nothing moves
-    assert torch.equal(scores[0], torch.full((10,), 0.4))
-    v = project_scores([torch.ones(10)], 0.3)
-    assert isinstance(v, torch.Tensor) and v.item() == pytest.approx(0.7)
-
-
-@torch.no_grad()
-def _projection_over_one_flat_copy(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
-    """The projection as first written: every score in one float64 tensor (the reference for the layer-wise one)."""
-    flat = torch.cat([s.flatten() for s in scores]).double()
-    budget = kept * flat.numel()
-    lo, hi = flat.min() - 1.0, flat.max()
-    for _ in range(100):
-        v = 0.5 * (lo + hi)
-        over = (flat - v).clamp(0, 1).sum() > budget
-        lo, hi = torch.where(over, v, lo), torch.where(over, hi, v)
-    v = torch.where(flat.clamp(0, 1).sum() <= budget, torch.zeros_like(hi), hi)
-    for s in scores:
-        s.sub_(v.to(s.dtype)).clamp_(0, 1)
-    return v
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_probmask_layerwise_projection_moves_scores_exactly_as_the_flat_one(seed):
-    """Summing layer by layer (bounded memory) changes only the float64 summation order: the float32 shift the
-    scores take, and so every score, stay bit-identical (mid-run scores: many exactly 0 or 1, the rest spread)."""
-    g = torch.Generator().manual_seed(seed)
-    shapes = [(16, 3, 3, 3), (64, 16, 3, 3), (10, 64), (1000,)]
-    scores = [torch.rand(shape, generator=g) * 1.4 - 0.2 for shape in shapes]
-    scores = [s.clamp(0, 1) for s in scores]
-    for kept in (0.9, 0.5, 0.1):
-        ours, reference = [s.clone() for s in scores], [s.clone() for s in scores]
-        v = project_scores(ours, kept)
-        v_ref = _projection_over_one_flat_copy(reference, kept)
-        assert v.to(torch.float32) == v_ref.to(torch.float32)
-        assert all(torch.equal(a, b) for a, b in zip(ours, reference))
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_probmask_projection_stopping_at_its_fixed_point_gives_what_every_halving_would(seed, monkeypatch):
-    """The bisection stops once a halving leaves the bracket as it was; the v and scores are bit for bit those of
-    all PROJECTION_BISECTIONS halvings (a check interval beyond them never stops early), scores spread or tied."""
-    import baselines.probmask as probmask
-
-    g = torch.Generator().manual_seed(seed)
-    scores = [torch.rand(shape, generator=g).clamp(0.1, 0.9) for shape in ((64, 16, 3, 3), (10, 64), (999,))]
-    if seed % 2:
-        scores[2][:500] = 0.5  # a block of equal scores
-    for kept in (0.9, 0.5, 0.1, 0.002):
-        early, every = [s.clone() for s in scores], [s.clone() for s in scores]
-        v_early = project_scores(early, kept)
-        with monkeypatch.context() as m:
-            m.setattr(probmask, "FIXED_POINT_CHECK_EVERY", probmask.PROJECTION_BISECTIONS + 1)
-            v_every = project_scores(every, kept)
-        assert v_early.item() == v_every.item() and v_early.dtype == torch.float64
-        assert all(torch.equal(a, b) for a, b in zip(early, every))
