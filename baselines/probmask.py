@@ -73,13 +73,29 @@ def relaxed_masked_weight(weight: torch.Tensor, scores: torch.Tensor, u: torch.T
     return weight * torch.sigmoid(logits * inv_t)
 
 
+def drawn_masked_weight(
+    weight: torch.Tensor, scores: torch.Tensor, noise: torch.Generator, state: torch.Tensor, inv_t: float
+) -> torch.Tensor:
+    """relaxed_masked_weight with u drawn from `noise` set to `state`: the same u each time it is called."""
+    noise.set_state(state)
+    return relaxed_masked_weight(weight, scores, uniform_noise(scores, noise), inv_t)
+
+
+def uniform_noise(scores: torch.Tensor, noise: torch.Generator | None) -> torch.Tensor:
+    u = torch.rand(scores.shape, generator=noise, device=scores.device, dtype=scores.dtype)
+    return u.clamp_(EPS, 1 - EPS)
+
+
 class ProbMaskParam(nn.Module):
     """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval. The noise
     comes from `noise`, a generator on the scores' device (never the global RNG).
 
-    The sample is recomputed in the backward pass from (W, s, u) rather than kept: autograd would otherwise hold
-    three more tensors the size of every weight through the step (the clamped scores, their negation, the
-    mask), 3.6 GB on ViT-L. Recomputing runs the same operations, so the gradients are bit-identical."""
+    The sample is recomputed in the backward pass rather than kept: autograd would otherwise hold three more
+    tensors the size of every weight through the step (the clamped scores, their negation, the mask), 3.6 GB on
+    ViT-L. So is the noise u: the generator's state before the draw is kept (a few bytes to 5 kB) and the draw
+    repeated, where keeping u held one more weight-sized tensor (1.2 GB on ViT-L). Recomputing runs the same
+    operations on the same numbers, so the gradients are bit-identical. (Each step reseeds the generator first,
+    so the backward's draws leave the next step's noise as it was.)"""
 
     def __init__(self, shape: torch.Size, noise: torch.Generator | None = None):
         super().__init__()
@@ -90,11 +106,13 @@ class ProbMaskParam(nn.Module):
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         if not self.training:
             return weight * (self.scores > 0.5).to(weight.dtype)
-        s = self.scores
-        u = torch.rand(s.shape, generator=self.noise, device=s.device, dtype=s.dtype).clamp_(EPS, 1 - EPS)
+        s, t = self.scores, self.inv_temperature
         if not torch.is_grad_enabled():
-            return relaxed_masked_weight(weight, s, u, self.inv_temperature)
-        return checkpoint(relaxed_masked_weight, weight, s, u, self.inv_temperature, use_reentrant=False)
+            return relaxed_masked_weight(weight, s, uniform_noise(s, self.noise), t)
+        if self.noise is None:  # the global generator's draw cannot be repeated here: u is kept
+            return checkpoint(relaxed_masked_weight, weight, s, uniform_noise(s, None), t, use_reentrant=False)
+        state = self.noise.get_state()
+        return checkpoint(drawn_masked_weight, weight, s, self.noise, state, t, use_reentrant=False)
 
 
 def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: float) -> float:

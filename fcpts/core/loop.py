@@ -376,14 +376,14 @@ def train_loop(
     graphs = cuda_graphs and step_graph.can_capture(device)
 
     def forward_backward(step: int, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        for o in optimizers:  # before the forward: last step's gradients (4 bytes a parameter) are let go first
+            o.zero_grad(set_to_none=True)
         with autocast(options.amp, device, cache=not graphs):
             with torch.no_grad():
                 y_t = teacher(x)
             if step == start:  # the one read-back inside a step, on the first one only
                 _finite_or_raise(float(y_t.float().abs().sum()), "the dense teacher's output", step, desc)
             loss, logs = loss_fn(model(x).float(), y_t.float(), step)
-        for o in optimizers:
-            o.zero_grad(set_to_none=True)
         loss.backward()
         return loss, logs
 
