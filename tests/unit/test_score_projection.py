@@ -8,6 +8,7 @@ from baselines.probmask import ProbMaskOptions
 from baselines.score_projection import (
     BIN_BITS,
     PROJECTIONS,
+    bin_counts,
     bracket_from_histogram,
     project_scores_binned,
     project_scores_bisection,
@@ -72,44 +73,59 @@ def test_the_binned_projection_finds_the_bisections_shift(seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_the_histogram_brackets_the_shift_within_a_few_bins(seed):
     """f(lo) > budget >= f(hi) by full float64 sums, both ends multiples of 2^-BIN_BITS, a few bins apart, so
-    the bisection after it runs over a few bins' worth of scores."""
+    the bisection after it runs over a few bins' worth of scores; the counts are each score's bin, exactly."""
     scores = mid_run_scores(seed)
     n = sum(s.numel() for s in scores)
+    counts = bin_counts(scores)
+    flat = torch.cat([s.flatten() for s in scores]).double()
+    assert counts.sum().item() == n and counts[0].item() == int((flat <= -(2.0**-BIN_BITS)).sum())
+    for b in (0, 1, 700, 2047, 2048):
+        in_bin = (flat >= b * 2.0**-BIN_BITS) & (flat < (b + 1) * 2.0**-BIN_BITS)
+        if b == 0:
+            in_bin |= (flat < 0) & (flat > -(2.0**-BIN_BITS))
+        assert counts[b + 1].item() == int(in_bin.sum()) if b + 1 < counts.numel() else not in_bin.any()
     for kept in (0.9, 0.5, 0.1):
         budget = kept * n
         if full_sum(scores, 0.0) <= budget:
             continue
-        lo, hi = bracket_from_histogram(scores, budget)
-        assert full_sum(scores, lo.item()) > budget >= full_sum(scores, hi.item())
-        for end in (lo.item(), hi.item()):
-            assert end * 2**BIN_BITS == int(end * 2**BIN_BITS)
-        assert 0 < (hi - lo).item() * 2**BIN_BITS <= 3
+        j_lo, j_hi = bracket_from_histogram(counts, budget)
+        lo, hi = j_lo * 2.0**-BIN_BITS, j_hi * 2.0**-BIN_BITS
+        assert full_sum(scores, lo) > budget >= full_sum(scores, hi)
+        assert 0 < j_hi - j_lo <= 3
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_settled_sums_equal_the_full_sum_across_the_bracket(seed):
     scores = mid_run_scores(seed)
     n = sum(s.numel() for s in scores)
-    budget = 0.4 * n
-    lo, hi = bracket_from_histogram(scores, budget)
-    f = settled_sum(scores, lo, hi)
-    for t in torch.linspace(0, 1, 9, dtype=torch.float64):
-        v = lo + t * (hi - lo)
-        assert f(v).item() == pytest.approx(full_sum(scores, v.item()), abs=1e-9 * n)
+    counts = bin_counts(scores)
+    for j_lo, j_hi in (bracket_from_histogram(counts, 0.4 * n), (0, 1500), (200, 2048)):
+        f = settled_sum(scores, counts, j_lo, j_hi)
+        for t in torch.linspace(0, 1, 9, dtype=torch.float64):
+            v = (j_lo + t * (j_hi - j_lo)) * 2.0**-BIN_BITS
+            assert f(v).item() == pytest.approx(full_sum(scores, v.item()), abs=1e-9 * n)
 
 
 def test_a_bracket_missed_by_rounding_falls_back_to_a_wider_one(monkeypatch):
-    """The bracket's ends are checked with the settled sums; a wrong one (here forced) widens to (0, hi]."""
+    """The bracket's ends are checked with the settled sums; a wrong one (here forced: f(lo) <= budget) widens to
+    (0, hi], and the shift is still the bisection's."""
     scores = mid_run_scores(0)
     reference = [s.clone() for s in scores]
-    right = bracket_from_histogram
+    right, settled = projection.bracket_from_histogram, projection.settled_sum
+    brackets = []
 
-    def too_high_a_low_end(scores, budget):
-        lo, hi = right(scores, budget)
-        return hi - 2.0**-BIN_BITS / 2, hi
+    def too_high_a_low_end(counts, budget):
+        _, j_hi = right(counts, budget)
+        return j_hi, j_hi + 1
+
+    def recorded(scores, counts, j_lo, j_hi):
+        brackets.append((j_lo, j_hi))
+        return settled(scores, counts, j_lo, j_hi)
 
     monkeypatch.setattr(projection, "bracket_from_histogram", too_high_a_low_end)
+    monkeypatch.setattr(projection, "settled_sum", recorded)
     v = project_scores_binned(scores, 0.5)
+    assert len(brackets) == 2 and brackets[1] == (0, brackets[0][1])
     assert v.item() == pytest.approx(project_scores_bisection(reference, 0.5).item(), abs=1e-12)
 
 
