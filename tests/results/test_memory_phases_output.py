@@ -69,8 +69,8 @@ def test_the_doc_reads_probmask_s_copies_off_its_output():
     for quoted in (
         f"the teacher's copy adds {teacher:.1f} copies of the weights and the keep-scores {scores:.1f} more",
         f"the training loop's peak lies {loop:.1f} copies above the resident set before it",
-        f"the run's peak is {run:.1f} copies above the model it was given, against the formula's 9",
+        f"the run's peak is {run:.1f} copies above the model it was given, against the formula's 8",
         f"its peak lies {export:.1f} copies above the resident set it starts from",
     ):
         assert quoted in doc, quoted
-    assert abs(run - 9) <= 1.0, "the formula (16P + 24Pw less the student's 4P) within one copy"
+    assert abs(run - 8) <= 1.0, "the formula (16P + 20Pw less the student's 4P) within one copy"
