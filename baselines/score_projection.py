@@ -3,8 +3,8 @@ chosen so that sum(clamp(s - v, 0, 1)) is the budget (v = 0 when the scores are 
 
 f(v) = sum(clamp(s - v, 0, 1)) falls as v grows, so v is found by bisection; both projections keep the bracket
 (lo, hi] with f(lo) > budget >= f(hi), halve it until a halving no longer moves it in float64, and take v = hi.
-`project_scores_bisection` evaluates f over every score at each of its ~60 halvings: on a CPU that is nearly all of
-a ProbMask step (ResNet-18: about 4 of 5 s at batch 1). `project_scores_binned` first brackets v between two
+`project_scores_bisection` evaluates f over every score at each of its ~60 halvings: on a CPU that is most of a
+ProbMask step (`python -m benchmarks.speed.score_projection`). `project_scores_binned` first brackets v between two
 multiples of 2^-11 from one histogram of the scores, then bisects over the few scores whose term in f is not
 already settled on that bracket (0, 1 or s - v, counted and summed in one more pass); the same v up to the
 rounding of float64 sums.
@@ -68,11 +68,13 @@ def project_scores_binned(scores: list[torch.Tensor], kept: float) -> torch.Tens
         return shift_scores(scores, torch.zeros((), dtype=torch.float64, device=scores[0].device))
     counts = bin_counts(scores)
     j_lo, j_hi = bracket_from_histogram(counts, budget)
-    f = settled_sum(scores, counts, j_lo, j_hi)
-    lo, hi = (torch.tensor(j / 2**BIN_BITS, dtype=torch.float64, device=counts.device) for j in (j_lo, j_hi))
-    if not (bool(f(lo) > budget) and bool(f(hi) <= budget)):  # only by float64 rounding at a bin's edge
-        f, lo = settled_sum(scores, counts, 0, j_hi), torch.zeros_like(lo)
-    return shift_scores(scores, bisect_shift(f, lo, hi, budget))
+    if j_hi - j_lo < 2**BIN_BITS:  # hi < lo + 1: every score below lo + 1 or at or above hi
+        f = settled_sum(scores, counts, j_lo, j_hi)
+        lo, hi = (torch.tensor(j / 2**BIN_BITS, dtype=torch.float64, device=counts.device) for j in (j_lo, j_hi))
+        if bool(f(lo) > budget) and bool(f(hi) <= budget):
+            return shift_scores(scores, bisect_shift(f, lo, hi, budget))
+    # float64 rounding at a bin's edge misled the bracket, or it spans a unit or more: bisect over every score
+    return project_scores_bisection(scores, kept)
 
 
 def bin_counts(scores: list[torch.Tensor]) -> torch.Tensor:

@@ -106,27 +106,29 @@ def test_settled_sums_equal_the_full_sum_across_the_bracket(seed):
             assert f(v).item() == pytest.approx(full_sum(scores, v.item()), abs=1e-9 * n)
 
 
-def test_a_bracket_missed_by_rounding_falls_back_to_a_wider_one(monkeypatch):
-    """The bracket's ends are checked with the settled sums; a wrong one (here forced: f(lo) <= budget) widens to
-    (0, hi], and the shift is still the bisection's."""
+@pytest.mark.parametrize("wrong", ["low end too high", "a unit wide"])
+def test_a_bracket_missed_by_rounding_falls_back_to_the_bisection_over_every_score(wrong, monkeypatch):
+    """The bracket's ends are checked with the settled sums, and its width against a unit (beyond it a score's
+    term could be unsettled twice); a wrong one (here forced) leaves the step to the bisection: its v, bit for bit."""
     scores = mid_run_scores(0)
     reference = [s.clone() for s in scores]
     right, settled = projection.bracket_from_histogram, projection.settled_sum
-    brackets = []
+    calls = []
 
-    def too_high_a_low_end(counts, budget):
-        _, j_hi = right(counts, budget)
-        return j_hi, j_hi + 1
+    def forced(counts, budget):
+        j_lo, j_hi = right(counts, budget)
+        return (j_hi, j_hi + 1) if wrong == "low end too high" else (0, 2**BIN_BITS)
 
     def recorded(scores, counts, j_lo, j_hi):
-        brackets.append((j_lo, j_hi))
+        calls.append((j_lo, j_hi))
         return settled(scores, counts, j_lo, j_hi)
 
-    monkeypatch.setattr(projection, "bracket_from_histogram", too_high_a_low_end)
+    monkeypatch.setattr(projection, "bracket_from_histogram", forced)
     monkeypatch.setattr(projection, "settled_sum", recorded)
     v = project_scores_binned(scores, 0.5)
-    assert len(brackets) == 2 and brackets[1] == (0, brackets[0][1])
-    assert v.item() == pytest.approx(project_scores_bisection(reference, 0.5).item(), abs=1e-12)
+    assert len(calls) == (1 if wrong == "low end too high" else 0)
+    assert v.item() == project_scores_bisection(reference, 0.5).item()
+    assert all(torch.equal(a, b) for a, b in zip(scores, reference))
 
 
 def test_probmask_projects_with_the_binned_way_and_records_before_it_ran_with_the_bisection():
