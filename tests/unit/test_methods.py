@@ -8,6 +8,7 @@ from baselines.probmask import export_masks, kept_fraction
 from baselines.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS, get_method
+from tests.conftest import DEVICES
 from tests.unit.tiny import FailingAt, tiny_net
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
@@ -156,7 +157,8 @@ def test_probmask_noise_leaves_the_global_rng_alone_and_a_resumed_run_draws_the_
     assert all(torch.equal(a, b) for a, b in zip(reference.state_dict().values(), resumed.state_dict().values()))
 
 
-def test_probmask_draws_its_noise_again_in_backward_instead_of_keeping_it(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_probmask_draws_its_noise_again_in_backward_instead_of_keeping_it(device, monkeypatch):
     """The noise u is not held from forward to backward (one weight-sized tensor a layer, 1.2 GB on ViT-L): the
     backward draws it again from the generator's kept state, so the gradients are bit for bit those of a u kept,
     and the generator ends the forward where one draw leaves it (the next layer's noise is as before)."""
@@ -174,20 +176,21 @@ def test_probmask_draws_its_noise_again_in_backward_instead_of_keeping_it(monkey
 
     monkeypatch.setattr(probmask, "uniform_noise", tracked)
     g = torch.Generator().manual_seed(0)
-    weight = torch.randn(6, 5, generator=g, requires_grad=True)
-    param = probmask.ProbMaskParam(weight.shape, torch.Generator().manual_seed(7))
+    weight = torch.randn(6, 5, generator=g).to(device).requires_grad_()
+    param = probmask.ProbMaskParam(weight.shape, torch.Generator(device=device).manual_seed(7)).to(device)
     with torch.no_grad():
         param.scores.copy_(torch.rand(6, 5, generator=g))
     param.inv_temperature = 3.0
+    weights = torch.arange(30.0, device=device).view(6, 5)
     out = param(weight)
     assert drawn and all(ref() is None for ref in drawn)  # nothing holds u between forward and backward
     after_forward = param.noise.get_state()
-    (out * torch.arange(30.0).view(6, 5)).sum().backward()
+    (out * weights).sum().backward()
 
-    reference_noise = torch.Generator().manual_seed(7)
+    reference_noise = torch.Generator(device=device).manual_seed(7)
     u = real(param.scores, reference_noise)
     assert torch.equal(after_forward, reference_noise.get_state())
     w, s = weight.detach().clone().requires_grad_(), param.scores.detach().clone().requires_grad_()
-    (probmask.relaxed_masked_weight(w, s, u, 3.0) * torch.arange(30.0).view(6, 5)).sum().backward()
+    (probmask.relaxed_masked_weight(w, s, u, 3.0) * weights).sum().backward()
     assert torch.equal(out, probmask.relaxed_masked_weight(w, s, u, 3.0))
     assert torch.equal(weight.grad, w.grad) and torch.equal(param.scores.grad, s.grad)

@@ -14,6 +14,7 @@ from baselines.score_projection import (
     project_scores_bisection,
     settled_sum,
 )
+from tests.conftest import DEVICES
 from tests.unit.test_methods import images, net, run
 
 SHAPES = [(16, 3, 3, 3), (64, 16, 3, 3), (10, 64), (1000,)]
@@ -57,11 +58,12 @@ def test_a_projection_decides_on_the_device(name):
     assert isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.item() == pytest.approx(0.7)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("seed", range(12))
-def test_the_binned_projection_finds_the_bisections_shift(seed):
+def test_the_binned_projection_finds_the_bisections_shift(seed, device):
     """The same v up to the rounding of float64 sums (here to the last bit or two), so the same scores within
-    one float32 rounding of each other."""
-    scores = mid_run_scores(seed)
+    one float32 rounding of each other; on a GPU too (its histogram counted by bincount)."""
+    scores = [s.to(device) for s in mid_run_scores(seed)]
     for kept in (0.99, 0.9, 0.5, 0.1, 0.002):
         binned, bisected = [s.clone() for s in scores], [s.clone() for s in scores]
         v_binned, v_bisected = project_scores_binned(binned, kept), project_scores_bisection(bisected, kept)
