@@ -349,7 +349,7 @@ class GradientsSeenInForward(nn.Module):
 @pytest.mark.parametrize("method", ["fcpts", "probmask"])
 def test_last_steps_gradients_are_let_go_before_the_forward(method):
     """Held through the next forward they would add 4 bytes a parameter to its peak (ProbMask's scores' too), where
-    the forward's activations and masked weights pile up: on ViT-B ProbMask's resident peak fell from 6.8 to 5.4 GB."""
+    the forward's activations and masked weights pile up (docs/memory.md)."""
     model = GradientsSeenInForward(net())
     fcpts.get_method(method)(model, images(), 0.5, iterations=3, batch_size=4, progress=False)
     assert model.seen == [False] * 3
