@@ -36,7 +36,13 @@ def result():
     return json.loads(OUTPUT.read_text())
 
 
-def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(result):
+@pytest.fixture(scope="module")
+def table_before():
+    """The table measured at 2020f95, before ProbMask's projection was binned and the loop let gradients go first."""
+    return json_at("2020f95", "results/benchmarks/scale_cpu_small.json")
+
+
+def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(result, table_before):
     cells = {(c["model"], c["method"]): c for c in result["cells"]}
     assert set(cells) == {(m, meth) for m in scale.paper_models() for meth in result["budgets"]}
     assert {c["status"] for c in cells.values()} <= {"ok", "not measured", "crashed", "timeout", "error"}
@@ -47,7 +53,7 @@ def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(resul
     assert all(c["status"] == "ok" for c in cells.values()) and "capped at 21 GiB" in result["note"]
     text = notebook_text()
     assert "All 91 cells (7 models x 13 methods) finished." in text and len(cells) == 91
-    crashed = cell_of(json_at("2020f95", "results/benchmarks/scale_cpu_small.json"), "vit_large", "probmask")
+    crashed = cell_of(table_before, "vit_large", "probmask")
     assert crashed["status"] == "crashed" and crashed["error"].startswith("exit -9")
     assert f"was killed by the kernel at the cap after {crashed['cell_s']:.0f} s" in text
 
@@ -105,7 +111,7 @@ def test_the_capped_vit_large_probmask_try_is_as_the_doc_says():
     assert f"killed at the cap after {cell['cell_s']:.0f} s" in text and "capped at 18 GB" in text
 
 
-def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc_says(result):
+def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc_says(table_before):
     path = OUTPUT.parent / "scale_cpu_small_vit_large_probmask_mmap.json"
     run = json.loads(path.read_text())
     (cell,) = run["cells"]
@@ -113,7 +119,7 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
     assert "MALLOC_MMAP_THRESHOLD_=1048576" in run["note"] and "capped at 16 GB by a cgroup" in run["note"]
     assert small_before_paper_choices(run["sizes"]) and scale.markdown(run) == path.with_suffix(".md").read_text()
     (probe,) = cell["probes"]
-    fcpts = cell_of(json_at("2020f95", "results/benchmarks/scale_cpu_small.json"), "vit_large", "fcpts")
+    fcpts = cell_of(table_before, "vit_large", "fcpts")
     text = notebook_text()
     steps = " and ".join(f"{s:.0f}" for s in probe["step_s"])
     fcpts_steps = " and ".join(f"{s:.1f}" for s in fcpts["probes"][0]["step_s"])
@@ -125,7 +131,7 @@ def test_the_vit_large_probmask_cell_with_the_mmap_threshold_fixed_is_as_the_doc
         assert quoted in text, quoted
 
 
-def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says(result):
+def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says(table_before):
     path = OUTPUT.parent / "scale_cpu_small_vit_large_64mb_runs.json"
     run = json.loads(path.read_text())
     assert run["git_commit"].startswith("ba91467") and "2^24 weights (64 MB)" in run["note"]
@@ -139,7 +145,7 @@ def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says(resu
     old_steps = " and ".join(f"{s:.1f}" for s in old["probes"][0]["step_s"])
     assert "Intel(R) Xeon" in before["device_description"]
     assert f"the table made before the flat masks had {old_steps} s on an Intel Xeon" in text
-    now = cell_of(json_at("2020f95", "results/benchmarks/scale_cpu_small.json"), "vit_large", "fcpts")
+    now = cell_of(table_before, "vit_large", "fcpts")
     assert now["git_commit"].startswith("89ba997")  # runs of 2^22
     now_steps = " and ".join(f"{s:.1f}" for s in now["probes"][0]["step_s"])
     assert f"With runs of 16 MB they took {now_steps} s, alone again (the scale table at 2020f95" in text
@@ -147,11 +153,10 @@ def test_the_vit_large_fcpts_steps_with_64_mb_flat_runs_are_as_the_doc_says(resu
     assert f"FCPTS probe peaked at {peaks[0]:.2f} GB, against {peaks[1]:.2f} GB with 64-MB runs" in text
 
 
-def test_the_probmask_section_quotes_both_tables(result):
+def test_the_probmask_section_quotes_both_tables(result, table_before):
     """ProbMask's steps and peaks before (the table at 2020f95) and after its projection was binned, its noise drawn
     again and the loop's gradients let go before the forward; the ViT-L cell finished, measured at that code."""
-    before = json_at("2020f95", "results/benchmarks/scale_cpu_small.json")
-    text = notebook_text()
+    before, text = table_before, notebook_text()
 
     def steps(run, model, method):
         return " and ".join(f"{s:.1f}" for s in cell_of(run, model, method)["probes"][0]["step_s"])
