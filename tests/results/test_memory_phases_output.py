@@ -39,7 +39,9 @@ def test_the_doc_reads_its_copies_off_the_output():
         f"the run's peak is {run:.1f} copies above the model it was given",
     ):
         assert quoted in doc, quoted
-    assert 4.0 <= loop <= 6.0, "gradients, momentum, the step's masks and masked weights: four copies and change"
+    # at most gradients, momentum, the step's masks and masked weights (four copies); the masked weights go in the
+    # backward as the gradients come
+    assert 3.0 <= loop <= 5.0
 
 
 def test_the_doc_s_glibc_default_numbers_are_that_output_s():
