@@ -15,22 +15,20 @@ import os
 import statistics
 import time
 
-import timm
 import torch
-import torchvision
 
 from baselines.score_projection import PROJECTIONS
 from benchmarks.report import measure_then_emit, text_parser
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import get_method
+from tasks.imagenet.models import architecture
 
 WAYS = ("bisection", "binned")  # before, now
 KEPTS = {"first step": 0.6, "mid-run": 0.4}  # both need a shift v > 0
 
 
 def layer_shapes(name: str) -> list[torch.Size]:
-    model = timm.create_model(name, pretrained=False) if name.startswith("vit") else getattr(torchvision.models, name)()
-    return [m.weight.shape for m in prunable_layers(model).values()]
+    return [m.weight.shape for m in prunable_layers(architecture(name)).values()]
 
 
 def scores_like(shapes: list[torch.Size], spread: str, seed: int) -> list[torch.Tensor]:
@@ -50,7 +48,7 @@ def time_projection(way: str, shapes: list[torch.Size], spread: str, seed: int) 
 def probmask_step_s(way: str, iterations: int) -> float:
     """Median step of a ProbMask run on a fresh ResNet-18 (the same weights, inputs and noise every call)."""
     torch.manual_seed(0)
-    model = torchvision.models.resnet18()
+    model = architecture("resnet18")
     images = torch.randn(4, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     method = get_method("probmask")
     options = method.make_options(
@@ -62,7 +60,7 @@ def probmask_step_s(way: str, iterations: int) -> float:
 
 def main(argv=None) -> int:
     p = text_parser("benchmarks.speed.score_projection", __doc__)
-    p.add_argument("--models", nargs="+", default=["resnet18", "vit_base_patch16_224"])
+    p.add_argument("--models", nargs="+", default=["resnet18", "vit_base"], help="names of the ImageNet task's models")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5, help="ProbMask steps a run (the first is not timed)")
     args = p.parse_args(argv)
