@@ -19,6 +19,7 @@ import torch
 PROJECTION_BISECTIONS = 100  # at most, halvings of v's bracket (float64) in each step's projection
 FIXED_POINT_CHECK_EVERY = 8  # halvings between two reads of the bracket (each read waits for the device)
 BIN_BITS = 11  # the binned projection's histogram: bins of width 2^-BIN_BITS, exact in float32 (a power of two)
+PER_UNIT = 2**BIN_BITS  # bins in a unit of score
 
 
 def bisect_shift(f: Callable[[torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor, budget: float):
@@ -68,9 +69,9 @@ def project_scores_binned(scores: list[torch.Tensor], kept: float) -> torch.Tens
         return shift_scores(scores, torch.zeros((), dtype=torch.float64, device=scores[0].device))
     counts = bin_counts(scores)
     j_lo, j_hi = bracket_from_histogram(counts, budget)
-    if j_hi - j_lo < 2**BIN_BITS:  # hi < lo + 1: every score below lo + 1 or at or above hi
+    if j_hi - j_lo < PER_UNIT:  # hi < lo + 1: every score below lo + 1 or at or above hi
         f = settled_sum(scores, counts, j_lo, j_hi)
-        lo, hi = (torch.tensor(j / 2**BIN_BITS, dtype=torch.float64, device=counts.device) for j in (j_lo, j_hi))
+        lo, hi = (torch.tensor(j / PER_UNIT, dtype=torch.float64, device=counts.device) for j in (j_lo, j_hi))
         if bool(f(lo) > budget) and bool(f(hi) <= budget):
             return shift_scores(scores, bisect_shift(f, lo, hi, budget))
     # float64 rounding at a bin's edge misled the bracket, or it spans a unit or more: bisect over every score
@@ -81,11 +82,10 @@ def bin_counts(scores: list[torch.Tensor]) -> torch.Tensor:
     """Counts of the scores in bins [b w, (b + 1) w), w = 2^-BIN_BITS, at index b + 1; index 0 counts the scores at
     or below -w, and bin 0 also holds those in (-w, 0) (for those the bounds below hold too: they add 0 at every
     v >= 0). s * 2^BIN_BITS is exact in float32 and truncation is floor from 0 up, so each score's bin is exact."""
-    per_unit = 2**BIN_BITS
-    n_bins = int(torch.stack([s.max() for s in scores]).max().mul(per_unit).floor().item()) + 1
+    n_bins = int(torch.stack([s.max() for s in scores]).max().mul(PER_UNIT).floor().item()) + 1
     counts = torch.zeros(n_bins + 1, dtype=torch.int64, device=scores[0].device)
     for s in scores:
-        index = (s.flatten() * per_unit).clamp_(-1, n_bins).to(torch.int32).add_(1)
+        index = (s.flatten() * PER_UNIT).clamp_(-1, n_bins).to(torch.int32).add_(1)
         counts += torch.bincount(index, minlength=n_bins + 1)
     return counts
 
@@ -94,20 +94,19 @@ def bracket_from_histogram(counts: torch.Tensor, budget: float) -> tuple[int, in
     """(j_lo, j_hi), with f(j_lo w) > budget >= f(j_hi w). At v = j w a score in bin b adds 0 to f when b < j, 1
     when b >= j + 2^BIN_BITS, and between (b - j) w and (b + 1 - j) w otherwise: f(j w) lies between two sums of
     counts, exact in float64 (integers under 2^53 times powers of two)."""
-    per_unit = 2**BIN_BITS
     device = counts.device
     binned = counts[1:].double()
     n_bins = binned.numel()
     bins = torch.arange(n_bins, dtype=torch.float64, device=device)
-    pad = torch.zeros(per_unit + 1, dtype=torch.float64, device=device)
+    pad = torch.zeros(PER_UNIT + 1, dtype=torch.float64, device=device)
     above = torch.cat([binned.flip(0).cumsum(0).flip(0), pad])  # scores in bins >= j
     bin_sum = torch.cat([(binned * bins).flip(0).cumsum(0).flip(0), pad])  # sum of b over bins >= j
     j = torch.arange(n_bins + 1, dtype=torch.float64, device=device)
-    ones = above[per_unit : per_unit + n_bins + 1]  # bins >= j + 2^BIN_BITS
+    ones = above[PER_UNIT : PER_UNIT + n_bins + 1]  # bins >= j + 2^BIN_BITS
     window_count = above[: n_bins + 1] - ones
-    window_bins = bin_sum[: n_bins + 1] - bin_sum[per_unit : per_unit + n_bins + 1]
-    low = ones + (window_bins - j * window_count) / per_unit  # f(j w) >= low
-    high = low + window_count / per_unit  # f(j w) <= high; 0 at j = n_bins
+    window_bins = bin_sum[: n_bins + 1] - bin_sum[PER_UNIT : PER_UNIT + n_bins + 1]
+    low = ones + (window_bins - j * window_count) / PER_UNIT  # f(j w) >= low
+    high = low + window_count / PER_UNIT  # f(j w) <= high; 0 at j = n_bins
     over = torch.nonzero(low > budget)
     j_lo = int(over.max()) if over.numel() else 0  # else f(0) > budget is all that is known
     return j_lo, int(torch.nonzero(high <= budget).min())
@@ -119,12 +118,11 @@ def settled_sum(scores: list[torch.Tensor], counts: torch.Tensor, j_lo: int, j_h
     only those in [lo, hi) and [lo + 1, hi + 1) are kept (float64). The counts are the histogram's (whole bins);
     sum_lin is the sum of clamp(s, hi, lo + 1) less hi for each score below hi and lo + 1 for each at or above it,
     one pass; every comparison with a float32 score is exact (multiples of w)."""
-    per_unit = 2**BIN_BITS
-    lo, hi = j_lo / per_unit, j_hi / per_unit
+    lo, hi = j_lo / PER_UNIT, j_hi / PER_UNIT
     binned = counts.double()  # index b + 1: bin b
-    n_one = binned[j_hi + per_unit + 1 :].sum()
-    n_lin = binned[j_hi + 1 : j_lo + per_unit + 1].sum()
-    below_hi, from_lo_plus_one = binned[: j_hi + 1].sum(), binned[j_lo + per_unit + 1 :].sum()
+    n_one = binned[j_hi + PER_UNIT + 1 :].sum()
+    n_lin = binned[j_hi + 1 : j_lo + PER_UNIT + 1].sum()
+    below_hi, from_lo_plus_one = binned[: j_hi + 1].sum(), binned[j_lo + PER_UNIT + 1 :].sum()
     clamped = torch.stack([s.clamp(hi, lo + 1).sum(dtype=torch.float64) for s in scores]).sum()
     sum_lin = clamped - hi * below_hi - (lo + 1) * from_lo_plus_one
     rest = torch.cat([s[((s >= lo) & (s < hi)) | ((s >= lo + 1) & (s < hi + 1))].double() for s in scores])
