@@ -229,9 +229,9 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
         "04cc05d": ("and the same code's six rounds before:", 6),
         "3c51860": ("before the in-place ReLUs, three rounds:", 3),
     }
-    earlier = {}
+    earlier, outputs = {}, {}
     for commit, (label, rounds) in history.items():
-        output = text_at(commit, "results/benchmarks/step_time_cpu_amd.txt")
+        outputs[commit] = output = text_at(commit, "results/benchmarks/step_time_cpu_amd.txt")
         earlier[commit] = ratios = default_and_kl_ratios(output)
         assert f"{rounds} rounds" in output and output != amd
         assert f"{label} {ratios[0]} and {ratios[1]}, in the history at {commit}" in text
@@ -246,8 +246,7 @@ def test_benchmarks_doc_speed_sentence_is_the_benchmark_outputs():
     assert f"the KL's pooled ratio lies {-above[1]:.2f} under that floor and the default loss's {above[0]:.2f}" in text
 
     def above_floor(commit: str) -> list[str]:
-        output = text_at(commit, "results/benchmarks/step_time_cpu_amd.txt")
-        floor = re.search(r"^teacher forward alone .* below (\d+\.\d+)$", output, re.M)
+        floor = re.search(r"^teacher forward alone .* below (\d+\.\d+)$", outputs[commit], re.M)
         return [f"{float(r) - float(floor.group(1)):.2f}" for r in earlier[commit]]
 
     (kl_9a, default_9a), (kl_ee, default_ee) = above_floor("9a8c6c8")[::-1], above_floor("ee1b5ad")[::-1]
