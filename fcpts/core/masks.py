@@ -18,6 +18,13 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
+# Layers whose weights no method here prunes: reported (`unprunable_weights`), never silently left dense.
+UNPRUNABLE_TYPES: tuple[type[nn.Module], ...] = (
+    nn.modules.conv._ConvNd,
+    nn.MultiheadAttention,
+    nn.Bilinear,
+    nn.RNNBase,
+)
 
 
 class NoPrunableLayersError(ValueError):
@@ -70,11 +77,38 @@ def prunable_layers(
             "to prune: keep at least one"
         )
     if not layers:
+        others = unprunable_weights(model)
+        held = f"; its {describe_unprunable(others)} are not" if others else ""
         raise NoPrunableLayersError(
-            f"{type(model).__name__} has no prunable layers (nn.Conv2d / nn.Linear); "
-            "pass a model that contains convolutions or linear layers"
+            f"{type(model).__name__} has no prunable layers (nn.Conv2d / nn.Linear){held}; "
+            "pass a model that contains 2-d convolutions or linear layers"
         )
     return layers
+
+
+def unprunable_weights(model: nn.Module) -> dict[str, tuple[str, int]]:
+    """Weights of layers that no method here prunes, {parameter name: (where, numel)}: other convolutions
+    (Conv1d, Conv3d, transposed), attention's packed projections (nn.MultiheadAttention's in_proj_weight; its
+    out_proj is a Linear and pruned), Bilinear and recurrent layers. They stay dense and outside the global
+    sparsity, which a user of a model built from them must be told (torchvision's ViT keeps a quarter of its
+    encoder's weights in in_proj_weight). Embeddings and tokens are not layers and are not listed."""
+    found: dict[str, tuple[str, int]] = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, PRUNABLE_TYPES) or not isinstance(module, UNPRUNABLE_TYPES):
+            continue
+        for param_name, param in module.named_parameters(recurse=False):
+            if param.dim() >= 2:
+                name = f"{module_name}.{param_name}" if module_name else param_name
+                found[name] = (f"{type(module).__name__}.{param_name}", param.numel())
+    return found
+
+
+def describe_unprunable(weights: dict[str, tuple[str, int]]) -> str:
+    """ "6,144 weights in 2 tensors (MultiheadAttention.in_proj_weight)": what `unprunable_weights` found, short."""
+    kinds = sorted({where for where, _ in weights.values()})
+    total = sum(numel for _, numel in weights.values())
+    tensors = f"{len(weights)} tensor{'s' if len(weights) > 1 else ''}"
+    return f"{total:,} weights in {tensors} ({', '.join(kinds)})"
 
 
 def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:

@@ -43,7 +43,8 @@ class SparsityReport:
 
     def summary(self, per_layer: bool = False) -> str:
         """A short table: method, target, achieved sparsity (and zeros of all weights), layers with their lowest
-        and highest sparsity, steps, time, seed; `per_layer=True` adds a row per layer."""
+        and highest sparsity, the weights of layers no method prunes (if any), steps, time, seed; `per_layer=True`
+        adds a row per layer."""
         total = sum(r["numel"] for r in self.per_layer)
         zeros = sum(round(r["sparsity"] * r["numel"]) for r in self.per_layer)
         rows = [
@@ -59,6 +60,16 @@ class SparsityReport:
                     "layers",
                     f"{len(self.per_layer)} pruned, per-layer sparsity {low['sparsity']:.1%} ({low['name']}) "
                     f"to {high['sparsity']:.1%} ({high['name']})",
+                )
+            )
+        unprunable = self.extra.get("unprunable_weights", {})
+        if unprunable:
+            rows.append(
+                (
+                    "not pruned",
+                    f"{sum(unprunable.values()):,} weights in {len(unprunable)} tensor{'s' if len(unprunable) > 1 else ''} "
+                    "of layers no method here "
+                    f"prunes (e.g. {next(iter(unprunable))}), outside the target",
                 )
             )
         if self.history:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -31,10 +32,19 @@ from typing import Any
 from torch import nn
 
 from fcpts.core.calibration import calibration_data
-from fcpts.core.masks import check_finite_result, check_finite_weights, check_target, check_weight_dtype
+from fcpts.core.masks import (
+    check_finite_result,
+    check_finite_weights,
+    check_target,
+    check_weight_dtype,
+    describe_unprunable,
+    unprunable_weights,
+)
 from fcpts.core.options import MethodOptions
 from fcpts.core.outputs import OutputFn, tensor_outputs
 from fcpts.core.report import SparsityReport
+
+log = logging.getLogger("fcpts")
 
 
 class UnknownOptionError(TypeError, ValueError):
@@ -154,9 +164,21 @@ class Method:
         check_weight_dtype(model)
         options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
         calibration = calibration_data(calibration)
+        unprunable = unprunable_weights(model)
+        if unprunable:
+            log.warning(
+                "%s: %s stay dense and outside the %.2f%% target, which counts nn.Conv2d/nn.Linear weights only "
+                "(e.g. %s); the report's extra['unprunable_weights'] lists them",
+                self.name,
+                describe_unprunable(unprunable),
+                100 * target,
+                next(iter(unprunable)),
+            )
         with tensor_outputs(model, output_fn):
             sparse, report = self.run(model, calibration, target, options)
         check_finite_result(sparse, self.name)
+        if unprunable:
+            report.extra["unprunable_weights"] = {name: numel for name, (_, numel) in unprunable.items()}
         return sparse, report
 
 

@@ -6,9 +6,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from torch.utils.data import DataLoader, IterableDataset, SubsetRandomSampler, TensorDataset
 
 import fcpts
+from fcpts.core.masks import NoPrunableLayersError
 from fcpts.methods import METHODS, get_method
 from tests.unit.tiny import tiny_net
 
@@ -164,3 +166,51 @@ def test_sparsity_summary_is_public():
     assert sparsity == report.achieved_sparsity == 0.5
     assert [r["name"] for r in per_layer] == ["0", "3", "7"]
     assert fcpts.sparsity_summary(model, exclude="7")[1][-1]["name"] == "3"
+
+
+class ConvAttention(nn.Module):
+    """A conv stem, torchvision-style attention (nn.MultiheadAttention: its q/k/v weights are one packed
+    Parameter, not a Linear) over the pixels as tokens, and a Linear head."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.attn = nn.MultiheadAttention(width, 2, batch_first=True)
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x):
+        tokens = self.stem(x).flatten(2).transpose(1, 2)
+        mixed, _ = self.attn(tokens, tokens, tokens, need_weights=False)
+        return self.head(mixed.mean(1))
+
+
+@pytest.mark.parametrize("method", ["fcpts", "global-magnitude"])
+def test_weights_of_layers_no_method_prunes_are_named_not_silently_left_dense(method, caplog):
+    model = ConvAttention()
+    options = QUICK if method == "fcpts" else {"progress": False}
+    with caplog.at_level("WARNING", logger="fcpts"):
+        sparse, report = fcpts.sparsify(model, images(), 0.5, method=method, **options)
+    assert (
+        f"{method}: 192 weights in 1 tensor (MultiheadAttention.in_proj_weight) stay dense" in caplog.text
+    )  # 3 x 8 x 8
+    assert report.extra["unprunable_weights"] == {"attn.in_proj_weight": 192}
+    assert bool((sparse.attn.in_proj_weight != 0).all())  # dense (FCPTS fine-tunes it like a bias)
+    assert report.achieved_sparsity == 0.5  # over the Conv2d and the Linears (out_proj is one)
+    assert [r["name"] for r in report.per_layer] == ["stem", "attn.out_proj", "head"]
+    not_pruned = next(line for line in report.summary().splitlines() if line.startswith("not pruned"))
+    assert "192 weights in 1 tensor of layers no method here prunes (e.g. attn.in_proj_weight)" in not_pruned
+
+
+def test_a_model_whose_layers_all_are_unprunable_is_told_which_they_are():
+    model = nn.Sequential(nn.Conv1d(3, 4, 3), nn.ReLU(), nn.ConvTranspose1d(4, 2, 3))
+    with pytest.raises(
+        NoPrunableLayersError, match=r"its 60 weights in 2 tensors \(Conv1d.weight, ConvTranspose1d.weight\) are not"
+    ):
+        fcpts.sparsify(model, torch.randn(4, 3, 8), 0.5, progress=False)
+
+
+def test_a_model_of_conv2d_and_linear_layers_alone_reports_nothing_unprunable(caplog):
+    with caplog.at_level("WARNING", logger="fcpts"):
+        _, report = fcpts.sparsify(tiny_net(), images(), 0.5, method="uniform", progress=False)
+    assert "unprunable_weights" not in report.extra and "stay dense" not in caplog.text
+    assert "not pruned" not in report.summary()
