@@ -8,8 +8,9 @@ compared with, behind one registry.
     print(report.summary())                    # method, target, achieved, layers, per-layer range, time
     sparsity, per_layer = fcpts.sparsity_summary(sparse_model)
 
-`calibration`: a tensor of model inputs (N, ...), a map-style Dataset of inputs or of (input, label) pairs, or a
-DataLoader of either (labels are ignored; batches are drawn by the method, deterministic for a seed).
+`calibration`: a tensor (or NumPy array) of model inputs (N, ...), a map-style Dataset of inputs or of (input,
+label) pairs, or a DataLoader of either (labels are ignored; batches are drawn by the method, deterministic for a
+seed).
 `target`: any real number in [0, 1) (a float, a NumPy scalar, a 0-d tensor, a Fraction).
 Options: keyword options, or an options object of the method's own class (`fcpts.get_method(name).options`,
 e.g. `fcpts.FCPTSOptions`), or both when they set different things. `exclude` takes one layer name or a list;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
@@ -96,7 +97,10 @@ def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor 
     """What the batches are drawn from. A DataLoader over a whole map-style Dataset gives that Dataset (its
     transforms still run per item; its batch size and shuffling do not: a run's batches depend only on its seed,
     so it is reproducible and resumable). Any other DataLoader (an IterableDataset, a sampler that picks a
-    subset) is read once and its inputs kept as one tensor (labels dropped)."""
+    subset) is read once and its inputs kept as one tensor (labels dropped). A NumPy array of inputs is taken
+    as the tensor it holds."""
+    if isinstance(data, np.ndarray):
+        return torch.as_tensor(data)
     if not isinstance(data, DataLoader):
         return data
     dataset, sampler = data.dataset, data.sampler
@@ -126,6 +130,18 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda" or batch.is_cuda:
         return batch.to(device)
     return batch.pin_memory().to(device, non_blocking=True)
+
+
+def check_input_dtype(data: torch.Tensor | Dataset, dtype: torch.dtype) -> None:
+    """A calibration tensor of floats in another dtype than the model's weights (float64 from NumPy, float16)
+    fails in the first convolution with a message about its bias: name the conversion instead, before any work.
+    Integer inputs may be a model's own (token ids into an embedding), and uint8 pixels are
+    `check_not_raw_pixels`'s to explain, so only floats are checked."""
+    if isinstance(data, torch.Tensor) and data.is_floating_point() and data.dtype != dtype:
+        raise TypeError(
+            f"the calibration inputs are {data.dtype} and the model's weights {dtype}: give inputs of the weights' "
+            f"dtype (x.to({dtype}); from NumPy, array.astype(numpy.{str(dtype).removeprefix('torch.')}))"
+        )
 
 
 def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:

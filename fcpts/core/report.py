@@ -64,14 +64,9 @@ class SparsityReport:
             )
         unprunable = self.extra.get("unprunable_weights", {})
         if unprunable:
-            rows.append(
-                (
-                    "not pruned",
-                    f"{sum(unprunable.values()):,} weights in {len(unprunable)} tensor{'s' if len(unprunable) > 1 else ''} "
-                    "of layers no method here "
-                    f"prunes (e.g. {next(iter(unprunable))}), outside the target",
-                )
-            )
+            tensors = f"{len(unprunable)} tensor{'s' if len(unprunable) > 1 else ''}"
+            held = f"{sum(unprunable.values()):,} weights in {tensors} of layers no method here prunes"
+            rows.append(("not pruned", f"{held} (e.g. {next(iter(unprunable))}), outside the target"))
         if self.history:
             last = self.history[-1]
             loss = f", final loss {last['loss']:.4g}" if "loss" in last else ""

@@ -31,7 +31,7 @@ from typing import Any
 
 from torch import nn
 
-from fcpts.core.calibration import calibration_data
+from fcpts.core.calibration import calibration_data, check_input_dtype
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
@@ -162,8 +162,9 @@ class Method:
         options = self.resolve_options(options, overrides)
         check_finite_weights(model)
         check_weight_dtype(model)
-        options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
+        layers = options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
         calibration = calibration_data(calibration)
+        check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)
         unprunable = unprunable_weights(model)
         if unprunable:
             log.warning(

@@ -176,6 +176,34 @@ def test_raw_uint8_pixels_are_refused_naming_the_conversion(as_dataset):
         fcpts.sparsify(tiny_net(), data, 0.5, **QUICK)
 
 
+@pytest.mark.parametrize("method", sorted(fcpts.METHODS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_inputs_of_another_dtype_than_the_weights_are_refused_naming_the_conversion(method, dtype):
+    """Before any work, for every method: torch's own error would come from inside the first convolution."""
+    with pytest.raises(TypeError, match=rf"inputs are {dtype} and the model's weights torch.float32: .*x.to"):
+        fcpts.sparsify(tiny_net(), images().to(dtype), 0.5, method=method, progress=False)
+
+
+def test_integer_inputs_are_left_to_a_model_that_takes_them():
+    """Token ids into an embedding: integers are a model's own inputs, not a dtype mistake."""
+    model = nn.Sequential(nn.Embedding(10, 8), nn.Flatten(), nn.Linear(32, 4))
+    ids = torch.randint(0, 10, (16, 4), generator=torch.Generator().manual_seed(0))
+    _, report = fcpts.sparsify(model, ids, 0.5, method="global-magnitude", progress=False)
+    assert report.achieved_sparsity == 0.5
+
+
+def test_a_numpy_array_of_inputs_runs_as_its_tensor():
+    """An array was read as a Dataset of arrays, and its first batch refused as items that are not tensors."""
+    model, tensor_model = tiny_net(), tiny_net()
+    _, report = fcpts.sparsify(model, images().numpy(), 0.5, **QUICK)
+    _, tensor_report = fcpts.sparsify(tensor_model, images(), 0.5, **QUICK)
+    untimed = [[{k: v for k, v in row.items() if k != "step_s"} for row in r.history] for r in (report, tensor_report)]
+    assert untimed[0] == untimed[1]
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), tensor_model.state_dict().values()))
+    with pytest.raises(TypeError, match=r"inputs are torch.float64 .*array.astype\(numpy.float32\)"):
+        fcpts.sparsify(tiny_net(), images().double().numpy(), 0.5, **QUICK)
+
+
 def test_str_without_iterations_is_a_clear_error():
     with pytest.raises(ValueError, match="STR reaches sparsity only by training its thresholds: iterations must be"):
         fcpts.sparsify(tiny_net(), images(), 0.5, method="str", iterations=0, progress=False)
