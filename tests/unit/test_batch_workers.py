@@ -14,6 +14,7 @@ from fcpts.core.batch_workers import WorkerBatches, calibration_workers, default
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import StepBatches
 from fcpts.core.options import TrainingOptions
+from tests.unit.tiny import untimed
 
 
 class Jittered(Dataset):
@@ -77,7 +78,7 @@ def test_a_run_is_the_same_whoever_made_its_batches(method):
         model, report = fcpts.get_method(method)(
             net(), Jittered(), 0.5, iterations=7, batch_size=4, progress=False, calibration_workers=workers
         )
-        runs[workers] = model.state_dict(), [{k: v for k, v in r.items() if k != "step_s"} for r in report.history]
+        runs[workers] = model.state_dict(), untimed(report.history)
         assert report.extra.get("batch_workers") == (workers or None)  # a run without workers reports as before
     (here, here_history), (made, made_history) = runs[0], runs[2]
     assert all(torch.equal(a, b) for a, b in zip(here.values(), made.values())) and here_history == made_history

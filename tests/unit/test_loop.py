@@ -13,6 +13,7 @@ from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import batches_of, frozen_teacher, run_identity, train_loop, warmup_cosine
 from fcpts.core.options import TrainingOptions
 from fcpts.methods.fcpts import FCPTSOptions, block_mse, sole_tensors
+from tests.unit.tiny import untimed
 
 
 def net() -> nn.Module:
@@ -22,10 +23,6 @@ def net() -> nn.Module:
 
 def images(n: int = 16) -> torch.Tensor:
     return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
-
-
-def untimed(history: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "step_s"} for row in history]
 
 
 def test_log_interval_keeps_every_step_and_changes_nothing():

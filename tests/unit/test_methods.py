@@ -9,22 +9,12 @@ from baselines.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import METHODS, get_method
 from tests.conftest import DEVICES
-from tests.unit.tiny import FailingAt, tiny_net
+from tests.unit.tiny import FailingAt, grid_run, tiny_images, tiny_net
 
 ALL = ["fcpts", "fcpts-fixed", "pot-l2norm", "pot-erk", "str", "probmask", "uniform", "erk", "global-magnitude", "lamp"]
 
 
-net = tiny_net
-
-
-def images():
-    return torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(0))
-
-
-def run(name, model, x, target, options=None, **budget):
-    """A method run the way the grid runs it: a budget it takes what it needs from, plus overrides."""
-    method = get_method(name)
-    return method(model, x, target, method.make_options({"progress": False, **budget}, options))
+net, images, run = tiny_net, tiny_images, grid_run
 
 
 def test_registry_has_every_method():

@@ -15,7 +15,7 @@ from baselines.score_projection import (
     settled_sum,
 )
 from tests.conftest import DEVICES
-from tests.unit.test_methods import images, net, run
+from tests.unit.tiny import grid_run, tiny_images, tiny_net
 
 SHAPES = [(16, 3, 3, 3), (64, 16, 3, 3), (10, 64), (1000,)]
 
@@ -143,8 +143,10 @@ def test_probmask_projects_with_the_binned_way_and_records_before_it_ran_with_th
 def test_probmask_runs_with_either_projection_agree():
     """Whole runs: the same losses within float rounding and the same exported masks."""
     budget = dict(iterations=6, batch_size=8)
-    binned_model, binned = run("probmask", net(), images(), 0.7, **budget)
-    bisected_model, bisected = run("probmask", net(), images(), 0.7, options={"projection": "bisection"}, **budget)
+    binned_model, binned = grid_run("probmask", tiny_net(), tiny_images(), 0.7, **budget)
+    bisected_model, bisected = grid_run(
+        "probmask", tiny_net(), tiny_images(), 0.7, options={"projection": "bisection"}, **budget
+    )
     for a, b in zip(binned.history, bisected.history):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     for a, b in zip(binned_model.modules(), bisected_model.modules()):

@@ -9,7 +9,7 @@ from torch.nn.utils import parametrize
 
 import fcpts
 from fcpts.core.masks import sparsity_summary
-from tests.unit.tiny import FailingAt
+from tests.unit.tiny import FailingAt, untimed
 
 
 def tiny_net():
@@ -68,7 +68,6 @@ def test_deterministic_for_a_seed():
     b, rb = fcpts.sparsify(tiny_net(), images(), 0.8, iterations=5, batch_size=8, progress=False, seed=3)
     for pa, pb in zip(a.state_dict().values(), b.state_dict().values()):
         assert torch.equal(pa, pb)
-    untimed = lambda h: [{k: v for k, v in row.items() if k != "step_s"} for row in h]  # noqa: E731
     assert untimed(ra.history) == untimed(rb.history)
 
 

@@ -16,8 +16,7 @@ import fcpts
 from fcpts.core import step_graph
 from fcpts.core.masks import prunable_layers
 from tasks.grid.cifar_models import cifar_resnet
-from tests.unit.test_loop import untimed
-from tests.unit.tiny import tiny_net
+from tests.unit.tiny import tiny_net, untimed
 
 ITERATIONS = 9
 

@@ -1,9 +1,13 @@
-"""Tiny models and inputs the method tests share: small enough for every method to run in a second."""
+"""Tiny models and inputs the method tests share (small enough for every method to run in a second), and the
+helpers they use to run a method and compare its runs."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from fcpts.core.report import SparsityReport
+from fcpts.methods import get_method
 
 
 def tiny_net() -> nn.Module:
@@ -19,6 +23,22 @@ def tiny_net() -> nn.Module:
         nn.Flatten(),
         nn.Linear(8, 4),
     )
+
+
+def tiny_images() -> torch.Tensor:
+    """32 seeded 8x8 images for `tiny_net`."""
+    return torch.randn(32, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def grid_run(name, model, x, target, options=None, **budget) -> tuple[nn.Module, SparsityReport]:
+    """A method run the way the grid runs it: a budget it takes what it needs from, plus overrides."""
+    method = get_method(name)
+    return method(model, x, target, method.make_options({"progress": False, **budget}, options))
+
+
+def untimed(history: list[dict]) -> list[dict]:
+    """A run's history without its step times, which differ between runs that compute the same."""
+    return [{k: v for k, v in row.items() if k != "step_s"} for row in history]
 
 
 class FailingAt(torch.utils.data.Dataset):
