@@ -69,7 +69,7 @@ from tqdm.auto import tqdm
 from fcpts.core import allocation as alloc
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
-from fcpts.core.layer_inputs import LayerInputs
+from fcpts.core.layer_inputs import LayerInputs, check_layers_called
 from fcpts.core.masks import sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice, check_choose_for
 from fcpts.core.report import SparsityReport
@@ -372,6 +372,7 @@ def error_counts(
 def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
     target, device, layers, calib = open_run(model, calibration, target, cfg)
+    check_layers_called(model, layers, "obs")
     model.eval()
     order = forward_order(model, layers, calib.take([0]).to(device))
     layers = {n: layers[n] for n in order}

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
+from fcpts.core.layer_inputs import check_layers_called
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for
@@ -500,7 +501,8 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
 def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
-    target, device, _, calib = open_run(model, calibration, target, cfg)
+    target, device, chosen, calib = open_run(model, calibration, target, cfg)
+    check_layers_called(model, chosen, f"pot-{cfg.allocation}")
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
     folded = fold_batchnorm(model) if cfg.fold_bn else []

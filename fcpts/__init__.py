@@ -19,6 +19,10 @@ with auxiliary heads or a tuple is distilled on its logits ('logits'/'out' entry
 `output_fn=lambda out: ...` chooses another tensor. Inputs are checked before any work: NaN/Inf weights, a bad
 target or option, an unknown layer name are clear errors.
 
+nn.MultiheadAttention applies its q/k/v and output projections itself: `fcpts.attention_as_linear(model)` swaps
+it for `LinearAttention`, the same computation with both as Linear layers every method prunes, and
+`fcpts.attention_as_mha(model)` swaps it back (torchvision's ViT: a quarter of its encoder's weights).
+
 The returned model is the same module object, in eval mode, with plain weights holding exact zeros; its global
 sparsity over the pruned Conv2d/Linear weights is round(target * N) / N (a weight shared by several layers is
 counted once and has one mask).
@@ -30,6 +34,7 @@ from typing import Any
 
 from torch import nn
 
+from .core.attention import LinearAttention, attention_as_linear, attention_as_mha
 from .core.masks import sparsity_summary
 from .core.options import MethodOptions
 from .core.outputs import OutputFn
@@ -40,6 +45,9 @@ from .methods.fcpts import FCPTSOptions
 __all__ = [
     "sparsify",
     "sparsity_summary",
+    "attention_as_linear",
+    "attention_as_mha",
+    "LinearAttention",
     "FCPTSOptions",
     "MethodOptions",
     "SparsityReport",

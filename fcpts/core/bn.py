@@ -19,14 +19,22 @@ from .calibration import Calibration, to_device
 
 
 class _ConvBnLeafTracer(torch.fx.Tracer):
-    """Keeps every Conv2d / BatchNorm2d subclass (library layers too) as one call_module node."""
+    """Keeps every Conv2d / BatchNorm2d subclass (library layers too) as one call_module node, and so every module
+    that holds neither: no pair can be inside it, and its code (an attention's shape checks) need not trace."""
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return isinstance(m, (nn.Conv2d, nn.BatchNorm2d)) or super().is_leaf_module(m, qualname)
+        return (
+            isinstance(m, (nn.Conv2d, nn.BatchNorm2d))
+            or not any(isinstance(sub, (nn.Conv2d, nn.BatchNorm2d)) for sub in m.modules())
+            or super().is_leaf_module(m, qualname)
+        )
 
 
 def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
-    """(conv name, bn name) for every foldable Conv2d -> BatchNorm2d edge."""
+    """(conv name, bn name) for every foldable Conv2d -> BatchNorm2d edge; none, without tracing, in a model with
+    no BatchNorm2d."""
+    if not any(isinstance(m, nn.BatchNorm2d) for m in model.modules()):
+        return []
     try:
         graph = _ConvBnLeafTracer().trace(model)
     except Exception as e:  # tracing fails on data-dependent control flow

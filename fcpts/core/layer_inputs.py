@@ -60,6 +60,20 @@ def unit_of(layer: str, units: dict[str, tuple[str, int]]) -> str | None:
     return None
 
 
+def check_layers_called(model: nn.Module, layers: dict[str, nn.Module], method: str) -> None:
+    """A layer-wise method reads each layer's inputs from the layer's own forward, which nn.MultiheadAttention
+    never calls for its `out_proj` (it applies that Linear's weight itself): name the fix before any work instead
+    of finding no inputs later."""
+    for name, module in model.named_modules():
+        out_proj = f"{name}.out_proj" if name else "out_proj"
+        if isinstance(module, nn.MultiheadAttention) and out_proj in layers:
+            raise ValueError(
+                f"{method} reads each layer's inputs from the layer's forward, and nn.MultiheadAttention never calls "
+                f"its out_proj ({out_proj!r}): convert the attention first with fcpts.attention_as_linear(model) "
+                f"(the same computation, its projections as Linear layers), or keep it dense (exclude=[...])"
+            )
+
+
 def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
     """The input the submodule `name` of `net` receives when `net` runs on x; the forward stops there."""
     captured = []

@@ -167,13 +167,18 @@ class Method:
         check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)
         unprunable = unprunable_weights(model)
         if unprunable:
+            attention = any(where.startswith("MultiheadAttention.") for where, _ in unprunable.values())
             log.warning(
                 "%s: %s stay dense and outside the %.2f%% target, which counts nn.Conv2d/nn.Linear weights only "
-                "(e.g. %s); the report's extra['unprunable_weights'] lists them",
+                "(e.g. %s); the report's extra['unprunable_weights'] lists them%s",
                 self.name,
                 describe_unprunable(unprunable),
                 100 * target,
                 next(iter(unprunable)),
+                "; fcpts.attention_as_linear(model) first makes attention's projections Linear layers, which "
+                "every method prunes"
+                if attention
+                else "",
             )
         with tensor_outputs(model, output_fn):
             sparse, report = self.run(model, calibration, target, options)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+import fcpts
 from baselines.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
@@ -47,6 +48,30 @@ def test_bn_folding_preserves_outputs():
     assert len(pairs) == 19 and ("layer1.0.conv1", "layer1.0.bn1") in pairs
     assert isinstance(model.layer1[0].bn1, nn.Identity) and model.layer1[0].conv1.bias is not None
     assert torch.allclose(model(x), before, atol=1e-4)
+
+
+class ConvThenAttention(nn.Module):
+    """A conv -> BN stem, then attention whose code branches on its input's shape (torch.fx cannot trace it)."""
+
+    def __init__(self, batch_norm=True):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8) if batch_norm else nn.Identity()
+        self.attention = fcpts.attention_as_linear(nn.MultiheadAttention(8, 2, batch_first=True))
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        tokens = torch.relu(self.bn(self.conv(x))).flatten(2).transpose(1, 2)
+        return self.head(self.attention(tokens, tokens, tokens, need_weights=False)[0].mean(1))
+
+
+def test_bn_folding_traces_around_modules_that_hold_no_conv_nor_bn():
+    model = ConvThenAttention().eval()
+    x = torch.randn(2, 3, 8, 8)
+    before = model(x)
+    assert fold_batchnorm(model) == [("conv", "bn")]
+    assert torch.allclose(model(x), before, atol=1e-5)
+    assert fold_batchnorm(ConvThenAttention(batch_norm=False)) == []  # nothing to fold: not even traced
 
 
 def test_weight_correction_by_hand():
