@@ -372,9 +372,10 @@ def error_counts(
 def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
     target, device, layers, calib = open_run(model, calibration, target, cfg)
-    check_layers_called(model, layers, "obs")
+    sample = calib.take([0]).to(device)
+    check_layers_called(model, layers, "obs", sample)
     model.eval()
-    order = forward_order(model, layers, calib.take([0]).to(device))
+    order = forward_order(model, layers, sample)
     layers = {n: layers[n] for n in order}
     n_weights = sum(m.weight.numel() for m in layers.values())
     total = round(target * n_weights)

@@ -502,7 +502,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
     target, device, chosen, calib = open_run(model, calibration, target, cfg)
-    check_layers_called(model, chosen, f"pot-{cfg.allocation}")
+    check_layers_called(model, chosen, f"pot-{cfg.allocation}", calib.take([0]).to(device))
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
     folded = fold_batchnorm(model) if cfg.fold_bn else []

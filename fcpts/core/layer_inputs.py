@@ -60,18 +60,42 @@ def unit_of(layer: str, units: dict[str, tuple[str, int]]) -> str | None:
     return None
 
 
-def check_layers_called(model: nn.Module, layers: dict[str, nn.Module], method: str) -> None:
-    """A layer-wise method reads each layer's inputs from the layer's own forward, which nn.MultiheadAttention
-    never calls for its `out_proj` (it applies that Linear's weight itself): name the fix before any work instead
-    of finding no inputs later."""
-    for name, module in model.named_modules():
-        out_proj = f"{name}.out_proj" if name else "out_proj"
-        if isinstance(module, nn.MultiheadAttention) and out_proj in layers:
-            raise ValueError(
-                f"{method} reads each layer's inputs from the layer's forward, and nn.MultiheadAttention never calls "
-                f"its out_proj ({out_proj!r}): convert the attention first with fcpts.attention_as_linear(model) "
-                f"(the same computation, its projections as Linear layers), or keep it dense (exclude=[...])"
-            )
+def check_layers_called(model: nn.Module, layers: dict[str, nn.Module], method: str, sample: torch.Tensor) -> None:
+    """A layer-wise method reads each layer's inputs from the layer's own forward. A parent that applies a layer's
+    weight itself never calls it (nn.MultiheadAttention its out_proj; torchvision's Swin attention its qkv and proj
+    Linears), and the method would find no inputs after minutes of work. One forward of `sample` (in eval mode,
+    without gradients: no state changes) finds such layers first, and the error names them and the ways round."""
+    called: set[str] = set()
+    handles = [m.register_forward_pre_hook(lambda _m, _i, n=n: called.add(n)) for n, m in layers.items()]
+    modes = {m: m.training for m in model.modules()}
+    try:
+        with torch.no_grad():
+            model.eval()(sample)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, training in modes.items():
+            m.training = training
+    missing = [n for n in layers if n not in called]
+    if not missing:
+        return
+    attention = {name for name, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)}
+    swap = any(n.rpartition(".")[0] in attention and n.endswith("out_proj") for n in missing)
+    ways = [
+        *(
+            ["swap nn.MultiheadAttention for Linear layers it calls first: fcpts.attention_as_linear(model)"]
+            if swap
+            else []
+        ),
+        "keep them dense (exclude=[...])",
+        "use a method that trains the whole model (fcpts, fcpts-plus, str, probmask): it masks a weight wherever it "
+        "is read",
+    ]
+    raise ValueError(
+        f"{method} reads each layer's inputs from the layer's own forward, and a forward of {type(model).__name__} "
+        f"never calls {len(missing)} of its layers (e.g. {missing[:3]}): their parent applies their weights itself; "
+        + "; or ".join(ways)
+    )
 
 
 def input_of(net: nn.Module, name: str, x) -> torch.Tensor:

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import fcpts
@@ -118,8 +119,40 @@ def test_every_method_prunes_the_attention_projections_of_a_swapped_vit(method, 
 
 @pytest.mark.parametrize("method", ["pot-l2norm", "pot-erk", "obs"])
 def test_layer_wise_methods_on_multihead_attention_name_the_swap_before_any_work(method):
-    with pytest.raises(ValueError, match=r"never calls its out_proj .*fcpts.attention_as_linear\(model\)"):
+    out_projs = r"\['blocks.0.self_attention.out_proj', 'blocks.1.self_attention.out_proj'\]"
+    said = rf"never calls 2 of its layers \(e.g. {out_projs}\)"
+    with pytest.raises(ValueError, match=said + r".*first: fcpts.attention_as_linear\(model\); or keep them dense"):
         fcpts.sparsify(small_vit(), images(), 0.8, method=method, progress=False)
+
+
+class FunctionalAttention(nn.Module):
+    """Attention that applies its Linears' weights itself, as torchvision's Swin does (F.linear on qkv.weight)."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x):
+        tokens = self.stem(x).flatten(2).transpose(1, 2)
+        q, k, v = F.linear(tokens, self.qkv.weight, self.qkv.bias).chunk(3, -1)
+        mixed = F.linear(F.scaled_dot_product_attention(q, k, v), self.proj.weight, self.proj.bias)
+        return self.head(mixed.mean(1))
+
+
+@pytest.mark.parametrize(("method", "budget"), [("pot-l2norm", {"iterations": 2}), ("obs", {})])
+def test_layers_whose_parent_applies_their_weights_are_named_and_can_be_kept_dense(method, budget):
+    x = torch.randn(8, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = FunctionalAttention()
+    states = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"never calls 2 of its layers \(e.g. \['qkv', 'proj'\]\).*itself; keep them dense"):
+        fcpts.sparsify(model, x, 0.5, method=method, progress=False, **budget)
+    assert all(torch.equal(v, states[k]) for k, v in model.state_dict().items())  # refused before any change
+    assert model.training  # and left in the mode it came in
+    _, report = fcpts.sparsify(model, x, 0.5, method=method, progress=False, exclude=["qkv", "proj"], **budget)
+    assert [r["name"] for r in report.per_layer] == ["stem", "head"] and report.achieved_sparsity == 0.5
 
 
 def test_the_unprunable_warning_names_the_swap(caplog):
