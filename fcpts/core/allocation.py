@@ -234,5 +234,11 @@ def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Ten
 
 
 def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    """POT's "L2Norm" ranking: |W| divided by the layer's Frobenius norm."""
-    return {n: m.weight.detach().abs() / m.weight.detach().norm() for n, m in layers.items()}
+    """POT's "L2Norm" ranking: |W| divided by the layer's Frobenius norm; 0 for a layer of zeros (torchvision's
+    ViT starts its head so), whose 0/0 would rank its weights last: kept, so zeros beyond the target."""
+    scores = {}
+    for n, m in layers.items():
+        weight = m.weight.detach()
+        norm = weight.norm()
+        scores[n] = torch.where(norm > 0, weight.abs() / norm, torch.zeros_like(weight))
+    return scores

@@ -146,6 +146,20 @@ def test_non_numbers_nan_and_out_of_range_targets_are_refused(target, error, mes
         fcpts.sparsify(tiny_net(), images(), target, method="global-magnitude", progress=False)
 
 
+@pytest.mark.parametrize("name", [m for m in METHODS if m != "str"])  # STR reaches what its search reaches
+def test_a_layer_of_zeros_leaves_every_method_on_the_exact_target(name):
+    """A layer that starts at zero (torchvision's ViT head) is already pruned; POT's L2Norm scores were 0/0 there,
+    ranked last and kept, so its zeros came on top of the target's."""
+    model = tiny_net()
+    torch.nn.init.zeros_(model[7].weight)
+    options = {"progress": False}
+    if get_method(name).trains or get_method(name).family == "pot":
+        options["iterations"] = 2
+    _, report = fcpts.sparsify(model, images(), 0.5, method=name, **options)
+    assert report.achieved_sparsity == 0.5
+    assert next(r for r in report.per_layer if r["name"] == "7")["sparsity"] == 1.0
+
+
 def test_report_summary_and_a_short_repr():
     _, report = fcpts.sparsify(tiny_net(), images(), 0.5, **QUICK)
     text = repr(report)
