@@ -147,7 +147,9 @@ def test_layers_whose_parent_applies_their_weights_are_named_and_can_be_kept_den
     torch.manual_seed(0)
     model = FunctionalAttention()
     states = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match=r"never calls 2 of its layers \(e.g. \['qkv', 'proj'\]\).*itself; keep them dense"):
+    with pytest.raises(
+        ValueError, match=r"never calls 2 of its layers \(e.g. \['qkv', 'proj'\]\).*itself; keep them dense"
+    ):
         fcpts.sparsify(model, x, 0.5, method=method, progress=False, **budget)
     assert all(torch.equal(v, states[k]) for k, v in model.state_dict().items())  # refused before any change
     assert model.training  # and left in the mode it came in
