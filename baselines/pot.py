@@ -505,7 +505,10 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     check_layers_called(model, chosen, f"pot-{cfg.allocation}", calib.take([0]).to(device))
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
-    folded = fold_batchnorm(model) if cfg.fold_bn else []
+    try:
+        folded = fold_batchnorm(model) if cfg.fold_bn else []
+    except ValueError as e:  # an untraceable model: say how to run POT on it anyway
+        raise ValueError(f"{e}; or run POT without folding (fold_bn=False: msbench folds)") from e
     model.requires_grad_(False)
     layers = cfg.layers(model)
     dense = copy.deepcopy(model)

@@ -137,7 +137,10 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
         after = unprunable_weights(model)
         pruned = sum(m.weight.numel() for m in prunable_layers(model).values())
         outside = describe_unprunable(before) if before else "none"
-        swapped = f" ({'all' if not after else describe_unprunable(after)} pruned once swapped)" if before else ""
+        if not before or after == before:
+            swapped = ""  # no nn.MultiheadAttention among them: the swap changes nothing
+        else:
+            swapped = f" ({describe_unprunable(after) + ' still not' if after else 'all'} pruned once swapped)"
         rows.append(
             f"{spec.library} {spec.name} at {spec.pixels} px: {pruned:,} weights in {len(prunable_layers(model))} "
             f"layers pruned ({len(layers)} before the attention swap); in layers no method prunes: {outside}{swapped}"

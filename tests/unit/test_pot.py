@@ -74,6 +74,28 @@ def test_bn_folding_traces_around_modules_that_hold_no_conv_nor_bn():
     assert fold_batchnorm(ConvThenAttention(batch_norm=False)) == []  # nothing to fold: not even traced
 
 
+class BranchesOnShape(nn.Module):
+    """Conv -> BN whose forward branches on its input's shape: torch.fx cannot trace it (timm's MobileViT so)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x)) if x.shape[-1] > 1 else x
+        return self.head(y.mean((2, 3)))
+
+
+def test_pot_on_an_untraceable_model_names_running_without_folding():
+    x = torch.randn(8, 3, 8, 8)
+    with pytest.raises(ValueError, match=r"cannot fold BatchNorm in BranchesOnShape.*fold_bn=False: msbench folds"):
+        fcpts.sparsify(BranchesOnShape(), x, 0.5, method="pot-l2norm", iterations=2, progress=False)
+    _, report = fcpts.sparsify(
+        BranchesOnShape(), x, 0.5, method="pot-l2norm", iterations=2, progress=False, fold_bn=False
+    )
+    assert report.achieved_sparsity == 0.5
+
+
 def test_weight_correction_by_hand():
     """W = [1, 2, 3, 4], keep the last two: std(W) = 1.290994, std([0, 0, 3, 4]) = sqrt(4.25) = 2.061553,
     rho = 0.626224, shift = 2.5 - rho * 7 / 4 = 1.404108; kept weights become 3 rho + shift, 4 rho + shift."""
