@@ -131,19 +131,18 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
     rows, outcomes = [], []
     for spec in models:
         model = spec.build()
-        layers = prunable_layers(model)
-        before = unprunable_weights(model)
+        layers_before, before = prunable_layers(model), unprunable_weights(model)
         fcpts.attention_as_linear(model)
-        after = unprunable_weights(model)
-        pruned = sum(m.weight.numel() for m in prunable_layers(model).values())
+        layers, after = prunable_layers(model), unprunable_weights(model)
+        pruned = sum(m.weight.numel() for m in layers.values())
         outside = describe_unprunable(before) if before else "none"
         if not before or after == before:
             swapped = ""  # no nn.MultiheadAttention among them: the swap changes nothing
         else:
             swapped = f" ({describe_unprunable(after) + ' still not' if after else 'all'} pruned once swapped)"
         rows.append(
-            f"{spec.library} {spec.name} at {spec.pixels} px: {pruned:,} weights in {len(prunable_layers(model))} "
-            f"layers pruned ({len(layers)} before the attention swap); in layers no method prunes: {outside}{swapped}"
+            f"{spec.library} {spec.name} at {spec.pixels} px: {pruned:,} weights in {len(layers)} layers pruned "
+            f"({len(layers_before)} before the attention swap); in layers no method prunes: {outside}{swapped}"
         )
         for method in methods:
             outcome, detail = run_cell(spec.build, spec.pixels, method, limit_s)
