@@ -69,7 +69,7 @@ from tqdm.auto import tqdm
 from fcpts.core import allocation as alloc
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
-from fcpts.core.layer_inputs import LayerInputs, check_layers_called
+from fcpts.core.layer_inputs import LayerInputs, forward_order
 from fcpts.core.masks import sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice, check_choose_for
 from fcpts.core.report import SparsityReport
@@ -295,22 +295,6 @@ def calibration_batch(calib: Calibration, batch_size: int, b: int, device) -> to
     return calib.take(list(range(i, min(i + batch_size, len(calib)))), seed=calib.seed + i).to(device)
 
 
-@torch.no_grad()
-def forward_order(model: nn.Module, layers: dict[str, nn.Module], sample: torch.Tensor) -> list[str]:
-    """Layer names in the order a forward first reaches them (layers never reached go last)."""
-    seen: list[str] = []
-    handles = [
-        m.register_forward_pre_hook(lambda _m, _i, n=n: seen.append(n) if n not in seen else None)
-        for n, m in layers.items()
-    ]
-    try:
-        model(sample)
-    finally:
-        for h in handles:
-            h.remove()
-    return seen + [n for n in layers if n not in seen]
-
-
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
     """Prune counts adding up to `total` that minimise the summed error over the lower convex hulls of
     the curves {name: [(count, error), ...]} (each must include (0, 0)): the hull segments of all layers,
@@ -372,10 +356,8 @@ def error_counts(
 def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
     target, device, layers, calib = open_run(model, calibration, target, cfg)
-    sample = calib.take([0]).to(device)
-    check_layers_called(model, layers, "obs", sample)
+    order = forward_order(model, layers, calib.take([0]).to(device), "obs")
     model.eval()
-    order = forward_order(model, layers, sample)
     layers = {n: layers[n] for n in order}
     n_weights = sum(m.weight.numel() for m in layers.values())
     total = round(target * n_weights)

@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
-from fcpts.core.layer_inputs import check_layers_called
+from fcpts.core.layer_inputs import forward_order
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
 from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for
@@ -502,7 +502,7 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
     target, device, chosen, calib = open_run(model, calibration, target, cfg)
-    check_layers_called(model, chosen, f"pot-{cfg.allocation}", calib.take([0]).to(device))
+    forward_order(model, chosen, calib.take([0]).to(device), f"pot-{cfg.allocation}")  # every layer reached
     checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
     model.eval()
     try:

@@ -60,13 +60,18 @@ def unit_of(layer: str, units: dict[str, tuple[str, int]]) -> str | None:
     return None
 
 
-def check_layers_called(model: nn.Module, layers: dict[str, nn.Module], method: str, sample: torch.Tensor) -> None:
-    """A layer-wise method reads each layer's inputs from the layer's own forward. A parent that applies a layer's
-    weight itself never calls it (nn.MultiheadAttention its out_proj; torchvision's Swin attention its qkv and proj
-    Linears), and the method would find no inputs after minutes of work. One forward of `sample` (in eval mode,
-    without gradients: no state changes) finds such layers first, and the error names them and the ways round."""
-    called: set[str] = set()
-    handles = [m.register_forward_pre_hook(lambda _m, _i, n=n: called.add(n)) for n, m in layers.items()]
+def forward_order(model: nn.Module, layers: dict[str, nn.Module], sample: torch.Tensor, method: str) -> list[str]:
+    """The names of `layers` in the order a forward of `sample` first reaches them (in eval mode, without gradients:
+    no state changes), for a layer-wise method, which reads each layer's inputs from the layer's own forward.
+
+    A parent that applies a layer's weight itself never calls it (nn.MultiheadAttention its out_proj; torchvision's
+    Swin attention its qkv and proj Linears), and the method would find no inputs after minutes of work: such
+    layers are an error here, before any work, that names them and the ways round."""
+    called: list[str] = []
+    handles = [
+        m.register_forward_pre_hook(lambda _m, _i, n=n: called.append(n) if n not in called else None)
+        for n, m in layers.items()
+    ]
     modes = {m: m.training for m in model.modules()}
     try:
         with torch.no_grad():
@@ -78,7 +83,7 @@ def check_layers_called(model: nn.Module, layers: dict[str, nn.Module], method: 
             m.training = training
     missing = [n for n in layers if n not in called]
     if not missing:
-        return
+        return called
     attention = {name for name, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)}
     swap = any(n.rpartition(".")[0] in attention and n.endswith("out_proj") for n in missing)
     ways = [

@@ -8,8 +8,8 @@ import timm
 import torch
 from torch import nn
 
-from baselines.obs import OBSOptions, forward_order, obs
-from fcpts.core.layer_inputs import LayerInputs, input_of, sequential_units, unit_of
+from baselines.obs import OBSOptions, obs
+from fcpts.core.layer_inputs import LayerInputs, forward_order, input_of, sequential_units, unit_of
 from fcpts.core.masks import prunable_layers
 from tasks.grid.cifar_models import cifar_resnet
 
@@ -61,7 +61,7 @@ def test_the_same_inputs_as_a_forward_from_the_image(make):
         model = make().eval()
         dense = copy.deepcopy(model)
         layers = prunable_layers(model)
-        order = forward_order(model, layers, batch(0))
+        order = forward_order(model, layers, batch(0), "obs")
         calls = []
         for m in model.modules():
             m.register_forward_hook(lambda *_, calls=calls: calls.append(1))
