@@ -63,10 +63,5 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, int]:
         if not csr_applies(m):
             continue
         moved += m.weight.numel()
-        parent, _, attr = name.rpartition(".")
-        setattr(
-            model.get_submodule(parent) if parent else model,
-            attr,
-            CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m),
-        )
+        model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
     return model, moved / total

@@ -172,6 +172,5 @@ def _swap(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
     """`model` with its submodule `name` replaced by `new` (`new` itself where `name` is the model)."""
     if not name:
         return new
-    parent, _, child = name.rpartition(".")
-    setattr(model.get_submodule(parent) if parent else model, child, new)
+    model.set_submodule(name, new)
     return model

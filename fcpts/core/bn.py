@@ -73,11 +73,9 @@ def fold_batchnorm(model: nn.Module) -> list[tuple[str, str]]:
     modules = dict(model.named_modules())
     for conv_name, bn_name in pairs:
         fold_conv_bn(modules[conv_name], modules[bn_name])
-        parent_name, _, attr = bn_name.rpartition(".")
         bn = modules[bn_name]
         tail = [m for m in (getattr(bn, "drop", None), getattr(bn, "act", None)) if isinstance(m, nn.Module)]
-        replacement = nn.Sequential(*tail) if tail else nn.Identity()
-        setattr(modules[parent_name] if parent_name else model, attr, replacement)
+        model.set_submodule(bn_name, nn.Sequential(*tail) if tail else nn.Identity())
     return pairs
 
 
