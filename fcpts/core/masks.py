@@ -106,9 +106,12 @@ def unprunable_weights(model: nn.Module) -> dict[str, tuple[str, int]]:
 def describe_unprunable(weights: dict[str, tuple[str, int]]) -> str:
     """ "6,144 weights in 2 tensors (MultiheadAttention.in_proj_weight)": what `unprunable_weights` found, short."""
     kinds = sorted({where for where, _ in weights.values()})
-    total = sum(numel for _, numel in weights.values())
-    tensors = f"{len(weights)} tensor{'s' if len(weights) > 1 else ''}"
-    return f"{total:,} weights in {tensors} ({', '.join(kinds)})"
+    return f"{weights_in_tensors([numel for _, numel in weights.values()])} ({', '.join(kinds)})"
+
+
+def weights_in_tensors(numels: list[int]) -> str:
+    """ "6,144 weights in 2 tensors" for tensors of these sizes."""
+    return f"{sum(numels):,} weights in {len(numels)} tensor{'s' if len(numels) > 1 else ''}"
 
 
 def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:

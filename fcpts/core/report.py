@@ -10,7 +10,7 @@ from torch import nn
 
 from .calibration import Calibration
 from .loop import LoopResult
-from .masks import sparsity_summary
+from .masks import sparsity_summary, weights_in_tensors
 from .options import MethodOptions
 
 
@@ -64,8 +64,7 @@ class SparsityReport:
             )
         unprunable = self.extra.get("unprunable_weights", {})
         if unprunable:
-            tensors = f"{len(unprunable)} tensor{'s' if len(unprunable) > 1 else ''}"
-            held = f"{sum(unprunable.values()):,} weights in {tensors} of layers no method here prunes"
+            held = f"{weights_in_tensors(list(unprunable.values()))} of layers no method here prunes"
             rows.append(("not pruned", f"{held} (e.g. {next(iter(unprunable))}), outside the target"))
         if self.history:
             last = self.history[-1]
