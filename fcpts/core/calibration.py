@@ -8,6 +8,7 @@ a checkpoint at step k sees exactly the batches it would have seen, and the call
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,10 +78,7 @@ class Calibration:
         inputs = [it[0] if isinstance(it, (tuple, list)) else it for it in items]
         for i, x in zip(idx, inputs):
             if not isinstance(x, torch.Tensor):
-                raise TypeError(
-                    f"calibration item {i} is a {type(x).__name__}: a calibration Dataset must give input tensors "
-                    "or (input tensor, label) pairs"
-                )
+                raise TypeError(f"calibration item {i} is a {type(x).__name__}: {_item_fix(x)}")
         batch = default_collate(inputs)  # torch.stack; in a worker process, straight into shared memory
         check_not_raw_pixels(batch, f"calibration item {idx[0]}")
         check_finite(batch, lambda: f"calibration images (dataset indices {self._bad_indices(batch, idx)})")
@@ -91,6 +89,19 @@ class Calibration:
         bad = ~torch.isfinite(batch).flatten(1).all(1)
         found = sorted(self.indices[i] for i, b in zip(idx, bad.tolist()) if b)
         return ", ".join(map(str, found[:10])) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
+
+
+def _item_fix(item: Any) -> str:
+    """What a calibration item must be, and how to get there from a dict of fields (Hugging Face's datasets)."""
+    need = "a calibration Dataset must give input tensors or (input tensor, label) pairs"
+    if isinstance(item, dict):
+        tensors = {k: v.numel() for k, v in item.items() if isinstance(v, torch.Tensor)}
+        key = max(tensors, key=tensors.__getitem__) if tensors else next(iter(item), "pixel_values")
+        return (
+            f"{need}; this one gives fields {sorted(map(str, item))}: pass the inputs alone, e.g. "
+            f"[item[{key!r}] for item in dataset] (a list of tensors)"
+        )
+    return need
 
 
 def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor | Dataset:

@@ -15,7 +15,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
+from torch.nn.utils import parametrize, prune
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 # Layers whose weights no method here prunes: reported (`unprunable_weights`), never silently left dense.
@@ -128,8 +130,67 @@ def _stored_weight(module: nn.Module) -> torch.Tensor:
     """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
     tensor on every access, whose id can be reused)."""
     if parametrize.is_parametrized(module, "weight"):
-        return cast(torch.Tensor, module.parametrizations.weight.original)
+        made_from = module.parametrizations.weight  # `original`; `original0`, ... for weight_norm's (g, v)
+        original = getattr(made_from, "original", None)
+        return cast(torch.Tensor, made_from.original0 if original is None else original)
     return cast(torch.Tensor, module.weight)
+
+
+def check_stored_weights(model: nn.Module) -> None:
+    """A layer whose forward computes its weight (torch.nn.utils.prune's weight_orig * weight_mask, weight_norm,
+    spectral_norm, any parametrization) would overwrite a method's zeros at its next forward, or keep the
+    Parameters it is made from dense; excluded, the older hook-made ones still break the copy a method takes.
+    Refuse any such layer before any work, with the call that makes its weight a plain Parameter."""
+    computed = {
+        name: _weight_maker(module)
+        for name, module in model.named_modules()
+        if isinstance(module, PRUNABLE_TYPES) and not isinstance(module._parameters.get("weight"), nn.Parameter)
+    }
+    if computed:
+        named = "; ".join(f"{name!r}: {how}" for name, how in list(computed.items())[:5])
+        more = f" (and {len(computed) - 5} more)" if len(computed) > 5 else ""
+        raise TypeError(
+            f"{len(computed)} layer(s) compute their weight in their forward instead of holding it as a Parameter, "
+            f"so the zeros a method writes would not last: {named}{more}; make each weight a plain Parameter first "
+            "(zeros already there stay and count toward the target)"
+        )
+
+
+def _weight_maker(module: nn.Module) -> str:
+    """What computes this module's weight, and the call that folds it into a plain Parameter."""
+    if parametrize.is_parametrized(module, "weight"):
+        kinds = ", ".join(type(p).__name__ for p in module.parametrizations.weight)
+        return f"parametrized ({kinds}), torch.nn.utils.parametrize.remove_parametrizations(module, 'weight')"
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, prune.BasePruningMethod):
+            return "torch.nn.utils.prune's mask, torch.nn.utils.prune.remove(module, 'weight')"
+        if isinstance(hook, WeightNorm):
+            return "torch.nn.utils.weight_norm, torch.nn.utils.remove_weight_norm(module)"
+        if isinstance(hook, SpectralNorm):
+            return "torch.nn.utils.spectral_norm, torch.nn.utils.remove_spectral_norm(module)"
+    return "its weight is no Parameter of its own, module.weight = nn.Parameter(module.weight.detach())"
+
+
+def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> None:
+    """Masks only add zeros: a model whose layers already hold more zero weights than round(target * N) (a
+    pruned model asked for a lower target) cannot end at the target. Refuse before any work, rather than
+    return a sparser model than asked, which FCPTS's loop would blame on its control loss. Target 0 asks for no
+    pruning and keeps the few zeros a pretrained model holds."""
+    if target == 0:
+        return
+    zeros = total = 0
+    for module in layers.values():
+        weight = module.weight.detach()
+        zeros += int((weight == 0).sum())
+        total += weight.numel()
+    allowed = round(target * total)
+    if zeros > allowed:
+        raise ValueError(
+            f"the {len(layers)} layers to prune already hold {zeros:,} zero weights of {total:,} "
+            f"({100 * zeros / total:.2f}%), more than the {100 * target:.2f}% target allows ({allowed:,}): masks "
+            f"only add zeros; ask for at least {math.ceil(10_000 * zeros / total) / 100:.2f}%, or start from the "
+            "dense model"
+        )
 
 
 def shared_weights(model: nn.Module) -> dict[str, list[str]]:

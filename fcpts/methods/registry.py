@@ -35,8 +35,10 @@ from fcpts.core.calibration import calibration_data, check_input_dtype
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
+    check_stored_weights,
     check_target,
     check_weight_dtype,
+    check_zeros_within_target,
     describe_unprunable,
     unprunable_weights,
 )
@@ -162,7 +164,9 @@ class Method:
         options = self.resolve_options(options, overrides)
         check_finite_weights(model)
         check_weight_dtype(model)
+        check_stored_weights(model)
         layers = options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
+        check_zeros_within_target(layers, target)
         calibration = calibration_data(calibration)
         check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)
         unprunable = unprunable_weights(model)
