@@ -15,9 +15,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import parametrize, prune
-from torch.nn.utils.spectral_norm import SpectralNorm
-from torch.nn.utils.weight_norm import WeightNorm
+from torch.nn.utils import parametrize
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 # Layers whose weights no method here prunes: reported (`unprunable_weights`), never silently left dense.
@@ -134,41 +132,6 @@ def _stored_weight(module: nn.Module) -> torch.Tensor:
         original = getattr(made_from, "original", None)
         return cast(torch.Tensor, made_from.original0 if original is None else original)
     return cast(torch.Tensor, module.weight)
-
-
-def check_stored_weights(model: nn.Module) -> None:
-    """A layer whose forward computes its weight (torch.nn.utils.prune's weight_orig * weight_mask, weight_norm,
-    spectral_norm, any parametrization) would overwrite a method's zeros at its next forward, or keep the
-    Parameters it is made from dense; excluded, the older hook-made ones still break the copy a method takes.
-    Refuse any such layer before any work, with the call that makes its weight a plain Parameter."""
-    computed = {
-        name: _weight_maker(module)
-        for name, module in model.named_modules()
-        if isinstance(module, PRUNABLE_TYPES) and not isinstance(module._parameters.get("weight"), nn.Parameter)
-    }
-    if computed:
-        named = "; ".join(f"{name!r}: {how}" for name, how in list(computed.items())[:5])
-        more = f" (and {len(computed) - 5} more)" if len(computed) > 5 else ""
-        raise TypeError(
-            f"{len(computed)} layer(s) compute their weight in their forward instead of holding it as a Parameter, "
-            f"so the zeros a method writes would not last: {named}{more}; make each weight a plain Parameter first "
-            "(zeros already there stay and count toward the target)"
-        )
-
-
-def _weight_maker(module: nn.Module) -> str:
-    """What computes this module's weight, and the call that folds it into a plain Parameter."""
-    if parametrize.is_parametrized(module, "weight"):
-        kinds = ", ".join(type(p).__name__ for p in module.parametrizations.weight)
-        return f"parametrized ({kinds}), torch.nn.utils.parametrize.remove_parametrizations(module, 'weight')"
-    for hook in module._forward_pre_hooks.values():
-        if isinstance(hook, prune.BasePruningMethod):
-            return "torch.nn.utils.prune's mask, torch.nn.utils.prune.remove(module, 'weight')"
-        if isinstance(hook, WeightNorm):
-            return "torch.nn.utils.weight_norm, torch.nn.utils.remove_weight_norm(module)"
-        if isinstance(hook, SpectralNorm):
-            return "torch.nn.utils.spectral_norm, torch.nn.utils.remove_spectral_norm(module)"
-    return "its weight is no Parameter of its own, module.weight = nn.Parameter(module.weight.detach())"
 
 
 def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> None:

@@ -35,7 +35,6 @@ from fcpts.core.calibration import calibration_data, check_input_dtype
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
-    check_stored_weights,
     check_target,
     check_weight_dtype,
     check_zeros_within_target,
@@ -45,6 +44,7 @@ from fcpts.core.masks import (
 from fcpts.core.options import MethodOptions
 from fcpts.core.outputs import OutputFn, tensor_outputs
 from fcpts.core.report import SparsityReport
+from fcpts.core.weight_use import check_stored_weights, check_weight_used_as_stored
 
 log = logging.getLogger("fcpts")
 
@@ -166,6 +166,7 @@ class Method:
         check_weight_dtype(model)
         check_stored_weights(model)
         layers = options.layers(model)  # exclude / filter_fn / a model without layers: a clear error now
+        check_weight_used_as_stored(layers)
         check_zeros_within_target(layers, target)
         calibration = calibration_data(calibration)
         check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)

@@ -4,12 +4,10 @@ and the edge cases of two methods (STR without iterations, FCPTS+'s block balanc
 import collections
 import copy
 import dataclasses
-import warnings
 
 import pytest
 import torch
 from torch import nn
-from torch.nn.utils import parametrizations, parametrize, prune
 
 import fcpts
 from fcpts.core.calibration import Calibration
@@ -203,50 +201,6 @@ def test_a_numpy_array_of_inputs_runs_as_its_tensor():
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), tensor_model.state_dict().values()))
     with pytest.raises(TypeError, match=r"inputs are torch.float64 .*array.astype\(numpy.float32\)"):
         fcpts.sparsify(tiny_net(), images().double().numpy(), 0.5, **QUICK)
-
-
-COMPUTED_WEIGHTS = {  # what makes layer 3's weight in its forward, and the call that makes it a plain Parameter
-    "prune": (lambda m: prune.l1_unstructured(m, "weight", 0.3), prune.remove),
-    "weight_norm": (parametrizations.weight_norm, parametrize.remove_parametrizations),
-    "spectral_norm": (parametrizations.spectral_norm, parametrize.remove_parametrizations),
-    "old weight_norm": (torch.nn.utils.weight_norm, lambda m, _: torch.nn.utils.remove_weight_norm(m)),
-    "old spectral_norm": (torch.nn.utils.spectral_norm, lambda m, _: torch.nn.utils.remove_spectral_norm(m)),
-}
-
-
-def with_computed_weight(maker: str) -> nn.Module:
-    model = tiny_net()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # torch.nn.utils.weight_norm is deprecated, still used
-        COMPUTED_WEIGHTS[maker][0](model[3])
-    return model
-
-
-@pytest.mark.parametrize("name", sorted(fcpts.METHODS))
-@pytest.mark.parametrize("maker", sorted(COMPUTED_WEIGHTS))
-def test_a_layer_that_computes_its_weight_is_refused_before_any_work_naming_the_call_that_folds_it(name, maker):
-    """torch.nn.utils.prune's mask is applied at every forward: a method's zeros in that layer were overwritten
-    by the next one (obs 'reached' 0.5), FCPTS failed in a deepcopy, a weight_norm layer in an AttributeError."""
-    model = with_computed_weight(maker)
-    before = copy.deepcopy(model.state_dict())
-    fold = {"prune": r"prune.remove\(module, 'weight'\)", "old weight_norm": r"remove_weight_norm\(module\)"}.get(
-        maker, r"remove_parametrizations\(module, 'weight'\)" if "old" not in maker else r"remove_spectral_norm"
-    )
-    with pytest.raises(TypeError, match=rf"compute their weight in their forward .*'3': .*{fold}"):
-        fcpts.sparsify(model, images(), 0.5, method=name, options=get_method(name).make_options(QUICK))
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-
-
-@pytest.mark.parametrize("name", ["fcpts", "obs"])
-@pytest.mark.parametrize("maker", sorted(COMPUTED_WEIGHTS))
-def test_a_computed_weight_folded_as_the_error_says_runs_to_the_target(maker, name):
-    model = with_computed_weight(maker)
-    with pytest.raises(TypeError, match="compute their weight"):  # kept dense, the hook-made ones broke deepcopy
-        fcpts.sparsify(model, images(), 0.5, exclude="3", method=name, options=get_method(name).make_options(QUICK))
-    COMPUTED_WEIGHTS[maker][1](model[3], "weight")
-    sparse, report = fcpts.sparsify(model, images(), 0.5, method=name, options=get_method(name).make_options(QUICK))
-    sparse(images())  # no forward of the returned model undoes its zeros
-    assert report.achieved_sparsity == fcpts.sparsity_summary(sparse)[0] == 0.5
 
 
 def zeros_in_layers(model: nn.Module, count: int) -> nn.Module:
