@@ -149,7 +149,7 @@ def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> No
     allowed = round(target * total)
     if zeros > allowed:
         raise ValueError(
-            f"the {len(layers)} layers to prune already hold {zeros:,} zero weights of {total:,} "
+            f"the {len(layers)} layer(s) to prune already hold {zeros:,} zero weights of {total:,} "
             f"({100 * zeros / total:.2f}%), more than the {100 * target:.2f}% target allows ({allowed:,}): masks "
             f"only add zeros; ask for at least {math.ceil(10_000 * zeros / total) / 100:.2f}%, or start from the "
             "dense model"

@@ -1,6 +1,7 @@
 """Layers that compute with something else than the weight they store are refused before any work."""
 
 import copy
+import re
 import warnings
 
 import pytest
@@ -16,12 +17,28 @@ from tests.unit.tiny import tiny_images, tiny_net
 
 QUICK = {"iterations": 2, "batch_size": 8, "progress": False}
 
-COMPUTED_WEIGHTS = {  # what makes layer 3's weight in its forward, and the call that makes it a plain Parameter
-    "prune": (lambda m: prune.l1_unstructured(m, "weight", 0.3), prune.remove),
-    "weight_norm": (parametrizations.weight_norm, parametrize.remove_parametrizations),
-    "spectral_norm": (parametrizations.spectral_norm, parametrize.remove_parametrizations),
-    "old weight_norm": (torch.nn.utils.weight_norm, lambda m, _: torch.nn.utils.remove_weight_norm(m)),
-    "old spectral_norm": (torch.nn.utils.spectral_norm, lambda m, _: torch.nn.utils.remove_spectral_norm(m)),
+COMPUTED_WEIGHTS = {  # what makes layer 3's weight in its forward, the call that folds it, as the error names it
+    "prune": (lambda m: prune.l1_unstructured(m, "weight", 0.3), prune.remove, "prune.remove(module, 'weight')"),
+    "weight_norm": (
+        parametrizations.weight_norm,
+        parametrize.remove_parametrizations,
+        "remove_parametrizations(module, 'weight')",
+    ),
+    "spectral_norm": (
+        parametrizations.spectral_norm,
+        parametrize.remove_parametrizations,
+        "remove_parametrizations(module, 'weight')",
+    ),
+    "old weight_norm": (
+        torch.nn.utils.weight_norm,
+        lambda m, _: torch.nn.utils.remove_weight_norm(m),
+        "remove_weight_norm(module)",
+    ),
+    "old spectral_norm": (
+        torch.nn.utils.spectral_norm,
+        lambda m, _: torch.nn.utils.remove_spectral_norm(m),
+        "remove_spectral_norm(module)",
+    ),
 }
 
 
@@ -40,9 +57,7 @@ def test_a_layer_that_computes_its_weight_is_refused_before_any_work_naming_the_
     by the next one (obs 'reached' 0.5), FCPTS failed in a deepcopy, a weight_norm layer in an AttributeError."""
     model = with_computed_weight(maker)
     before = copy.deepcopy(model.state_dict())
-    fold = {"prune": r"prune.remove\(module, 'weight'\)", "old weight_norm": r"remove_weight_norm\(module\)"}.get(
-        maker, r"remove_parametrizations\(module, 'weight'\)" if "old" not in maker else r"remove_spectral_norm"
-    )
+    fold = re.escape(COMPUTED_WEIGHTS[maker][2])
     with pytest.raises(TypeError, match=rf"compute their weight in their forward .*'3': .*{fold}"):
         fcpts.sparsify(model, tiny_images(), 0.5, method=name, options=get_method(name).make_options(QUICK))
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
