@@ -9,11 +9,11 @@ which computes with dense weights whatever zeros are stored. Both are refused be
 
 from __future__ import annotations
 
+import copy
 from typing import cast
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.nn.utils import parametrize, prune
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
@@ -56,8 +56,8 @@ def _weight_maker(module: nn.Module) -> str:
 
 def check_weight_used_as_stored(layers: dict[str, nn.Module]) -> None:
     """Refuse a chosen layer whose forward transforms its stored weight. A layer that computes with the weight as
-    stored is linear in it: with the weight doubled, its output less the bias term doubles. Standardisation is
-    not (it undoes the doubling). One probe per layer on a tiny seeded input, the layer's own parameters untouched."""
+    stored is linear in it: with the weight halved, its output less the bias term halves. Standardisation is not
+    (it undoes the halving). One probe per layer, on a copy, with a tiny seeded input."""
     transformed = [name for name, module in layers.items() if _transforms_weight(module)]
     if transformed:
         kinds = sorted({type(layers[name]).__name__ for name in transformed})
@@ -73,22 +73,25 @@ def check_weight_used_as_stored(layers: dict[str, nn.Module]) -> None:
 
 @torch.no_grad()
 def _transforms_weight(module: nn.Module) -> bool:
-    """True when doubling the stored weight does not double the output's weight term. A probe the layer cannot
-    take (an input shape of its own) says nothing: False."""
-    x = _probe_input(module)
+    """True when halving the stored weight does not halve the output's weight term. The probe runs `forward` of
+    a copy in eval mode, so the layer, its mode and its hooks (a user's, collecting activations) see nothing. A
+    probe the layer cannot take (an input shape of its own) or whose output overflows says nothing: False."""
     weight = cast(torch.Tensor, module.weight)
-    training = module.training
-    module.eval()  # a layer that drops weights in training would not repeat itself
+    x = _probe_input(module)
+    probe = copy.deepcopy(module).eval()  # eval: a layer that drops weights in training would not repeat itself
+    outputs = []
     try:
-        outputs = [functional_call(module, {"weight": weight * scale}, (x,)) for scale in (0.0, 1.0, 2.0)]
+        for scale in (0.0, 1.0, 0.5):
+            cast(torch.Tensor, probe.weight).copy_(weight * scale)
+            outputs.append(probe.forward(x))
     except (RuntimeError, TypeError, ValueError):
         return False
-    finally:
-        module.train(training)
-    bias_term, once, twice = outputs
+    if not all(bool(torch.isfinite(out).all()) for out in outputs):
+        return False
+    bias_term, once, half = outputs
     term = once - bias_term
     tolerance = 1e-4 * float(term.abs().max()) + 1e-6
-    return not torch.allclose(twice - bias_term, 2 * term, rtol=1e-4, atol=tolerance)
+    return not torch.allclose(half - bias_term, 0.5 * term, rtol=1e-4, atol=tolerance)
 
 
 def _probe_input(module: nn.Module) -> torch.Tensor:

@@ -119,11 +119,22 @@ def test_timm_standardised_convs_are_found_and_its_same_padding_conv_is_not():
     check_weight_used_as_stored({k: convs[k] for k in ("same", "plain", "linear")})
 
 
-def test_the_probe_leaves_the_layer_its_mode_and_the_global_rng_as_they_were():
+def test_the_probe_leaves_the_layer_its_mode_its_hooks_and_the_global_rng_as_they_were():
+    """A user's hook collecting a layer's activations saw the probe's calls (the channels-last test did)."""
     model = with_standardised_conv().train()
-    state, rng = copy.deepcopy(model.state_dict()), torch.get_rng_state()
+    state, rng, seen = copy.deepcopy(model.state_dict()), torch.get_rng_state(), []
+    for layer in model:
+        layer.register_forward_pre_hook(lambda layer, inputs: seen.append(layer))
     with pytest.raises(TypeError):
         check_weight_used_as_stored({"3": model[3]})
     check_weight_used_as_stored({"0": model[0], "7": model[7]})
-    assert model[3].training and torch.equal(torch.get_rng_state(), rng)
+    assert model[3].training and torch.equal(torch.get_rng_state(), rng) and not seen
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_layer_whose_probe_overflows_is_left_to_the_run():
+    """Weights near float32's largest overflow in the probe; the run's own finiteness checks name the step."""
+    layer = nn.Linear(4, 4)
+    with torch.no_grad():
+        layer.weight.fill_(3e38)
+    check_weight_used_as_stored({"layer": layer})
