@@ -3,10 +3,11 @@
 `fcpts.sparsify` takes any torchvision/timm-style model, but the tasks run only theirs. This builds other common
 architectures (random weights, 10 classes, no download), counts the weights of the layers the methods prune and
 those of layers none prunes (`unprunable_weights`, with nn.MultiheadAttention swapped for LinearAttention by
-`fcpts.attention_as_linear`), and runs each method once at a tiny budget (8 random images, 2 iterations, 70%).
-Each cell either reaches the exact target, is refused before any work with a named reason (a ValueError or
-TypeError: the layer-wise methods on layers their model never calls), runs past the time limit, or fails in
-some other way, which is a bug to fix. It says whether the library's promise holds, not how well a method does.
+`fcpts.attention_as_linear`), and runs each method once at a tiny budget (8 random images, 2 iterations, 70%). Each
+cell either reaches the exact target, is refused before any work with a named reason (a ValueError or TypeError: the
+layer-wise methods on layers their model never calls, any method on layers that standardise their weight), runs past
+the time limit, or fails in some other way, which is a bug to fix. It says whether the library's promise holds, not
+how well a method does.
 
     OMP_NUM_THREADS=1 python -m benchmarks.code.model_coverage --out results/benchmarks/model_coverage_cpu.txt
 """
@@ -68,6 +69,8 @@ MODELS = (
     Model("timm", "deit_tiny_patch16_224", 64, (("img_size", 64),)),
     Model("timm", "levit_128s", 224),
     Model("timm", "efficientformer_l1", 224),
+    Model("timm", "resnetv2_50x1_bit", 64),  # standardised convs (StdConv2d): refused, they compute dense
+    Model("timm", "nf_regnet_b0", 64),  # ScaledStdConv2d, the same
 )
 
 
