@@ -31,7 +31,23 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"weights file {path} holds no state dict (found {type(ckpt).__name__})")
     meta = {k: v for k, v in ckpt.items() if k != "state_dict" and isinstance(v, (int, float, str))}
-    return {k.removeprefix("module."): v for k, v in state.items()}, meta
+    state = {k.removeprefix("module."): v for k, v in state.items()}
+    check_no_pruning_masks(state, path)
+    return state, meta
+
+
+def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> None:
+    """A model saved while torch.nn.utils.prune was on it holds each pruned tensor as `name_orig` and `name_mask`:
+    it fits no model here, and torch's error (or a count of tensors) would not say why. Name it, and the fix."""
+    bases = (k.removesuffix("_orig") for k in state if k.endswith("_orig"))
+    pruned = [base for base in bases if base + "_mask" in state]
+    if pruned:
+        shown = ", ".join(pruned[:3]) + (", ..." if len(pruned) > 3 else "")
+        raise ValueError(
+            f"weights file {path} was saved with torch.nn.utils.prune still on the model: {len(pruned)} tensor(s) "
+            f"({shown}) are stored as *_orig and *_mask; call torch.nn.utils.prune.remove(module, 'weight') on each "
+            "pruned layer, then save its state_dict (its zeros stay in the weight)"
+        )
 
 
 def load_checkpoint(model: nn.Module, path: str | Path) -> dict:

@@ -24,7 +24,7 @@ from torch import nn
 
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.imagenet_catalogue import get_spec
-from tasks.grid.weights import state_dict_misfit
+from tasks.grid.weights import check_no_pruning_masks, state_dict_misfit
 
 PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
 PAPER_VITS = ["vit_base", "vit_large"]
@@ -106,6 +106,7 @@ def load_weights_file(model: nn.Module, path: Path) -> dict:
     if not isinstance(state, dict):
         raise ValueError(f"weights file {path} holds no state dict")
     state = {k.removeprefix("module."): v for k, v in state.items()}
+    check_no_pruning_masks(state, path)
     if set(state) != set(model.state_dict()):
         state = map_state_dict(model, state, str(path))
     try:

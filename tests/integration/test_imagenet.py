@@ -5,6 +5,7 @@ import time
 
 import pytest
 import torch
+from torch.nn.utils import prune
 
 import fcpts
 from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
@@ -80,6 +81,14 @@ def test_a_weights_file_with_the_same_names_and_other_shapes_is_one_line_naming_
         str(err.value)
         == f"weights file {tmp_path / 'w.pth'} does not fit Sequential: 1 of another shape (0.weight (4, 5) for (4, 3))"
     )
+
+
+def test_a_weights_file_saved_under_torch_prune_names_prune_remove(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    prune.l1_unstructured(model[0], "weight", 0.5)
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    with pytest.raises(ValueError, match=r"torch.nn.utils.prune still on the model: 1 tensor\(s\) \(0.weight\)"):
+        load_weights_file(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)), tmp_path / "w.pth")
 
 
 def test_offline_without_cache_fails_fast(tmp_path, monkeypatch):

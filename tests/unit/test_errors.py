@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import prune
 
 import fcpts
 from fcpts.core.masks import NoPrunableLayersError
@@ -100,6 +101,21 @@ def test_checkpoint_of_another_model(tmp_path):
     other_classes["linear.weight"], other_classes["linear.bias"] = torch.zeros(10, 64), torch.zeros(10)
     torch.save(other_classes, path)
     load_checkpoint(cifar_resnet("resnet20"), path)
+
+
+def test_a_checkpoint_saved_under_torch_prune_names_prune_remove(tmp_path):
+    """Saved with prune still on, conv1 is conv1.weight_orig and conv1.weight_mask: it read as another model's."""
+    model, path = cifar_resnet("resnet20"), tmp_path / "pruned.th"
+    prune.l1_unstructured(model.conv1, "weight", 0.5)
+    torch.save({"state_dict": model.state_dict()}, path)
+    said = r"saved with torch.nn.utils.prune .* 1 tensor\(s\) \(conv1.weight\) .*prune.remove"
+    with pytest.raises(ValueError, match=said):
+        load_checkpoint(cifar_resnet("resnet20"), path)
+    prune.remove(model.conv1, "weight")  # as the error says: the zeros stay in the weight
+    torch.save({"state_dict": model.state_dict()}, path)
+    fresh = cifar_resnet("resnet20")
+    load_checkpoint(fresh, path)
+    assert torch.equal(fresh.conv1.weight, model.conv1.weight) and int((fresh.conv1.weight == 0).sum()) == 216
 
 
 def test_cli_reports_missing_data_and_exits_2(tmp_path, capsys):
