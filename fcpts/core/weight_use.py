@@ -76,19 +76,19 @@ def _transforms_weight(module: nn.Module) -> bool:
     """True when halving the stored weight does not halve the output's weight term. The probe runs `forward` of
     a copy in eval mode, so the layer, its mode and its hooks (a user's, collecting activations) see nothing. A
     probe the layer cannot take (an input shape of its own) or whose output overflows says nothing: False."""
-    weight = cast(torch.Tensor, module.weight)
     x = _probe_input(module)
     probe = copy.deepcopy(module).eval()  # eval: a layer that drops weights in training would not repeat itself
-    outputs = []
+    weight = cast(torch.Tensor, probe.weight)  # the copy's, scaled in place: as stored, halved (exact), zero
     try:
-        for scale in (0.0, 1.0, 0.5):
-            cast(torch.Tensor, probe.weight).copy_(weight * scale)
-            outputs.append(probe.forward(x))
+        once = probe.forward(x)
+        weight.mul_(0.5)
+        half = probe.forward(x)
+        weight.zero_()
+        bias_term = probe.forward(x)
     except (RuntimeError, TypeError, ValueError):
         return False
-    if not all(bool(torch.isfinite(out).all()) for out in outputs):
+    if not all(bool(torch.isfinite(out).all()) for out in (once, half, bias_term)):
         return False
-    bias_term, once, half = outputs
     term = once - bias_term
     tolerance = 1e-4 * float(term.abs().max()) + 1e-6
     return not torch.allclose(half - bias_term, 0.5 * term, rtol=1e-4, atol=tolerance)
