@@ -161,11 +161,11 @@ tables: setup
 report: tables figures
 	$(PY) -m tasks.reporting site
 
-# Time of one FCPTS step over one plain training step; POT's forward vs Gram-statistics layer loss
-# (benchmarks, not tests).
+# Time and operators of one FCPTS step over one plain training step (benchmarks, not tests; `python -m benchmarks
+# --list` names the others).
 bench: setup
-	OMP_NUM_THREADS=1 $(PY) -m benchmarks.speed.step_time --model resnet56 --batch-size 64
-	OMP_NUM_THREADS=1 $(PY) -m benchmarks.speed.pot_objective --images 256 --iterations 50
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks step-time --model resnet56 --batch-size 64
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks step-ops
 
 clean:
 	rm -rf $(VENV) .pytest_cache results/checkpoints

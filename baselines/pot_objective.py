@@ -141,7 +141,7 @@ def gram_plan(
     (every record made before the closed form) choose as they did. In closed form it reads them once, and the
     product of the weight change with them (out x D^2) is counted too: what dominates where a layer has many
     outputs and few positions (a classifier). The rates were measured on the 2-core reference machine (see the test
-    and benchmarks.speed.pot_objective); a wrong pick costs time, never accuracy.
+    and benchmarks/speed/pot_objective.py at 9c9d2d1); a wrong pick costs time, never accuracy.
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]

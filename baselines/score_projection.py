@@ -4,7 +4,7 @@ chosen so that sum(clamp(s - v, 0, 1)) is the budget (v = 0 when the scores are 
 f(v) = sum(clamp(s - v, 0, 1)) falls as v grows, so v is found by bisection; both projections keep the bracket
 (lo, hi] with f(lo) > budget >= f(hi), halve it until a halving no longer moves it in float64, and take v = hi.
 `project_scores_bisection` evaluates f over every score at each of its ~60 halvings: on a CPU that is most of a
-ProbMask step (`python -m benchmarks.speed.score_projection`). `project_scores_binned` first brackets v between two
+ProbMask step (benchmarks/speed/score_projection.py at 9c9d2d1). `project_scores_binned` first brackets v between two
 multiples of 2^-11 from one histogram of the scores, then bisects over the few scores whose term in f is not
 already settled on that bracket (0, 1 or s - v, counted and summed in one more pass); the same v up to the
 rounding of float64 sums.

@@ -13,7 +13,6 @@ work finishes it (records kept, checkpoints resumed, scale cells kept, passed pa
   step-time    FCPTS step over a plain training step, batch 64 (and bf16)
   step-r18-224 the same on ImageNet ResNet-18 at 224 px (random weights): arithmetic, not launches
   step-r50-224 the same on ResNet-50
-  step-profile one ResNet-18 FCPTS step's host and device time, launches and waits (and their source lines)
   pot-step     a POT reconstruction step, eager and replayed from a CUDA graph, its Gram gradient written down
                and by autograd
   pot-step-r18-224
@@ -178,7 +177,7 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
 
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
     smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/unit/test_pot.py"]
-    smoke += ["tests/unit/test_step_profile.py", "tests/unit/test_step_graph.py"]
+    smoke += ["tests/unit/test_step_graph.py"]
     smoke += ["tests/integration/test_cuda_smoke_tasks.py"]
     step = [py, "-m", "benchmarks.speed.step_time", "--device", device, "--out", str(work / "step_time.txt")]
     pot_step = [
@@ -199,8 +198,6 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         return [py, "-m", "benchmarks.speed.step_time", "--device", device, "--model", model, "--out", str(out)]
 
     step_r18, step_r50 = step_224("resnet18"), step_224("resnet50")
-    profile_r18 = [py, "-m", "benchmarks.speed.step_profile", "--device", device, "--model", "resnet18"]
-    profile_r18 += ["--out", str(work / "step_profile_resnet18_224.txt")]
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
         step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
@@ -222,7 +219,6 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         step_r50 = step_224("resnet18")  # the same command; a CPU takes 45 s for ResNet-50's
         for cmd in (step_r18, step_r50):
             cmd += ["--batch-size", "2", "--steps", "1", "--rounds", "1"]
-        profile_r18 += ["--batch-size", "2", "--steps", "1"]
     else:  # the paper grid's cells the committed GPU output lacks or has from older code, 10-40 s a cell on an H200
         step += ["--amp", "bf16"]
         step_r18 += ["--steps", "5", "--rounds", "2"]
@@ -246,7 +242,6 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         Part("step-time", step, 60),
         Part("step-r18-224", step_r18, 35),
         Part("step-r50-224", step_r50, 45),
-        Part("step-profile", profile_r18, 40),
         Part("pot-step", pot_step, 60),
         Part("pot-step-r18-224", pot_step_r18, 50),
         Part("r56-fp32", cifar("resnet56", "fcpts", "0.9", "fast"), 30),

@@ -20,7 +20,7 @@ A layer-wise cell may first make one untimed call (`warmup_probe`), so the devic
 timed probe. With `paper_choices` a method that compares sizes growing with the images against its cache makes
 those choices as at the paper's size (POT's and obs's `choose_for`): at 10,240 images ResNet-18's 512-channel 3x3
 convs need 13.6 GB of Gram statistics each, over POT's 4 GB, and take the forward objective there, where a probe of
-256 images would otherwise time Gram steps (`python -m benchmarks.scale.pot_choices`); and obs reaches most units
+256 images would otherwise time Gram steps (benchmarks/scale/pot_choices.py at 9c9d2d1); and obs reaches most units
 from the image there, as its kept inputs would outgrow its cache.
 
     python -m benchmarks.scale.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line

@@ -17,7 +17,7 @@ import torch
 # of these, not a few copies of the model; a layer larger than this is a flat tensor of its own. Under 32 MB, glibc's
 # largest mmap threshold: a larger block is mapped afresh at each allocation and every page of it faults on first
 # touch, each step, for each flat temporary (runs of 64 MB made FCPTS's CPU steps on 4M-weight layers 2.4 times
-# slower: python -m benchmarks.speed.flat_runs).
+# slower: benchmarks/speed/flat_runs.py at 9c9d2d1).
 MAX_FLAT = 2**22
 
 

@@ -9,8 +9,6 @@ import re
 
 import pytest
 
-from benchmarks.code.rerun_at_commit import markdown as markdown_at_commit
-from benchmarks.code.rerun_at_commit import verdict
 from benchmarks.code.rerun_sample import markdown, processor, recorded_kernels, summary
 from fcpts.methods.registry import label, list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
@@ -177,12 +175,12 @@ def test_the_re_runs_of_the_records_made_again_are_the_notebook_s_history():
             assert quoted in text, (method, quoted)
 
 
-def test_each_re_run_at_its_record_s_commit_agrees_with_the_records_and_the_verdict_follows():
+def test_each_re_run_at_its_record_s_commit_agrees_with_the_records():
     out = _read(AT_COMMIT)
     prov = out["provenance"]
     assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and prov["omp_num_threads"] == "1", prov
     assert prov["command"].startswith("python -m benchmarks.code.rerun_at_commit ")
-    assert out["rows"] and markdown_at_commit(out) == AT_COMMIT.with_suffix(".md").read_text()
+    assert out["rows"]
     for row in out["rows"]:
         record = json_at(BEFORE_REMAKE, row["record"])
         assert (row["record_commit"], row["record_device"]) == (record["git_commit"], record["device"])
@@ -195,7 +193,6 @@ def test_each_re_run_at_its_record_s_commit_agrees_with_the_records_and_the_verd
             assert row["old_here_value"] != row["record_value"], row["record"]
         same_as_today = row["old_here_pattern_sha256"] == row["today_pattern_sha256"]
         assert same_as_today == (row["positions_differing_old_vs_today"] == 0.0)
-        assert row["verdict"] == verdict(same_as_record, same_as_today)
 
 
 def test_every_difference_not_checked_on_this_processor_is_re_run_at_its_commit_and_stated():
@@ -271,7 +268,6 @@ def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_
     out = _read(AT_COMMIT_AMD)
     prov = out["provenance"]
     assert re.fullmatch(r"[0-9a-f]{40}", prov["git_commit"]) and prov["omp_num_threads"] == "1", prov
-    assert markdown_at_commit(out) == AT_COMMIT_AMD.with_suffix(".md").read_text()
     (row,) = out["rows"]
     record = json_at(BEFORE_OBS_REMAKE, row["record"])  # the record as it was before it was made again
     before = {r["method"]: r for r in _output_at(BEFORE_OBS_REMAKE, OUT)["rows"]}
@@ -281,8 +277,7 @@ def test_obs_s_record_run_by_its_commit_on_an_amd_epyc_places_the_difference_in_
     assert processor(row["old_here_device"]) == processor(prov["device"]) == processor(record["device"])
     assert row["compared_by"] == "mask hash and numbers" and row["record_mask_sha256"] == record["mask_sha256"]
     same = row["old_here_mask_sha256"] == record["mask_sha256"] and row["old_here_value"] == record["metrics"]["top1"]
-    same_as_today = row["old_here_pattern_sha256"] == row["today_pattern_sha256"]
-    assert row["same_as_record"] == same and row["verdict"] == verdict(same, same_as_today, True)
+    assert row["same_as_record"] == same
     text = _notebook()
     for quoted in (
         f"its commit, run on this AMD EPYC without those changes, makes the record's mask and numbers again (top-1 "
@@ -402,14 +397,13 @@ def test_the_fcpts_plus_record_differs_on_this_amd_generation_by_the_processor_a
     makes today's mask, not the record's."""
     out = _read(AT_COMMIT_AMD_PLUS)
     assert out["provenance"]["command"].startswith("python -m benchmarks.code.rerun_at_commit ")
-    assert markdown_at_commit(out) == AT_COMMIT_AMD_PLUS.with_suffix(".md").read_text()
     (row,) = out["rows"]
     record = json.loads((REPO_ROOT / row["record"]).read_text())
     assert row["method"] == "fcpts-plus" and recorded_kernels(record) is None  # made before records named it
     assert (row["record_commit"], row["record_value"]) == (record["git_commit"], record["metrics"]["top1"])
     assert row["record_mask_sha256"] == record["mask_sha256"] != row["old_here_mask_sha256"]
     assert processor(row["old_here_device"]) == processor(record["device"]) == "cpu: AMD EPYC"
-    assert row["positions_differing_old_vs_today"] == 0.0 and row["verdict"] == verdict(False, True)
+    assert row["positions_differing_old_vs_today"] == 0.0
     text = _notebook()
     for quoted in (
         f"top-1 {row['record_value']:.2f} became {row['old_here_value']:.2f}, and its zeros differ from today's "

@@ -175,7 +175,7 @@ def test_runs_of_layers_stay_under_the_limit_unless_one_layer_is_larger():
 
 def test_flat_runs_stay_under_glibcs_largest_mmap_threshold(monkeypatch):
     """A flat float32 temporary over 32 MB would be mapped afresh, page by page, at every allocation
-    (benchmarks.speed.flat_runs); the limit is read when runs are made, so the benchmark can set another."""
+    (benchmarks/speed/flat_runs.py at 9c9d2d1 measured it); the limit is read when runs are made."""
     assert flat_weights.MAX_FLAT * 4 <= 16 * 2**20
     half = flat_weights.MAX_FLAT // 2
     assert flat_weights.runs_of([half, half, half]) == [range(0, 2), range(2, 3)]
