@@ -64,6 +64,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "one committed record per method re-run with today's code: mask hash and numbers",
         "that committed records still reproduce (results/benchmarks/rerun_sample_cpu*.json)",
     ),
+    "code-shape": Benchmark(
+        "benchmarks.code.shape",
+        "lines per folder, files, entry points, mypy's coverage, docs' lines, the suite's time per directory",
+        "the size budget of the code and the notebook (results/benchmarks/code_shape.txt)",
+    ),
     "call-chain": Benchmark(
         "benchmarks.code.call_chain",
         "the frames from a task's command to the first mask a method computes",

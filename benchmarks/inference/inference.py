@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
         for name, fam in build_families(args).items():
             export_family(fam, work)
             fam_t0 = time.perf_counter()
-            fr = {
+            fr: dict[str, Any] = {
                 "shape": list(fam.shape),
                 "note": fam.note,
                 "sparsity": fam.sparsity,

@@ -51,7 +51,7 @@ def csr_applies(m: nn.Module) -> bool:
     )
 
 
-def to_torch_csr(model: nn.Module) -> tuple[nn.Module, int]:
+def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
     """A copy with every Linear and plain 1x1 Conv2d on CSR weights; also the share of weights moved."""
     import copy
 

@@ -71,7 +71,7 @@ def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dic
             assert err < 1e-3, f"CSR model differs from the dense one by {err}"
             runners[("torch-csr", label)] = csr
     times = time_interleaved(runners, x, warmup, runs)
-    out = {"torch": {}, "torch-csr": {}}
+    out: dict[str, dict] = {"torch": {}, "torch-csr": {}}
     for (rt, label), res in speedups(times, ("torch", "dense")).items():
         out[rt][label] = res
     out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels

@@ -134,6 +134,7 @@ def layer_costs(model: nn.Module) -> dict[str, dict[str, int]]:
     def hook(name: str):
         def record(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
             w = module.weight
+            assert isinstance(w, torch.Tensor)
             macs[name] = macs.get(name, 0) + output.numel() * (w.numel() // w.shape[0])
 
         return record
@@ -192,7 +193,7 @@ def run_probe(
         _, report = method(model, images, 0.7, options)
         synchronize(device)
         wall = time.perf_counter() - t
-    out = {"images": n_images, "wall_s": round(wall, 4), "peak_rss_gb": round(rss.peak / 1e9, 3)}
+    out: dict[str, Any] = {"images": n_images, "wall_s": round(wall, 4), "peak_rss_gb": round(rss.peak / 1e9, 3)}
     if device.startswith("cuda"):
         out["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
     out["step_s"] = [row["step_s"] for row in report.history if "step_s" in row]

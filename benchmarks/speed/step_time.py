@@ -154,14 +154,14 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
 
 def replays(options: dict, device: torch.device) -> bool:
     """Whether FCPTS with these options replays its steps from a CUDA graph on `device` (its default, unless set)."""
-    asked = options.get("cuda_graphs", fcpts.get_method("fcpts").options().cuda_graphs)
-    return asked and step_graph.can_capture(device)
+    asked = options.get("cuda_graphs", getattr(fcpts.get_method("fcpts").options(), "cuda_graphs", False))
+    return bool(asked) and step_graph.can_capture(device)
 
 
 def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
     """FCPTS option sets to time: the defaults, the paper's output-only KL, and each under `amp` if given; on a
     GPU each also without its CUDA graph (`cuda_graphs=False`), so the replay's share shows."""
-    configs = {"mse-blocks (defaults)": {}, "kl": {"reconstruction": "kl"}}
+    configs: dict[str, dict] = {"mse-blocks (defaults)": {}, "kl": {"reconstruction": "kl"}}
     if amp:
         configs |= {f"{name}, amp {amp}": {**opts, "amp": amp} for name, opts in configs.items()}
     if step_graph.can_capture(device):

@@ -50,13 +50,12 @@ def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Te
 
 def train(args: argparse.Namespace) -> dict:
     root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA, DOWNLOAD_HINT)
-    x_train, y_train = load_cifar(root, args.dataset, "train", args.download)
+    x_train, y_train = map(torch.as_tensor, load_cifar(root, args.dataset, "train", args.download))
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if args.train_limit:
         x_train, y_train = x_train[: args.train_limit], y_train[: args.train_limit]
     if args.eval_limit:
         x_test, y_test = x_test[: args.eval_limit], y_test[: args.eval_limit]
-    x_train, y_train = torch.as_tensor(x_train), torch.as_tensor(y_train)
     x_eval, y_eval = normalize_cifar(x_test), torch.as_tensor(y_test)
 
     steps_per_epoch, total = training.epoch_steps(len(x_train), args.batch_size, args.epochs)

@@ -105,7 +105,8 @@ def pack_bitmask(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> by
     the model. `unpack_bitmask` restores the exact original serialisation."""
     skeleton = onnx.ModelProto()
     skeleton.CopyFrom(model)
-    index, arrays = [], {}
+    index: list[dict] = []
+    arrays: dict = {}
     for t in skeleton.graph.initializer:
         size = _itemsize(t)
         if size is None:

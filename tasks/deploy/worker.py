@@ -102,7 +102,7 @@ def time_interleaved(runners: dict, x, warmup: int, runs: int, min_sample_s: flo
             if n == names[0]:
                 first = time.perf_counter() - t
     k = max(1, round(min_sample_s / max(first, 1e-6))) if warmup else 1
-    times = {n: [] for n in names}
+    times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(runs):
         for n in names[r % len(names) :] + names[: r % len(names)]:
             t = time.perf_counter()

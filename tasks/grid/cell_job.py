@@ -58,7 +58,7 @@ def _copy_stderr(child: subprocess.Popen) -> str:
     assert child.stderr is not None
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
     tail = ""
-    while chunk := child.stderr.read1(8192):
+    while chunk := child.stderr.read1(8192):  # type: ignore[attr-defined]  # a BufferedReader: Popen without text
         text = decode.decode(chunk)
         sys.stderr.write(text)
         sys.stderr.flush()

@@ -188,7 +188,7 @@ def run_main(main: Callable[[], int]) -> int:
 
 def script_main(
     parse_args: Callable[[Sequence[str] | None], argparse.Namespace], work: Callable[[argparse.Namespace], object]
-) -> Callable[[Sequence[str] | None], int]:
+) -> Callable[..., int]:
     """`main(argv)` of a script that parses its flags and does one job (training a dense model), with `run_main`'s
     error handling: one way for every script to start and fail."""
 

@@ -27,7 +27,8 @@ class TrainingState:
         self.checkpoint = Checkpoint(path, {"recipe": fingerprint}, label=f"training {Path(path).stem}")
         self.path, self.fingerprint = path, fingerprint
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
-        self.step, self.history, self._elapsed_before = 0, [], 0.0
+        self.history: list[dict] = []
+        self.step, self._elapsed_before = 0, 0.0
         self._t0 = self._last_save = time.perf_counter()
 
     def resume(self) -> bool:

@@ -58,7 +58,6 @@ from tasks.voc.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
     RELEASED,
-    SSD,
     DistillView,
     SSDConfig,
     create_ssd,
@@ -80,7 +79,7 @@ def evaluate_detector(
     workers: int | None = None,
 ) -> dict:
     """VOC07 mAP@0.5 (%) of a detector (or its DistillView) on the images of `data` listed by `images`."""
-    ssd: SSD = model.ssd if isinstance(model, DistillView) else model
+    ssd: torch.nn.Module = model.ssd if isinstance(model, DistillView) else model
     was_training = ssd.training
     ssd.eval()
     device = next(ssd.parameters()).device

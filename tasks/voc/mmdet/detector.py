@@ -10,6 +10,7 @@ import pickle
 import types
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import mmcv
 import mmdet
@@ -71,7 +72,7 @@ def build_detector(cfg: Config) -> nn.Module:
 def allow_ssd_predict(detector: nn.Module) -> None:
     """mmdet 3.3.0's SSDHead has no `loss_cls` (its loss is hand-written) but the shared `predict` reads
     `loss_cls.custom_cls_channels`; upstream's fix is unreleased (mmdet issues 11063/11305, PR 11524)."""
-    head = detector.bbox_head
+    head: Any = detector.bbox_head
     if not hasattr(head, "loss_cls"):
         head.loss_cls = types.SimpleNamespace(custom_cls_channels=False)
 

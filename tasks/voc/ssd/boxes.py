@@ -98,8 +98,8 @@ class SSDConfig:
             for j, i in itertools.product(range(s.feature_map_size), repeat=2):
                 cx, cy = (i + 0.5) / scale, (j + 0.5) / scale
                 out += [[cx, cy, small, small], [cx, cy, big, big]]
-                for r in s.aspect_ratios:
-                    r = math.sqrt(r)
+                for ratio in s.aspect_ratios:
+                    r = math.sqrt(ratio)
                     out += [[cx, cy, small * r, small / r], [cx, cy, small / r, small * r]]
         return torch.tensor(out, dtype=torch.float32).clamp_(0.0, 1.0)
 

@@ -1,0 +1,92 @@
+"""Benchmark: the code's own size and shape, so a change that grows the suite says by how much.
+
+Lines of Python per top-level folder (tests apart), files, command entry points (`def main`), the files mypy
+checks against those it could, the docs' and the notebook's lines, and, given the logs of pytest runs, the suite's
+wall time per directory (the closing `N passed ... in S s` line). `--root` measures another checkout, e.g. a
+worktree at an older commit, with this code:
+
+    git worktree add /tmp/before COMMIT
+    python -m benchmarks code-shape --root /tmp/before --suite unit+results=LOG1 integration+library=LOG2
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import tomllib
+
+from benchmarks.report import emit
+from tasks.grid.paths import REPO_ROOT
+
+CODE = ("fcpts", "baselines", "tasks", "benchmarks", "paper_figures", "results")
+TYPED = ("fcpts", "baselines", "tasks", "benchmarks")  # what mypy should cover
+
+
+def python_files(root: Path, folder: str) -> list[Path]:
+    return sorted(p for p in (root / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def line_count(paths: list[Path]) -> int:
+    return sum(len(p.read_text(errors="replace").splitlines()) for p in paths)
+
+
+def mypy_files(root: Path) -> list[Path]:
+    """The Python files under the folders `[tool.mypy] files` names (a file named directly counts too)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("mypy", {})
+    named = config.get("files", [])
+    named = [named] if isinstance(named, str) else named
+    out: set[Path] = set()
+    for name in named:
+        path = root / name
+        out |= set(python_files(root, name)) if path.is_dir() else ({path} if path.suffix == ".py" else set())
+    return sorted(out)
+
+
+def suite_seconds(log: Path) -> str:
+    """The closing line of a pytest log: its counts and wall time."""
+    lines = [ln.strip("= ") for ln in log.read_text(errors="replace").splitlines() if re.search(r" in [\d.]+s", ln)]
+    return lines[-1] if lines else "no closing line"
+
+
+def shape(root: Path, suites: dict[str, Path]) -> list[str]:
+    rows = [f"checkout {root.name}"]
+    total = 0
+    for folder in CODE:
+        files = python_files(root, folder)
+        lines = line_count(files)
+        total += lines
+        rows.append(f"  {folder + '/':<16}{lines:>7} lines in {len(files):>3} Python files")
+    rows.append(f"  {'non-test code':<16}{total:>7} lines")
+    tests = python_files(root, "tests")
+    rows.append(f"  {'tests/':<16}{line_count(tests):>7} lines in {len(tests):>3} Python files")
+    code_files = [p for folder in CODE for p in python_files(root, folder)]
+    mains = sum(len(re.findall(r"^def main\(", p.read_text(errors="replace"), re.M)) for p in code_files)
+    rows.append(f"  entry points (def main): {mains}")
+    typed = [p for folder in TYPED for p in python_files(root, folder)]
+    rows.append(f"  mypy checks {len(mypy_files(root))} of the {len(typed)} files under {', '.join(TYPED)}")
+    docs = sorted((root / "docs").rglob("*.md"))
+    notebook = [p for p in docs if "notebook" in p.parts]
+    rows.append(f"  docs: {line_count(docs)} lines, of which the notebook {line_count(notebook)}")
+    rows += [f"  suite {name}: {suite_seconds(log)}" for name, log in suites.items()]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to measure (default: this one)")
+    p.add_argument("--suite", nargs="*", default=[], metavar="NAME=LOG", help="pytest logs to read wall times from")
+    p.add_argument("--output", help="also write the printed text here (atomically)")
+    args = p.parse_args(argv)
+    suites = {}
+    for item in args.suite:
+        name, sep, log = item.partition("=")
+        if not sep or not Path(log).is_file():
+            p.error(f"--suite {item!r}: give NAME=LOG with LOG a pytest log file")
+        suites[name] = Path(log)
+    emit(shape(args.root.resolve(), suites), args.output)
+
+
+if __name__ == "__main__":
+    main()
