@@ -133,7 +133,7 @@ $(LITE0_SPARSE): | setup
 
 deploy-table: setup $(DEPLOY_CKPT) $(LITE0_SPARSE)
 	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --checkpoint $(DEPLOY_CKPT)
-	OMP_NUM_THREADS=1 $(PY) -m benchmarks.inference.inference
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks inference
 
 # Optional runtimes, each in its own virtual environment (found by tasks.deploy; or set FCPTS_DEEPSPARSE_PYTHON /
 # FCPTS_OPENVINO_PYTHON). DeepSparse pins onnx 1.14.1 and numpy 1.26, needs Python <= 3.11; licence: evaluation only.
@@ -173,7 +173,7 @@ clean:
 # The scale benchmark's CPU mode: every registered method on the paper's seven ImageNet models at 224 px, tiny
 # probes projected to the paper's budget (docs/notebook/benchmarks.md); about an hour of one shared core here.
 scale-small: setup
-	OMP_NUM_THREADS=1 $(PY) -m benchmarks.scale.scale --small --threads 1
+	OMP_NUM_THREADS=1 $(PY) -m benchmarks scale --small --threads 1
 
 # The GPU check (docs/notebook/benchmarks.md): `make gpu-data` here copies the CIFAR-10 subset and weights it needs into
 # gpu_data/ (git-ignored, small enough to travel with the checkout); `make gpu-check GPU_OUT=DIR` on the GPU
@@ -182,10 +182,10 @@ scale-small: setup
 # `make gpu-check-dry` runs it on a CPU with tiny sizes.
 GPU_OUT ?= results/local/gpu_check
 gpu-data: setup
-	$(PY) -m benchmarks.scale.gpu_check prepare
+	$(PY) -m benchmarks gpu-check prepare
 
 gpu-check:
-	PYTHONPATH=. $(PYTHON) -m benchmarks.scale.gpu_check run --out $(GPU_OUT) $(if $(GPU_CONTINUE),--continue-from $(GPU_CONTINUE))
+	PYTHONPATH=. $(PYTHON) -m benchmarks gpu-check run --out $(GPU_OUT) $(if $(GPU_CONTINUE),--continue-from $(GPU_CONTINUE))
 
 gpu-check-dry:
-	PYTHONPATH=. $(PYTHON) -m benchmarks.scale.gpu_check run --out $(GPU_OUT)-dry --dry-run
+	PYTHONPATH=. $(PYTHON) -m benchmarks gpu-check run --out $(GPU_OUT)-dry --dry-run
