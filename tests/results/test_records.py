@@ -7,11 +7,12 @@ falls below POT in a cell at 80% or 90%, when the paper's headline cell (CIFAR-1
 target sparsity, never read from the stored flag).
 """
 
+import json
 from collections import defaultdict
 
 import pytest
 
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import (
     COMMITTED_TOLERANCE,
     MANIFEST,
@@ -142,3 +143,91 @@ def test_full_protocol_records_hit_target_and_carry_provenance(record):
     for key in ("command", "git_commit", "seed", "calibration", "device", "wall_s", "weights", "data"):
         assert record.get(key) not in (None, ""), f"missing provenance field {key!r}"
     assert record["calibration"]["indices_sha256"]
+
+
+# Records whose commit ends in '+dirty', each with why it stays. A new one fails `test_dirty_records_are_listed`:
+# make it again from a clean checkout instead of listing it.
+RESULTS_COUNTED = (
+    "made before commit 755ac97, when '+dirty' also counted what the checkout's earlier commands had written under "
+    "results/; whether its code differed from the commit is not recorded; not re-made (CPU hours)"
+)
+DEVICE = (
+    "made by the GPU check of 2026-11-27 on a device whose git folder was older than the working tree sent to it; its "
+    "PROVENANCE.md names the commit that ran"
+)
+DIRTY_RECORDS = {
+    **dict.fromkeys(
+        (
+            "benchmarks/gpu_check_h200_2026-11-27/records/cifar/cifar10/resnet32/fcpts-sp80-paper-seed0.json",
+            "benchmarks/gpu_check_h200_2026-11-27/records/cifar/cifar10/resnet32/pot-l2norm-sp80-paper-seed0.json",
+            "benchmarks/gpu_check_h200_2026-11-27/records/cifar/cifar10/resnet56/fcpts-sp90-fast-ampbf16-seed0.json",
+            "benchmarks/gpu_check_h200_2026-11-27/records/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json",
+        ),
+        DEVICE,
+    ),
+    **dict.fromkeys(
+        (
+            "investigations/obs-design/resnet32--obs-sp90-paper-cpu-block_size32-seed0.json",
+            "investigations/obs-design/resnet32--obs-sp90-paper-cpu-bn_recalibrationFalse-seed0.json",
+            "investigations/obs-design/resnet32--obs-sp90-paper-cpu-dense_targetsTrue-block_size1024-seed0.json",
+            "investigations/obs-design/resnet32--sparsegpt-targets--obs-sp90-paper-cpu-seed0.json",
+            "investigations/pot-vs-msbench/pot-runs-batches--pot-l2norm-sp80-paper-cpu-pot-samplingbatches-seed0.json",
+            "investigations/pot-vs-msbench/pot-runs-diag--pot-l2norm-sp80-paper-cpu-seed0.json",
+            "regression/spread/intel-xeon/voc/voc-cifar10-test100/mb2-ssd-lite-160/fcpts-sp50-regression-seed0.json",
+            "regression/spread/intel-xeon/voc/voc-cifar10-test100/mb2-ssd-lite-160/pot-l2norm-sp20-regression-seed0.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp70-paper-cpu-seed0.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp80-paper-cpu-seed0.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp80-paper-cpu-seed1.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp80-paper-cpu-seed2.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp90-paper-cpu-seed0.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp90-paper-cpu-seed1.json",
+            "runs/cifar/cifar10/resnet32/fcpts-plus-sp90-paper-cpu-seed2.json",
+            "runs/cifar/cifar10/resnet56/fcpts-plus-sp70-paper-cpu-seed0.json",
+            "runs/cifar/cifar10/resnet56/fcpts-plus-sp80-paper-cpu-seed2.json",
+            "runs/cifar/cifar10/resnet56/fcpts-sp80-paper-cpu-seed0.json",
+            "runs/cifar/cifar100/resnet32/fcpts-plus-sp70-paper-cpu-seed0.json",
+            "runs/cifar/cifar100/resnet32/fcpts-plus-sp80-paper-cpu-seed0.json",
+            "runs/cifar/cifar100/resnet32/fcpts-plus-sp80-paper-cpu-seed1.json",
+            "runs/cifar/cifar100/resnet32/fcpts-plus-sp80-paper-cpu-seed2.json",
+            "runs/cifar/cifar100/resnet32/fcpts-plus-sp90-paper-cpu-seed0.json",
+            "runs/cifar/cifar100/resnet56/fcpts-plus-sp70-paper-cpu-seed0.json",
+            "runs/cifar/cifar100/resnet56/fcpts-plus-sp80-paper-cpu-seed2.json",
+            "runs/cifar/cifar100/resnet56/fcpts-plus-sp90-paper-cpu-seed2.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp50-cpu-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp60-cpu-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp70-cpu-it100-reconstructionkl-lr0.005-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp70-cpu-it100-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp70-cpu-lr0.005-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp80-cpu-seed0.json",
+            "runs/imagenet/imagenet-val1300/efficientnet_lite0/fcpts-sp90-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/fcpts-sp50-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/fcpts-sp90-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/pot-erk-sp50-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/pot-erk-sp90-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/pot-l2norm-sp50-cpu-seed0.json",
+            "runs/voc/voc-cifar10/mmdet-ssdlite_mobilenetv2_voc-cifar10-160/pot-l2norm-sp90-cpu-seed0.json",
+        ),
+        RESULTS_COUNTED,
+    ),
+}
+BEFORE_CLEAN_COMMIT = "2026-11-28T07:22:47+00:00"  # commit 755ac97: '+dirty' counts code only from here on
+
+
+def dirty_records() -> dict[str, dict]:
+    """Every committed record under results/ whose own commit (the first word of `git_commit`) ends in '+dirty'."""
+    found = {}
+    for path in sorted(RESULTS_DIR.rglob("*.json")):
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and "metrics" in record and "git_commit" in record:
+            if record["git_commit"].split()[0].endswith("+dirty"):
+                found[str(path.relative_to(RESULTS_DIR))] = record
+    return found
+
+
+def test_dirty_records_are_listed_with_why_they_stay():
+    found = dirty_records()
+    assert sorted(set(found) - set(DIRTY_RECORDS)) == [], "new '+dirty' records: make them from a clean checkout"
+    assert sorted(set(DIRTY_RECORDS) - set(found)) == [], "listed in DIRTY_RECORDS but no longer '+dirty': unlist them"
+    for path, why in DIRTY_RECORDS.items():
+        if why is RESULTS_COUNTED:
+            assert found[path]["created"] < BEFORE_CLEAN_COMMIT, path

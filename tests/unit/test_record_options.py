@@ -56,7 +56,7 @@ def test_table2_and_the_drops_table_mark_a_record_of_an_earlier_default(tmp_path
     assert "`(earlier default: option value)`" in text
     drops = drops_table(rows, reference, same_cell_runs(records))
     line = next(line for line in drops.splitlines() if line.startswith("| CIFAR-10 resnet32 80% |"))
-    assert "(2 seeds) [paper-cpu] (earlier default: ramp 0.5)" in line
+    assert "(2 seeds, 1.10-1.10) [paper-cpu] (earlier default: ramp 0.5)" in line and "both seeds better" in line
     remade = [*records[1:], plus(0.8, 0, 91.9, "auto")]  # seed 0 made again; seed 1 still the ramp's
     text, _ = table2(remade, reference, tmp_path)
     cell = next(line for line in text.splitlines() if line.startswith("| resnet32 | FCPTS+"))
