@@ -234,3 +234,14 @@ def test_the_reporting_command_names_all_its_commands_when_given_none_or_another
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "{tables,manifest,figures,site,readme}" in done.stderr
     assert all(f"  {name} " in done.stderr for name in ("tables", "manifest", "figures", "site", "readme"))
+
+
+def test_the_bridge_figure_without_its_checkpoint_or_record_leaves_the_committed_one(tmp_path):
+    """Figure 3 needs a dense checkpoint that is not committed: without it, the committed figure is kept and the
+    skip is said, never replaced by a placeholder."""
+    (tmp_path / "fig3_bridge.png").write_bytes(b"committed")
+    said: list[str] = []
+    assert figures.figure3([], tmp_path / "fig3_bridge.png") is None
+    figures.write_figures(tmp_path / "no-runs", tmp_path, skipped=said.append)
+    assert (tmp_path / "fig3_bridge.png").read_bytes() == b"committed"
+    assert len(said) == 1 and "fig3_bridge.png" in said[0] and "checkpoint" in said[0]
