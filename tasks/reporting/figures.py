@@ -19,7 +19,6 @@ committed: without it the figure is skipped, saying so, and the committed one is
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,6 @@ import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
-from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.layout import compared_methods, read_reference
@@ -363,16 +361,3 @@ def write_figures(
     if bridge is None:
         skipped(f"skipped {out_dir / 'fig3_bridge.png'} (left as it is): it needs {BRIDGE_NEEDS}")
     return out + ([bridge] if bridge else [])
-
-
-def main(argv=None) -> int:
-    p = command_parser("python -m tasks.reporting figures", __doc__)
-    p.add_argument("--out-dir", default=str(FIGURES_DIR))
-    args = p.parse_args(argv)
-    for path in write_figures(out_dir=Path(args.out_dir), skipped=lambda line: print(line, file=sys.stderr)):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
