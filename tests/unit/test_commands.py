@@ -124,3 +124,33 @@ def test_an_imagenet_cell_at_the_paper_budget_without_records_is_estimated_from_
     assert (
         estimate.estimate([record], "imagenet", "imagenet", "resnet18", "fcpts", "paper", 0.7, projected).seconds == 60
     )
+
+
+def without(packages: list[str], module: str, *argv: str) -> subprocess.CompletedProcess:
+    """`python -m module *argv` in a Python where `packages` cannot be imported (as in the core install)."""
+    code = (
+        f"import runpy, sys\nfor name in {packages!r}: sys.modules[name] = None\n"
+        f"sys.argv = [{module!r}, *{list(argv)!r}]\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "packages, argv, extra",
+    [
+        (["PIL", "torchvision", "timm"], ["tasks.imagenet", "--dry-run"], "tasks"),
+        (["matplotlib"], ["tasks.reporting", "figures", "--results-dir", "{tmp}"], "figures"),
+    ],
+    ids=["imagenet", "figures"],
+)
+def test_a_missing_optional_package_is_one_line_naming_its_extra(packages, argv, extra, tmp_path):
+    done = without(packages, *[a.format(tmp=tmp_path) for a in argv])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f'pip install -e ".[{extra}]" in the checkout')
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_figures_help_needs_no_matplotlib():
+    done = without(["matplotlib"], "tasks.reporting", "figures", "--help")
+    assert done.returncode == 0 and "usage: python -m tasks.reporting figures" in done.stdout
