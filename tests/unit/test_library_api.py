@@ -174,6 +174,10 @@ def test_report_summary_and_a_short_repr():
     assert len(report.summary(per_layer=True).splitlines()) == len(summary.splitlines()) + 3
 
 
+def test_the_registry_reads_as_its_names():
+    assert repr(METHODS) == f"Registry({', '.join(METHODS)})" and "fcpts, " in repr(METHODS)
+
+
 def test_sparsity_summary_is_public():
     model, report = fcpts.sparsify(tiny_net(), images(), 0.5, method="uniform", progress=False)
     sparsity, per_layer = fcpts.sparsity_summary(model)
