@@ -76,8 +76,8 @@ def check_classes(detector, layout: Layout) -> None:
 
 
 def build_grid(
-    *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks", workers: int = 0,
-    eval_batch_size: int = 16
+    *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks",
+    workers: int | None = None, eval_batch_size: int = 16
 ) -> Grid:  # fmt: skip
     """The grid of one mmdet detector (config + checkpoint) on a VOC- or COCO-layout folder."""
     cfg = load_config(config)
@@ -200,7 +200,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument("--workers", type=at_least(int, 0), default=0, help="DataLoader workers for evaluation")
+    p.add_argument(
+        "--workers",
+        type=at_least(int, 0),
+        default=None,
+        help="DataLoader workers for evaluation (default: min(8, CPUs))",
+    )
     p.add_argument("--eval-batch-size", type=int, default=16)
     return cli.parse(p, argv, "voc")
 
