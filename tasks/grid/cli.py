@@ -243,6 +243,26 @@ class GridPlan(NamedTuple):
     methods: Sequence[str]
     targets: Sequence[float]
     selects: tuple[str, ...] = ()
+    note: str = ""  # said under the grid by --dry-run (e.g. a dataset name assumed for data that is not here)
+
+
+def planned_grid(task: str, dataset: str, model: str, profile: Profile, where: Where) -> Grid:
+    """A grid to list, not to run (--dry-run): what names its cells and nothing more, so a dry run reads no
+    data, no weights and builds no model (and works before the data is downloaded)."""
+
+    def not_built(*_):
+        raise RuntimeError("a planned grid is only listed (--dry-run); it builds no model and reads no data")
+
+    return Grid(
+        task=task, dataset=dataset, model=model, build_model=not_built, make_calibration=not_built,
+        evaluate=not_built, profile=profile, **where.grid_fields(),
+    )  # fmt: skip
+
+
+def assumed_dataset(name: str, error: Exception) -> str:
+    """The dry run's note for a grid whose data is not here: the name its records get with that data."""
+    why = str(error).split(". ")[0]
+    return f"{why}: listed as dataset {name}, the name its records get with that data"
 
 
 def run_grids(
@@ -289,9 +309,12 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
     known, projected = estimate.comparable_records([Path(args.results_dir)]), estimate.scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
-    for grid, methods, targets, *_ in plans:
+    for plan in plans:
+        grid, methods, targets = plan.grid, plan.methods, plan.targets
         check_cells(grid, list(methods), list(targets))
         log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
+        if plan.note:
+            log(f"  ({plan.note})")
         for method in methods:
             for target in targets:
                 cells += 1

@@ -154,3 +154,29 @@ def test_a_missing_optional_package_is_one_line_naming_its_extra(packages, argv,
 def test_figures_help_needs_no_matplotlib():
     done = without(["matplotlib"], "tasks.reporting", "figures", "--help")
     assert done.returncode == 0 and "usage: python -m tasks.reporting figures" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "main, argv",
+    [
+        (cifar.main, ["--model", "resnet20"]),
+        (imagenet.main, ["--sparsity", "0.7"]),
+        (voc.main, []),
+        (
+            voc.main,
+            ["--framework", "mmdet", "--config", "tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py"],
+        ),
+    ],
+    ids=["cifar", "imagenet", "voc", "voc-mmdet"],
+)
+def test_a_dry_run_needs_no_data(main, argv, tmp_path, capsys):
+    """Listing the cells and their estimates reads no data: a missing data root is said, not an error."""
+    if "mmdet" in argv:
+        pytest.importorskip("mmdet")
+    absent = str(tmp_path / "absent")
+    argv = [*argv, "--data-root", absent, "--methods", "fcpts", "--results-dir", str(tmp_path), "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "nothing was run" in out and "to run   fcpts" in out
+    if main is not cifar.main:  # a dataset named from the data is said to be assumed
+        assert f"data root {absent}" in out and "listed as dataset" in out

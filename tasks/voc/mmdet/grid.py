@@ -43,6 +43,8 @@ from tasks.voc.mmdet.view import HeadOutputView, pruned_layers, reconstruction_b
 from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
+LAYOUTS = "a VOC- or COCO-layout dataset"
+
 
 def model_name(config: str | Path) -> str:
     return f"mmdet-{Path(config).stem}"
@@ -81,7 +83,7 @@ def build_grid(
 ) -> Grid:  # fmt: skip
     """The grid of one mmdet detector (config + checkpoint) on a VOC- or COCO-layout folder."""
     cfg = load_config(config)
-    layout = find_layout(resolve_data_root(where.data_root, holding="a VOC- or COCO-layout dataset"))
+    layout = find_layout(resolve_data_root(where.data_root, holding=LAYOUTS))
     pipeline = config_test_pipeline(cfg)
     eval_set = build_dataset(layout, layout.eval_split, pipeline, profile.eval_limit)
     n_eval_all = (
@@ -212,6 +214,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def plans(args: argparse.Namespace):
     profile = cli.profile_from_args(args, PROFILES, args.methods)
+    if args.dry_run:  # without the data, listed as VOC2007's cells (said so); with it, named from it
+        try:
+            find_layout(resolve_data_root(args.data_root, holding=LAYOUTS))
+        except DataNotFoundError as e:
+            profile = distill_profile(profile, [], args.reconstruction)
+            grid = cli.planned_grid("voc", "voc2007", model_name(args.config), profile, cli.where(args))
+            yield cli.GridPlan(grid, args.methods, args.sparsity, note=cli.assumed_dataset("voc2007", e))
+            return
     grid = build_grid(
         config=args.config,
         profile=profile,
@@ -220,7 +230,7 @@ def plans(args: argparse.Namespace):
         workers=args.workers,
         eval_batch_size=args.eval_batch_size,
     )
-    yield grid, args.methods, args.sparsity
+    yield cli.GridPlan(grid, args.methods, args.sparsity)
 
 
 def main(argv=None) -> int:
