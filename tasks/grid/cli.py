@@ -25,10 +25,10 @@ from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, train
 from tasks.grid import arg_types, estimate, launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.lock import JOB_ENV
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for
 from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
-from tasks.grid.runner import Grid, Where, cell_path, check_cells, check_options, run_grid
+from tasks.grid.runner import Grid, Where, cell_budget, cell_path, check_cells, check_options, run_grid
 
 # What a task's exit status tells a script (also shown at the end of every task's --help).
 EXIT_OK = 0  # every cell has its record: run now, or found from before ("nothing to do" is said)
@@ -315,7 +315,12 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
         log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
         if plan.note:
             log(f"  ({plan.note})")
+        grid_to_run = 0
         for method in methods:
+            budget = {
+                **cell_budget(grid.profile, method, grid.seed),
+                "n_images": grid.profile.n_calibration_for(method),
+            }
             for target in targets:
                 cells += 1
                 path = cell_path(grid, method, target).resolve()
@@ -323,13 +328,20 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
                     log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
                     continue
                 to_run += 1
+                grid_to_run += 1
                 guess = estimate.estimate(
-                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected
+                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected, budget
                 )
                 total += guess.seconds or 0.0
                 unknown += guess.seconds is None
                 log(f"  to run   {method:18s} {target:6.2%}  {estimate.duration(guess.seconds):>9s}  {path}")
                 log(f"           ({guess.basis})")
+        if grid_to_run:
+            kept = checkpoint_dir_for(grid.runs_dir) if grid.checkpoint_dir is None else grid.checkpoint_dir
+            cached = any((kept / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
+            start = estimate.grid_start(known, grid.task, grid.dataset, grid.model, cached)
+            total += start.seconds or 0.0
+            log(f"  + once   {'(grid start)':26s}  {estimate.duration(start.seconds):>9s}  ({start.basis})")
     if to_run == unknown:
         time = "time unknown (no comparable record)" if to_run else "nothing to run"
     else:

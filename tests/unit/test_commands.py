@@ -180,3 +180,38 @@ def test_a_dry_run_needs_no_data(main, argv, tmp_path, capsys):
     assert "nothing was run" in out and "to run   fcpts" in out
     if main is not cifar.main:  # a dataset named from the data is said to be assumed
         assert f"data root {absent}" in out and "listed as dataset" in out
+
+
+def _timed(model: str, method: str, profile: str, weights: int, wall_s: float, **budget) -> dict:
+    budget = {"iterations": 400, "batch_size": 64, "options": None, **budget}
+    return {
+        "task": "cifar", "dataset": "cifar10", "model": model, "method": method, "profile": {"name": profile},
+        "target_sparsity": 0.9, "wall_s": wall_s, "eval_s": 10.0, "budget": budget,
+        "calibration": {"n_images": 1024}, "per_layer": [{"numel": weights}],
+        "_path": f"{model}-{method}-{profile}.json",
+    }  # fmt: skip
+
+
+def test_a_cell_without_its_own_records_is_scaled_from_the_same_method_on_another_model_or_profile():
+    """ResNet-56's POT at the paper budget, from ResNet-32's POT at paper-cpu: x2 parameters, x20 iterations."""
+    records = [
+        _timed("resnet32", "pot-l2norm", "paper-cpu", 100, 60.0, options={"iterations": 1000}),
+        _timed("resnet56", "fcpts", "fast", 200, 100.0),  # only tells ResNet-56's size
+    ]
+    budget = {"iterations": 1600, "batch_size": 64, "options": {"iterations": 20000}, "n_images": 1024}
+    guess = estimate.estimate(records, "cifar", "cifar10", "resnet56", "pot-l2norm", "paper", 0.8, None, budget)
+    assert guess.seconds == pytest.approx(60.0 * 2 * 20 + 10.0)
+    assert "resnet32-pot-l2norm-paper-cpu.json" in guess.basis and "x40" in guess.basis
+    assert (
+        estimate.estimate(records, "cifar", "cifar10", "resnet20", "pot-l2norm", "paper", 0.8, None, budget).seconds
+        is None
+    )
+
+
+def test_a_grid_adds_its_start_and_dense_evaluation_once():
+    start = estimate.grid_start(
+        [_timed("resnet56", "fcpts", "fast", 200, 100.0)], "cifar", "cifar10", "resnet56", False
+    )
+    assert start.seconds == estimate.START_S["cifar"] + 10.0 and "dense evaluation" in start.basis
+    kept = estimate.grid_start([], "cifar", "cifar10", "resnet56", True)
+    assert kept.seconds == estimate.START_S["cifar"] and "kept" in kept.basis
