@@ -132,7 +132,7 @@ $(LITE0_SPARSE): | setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts --sparsity 0.7 --profile cpu --force
 
 deploy-table: setup $(DEPLOY_CKPT) $(LITE0_SPARSE)
-	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --checkpoint $(DEPLOY_CKPT)
+	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --sparse-weights $(DEPLOY_CKPT)
 	OMP_NUM_THREADS=1 $(PY) -m benchmarks.inference.inference
 
 # Optional runtimes, each in its own virtual environment (found by tasks.deploy; or set FCPTS_DEEPSPARSE_PYTHON /

@@ -17,13 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import torch
-
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
 from tasks.grid import arg_types, estimate, launch
 from tasks.grid.data import DataNotFoundError
+from tasks.grid.help import add_device, add_results_dir, default_device
 from tasks.grid.lock import JOB_ENV
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for
 from tasks.grid.profiles import Profile
@@ -63,9 +62,10 @@ def add_grid_args(
     default_profile: str,
     tasks: Sequence[str],
     default_sparsity: Sequence[float] | None,
+    sparsity_default: str = "",
 ) -> None:
     """`tasks`: the registry's task names whose `--all-methods` sets this command runs (ImageNet: one for CNNs,
-    one for ViTs)."""
+    one for ViTs); `sparsity_default` says what a grid without `default_sparsity` runs."""
     p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
     p.add_argument("--all-methods", action="store_true", help=all_methods_help(tasks))
     p.add_argument(
@@ -73,7 +73,7 @@ def add_grid_args(
         nargs="+",
         type=target,
         default=list(default_sparsity) if default_sparsity else None,
-        help="global sparsity targets in [0, 1)",
+        help="global sparsity targets in [0, 1)" + (f" (default: {sparsity_default})" if sparsity_default else ""),
     )
     p.add_argument("--profile", default=default_profile, choices=sorted(profiles))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
@@ -101,13 +101,9 @@ def add_grid_args(
         "--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"
     )
     p.add_argument("--weights", help="dense weights file for the (single) model")
-    p.add_argument("--results-dir", default=str(RUNS_DIR), help=f"where records go (default: {RUNS_DIR})")
+    add_results_dir(p, str(RUNS_DIR), "where records go")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
-    p.add_argument(
-        "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        help="where models, data and every method run: cpu, cuda, cuda:1, ... (default: cuda when available)",
-    )
+    add_device(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -208,6 +204,7 @@ def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
+    args.device = default_device(args.device)
     resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
     check_writable(Path(args.results_dir), "--results-dir")
     if args.checkpoint_dir:

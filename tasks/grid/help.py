@@ -77,3 +77,46 @@ def run_command(main: Callable[[], int | None]) -> int | None:
             file=sys.stderr,
         )
         return 2
+
+
+# The suite's one vocabulary: --results-dir is the folder a command writes, --weights a dense weights file,
+# --checkpoint-dir resumable state, --device where the work runs (DEVICE_POLICY when not given).
+DEVICE_POLICY = "cuda when available, else cpu"
+
+
+def add_results_dir(p: argparse.ArgumentParser, default: object, what: str, *former: str) -> None:
+    """`--results-dir`: the folder the command writes (`what`); each `former` spelling still works, with a
+    line saying it is deprecated."""
+    p.add_argument("--results-dir", default=default, help=f"{what} (default: {default})")
+    for old in former:
+        deprecated_alias(p, old, "--results-dir", "results_dir")
+
+
+def add_device(p: argparse.ArgumentParser, what: str = "where models, data and every method run") -> None:
+    """`--device`: `what`, cpu, cuda, cuda:1, ...; not given, `default_device()` (torch is imported only then,
+    so --help stays quick)."""
+    p.add_argument("--device", default=None, help=f"{what}: cpu, cuda, cuda:1, ... (default: {DEVICE_POLICY})")
+
+
+def default_device(device: str | None) -> str:
+    """The device asked for, or the suite's policy: cuda when available, else cpu."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _Deprecated(argparse.Action):
+    def __init__(self, *args, new: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: {option_string} is deprecated: use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+    """`old` as a hidden, deprecated spelling of `new` (same destination), saying so when used."""
+    p.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)

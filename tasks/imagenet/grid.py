@@ -146,7 +146,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_model_args(
         p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )
-    cli.add_grid_args(p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None)
+    cli.add_grid_args(
+        p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None,
+        sparsity_default="the paper's: 0.5 0.6 0.7 0.8 0.9 for CNNs, 0.5 0.6 0.7 for ViTs",
+    )  # fmt: skip
     p.add_argument(
         "--data-root",
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tasks.grid.help import HelpFormatter, command_parser, run_command
+from tasks.grid.help import HelpFormatter, add_results_dir, command_parser, run_command
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR
 
 PROG = "python -m tasks.reporting"
@@ -41,15 +41,9 @@ def parser() -> argparse.ArgumentParser:
         "write the paper's figures from the records (needs the [figures] extra); a figure that needs what is "
         "not here (Figure 3: a dense checkpoint) is skipped, saying so, and its committed file kept",
     )
-    figures.add_argument(
-        "--results-dir", "--out-dir", dest="results_dir", type=Path, default=REPO_ROOT / "paper_figures",
-        help="where the figures go (--out-dir: its former name) (default: paper_figures/)",
-    )  # fmt: skip
+    add_results_dir(figures, REPO_ROOT / "paper_figures", "where the figures go", "--out-dir")
     site = command("site", "write the browsable results site: tables, figures and a page per run (needs [figures])")
-    site.add_argument(
-        "--results-dir", "--out", dest="results_dir", type=Path, default=RESULTS_DIR / "site",
-        help="the site's folder, replaced (--out: its former name) (default: results/site/)",
-    )  # fmt: skip
+    add_results_dir(site, RESULTS_DIR / "site", "the site's folder, replaced", "--out")
     site.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show (default: results/runs/)")
     readme = command("readme", "rewrite the README's generated blocks (methods table, results summary)")
     readme.add_argument(
@@ -80,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "figures":
         from tasks.reporting.figures import write_figures
 
-        for path in write_figures(out_dir=args.results_dir, skipped=lambda line: print(line, file=sys.stderr)):
+        for path in write_figures(out_dir=Path(args.results_dir), skipped=lambda line: print(line, file=sys.stderr)):
             print(f"wrote {path}")
         return 0
     if args.command == "site":

@@ -215,3 +215,55 @@ def test_a_grid_adds_its_start_and_dense_evaluation_once():
     assert start.seconds == estimate.START_S["cifar"] + 10.0 and "dense evaluation" in start.basis
     kept = estimate.grid_start([], "cifar", "cifar10", "resnet56", True)
     assert kept.seconds == estimate.START_S["cifar"] and "kept" in kept.basis
+
+
+def help_text(module: str, *argv: str, monkeypatch: pytest.MonkeyPatch, capsys) -> str:
+    """What `python -m module *argv --help` prints, run as python -m runs it."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [module, *argv, "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    assert stop.value.code in (0, None)
+    return " ".join(capsys.readouterr().out.split())
+
+
+WRITERS = [
+    ("tasks.cifar",),
+    ("tasks.imagenet",),
+    ("tasks.voc",),
+    ("tasks.deploy",),
+    ("tasks.regression",),
+    ("tasks.cifar.train",),
+    ("tasks.voc.train",),
+    ("tasks.reporting", "figures"),
+    ("tasks.reporting", "site"),
+]
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+@pytest.mark.parametrize("command", WRITERS, ids=lambda c: " ".join(c))
+def test_every_command_names_its_output_folder_results_dir(command, monkeypatch, capsys):
+    text = help_text(*command, monkeypatch=monkeypatch, capsys=capsys).replace("make_set --out", "")  # writes data
+    assert "--results-dir" in text
+    assert not any(old in text for old in ("--out-dir", "--out ", "--keep", "--checkpoint ")), text
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+@pytest.mark.parametrize("module", ["tasks.cifar", "tasks.imagenet", "tasks.voc", "tasks.deploy", "tasks.cifar.train"])
+def test_every_device_flag_has_one_default_policy_shown_in_help(module, monkeypatch, capsys):
+    assert "(default: cuda when available, else cpu)" in help_text(module, monkeypatch=monkeypatch, capsys=capsys)
+
+
+def test_imagenet_help_says_which_sparsities_it_runs_by_default(monkeypatch, capsys):
+    text = help_text("tasks.imagenet", monkeypatch=monkeypatch, capsys=capsys)
+    assert "(default: the paper's: 0.5 0.6 0.7 0.8 0.9 for CNNs, 0.5 0.6 0.7 for ViTs)" in text
+
+
+def test_a_former_flag_still_works_and_says_it_is_deprecated(capsys):
+    from tasks.deploy.driver import parse_args
+
+    assert parse_args(["--checkpoint", "m.pt", "--out-dir", "d"]).sparse_weights == "m.pt"
+    err = capsys.readouterr().err
+    assert "--checkpoint is deprecated: use --sparse-weights" in err and "--out-dir is deprecated" in err
+    assert parse_args(["--sparse-weights", "m.pt"]).device is None  # the policy applies when it runs

@@ -1,6 +1,6 @@
 """The detection grid on an mmdet detector: the user's config and checkpoint, any registered method, mmdet's metric.
 
-    python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
+    python -m tasks.voc --framework mmdet --config CONFIG --weights FILE --data-root DIR --all-methods
     python -m tasks.voc.mmdet ...                                      (the same)
 
 The detector is built by mmengine's registry from the config (`mmdet::` bases resolve to the installed mmdet),
@@ -24,7 +24,7 @@ from pathlib import Path
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -63,7 +63,7 @@ def default_checkpoint(dataset: str, model: str) -> Path:
     path = RESULTS_DIR / "weights" / dataset / f"{model}.pth"
     if not path.is_file():
         raise DataNotFoundError(
-            f"no checkpoint given and none at {path}: pass --checkpoint FILE (an mmdet checkpoint for this config)"
+            f"no checkpoint given and none at {path}: pass --weights FILE (an mmdet checkpoint for this config)"
         )
     return path
 
@@ -194,12 +194,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="an mmdet config file (single-stage detector): this task's model, so --model/--models name it too",
     )
     cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
-    p.add_argument(
-        "--checkpoint",
-        dest="weights",
-        help="the detector's mmdet checkpoint (same as --weights; default: the suite's "
-        "results/weights/<dataset>/mmdet-<config name>.pth)",
-    )
+    deprecated_alias(p, "--checkpoint", "--weights", "weights")  # --weights: the detector's mmdet checkpoint
     p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument(
