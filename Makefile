@@ -71,7 +71,7 @@ reproduce-cifar: setup
 # POT (L2Norm, ERK), ProbMask, FCPTS at 50-90% (Table 3), STR at 50-70% (Table 1), FCPTS with ERK rates
 # held at 70/90% (Figure 4); CPU profile; 11-32 min a cell of one shared core here and 2.1 h for STR's search
 # (about 16 core-hours in all, the records' wall times), resumable. --all-methods also runs OBS (not in the
-# paper) at 50-90%; it has no record there yet, so its time is not in that estimate.
+# paper) at 50-90%: 24-44 min a cell by its records, 3.0 h more.
 reproduce-imagenet-substitute: setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --all-methods --profile cpu $(LAUNCHER)
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods str --sparsity 0.5 0.6 0.7 --profile cpu $(LAUNCHER)
@@ -132,7 +132,7 @@ $(LITE0_SPARSE): | setup
 	$(PY) -m tasks.imagenet --models efficientnet_lite0 --methods fcpts --sparsity 0.7 --profile cpu --force
 
 deploy-table: setup $(DEPLOY_CKPT) $(LITE0_SPARSE)
-	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --checkpoint $(DEPLOY_CKPT)
+	OMP_NUM_THREADS=1 $(PY) -m tasks.deploy --sparse-weights $(DEPLOY_CKPT)
 	OMP_NUM_THREADS=1 $(PY) -m benchmarks inference
 
 # Optional runtimes, each in its own virtual environment (found by tasks.deploy; or set FCPTS_DEEPSPARSE_PYTHON /

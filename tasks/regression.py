@@ -3,7 +3,7 @@
     python -m tasks.regression                  # re-run into a temporary folder, compare, exit 1 on a regression
     python -m tasks.regression --update         # (re)write the reference records in results/regression/
     python -m tasks.regression --tables 2 5     # only some tables' subsets
-    python -m tasks.regression --threads 2 --keep DIR   # the measurements behind TOLERANCE (below)
+    python -m tasks.regression --threads 2 --results-dir DIR   # the measurements behind TOLERANCE (below)
 
 One subset per table, on real images and real dense weights, at a `regression` profile of its own (a budget
 this check affords, never a result). Each cell sits clearly above chance and clearly below dense, so a method
@@ -35,7 +35,7 @@ detection 2.1 mAP (2 x 1.02). The achieved sparsity must be the reference's exac
 
 Another processor. The references ran on an AMD EPYC; another vendor's CPU (oneDNN picks other kernels) moves cells
 too. Whole re-runs on other processors are kept as records under results/regression/spread/<machine>/ (made with
-`--keep`; each record names its processor), and TOLERANCE, per task and metric, is the larger of the summation
+`--results-dir`; each record names its processor), and TOLERANCE, per task and metric, is the larger of the summation
 bound above and twice the largest move any of them shows against the references (metric or dense metric, any
 cell). `python -m tasks.regression --tolerances` prints each bound and what decided it; every check prints each
 cell's move and its margin (the tolerance left). Measured on an Intel Xeon (spread/intel-xeon/, one thread, the
@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from tasks.grid.data import resolve_data_root
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, deprecated_alias, run_command
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, pot_budget
 from tasks.grid.records import read_record, record_path
@@ -366,10 +366,11 @@ def main(argv=None) -> int:
     p.add_argument("--tables", nargs="+", help="only these tables' subsets (2, 3, 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the check and its references use 1)")
     p.add_argument(
-        "--keep",
+        "--results-dir",
         help="re-run into this folder and keep it (default: a temporary one); kept under "
         "results/regression/spread/<machine>/, a run on another processor widens the tolerances it measures",
     )
+    deprecated_alias(p, "--keep", "--results-dir", "results_dir")
     p.add_argument("--tolerances", action="store_true", help="print each tolerance and what decided it, run nothing")
     p.add_argument(
         "--no-onednn", action="store_true", help="PyTorch's own kernels instead of oneDNN's (another summation order)"
@@ -387,8 +388,8 @@ def main(argv=None) -> int:
         rerun(subsets, REFERENCE_DIR, args.threads)
         print(f"reference records written to {REFERENCE_DIR}")
         return 0
-    if args.keep:
-        problems = check(subsets, Path(args.keep), args.threads)
+    if args.results_dir:
+        problems = check(subsets, Path(args.results_dir), args.threads)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             problems = check(subsets, Path(tmp), args.threads)
@@ -401,4 +402,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -286,7 +286,7 @@ def layer_sparsity(weight: torch.Tensor) -> float:
 def sparsity_summary(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> tuple[float, list[dict]]:
-    """Global sparsity (zeros / all prunable weights) and a per-layer list (name, numel, sparsity).
+    """Global sparsity (zeros / all prunable weights) and a per-layer list (name, type, numel, sparsity).
 
         sparsity, per_layer = fcpts.sparsity_summary(model)
 
@@ -303,7 +303,7 @@ def sparsity_summary(
         zeros += z
         total += w.numel()
         per_layer.append(
-            {"name": name, "numel": w.numel(), "sparsity": z / w.numel()}
+            {"name": name, "type": type(module).__name__, "numel": w.numel(), "sparsity": z / w.numel()}
             | ({"shared_with": shared[name]} if name in shared else {})
         )
     return zeros / total, per_layer

@@ -29,6 +29,12 @@ class SparsityReport:
     options: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def steps(self) -> int:
+        """The optimisation steps run: the loop's (a history row each), else the layers' own (POT's Adam steps,
+        `iterations` of each per-layer row), else 0 (the magnitude methods take none)."""
+        return len(self.history) or sum(int(r.get("iterations") or 0) for r in self.per_layer)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -37,7 +43,7 @@ class SparsityReport:
         characters; `summary()` is the readable view, `to_dict()` the complete one."""
         return (
             f"SparsityReport(method={self.method!r}, target={self.target_sparsity:.4f}, "
-            f"achieved={self.achieved_sparsity:.4f}, layers={len(self.per_layer)}, steps={len(self.history)}, "
+            f"achieved={self.achieved_sparsity:.4f}, layers={len(self.per_layer)}, steps={self.steps}, "
             f"wall_s={self.wall_s:.1f})"
         )
 
@@ -58,8 +64,8 @@ class SparsityReport:
             rows.append(
                 (
                     "layers",
-                    f"{len(self.per_layer)} pruned, per-layer sparsity {low['sparsity']:.1%} ({low['name']}) "
-                    f"to {high['sparsity']:.1%} ({high['name']})",
+                    f"{len(self.per_layer)} pruned, per-layer sparsity {low['sparsity']:.1%} ({layer_label(low)}) "
+                    f"to {high['sparsity']:.1%} ({layer_label(high)})",
                 )
             )
         unprunable = self.extra.get("unprunable_weights", {})
@@ -70,11 +76,19 @@ class SparsityReport:
             last = self.history[-1]
             loss = f", final loss {last['loss']:.4g}" if "loss" in last else ""
             rows.append(("steps", f"{len(self.history)}{loss}"))
+        elif self.steps:
+            rows.append(("steps", f"{self.steps:,} over {len(self.per_layer)} layers (each its own)"))
         rows += [("time", f"{self.wall_s:.1f} s"), ("seed", str(self.seed))]
         if per_layer:
-            rows += [(f"  {r['name']}", f"{r['sparsity']:.2%} of {r['numel']:,}") for r in self.per_layer]
+            rows += [(f"  {layer_label(r)}", f"{r['sparsity']:.2%} of {r['numel']:,}") for r in self.per_layer]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def layer_label(row: dict) -> str:
+    """A per-layer row as a reader finds the layer: its module path and type (`6 (Linear)`, `layer1.0.conv1
+    (Conv2d)`), since a bare `6` of an nn.Sequential names nothing on its own; rows of older records lack the type."""
+    return f"{row['name']} ({row['type']})" if row.get("type") else row["name"]
 
 
 def loop_report(

@@ -240,6 +240,10 @@ class Registry(Mapping[str, Method]):
         self.load()
         return len(self._methods)
 
+    def __repr__(self) -> str:
+        """The registered names in registry order, what `get_method` and `--methods` take."""
+        return f"Registry({', '.join(self)})"
+
 
 def method_packages() -> list[str]:
     """The packages whose import registers methods beyond `fcpts.methods`: entry points of ENTRY_POINT_GROUP,

@@ -116,9 +116,12 @@ def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     for model in args.models:
-        grid = build_grid(
-            dataset=args.dataset, model=model, profile=profile, where=cli.where(args), download=args.download
-        )
+        if args.dry_run:  # the cells' names need no data
+            grid = cli.planned_grid("cifar", args.dataset, model, profile, cli.where(args))
+        else:
+            grid = build_grid(
+                dataset=args.dataset, model=model, profile=profile, where=cli.where(args), download=args.download
+            )
         yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
 

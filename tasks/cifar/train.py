@@ -32,7 +32,7 @@ from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, default_device
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 
@@ -78,13 +78,13 @@ def train(args: argparse.Namespace) -> dict:
     }
     fingerprint = training.recipe_fingerprint(recipe)
 
-    device = resolve_device(args.device)
+    device = resolve_device(default_device(args.device))
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
     model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 
-    out_dir = Path(args.out_dir) / args.dataset
+    out_dir = Path(args.results_dir) / args.dataset
     ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
     run = TrainingState(ckpt, fingerprint, model, opt, sched)
     step, history = run.start(total, steps_per_epoch), run.history

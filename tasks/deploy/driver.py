@@ -1,10 +1,10 @@
 """Deployment of sparse models: ONNX export, sparse storage, accuracy check, latency and peak memory.
 
     python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
-    python -m tasks.deploy --checkpoint results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
+    python -m tasks.deploy --sparse-weights results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 
 Run records hold metrics, not weights, so `--record` re-runs the record's method with the record's data,
-budget and seed, saves the sparse state dict under results/deploy/ and deploys it; `--checkpoint` starts
+budget and seed, saves the sparse state dict under results/deploy/ and deploys it; `--sparse-weights` starts
 from such a file (or any CIFAR ResNet state dict: pass --model/--dataset when it carries no metadata).
 Deploying means: export to ONNX (BN folded, opset 17), write the sparse storage files, compare ONNX and
 PyTorch outputs and top-1 on the test split, measure file sizes and the peak resident memory (VmHWM) of
@@ -26,7 +26,7 @@ from pathlib import Path
 from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_record
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
 from tasks.deploy.worker import worker_main
-from tasks.grid.help import HelpFormatter
+from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # no torch there: workers run in venvs without it
 
 DEPLOY_DIR = RESULTS_DIR / "deploy"
@@ -158,7 +158,8 @@ def print_summary(rec: dict) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tasks.deploy", description=__doc__, formatter_class=HelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", help="sparse CIFAR ResNet state dict (e.g. from a previous --record run)")
+    src.add_argument("--sparse-weights", help="sparse CIFAR ResNet state dict (e.g. from a previous --record run)")
+    deprecated_alias(src, "--checkpoint", "--sparse-weights", "sparse_weights")
     src.add_argument("--record", help="CIFAR run record: re-run its method, save the sparse model, deploy it")
     p.add_argument(
         "--model",
@@ -168,14 +169,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--dataset", help="cifar10 or cifar100 when the checkpoint does not say")
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument("--out-dir", default=str(DEPLOY_DIR))
+    add_results_dir(p, str(DEPLOY_DIR), "where the exported files and the deployment record go", "--out-dir")
     p.add_argument("--eval-limit", type=int, help="first N test images only (default: all)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="where a --record's method is re-run (cpu, cuda, ...); export and ONNX checks always run on the CPU",
-    )
+    add_device(p, "where a --record's method is re-run (export and ONNX checks always run on the CPU)")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
@@ -194,13 +191,13 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     git_commit()  # pin the commit of the code that runs
-    out_dir = Path(args.out_dir)
+    out_dir, args.device = Path(args.results_dir), default_device(args.device)
     try:
         resolve_device(args.device)
         ckpt = (
             sparse_model_from_record(Path(args.record), out_dir, args.data_root, not args.no_progress, args.device)
             if args.record
-            else Path(args.checkpoint)
+            else Path(args.sparse_weights)
         )
         rec = deploy_cifar(ckpt, out_dir, args.data_root, args.model, args.dataset, args.eval_limit, args.threads)
     except (DataNotFoundError, ValueError, RuntimeNotInstalled) as e:

@@ -17,18 +17,17 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import torch
-
 from fcpts.core.masks import check_target
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, training_methods
 from tasks.grid import arg_types, estimate, launch
 from tasks.grid.data import DataNotFoundError
+from tasks.grid.help import add_device, add_results_dir, default_device
 from tasks.grid.lock import JOB_ENV
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for
 from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
-from tasks.grid.runner import Grid, Where, cell_path, check_cells, check_options, run_grid
+from tasks.grid.runner import Grid, Where, cell_budget, cell_path, check_cells, check_options, run_grid
 
 # What a task's exit status tells a script (also shown at the end of every task's --help).
 EXIT_OK = 0  # every cell has its record: run now, or found from before ("nothing to do" is said)
@@ -63,9 +62,10 @@ def add_grid_args(
     default_profile: str,
     tasks: Sequence[str],
     default_sparsity: Sequence[float] | None,
+    sparsity_default: str = "",
 ) -> None:
     """`tasks`: the registry's task names whose `--all-methods` sets this command runs (ImageNet: one for CNNs,
-    one for ViTs)."""
+    one for ViTs); `sparsity_default` says what a grid without `default_sparsity` runs."""
     p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
     p.add_argument("--all-methods", action="store_true", help=all_methods_help(tasks))
     p.add_argument(
@@ -73,7 +73,7 @@ def add_grid_args(
         nargs="+",
         type=target,
         default=list(default_sparsity) if default_sparsity else None,
-        help="global sparsity targets in [0, 1)",
+        help="global sparsity targets in [0, 1)" + (f" (default: {sparsity_default})" if sparsity_default else ""),
     )
     p.add_argument("--profile", default=default_profile, choices=sorted(profiles))
     p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
@@ -101,13 +101,9 @@ def add_grid_args(
         "--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"
     )
     p.add_argument("--weights", help="dense weights file for the (single) model")
-    p.add_argument("--results-dir", default=str(RUNS_DIR), help=f"where records go (default: {RUNS_DIR})")
+    add_results_dir(p, str(RUNS_DIR), "where records go")
     p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
-    p.add_argument(
-        "--device",
-        default="cuda" if torch.cuda.is_available() else "cpu",
-        help="where models, data and every method run: cpu, cuda, cuda:1, ... (default: cuda when available)",
-    )
+    add_device(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -208,6 +204,7 @@ def where(args: argparse.Namespace) -> Where:
     """What every task's grid takes from the shared flags."""
     if args.weights and len(getattr(args, "models", [None])) != 1:
         raise ValueError("--weights needs exactly one model in --models")
+    args.device = default_device(args.device)
     resolve_device(args.device)  # "cuda" without CUDA: one clear line before any data is read
     check_writable(Path(args.results_dir), "--results-dir")
     if args.checkpoint_dir:
@@ -243,6 +240,26 @@ class GridPlan(NamedTuple):
     methods: Sequence[str]
     targets: Sequence[float]
     selects: tuple[str, ...] = ()
+    note: str = ""  # said under the grid by --dry-run (e.g. a dataset name assumed for data that is not here)
+
+
+def planned_grid(task: str, dataset: str, model: str, profile: Profile, where: Where) -> Grid:
+    """A grid to list, not to run (--dry-run): what names its cells and nothing more, so a dry run reads no
+    data, no weights and builds no model (and works before the data is downloaded)."""
+
+    def not_built(*_):
+        raise RuntimeError("a planned grid is only listed (--dry-run); it builds no model and reads no data")
+
+    return Grid(
+        task=task, dataset=dataset, model=model, build_model=not_built, make_calibration=not_built,
+        evaluate=not_built, profile=profile, **where.grid_fields(),
+    )  # fmt: skip
+
+
+def assumed_dataset(name: str, error: Exception) -> str:
+    """The dry run's note for a grid whose data is not here: the name its records get with that data."""
+    why = str(error).split(". ")[0]
+    return f"{why}: listed as dataset {name}, the name its records get with that data"
 
 
 def run_grids(
@@ -289,10 +306,18 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
     known, projected = estimate.comparable_records([Path(args.results_dir)]), estimate.scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
-    for grid, methods, targets, *_ in plans:
+    for plan in plans:
+        grid, methods, targets = plan.grid, plan.methods, plan.targets
         check_cells(grid, list(methods), list(targets))
         log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
+        if plan.note:
+            log(f"  ({plan.note})")
+        grid_to_run = 0
         for method in methods:
+            budget = {
+                **cell_budget(grid.profile, method, grid.seed),
+                "n_images": grid.profile.n_calibration_for(method),
+            }
             for target in targets:
                 cells += 1
                 path = cell_path(grid, method, target).resolve()
@@ -300,13 +325,20 @@ def dry_run(args: argparse.Namespace, plans: Iterable[GridPlan], log: Callable[[
                     log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
                     continue
                 to_run += 1
+                grid_to_run += 1
                 guess = estimate.estimate(
-                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected
+                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected, budget
                 )
                 total += guess.seconds or 0.0
                 unknown += guess.seconds is None
                 log(f"  to run   {method:18s} {target:6.2%}  {estimate.duration(guess.seconds):>9s}  {path}")
                 log(f"           ({guess.basis})")
+        if grid_to_run:
+            kept = checkpoint_dir_for(grid.runs_dir) if grid.checkpoint_dir is None else grid.checkpoint_dir
+            cached = any((kept / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
+            start = estimate.grid_start(known, grid.task, grid.dataset, grid.model, cached)
+            total += start.seconds or 0.0
+            log(f"  + once   {'(grid start)':26s}  {estimate.duration(start.seconds):>9s}  ({start.basis})")
     if to_run == unknown:
         time = "time unknown (no comparable record)" if to_run else "nothing to run"
     else:

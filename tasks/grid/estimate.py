@@ -3,8 +3,12 @@
 A cell's estimate is the median time (method + evaluation) of the records of the same task, dataset, model,
 method and profile at the same target; else at any target; else, for an ImageNet cell at the paper's budget, the
 method time the scale benchmark projected for that model and method on a GPU (its committed full-mode output,
-`results/benchmarks/scale_<device>.json`); else it is unknown. Times are those of the machines the records or
-the projection ran on (each names its device), so an estimate is a guide, not a promise.
+`results/benchmarks/scale_<device>.json`); else the time of one record of the same method on another model,
+dataset or profile (the closest: same model, then same dataset, then same profile, then nearest target), scaled by
+the ratio of parameters x images x iterations (`work`), naming that record; else it is unknown. A grid adds, once,
+its dense evaluation (a record's evaluation time of the same model and data) and its start (`START_S`). Times are
+those of the machines the records or the projection ran on (each names its device), so an estimate is a guide,
+not a promise.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from fcpts.methods import get_method
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.records import all_records
+from tasks.grid.records import PROFILE_PREFERENCE, all_records
+
+# A grid's start, before its first cell: imports, reading the data and the dense weights; measured here (2 shared
+# CPU cores) for CIFAR-10 ResNet-56: 6 s of imports, 13 s for build_grid (CIFAR's two splits and the weights).
+# Not measured for the other tasks: their dry runs say so.
+START_S = {"cifar": 20.0}
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,61 @@ def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
     return out
 
 
+def work(method: str, budget: dict) -> float:
+    """What a cell's method time scales with, but for its model's size: images x iterations. A training-loop
+    method's steps each take a batch; POT's per-layer iterations follow statistics of all the calibration images;
+    a one-shot method reads the calibration images once. `budget`: iterations, batch_size, options (as a record's),
+    n_images (the calibration images)."""
+    options = budget.get("options") or {}
+    if get_method(method).trains:
+        return float(budget["iterations"]) * float(budget["batch_size"])
+    return float(budget["n_images"]) * float(options.get("iterations") or 1)
+
+
+def record_budget(record: dict) -> dict:
+    return {**record["budget"], "n_images": record["calibration"]["n_images"]}
+
+
+def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
+    """(task, model) -> its prunable weights, from any record of it (the sum of its per-layer rows)."""
+    return {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
+
+
+def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
+    """The closest record of the same task and method (same model first, then dataset, profile, target), its time
+    scaled by parameters x images x iterations to this cell's; None when no record of the method is comparable."""
+    weights = model_weights(records)
+    mine = weights.get((task, model))
+    candidates = [
+        r
+        for r in records
+        if (r["task"], r["method"]) == (task, method)
+        and (r["model"] == model or (mine and weights.get((task, r["model"]))))
+        and "budget" in r
+        and "calibration" in r
+    ]
+    if not candidates:
+        return None
+
+    def closeness(r: dict) -> tuple:
+        name = r["profile"]["name"]
+        same = (r["model"] == model, r["dataset"] == dataset, name == profile, name in PROFILE_PREFERENCE)
+        return (*(not s for s in same), abs(r["target_sparsity"] - target), r.get("_path", ""))
+
+    chosen = min(candidates, key=closeness)
+    factor = (mine or 1) / (weights[(task, chosen["model"])] or 1) if chosen["model"] != model else 1.0
+    factor *= work(method, budget) / max(work(method, record_budget(chosen)), 1.0)
+    seconds = float(chosen["wall_s"]) * factor + float(chosen.get("eval_s") or 0.0)
+    where = (
+        f"{chosen['dataset']} {chosen['model']} {chosen['target_sparsity']:.0%}, profile {chosen['profile']['name']}"
+    )
+    basis = (
+        f"scaled from the record of {where} ({chosen.get('_path', 'a record')}): its method time "
+        f"x{factor:.3g} (parameters x images x iterations), plus its evaluation"
+    )
+    return Estimate(seconds, basis)
+
+
 def estimate(
     records: list[dict],
     task: str,
@@ -79,8 +144,10 @@ def estimate(
     profile: str,
     target: float,
     projections: Projections | None = None,
+    budget: dict | None = None,
 ):
-    """The estimate of one cell from `records`, else from `projections` (see the module docstring)."""
+    """The estimate of one cell from `records`, else from `projections`, else scaled from a comparable record when
+    the cell's `budget` is given (see the module docstring)."""
     same = [
         r
         for r in records
@@ -93,7 +160,34 @@ def estimate(
             seconds = statistics.median(cell_seconds(r) for r in chosen)
             return Estimate(seconds, f"median of {len(chosen)} record(s) {where}")
     projected = (projections or {}).get((model, method)) if (task, profile) == PROJECTED_PROFILE else None
-    return projected or Estimate(None, "unknown: no record of this model, method and profile")
+    if projected:
+        return projected
+    comparable = scaled(records, task, dataset, model, method, profile, target, budget) if budget else None
+    return comparable or Estimate(None, "unknown: no record of this method on a model of known size")
+
+
+def grid_start(records: list[dict], task: str, dataset: str, model: str, dense_cached: bool) -> Estimate:
+    """What a grid takes once before its cells: its start (`START_S`) and, unless its dense metrics are kept from an
+    earlier run, the dense model's evaluation, as long as a record's evaluation of the same model and data."""
+    evals = [
+        float(r["eval_s"])
+        for r in records
+        if (r["task"], r["dataset"], r["model"]) == (task, dataset, model) and r.get("eval_s")
+    ]
+    parts, seconds = [], START_S.get(task)
+    if seconds is None:
+        parts.append("start (data, weights) not estimated for this task")
+    else:
+        parts.append(f"start {duration(seconds)} (imports, data, weights; measured for CIFAR here)")
+    if dense_cached:
+        parts.append("dense metrics kept from an earlier run")
+    elif evals:
+        dense = statistics.median(evals)
+        seconds = (seconds or 0.0) + dense
+        parts.append(f"dense evaluation {duration(dense)} (median of {len(evals)} records' evaluations)")
+    else:
+        parts.append("dense evaluation not estimated (no record of this model and data)")
+    return Estimate(seconds, "; ".join(parts))
 
 
 def duration(seconds: float | None) -> str:

@@ -19,6 +19,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from tasks.grid.arg_types import above, at_least
+from tasks.grid.help import add_device, add_results_dir
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import write_training_record
 
@@ -43,10 +44,10 @@ def add_args(
     )
     p.add_argument("--train-limit", type=at_least(int, 1), help="use only the first N training images (tests)")
     p.add_argument("--eval-limit", type=at_least(int, 1), help="evaluate on the first N test images (tests)")
-    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"))
+    add_results_dir(p, str(RESULTS_DIR / "weights"), "where the trained weights and their record go", "--out-dir")
     p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
     p.add_argument("--checkpoint-every-s", type=above(0.0), default=180.0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda, cuda:1, ...")
+    add_device(p, "where the model trains")
     p.add_argument("--no-progress", action="store_true")
 
 

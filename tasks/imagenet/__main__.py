@@ -1,5 +1,12 @@
 import sys
 
-from tasks.imagenet.grid import main
+from tasks.grid.help import run_command
 
-sys.exit(main())
+
+def main() -> int:
+    from tasks.imagenet.grid import main
+
+    return main()
+
+
+sys.exit(run_command(main))

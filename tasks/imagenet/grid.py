@@ -25,7 +25,7 @@ from torch.utils.data import Subset
 from fcpts.methods import list_methods, training_methods
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
-from tasks.grid.data import calibration_subset, resolve_data_root
+from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
 from tasks.grid.help import command_parser
 from tasks.grid.imagenet_catalogue import MODELS, get_spec
@@ -77,18 +77,14 @@ def dataset_name(n_val: int) -> str:
     return "imagenet" if n_val == 50000 else f"imagenet-val{n_val}"
 
 
-def planned_grid(*, model_name: str, profile: Profile, where: Where) -> Grid:
-    """A grid to list, not to run (--dry-run): its cells' names need the val folder's size, not the model's
-    weights, so the paper's grid is listed without fetching seven models."""
-    folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
-
-    def not_built(*_):
-        raise RuntimeError("a planned grid is only listed (--dry-run); it builds no model and reads no image")
-
-    return Grid(
-        task="imagenet", dataset=dataset_name(len(list_split(folder, "val"))), model=model_name,
-        build_model=not_built, make_calibration=not_built, evaluate=not_built, profile=profile, **where.grid_fields(),
-    )  # fmt: skip
+def planned_dataset(where: Where) -> tuple[str, str]:
+    """The dataset a dry run lists the cells under (the val folder's size names it; no model is fetched) and its
+    note: without the folder, full ImageNet, said so."""
+    try:
+        folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
+    except DataNotFoundError as e:
+        return dataset_name(50000), cli.assumed_dataset(dataset_name(50000), e)
+    return dataset_name(len(list_split(folder, "val"))), ""
 
 
 def build_grid(*, model_name: str, profile: Profile, where: Where, workers: int | None = None) -> Grid:
@@ -151,7 +147,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     cli.add_model_args(
         p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
     )
-    cli.add_grid_args(p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None)
+    cli.add_grid_args(
+        p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None,
+        sparsity_default="the paper's: 0.5 0.6 0.7 0.8 0.9 for CNNs, 0.5 0.6 0.7 for ViTs",
+    )  # fmt: skip
     p.add_argument(
         "--data-root",
         help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
@@ -176,11 +175,13 @@ def plans(args: argparse.Namespace):
         methods = all_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
+        targets, where, note = args.sparsity or paper_sparsities(model_name), cli.where(args), ""
         if args.dry_run:
-            grid = planned_grid(model_name=model_name, profile=profile, where=cli.where(args))
+            dataset, note = planned_dataset(where)
+            grid = cli.planned_grid("imagenet", dataset, model_name, profile, where)
         else:
-            grid = build_grid(model_name=model_name, profile=profile, where=cli.where(args), workers=args.workers)
-        yield cli.GridPlan(grid, methods, args.sparsity or paper_sparsities(model_name), ("--models", model_name))
+            grid = build_grid(model_name=model_name, profile=profile, where=where, workers=args.workers)
+        yield cli.GridPlan(grid, methods, targets, ("--models", model_name), note)
 
 
 def main(argv=None) -> int:

@@ -1,42 +1,89 @@
-"""`python -m tasks.reporting tables|manifest|figures|site|readme`: everything users read, regenerated from records."""
+"""Everything users read, regenerated from the records: `python -m tasks.reporting COMMAND [options]`.
 
+Each command reads the committed records (and the paper's reference numbers) and runs nothing;
+`python -m tasks.reporting COMMAND --help` says what one writes and takes.
+"""
+
+from __future__ import annotations
+
+import argparse
 import sys
+from pathlib import Path
 
-COMMANDS = {
-    "tables": "write results/tables/ (every table beside the paper's numbers)",
-    "manifest": "register the present records and their headline numbers in results/runs/MANIFEST.txt",
-    "figures": "write paper_figures/",
-    "site": "write the browsable results site, results/site/",
-    "readme": "rewrite the README's generated blocks (methods, results summary)",
-}
+from tasks.grid.help import HelpFormatter, add_results_dir, command_parser, run_command
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR
+
+PROG = "python -m tasks.reporting"
 
 
-def main(argv: list[str]) -> int:
-    what = argv[0] if argv else None
-    if what not in COMMANDS:
-        listing = "\n".join(f"  {name:9s} {job}" for name, job in COMMANDS.items())
-        usage = f"usage: python -m tasks.reporting {{{','.join(COMMANDS)}}} [options]\n\n{listing}\n"
-        if what in ("-h", "--help"):
-            print(usage, end="")
-            return 0
-        said = f"unknown command {what!r}" if what else "name a command"
-        print(f"{usage}python -m tasks.reporting: error: {said}", file=sys.stderr)
-        return 2
-    if what == "figures":
-        from tasks.reporting import figures
+def parser() -> argparse.ArgumentParser:
+    """One parser for every reporting command; each command imports what it needs only when it runs, so
+    `--help` works without the optional packages (matplotlib for figures and the site)."""
+    p = command_parser(PROG, __doc__)
+    commands = p.add_subparsers(dest="command", required=True, metavar="{tables,manifest,figures,site,readme}")
 
-        return figures.main(argv[1:])
-    if what == "readme":
-        from tasks.reporting import readme
+    def command(name: str, job: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=job, description=job, formatter_class=HelpFormatter)
 
-        return readme.main(argv[1:])
-    if what == "site":
+    command("tables", "write results/tables/: every table beside the paper's numbers")
+    manifest = command(
+        "manifest", "register the present records and their headline numbers in results/runs/MANIFEST.txt"
+    )
+    manifest.add_argument(
+        "--refresh",
+        nargs="*",
+        default=[],
+        metavar="RECORD",
+        help="accept the current number of these records (paths relative to results/runs)",
+    )
+    figures = command(
+        "figures",
+        "write the paper's figures from the records (needs the [figures] extra); a figure that needs what is "
+        "not here (Figure 3: a dense checkpoint) is skipped, saying so, and its committed file kept",
+    )
+    add_results_dir(figures, REPO_ROOT / "paper_figures", "where the figures go", "--out-dir")
+    site = command("site", "write the browsable results site: tables, figures and a page per run (needs [figures])")
+    add_results_dir(site, RESULTS_DIR / "site", "the site's folder, replaced", "--out")
+    site.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show (default: results/runs/)")
+    readme = command("readme", "rewrite the README's generated blocks (methods table, results summary)")
+    readme.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1, saying so, if a generated block is stale (as CI would)",
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "tables":
+        from tasks.reporting.paper import write_tables
+
+        for path in write_tables():
+            print(f"wrote {path.relative_to(REPO_ROOT)}")
+        return 0
+    if args.command == "manifest":
+        from tasks.grid.records import MANIFEST, update_manifest
+
+        try:
+            entries = update_manifest(refresh=tuple(args.refresh))
+        except ValueError as e:
+            print(f"{PROG} manifest: error: {e}", file=sys.stderr)
+            return 2
+        print(f"{len(entries)} records in {MANIFEST.relative_to(REPO_ROOT)}")
+        return 0
+    if args.command == "figures":
+        from tasks.reporting.figures import write_figures
+
+        for path in write_figures(out_dir=Path(args.results_dir), skipped=lambda line: print(line, file=sys.stderr)):
+            print(f"wrote {path}")
+        return 0
+    if args.command == "site":
         from tasks.reporting import site
 
-        return site.main(argv[1:])
-    from tasks.reporting import paper
+        return site.main(["--out", str(args.results_dir), "--runs-dir", str(args.runs_dir)])
+    from tasks.reporting.readme import update
 
-    return paper.main(argv)
+    return update(check=args.check)
 
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(run_command(lambda: run(parser().parse_args())))

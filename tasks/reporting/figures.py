@@ -13,12 +13,14 @@ POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)
 Figure 4 (`fig4_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
 allocation (`fcpts`), for every model with both records at the same sparsity and profile.
 Figure 3 (`fig3_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
-with the area |w| < t shaded at the threshold FCPTS learned for it (from the record).
+with the area |w| < t shaded at the threshold FCPTS learned for it (from the record). Its checkpoint is not
+committed: without it the figure is skipped, saying so, and the committed one is left as it is.
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -28,7 +30,6 @@ import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
-from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.layout import compared_methods, read_reference
@@ -279,8 +280,13 @@ def figure4(records: list[dict], out: Path) -> Path:
     return _save(fig, out)
 
 
-def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path:
-    """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer."""
+BRIDGE_NEEDS = "the CIFAR-10 ResNet-56 dense checkpoint (the data root's weights/cifar10/) and its FCPTS 90% record"
+
+
+def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path | None:
+    """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer. Without the
+    checkpoint (not committed) or the record it draws nothing and returns None: a placeholder would replace the
+    committed figure with one it cannot regenerate."""
     import numpy as np
     import torch
 
@@ -288,7 +294,6 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     from tasks.grid.data import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, read_state_dict
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
     rec = next(
         (
             r
@@ -305,9 +310,8 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     if rec is not None and f"{layer}.weight" not in state:
         rec = None
     if rec is None:
-        ax.text(0.5, 0.5, "needs the CIFAR-10 ResNet-56 checkpoint and its FCPTS 90% record", ha="center", va="center")
-        ax.axis("off")
-        return _save(fig, out)
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
     row = next(p for p in rec["per_layer"] if p["name"] == layer)
     w = state[f"{layer}.weight"].flatten().double()
     t = row["threshold"]
@@ -343,25 +347,17 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     return _save(fig, out)
 
 
-def write_figures(runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR) -> list[Path]:
+def write_figures(
+    runs_dir: Path = RUNS_DIR, out_dir: Path = FIGURES_DIR, skipped: Callable[[str], None] = print
+) -> list[Path]:
+    """Every figure the records and data here can draw; `skipped` is told of each one they cannot, left as it is."""
     records = all_records(runs_dir)
     out = [figure5(records, "cifar", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in ("cifar100", "cifar10")]
     imagenet_sets = sorted({r["dataset"] for r in records if r["task"] == "imagenet"}) or ["imagenet"]
     out += [figure5(records, "imagenet", ds, out_dir / f"fig5_allocation_{ds}.png") for ds in imagenet_sets]
     out.append(figure1(records, out_dir / "fig1_accuracy_vs_sparsity.png"))
     out.append(figure4(records, out_dir / "fig4_fixed_vs_learned.png"))
-    out.append(figure3(records, out_dir / "fig3_bridge.png"))
-    return out
-
-
-def main(argv=None) -> int:
-    p = command_parser("python -m tasks.reporting figures", __doc__)
-    p.add_argument("--out-dir", default=str(FIGURES_DIR))
-    args = p.parse_args(argv)
-    for path in write_figures(out_dir=Path(args.out_dir)):
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    bridge = figure3(records, out_dir / "fig3_bridge.png")
+    if bridge is None:
+        skipped(f"skipped {out_dir / 'fig3_bridge.png'} (left as it is): it needs {BRIDGE_NEEDS}")
+    return out + ([bridge] if bridge else [])

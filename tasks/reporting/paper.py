@@ -23,10 +23,9 @@ from pathlib import Path
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
 from fcpts.methods.registry import STUDIED_FAMILY
-from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
-from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
+from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
 from tasks.reporting.drops import drops_table
 from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.reporting.legend import (
@@ -501,35 +500,3 @@ def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir:
         write_text_atomic(out_dir / name, text)
         written.append(out_dir / name)
     return written
-
-
-def main(argv=None) -> int:
-    p = command_parser("python -m tasks.reporting", __doc__)
-    p.add_argument(
-        "what",
-        choices=["tables", "manifest"],
-        help="tables: write results/tables/; manifest: register the present records and their headline numbers "
-        "in results/runs/MANIFEST.txt",
-    )
-    p.add_argument(
-        "--refresh",
-        nargs="*",
-        default=[],
-        metavar="RECORD",
-        help="with manifest: accept the current number of these records (paths relative to results/runs)",
-    )
-    args = p.parse_args(argv)
-    if args.what == "manifest":
-        try:
-            entries = update_manifest(refresh=tuple(args.refresh))
-        except ValueError as e:
-            p.error(str(e))
-        print(f"{len(entries)} records in {MANIFEST.relative_to(RESULTS_DIR.parent)}")
-        return 0
-    for path in write_tables():
-        print(f"wrote {path.relative_to(RESULTS_DIR.parent)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import METHODS, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
-from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline, preferred_records
 from tasks.reporting.legend import earlier_default_note, seeds_of
 
@@ -97,11 +98,16 @@ def render(text: str, blocks: dict[str, Callable[[], str]] = BLOCKS) -> str:
     return text
 
 
-def main(argv: list[str] | None = None, path: Path = README) -> int:
-    new = render(path.read_text())
-    if new != path.read_text():
-        write_text_atomic(path, new)
-        print(f"rewrote the generated blocks of {path.relative_to(REPO_ROOT)}")
-    else:
-        print(f"{path.relative_to(REPO_ROOT)} is up to date")
+def update(path: Path = README, check: bool = False) -> int:
+    """Rewrite the generated blocks of `path`; with `check`, change nothing and return 1 when one is stale."""
+    text, name = path.read_text(), repo_relative(path)
+    new = render(text)
+    if new == text:
+        print(f"{name} is up to date")
+        return 0
+    if check:
+        print(f"{name}: its generated blocks are stale: run python -m tasks.reporting readme", file=sys.stderr)
+        return 1
+    write_text_atomic(path, new)
+    print(f"rewrote the generated blocks of {name}")
     return 0

@@ -33,6 +33,7 @@ not a result).
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -50,7 +51,14 @@ from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
-from tasks.voc.data import DetectionImages, VOCDetection, collate_images, read_image_ids, voc2007_dir
+from tasks.voc.data import (
+    SUBSTITUTE_MANIFEST,
+    DetectionImages,
+    VOCDetection,
+    collate_images,
+    read_image_ids,
+    voc2007_dir,
+)
 from tasks.voc.make_set import make_set
 from tasks.voc.metrics import Detections, voc07_map
 from tasks.voc.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
@@ -67,6 +75,7 @@ from tasks.voc.ssd import (
 )
 
 VOC07_TEST_IMAGES = 4952
+VOC_DATA = "VOCdevkit/VOC2007 (or a substitute set)"
 
 
 @torch.inference_mode()
@@ -139,6 +148,32 @@ def model_name(arch: str, image_size: int) -> str:
     return arch if image_size == 300 else f"{arch}-{image_size}"
 
 
+def dataset_name(folder: Path, eval_limit: int | None) -> str:
+    """voc2007 or the substitute set's name; a partial test set is named by its size, so its results never pass
+    for the full set's. Reads the set's manifest and image list, not its images."""
+    manifest_path = folder / SUBSTITUTE_MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    base = manifest["dataset"] if manifest else "voc2007"
+    n_test_all = len(read_image_ids(folder, "test"))
+    n_test = min(eval_limit, n_test_all) if eval_limit else n_test_all
+    full = n_test == n_test_all and (manifest is not None or n_test_all == VOC07_TEST_IMAGES)
+    return base if full else f"{base}-test{n_test}"
+
+
+def planned_plan(args: argparse.Namespace, profile: Profile, arch: str) -> cli.GridPlan:
+    """A dry run's grid: the dataset named from the folder when it is here (else VOC2007, said so), the profile
+    as the run names it; no detector is built, no image read."""
+    where, note = cli.where(args), ""
+    try:
+        folder = voc2007_dir(resolve_data_root(where.data_root, holding=VOC_DATA))
+        dataset = dataset_name(folder, profile.eval_limit)
+    except DataNotFoundError as e:
+        dataset, note = "voc2007", cli.assumed_dataset("voc2007", e)
+    profile = distill_profile(profile, [], args.reconstruction)
+    grid = cli.planned_grid("voc", dataset, model_name(arch, args.image_size), profile, where)
+    return cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch), note)
+
+
 def build_grid(
     *,
     arch: str,
@@ -149,17 +184,14 @@ def build_grid(
     workers: int | None = None,
 ) -> Grid:
     """The detection grid of one detector on a VOC-layout folder (the real VOC2007 or a substitute set)."""
-    data_root_path = resolve_data_root(where.data_root, holding="VOCdevkit/VOC2007 (or a substitute set)")
+    data_root_path = resolve_data_root(where.data_root, holding=VOC_DATA)
     folder = voc2007_dir(data_root_path)
     test = VOCDetection(folder, "test", limit=profile.eval_limit)
     trainval = VOCDetection(folder, "trainval")
     manifest = test.manifest()
     substitute = manifest is not None
     base = manifest["dataset"] if substitute else "voc2007"
-    n_test_all = len(read_image_ids(folder, "test"))
-    full = len(test) == n_test_all and (substitute or n_test_all == VOC07_TEST_IMAGES)
-    # A partial test set is named by its size, so its results never pass for the full set's.
-    dataset = base if full else f"{base}-test{len(test)}"
+    dataset = dataset_name(folder, profile.eval_limit)
 
     probe = create_ssd(arch, len(test.class_names))
     profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
@@ -269,6 +301,9 @@ def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     for arch in args.models:
+        if args.dry_run:
+            yield planned_plan(args, profile, arch)
+            continue
         grid = build_grid(
             arch=arch,
             profile=profile,

@@ -38,7 +38,7 @@ from fcpts.core.options import resolve_device
 from tasks.grid import cli, training
 from tasks.grid.arg_types import at_least
 from tasks.grid.data import resolve_data_root
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, default_device
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
 from tasks.voc.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
@@ -146,7 +146,7 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     if args.base_net:
         model.base_net.load_state_dict(torch.load(args.base_net, map_location="cpu", weights_only=True))
-    device = resolve_device(args.device)
+    device = resolve_device(default_device(args.device))
     model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
@@ -180,7 +180,7 @@ def train(args: argparse.Namespace) -> dict:
     loss_fn = MultiboxLoss()
 
     name = f"{args.model}-{args.image_size}"
-    out_dir = Path(args.out_dir) / dataset
+    out_dir = Path(args.results_dir) / dataset
     ckpt = Path(args.checkpoint_dir) / "train_ssd" / dataset / f"{name}-{fingerprint}.pt"
     run = TrainingState(ckpt, fingerprint, model, opt, sched)
     step, history = run.start(total, steps_per_epoch), run.history

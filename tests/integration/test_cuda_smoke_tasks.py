@@ -82,7 +82,7 @@ def test_voc_grid_on_an_mmdet_detector(tiny_set, tmp_path, device):
     torch.manual_seed(0)
     checkpoint = tmp_path / "ssdlite.pth"
     torch.save({"state_dict": build_detector(load_config(config)).state_dict(), "meta": {"epoch": 0}}, checkpoint)
-    argv = ["--framework", "mmdet", "--config", str(config), "--checkpoint", str(checkpoint), "--data-root",
+    argv = ["--framework", "mmdet", "--config", str(config), "--weights", str(checkpoint), "--data-root",
             str(tiny_set), "--methods", "fcpts", "--sparsity", "0.5", "--profile", "quick", "--results-dir",
             str(tmp_path / "runs"), "--device", device, "--no-progress"]  # fmt: skip
     assert voc_cli.main(argv) == 0
@@ -97,7 +97,7 @@ def test_deploy_re_runs_a_record_on_the_device_and_exports_on_the_cpu(tmp_path, 
     for saved in (tmp_path / "runs" / "models").rglob("*.pt"):
         saved.unlink()  # no saved sparse model: deploy re-runs the record's method
     monkeypatch.setattr(deploy_checkpoints, "RESULTS_DIR", tmp_path / "scratch")
-    argv = ["--record", str(record), "--device", device, "--out-dir", str(tmp_path / "deploy"), "--eval-limit", "50",
+    argv = ["--record", str(record), "--device", device, "--results-dir", str(tmp_path / "deploy"), "--eval-limit", "50",
             "--no-progress"]  # fmt: skip
     assert deploy.main(argv) == 0
     out = json.loads(next((tmp_path / "deploy").glob("*.json")).read_text())
@@ -108,7 +108,7 @@ def test_deploy_re_runs_a_record_on_the_device_and_exports_on_the_cpu(tmp_path, 
 @pytest.mark.parametrize("device", DEVICES)
 def test_cifar_training(tmp_path, device):
     argv = ["--dataset", "cifar10", "--model", "resnet20", "--epochs", "1", "--batch-size", "16", "--train-limit",
-            "32", "--eval-limit", "32", "--out-dir", str(tmp_path / "w"), "--checkpoint-dir", str(tmp_path / "ck"),
+            "32", "--eval-limit", "32", "--results-dir", str(tmp_path / "w"), "--checkpoint-dir", str(tmp_path / "ck"),
             "--device", device, "--no-progress"]  # fmt: skip
     assert cifar_train.main(argv) == 0
     rec = json.loads((tmp_path / "w" / "cifar10" / "resnet20.json").read_text())
@@ -120,7 +120,7 @@ def test_cifar_training(tmp_path, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_detection_training(tiny_set, tmp_path, device):
     argv = ["--data-root", str(tiny_set), "--image-size", "64", "--epochs", "1", "--batch-size", "2",
-            "--train-limit", "4", "--eval-limit", "4", "--eval-every", "1", "--out-dir", str(tmp_path / "w"),
+            "--train-limit", "4", "--eval-limit", "4", "--eval-every", "1", "--results-dir", str(tmp_path / "w"),
             "--checkpoint-dir", str(tmp_path / "ck"), "--device", device, "--no-progress"]  # fmt: skip
     assert ssd_train.main(argv) == 0
     rec = json.loads((tmp_path / "w" / "voc-tiny" / "mb2-ssd-lite-64.json").read_text())

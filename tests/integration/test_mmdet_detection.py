@@ -65,7 +65,7 @@ def checkpoint(tmp_path_factory):
 def cell(tiny_voc, checkpoint, tmp_path_factory):
     """One tiny FCPTS cell at 70% through `python -m tasks.voc --framework mmdet`."""
     runs = tmp_path_factory.mktemp("runs")
-    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--checkpoint", str(checkpoint),
+    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--weights", str(checkpoint),
             "--data-root", str(tiny_voc), "--methods", "fcpts", "--sparsity", "0.7", "--profile", "quick",
             "--results-dir", str(runs), "--no-progress"]  # fmt: skip
     assert voc_cli.main(argv) == 0
@@ -243,7 +243,7 @@ def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
 
 
 def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
-    folders = ["--work-dir", str(tmp_path / "work"), "--out-dir", str(tmp_path / "weights")]
+    folders = ["--work-dir", str(tmp_path / "work"), "--results-dir", str(tmp_path / "weights")]
     small = ["--train-limit", "4", "--batch-size", "2", "--eval-limit", "2"]
     base = ["--config", str(CONFIG), "--data-root", str(tiny_voc), *folders, *small]
     assert mmdet_train.main([*base, "--epochs", "1"]) == 0
@@ -264,3 +264,14 @@ def test_the_config_is_named_as_every_task_names_its_model(flag):
     from tasks.voc.mmdet.grid import parse_args
 
     assert parse_args([flag, str(CONFIG), "--methods", "fcpts", "--dry-run"]).config == str(CONFIG)
+
+
+def test_the_evaluation_loader_takes_the_workers_default_of_the_other_tasks():
+    """None: min(8, CPUs), as tasks.grid.evaluate's loaders; the task's flag leaves it to that default."""
+    import inspect
+
+    from tasks.voc.mmdet.grid import parse_args
+
+    assert inspect.signature(evaluate_detector).parameters["workers"].default is None
+    assert inspect.signature(build_grid).parameters["workers"].default is None
+    assert parse_args(["--config", str(CONFIG)]).workers is None

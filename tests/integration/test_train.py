@@ -46,7 +46,7 @@ def test_lr_schedule_warms_up_then_decays_to_zero():
 
 def test_training_writes_loadable_weights_and_record_and_resumes_exactly(tmp_path):
     straight = parse_args(
-        [*TINY, "--epochs", "2", "--out-dir", str(tmp_path / "a"), "--checkpoint-dir", str(tmp_path / "ca")]
+        [*TINY, "--epochs", "2", "--results-dir", str(tmp_path / "a"), "--checkpoint-dir", str(tmp_path / "ca")]
     )
     rec = train(straight)
     assert [h["epoch"] for h in rec["history"]] == [1, 2]
@@ -60,7 +60,7 @@ def test_training_writes_loadable_weights_and_record_and_resumes_exactly(tmp_pat
     # Interrupt after epoch 1 (a 1-epoch run leaves its checkpoint), then resume the 2-epoch run from it:
     # batches and augmentation depend only on (seed, step), so the weights must be identical.
     ckpt_dir = tmp_path / "cb"
-    one = parse_args([*TINY, "--epochs", "2", "--out-dir", str(tmp_path / "b"), "--checkpoint-dir", str(ckpt_dir)])
+    one = parse_args([*TINY, "--epochs", "2", "--results-dir", str(tmp_path / "b"), "--checkpoint-dir", str(ckpt_dir)])
     state = _run_until_step(one, steps=4)
     assert state["step"] == 4
     train(one)

@@ -36,7 +36,7 @@ def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
         "4",
         "--eval-every",
         "1",
-        "--out-dir",
+        "--results-dir",
         str(tmp_path / "w"),
         "--checkpoint-dir",
         str(tmp_path / "ck"),

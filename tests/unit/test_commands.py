@@ -124,3 +124,146 @@ def test_an_imagenet_cell_at_the_paper_budget_without_records_is_estimated_from_
     assert (
         estimate.estimate([record], "imagenet", "imagenet", "resnet18", "fcpts", "paper", 0.7, projected).seconds == 60
     )
+
+
+def without(packages: list[str], module: str, *argv: str) -> subprocess.CompletedProcess:
+    """`python -m module *argv` in a Python where `packages` cannot be imported (as in the core install)."""
+    code = (
+        f"import runpy, sys\nfor name in {packages!r}: sys.modules[name] = None\n"
+        f"sys.argv = [{module!r}, *{list(argv)!r}]\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "packages, argv, extra",
+    [
+        (["PIL", "torchvision", "timm"], ["tasks.imagenet", "--dry-run"], "tasks"),
+        (["matplotlib"], ["tasks.reporting", "figures", "--results-dir", "{tmp}"], "figures"),
+    ],
+    ids=["imagenet", "figures"],
+)
+def test_a_missing_optional_package_is_one_line_naming_its_extra(packages, argv, extra, tmp_path):
+    done = without(packages, *[a.format(tmp=tmp_path) for a in argv])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f'pip install -e ".[{extra}]" in the checkout')
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_figures_help_needs_no_matplotlib():
+    done = without(["matplotlib"], "tasks.reporting", "figures", "--help")
+    assert done.returncode == 0 and "usage: python -m tasks.reporting figures" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "main, argv",
+    [
+        (cifar.main, ["--model", "resnet20"]),
+        (imagenet.main, ["--sparsity", "0.7"]),
+        (voc.main, []),
+        (
+            voc.main,
+            ["--framework", "mmdet", "--config", "tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py"],
+        ),
+    ],
+    ids=["cifar", "imagenet", "voc", "voc-mmdet"],
+)
+def test_a_dry_run_needs_no_data(main, argv, tmp_path, capsys):
+    """Listing the cells and their estimates reads no data: a missing data root is said, not an error."""
+    if "mmdet" in argv:
+        pytest.importorskip("mmdet")
+    absent = str(tmp_path / "absent")
+    argv = [*argv, "--data-root", absent, "--methods", "fcpts", "--results-dir", str(tmp_path), "--dry-run"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "nothing was run" in out and "to run   fcpts" in out
+    if main is not cifar.main:  # a dataset named from the data is said to be assumed
+        assert f"data root {absent}" in out and "listed as dataset" in out
+
+
+def _timed(model: str, method: str, profile: str, weights: int, wall_s: float, **budget) -> dict:
+    budget = {"iterations": 400, "batch_size": 64, "options": None, **budget}
+    return {
+        "task": "cifar", "dataset": "cifar10", "model": model, "method": method, "profile": {"name": profile},
+        "target_sparsity": 0.9, "wall_s": wall_s, "eval_s": 10.0, "budget": budget,
+        "calibration": {"n_images": 1024}, "per_layer": [{"numel": weights}],
+        "_path": f"{model}-{method}-{profile}.json",
+    }  # fmt: skip
+
+
+def test_a_cell_without_its_own_records_is_scaled_from_the_same_method_on_another_model_or_profile():
+    """ResNet-56's POT at the paper budget, from ResNet-32's POT at paper-cpu: x2 parameters, x20 iterations."""
+    records = [
+        _timed("resnet32", "pot-l2norm", "paper-cpu", 100, 60.0, options={"iterations": 1000}),
+        _timed("resnet56", "fcpts", "fast", 200, 100.0),  # only tells ResNet-56's size
+    ]
+    budget = {"iterations": 1600, "batch_size": 64, "options": {"iterations": 20000}, "n_images": 1024}
+    guess = estimate.estimate(records, "cifar", "cifar10", "resnet56", "pot-l2norm", "paper", 0.8, None, budget)
+    assert guess.seconds == pytest.approx(60.0 * 2 * 20 + 10.0)
+    assert "resnet32-pot-l2norm-paper-cpu.json" in guess.basis and "x40" in guess.basis
+    assert (
+        estimate.estimate(records, "cifar", "cifar10", "resnet20", "pot-l2norm", "paper", 0.8, None, budget).seconds
+        is None
+    )
+
+
+def test_a_grid_adds_its_start_and_dense_evaluation_once():
+    start = estimate.grid_start(
+        [_timed("resnet56", "fcpts", "fast", 200, 100.0)], "cifar", "cifar10", "resnet56", False
+    )
+    assert start.seconds == estimate.START_S["cifar"] + 10.0 and "dense evaluation" in start.basis
+    kept = estimate.grid_start([], "cifar", "cifar10", "resnet56", True)
+    assert kept.seconds == estimate.START_S["cifar"] and "kept" in kept.basis
+
+
+def help_text(module: str, *argv: str, monkeypatch: pytest.MonkeyPatch, capsys) -> str:
+    """What `python -m module *argv --help` prints, run as python -m runs it."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", [module, *argv, "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    assert stop.value.code in (0, None)
+    return " ".join(capsys.readouterr().out.split())
+
+
+WRITERS = [
+    ("tasks.cifar",),
+    ("tasks.imagenet",),
+    ("tasks.voc",),
+    ("tasks.deploy",),
+    ("tasks.regression",),
+    ("tasks.cifar.train",),
+    ("tasks.voc.train",),
+    ("tasks.reporting", "figures"),
+    ("tasks.reporting", "site"),
+]
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+@pytest.mark.parametrize("command", WRITERS, ids=lambda c: " ".join(c))
+def test_every_command_names_its_output_folder_results_dir(command, monkeypatch, capsys):
+    text = help_text(*command, monkeypatch=monkeypatch, capsys=capsys).replace("make_set --out", "")  # writes data
+    assert "--results-dir" in text
+    assert not any(old in text for old in ("--out-dir", "--out ", "--keep", "--checkpoint ")), text
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import:RuntimeWarning")
+@pytest.mark.parametrize("module", ["tasks.cifar", "tasks.imagenet", "tasks.voc", "tasks.deploy", "tasks.cifar.train"])
+def test_every_device_flag_has_one_default_policy_shown_in_help(module, monkeypatch, capsys):
+    assert "(default: cuda when available, else cpu)" in help_text(module, monkeypatch=monkeypatch, capsys=capsys)
+
+
+def test_imagenet_help_says_which_sparsities_it_runs_by_default(monkeypatch, capsys):
+    text = help_text("tasks.imagenet", monkeypatch=monkeypatch, capsys=capsys)
+    assert "(default: the paper's: 0.5 0.6 0.7 0.8 0.9 for CNNs, 0.5 0.6 0.7 for ViTs)" in text
+
+
+def test_a_former_flag_still_works_and_says_it_is_deprecated(capsys):
+    from tasks.deploy.driver import parse_args
+
+    assert parse_args(["--checkpoint", "m.pt", "--out-dir", "d"]).sparse_weights == "m.pt"
+    err = capsys.readouterr().err
+    assert "--checkpoint is deprecated: use --sparse-weights" in err and "--out-dir is deprecated" in err
+    assert parse_args(["--sparse-weights", "m.pt"]).device is None  # the policy applies when it runs

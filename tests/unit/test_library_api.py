@@ -174,6 +174,24 @@ def test_report_summary_and_a_short_repr():
     assert len(report.summary(per_layer=True).splitlines()) == len(summary.splitlines()) + 3
 
 
+def test_the_summary_names_a_layer_by_its_path_and_type():
+    """tiny_net is an nn.Sequential: a bare `(7)` named nothing."""
+    _, report = fcpts.sparsify(tiny_net(), images(), 0.5, method="uniform", progress=False)
+    assert "  7 (Linear)" in report.summary(per_layer=True) and "  0 (Conv2d)" in report.summary(per_layer=True)
+    assert "(7 (Linear))" in report.summary() or "(0 (Conv2d))" in report.summary()
+
+
+def test_pot_reports_the_steps_it_ran():
+    _, report = fcpts.sparsify(tiny_net(), images(), 0.5, method="pot-l2norm", iterations=3, progress=False)
+    steps = sum(r["iterations"] for r in report.per_layer)
+    assert steps > 0 and f"steps={steps}," in repr(report)
+    assert dict(line.split(None, 1) for line in report.summary().splitlines())["steps"].startswith(f"{steps:,} over")
+
+
+def test_the_registry_reads_as_its_names():
+    assert repr(METHODS) == f"Registry({', '.join(METHODS)})" and "fcpts, " in repr(METHODS)
+
+
 def test_sparsity_summary_is_public():
     model, report = fcpts.sparsify(tiny_net(), images(), 0.5, method="uniform", progress=False)
     sparsity, per_layer = fcpts.sparsity_summary(model)

@@ -226,11 +226,48 @@ def test_a_paper_budget_pot_pairs_with_fcpts_of_the_same_budget_under_paper_cpu(
     assert "80% | paper" not in table6([pot, shorter], reference)
 
 
-@pytest.mark.parametrize("argv", [[], ["bogus"]])
-def test_the_reporting_command_names_all_its_commands_when_given_none_or_another(argv):
-    done = subprocess.run(
+def reporting(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "tasks.reporting", *argv], capture_output=True, text=True, cwd=REPO_ROOT, check=False
     )
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"]])
+def test_the_reporting_command_names_all_its_commands_when_given_none_or_another(argv):
+    done = reporting(*argv)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "{tables,manifest,figures,site,readme}" in done.stderr
-    assert all(f"  {name} " in done.stderr for name in ("tables", "manifest", "figures", "site", "readme"))
+    listing = reporting("--help").stdout
+    assert all(f"    {name} " in listing for name in ("tables", "manifest", "figures", "site", "readme"))
+
+
+@pytest.mark.parametrize("command", ["tables", "manifest", "figures", "site", "readme"])
+def test_each_reporting_command_answers_help_with_its_own_usage_and_does_nothing(command):
+    before = (REPO_ROOT / "README.md").read_text()
+    done = reporting(command, "--help")
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m tasks.reporting {command} [-h]")
+    assert (REPO_ROOT / "README.md").read_text() == before
+
+
+def test_readme_check_changes_nothing_and_fails_on_a_stale_block(tmp_path, capsys):
+    from tasks.reporting import readme
+
+    stale = tmp_path / "README.md"
+    stale.write_text(
+        "<!-- BEGIN methods -->\nSTALE\n<!-- END methods -->\n<!-- BEGIN results -->\n<!-- END results -->\n"
+    )
+    text = stale.read_text()
+    assert readme.update(stale, check=True) == 1
+    assert stale.read_text() == text and "stale" in capsys.readouterr().err
+    assert readme.update(stale) == 0 and readme.update(stale, check=True) == 0
+
+
+def test_the_bridge_figure_without_its_checkpoint_or_record_leaves_the_committed_one(tmp_path):
+    """Figure 3 needs a dense checkpoint that is not committed: without it, the committed figure is kept and the
+    skip is said, never replaced by a placeholder."""
+    (tmp_path / "fig3_bridge.png").write_bytes(b"committed")
+    said: list[str] = []
+    assert figures.figure3([], tmp_path / "fig3_bridge.png") is None
+    figures.write_figures(tmp_path / "no-runs", tmp_path, skipped=said.append)
+    assert (tmp_path / "fig3_bridge.png").read_bytes() == b"committed"
+    assert len(said) == 1 and "fig3_bridge.png" in said[0] and "checkpoint" in said[0]

@@ -1,6 +1,6 @@
 """The detection task on detectors built by mmdet (OpenMMLab's detection toolbox) from the user's config.
 
-    python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
+    python -m tasks.voc --framework mmdet --config CONFIG --weights FILE --data-root DIR --all-methods
 
 This subpackage is the only place that imports mmdet, mmengine or mmcv; the rest of the suite runs without
 them. Install with the `[mmdet]` extra plus mmcv (docs/tasks.md: a prebuilt CPU wheel here, OpenMMLab's wheels for

@@ -10,6 +10,7 @@ from pathlib import Path
 from mmengine.runner import Runner
 from torch import nn
 
+from fcpts.core.batch_workers import default_workers
 from tasks.voc.mmdet.data import Layout
 from tasks.voc.mmdet.detector import quiet_mmengine
 
@@ -32,7 +33,7 @@ def evaluate_detector(
     pipeline: list,
     limit: int | None = None,
     batch_size: int = 16,
-    workers: int = 0,
+    workers: int | None = None,
 ) -> dict:
     """{"map50": %, ("map": % for COCO), "mmdet_metrics": the evaluator's dict, "n_images", "metric"}."""
     was_training = detector.training
@@ -41,7 +42,7 @@ def evaluate_detector(
         ann_file = coco_subset(layout, limit, Path(work_dir)) if layout.kind == "coco" and limit else None
         loader = {
             "batch_size": batch_size,
-            "num_workers": workers,
+            "num_workers": default_workers() if workers is None else workers,  # as the other tasks' loaders
             "persistent_workers": False,
             "drop_last": False,
             "sampler": {"type": "DefaultSampler", "shuffle": False},

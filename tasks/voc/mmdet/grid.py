@@ -1,6 +1,6 @@
 """The detection grid on an mmdet detector: the user's config and checkpoint, any registered method, mmdet's metric.
 
-    python -m tasks.voc --framework mmdet --config CONFIG --checkpoint FILE --data-root DIR --all-methods
+    python -m tasks.voc --framework mmdet --config CONFIG --weights FILE --data-root DIR --all-methods
     python -m tasks.voc.mmdet ...                                      (the same)
 
 The detector is built by mmengine's registry from the config (`mmdet::` bases resolve to the installed mmdet),
@@ -24,7 +24,7 @@ from pathlib import Path
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
-from tasks.grid.help import command_parser
+from tasks.grid.help import command_parser, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
@@ -42,6 +42,8 @@ from tasks.voc.mmdet.evaluate import evaluate_detector
 from tasks.voc.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
 from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
+
+LAYOUTS = "a VOC- or COCO-layout dataset"
 
 
 def model_name(config: str | Path) -> str:
@@ -61,7 +63,7 @@ def default_checkpoint(dataset: str, model: str) -> Path:
     path = RESULTS_DIR / "weights" / dataset / f"{model}.pth"
     if not path.is_file():
         raise DataNotFoundError(
-            f"no checkpoint given and none at {path}: pass --checkpoint FILE (an mmdet checkpoint for this config)"
+            f"no checkpoint given and none at {path}: pass --weights FILE (an mmdet checkpoint for this config)"
         )
     return path
 
@@ -76,12 +78,12 @@ def check_classes(detector, layout: Layout) -> None:
 
 
 def build_grid(
-    *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks", workers: int = 0,
-    eval_batch_size: int = 16
+    *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks",
+    workers: int | None = None, eval_batch_size: int = 16
 ) -> Grid:  # fmt: skip
     """The grid of one mmdet detector (config + checkpoint) on a VOC- or COCO-layout folder."""
     cfg = load_config(config)
-    layout = find_layout(resolve_data_root(where.data_root, holding="a VOC- or COCO-layout dataset"))
+    layout = find_layout(resolve_data_root(where.data_root, holding=LAYOUTS))
     pipeline = config_test_pipeline(cfg)
     eval_set = build_dataset(layout, layout.eval_split, pipeline, profile.eval_limit)
     n_eval_all = (
@@ -192,21 +194,29 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="an mmdet config file (single-stage detector): this task's model, so --model/--models name it too",
     )
     cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
-    p.add_argument(
-        "--checkpoint",
-        dest="weights",
-        help="the detector's mmdet checkpoint (same as --weights; default: the suite's "
-        "results/weights/<dataset>/mmdet-<config name>.pth)",
-    )
+    deprecated_alias(p, "--checkpoint", "--weights", "weights")  # --weights: the detector's mmdet checkpoint
     p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument("--workers", type=at_least(int, 0), default=0, help="DataLoader workers for evaluation")
+    p.add_argument(
+        "--workers",
+        type=at_least(int, 0),
+        default=None,
+        help="DataLoader workers for evaluation (default: min(8, CPUs))",
+    )
     p.add_argument("--eval-batch-size", type=int, default=16)
     return cli.parse(p, argv, "voc")
 
 
 def plans(args: argparse.Namespace):
     profile = cli.profile_from_args(args, PROFILES, args.methods)
+    if args.dry_run:  # without the data, listed as VOC2007's cells (said so); with it, named from it
+        try:
+            find_layout(resolve_data_root(args.data_root, holding=LAYOUTS))
+        except DataNotFoundError as e:
+            profile = distill_profile(profile, [], args.reconstruction)
+            grid = cli.planned_grid("voc", "voc2007", model_name(args.config), profile, cli.where(args))
+            yield cli.GridPlan(grid, args.methods, args.sparsity, note=cli.assumed_dataset("voc2007", e))
+            return
     grid = build_grid(
         config=args.config,
         profile=profile,
@@ -215,7 +225,7 @@ def plans(args: argparse.Namespace):
         workers=args.workers,
         eval_batch_size=args.eval_batch_size,
     )
-    yield grid, args.methods, args.sparsity
+    yield cli.GridPlan(grid, args.methods, args.sparsity)
 
 
 def main(argv=None) -> int:

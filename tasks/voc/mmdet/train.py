@@ -35,6 +35,7 @@ from mmengine.runner import Runner  # noqa: E402
 from fcpts.core.io import save_torch_atomic, write_json_atomic
 from tasks.grid import cli
 from tasks.grid.data import resolve_data_root
+from tasks.grid.help import add_results_dir
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import device_description, write_training_record
 from tasks.voc.mmdet.data import find_layout, point_at
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--work-dir", help="the Runner's folder (checkpoints, logs); default under results/checkpoints/")
-    p.add_argument("--out-dir", default=str(RESULTS_DIR / "weights"), help="where the final weights and record go")
+    add_results_dir(p, str(RESULTS_DIR / "weights"), "where the final weights and record go", "--out-dir")
     p.add_argument("--epochs", type=int, help="override the config's epochs (smoke tests; recorded)")
     p.add_argument("--train-limit", type=int, help="train on the first N images only (smoke tests; recorded)")
     p.add_argument("--eval-limit", type=int, help="validate and test on the first N images only (smoke tests)")
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
         with own_checkpoints_unpickled():
             runner.train()
         test = dict(runner.test())
-        weights = Path(args.out_dir) / dataset / f"{model}.pth"
+        weights = Path(args.results_dir) / dataset / f"{model}.pth"
         meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
                 "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
         export_weights(runner, weights, meta)
