@@ -102,13 +102,25 @@ def page(title: str, body: str, root: str = "") -> str:
 # bold, code, links). No Markdown library is a dependency of the suite; this renders only what its tables hold.
 
 
+def followable(url: str) -> bool:
+    """Whether a link may point at `url`: http(s) or a path relative to the page. Table texts quote records, so a
+    record's string could otherwise make a link of any scheme (`javascript:` runs on a click)."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):  # browsers drop these before reading the scheme
+        return False
+    scheme = re.match(r"([^/?#]*):", url)
+    return scheme is None or scheme.group(1).lower() in ("http", "https")
+
+
 def inline(text: str, link=lambda url: url) -> str:
     out = html.escape(text, quote=False)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(
-        r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f"<a href='{html.escape(link(m.group(2)))}'>{m.group(1)}</a>", out
-    )
+
+    def anchor(m: re.Match) -> str:
+        url = link(html.unescape(m.group(2)))
+        return f"<a href='{html.escape(url)}'>{m.group(1)}</a>" if followable(url) else m.group(0)
+
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", anchor, out)
 
 
 def _cells(line: str) -> list[str]:

@@ -1,5 +1,6 @@
-"""The results explorer in a real headless browser (Debian's chromium through selenium): the index loads without a
-console error, a table sorts on a header click, a run page shows its plot. Built from a few committed records."""
+"""The results explorer: what its pages may hold (built from hand-made records), then the site in a real headless
+browser (Debian's chromium through selenium): the index loads without a console error, a table sorts on a header
+click, a run page shows its plot. Built from a few committed records."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tasks.grid.paths import RUNS_DIR
 from tasks.grid.record_format import write_record
 from tasks.grid.records import read_record
 from tests.conftest import IN_CI
+from tests.fake_records import cifar_record
 
 # A few records of different kinds: FCPTS with a step history, POT (per-layer, no history), a detector.
 SUBSET = [
@@ -43,6 +45,25 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
     build_site(out, runs_dir=runs)
     return out
+
+
+def fake_site(tmp_path: Path, **fields) -> Path:
+    """The site of two hand-made records, FCPTS and POT in one cell (so in Tables 2 and 6), with `fields` set."""
+    from tasks.reporting.site import build_site
+
+    runs = tmp_path / "runs"
+    for method in ("fcpts", "pot-l2norm"):
+        record = {**cifar_record(method, profile="paper"), **fields}
+        (runs / record["_path"]).parent.mkdir(parents=True, exist_ok=True)
+        write_record(runs / record.pop("_path"), record)
+    build_site(tmp_path / "site", runs_dir=runs)
+    return tmp_path / "site"
+
+
+def test_a_link_in_a_record_s_text_cannot_run_script(tmp_path):
+    index = (fake_site(tmp_path, device="[x](javascript:alert(1))") / "index.html").read_text()
+    assert re.findall(r"href=\S*javascript", index, re.IGNORECASE) == []
+    assert "[x](javascript:alert(1))" in index  # Table 6 quotes the device, as text
 
 
 @pytest.fixture(scope="module")
