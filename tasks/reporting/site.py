@@ -86,8 +86,25 @@ document.addEventListener("click", e => {
 """
 
 
+# An absolute path in a page's text: at its start or after a space, bracket, quote (escaped: `;`), `=`, `,` or `>`.
+ABSOLUTE_PATH = re.compile(r"(?<![^\s(\['\"=,;>])(?:/[\w.+~@-]+)+/?")
+
+
+def without_machine_paths(text: str) -> str:
+    """`text` with each absolute path made relative to the checkout, or outside it (another machine's folder)
+    shortened to `…/` and its last part: a record's command names the folders of the machine that ran it."""
+
+    def shown(m: re.Match) -> str:
+        path = Path(m.group(0))
+        return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else f"…/{path.name}"
+
+    return ABSOLUTE_PATH.sub(shown, text)
+
+
 def page(title: str, body: str, root: str = "") -> str:
-    """One HTML page: inline style and script (no file or network fetch but the page's own images)."""
+    """One HTML page: inline style and script (no file or network fetch but the page's own images), no absolute
+    path of any machine in its text."""
+    title, body = without_machine_paths(title), without_machine_paths(body)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<link rel='icon' href='data:,'>"  # no favicon request

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.record_format import write_record
 from tasks.grid.records import read_record
 from tests.conftest import IN_CI
@@ -64,6 +64,14 @@ def test_a_link_in_a_record_s_text_cannot_run_script(tmp_path):
     index = (fake_site(tmp_path, device="[x](javascript:alert(1))") / "index.html").read_text()
     assert re.findall(r"href=\S*javascript", index, re.IGNORECASE) == []
     assert "[x](javascript:alert(1))" in index  # Table 6 quotes the device, as text
+
+
+def test_no_page_shows_a_machine_s_absolute_path(tmp_path):
+    command = f"python -m tasks.cifar --results-dir /home/alice/runs --weights {REPO_ROOT}/results/weights/r.th"
+    pages = {p.name: p.read_text() for p in fake_site(tmp_path, command=command).rglob("*.html")}
+    assert [name for name, text in pages.items() if "/home/alice" in text or str(REPO_ROOT) in text] == []
+    pot = pages["cifar--cifar10--resnet32--pot-l2norm-sp90-paper-seed0.html"]
+    assert "--results-dir …/runs --weights results/weights/r.th" in pot  # outside the checkout: its last part
 
 
 @pytest.fixture(scope="module")
