@@ -13,8 +13,11 @@ Reads only records, the paper's reference numbers and the committed figures and 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
+import inspect
 import io
+import json
 import re
 import shutil
 import time
@@ -291,10 +294,25 @@ def runs_table(rows: list[dict]) -> str:
 # --- One page per run
 
 
-def run_plot(record: dict, out: Path) -> Path:
+def plot_inputs(record: dict) -> dict:
+    """All of a record that its run plot draws."""
+    return {
+        "history": (record.get("method_report") or {}).get("history_every_10") or [],
+        "layer_sparsity": [layer["sparsity"] for layer in record.get("per_layer") or []],
+        "target": record["target_sparsity"],
+    }
+
+
+def plot_name(record: dict) -> str:
+    """The run plot's file name: the run's slug and a hash of what the plot draws and of the code and matplotlib
+    that draw it, so a rebuild redraws only the plots whose picture changes (drawing is most of a build)."""
+    drawn = json.dumps(plot_inputs(record), sort_keys=True) + inspect.getsource(draw_run_plot) + matplotlib.__version__
+    return f"{run_slug(record)}.{hashlib.sha256(drawn.encode()).hexdigest()[:12]}.png"
+
+
+def draw_run_plot(inputs: dict, out: Path) -> Path:
     """The run's loss and sparsity curves (when its method keeps a step history) and its per-layer sparsity."""
-    history = (record.get("method_report") or {}).get("history_every_10") or []
-    layers = record.get("per_layer") or []
+    history, layers, target = inputs["history"], inputs["layer_sparsity"], inputs["target"]
     curves = [k for k in ("loss", "sparsity") if any(k in h for h in history)]
     n = len(curves) + 1
     fig, axes = plt.subplots(1, n, figsize=(4.2 * (n - 1) + 7.0, 3.4), squeeze=False, width_ratios=[3] * (n - 1) + [5])
@@ -304,23 +322,24 @@ def run_plot(record: dict, out: Path) -> Path:
         if key == "loss" and min(p[1] for p in pts) > 0:
             ax.set_yscale("log")
         if key == "sparsity":
-            ax.axhline(record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8, label="target")
+            ax.axhline(target, color="gray", linestyle="--", linewidth=0.8, label="target")
             ax.legend(fontsize=8)
         ax.set_xlabel("step")
         ax.set_title(f"{key} (every 10th step)", fontsize=10)
         ax.grid(alpha=0.3)
     ax = axes[0][-1]
-    ax.bar(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color="tab:blue", width=0.85)
-    ax.axhline(100 * record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8)
+    ax.bar(range(len(layers)), [100 * sparsity for sparsity in layers], color="tab:blue", width=0.85)
+    ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_ylim(0, 102)
     ax.set_xlabel(f"layer (network order, {len(layers)} layers)")
     ax.set_ylabel("layer sparsity (%)")
     ax.set_title("per-layer sparsity (dashed: global target)", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
+    partial = out.with_name(f".{out.name}.tmp")  # an interrupted build leaves no plot under a valid name
+    fig.savefig(partial, dpi=80, format="png")
     plt.close(fig)
-    return out
+    return partial.replace(out)
 
 
 def _definition_list(items: dict) -> str:
@@ -397,9 +416,8 @@ def build_site(
     weights_dir: Path = WEIGHTS_DIR,
 ) -> list[Path]:
     records, reference = all_records(runs_dir), read_reference(reference_path)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    (out_dir / "runs").mkdir(parents=True)
+    plots = clear_but_plots(out_dir)
+    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     written = []
     tables = render_tables(records, reference, weights_dir, gpu_check_records())
     for name in COMMITTED_TABLES:
@@ -423,7 +441,9 @@ def build_site(
     rows = []
     for r in records:
         row = {**index_row(r, paper), "slug": run_slug(r)}
-        plot = run_plot(r, out_dir / "runs" / f"{row['slug']}.png")
+        plot = out_dir / "runs" / plot_name(r)
+        if plot not in plots:
+            draw_run_plot(plot_inputs(r), plot)
         written.append(plot)
         path = out_dir / "runs" / f"{row['slug']}.html"
         write_text_atomic(path, run_page(r, row, plot.name))
@@ -440,7 +460,22 @@ def build_site(
         f"<h2 id='runs'>Runs</h2>{runs_table(rows)}"
     )
     write_text_atomic(out_dir / "index.html", page("FCPTS results", body))
+    for stale in plots - set(written):
+        stale.unlink()
     return [out_dir / "index.html", out_dir / "records.csv", *written]
+
+
+def clear_but_plots(out_dir: Path) -> set[Path]:
+    """Empty the site's folder but for its run plots, which are returned: a plot's name says what it draws."""
+    kept = set((out_dir / "runs").glob("*.png"))
+    for path in sorted(out_dir.rglob("*"), reverse=True) if out_dir.is_dir() else []:  # files before their folder
+        if path in kept or path == out_dir / "runs":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    return kept
 
 
 def _first_heading(md: str) -> str:
@@ -449,7 +484,12 @@ def _first_heading(md: str) -> str:
 
 def main(argv=None) -> int:
     p = command_parser("python -m tasks.reporting site", __doc__)
-    p.add_argument("--out", type=Path, default=SITE_DIR, help="the site's folder (replaced)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=SITE_DIR,
+        help="the site's folder (rebuilt; unchanged run plots are kept)",
+    )
     p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show")
     args = p.parse_args(argv)
     wall, cpu = time.perf_counter(), time.process_time()

@@ -74,6 +74,18 @@ def test_no_page_shows_a_machine_s_absolute_path(tmp_path):
     assert "--results-dir …/runs --weights results/weights/r.th" in pot  # outside the checkout: its last part
 
 
+def test_a_rebuild_draws_only_the_run_plots_whose_picture_changed(tmp_path):
+    def plots():
+        return {f.name: (f.stat().st_ino, f.stat().st_mtime_ns) for f in (site / "runs").glob("*.png")}
+
+    site = fake_site(tmp_path)
+    first = plots()
+    fake_site(tmp_path)
+    assert plots() == first and len(first) == 2  # the same records: both plots kept as they were
+    fake_site(tmp_path, per_layer=[{"name": "conv", "numel": 10, "sparsity": 0.9}])
+    assert len(plots()) == 2 and not set(plots()) & set(first)  # both redrawn, the stale ones gone
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
