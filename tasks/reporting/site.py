@@ -419,7 +419,9 @@ def build_site(
     plots = clear_but_plots(out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     written = []
-    tables = render_tables(records, reference, weights_dir, gpu_check_records())
+    tables = render_tables(
+        records, reference, weights_dir, gpu_check_records(), record_link=lambda r: f"runs/{run_slug(r)}.html"
+    )
     for name in COMMITTED_TABLES:
         if (tables_dir / name).is_file():
             tables[name] = (tables_dir / name).read_text()
@@ -453,8 +455,9 @@ def build_site(
     body = (
         "<h1>FCPTS suite: results explorer</h1>"
         f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
-        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table; each run links to "
-        "its page (curves, per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
+        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table; each run, and "
+        "each cell of Table 2, links to its page (curves, per-layer sparsity, provenance). All records: "
+        "<a href='records.csv'>records.csv</a>.</p>"
         f"<h2 id='tables'>Tables</h2><ul>{toc}</ul>{sections}"
         f"<h2 id='figures'>Figures</h2>{figure_html}"
         f"<h2 id='runs'>Runs</h2>{runs_table(rows)}"

@@ -163,3 +163,12 @@ def test_a_run_page_shows_its_plot(site, browser):
     assert plot.get_property("complete") and plot.get_property("naturalWidth") > 400
     assert "python -m tasks.cifar" in browser.find_element(By.TAG_NAME, "body").text  # provenance: its command
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_a_table2_cell_links_to_its_run_page(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    slug = SUBSET[0].removesuffix(".json").replace("/", "--")
+    click(browser, browser.find_element(By.CSS_SELECTOR, f"#table2_cifar td a[href='runs/{slug}.html']"))
+    assert browser.title == "resnet56 on cifar10: FCPTS (ours) at 90%"
