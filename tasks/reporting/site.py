@@ -306,7 +306,7 @@ def plot_inputs(record: dict) -> dict:
 def plot_name(record: dict) -> str:
     """The run plot's file name: the run's slug and a hash of what the plot draws and of the code and matplotlib
     that draw it, so a rebuild redraws only the plots whose picture changes (drawing is most of a build)."""
-    drawn = json.dumps(plot_inputs(record), sort_keys=True) + inspect.getsource(draw_run_plot) + matplotlib.__version__
+    drawn = json.dumps(plot_inputs(record), sort_keys=True) + PLOT_CODE
     return f"{run_slug(record)}.{hashlib.sha256(drawn.encode()).hexdigest()[:12]}.png"
 
 
@@ -340,6 +340,10 @@ def draw_run_plot(inputs: dict, out: Path) -> Path:
     fig.savefig(partial, dpi=80, format="png")
     plt.close(fig)
     return partial.replace(out)
+
+
+# What a plot's picture depends on besides its inputs; read once, as imported (the file may change meanwhile).
+PLOT_CODE = inspect.getsource(draw_run_plot) + matplotlib.__version__
 
 
 def _definition_list(items: dict) -> str:
