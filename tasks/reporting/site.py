@@ -45,6 +45,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 0 1.5em 3em; color: #222; }
 nav { position: sticky; top: 0; background: #fff; padding: .6em 0; border-bottom: 1px solid #ddd; z-index: 1; }
 nav a { margin-right: 1em; }
+[id] { scroll-margin-top: 3.2em; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
 th { background: #f2f2f2; }
@@ -60,8 +61,10 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 # Sort a table's body on a header click; numbers sort as numbers (a cell's first number: "**90.59/99.70** (−2.80)"
-# sorts by 90.59), cells without one after them; a second click reverses.
-SORT_JS = """
+# sorts by 90.59), cells without one after them; a second click reverses. A table with `data-group=n` sorts
+# within the groups its first n columns make (a model's rows stay together), unless one of those columns is
+# clicked. The runs table shows only the rows holding every word typed in its filter.
+PAGE_JS = """
 function cellKey(text) {
   const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
   return m ? [0, parseFloat(m[0]), text] : [1, 0, text.trim().toLowerCase()];
@@ -73,7 +76,12 @@ function sortTable(th) {
   table.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
   th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
   const rows = Array.from(body.rows);
+  const grouped = Number(table.dataset.group || 0), within = col >= grouped, order = new Map();
+  const groupOf = r => Array.from(r.cells).slice(0, grouped).map(c => c.textContent).join("\\n");
+  rows.forEach(r => order.has(groupOf(r)) || order.set(groupOf(r), order.size));
   rows.sort((a, b) => {
+    const g = within ? order.get(groupOf(a)) - order.get(groupOf(b)) : 0;
+    if (g !== 0) return g;
     const x = cellKey(a.cells[col] ? a.cells[col].textContent : "");
     const y = cellKey(b.cells[col] ? b.cells[col].textContent : "");
     if (x[0] !== y[0]) return x[0] - y[0];
@@ -85,6 +93,19 @@ function sortTable(th) {
 document.addEventListener("click", e => {
   const th = e.target.closest("th");
   if (th && th.closest("table.sortable")) sortTable(th);
+});
+function filterRuns(input) {
+  const words = input.value.toLowerCase().split(/\\s+/).filter(w => w);
+  const rows = Array.from(document.getElementById("runs-table").tBodies[0].rows);
+  rows.forEach(r => {
+    const text = Array.from(r.cells, c => c.textContent).join(" ").toLowerCase();
+    r.hidden = !words.every(w => text.includes(w));
+  });
+  const shown = rows.filter(r => !r.hidden).length;
+  document.getElementById("runs-shown").textContent = `${shown} of ${rows.length} runs`;
+}
+document.addEventListener("input", e => {
+  if (e.target.id === "runs-filter") filterRuns(e.target);
 });
 """
 
@@ -114,7 +135,7 @@ def page(title: str, body: str, root: str = "") -> str:
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
         f"<nav><a href='{root}index.html'>FCPTS results</a><a href='{root}index.html#tables'>tables</a>"
         f"<a href='{root}index.html#figures'>figures</a><a href='{root}index.html#runs'>runs</a>"
-        f"<a href='{root}records.csv'>records.csv</a></nav>\n{body}\n<script>{SORT_JS}</script></body></html>\n"
+        f"<a href='{root}records.csv'>records.csv</a></nav>\n{body}\n<script>{PAGE_JS}</script></body></html>\n"
     )
 
 
@@ -160,13 +181,15 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
             out.append(f"<h{level}>{inline(m.group(2), link)}</h{level}>")
             i += 1
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
-            head = "".join(f"<th>{inline(c, link)}</th>" for c in _cells(line))
+            titles = _cells(line)
+            head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
+            group = next((n + 1 for n, c in enumerate(titles) if c.startswith("model")), 0)  # rows of a model
             rows, i = [], i + 2
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append("<tr>" + "".join(f"<td>{inline(c, link)}</td>" for c in _cells(lines[i])) + "</tr>")
                 i += 1
             out.append(
-                f"<div class='scroll'><table class='sortable'><thead><tr>{head}</tr></thead>"
+                f"<div class='scroll'><table class='sortable' data-group='{group}'><thead><tr>{head}</tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table></div>"
             )
         elif re.match(r"\s*- ", line):
@@ -459,12 +482,14 @@ def build_site(
     body = (
         "<h1>FCPTS suite: results explorer</h1>"
         f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
-        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table; each run, and "
-        "each cell of Table 2, links to its page (curves, per-layer sparsity, provenance). All records: "
-        "<a href='records.csv'>records.csv</a>.</p>"
+        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table (a paper table "
+        "sorts within each model's rows); each run, and each cell of Table 2, links to its page (curves, "
+        "per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
         f"<h2 id='tables'>Tables</h2><ul>{toc}</ul>{sections}"
         f"<h2 id='figures'>Figures</h2>{figure_html}"
-        f"<h2 id='runs'>Runs</h2>{runs_table(rows)}"
+        f"<h2 id='runs'>Runs</h2><p><input id='runs-filter' type='search' size='40' aria-label='filter the runs' "
+        "placeholder='filter: words a run&#x27;s row holds, e.g. resnet56 fcpts'> "
+        f"<span id='runs-shown' class='muted'>{len(rows)} runs</span></p>{runs_table(rows)}"
     )
     write_text_atomic(out_dir / "index.html", page("FCPTS results", body))
     for stale in plots - set(written):

@@ -5,6 +5,7 @@ click, a run page shows its plot. Built from a few committed records."""
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from pathlib import Path
 
@@ -146,10 +147,12 @@ def test_index_loads_without_console_errors_and_a_table_sorts(site, browser):
     assert values() == sorted(values()) and header.get_attribute("aria-sort") == "ascending"
     click(browser, header)
     assert values() == sorted(values(), reverse=True)
-    # the tables rendered from the records sort too: Table 2's first CIFAR column, by our top-1
+    # the tables rendered from the records sort too: Table 2's first CIFAR column, within each model's rows
     cifar = browser.find_element(By.CSS_SELECTOR, "#table2_cifar table")
     click(browser, cifar.find_elements(By.TAG_NAME, "th")[2])
     assert cifar.find_elements(By.TAG_NAME, "th")[2].get_attribute("aria-sort") == "ascending"
+    models = [row.find_element(By.TAG_NAME, "td").text for row in cifar.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    assert [model for model, _ in itertools.groupby(models)] == ["resnet32", "resnet56"]
     assert all(img.get_property("naturalWidth") > 0 for img in browser.find_elements(By.CSS_SELECTOR, "figure img"))
 
 
@@ -172,3 +175,32 @@ def test_a_table2_cell_links_to_its_run_page(site, browser):
     slug = SUBSET[0].removesuffix(".json").replace("/", "--")
     click(browser, browser.find_element(By.CSS_SELECTOR, f"#table2_cifar td a[href='runs/{slug}.html']"))
     assert browser.title == "resnet56 on cifar10: FCPTS (ours) at 90%"
+
+
+def test_typing_in_the_filter_shows_only_the_runs_holding_every_word(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    box = browser.find_element(By.ID, "runs-filter")
+
+    def shown():
+        rows = browser.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr")
+        return [row.find_element(By.TAG_NAME, "a").text for row in rows if row.is_displayed()]
+
+    click(browser, box)
+    box.send_keys("RESNET56 pot")
+    assert shown() == [SUBSET[1]] and browser.find_element(By.ID, "runs-shown").text == "1 of 5 runs"
+    box.clear()
+    box.send_keys(" ")  # clear() fires no input event
+    assert sorted(shown()) == sorted(SUBSET)
+
+
+@pytest.mark.parametrize("target", ["table2_cifar", "figures"])  # the five runs are too few to scroll #runs up
+def test_a_jump_to_a_section_leaves_its_heading_below_the_sticky_bar(site, browser, target):
+    browser.get(f"{(site / 'index.html').as_uri()}#{target}")
+    heading_top, bar_bottom = browser.execute_script(
+        "const t = document.getElementById(arguments[0]), h = t.matches('h2') ? t : t.querySelector('h2');"
+        "return [h.getBoundingClientRect().top, document.querySelector('nav').getBoundingClientRect().bottom];",
+        target,
+    )
+    assert heading_top >= bar_bottom
