@@ -15,12 +15,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import html
-import inspect
 import io
 import json
 import re
 import shutil
 import time
+import types
 from pathlib import Path
 
 import matplotlib
@@ -365,8 +365,15 @@ def draw_run_plot(inputs: dict, out: Path) -> Path:
     return partial.replace(out)
 
 
-# What a plot's picture depends on besides its inputs; read once, as imported (the file may change meanwhile).
-PLOT_CODE = inspect.getsource(draw_run_plot) + matplotlib.__version__
+def code_key(code: types.CodeType) -> str:
+    """What a function computes, not where it stands in its file: its bytecode, names and constants (an edit
+    elsewhere in the file leaves it; its source text, read from disk, could be a later edit's)."""
+    consts = [code_key(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return repr((code.co_code, code.co_names, code.co_varnames, consts))
+
+
+# What a plot's picture depends on besides its inputs: the code that draws it and matplotlib's version.
+PLOT_CODE = code_key(draw_run_plot.__code__) + matplotlib.__version__
 
 
 def _definition_list(items: dict) -> str:

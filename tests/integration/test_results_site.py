@@ -87,6 +87,19 @@ def test_a_rebuild_draws_only_the_run_plots_whose_picture_changed(tmp_path):
     assert len(plots()) == 2 and not set(plots()) & set(first)  # both redrawn, the stale ones gone
 
 
+def test_a_plot_s_code_key_is_what_its_code_computes_not_where_it_stands():
+    from tasks.reporting.site import code_key
+
+    def compiled(source: str, line: int):
+        namespace: dict = {}
+        exec(compile("\n" * line + source, "plot.py", "exec"), namespace)
+        return namespace["draw"].__code__
+
+    source = "def draw(x):\n    return [x * 2 for _ in range(3)]\n"
+    assert code_key(compiled(source, 0)) == code_key(compiled(source, 5))
+    assert code_key(compiled(source, 0)) != code_key(compiled(source.replace("2", "3"), 0))
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
