@@ -4,10 +4,14 @@
     make report                                    # tables and figures first, then the site
 
 The tables are the ones `python -m tasks.reporting tables` writes, rendered from the same records and the same
-paper reference (their columns sort on a header click); the figures are copied from paper_figures/; every record
-gets a page with its loss and sparsity curves (from the history it keeps), its per-layer sparsity and its
-provenance; records.csv indexes every record with the paper's number beside ours where the paper has the cell.
-Reads only records, the paper's reference numbers and the committed figures and benchmark outputs; runs nothing.
+paper reference (their columns sort on a header click, within each model's rows; Table 2's cells link to their
+runs' pages); the figures are copied from paper_figures/; every record gets a page with its loss and sparsity
+curves (from the history it keeps), its per-layer sparsity and its provenance; the runs table has a text filter;
+records.csv indexes every record with the paper's number beside ours where the paper has the cell. A run's plot
+is named by a hash of what it draws and kept across builds, so a rebuild draws only the plots that changed.
+Record text never becomes a link of another scheme than http(s) or a relative path, and no page shows a
+machine's absolute path. Reads only records, the paper's reference numbers and the committed figures and
+benchmark outputs; runs nothing.
 """
 
 from __future__ import annotations
