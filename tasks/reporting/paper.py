@@ -18,6 +18,7 @@ import csv
 import io
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
@@ -69,7 +70,13 @@ def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
         return None
 
 
-def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR) -> tuple[str, list[dict]]:
+def table2(
+    records: list[dict],
+    reference: list[dict],
+    weights_dir: Path = WEIGHTS_DIR,
+    record_link: Callable[[dict], str] | None = None,
+) -> tuple[str, list[dict]]:
+    """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's URL."""
     ref = {
         (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
     }
@@ -130,10 +137,10 @@ def table2(records: list[dict], reference: list[dict], weights_dir: Path = WEIGH
                 earlier |= bool(note)
                 also |= bool(others)
                 legend_records += others
-                out.append(
-                    f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}) [{rec['profile']['name']}]"
-                    f"{note}{extra} · {paper}"
-                )
+                ours = f"**{m['top1']:.2f}/{m['top5']:.2f}**"
+                if record_link is not None:
+                    ours = f"[{ours}]({record_link(rec)})"
+                out.append(f"{ours} (−{drop:.2f}) [{rec['profile']['name']}]{note}{extra} · {paper}")
                 rows.append(
                     {
                         "dataset": ds,
@@ -441,11 +448,16 @@ def _pot_cut_note(records: list[dict]) -> str:
 
 
 def render_tables(
-    records: list[dict], reference: list[dict], weights_dir: Path = WEIGHTS_DIR, check_records: list[dict] | None = None
+    records: list[dict],
+    reference: list[dict],
+    weights_dir: Path = WEIGHTS_DIR,
+    check_records: list[dict] | None = None,
+    record_link: Callable[[dict], str] | None = None,
 ) -> dict[str, str]:
     """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
-    the same texts); `check_records` (the GPU check's) join Table 6 alone."""
-    md, rows = table2(records, reference, weights_dir)
+    the same texts, Table 2's cells linked to their records' pages by `record_link`); `check_records` (the GPU
+    check's) join Table 6 alone."""
+    md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
         fields = [

@@ -4,20 +4,27 @@
     make report                                    # tables and figures first, then the site
 
 The tables are the ones `python -m tasks.reporting tables` writes, rendered from the same records and the same
-paper reference (their columns sort on a header click); the figures are copied from paper_figures/; every record
-gets a page with its loss and sparsity curves (from the history it keeps), its per-layer sparsity and its
-provenance; records.csv indexes every record with the paper's number beside ours where the paper has the cell.
-Reads only records, the paper's reference numbers and the committed figures and benchmark outputs; runs nothing.
+paper reference (their columns sort on a header click, within each model's rows; Table 2's cells link to their
+runs' pages); the figures are copied from paper_figures/; every record gets a page with its loss and sparsity
+curves (from the history it keeps), its per-layer sparsity and its provenance; the runs table has a text filter;
+records.csv indexes every record with the paper's number beside ours where the paper has the cell. A run's plot
+is named by a hash of what it draws and kept across builds, so a rebuild draws only the plots that changed.
+Record text never becomes a link of another scheme than http(s) or a relative path, and no page shows a
+machine's absolute path. Reads only records, the paper's reference numbers and the committed figures and
+benchmark outputs; runs nothing.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import io
+import json
 import re
 import shutil
 import time
+import types
 from pathlib import Path
 
 import matplotlib
@@ -42,6 +49,7 @@ CSS = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 0 1.5em 3em; color: #222; }
 nav { position: sticky; top: 0; background: #fff; padding: .6em 0; border-bottom: 1px solid #ddd; z-index: 1; }
 nav a { margin-right: 1em; }
+[id] { scroll-margin-top: 3.2em; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
 th { background: #f2f2f2; }
@@ -57,8 +65,10 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 # Sort a table's body on a header click; numbers sort as numbers (a cell's first number: "**90.59/99.70** (−2.80)"
-# sorts by 90.59), cells without one after them; a second click reverses.
-SORT_JS = """
+# sorts by 90.59), cells without one after them; a second click reverses. A table with `data-group=n` sorts
+# within the groups its first n columns make (a model's rows stay together), unless one of those columns is
+# clicked. The runs table shows only the rows holding every word typed in its filter.
+PAGE_JS = """
 function cellKey(text) {
   const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
   return m ? [0, parseFloat(m[0]), text] : [1, 0, text.trim().toLowerCase()];
@@ -70,7 +80,12 @@ function sortTable(th) {
   table.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
   th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
   const rows = Array.from(body.rows);
+  const grouped = Number(table.dataset.group || 0), within = col >= grouped, order = new Map();
+  const groupOf = r => Array.from(r.cells).slice(0, grouped).map(c => c.textContent).join("\\n");
+  rows.forEach(r => order.has(groupOf(r)) || order.set(groupOf(r), order.size));
   rows.sort((a, b) => {
+    const g = within ? order.get(groupOf(a)) - order.get(groupOf(b)) : 0;
+    if (g !== 0) return g;
     const x = cellKey(a.cells[col] ? a.cells[col].textContent : "");
     const y = cellKey(b.cells[col] ? b.cells[col].textContent : "");
     if (x[0] !== y[0]) return x[0] - y[0];
@@ -83,18 +98,48 @@ document.addEventListener("click", e => {
   const th = e.target.closest("th");
   if (th && th.closest("table.sortable")) sortTable(th);
 });
+function filterRuns(input) {
+  const words = input.value.toLowerCase().split(/\\s+/).filter(w => w);
+  const rows = Array.from(document.getElementById("runs-table").tBodies[0].rows);
+  rows.forEach(r => {
+    const text = Array.from(r.cells, c => c.textContent).join(" ").toLowerCase();
+    r.hidden = !words.every(w => text.includes(w));
+  });
+  const shown = rows.filter(r => !r.hidden).length;
+  document.getElementById("runs-shown").textContent = `${shown} of ${rows.length} runs`;
+}
+document.addEventListener("input", e => {
+  if (e.target.id === "runs-filter") filterRuns(e.target);
+});
 """
 
 
+# An absolute path in a page's text: at its start or after a space, bracket, quote (escaped: `;`), `=`, `,` or `>`.
+ABSOLUTE_PATH = re.compile(r"(?<![^\s(\['\"=,;>])(?:/[\w.+~@-]+)+/?")
+
+
+def without_machine_paths(text: str) -> str:
+    """`text` with each absolute path made relative to the checkout, or outside it (another machine's folder)
+    shortened to `…/` and its last part: a record's command names the folders of the machine that ran it."""
+
+    def shown(m: re.Match) -> str:
+        path = Path(m.group(0))
+        return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else f"…/{path.name}"
+
+    return ABSOLUTE_PATH.sub(shown, text)
+
+
 def page(title: str, body: str, root: str = "") -> str:
-    """One HTML page: inline style and script (no file or network fetch but the page's own images)."""
+    """One HTML page: inline style and script (no file or network fetch but the page's own images), no absolute
+    path of any machine in its text."""
+    title, body = without_machine_paths(title), without_machine_paths(body)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<link rel='icon' href='data:,'>"  # no favicon request
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
         f"<nav><a href='{root}index.html'>FCPTS results</a><a href='{root}index.html#tables'>tables</a>"
         f"<a href='{root}index.html#figures'>figures</a><a href='{root}index.html#runs'>runs</a>"
-        f"<a href='{root}records.csv'>records.csv</a></nav>\n{body}\n<script>{SORT_JS}</script></body></html>\n"
+        f"<a href='{root}records.csv'>records.csv</a></nav>\n{body}\n<script>{PAGE_JS}</script></body></html>\n"
     )
 
 
@@ -102,13 +147,25 @@ def page(title: str, body: str, root: str = "") -> str:
 # bold, code, links). No Markdown library is a dependency of the suite; this renders only what its tables hold.
 
 
+def followable(url: str) -> bool:
+    """Whether a link may point at `url`: http(s) or a path relative to the page. Table texts quote records, so a
+    record's string could otherwise make a link of any scheme (`javascript:` runs on a click)."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):  # browsers drop these before reading the scheme
+        return False
+    scheme = re.match(r"([^/?#]*):", url)
+    return scheme is None or scheme.group(1).lower() in ("http", "https")
+
+
 def inline(text: str, link=lambda url: url) -> str:
     out = html.escape(text, quote=False)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(
-        r"\[([^\]]+)\]\(([^)\s]+)\)", lambda m: f"<a href='{html.escape(link(m.group(2)))}'>{m.group(1)}</a>", out
-    )
+
+    def anchor(m: re.Match) -> str:
+        url = link(html.unescape(m.group(2)))
+        return f"<a href='{html.escape(url)}'>{m.group(1)}</a>" if followable(url) else m.group(0)
+
+    return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", anchor, out)
 
 
 def _cells(line: str) -> list[str]:
@@ -128,13 +185,15 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
             out.append(f"<h{level}>{inline(m.group(2), link)}</h{level}>")
             i += 1
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
-            head = "".join(f"<th>{inline(c, link)}</th>" for c in _cells(line))
+            titles = _cells(line)
+            head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
+            group = next((n + 1 for n, c in enumerate(titles) if c.startswith("model")), 0)  # rows of a model
             rows, i = [], i + 2
             while i < len(lines) and lines[i].startswith("|"):
                 rows.append("<tr>" + "".join(f"<td>{inline(c, link)}</td>" for c in _cells(lines[i])) + "</tr>")
                 i += 1
             out.append(
-                f"<div class='scroll'><table class='sortable'><thead><tr>{head}</tr></thead>"
+                f"<div class='scroll'><table class='sortable' data-group='{group}'><thead><tr>{head}</tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table></div>"
             )
         elif re.match(r"\s*- ", line):
@@ -262,10 +321,25 @@ def runs_table(rows: list[dict]) -> str:
 # --- One page per run
 
 
-def run_plot(record: dict, out: Path) -> Path:
+def plot_inputs(record: dict) -> dict:
+    """All of a record that its run plot draws."""
+    return {
+        "history": (record.get("method_report") or {}).get("history_every_10") or [],
+        "layer_sparsity": [layer["sparsity"] for layer in record.get("per_layer") or []],
+        "target": record["target_sparsity"],
+    }
+
+
+def plot_name(record: dict) -> str:
+    """The run plot's file name: the run's slug and a hash of what the plot draws and of the code and matplotlib
+    that draw it, so a rebuild redraws only the plots whose picture changes (drawing is most of a build)."""
+    drawn = json.dumps(plot_inputs(record), sort_keys=True) + PLOT_CODE
+    return f"{run_slug(record)}.{hashlib.sha256(drawn.encode()).hexdigest()[:12]}.png"
+
+
+def draw_run_plot(inputs: dict, out: Path) -> Path:
     """The run's loss and sparsity curves (when its method keeps a step history) and its per-layer sparsity."""
-    history = (record.get("method_report") or {}).get("history_every_10") or []
-    layers = record.get("per_layer") or []
+    history, layers, target = inputs["history"], inputs["layer_sparsity"], inputs["target"]
     curves = [k for k in ("loss", "sparsity") if any(k in h for h in history)]
     n = len(curves) + 1
     fig, axes = plt.subplots(1, n, figsize=(4.2 * (n - 1) + 7.0, 3.4), squeeze=False, width_ratios=[3] * (n - 1) + [5])
@@ -275,23 +349,35 @@ def run_plot(record: dict, out: Path) -> Path:
         if key == "loss" and min(p[1] for p in pts) > 0:
             ax.set_yscale("log")
         if key == "sparsity":
-            ax.axhline(record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8, label="target")
+            ax.axhline(target, color="gray", linestyle="--", linewidth=0.8, label="target")
             ax.legend(fontsize=8)
         ax.set_xlabel("step")
         ax.set_title(f"{key} (every 10th step)", fontsize=10)
         ax.grid(alpha=0.3)
     ax = axes[0][-1]
-    ax.bar(range(len(layers)), [100 * layer["sparsity"] for layer in layers], color="tab:blue", width=0.85)
-    ax.axhline(100 * record["target_sparsity"], color="gray", linestyle="--", linewidth=0.8)
+    ax.bar(range(len(layers)), [100 * sparsity for sparsity in layers], color="tab:blue", width=0.85)
+    ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_ylim(0, 102)
     ax.set_xlabel(f"layer (network order, {len(layers)} layers)")
     ax.set_ylabel("layer sparsity (%)")
     ax.set_title("per-layer sparsity (dashed: global target)", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
+    partial = out.with_name(f".{out.name}.tmp")  # an interrupted build leaves no plot under a valid name
+    fig.savefig(partial, dpi=80, format="png")
     plt.close(fig)
-    return out
+    return partial.replace(out)
+
+
+def code_key(code: types.CodeType) -> str:
+    """What a function computes, not where it stands in its file: its bytecode, names and constants (an edit
+    elsewhere in the file leaves it; its source text, read from disk, could be a later edit's)."""
+    consts = [code_key(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return repr((code.co_code, code.co_names, code.co_varnames, consts))
+
+
+# What a plot's picture depends on besides its inputs: the code that draws it and matplotlib's version.
+PLOT_CODE = code_key(draw_run_plot.__code__) + matplotlib.__version__
 
 
 def _definition_list(items: dict) -> str:
@@ -368,11 +454,12 @@ def build_site(
     weights_dir: Path = WEIGHTS_DIR,
 ) -> list[Path]:
     records, reference = all_records(runs_dir), read_reference(reference_path)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    (out_dir / "runs").mkdir(parents=True)
+    plots = clear_but_plots(out_dir)
+    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     written = []
-    tables = render_tables(records, reference, weights_dir, gpu_check_records())
+    tables = render_tables(
+        records, reference, weights_dir, gpu_check_records(), record_link=lambda r: f"runs/{run_slug(r)}.html"
+    )
     for name in COMMITTED_TABLES:
         if (tables_dir / name).is_file():
             tables[name] = (tables_dir / name).read_text()
@@ -394,7 +481,9 @@ def build_site(
     rows = []
     for r in records:
         row = {**index_row(r, paper), "slug": run_slug(r)}
-        plot = run_plot(r, out_dir / "runs" / f"{row['slug']}.png")
+        plot = out_dir / "runs" / plot_name(r)
+        if plot not in plots:
+            draw_run_plot(plot_inputs(r), plot)
         written.append(plot)
         path = out_dir / "runs" / f"{row['slug']}.html"
         write_text_atomic(path, run_page(r, row, plot.name))
@@ -404,14 +493,32 @@ def build_site(
     body = (
         "<h1>FCPTS suite: results explorer</h1>"
         f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
-        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table; each run links to "
-        "its page (curves, per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
+        "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table (a paper table "
+        "sorts within each model's rows); each run, and each cell of Table 2, links to its page (curves, "
+        "per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
         f"<h2 id='tables'>Tables</h2><ul>{toc}</ul>{sections}"
         f"<h2 id='figures'>Figures</h2>{figure_html}"
-        f"<h2 id='runs'>Runs</h2>{runs_table(rows)}"
+        f"<h2 id='runs'>Runs</h2><p><input id='runs-filter' type='search' size='40' aria-label='filter the runs' "
+        "placeholder='filter: words a run&#x27;s row holds, e.g. resnet56 fcpts'> "
+        f"<span id='runs-shown' class='muted'>{len(rows)} runs</span></p>{runs_table(rows)}"
     )
     write_text_atomic(out_dir / "index.html", page("FCPTS results", body))
+    for stale in plots - set(written):
+        stale.unlink()
     return [out_dir / "index.html", out_dir / "records.csv", *written]
+
+
+def clear_but_plots(out_dir: Path) -> set[Path]:
+    """Empty the site's folder but for its run plots, which are returned: a plot's name says what it draws."""
+    kept = set((out_dir / "runs").glob("*.png"))
+    for path in sorted(out_dir.rglob("*"), reverse=True) if out_dir.is_dir() else []:  # files before their folder
+        if path in kept or path == out_dir / "runs":
+            continue
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+    return kept
 
 
 def _first_heading(md: str) -> str:
@@ -420,7 +527,12 @@ def _first_heading(md: str) -> str:
 
 def main(argv=None) -> int:
     p = command_parser("python -m tasks.reporting site", __doc__)
-    p.add_argument("--out", type=Path, default=SITE_DIR, help="the site's folder (replaced)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=SITE_DIR,
+        help="the site's folder (rebuilt; unchanged run plots are kept)",
+    )
     p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show")
     args = p.parse_args(argv)
     wall, cpu = time.perf_counter(), time.process_time()

@@ -1,18 +1,21 @@
-"""The results explorer in a real headless browser (Debian's chromium through selenium): the index loads without a
-console error, a table sorts on a header click, a run page shows its plot. Built from a few committed records."""
+"""The results explorer: what its pages may hold (built from hand-made records), then the site in a real headless
+browser (Debian's chromium through selenium): the index loads without a console error, a table sorts on a header
+click, a run page shows its plot. Built from a few committed records."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from pathlib import Path
 
 import pytest
 
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.record_format import write_record
 from tasks.grid.records import read_record
 from tests.conftest import IN_CI
+from tests.fake_records import cifar_record
 
 # A few records of different kinds: FCPTS with a step history, POT (per-layer, no history), a detector.
 SUBSET = [
@@ -43,6 +46,58 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site") / "site"
     build_site(out, runs_dir=runs)
     return out
+
+
+def fake_site(tmp_path: Path, **fields) -> Path:
+    """The site of two hand-made records, FCPTS and POT in one cell (so in Tables 2 and 6), with `fields` set."""
+    from tasks.reporting.site import build_site
+
+    runs = tmp_path / "runs"
+    for method in ("fcpts", "pot-l2norm"):
+        record = {**cifar_record(method, profile="paper"), **fields}
+        (runs / record["_path"]).parent.mkdir(parents=True, exist_ok=True)
+        write_record(runs / record.pop("_path"), record)
+    build_site(tmp_path / "site", runs_dir=runs)
+    return tmp_path / "site"
+
+
+def test_a_link_in_a_record_s_text_cannot_run_script(tmp_path):
+    index = (fake_site(tmp_path, device="[x](javascript:alert(1))") / "index.html").read_text()
+    assert re.findall(r"href=\S*javascript", index, re.IGNORECASE) == []
+    assert "[x](javascript:alert(1))" in index  # Table 6 quotes the device, as text
+
+
+def test_no_page_shows_a_machine_s_absolute_path(tmp_path):
+    command = f"python -m tasks.cifar --results-dir /home/alice/runs --weights {REPO_ROOT}/results/weights/r.th"
+    pages = {p.name: p.read_text() for p in fake_site(tmp_path, command=command).rglob("*.html")}
+    assert [name for name, text in pages.items() if "/home/alice" in text or str(REPO_ROOT) in text] == []
+    pot = pages["cifar--cifar10--resnet32--pot-l2norm-sp90-paper-seed0.html"]
+    assert "--results-dir …/runs --weights results/weights/r.th" in pot  # outside the checkout: its last part
+
+
+def test_a_rebuild_draws_only_the_run_plots_whose_picture_changed(tmp_path):
+    def plots():
+        return {f.name: (f.stat().st_ino, f.stat().st_mtime_ns) for f in (site / "runs").glob("*.png")}
+
+    site = fake_site(tmp_path)
+    first = plots()
+    fake_site(tmp_path)
+    assert plots() == first and len(first) == 2  # the same records: both plots kept as they were
+    fake_site(tmp_path, per_layer=[{"name": "conv", "numel": 10, "sparsity": 0.9}])
+    assert len(plots()) == 2 and not set(plots()) & set(first)  # both redrawn, the stale ones gone
+
+
+def test_a_plot_s_code_key_is_what_its_code_computes_not_where_it_stands():
+    from tasks.reporting.site import code_key
+
+    def compiled(source: str, line: int):
+        namespace: dict = {}
+        exec(compile("\n" * line + source, "plot.py", "exec"), namespace)
+        return namespace["draw"].__code__
+
+    source = "def draw(x):\n    return [x * 2 for _ in range(3)]\n"
+    assert code_key(compiled(source, 0)) == code_key(compiled(source, 5))
+    assert code_key(compiled(source, 0)) != code_key(compiled(source.replace("2", "3"), 0))
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +160,12 @@ def test_index_loads_without_console_errors_and_a_table_sorts(site, browser):
     assert values() == sorted(values()) and header.get_attribute("aria-sort") == "ascending"
     click(browser, header)
     assert values() == sorted(values(), reverse=True)
-    # the tables rendered from the records sort too: Table 2's first CIFAR column, by our top-1
+    # the tables rendered from the records sort too: Table 2's first CIFAR column, within each model's rows
     cifar = browser.find_element(By.CSS_SELECTOR, "#table2_cifar table")
     click(browser, cifar.find_elements(By.TAG_NAME, "th")[2])
     assert cifar.find_elements(By.TAG_NAME, "th")[2].get_attribute("aria-sort") == "ascending"
+    models = [row.find_element(By.TAG_NAME, "td").text for row in cifar.find_elements(By.CSS_SELECTOR, "tbody tr")]
+    assert [model for model, _ in itertools.groupby(models)] == ["resnet32", "resnet56"]
     assert all(img.get_property("naturalWidth") > 0 for img in browser.find_elements(By.CSS_SELECTOR, "figure img"))
 
 
@@ -122,3 +179,41 @@ def test_a_run_page_shows_its_plot(site, browser):
     assert plot.get_property("complete") and plot.get_property("naturalWidth") > 400
     assert "python -m tasks.cifar" in browser.find_element(By.TAG_NAME, "body").text  # provenance: its command
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_a_table2_cell_links_to_its_run_page(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    slug = SUBSET[0].removesuffix(".json").replace("/", "--")
+    click(browser, browser.find_element(By.CSS_SELECTOR, f"#table2_cifar td a[href='runs/{slug}.html']"))
+    assert browser.title == "resnet56 on cifar10: FCPTS (ours) at 90%"
+
+
+def test_typing_in_the_filter_shows_only_the_runs_holding_every_word(site, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get((site / "index.html").as_uri())
+    box = browser.find_element(By.ID, "runs-filter")
+
+    def shown():
+        rows = browser.find_elements(By.CSS_SELECTOR, "#runs-table tbody tr")
+        return [row.find_element(By.TAG_NAME, "a").text for row in rows if row.is_displayed()]
+
+    click(browser, box)
+    box.send_keys("RESNET56 pot")
+    assert shown() == [SUBSET[1]] and browser.find_element(By.ID, "runs-shown").text == "1 of 5 runs"
+    box.clear()
+    box.send_keys(" ")  # clear() fires no input event
+    assert sorted(shown()) == sorted(SUBSET)
+
+
+@pytest.mark.parametrize("target", ["table2_cifar", "figures"])  # the five runs are too few to scroll #runs up
+def test_a_jump_to_a_section_leaves_its_heading_below_the_sticky_bar(site, browser, target):
+    browser.get(f"{(site / 'index.html').as_uri()}#{target}")
+    heading_top, bar_bottom = browser.execute_script(
+        "const t = document.getElementById(arguments[0]), h = t.matches('h2') ? t : t.querySelector('h2');"
+        "return [h.getBoundingClientRect().top, document.querySelector('nav').getBoundingClientRect().bottom];",
+        target,
+    )
+    assert heading_top >= bar_bottom
