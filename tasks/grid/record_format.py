@@ -92,21 +92,30 @@ def _insert_keys(block: dict, key: str, values: dict) -> dict:
 
 def compact(record: dict, path: Path) -> dict:
     """The record as it is written to `path`: its calibration lists and its detail moved to their side files
-    beside it (each written when absent; same content, same name)."""
+    beside it (each written unless a file of its name already holds that content)."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
         name = lists_name(lists)
-        if not (path.parent / name).is_file():
-            write_text_atomic(path.parent / name, _one_line(lists) + "\n")
+        _write_side(path.parent / name, _one_line(lists) + "\n")
         record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
     if any(k in record for k in DETAIL_KEYS):
         detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
         name = detail_name(path, detail)
-        if not (path.parent / name).is_file():
-            write_text_atomic(path.parent / name, record_text(detail))
+        _write_side(path.parent / name, record_text(detail))
         record = _replace_keys(record, DETAIL_KEYS, "detail", name)
     return record
+
+
+def _write_side(side: Path, text: str) -> None:
+    """Write a side file unless it already holds exactly `text`: a file of the right name left damaged (truncated,
+    edited) by an earlier run is replaced, not trusted for its name."""
+    try:
+        if side.read_text() == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text_atomic(side, text)
 
 
 def _read_side(side: Path) -> dict:

@@ -101,6 +101,17 @@ def test_an_edited_or_missing_detail_file_is_an_error_naming_it(tmp_path):
         read_record(path)
 
 
+@pytest.mark.parametrize("kind", ["detail", "lists"])
+def test_rewriting_a_record_replaces_its_damaged_side_file_of_the_same_name(tmp_path, kind):
+    """A --force re-run whose detail (or lists) hash as before must not trust the damaged file for its name."""
+    path = tmp_path / "r.json"
+    write_record(path, record())
+    (side,) = tmp_path.glob(f"*.{kind}")
+    side.write_text(side.read_text()[:40])
+    write_record(path, record())
+    assert read_record(path) == record()
+
+
 def test_rewriting_a_folder_compactly_keeps_every_record_whole(tmp_path):
     inline = {"a/fcpts-sp90-paper-seed0.json": record(), "a/pot-sp90-paper-seed0.json": record(seed=1)}
     for rel, rec in inline.items():
