@@ -234,3 +234,17 @@ def test_the_reporting_command_names_all_its_commands_when_given_none_or_another
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "{tables,manifest,figures,site,readme}" in done.stderr
     assert all(f"  {name} " in done.stderr for name in ("tables", "manifest", "figures", "site", "readme"))
+
+
+def test_the_tables_command_names_a_damaged_side_file_in_one_line(monkeypatch, tmp_path, capsys):
+    from tasks.grid.record_format import write_record
+    from tasks.reporting import paper
+
+    write_record(tmp_path / "r.json", {**cifar("fcpts", 0.9, 90.0), "per_layer": [{"name": "c", "numel": 9}]})
+    (detail,) = tmp_path.glob("*.detail")
+    detail.write_text("")
+    monkeypatch.setattr(paper, "write_tables", lambda: paper.all_records(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        paper.main(["tables"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and detail.name in err and "--force" in err
