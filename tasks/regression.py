@@ -263,7 +263,7 @@ def compare_subset(
         problems += [
             f"{name}: {what}{m} {value:.2f} vs reference {ref_value:.2f} ({move:+.2f}, more than ±{limit})"
             for what, m, value, ref_value, move, limit in _moves(subset, ref, new, tolerance)
-            if abs(move) > limit
+            if not abs(move) <= limit  # a NaN moves by NaN: a regression, never within the tolerance
         ]
     return problems
 

@@ -95,14 +95,12 @@ def sparse_model_from_record(
 
 def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | None):
     """(model, metadata) from a checkpoint written by `sparse_model_from_record` or a plain state dict."""
-    import torch
 
     from tasks.grid.cifar_data import CIFAR_CLASSES
     from tasks.grid.cifar_models import cifar_resnet
-    from tasks.grid.weights import load_checkpoint
+    from tasks.grid.weights import load_checkpoint, read_state_dict
 
-    raw = torch.load(path, map_location="cpu", weights_only=True) if Path(path).is_file() else {}
-    meta = raw if isinstance(raw, dict) and "state_dict" in raw else {}
+    meta = read_state_dict(path)[1] if Path(path).is_file() else {}  # a file that is no checkpoint: named
     model_name = model_name or meta.get("model")
     dataset = dataset or meta.get("dataset") or "cifar10"
     if not model_name:

@@ -1,13 +1,15 @@
 """One process per cell: a lock file beside the record, so two processes (or two cluster jobs) on one results
 folder never run the same cell; the second one skips it and says who holds it.
 
-A lock whose process is gone (same host, dead pid) is stale and taken over; a lock from another host is
-respected, and its message says how to remove it if that job is known to be dead. A cluster job's lock names its
+The file is held by flock for the cell's run: a process that dies lets go of it, and the next one takes it over
+in one atomic step (two processes finding a dead one's lock never both run the cell). A lock from another host
+is respected, and its message says how to remove it if that job is known to be dead. A cluster job's lock names its
 job (JOB_ENV), so the launcher can release the lock of a job the scheduler says is over (timed out, killed).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -31,11 +33,40 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _holder(lock: Path) -> dict | None:
+def _holder(lock: Path, text: str | None = None) -> dict | None:
+    """Who the lock file says holds it (`text`: its content, already read), or None when it says nothing readable."""
     try:
-        return json.loads(lock.read_text())
+        holder = json.loads(lock.read_text() if text is None else text)
     except (OSError, ValueError):
         return None
+    return holder if isinstance(holder, dict) and {"pid", "host"} <= set(holder) else None
+
+
+def _busy(record: Path, lock: Path, holder: dict | None) -> CellBusy:
+    who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
+    who += f" (job {holder['job']})" if holder and holder.get("job") else ""
+    return CellBusy(f"{record.name} is being run by {who} ({lock}); remove that file only if that job is dead")
+
+
+def _open_locked(lock: Path) -> int | None:
+    """A descriptor of the lock file at `lock` holding its exclusive flock, or None when a live process of this
+    host holds it. The kernel drops a dead process's flock, so taking a stale lock over is taking its flock: one
+    atomic step that exactly one of any number of racing processes wins. A file unlinked (by its holder, done)
+    between our open and our flock is not the lock any more: then we open the new one."""
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
 
 
 @contextmanager
@@ -46,27 +77,31 @@ def cell_lock(record: Path):
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     if os.environ.get(JOB_ENV):
         me["job"] = os.environ[JOB_ENV]
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _holder(lock)
-            stale = holder is not None and holder.get("host") == me["host"] and not pid_alive(int(holder["pid"]))
-            if not stale:
-                who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
-                who += f" (job {holder['job']})" if holder and holder.get("job") else ""
-                raise CellBusy(
-                    f"{record.name} is being run by {who} ({lock}); remove that file only if that job is dead"
-                ) from None
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-        break
+    fd = _open_locked(lock)
+    if fd is None:
+        raise _busy(record, lock, _holder(lock))
+    # Ours on this host; what the file says still counts where flock cannot see: another host's job (a shared
+    # file system), or a live process of an older suite that held the file by its name alone.
+    try:
+        text = os.read(fd, 1 << 16).decode(errors="replace")
+        holder = _holder(lock, text)
+        stale = holder is not None and holder["host"] == me["host"] and not pid_alive(int(holder["pid"]))
+        if text and not stale:
+            raise _busy(record, lock, holder)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not released by the launcher and taken by another
+                lock.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
 
 def release_lock_of_job(record: Path, job_id: str) -> bool:

@@ -14,8 +14,8 @@ folder of records stays readable and a diff of one shows what changed:
 
 Neither side file ends in `.json`, so no globbing for records meets them. In both, rows of a list of rows (per
 layer, history) stand one per line. `read_record` puts everything back, so every reader sees the same record
-either way; a missing or edited side file is an error naming it. Records written before (everything inline)
-read as they are. `python -m tasks.grid.record_format DIR...` rewrites a folder's records compactly.
+either way; a missing, damaged or edited side file is an error naming it and the fix. Records written before
+(everything inline) read as they are. `python -m tasks.grid.record_format DIR...` rewrites a folder's records compactly.
 """
 
 from __future__ import annotations
@@ -92,40 +92,55 @@ def _insert_keys(block: dict, key: str, values: dict) -> dict:
 
 def compact(record: dict, path: Path) -> dict:
     """The record as it is written to `path`: its calibration lists and its detail moved to their side files
-    beside it (each written when absent; same content, same name)."""
+    beside it (each written unless a file of its name already holds that content)."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
         name = lists_name(lists)
-        if not (path.parent / name).is_file():
-            write_text_atomic(path.parent / name, _one_line(lists) + "\n")
+        _write_side(path.parent / name, _one_line(lists) + "\n")
         record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
     if any(k in record for k in DETAIL_KEYS):
         detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
         name = detail_name(path, detail)
-        if not (path.parent / name).is_file():
-            write_text_atomic(path.parent / name, record_text(detail))
+        _write_side(path.parent / name, record_text(detail))
         record = _replace_keys(record, DETAIL_KEYS, "detail", name)
     return record
 
 
+def _write_side(side: Path, text: str) -> None:
+    """Write a side file unless it already holds exactly `text`: a file of the right name left damaged (truncated,
+    edited) by an earlier run is replaced, not trusted for its name."""
+    try:
+        if side.read_text() == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text_atomic(side, text)
+
+
+class DamagedSideFile(ValueError):
+    """A side file a record names is missing, unreadable or not what its name's hash says."""
+
+
 def _read_side(side: Path) -> dict:
-    """A side file's content, checked against the hash its name carries."""
+    """A side file's content, checked against the hash its name carries; any fault is a DamagedSideFile naming
+    the file and the fix."""
+    fix = "re-run the record's cell with --force, or restore the file from git"
     try:
         content = json.loads(side.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{side} is missing: the record beside it keeps part of itself there (restore it from git)"
-        ) from None
-    if not side.name.endswith(f"{_digest(content)}{side.suffix}"):
-        raise ValueError(f"{side} does not hash to its name: it was edited; restore it from git")
+        raise DamagedSideFile(f"{side} is missing: the record beside it keeps part of itself there; {fix}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DamagedSideFile(f"{side} is damaged (truncated or empty?: {e}); {fix}") from None
+    if not isinstance(content, dict) or not side.name.endswith(f"{_digest(content)}{side.suffix}"):
+        raise DamagedSideFile(f"{side} does not hash to its name: it was edited; {fix}")
     return content
 
 
 def expand(record: dict, folder: Path) -> dict:
     """The whole record: its calibration lists and its detail read back from the side files it names (a record
-    with them inline is returned as it is). A missing or altered side file is an error naming it, never a
-    silent gap."""
+    with them inline is returned as it is). A missing, damaged or altered side file is a DamagedSideFile naming
+    it, never a silent gap."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and "lists" in calibration:
         lists = _read_side(folder / calibration["lists"])

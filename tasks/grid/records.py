@@ -7,6 +7,7 @@ A record is the only thing that crosses from running to reporting. It is written
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -120,6 +121,12 @@ def stored_numbers(record: dict) -> dict[str, float]:
     return {"achieved_sparsity": float(record["achieved_sparsity"]), **flatten("metrics", record["metrics"])}
 
 
+def nonfinite_numbers(record: dict) -> list[str]:
+    """The stored numbers (stored_numbers' names) that are NaN or infinite: never a result, always a damaged file
+    or a run that diverged, and invisible to a tolerance check (every comparison with NaN is false)."""
+    return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
+
+
 def reaches_target(record: dict) -> bool:
     """Whether the achieved sparsity is the target's to within one weight of the pruned layers, computed from
     the record's numbers (never its stored `hit_target` flag, which an edit could leave behind)."""
@@ -167,6 +174,11 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
             f"{repo_relative(runs_dir)}/ (e.g. cifar/cifar10/resnet56/fcpts-sp90-paper-cpu-seed0.json)"
         )
     for r in records:
+        if bad := nonfinite_numbers(r):
+            raise ValueError(
+                f"{repo_relative(runs_dir / r['_path'])}: {', '.join(bad)}: not a finite number (NaN or Inf); "
+                "the record is damaged or its run diverged: restore it from git or re-run its cell with --force"
+            )
         now = {"value": headline(r)[1], **stored_numbers(r)}
         kept = {} if r["_path"] in refresh else entries.get(r["_path"], {})
         entries[r["_path"]] = {**now, **kept}
@@ -194,8 +206,10 @@ def moved_records(
     for r in records:
         expected = registered.get(r["_path"])
         numbers = expected if isinstance(expected, Mapping) else {"value": expected}
+        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
         name, value = headline(r)
-        if numbers.get("value") is not None and abs(value - numbers["value"]) > tolerance:
+        # `not <=`, never `>`: a NaN on either side is a move, not a match
+        if numbers.get("value") is not None and not abs(value - numbers["value"]) <= tolerance:
             problems.append(f"{r['_path']}: {name} {value:.2f}, registered {numbers['value']:.2f}")
         stored = stored_numbers(r)
         for key, registered_value in numbers.items():
@@ -203,7 +217,7 @@ def moved_records(
                 continue
             if key not in stored:
                 problems.append(f"{r['_path']}: {key} registered {_number(registered_value)}, absent from the record")
-            elif abs(stored[key] - registered_value) > NUMBER_TOLERANCE:
+            elif not abs(stored[key] - registered_value) <= NUMBER_TOLERANCE:
                 problems.append(f"{r['_path']}: {key} {_number(stored[key])}, registered {_number(registered_value)}")
     return problems
 

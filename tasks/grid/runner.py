@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -300,6 +301,8 @@ def read_dense_cache(cache: Path, names: Sequence[str]) -> dict:
         metrics = json.loads(cache.read_text())["metrics"]
         if not all(isinstance(metrics.get(n), (int, float)) for n in names):
             raise ValueError(f"it lacks {', '.join(names)}")
+        if bad := [n for n in names if not math.isfinite(metrics[n])]:
+            raise ValueError(f"{', '.join(bad)}: not a finite number")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(
             f"the dense-metrics cache {cache} is damaged ({e}); delete it (it is only a cache) or run the "

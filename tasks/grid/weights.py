@@ -26,7 +26,9 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)  # tensors and numbers only: never runs code
     except Exception as e:  # pickle/zip errors differ by corruption kind
-        raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
+        raise ValueError(
+            f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {load_error_reason(e)})"
+        ) from e
     state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"weights file {path} holds no state dict (found {type(ckpt).__name__})")
@@ -34,6 +36,16 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     state = {k.removeprefix("module."): v for k, v in state.items()}
     check_no_pruning_masks(state, path)
     return state, meta
+
+
+def load_error_reason(error: Exception) -> str:
+    """The gist of a torch.load error on one line: a weights-only refusal's own reason, without the paragraphs
+    around it."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    text = " ".join(text.split())
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> None:

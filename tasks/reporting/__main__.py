@@ -56,9 +56,15 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "tables":
+        from tasks.grid.record_format import DamagedSideFile
         from tasks.reporting.paper import write_tables
 
-        for path in write_tables():
+        try:
+            written = write_tables()
+        except DamagedSideFile as e:
+            print(f"{PROG} tables: error: {e}", file=sys.stderr)
+            return 2
+        for path in written:
             print(f"wrote {path.relative_to(REPO_ROOT)}")
         return 0
     if args.command == "manifest":
@@ -86,4 +92,5 @@ def run(args: argparse.Namespace) -> int:
     return update(check=args.check)
 
 
-sys.exit(run_command(lambda: run(parser().parse_args())))
+if __name__ == "__main__":
+    sys.exit(run_command(lambda: run(parser().parse_args())))

@@ -18,6 +18,7 @@ antialiasing, like OpenCV's INTER_LINEAR in pytorch-ssd), then (x - 127) / 128.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,8 +158,27 @@ class VOCDetection:
 
     def manifest(self) -> dict | None:
         """The substitute set's description when this folder was made by tasks.voc.make_set."""
-        p = self.folder / SUBSTITUTE_MANIFEST
-        return json.loads(p.read_text()) if p.is_file() else None
+        return read_substitute_manifest(self.folder)
+
+
+def read_substitute_manifest(folder: Path) -> dict | None:
+    """The substitute set's description in `folder` (None: the real VOC2007). Its `dataset` names the folder
+    records and weights go to, so it must be a plain name: one with a path separator or `..` would write outside
+    --results-dir; such a file, or one that is no JSON object, is an error naming it."""
+    path = Path(folder) / SUBSTITUTE_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path} is damaged ({e}); make the set again with python -m tasks.voc.make_set") from None
+    name = manifest.get("dataset") if isinstance(manifest, dict) else None
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) or ".." in name:
+        raise ValueError(
+            f"{path}: its 'dataset' must be a plain name (letters, digits, '.', '_', '-'; no path separator or "
+            f"'..'), not {name!r}; fix it or make the set again with python -m tasks.voc.make_set"
+        )
+    return manifest
 
 
 def read_rgb(path: Path) -> torch.Tensor:

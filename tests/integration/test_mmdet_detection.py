@@ -259,6 +259,45 @@ def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
     assert load_weights(build_detector(load_config(CONFIG)), weights)["iter"] == 4
 
 
+class _RunsCode:
+    """A pickle that, unpickled without weights-only, runs code: it touches a file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return exec, (f"import pathlib; pathlib.Path({self.marker!r}).touch()",)
+
+
+def test_a_checkpoint_a_config_names_never_runs_code_when_training_loads_it(tiny_voc, tmp_path, capsys):
+    """Training keeps torch's weights-only loading: a backbone checkpoint named in a (data-only) config that is a
+    malicious pickle is refused in one line naming the config, and its code never runs."""
+    marker, evil = tmp_path / "ran", tmp_path / "evil.pth"
+    torch.save({"state_dict": {}, "meta": _RunsCode(marker)}, evil)
+    config = tmp_path / "evil_config.py"
+    config.write_text(
+        f"_base_ = [{str(CONFIG)!r}]\n"
+        f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, type='Pretrained', checkpoint={str(evil)!r})))\n"
+    )
+    folders = ["--work-dir", str(tmp_path / "work"), "--out-dir", str(tmp_path / "weights")]
+    argv = ["--config", str(config), "--data-root", str(tiny_voc), *folders, "--train-limit", "2", "--epochs", "1"]
+    assert mmdet_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert not marker.exists(), "the checkpoint's code ran"
+    assert "error: " in err and str(config) in err and "weights-only" in err
+
+
+def test_resuming_allows_the_message_hub_s_statistics_and_no_other_getattr():
+    from mmengine.logging import HistoryBuffer
+
+    from tasks.voc.mmdet.train import _history_statistic
+
+    assert _history_statistic(HistoryBuffer, "mean") is HistoryBuffer.mean
+    for owner, name in [(HistoryBuffer, "__init__"), (HistoryBuffer, "__class__"), (json, "loads")]:
+        with pytest.raises(Exception, match="refused"):
+            _history_statistic(owner, name)
+
+
 @pytest.mark.parametrize("flag", ["--config", "--model", "--models"])
 def test_the_config_is_named_as_every_task_names_its_model(flag):
     from tasks.voc.mmdet.grid import parse_args

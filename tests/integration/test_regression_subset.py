@@ -80,6 +80,15 @@ def test_compare_flags_a_moved_cell_and_a_missing_record(subset, tmp_path):
 
 
 @pytest.mark.parametrize("subset", SUBSETS, ids=_name)
+def test_compare_flags_a_nan_metric(subset, tmp_path):
+    paths = _copy_references(subset, tmp_path)
+    for metric in subset.metrics:  # top-1 and top-5, or mAP
+        _edit(paths[0], lambda r, m=metric: r["metrics"].__setitem__(m, float("nan")))
+    problems = compare_subset(subset, tmp_path)
+    assert len(problems) == len(subset.metrics) and all("nan vs reference" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("subset", SUBSETS, ids=_name)
 def test_compare_flags_another_sparsity_and_a_moved_dense_model(subset, tmp_path):
     paths = _copy_references(subset, tmp_path)
     metric = subset.metrics[-1]

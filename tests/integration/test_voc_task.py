@@ -179,6 +179,27 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
     assert "tasks.voc.train" in err and "--weights" in err
 
 
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "..", "", 7])
+def test_a_dataset_name_that_is_no_plain_name_is_refused_naming_the_file(tmp_path, name, capsys):
+    """The set's own metadata names the folder its records go to: it must not steer them out of --results-dir."""
+    manifest = write_tiny_voc(tmp_path / "set") / "VOCdevkit" / "VOC2007" / "substitute.json"
+    manifest.write_text(json.dumps({"dataset": name}))
+    argv = ["--data-root", str(tmp_path / "set"), "--models", "mb2-ssd-lite", "--image-size", "64"]
+    assert voc.main([*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs" / "deep")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(manifest) in err and "plain name" in err
+    assert not [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".pt") and p != manifest]
+
+
+def test_weights_that_are_no_checkpoint_are_named_in_one_line(tmp_path, tiny_set, capsys):
+    bad = tmp_path / "ssd.pth"
+    bad.write_text("not a checkpoint")
+    argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(bad)]
+    assert voc.main([*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1
+
+
 def test_table5_keeps_substitute_rows_apart():
     from tasks.reporting.paper import read_reference
     from tasks.reporting.tables_voc import table5

@@ -71,7 +71,8 @@ def test_moving_a_committed_number_is_caught():
 
 def test_moving_any_other_stored_number_is_caught():
     """A copy with its top-5 moved by 2 points, or its achieved sparsity edited from 0.90 to 0.88 with the stored
-    `hit_target` flag left true, fails the checks; so does a detection record's per-class AP."""
+    `hit_target` flag left true, fails the checks; so does a NaN top-1, top-5 or sparsity, and a detection
+    record's per-class AP."""
     registered = read_manifest_entries(MANIFEST)
     record = next(r for r in RECORDS if r["_path"] == "cifar/cifar100/resnet32/fcpts-sp90-paper-cpu-seed0.json")
     assert moved_records([record], registered) == [] and reaches_target(record)
@@ -80,6 +81,12 @@ def test_moving_any_other_stored_number_is_caught():
     thinner = {**record, "achieved_sparsity": 0.88, "hit_target": True}
     assert any("achieved_sparsity" in p for p in moved_records([thinner], registered))
     assert not reaches_target(thinner)
+    for key, nan in [
+        (f"metrics.{m}", {**record, "metrics": {**record["metrics"], m: float("nan")}}) for m in ("top1", "top5")
+    ]:
+        assert any(key in p and "not a finite number" in p for p in moved_records([nan], registered)), key
+    nan_sparsity = {**record, "achieved_sparsity": float("nan")}
+    assert any("achieved_sparsity" in p for p in moved_records([nan_sparsity], registered))
     detection = next(r for r in RECORDS if "ap50_per_class" in r["metrics"])
     per_class = dict(detection["metrics"]["ap50_per_class"])
     first = next(iter(per_class))

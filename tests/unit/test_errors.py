@@ -127,3 +127,15 @@ def test_cli_reports_missing_data_and_exits_2(tmp_path, capsys):
 def test_cli_rejects_unknown_method(capsys):
     assert cifar.main(["--model", "resnet20", "--profile", "quick", "--methods", "magic"]) == 2
     assert "unknown method 'magic'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint", b"", b"PK\x03\x04 truncated zip"])
+def test_deploy_names_a_checkpoint_that_is_no_checkpoint_in_one_line(tmp_path, capsys, content):
+    from tasks.deploy.driver import main
+
+    bad = tmp_path / "sparse.pt"
+    bad.write_bytes(content)
+    argv = ["--checkpoint", str(bad), "--model", "resnet20", "--out-dir", str(tmp_path / "out")]
+    assert main([*argv, "--data-root", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1

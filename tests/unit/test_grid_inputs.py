@@ -110,6 +110,15 @@ def test_a_damaged_dense_metrics_cache_is_named_and_force_rebuilds_it(tmp_path):
     assert json.loads(cache.read_text())["metrics"]["top1"] == 50.0
 
 
+def test_a_nan_in_the_dense_metrics_cache_is_refused_naming_it(tmp_path):
+    run_grid(grid(tmp_path), ["uniform"], [0.5], log=lambda _: None)
+    (cache,) = (tmp_path / "runs/.checkpoints").rglob("dense-*.json")
+    cache.write_text(cache.read_text().replace('"top1": 50.0', '"top1": NaN'))
+    with pytest.raises(ValueError, match=re.escape(str(cache)) + ".*top1: not a finite number"):
+        run_grid(grid(tmp_path), ["uniform"], [0.6], log=lambda _: None)
+    assert not list((tmp_path / "runs").rglob("uniform-sp60*.json"))
+
+
 def test_a_damaged_submission_manifest_is_named_and_force_discards_it(tmp_path, capsys):
     folder = tmp_path / ".jobs/t/d/m/tiny-seed0"
     submission.write_cells(folder, {"task": "t"}, {"r": {"record": "r", "cell": "c", "command": None, "job_id": None}})

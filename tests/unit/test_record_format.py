@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fcpts.core.io import write_json_atomic
-from tasks.grid.record_format import record_text, rewrite_compact, side_files, write_record
+from tasks.grid.record_format import DamagedSideFile, record_text, rewrite_compact, side_files, write_record
 from tasks.grid.records import environment, read_record
 
 
@@ -97,8 +97,42 @@ def test_an_edited_or_missing_detail_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match=detail.name):
         read_record(path)
     detail.unlink()
-    with pytest.raises(FileNotFoundError, match=detail.name):
+    with pytest.raises(DamagedSideFile, match=detail.name):
         read_record(path)
+
+
+@pytest.mark.parametrize("kind", ["detail", "lists"])
+@pytest.mark.parametrize("damage", ["", '{"per_layer": [', "\xff"])
+def test_a_truncated_or_empty_side_file_is_an_error_naming_it_and_the_fix(tmp_path, kind, damage):
+    path = tmp_path / "r.json"
+    write_record(path, record())
+    (side,) = tmp_path.glob(f"*.{kind}")
+    side.write_bytes(damage.encode("latin-1"))
+    with pytest.raises(DamagedSideFile, match=rf"{side.name}.*--force.*restore") as error:
+        read_record(path)
+    assert isinstance(error.value, ValueError)  # a task's command prints it as its one-line error
+
+
+def test_a_command_reading_a_record_whose_side_file_is_gone_fails_in_one_line(tmp_path, capsys):
+    from tasks.grid.cli import run_main
+
+    path = tmp_path / "r.json"
+    write_record(path, record())
+    next(tmp_path.glob("*.detail")).unlink()
+    assert run_main(lambda: bool(read_record(path))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and ".detail is missing" in err and "--force" in err
+
+
+@pytest.mark.parametrize("kind", ["detail", "lists"])
+def test_rewriting_a_record_replaces_its_damaged_side_file_of_the_same_name(tmp_path, kind):
+    """A --force re-run whose detail (or lists) hash as before must not trust the damaged file for its name."""
+    path = tmp_path / "r.json"
+    write_record(path, record())
+    (side,) = tmp_path.glob(f"*.{kind}")
+    side.write_text(side.read_text()[:40])
+    write_record(path, record())
+    assert read_record(path) == record()
 
 
 def test_rewriting_a_folder_compactly_keeps_every_record_whole(tmp_path):
@@ -130,7 +164,7 @@ def test_a_missing_or_edited_side_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match=side.name):
         read_record(path)
     side.unlink()
-    with pytest.raises(FileNotFoundError, match=side.name):
+    with pytest.raises(DamagedSideFile, match=side.name):
         read_record(path)
 
 

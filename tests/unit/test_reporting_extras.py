@@ -271,3 +271,18 @@ def test_the_bridge_figure_without_its_checkpoint_or_record_leaves_the_committed
     figures.write_figures(tmp_path / "no-runs", tmp_path, skipped=said.append)
     assert (tmp_path / "fig3_bridge.png").read_bytes() == b"committed"
     assert len(said) == 1 and "fig3_bridge.png" in said[0] and "checkpoint" in said[0]
+
+
+def test_the_tables_command_names_a_damaged_side_file_in_one_line(monkeypatch, tmp_path, capsys):
+    from tasks.grid.record_format import write_record
+    from tasks.reporting import paper
+
+    write_record(tmp_path / "r.json", {**cifar("fcpts", 0.9, 90.0), "per_layer": [{"name": "c", "numel": 9}]})
+    (detail,) = tmp_path.glob("*.detail")
+    detail.write_text("")
+    monkeypatch.setattr(paper, "write_tables", lambda: paper.all_records(tmp_path))
+    from tasks.reporting.__main__ import parser, run
+
+    code = run(parser().parse_args(["tables"]))
+    err = capsys.readouterr().err
+    assert code == 2 and detail.name in err and "--force" in err

@@ -1,6 +1,7 @@
 """The grid runner: the dense evaluation is done once per grid identity, not per invocation; its console tables."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -98,3 +99,21 @@ def test_the_manifest_registers_every_stored_number_and_keeps_registered_ones(tm
     assert read_manifest_entries(manifest)[rel]["metrics.top5"] == numbers["metrics.top5"]
     update_manifest(runs, manifest, refresh=(rel,))
     assert read_manifest_entries(manifest)[rel]["metrics.top5"] == 2.0
+
+
+@pytest.mark.parametrize("key", ["top1", "top5", "achieved_sparsity"])
+def test_a_nan_number_is_never_registered_nor_passes_as_the_registered_one(tmp_path, key):
+    from tasks.grid.records import moved_records, read_manifest_entries, update_manifest
+
+    runs = tmp_path / "runs"
+    run_grid(_grid(tmp_path, [], "a"), ["uniform"], [0.5], log=lambda _: None)
+    manifest = tmp_path / "MANIFEST.txt"
+    (rel,) = update_manifest(runs, manifest)
+    record_file = runs / rel
+    record = json.loads(record_file.read_text())
+    (record if key == "achieved_sparsity" else record["metrics"])[key] = float("nan")
+    record_file.write_text(json.dumps(record))
+    problems = moved_records([{**record, "_path": rel}], read_manifest_entries(manifest))
+    assert any(rel in p and key in p and "not a finite number" in p for p in problems), problems
+    with pytest.raises(ValueError, match=re.escape(rel) + f".*{key}.*not a finite number"):
+        update_manifest(runs, manifest, refresh=(rel,))

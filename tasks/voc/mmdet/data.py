@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from tasks.grid.data import DataNotFoundError
-from tasks.voc.data import SUBSTITUTE_MANIFEST, read_class_names, voc2007_dir
+from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
 
 ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
 
@@ -105,9 +105,7 @@ def find_layout(data_root: Path) -> Layout:
         classes = tuple(c["name"] for c in sorted(categories["categories"], key=lambda c: c["id"]))
         return Layout("coco", data_root, classes, train[0], held_out[0])
     folder = voc2007_dir(data_root)
-    manifest_path = folder / SUBSTITUTE_MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
-    return Layout("voc", folder, read_class_names(folder)[1:], "trainval", "test", manifest)
+    return Layout("voc", folder, read_class_names(folder)[1:], "trainval", "test", read_substitute_manifest(folder))
 
 
 def point_at(dataset_cfg: dict, layout: Layout, split: str, limit: int | None = None) -> dict:

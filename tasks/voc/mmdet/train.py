@@ -18,11 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 import time
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
+import torch
+
+try:
+    from numpy._core import multiarray as np_multiarray  # numpy 2
+except ImportError:  # numpy 1.26
+    from numpy.core import multiarray as np_multiarray
 
 if __name__ == "__main__":  # as a command: say what is missing instead of an import traceback
     from tasks.voc.mmdet import exit_if_missing
@@ -30,6 +38,7 @@ if __name__ == "__main__":  # as a command: say what is missing instead of an im
     exit_if_missing()
 
 from mmengine.hooks import Hook  # noqa: E402
+from mmengine.logging import HistoryBuffer  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
 from fcpts.core.io import save_torch_atomic, write_json_atomic
@@ -69,22 +78,30 @@ def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int 
     return cfg
 
 
+def _history_statistic(owner, name: str):
+    """`getattr` as a pickled HistoryBuffer needs it (HistoryBuffer.min, .max, .mean, .current: its statistics
+    methods), and for nothing else: any other use of getattr in a checkpoint is refused."""
+    if owner is HistoryBuffer and name in {"min", "max", "mean", "current", *HistoryBuffer._statistics_methods}:
+        return getattr(HistoryBuffer, name)
+    raise pickle.UnpicklingError(f"a checkpoint asks for getattr({owner!r}, {name!r}); refused (weights-only)")
+
+
 @contextmanager
-def own_checkpoints_unpickled():
-    """Resuming reads the Runner's own checkpoints from its work folder, which pickle its message hub (torch's
-    default weights-only loading refuses them); mmengine's loader passes no `weights_only`, so torch's switch
-    for that is set while training runs, and only then."""
-    before = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
-    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Environment variable TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
-            yield
-    finally:
-        if before is None:
-            del os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"]
-        else:
-            os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = before
+def runner_checkpoints_weights_only():
+    """Resuming reads the Runner's own checkpoints, which pickle its message hub (HistoryBuffers of numpy arrays):
+    those few globals are allowed while training runs, and torch keeps loading weights-only, so a checkpoint a
+    config names (a backbone's `init_cfg`) can never run code when it is loaded."""
+    allowed = [
+        HistoryBuffer,
+        np.ndarray,
+        np.dtype,
+        *{type(np.dtype(code)) for code in np.typecodes["AllFloat"] + np.typecodes["AllInteger"] + "?"},
+        np_multiarray._reconstruct,
+        np_multiarray.scalar,
+        (_history_statistic, "builtins.getattr"),
+    ]
+    with torch.serialization.safe_globals(allowed):
+        yield
 
 
 class SessionTimer(Hook):
@@ -153,8 +170,15 @@ def main(argv=None) -> int:
         allow_ssd_predict(runner.model)  # validation and test predict with it
         timer = SessionTimer(work_dir / SESSIONS)
         runner.register_hook(timer, priority="VERY_LOW")
-        with own_checkpoints_unpickled():
-            runner.train()
+        try:
+            with runner_checkpoints_weights_only():
+                runner.train()
+        except pickle.UnpicklingError as e:
+            why = str(e).strip().splitlines()[0]
+            raise ValueError(
+                f"a checkpoint {args.config} names (init_cfg, load_from) or one in {work_dir} holds more than weights, "
+                f"so it is refused (torch loads checkpoints weights-only: {why}); use a state-dict checkpoint"
+            ) from None
         test = dict(runner.test())
         weights = Path(args.results_dir) / dataset / f"{model}.pth"
         meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,

@@ -252,11 +252,10 @@ def init_ssd(model: nn.Module) -> None:
 def load_ssd_weights(model: SSD, path: str | Path) -> dict:
     """Load a pytorch-ssd checkpoint (a plain state dict; also {"state_dict": ...} or "module."-prefixed
     keys). Strict: a wrong architecture or class count is an error that names the keys."""
+    from tasks.grid.weights import read_state_dict  # a file that is no checkpoint: an error naming it
+
     path = Path(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    state = {k.removeprefix("module."): v for k, v in state.items()}
+    state, _ = read_state_dict(path)
     own = model.state_dict()
     missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
     unexpected = [k for k in state if k not in own]
