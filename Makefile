@@ -30,9 +30,10 @@ run: setup
 	$(PY) -m tasks.cifar --dataset cifar10 --model resnet56 --methods fcpts --sparsity 0.9 --profile fast \
 	  --results-dir results/local/runs $(FORCE)
 
-# Lint, types, then every test (unit, integration on real data, results checks).
+# Lint, types, then every test (unit, integration on real data, results checks), on every core: one pytest-xdist
+# worker a core, each test file whole in one worker (its module fixtures made once), one torch thread a worker.
 test: setup lint
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile
 
 lint: setup
 	$(PY) -m ruff check fcpts baselines tasks benchmarks tests
