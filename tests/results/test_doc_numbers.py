@@ -3,7 +3,7 @@
 Every number a user reads is generated from a committed record or benchmark output; these tests check the
 quoted tables and blocks that are easy to check mechanically (the README's generated blocks:
 tests/results/test_readme.py): docs/tasks.md's `make run` sentence, the drops-vs-paper table of the results
-notebook, the ablation tables (`python -m benchmarks.accuracy.ablation --summarize` and `--summarize-seeds`), the
+notebook, the ablation tables (`tasks.reporting.ablations`), the
 runtime table of docs/notebook/runtimes.md (Table 7's raw data), the EfficientNet-Lite0 table of
 docs/notebook/results.md,
 and every fenced block that quotes a file under results/benchmarks/ (each of its lines must be in that file, verbatim).
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.accuracy.ablation import summarize, summarize_seeds
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.record_options import earlier_defaults, effective_options
 from tasks.grid.records import all_records, preferred_records, read_record
+from tasks.reporting.ablations import summarize, summarize_seeds
 from tests.results.git_history import _needs_history, record_at, text_at
 
 README = REPO_ROOT / "README.md"
