@@ -42,21 +42,23 @@ def keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict:
     return allocation.global_keep_masks(allocation.global_magnitude_scores(layers), target)
 
 
-def magnitude(model: nn.Module, calibration, target: float, opts: MagnitudeOptions) -> tuple[nn.Module, SparsityReport]:
+def magnitude(
+    model: nn.Module, calibration, target: float, options: MagnitudeOptions
+) -> tuple[nn.Module, SparsityReport]:
     """Keep the largest weights under the allocation; `calibration` is not used."""
     t0 = time.perf_counter()
-    target, _, layers, _ = open_run(model, None, target, opts)  # the masks are made where the weights are
-    apply_keep_masks(layers, keep_masks(layers, target, opts.allocation))
+    target, _, layers, _ = open_run(model, None, target, options)  # the masks are made where the weights are
+    apply_keep_masks(layers, keep_masks(layers, target, options.allocation))
     model.eval()
-    achieved, per_layer = sparsity_summary(model, opts.exclude, opts.filter_fn)
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     return model, SparsityReport(
-        opts.allocation,
+        options.allocation,
         target,
         achieved,
         per_layer,
         wall_s=time.perf_counter() - t0,
-        seed=opts.seed,
-        options=opts.to_dict(),
+        seed=options.seed,
+        options=options.to_dict(),
     )
 
 
@@ -71,13 +73,13 @@ class MagnitudeBNOptions(MagnitudeOptions):
 
 
 def magnitude_bn(
-    model: nn.Module, calibration, target: float, opts: MagnitudeBNOptions
+    model: nn.Module, calibration, target: float, options: MagnitudeBNOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """Magnitude masks, then BN running statistics re-estimated over the calibration images (sparse weights)."""
-    calib = Calibration(calibration, opts.bn_batch_size, opts.seed)
+    calib = Calibration(calibration, options.bn_batch_size, options.seed)
     t0 = time.perf_counter()
-    model, report = magnitude(model, calibration, target, opts)
-    recalibrate_bn(model, calib, opts.place(model), opts.bn_batch_size)
+    model, report = magnitude(model, calibration, target, options)
+    recalibrate_bn(model, calib, options.place(model), options.bn_batch_size)
     model.eval()
     report.method, report.wall_s, report.calibration_indices = "magnitude-bn", time.perf_counter() - t0, calib.indices
     return model, report

@@ -338,48 +338,53 @@ def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> d
 
 
 def error_counts(
-    model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, cfg: OBSOptions
+    model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, options: OBSOptions
 ) -> tuple[dict[str, int], dict[str, list]]:
     """The "error" allocation: each layer pruned alone on the dense model's Hessians at every level."""
     obs = {n: LayerOBS(m) for n, m in layers.items()}
-    collect_hessians(model, obs, calib, cfg.batch_size, cfg.progress)
-    levels = sorted(set(cfg.levels) | {target})
+    collect_hessians(model, obs, calib, options.batch_size, options.progress)
+    levels = sorted(set(options.levels) | {target})
     curves = {}
-    bar = tqdm(list(obs), disable=not cfg.progress, desc="obs error curves", unit="layer", leave=False)
+    bar = tqdm(list(obs), disable=not options.progress, desc="obs error curves", unit="layer", leave=False)
     for n in bar:
         bar.set_postfix(layer=n)
         counts = [round(s * layers[n].weight.numel()) for s in levels]
-        curves[n] = [(0, 0.0), *zip(counts, obs.pop(n).error_curve(counts, cfg.block_size, cfg.percdamp))]
+        curves[n] = [(0, 0.0), *zip(counts, obs.pop(n).error_curve(counts, options.block_size, options.percdamp))]
     return hull_allocation(curves, round(target * sum(m.weight.numel() for m in layers.values()))), curves
 
 
-def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[nn.Module, SparsityReport]:
+def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
-    target, device, layers, calib = open_run(model, calibration, target, cfg)
+    target, device, layers, calib = open_run(model, calibration, target, options)
     order = forward_order(model, layers, calib.take([0]).to(device), "obs")
     model.eval()
     layers = {n: layers[n] for n in order}
     total = round(target * sum(m.weight.numel() for m in layers.values()))
     curves = None
-    if cfg.allocation == "error":
-        counts, curves = error_counts(model, layers, calib, target, cfg)
+    if options.allocation == "error":
+        counts, curves = error_counts(model, layers, calib, target, options)
     else:
-        counts = magnitude_counts(layers, target, cfg.allocation)
+        counts = magnitude_counts(layers, target, options.allocation)
     allocation_s = time.perf_counter() - t0
 
-    nets = [model] + ([copy.deepcopy(model)] if cfg.dense_targets else [])
+    nets = [model] + ([copy.deepcopy(model)] if options.dense_targets else [])
     inputs = LayerInputs(
         nets,
-        lambda b: calibration_batch(calib, cfg.batch_size, b, device),
-        calibration_batches(calib, cfg.batch_size),
-        reuse=cfg.reuse_inputs,
-        max_bytes=cfg.cache_bytes,
+        lambda b: calibration_batch(calib, options.batch_size, b, device),
+        calibration_batches(calib, options.batch_size),
+        reuse=options.reuse_inputs,
+        max_bytes=options.cache_bytes,
         # sized by the first batch, which holds min(batch_size, images) images
-        planned_batches=None if cfg.choose_for is None else cfg.choose_for["images"] / min(cfg.batch_size, len(calib)),
+        planned_batches=None
+        if options.choose_for is None
+        else options.choose_for["images"] / min(options.batch_size, len(calib)),
     )
     log, planned, actual = {}, 0, 0
     bar = tqdm(
-        total=len(layers), disable=not cfg.progress, desc=f"obs-{cfg.allocation} {target:.2f} pruning", unit="layer"
+        total=len(layers),
+        disable=not options.progress,
+        desc=f"obs-{options.allocation} {target:.2f} pruning",
+        unit="layer",
     )
     for n, layer in layers.items():
         bar.set_postfix(layer=n)
@@ -390,7 +395,7 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         hessian_s = time.perf_counter() - tic
         planned += counts[n]
         count = min(max(planned - actual, 0), layer.weight.numel())  # this layer's count plus any carry
-        w, info = o.prune(count, cfg.block_size, cfg.percdamp)
+        w, info = o.prune(count, options.block_size, options.percdamp)
         with torch.no_grad():
             layer.weight.copy_(w.to(layer.weight.dtype))
         actual += int((layer.weight == 0).sum())
@@ -408,10 +413,10 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
             f"OBS ended with {actual} zeros instead of {total}: the last layer could not absorb "
             "the zeros earlier layers ended with"
         )
-    if cfg.bn_recalibration:
-        recalibrate_bn(model, calib, device, cfg.batch_size)
+    if options.bn_recalibration:
+        recalibrate_bn(model, calib, device, options.batch_size)
         model.eval()
-    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     for row in per_layer:
         row.update(log[row["name"]])
     return model, SparsityReport(
@@ -420,9 +425,9 @@ def obs(model: nn.Module, calibration, target: float, cfg: OBSOptions) -> tuple[
         achieved_sparsity=achieved,
         per_layer=per_layer,
         wall_s=time.perf_counter() - t0,
-        seed=cfg.seed,
+        seed=options.seed,
         calibration_indices=calib.indices,
-        options=cfg.to_dict(),
+        options=options.to_dict(),
         extra={"allocation_s": round(allocation_s, 3), "layer_order": order, "error_curves": curves},
     )
 

@@ -264,26 +264,26 @@ def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -
 
 
 def takes_gram(
-    layer: nn.Module, sample: torch.Tensor, n_images: int, cfg: POTOptions, unit_size: int, recomputed: bool
+    layer: nn.Module, sample: torch.Tensor, n_images: int, options: POTOptions, unit_size: int, recomputed: bool
 ) -> bool:
     """Whether the layer's objective is its Gram statistics: where the whole reconstruction is estimated cheaper with
     them and they fit in cache_bytes (on top of the cached inputs). Recomputed inputs take the statistics whenever
     they fit: a forward objective would recompute a batch's inputs for every step. The estimate counts a Gram step's
     work as the gradient takes it (`gram_gradient`)."""
-    if not (cfg.gram and gram_candidate(layer)):
+    if not (options.gram and gram_candidate(layer)):
         return False
-    n_images, iterations = cfg.sizes_for_choices(n_images)
-    batch = min(cfg.batch_size, n_images)
-    plan = gram_plan(layer, sample, n_images, iterations, batch, unit_size, cfg.gram_gradient)
-    return (recomputed or plan["gram_s"] < plan["forward_s"]) and plan["bytes"] <= cfg.cache_bytes
+    n_images, iterations = options.sizes_for_choices(n_images)
+    batch = min(options.batch_size, n_images)
+    plan = gram_plan(layer, sample, n_images, iterations, batch, unit_size, options.gram_gradient)
+    return (recomputed or plan["gram_s"] < plan["forward_s"]) and plan["bytes"] <= options.cache_bytes
 
 
 def layer_objective(
-    layer: nn.Module, inputs: torch.Tensor | RecomputedInputs, cfg: POTOptions, units: torch.Tensor | None = None
+    layer: nn.Module, inputs: torch.Tensor | RecomputedInputs, options: POTOptions, units: torch.Tensor | None = None
 ) -> ForwardObjective | GramObjective:
     """Gram statistics where `takes_gram` says so (and the layer is linear in its weight), else the layer's forward."""
     unit_size = 1 if units is None else units.shape[1]
-    if takes_gram(layer, inputs[:1], len(inputs), cfg, unit_size, isinstance(inputs, RecomputedInputs)):
+    if takes_gram(layer, inputs[:1], len(inputs), options, unit_size, isinstance(inputs, RecomputedInputs)):
         try:
             return GramObjective(layer, inputs, units)
         except NotLinearInWeights:
@@ -291,15 +291,15 @@ def layer_objective(
     return ForwardObjective(layer, inputs, units)
 
 
-def input_groups(bytes_per_image: list[int], n_images: int, cfg: POTOptions) -> list[tuple[int, int, bool]]:
+def input_groups(bytes_per_image: list[int], n_images: int, options: POTOptions) -> list[tuple[int, int, bool]]:
     """(start, end, recomputed) of consecutive layers whose dense inputs over all images fit in cache_bytes together
     (collected by one forward and cached); a layer whose inputs alone exceed it is a group of its own, recomputed
     wherever they are read (`RecomputedInputs`). At the sizes choices are made for (`choose_for`)."""
-    planned = cfg.sizes_for_choices(n_images)[0]
+    planned = options.sizes_for_choices(n_images)[0]
     groups, start = [], 0
     while start < len(bytes_per_image):
         end, used = start, 0
-        while end < len(bytes_per_image) and used + bytes_per_image[end] * planned <= cfg.cache_bytes:
+        while end < len(bytes_per_image) and used + bytes_per_image[end] * planned <= options.cache_bytes:
             used += bytes_per_image[end] * planned
             end += 1
         groups.append((start, max(end, start + 1), end == start))
@@ -335,7 +335,7 @@ def prepare_layer(
     layer: nn.Module,
     keep: torch.Tensor,
     inputs: torch.Tensor | RecomputedInputs,
-    cfg: POTOptions,
+    options: POTOptions,
     units: torch.Tensor | None,
     sparse_inputs: torch.Tensor | RecomputedInputs | None = None,
 ) -> LayerProblem:
@@ -348,7 +348,7 @@ def prepare_layer(
     b_dense = torch.zeros_like(layer.bias) if dense_layer.bias is None else dense_layer.bias.detach()
     objective: ForwardObjective | GramObjective | TargetObjective
     if sparse_inputs is None:
-        objective = layer_objective(layer, inputs, cfg, units)
+        objective = layer_objective(layer, inputs, options, units)
         bias_objective = objective
     else:
         bias_objective = ForwardObjective(layer, inputs, units)
@@ -367,15 +367,15 @@ def prepare_layer(
     log: dict = {
         "error_masked": relative_error(objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy)
     }
-    if cfg.bias_correction:
+    if options.bias_correction:
         with torch.no_grad():
             layer.bias.add_(bias_objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
     del bias_objective
     log["error_bias_corrected"] = relative_error(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
     )
-    per_step = 1 if units is not None else min(cfg.batch_size, len(objective))
-    draws = layer_draws(cfg.seed, name, cfg.iterations, len(objective), per_step).to(w_dense.device)
+    per_step = 1 if units is not None else min(options.batch_size, len(objective))
+    draws = layer_draws(options.seed, name, options.iterations, len(objective), per_step).to(w_dense.device)
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
     keep_f = keep.to(layer.weight.dtype)
@@ -440,20 +440,20 @@ def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every:
     return runner.how
 
 
-def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) -> None:
+def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 50) -> None:
     """Adam on each layer's own loss with its mask held fixed, the group's layers stacked into one tensor
     (Adam is elementwise and the losses independent: each layer follows its sequential trajectory). A layer
     stops after the step whose loss is below early_stop_loss (msbench); its weights are then held while
     the others go on. The host learns the losses only every `check_every` steps. On a GPU the steps are
-    replayed from a CUDA graph (`run_steps`) where `cfg.cuda_graphs` and the group allow it."""
+    replayed from a CUDA graph (`run_steps`) where `options.cuda_graphs` and the group allow it."""
     tic = time.perf_counter()
-    losses_and_gradients = group_gradients(group, cfg.gram_gradient)
+    losses_and_gradients = group_gradients(group, options.gram_gradient)
     weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
     bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
-    graphs = cfg.cuda_graphs and graph_capturable(group) and cfg.iterations > step_graph.WARMUP
-    params = [{"params": [weight], "lr": cfg.lr_weight}, {"params": [bias], "lr": cfg.lr_bias}]
+    graphs = options.cuda_graphs and graph_capturable(group) and options.iterations > step_graph.WARMUP
+    params = [{"params": [weight], "lr": options.lr_weight}, {"params": [bias], "lr": options.lr_bias}]
     opt = torch.optim.Adam(params, capturable=graphs)  # capturable: Adam's step count stays on the device
     active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
     steps = torch.zeros(len(group), dtype=torch.long, device=weight.device)
@@ -472,7 +472,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
             bias.copy_(torch.where(active.view(-1, 1), bias, before[1]))
             last.copy_(torch.where(active, losses, last))
             steps.add_(active)
-            active.logical_and_(losses >= cfg.early_stop_loss)
+            active.logical_and_(losses >= options.early_stop_loss)
 
     # A graph is captured on the current device: the weights' device, for the time of the steps.
     with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():
@@ -486,7 +486,7 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
             p.log.update(
                 iterations=int(steps[i]),
                 final_loss=final,
-                early_stopped=final < cfg.early_stop_loss,
+                early_stopped=final < options.early_stop_loss,
                 error_reconstructed=relative_error(
                     p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
                 ),
@@ -498,30 +498,36 @@ def optimise(group: list[LayerProblem], cfg: POTOptions, check_every: int = 50) 
                 p.log[k] = None if p.log[k] is None else round(p.log[k], 6)
 
 
-def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[nn.Module, SparsityReport]:
+def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tuple[nn.Module, SparsityReport]:
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
-    target, device, chosen, calib = open_run(model, calibration, target, cfg)
-    forward_order(model, chosen, calib.take([0]).to(device), f"pot-{cfg.allocation}")  # every layer reached
-    checkpoint = run_checkpoint(cfg, run_identity(target, cfg, calib, model), f"pot-{cfg.allocation} {target:.2%}")
+    target, device, chosen, calib = open_run(model, calibration, target, options)
+    forward_order(model, chosen, calib.take([0]).to(device), f"pot-{options.allocation}")  # every layer reached
+    checkpoint = run_checkpoint(
+        options, run_identity(target, options, calib, model), f"pot-{options.allocation} {target:.2%}"
+    )
     model.eval()
     try:
-        folded = fold_batchnorm(model) if cfg.fold_bn else []
+        folded = fold_batchnorm(model) if options.fold_bn else []
     except ValueError as e:  # an untraceable model: say how to run POT on it anyway
         raise ValueError(f"{e}; or run POT without folding (fold_bn=False: msbench folds)") from e
     model.requires_grad_(False)
-    layers = cfg.layers(model)
+    layers = options.layers(model)
     dense = copy.deepcopy(model)
     dense_layers = {n: dict(dense.named_modules())[n] for n in layers}
-    masks = pot_masks(layers, target, cfg.allocation)
+    masks = pot_masks(layers, target, options.allocation)
     with torch.no_grad():
         for n, m in layers.items():
-            m.weight.copy_(correct_weight(m.weight, masks[n]) if cfg.weight_correction else m.weight * masks[n])
+            m.weight.copy_(correct_weight(m.weight, masks[n]) if options.weight_correction else m.weight * masks[n])
 
     images = calib.take(list(range(len(calib))))  # on the host, each forward's chunk sent to the device
     if device.type == "cuda":
         images = images.pin_memory()
-    units = fixed_batches(len(images), cfg.batch_size, cfg.seed).to(device) if cfg.sampling == "batches" else None
+    units = (
+        fixed_batches(len(images), options.batch_size, options.seed).to(device)
+        if options.sampling == "batches"
+        else None
+    )
     per_layer_log: dict[str, dict] = {}
     elapsed_before = 0.0
     state = checkpoint.load()
@@ -533,15 +539,15 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
     bar = tqdm(
         total=len(layers),
         initial=len(per_layer_log),
-        disable=not cfg.progress,
-        desc=f"pot-{cfg.allocation} {target:.2f}",
+        disable=not options.progress,
+        desc=f"pot-{options.allocation} {target:.2f}",
         dynamic_ncols=True,
     )
     pending: list[LayerProblem] = []
 
     def reconstruct_pending() -> None:
-        for group in stacked_groups(pending, cfg.concurrent and cfg.inputs == "dense"):
-            optimise(group, cfg)
+        for group in stacked_groups(pending, options.concurrent and options.inputs == "dense"):
+            optimise(group, options)
             for p in group:
                 per_layer_log[p.name] = p.log
             checkpoint.save(
@@ -557,8 +563,8 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         pending.clear()
 
     collect_s = 0.0
-    planned_images = cfg.sizes_for_choices(len(images))[0]
-    for start, end, recomputed in input_groups([per_image[n] for n in names], len(images), cfg):
+    planned_images = options.sizes_for_choices(len(images))[0]
+    for start, end, recomputed in input_groups([per_image[n] for n in names], len(images), options):
         tic = time.perf_counter()
         inputs: dict[str, torch.Tensor | RecomputedInputs]
         if recomputed:
@@ -568,37 +574,39 @@ def pot(model: nn.Module, calibration, target: float, cfg: POTOptions) -> tuple[
         collect_s += time.perf_counter() - tic
         for n in names[start:end]:
             sparse_inputs: torch.Tensor | RecomputedInputs | None = None
-            if cfg.inputs == "sparse":
+            if options.inputs == "sparse":
                 sparse_inputs = (
                     RecomputedInputs(model, n, images) if recomputed else collect_inputs(model, [n], images)[n]
                 )
             pending.append(
-                prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), cfg, units, sparse_inputs)
+                prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), options, units, sparse_inputs)
             )
             del sparse_inputs
             statistics = sum(p.objective.grams.numel() * 4 for p in pending if isinstance(p.objective, GramObjective))
-            over = statistics * planned_images > cfg.cache_bytes * len(images)  # at the size choices are made for
+            over = statistics * planned_images > options.cache_bytes * len(images)  # at the size choices are made for
             if not isinstance(pending[-1].objective, GramObjective) or over:
                 reconstruct_pending()  # a forward objective holds its inputs; sparse inputs need the layers before
     reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)
-    chunk = max(1, min(128, int(cfg.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images)))))
+    chunk = max(
+        1, min(128, int(options.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images))))
+    )
     for n, e in network_errors(dense, model, list(layers), images, chunk).items():
         per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
     model.requires_grad_(True)
-    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     for row in per_layer:
         row.update(per_layer_log[row["name"]])
     return model, SparsityReport(
-        method=f"pot-{cfg.allocation}",
+        method=f"pot-{options.allocation}",
         target_sparsity=target,
         achieved_sparsity=achieved,
         per_layer=per_layer,
         wall_s=elapsed_before + time.perf_counter() - t0,
-        seed=cfg.seed,
+        seed=options.seed,
         calibration_indices=calib.indices,
-        options=cfg.to_dict(),
+        options=options.to_dict(),
         extra={
             "folded_bn": [list(p) for p in folded],
             "resumed_layers": len(layers) - len(names),

@@ -139,11 +139,11 @@ def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tenso
 
 
 def probmask_sparsify(
-    model: nn.Module, calibration, target: float, cfg: ProbMaskOptions
+    model: nn.Module, calibration, target: float, options: ProbMaskOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
-    target, device, layers, calib = open_run(model, calibration, target, cfg)
-    final_scores, loop = train_scores(model, layers, calib, target, device, cfg)
+    target, device, layers, calib = open_run(model, calibration, target, options)
+    final_scores, loop = train_scores(model, layers, calib, target, device, options)
     apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
     model.eval()
     n_scores = sum(s.numel() for s in final_scores.values())
@@ -151,17 +151,17 @@ def probmask_sparsify(
     # Scores still far from 0 and 1 mean the masks never settled: the export then ranks near-equal scores.
     undecided = sum(int(((s > 0.05) & (s < 0.95)).sum()) for s in final_scores.values()) / n_scores
     extra = {"kept_fraction_by_s_gt_half": hard, "scores_undecided_fraction": undecided}
-    return model, loop_report("probmask", target, model, cfg, calib, loop, extra)
+    return model, loop_report("probmask", target, model, options, calib, loop, extra)
 
 
 def train_scores(
-    model: nn.Module, layers: dict[str, nn.Module], calib, target: float, device, cfg: ProbMaskOptions
+    model: nn.Module, layers: dict[str, nn.Module], calib, target: float, device, options: ProbMaskOptions
 ) -> tuple[dict[str, torch.Tensor], LoopResult]:
     """Weights and scores trained together; returns each layer's final scores, with the layers plain again.
     Its own function so that the training state (the teacher, the optimisers' moments: four weight-sized
     copies, 5 GB on ViT-L) is gone before the export ranks every score."""
-    identity = run_identity(target, cfg, calib, model)
-    teacher = frozen_teacher(model, cfg.teacher_mode)
+    identity = run_identity(target, options, calib, model)
+    teacher = frozen_teacher(model, options.teacher_mode)
     noise = torch.Generator(device=device)
     params = {}
     for name, module in layers.items():
@@ -170,35 +170,39 @@ def train_scores(
             parametrize.register_parametrization(user, "weight", params[name])
     scores = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
-    lr = cfg.resolved_lr(calib.batch_size)
+    lr = options.resolved_lr(calib.batch_size)
     sgd = torch.optim.SGD(
-        [p for p in model.parameters() if id(p) not in ids], lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        [p for p in model.parameters() if id(p) not in ids],
+        lr=lr,
+        momentum=options.momentum,
+        weight_decay=options.weight_decay,
     )
-    adam = torch.optim.Adam(scores, lr=cfg.score_lr)
+    adam = torch.optim.Adam(scores, lr=options.score_lr)
     factor = warmup_cosine(
-        cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch, cfg.iterations
+        options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch,
+        options.iterations,
     )
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
 
     def before(step: int) -> None:
-        noise.manual_seed(noise_seed(cfg.seed, step))
-        inv_t = cfg.t_start * (cfg.t_end / cfg.t_start) ** (step / max(1, cfg.iterations - 1))
+        noise.manual_seed(noise_seed(options.seed, step))
+        inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, options.iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t
 
-    project_scores = PROJECTIONS[cfg.projection]
+    project_scores = PROJECTIONS[options.projection]
 
     def after(step: int) -> None:
-        project_scores(scores, kept_fraction(step, cfg.iterations, target, cfg.schedule_fraction))
+        project_scores(scores, kept_fraction(step, options.iterations, target, options.schedule_fraction))
 
-    checkpoint = run_checkpoint(cfg, identity, f"probmask {target:.2%}")
+    checkpoint = run_checkpoint(options, identity, f"probmask {target:.2%}")
     loop = train_loop(
         model,
         teacher,
         batches_of(calib, device),
-        cfg,
+        options,
         scheds,
-        kl_loss(cfg.temperature),
+        kl_loss(options.temperature),
         checkpoint,
         desc=f"probmask {target:.2f}",
         before_step=before,

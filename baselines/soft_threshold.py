@@ -76,38 +76,38 @@ class SoftThreshold(nn.Module):
 
 
 def _trial(
-    dense: nn.Module, calib: Calibration, decay: float, cfg: STROptions, device, identity: dict, ckpt: str | None
+    dense: nn.Module, calib: Calibration, decay: float, options: STROptions, device, identity: dict, ckpt: str | None
 ):
     model = copy.deepcopy(dense)
-    teacher = frozen_teacher(dense, cfg.teacher_mode)
-    layers = cfg.layers(model)
+    teacher = frozen_teacher(dense, options.teacher_mode)
+    layers = options.layers(model)
     scores = []
     for name, module in layers.items():
-        p = SoftThreshold(cfg.s_init).to(device)
+        p = SoftThreshold(options.s_init).to(device)
         for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold
             parametrize.register_parametrization(user, "weight", p)
         scores.append(p.score)
     ids = {id(s) for s in scores}
-    lr = cfg.resolved_lr(calib.batch_size)
+    lr = options.resolved_lr(calib.batch_size)
     opt = torch.optim.SGD(
         [
-            {"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": cfg.weight_decay},
+            {"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": options.weight_decay},
             {"params": scores, "weight_decay": decay},
         ],
         lr=lr,
-        momentum=cfg.momentum,
+        momentum=options.momentum,
     )
-    warmup = cfg.warmup_iterations if cfg.warmup_iterations is not None else calib.steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, cfg.iterations))
+    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, options.iterations))
 
-    checkpoint = run_checkpoint(cfg, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
+    checkpoint = run_checkpoint(options, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
     loop = train_loop(
         model,
         teacher,
         batches_of(calib, device),
-        cfg,
+        options,
         [sched],
-        kl_loss(cfg.temperature),
+        kl_loss(options.temperature),
         checkpoint,
         desc=f"str decay={decay:.3g}",
     )
@@ -116,11 +116,11 @@ def _trial(
             parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
         parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
     model.eval()
-    sparsity, _ = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    sparsity, _ = sparsity_summary(model, options.exclude, options.filter_fn)
     return model, sparsity, loop
 
 
-def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
+def _trial_cache(options: STROptions, identity: dict, decay: float) -> Checkpoint:
     """Where the finished trial at `decay` is kept, shared by runs at other targets (a trial never looks
     at the target or the search settings, so they are not part of its identity)."""
     trial_identity = {
@@ -131,51 +131,51 @@ def _trial_cache(cfg: STROptions, identity: dict, decay: float) -> Checkpoint:
             k: v for k, v in identity["options"].items() if k not in ("search_runs", "tolerance", "decay_range")
         },
     }
-    folder = Path(cfg.checkpoint).parent / "str-trials" if cfg.checkpoint else None
+    folder = Path(options.checkpoint).parent / "str-trials" if options.checkpoint else None
     cache = Checkpoint(None, trial_identity, label=f"str trial decay={decay:.3g}")
     cache.path = folder / f"{cache.key}.pt" if folder else None
     return cache
 
 
-def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) -> tuple[nn.Module, SparsityReport]:
+def str_sparsify(model: nn.Module, calibration, target: float, options: STROptions) -> tuple[nn.Module, SparsityReport]:
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
-    target, device, _, calib = open_run(model, calibration, target, cfg)
+    target, device, _, calib = open_run(model, calibration, target, options)
     if target == 0:  # a zero threshold: the dense model is the trial closest to the target
         model.eval()
-        achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
-        converged = abs(achieved - target) < cfg.tolerance  # weights that were zero already stay zero
+        achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
+        converged = abs(achieved - target) < options.tolerance  # weights that were zero already stay zero
         extra: dict = {"trials": [], "chosen_decay": None, "converged_to_target": converged, "reused_trials": 0}
         return model, SparsityReport(
             "str",
             target,
             achieved,
             per_layer,
-            seed=cfg.seed,
+            seed=options.seed,
             calibration_indices=calib.indices,
-            options=cfg.to_dict(),
+            options=options.to_dict(),
             extra=extra,
         )
     dense = copy.deepcopy(model)
-    identity = run_identity(target, cfg, calib, dense)
+    identity = run_identity(target, options, calib, dense)
     search = run_checkpoint(
-        cfg, identity, f"str {target:.2%} search", cfg.checkpoint + ".trials.pt" if cfg.checkpoint else None
+        options, identity, f"str {target:.2%} search", options.checkpoint + ".trials.pt" if options.checkpoint else None
     )
     state = search.load() or {"trials": [], "best": None}
-    lo, hi = (math.log10(v) for v in cfg.decay_range)
+    lo, hi = (math.log10(v) for v in options.decay_range)
     for t in state["trials"]:  # replay the search decisions of finished trials
         lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
-    while len(state["trials"]) < cfg.search_runs:
-        if state["trials"] and min(abs(t["sparsity"] - target) for t in state["trials"]) < cfg.tolerance:
+    while len(state["trials"]) < options.search_runs:
+        if state["trials"] and min(abs(t["sparsity"] - target) for t in state["trials"]) < options.tolerance:
             break
         decay = 10 ** ((lo + hi) / 2)
         k = len(state["trials"])
-        trial_ckpt = f"{cfg.checkpoint}.trial{k}" if cfg.checkpoint else None
-        cache = _trial_cache(cfg, identity, decay)
+        trial_ckpt = f"{options.checkpoint}.trial{k}" if options.checkpoint else None
+        cache = _trial_cache(options, identity, decay)
         done = cache.load()
         if done is not None:
             row, trial_state, history = {**done["row"], "reused": True}, done["state"], done["history"]
         else:
-            trial_model, sparsity, loop = _trial(dense, calib, decay, cfg, device, identity, trial_ckpt)
+            trial_model, sparsity, loop = _trial(dense, calib, decay, options, device, identity, trial_ckpt)
             row = {"decay": decay, "sparsity": sparsity, "wall_s": loop.wall_s, "final_rec": loop.history[-1]["rec"]}
             trial_state, history = trial_model.state_dict(), loop.history
             cache.save({"row": row, "state": trial_state, "history": history}, progress="a finished trial")
@@ -183,15 +183,15 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
         if state["best"] is None or abs(sparsity - target) < abs(state["best"]["row"]["sparsity"] - target):
             state["best"] = {"row": row, "state": trial_state, "history": history}
         state["trials"].append(row)
-        search.save(state, progress=f"trial {len(state['trials'])} of at most {cfg.search_runs}")
+        search.save(state, progress=f"trial {len(state['trials'])} of at most {options.search_runs}")
         if trial_ckpt:
             Path(trial_ckpt).unlink(missing_ok=True)
         lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
     model.load_state_dict(state["best"]["state"])
     model.eval()
-    achieved, per_layer = sparsity_summary(model, cfg.exclude, cfg.filter_fn)
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     best = state["best"]["row"]
-    if abs(achieved - target) >= cfg.tolerance:
+    if abs(achieved - target) >= options.tolerance:
         log.warning(
             "STR reached sparsity %.4f, not the target %.4f (it has no exact step; its closest of %d trials): more "
             "iterations or search_runs bring it closer, or use a method that lands on the target",
@@ -204,13 +204,13 @@ def str_sparsify(model: nn.Module, calibration, target: float, cfg: STROptions) 
         per_layer=per_layer,
         history=state["best"]["history"],
         wall_s=sum(t["wall_s"] for t in state["trials"]),
-        seed=cfg.seed,
+        seed=options.seed,
         calibration_indices=calib.indices,
-        options=cfg.to_dict(),
+        options=options.to_dict(),
         extra={
             "trials": state["trials"],
             "chosen_decay": best["decay"],
-            "converged_to_target": abs(achieved - target) < cfg.tolerance,
+            "converged_to_target": abs(achieved - target) < options.tolerance,
             "reused_trials": sum(bool(t.get("reused")) for t in state["trials"]),
         },
     )

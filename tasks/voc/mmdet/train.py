@@ -16,6 +16,7 @@ default) with a training record beside it (recipe, seconds per iteration of each
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import pickle
@@ -26,11 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-try:
-    from numpy._core import multiarray as np_multiarray  # numpy 2
-except ImportError:  # numpy 1.26
-    from numpy.core import multiarray as np_multiarray
 
 if __name__ == "__main__":  # as a command: say what is missing instead of an import traceback
     from tasks.voc.mmdet import exit_if_missing
@@ -55,6 +51,9 @@ from tasks.voc.mmdet.detector import (
     versions,
 )
 from tasks.voc.mmdet.grid import dataset_name, model_name
+
+# numpy 2 names it numpy._core, numpy 1.26 numpy.core
+np_multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
 
 SESSIONS = "fcpts-sessions.json"  # beside the Runner's checkpoints: wall time and iterations of each invocation
 
