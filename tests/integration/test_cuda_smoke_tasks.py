@@ -97,8 +97,8 @@ def test_deploy_re_runs_a_record_on_the_device_and_exports_on_the_cpu(tmp_path, 
     for saved in (tmp_path / "runs" / "models").rglob("*.pt"):
         saved.unlink()  # no saved sparse model: deploy re-runs the record's method
     monkeypatch.setattr(deploy_checkpoints, "RESULTS_DIR", tmp_path / "scratch")
-    argv = ["--record", str(record), "--device", device, "--results-dir", str(tmp_path / "deploy"), "--eval-limit", "50",
-            "--no-progress"]  # fmt: skip
+    argv = ["--record", str(record), "--device", device, "--results-dir", str(tmp_path / "deploy"),
+            "--eval-limit", "50", "--no-progress"]  # fmt: skip
     assert deploy.main(argv) == 0
     out = json.loads(next((tmp_path / "deploy").glob("*.json")).read_text())
     assert out["checkpoint"]["source"] == "re-run of the record's method"
