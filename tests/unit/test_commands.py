@@ -267,3 +267,25 @@ def test_a_former_flag_still_works_and_says_it_is_deprecated(capsys):
     err = capsys.readouterr().err
     assert "--checkpoint is deprecated: use --sparse-weights" in err and "--out-dir is deprecated" in err
     assert parse_args(["--sparse-weights", "m.pt"]).device is None  # the policy applies when it runs
+
+
+def imports_torch(module: str, *argv: str) -> bool:
+    """Whether `python -m module *argv` imports torch (run in a fresh Python)."""
+    code = (
+        f"import runpy, sys\nsys.argv = [{module!r}, *{list(argv)!r}]\n"
+        f"try:\n    runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    return done.stderr.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tasks.reporting", "--help"], *(["tasks.reporting", c, "--help"] for c in ("tables", "figures", "readme"))]
+    + [["tasks.deploy", "--help"]],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_help_imports_no_torch(argv):
+    """--help answers in a fraction of a second: torch (5 s to import here) is imported only by work."""
+    assert not imports_torch(*argv)
