@@ -158,7 +158,8 @@ tables: setup
 	$(PY) -m tasks.reporting readme
 
 # The results explorer: tables, figures, then a static site of them and of every run in results/site/ (open
-# results/site/index.html in a browser; no server, no network). Not committed: about 2 min of CPU for the site.
+# results/site/index.html in a browser; no server, no network). Not committed: about 1 min of CPU for the site
+# from empty, seconds once its run plots are drawn (kept across builds, redrawn when their record changes).
 report: tables figures
 	$(PY) -m tasks.reporting site
 

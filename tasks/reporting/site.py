@@ -65,9 +65,9 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 # Sort a table's body on a header click; numbers sort as numbers (a cell's first number: "**90.59/99.70** (−2.80)"
-# sorts by 90.59), cells without one after them; a second click reverses. A table with `data-group=n` sorts
-# within the groups its first n columns make (a model's rows stay together), unless one of those columns is
-# clicked. The runs table shows only the rows holding every word typed in its filter.
+# sorts by 90.59), cells without one after them; a second click reverses. A table whose rows are grouped (by
+# `data-group`, its first `data-group-columns` columns: a model's rows) sorts within each group, or, on one of
+# those columns, moves whole groups. The runs table shows only the rows holding every word typed in its filter.
 PAGE_JS = """
 function cellKey(text) {
   const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
@@ -79,15 +79,18 @@ function sortTable(th) {
   const dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
   table.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
   th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
-  const rows = Array.from(body.rows);
-  const grouped = Number(table.dataset.group || 0), within = col >= grouped, order = new Map();
-  const groupOf = r => Array.from(r.cells).slice(0, grouped).map(c => c.textContent).join("\\n");
-  rows.forEach(r => order.has(groupOf(r)) || order.set(groupOf(r), order.size));
+  const rows = Array.from(body.rows), ofGroup = col < Number(table.dataset.groupColumns || 0);
+  const text = r => (r.cells[col] ? r.cells[col].textContent.trim() : "");
+  const order = new Map(), label = new Map();  // a group's place, and its first filled cell in the column
+  rows.forEach(r => {
+    if (!order.has(r.dataset.group)) order.set(r.dataset.group, order.size);
+    if (!label.get(r.dataset.group)) label.set(r.dataset.group, text(r));
+  });
   rows.sort((a, b) => {
-    const g = within ? order.get(groupOf(a)) - order.get(groupOf(b)) : 0;
+    const g = ofGroup ? 0 : order.get(a.dataset.group) - order.get(b.dataset.group);
     if (g !== 0) return g;
-    const x = cellKey(a.cells[col] ? a.cells[col].textContent : "");
-    const y = cellKey(b.cells[col] ? b.cells[col].textContent : "");
+    const x = cellKey(ofGroup ? label.get(a.dataset.group) : text(a));
+    const y = cellKey(ofGroup ? label.get(b.dataset.group) : text(b));
     if (x[0] !== y[0]) return x[0] - y[0];
     if (x[1] !== y[1]) return dir * (x[1] - y[1]);
     return dir * x[2].localeCompare(y[2]);
@@ -172,6 +175,19 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def row_groups(titles: list[str], rows: list[list[str]]) -> tuple[int, list[int]]:
+    """A table's grouping for its sort: the leading columns up to its model column (none without one) and each
+    row's group, numbered in order; a blank cell there repeats the one above (a model named on its first row)."""
+    columns = next((n + 1 for n, title in enumerate(titles) if title.startswith("model")), 0)
+    seen: dict[tuple, int] = {}
+    lead: list[str] = [""] * columns
+    groups = []
+    for cells in rows:
+        lead = [cell or above for cell, above in zip(cells[:columns], lead)]
+        groups.append(seen.setdefault(tuple(lead), len(seen)))
+    return columns, groups
+
+
 def markdown_to_html(md: str, link=lambda url: url) -> str:
     lines, out, i = md.splitlines(), [], 0
     while i < len(lines):
@@ -187,14 +203,18 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
             titles = _cells(line)
             head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
-            group = next((n + 1 for n, c in enumerate(titles) if c.startswith("model")), 0)  # rows of a model
-            rows, i = [], i + 2
+            body, i = [], i + 2
             while i < len(lines) and lines[i].startswith("|"):
-                rows.append("<tr>" + "".join(f"<td>{inline(c, link)}</td>" for c in _cells(lines[i])) + "</tr>")
+                body.append(_cells(lines[i]))
                 i += 1
+            columns, groups = row_groups(titles, body)
+            rows = [
+                f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c, link)}</td>" for c in cells) + "</tr>"
+                for g, cells in zip(groups, body)
+            ]
             out.append(
-                f"<div class='scroll'><table class='sortable' data-group='{group}'><thead><tr>{head}</tr></thead>"
-                f"<tbody>{''.join(rows)}</tbody></table></div>"
+                f"<div class='scroll'><table class='sortable' data-group-columns='{columns}'><thead><tr>{head}"
+                f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
             )
         elif re.match(r"\s*- ", line):
             items = []

@@ -100,6 +100,13 @@ def test_a_plot_s_code_key_is_what_its_code_computes_not_where_it_stands():
     assert code_key(compiled(source, 0)) != code_key(compiled(source.replace("2", "3"), 0))
 
 
+def test_a_model_named_on_its_first_row_only_groups_the_rows_below_it():
+    from tasks.reporting.site import row_groups
+
+    rows = [["a", "m", "1"], ["", "n", "2"], ["b", "m", "3"]]
+    assert row_groups(["model", "method", "70%"], rows) == (1, [0, 0, 1])
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
@@ -166,6 +173,16 @@ def test_index_loads_without_console_errors_and_a_table_sorts(site, browser):
     assert cifar.find_elements(By.TAG_NAME, "th")[2].get_attribute("aria-sort") == "ascending"
     models = [row.find_element(By.TAG_NAME, "td").text for row in cifar.find_elements(By.CSS_SELECTOR, "tbody tr")]
     assert [model for model, _ in itertools.groupby(models)] == ["resnet32", "resnet56"]
+    # Table 3 names a model on its first row only: the rows below it stay with it too
+    imagenet = browser.find_element(By.CSS_SELECTOR, "#table3_imagenet_cnn table")
+    model_of, model = {}, ""
+    for row in imagenet.find_elements(By.CSS_SELECTOR, "tbody tr"):
+        model = row.find_element(By.TAG_NAME, "td").text or model
+        model_of[row.id] = model
+    for column in (2, 0):  # a sparsity column, then the model column itself (whole groups move)
+        click(browser, imagenet.find_elements(By.TAG_NAME, "th")[column])
+        models = [model_of[row.id] for row in imagenet.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert len([model for model, _ in itertools.groupby(models)]) == len(set(models)) > 1
     assert all(img.get_property("naturalWidth") > 0 for img in browser.find_elements(By.CSS_SELECTOR, "figure img"))
 
 
