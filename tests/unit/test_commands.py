@@ -124,3 +124,10 @@ def test_an_imagenet_cell_at_the_paper_budget_without_records_is_estimated_from_
     assert (
         estimate.estimate([record], "imagenet", "imagenet", "resnet18", "fcpts", "paper", 0.7, projected).seconds == 60
     )
+
+
+def test_a_models_folder_that_is_a_file_ends_in_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "models").write_text("a file where the sparse models go")
+    assert cifar.main(_cifar(tmp_path, "--sparsity", "0.5")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and str(tmp_path / "models") in err and err.count("\n") == 1
