@@ -26,7 +26,7 @@ from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
-from tasks.grid.record_format import DamagedSideFile
+from tasks.grid.record_format import RecordError
 from tasks.grid.records import MANIFEST, PROFILE_PREFERENCE, all_records, cell_key, preferred_records, update_manifest
 from tasks.reporting.drops import drops_table
 from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows, read_reference
@@ -499,7 +499,7 @@ def main(argv=None) -> int:
         return 0
     try:
         written = write_tables()
-    except DamagedSideFile as e:
+    except RecordError as e:
         p.error(str(e))
     for path in written:
         print(f"wrote {path.relative_to(RESULTS_DIR.parent)}")
