@@ -18,11 +18,22 @@ from typing import IO, Any
 import torch
 
 
+class WriteFailed(OSError, ValueError):
+    """A file could not be written (a full disk, a folder on its path that is a file, no permission), named with
+    the likely cause: torch's own message for a full disk ("unexpected pos") names neither. A ValueError too, so a
+    command prints it as its one-line error."""
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
-    """Call `write(f)` on a fresh temporary file, fsync it, and rename it to `path`."""
+    """Call `write(f)` on a fresh temporary file, fsync it, and rename it to `path`; a failure to write (an OSError,
+    or torch.save's RuntimeError) is a WriteFailed naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        why = f"{e.strerror or e} (a folder on its path is a file, or read-only?)"
+        raise WriteFailed(f"cannot write {path}: {why}") from e
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
@@ -30,8 +41,11 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, (OSError, RuntimeError)) and not isinstance(e, WriteFailed):
+            reason = " ".join(str(e).split())[:200]
+            raise WriteFailed(f"writing {path} failed ({reason}): disk full?") from e
         raise
     return path
 

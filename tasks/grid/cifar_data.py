@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import lzma
+import zipfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,8 +44,14 @@ def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> 
     archive = root / dataset / f"{split}.npz.xz"
     tv_dir = root / _TORCHVISION_DIRS[dataset]
     if archive.is_file():
-        d = _read_npz_xz(str(archive))
-        return d["x"], d["y"].astype(np.int64)
+        try:
+            d = _read_npz_xz(str(archive))
+            return d["x"], d["y"].astype(np.int64)
+        except (lzma.LZMAError, EOFError, OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+            raise ValueError(
+                f"{archive} is truncated or corrupt ({type(e).__name__}: {e}); restore it (copy it again), "
+                f"or remove it and use the torchvision layout with --download"
+            ) from None
     if not tv_dir.is_dir() and download:
         import torchvision
 

@@ -118,7 +118,11 @@ def _write_side(side: Path, text: str) -> None:
     write_text_atomic(side, text)
 
 
-class DamagedSideFile(ValueError):
+class RecordError(ValueError):
+    """A file in a runs folder that cannot be read as the record it claims to be, named with the fix."""
+
+
+class DamagedSideFile(RecordError):
     """A side file a record names is missing, unreadable or not what its name's hash says."""
 
 

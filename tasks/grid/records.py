@@ -23,7 +23,7 @@ import torch
 
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
-from tasks.grid.record_format import expand
+from tasks.grid.record_format import RecordError, expand
 from tasks.grid.record_options import earlier_defaults
 
 
@@ -51,13 +51,25 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
+# What every run record states; a JSON with `metrics` in a runs folder that lacks one is a stray file, not a record.
+RECORD_KEYS = ("task", "dataset", "model", "method", "target_sparsity", "achieved_sparsity", "profile")
+
+
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
+    """Every record under `runs_dir`; a stray JSON there with `metrics` that is no record is a RecordError naming
+    it, never a KeyError later in whatever reads the records."""
     out = []
     for p in sorted(runs_dir.rglob("*.json")):
         if any(part.startswith(".") for part in p.relative_to(runs_dir).parts):
             continue  # checkpoints and caches
         rec = read_record(p)
         if rec is not None:
+            lacking = [key for key in RECORD_KEYS if key not in rec]
+            if lacking or not isinstance(rec["profile"], dict) or "name" not in rec["profile"]:
+                raise RecordError(
+                    f"{p} has 'metrics' but is no run record (it lacks {', '.join(lacking) or 'a profile name'}): "
+                    f"move it out of {runs_dir}, or restore it from git"
+                )
             rec["_path"] = str(p.relative_to(runs_dir))
             out.append(rec)
     return out

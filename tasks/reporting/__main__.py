@@ -56,12 +56,12 @@ def parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if args.command == "tables":
-        from tasks.grid.record_format import DamagedSideFile
+        from tasks.grid.record_format import RecordError
         from tasks.reporting.paper import write_tables
 
         try:
             written = write_tables()
-        except DamagedSideFile as e:
+        except RecordError as e:
             print(f"{PROG} tables: error: {e}", file=sys.stderr)
             return 2
         for path in written:

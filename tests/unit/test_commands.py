@@ -289,3 +289,10 @@ def imports_torch(module: str, *argv: str) -> bool:
 def test_help_imports_no_torch(argv):
     """--help answers in a fraction of a second: torch (5 s to import here) is imported only by work."""
     assert not imports_torch(*argv)
+
+
+def test_a_models_folder_that_is_a_file_ends_in_one_line_naming_it(tmp_path, capsys):
+    (tmp_path / "models").write_text("a file where the sparse models go")
+    assert cifar.main(_cifar(tmp_path, "--sparsity", "0.5")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and str(tmp_path / "models") in err and err.count("\n") == 1

@@ -1,5 +1,7 @@
 """Bad input gets a clear error that names the problem and the fix."""
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -139,3 +141,19 @@ def test_deploy_names_a_checkpoint_that_is_no_checkpoint_in_one_line(tmp_path, c
     assert main([*argv, "--data-root", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_a_truncated_cifar_archive_is_named_with_its_fix(tmp_path, keep):
+    import lzma
+
+    import numpy as np
+
+    buffer = tmp_path / "arrays.npz"
+    np.savez(buffer, x=np.zeros((4, 32, 32, 3), np.uint8), y=np.zeros(4, np.int64))
+    whole = lzma.compress(buffer.read_bytes())
+    archive = tmp_path / "cifar10" / "test.npz.xz"
+    archive.parent.mkdir()
+    archive.write_bytes(whole[: int(len(whole) * keep)])
+    with pytest.raises(ValueError, match=re.escape(str(archive)) + " is truncated or corrupt.*restore it"):
+        load_cifar(tmp_path, "cifar10", "test")

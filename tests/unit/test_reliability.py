@@ -14,7 +14,7 @@ from torch import nn
 
 import fcpts
 from fcpts.core.checkpoint import Checkpoint, CheckpointError
-from fcpts.core.io import append_json_line, read_json_lines
+from fcpts.core.io import WriteFailed, append_json_line, atomic_write, read_json_lines, save_torch_atomic
 from tasks.grid.profiles import Profile
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, run_grid
@@ -333,3 +333,26 @@ def test_a_copy_beside_an_older_git_folder_names_both_commits(monkeypatch):
     assert records.git_commit.__wrapped__() == "new (from $FCPTS_GIT_COMMIT; this checkout's git folder says old+dirty)"
     monkeypatch.setenv("FCPTS_GIT_COMMIT", "old+dirty")
     assert records.git_commit.__wrapped__() == "old+dirty"
+
+
+def _fails(error: Exception):
+    def write(f):
+        raise error
+
+    return write
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError("unexpected pos 64 vs 0")])
+def test_a_write_that_fails_names_the_file_and_a_full_disk(tmp_path, error):
+    """torch.save on a full disk says "unexpected pos", naming neither the cause nor the file."""
+    path = tmp_path / "model.pt"
+    with pytest.raises(WriteFailed, match=re.escape(str(path)) + r".*disk full\?") as failed:
+        atomic_write(path, _fails(error))
+    assert isinstance(failed.value, ValueError) and isinstance(failed.value, OSError)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_a_folder_on_the_path_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "models").write_text("")
+    with pytest.raises(WriteFailed, match=re.escape(str(tmp_path / "models" / "m.pt")) + ".*is a file"):
+        save_torch_atomic({}, tmp_path / "models" / "m.pt")

@@ -286,3 +286,20 @@ def test_the_tables_command_names_a_damaged_side_file_in_one_line(monkeypatch, t
     code = run(parser().parse_args(["tables"]))
     err = capsys.readouterr().err
     assert code == 2 and detail.name in err and "--force" in err
+
+
+def test_a_stray_json_with_metrics_in_the_runs_folder_is_named_in_one_line(monkeypatch, tmp_path, capsys):
+    from tasks.grid.record_format import write_record
+    from tasks.reporting import paper
+
+    write_record(tmp_path / "cifar" / "r.json", cifar("fcpts", 0.9, 90.0))
+    stray = tmp_path / "summary.json"
+    stray.write_text('{"metrics": {"top1": 91.0}}')
+    monkeypatch.setattr(paper, "write_tables", lambda: paper.all_records(tmp_path) and [])
+    from tasks.reporting.__main__ import parser, run
+
+    code = run(parser().parse_args(["tables"]))
+    err = capsys.readouterr().err
+    assert code == 2 and f"{stray} has 'metrics' but is no run record" in err and "move it out" in err
+    stray.unlink()
+    assert [r["method"] for r in paper.all_records(tmp_path)] == ["fcpts"]
