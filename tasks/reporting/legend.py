@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.methods import get_method, label
@@ -21,6 +22,12 @@ from tasks.reporting.layout import extra_methods
 
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
 NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure
+RecordLink = Callable[[dict], str]  # a record -> the URL of its page, for a reader that has one (the results site)
+
+
+def our_numbers(numbers: str, record: dict, record_link: RecordLink | None = None) -> str:
+    """A cell's **bold** numbers from `record`; with `record_link`, a Markdown link to the record's page."""
+    return f"[**{numbers}**]({record_link(record)})" if record_link else f"**{numbers}**"
 
 
 def extra_label(method: str) -> str:

@@ -18,7 +18,6 @@ import csv
 import io
 import json
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
@@ -32,10 +31,12 @@ from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows
 from tasks.reporting.legend import (
     EARLIER_DEFAULT_LEGEND,
     SEED_SPREAD_LEGEND,
+    RecordLink,
     earlier_default_note,
     extra_label,
     extras_legend,
     left_out_seeds,
+    our_numbers,
     paper_protocol,
     profile_legend,
     profile_preference,
@@ -74,9 +75,9 @@ def table2(
     records: list[dict],
     reference: list[dict],
     weights_dir: Path = WEIGHTS_DIR,
-    record_link: Callable[[dict], str] | None = None,
+    record_link: RecordLink | None = None,
 ) -> tuple[str, list[dict]]:
-    """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's URL."""
+    """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's page."""
     ref = {
         (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
     }
@@ -137,10 +138,8 @@ def table2(
                 earlier |= bool(note)
                 also |= bool(others)
                 legend_records += others
-                ours = f"**{m['top1']:.2f}/{m['top5']:.2f}**"
-                if record_link is not None:
-                    ours = f"[{ours}]({record_link(rec)})"
-                out.append(f"{ours} (−{drop:.2f}) [{rec['profile']['name']}]{note}{extra} · {paper}")
+                numbers = our_numbers(f"{m['top1']:.2f}/{m['top5']:.2f}", rec, record_link)
+                out.append(f"{numbers} (−{drop:.2f}) [{rec['profile']['name']}]{note}{extra} · {paper}")
                 rows.append(
                     {
                         "dataset": ds,
@@ -452,11 +451,11 @@ def render_tables(
     reference: list[dict],
     weights_dir: Path = WEIGHTS_DIR,
     check_records: list[dict] | None = None,
-    record_link: Callable[[dict], str] | None = None,
+    record_link: RecordLink | None = None,
 ) -> dict[str, str]:
     """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
-    the same texts, Table 2's cells linked to their records' pages by `record_link`); `check_records` (the GPU
-    check's) join Table 6 alone."""
+    the same texts, the cells of Tables 1 to 5 linked to their records' pages by `record_link`); `check_records`
+    (the GPU check's) join Table 6 alone."""
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
@@ -497,10 +496,10 @@ def render_tables(
     }
     out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))
-    out["table3_imagenet_cnn.md"] = table3(records, reference)
-    out["table4_imagenet_vit.md"] = table4(records, reference)
-    out["table1_learned_masks.md"] = table1(records, reference)
-    out["table5_voc.md"] = voc_table5(records, reference)
+    out["table3_imagenet_cnn.md"] = table3(records, reference, record_link)
+    out["table4_imagenet_vit.md"] = table4(records, reference, record_link)
+    out["table1_learned_masks.md"] = table1(records, reference, record_link)
+    out["table5_voc.md"] = voc_table5(records, reference, record_link)
     return out
 
 

@@ -4,8 +4,8 @@
     make report                                    # tables and figures first, then the site
 
 The tables are the ones `python -m tasks.reporting tables` writes, rendered from the same records and the same
-paper reference (their columns sort on a header click, within each model's rows; Table 2's cells link to their
-runs' pages); the figures are copied from paper_figures/; every record gets a page with its loss and sparsity
+paper reference (their columns sort on a header click, within each model's rows; a cell of Tables 1 to 5 links
+to its run's page); the figures are copied from paper_figures/; every record gets a page with its loss and sparsity
 curves (from the history it keeps), its per-layer sparsity and its provenance; the runs table has a text filter;
 records.csv indexes every record with the paper's number beside ours where the paper has the cell. A run's plot
 is named by a hash of what it draws and kept across builds, so a rebuild draws only the plots that changed.
@@ -514,7 +514,7 @@ def build_site(
         "<h1>FCPTS suite: results explorer</h1>"
         f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
         "<code>results/paper/paper_reference.csv</code>. Click a column header to sort a table (a paper table "
-        "sorts within each model's rows); each run, and each cell of Table 2, links to its page (curves, "
+        "sorts within each model's rows); each run, and each cell of Tables 1-5, links to its page (curves, "
         "per-layer sparsity, provenance). All records: <a href='records.csv'>records.csv</a>.</p>"
         f"<h2 id='tables'>Tables</h2><ul>{toc}</ul>{sections}"
         f"<h2 id='figures'>Figures</h2>{figure_html}"

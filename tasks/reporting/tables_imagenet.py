@@ -16,7 +16,9 @@ from tasks.grid.records import preferred_records
 from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
+    RecordLink,
     extras_legend,
+    our_numbers,
     profile_legend,
     profile_preference,
     read_external,
@@ -50,14 +52,15 @@ def _extras(
     )
 
 
-def _cell(rec: dict | None, paper: dict | None, missing: str) -> str:
+def _cell(rec: dict | None, paper: dict | None, missing: str, record_link: RecordLink | None = None) -> str:
     ref = f" · {paper['top1']}/{paper['top5']}" if paper and paper["top1"] else (" · failed in paper" if paper else "")
     if rec is None:
         return missing + ref
     m = rec["metrics"]
     drop = rec["dense_metrics"]["top1"] - m["top1"]
     extra = "" if rec.get("hit_target", True) else f", reached {rec['achieved_sparsity']:.3f}"
-    return f"**{m['top1']:.2f}/{m['top5']:.2f}** (−{drop:.2f}{extra}) [{rec['profile']['name']}]{ref}"
+    numbers = our_numbers(f"{m['top1']:.2f}/{m['top5']:.2f}", rec, record_link)
+    return f"{numbers} (−{drop:.2f}{extra}) [{rec['profile']['name']}]{ref}"
 
 
 def imagenet_table(
@@ -67,6 +70,7 @@ def imagenet_table(
     reference: list[dict],
     substitute_methods: list[str] | None = None,
     extras_task: str | None = None,
+    record_link: RecordLink | None = None,
 ) -> str:
     """One ImageNet table: the paper's rows, models and sparsities of `table` (its reference numbers); with
     `extras_task` (a registry task), rows for the methods beyond the paper that it runs and that have records here."""
@@ -96,7 +100,7 @@ def imagenet_table(
         for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
-            cells = [_cell(rec, ref.get((model, method, s)), NO_DATA) for rec, s in zip(recs, sparsities)]
+            cells = [_cell(rec, ref.get((model, method, s)), NO_DATA, record_link) for rec, s in zip(recs, sparsities)]
             lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
@@ -115,7 +119,7 @@ def imagenet_table(
             )
             spreads = [seed_spread(r, records) if r else "" for r in recs]
             spread |= any(spreads)
-            cells = [_cell(r, None, NOT_RUN) + extra for r, extra in zip(recs, spreads)]
+            cells = [_cell(r, None, NOT_RUN, record_link) + extra for r, extra in zip(recs, spreads)]
             lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
     external = read_external()
     r18 = ref.get(("resnet18", "dense", 0.0)) or next(
@@ -233,9 +237,11 @@ IMAGENET_TABLES = {
 }
 
 
-def paper_imagenet_table(table: str, records: list[dict], reference: list[dict]) -> str:
+def paper_imagenet_table(
+    table: str, records: list[dict], reference: list[dict], record_link: RecordLink | None = None
+) -> str:
     title, options = IMAGENET_TABLES[table]
-    return imagenet_table(title, table, records, reference, **options)
+    return imagenet_table(title, table, records, reference, **options, record_link=record_link)
 
 
 table1 = partial(paper_imagenet_table, "table1")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fcpts.methods import label
 from tasks.grid.records import preferred_records
 from tasks.reporting.layout import paper_rows
-from tasks.reporting.legend import profile_legend, profile_preference
+from tasks.reporting.legend import RecordLink, our_numbers, profile_legend, profile_preference
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 
@@ -36,15 +36,15 @@ def _best(
     return preferred.get(("voc", dataset, model, method, sparsity))
 
 
-def _cell(rec: dict | None) -> str:
+def _cell(rec: dict | None, record_link: RecordLink | None = None) -> str:
     if rec is None:
         return "no record"
     m, d = rec["metrics"]["map50"], rec["dense_metrics"]["map50"]
     extra = "" if rec.get("hit_target", True) else f", reached {rec['achieved_sparsity']:.3f}"
-    return f"**{m:.1f}** (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
+    return f"{our_numbers(f'{m:.1f}', rec, record_link)} (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
 
 
-def table5(records: list[dict], reference: list[dict]) -> str:
+def table5(records: list[dict], reference: list[dict], record_link: RecordLink | None = None) -> str:
     voc = [r for r in records if r["task"] == "voc"]
     methods = paper_rows(reference, "table5")
     preferred = preferred_records(voc)
@@ -61,7 +61,7 @@ def table5(records: list[dict], reference: list[dict]) -> str:
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
         for i, m in enumerate(methods):
             head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
-            lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} | {ref[m]} |")
+            lines.append(f"| {head} | {label(m)} | {_cell(recs[m], record_link)} | {ref[m]} |")
     if not any(r["dataset"] == "voc2007" for r in voc):
         lines += [
             "",
@@ -90,7 +90,7 @@ def table5(records: list[dict], reference: list[dict]) -> str:
                 dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
                 for i, m in enumerate(methods):
                     head = f"{dataset} | {model} | {dense} | {target:.0%}" if i == 0 else " |  |  | "
-                    lines.append(f"| {head} | {label(m)} | {_cell(recs[m])} |")
+                    lines.append(f"| {head} | {label(m)} | {_cell(recs[m], record_link)} |")
         lines += [
             "",
             (

@@ -145,6 +145,14 @@ def test_the_site_has_every_run_and_a_csv_index(site):
     assert "https://" not in index and "http://" not in index  # nothing from the network
 
 
+def test_the_imagenet_and_voc_tables_link_their_cells_to_their_runs_too(site):
+    index = (site / "index.html").read_text()
+    for table, record in (("table3_imagenet_cnn", SUBSET[3]), ("table5_voc", SUBSET[4])):
+        section = index[index.index(f"<section id='{table}'>") :]
+        slug = record.removesuffix(".json").replace("/", "--")
+        assert f"href='runs/{slug}.html'" in section[: section.index("</section>")], table
+
+
 def test_index_loads_without_console_errors_and_a_table_sorts(site, browser):
     from selenium.webdriver.common.by import By
 
