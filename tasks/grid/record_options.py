@@ -32,9 +32,15 @@ def made_with(record: dict) -> dict[str, Any]:
 
 def pinned_options(record: dict) -> dict[str, Any]:
     """The record's method options that today's defaults would not give: a default changed since the record
-    was made."""
+    was made. Left out: what the method takes from its profile's budget (iterations, batch size), which the re-run's
+    profile sets again."""
     today = todays_options(record["method"])
-    return {k: v for k, v in made_with(record).items() if k in today and k not in NOT_PINNED and _json(v) != today[k]}
+    by_budget = set(get_method(record["method"]).granted)
+    return {
+        k: v
+        for k, v in made_with(record).items()
+        if k in today and k not in NOT_PINNED | by_budget and _json(v) != today[k]
+    }
 
 
 def effective_options(record: dict) -> dict[str, Any]:
