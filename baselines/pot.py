@@ -49,7 +49,7 @@ from fcpts.core.bn import fold_batchnorm
 from fcpts.core.layer_inputs import forward_order
 from fcpts.core.loop import run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
-from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for
+from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for, epochs_budget
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -70,7 +70,9 @@ from .pot_objective import (
 @dataclass
 class POTOptions(MethodOptions):
     allocation: str = "l2norm"  # or "erk"
-    iterations: int = 20_000  # per layer, upper bound
+    # per layer, upper bound; None: EPOCHS passes over the calibration set's batches, at most PAPER_ITERATIONS
+    # (msbench's 20,000 steps on 10,240 images): 250 on 128 images (fit_budget)
+    iterations: int | None = None
     batch_size: int = 64
     lr_weight: float = 1e-5
     lr_bias: float = 1e-4
@@ -112,10 +114,23 @@ class POTOptions(MethodOptions):
         check_at_least(self, "batch_size", 1)
         check_choose_for(self.choose_for, ("images", "iterations"))
 
+    EPOCHS: ClassVar[int] = 125
+    PAPER_ITERATIONS: ClassVar[int] = 20_000
+
+    def fit_budget(self, n_images: int) -> None:
+        if self.iterations is None:
+            self.iterations = self.iterations_for(n_images)
+
+    def iterations_for(self, n_images: int) -> int:
+        """The iterations per layer a run on `n_images` takes: the option, else the budget fitted to them."""
+        if self.iterations is not None:
+            return self.iterations
+        return epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
+
     def sizes_for_choices(self, n_images: int) -> tuple[int, int]:
         """(images, iterations) the size choices are made for: `choose_for`'s, else the run's own."""
         if self.choose_for is None:
-            return n_images, self.iterations
+            return n_images, self.iterations_for(n_images)
         return self.choose_for["images"], self.choose_for["iterations"]
 
 

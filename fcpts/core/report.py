@@ -28,6 +28,22 @@ class SparsityReport:
     calibration_indices: list[int] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # How far the achieved sparsity may lie from the target: 0 for a method with an exact step (one weight off at
+    # most), a method's own tolerance otherwise (STR's); set by the registry from the run's options.
+    tolerance: float = 0.0
+
+    def missed_target(self) -> str:
+        """'' when the achieved sparsity is the target (to one weight, or within the method's tolerance); else one
+        line saying by how much it missed, the first line of `summary()`."""
+        total = sum(r["numel"] for r in self.per_layer)
+        off = abs(self.achieved_sparsity - self.target_sparsity)
+        if off * total <= 1 or off <= self.tolerance:
+            return ""
+        allowed = f"its tolerance {self.tolerance:.2%}" if self.tolerance else "one weight"
+        return (
+            f"MISSED THE TARGET: {self.method} reached {self.achieved_sparsity:.2%}, not {self.target_sparsity:.2%} "
+            f"(more than {allowed} off)"
+        )
 
     @property
     def steps(self) -> int:
@@ -50,9 +66,10 @@ class SparsityReport:
     def summary(self, per_layer: bool = False) -> str:
         """A short table: method, target, achieved sparsity (and zeros of all weights), layers with their lowest
         and highest sparsity, the weights of layers no method prunes (if any), steps, time, seed; `per_layer=True`
-        adds a row per layer."""
+        adds a row per layer. A run that missed its target says so first (`missed_target`)."""
         total = sum(r["numel"] for r in self.per_layer)
         zeros = sum(round(r["sparsity"] * r["numel"]) for r in self.per_layer)
+        missed = self.missed_target()
         rows = [
             ("method", self.method),
             ("target", f"{self.target_sparsity:.2%}"),
@@ -82,7 +99,7 @@ class SparsityReport:
         if per_layer:
             rows += [(f"  {layer_label(r)}", f"{r['sparsity']:.2%} of {r['numel']:,}") for r in self.per_layer]
         width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+        return "\n".join([*([missed] if missed else []), *(f"{k:<{width}}  {v}" for k, v in rows)])
 
 
 def layer_label(row: dict) -> str:

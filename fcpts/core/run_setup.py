@@ -23,10 +23,13 @@ class RunSetup(NamedTuple):
 
 def open_run(model: nn.Module, calibration: Any, target: float, options: MethodOptions) -> RunSetup:
     """Check `target` and `options`, move `model` to its device, choose its layers and (unless `calibration` is
-    None) seed its calibration batches with the options' `batch_size` and `seed`."""
+    None) seed its calibration batches with the options' `batch_size` and `seed`, and fill the budget options left
+    at None for that many images (`MethodOptions.fit_budget`, in place)."""
     target = check_target(target)
     options.validate()
     device = options.place(model)
     layers = options.layers(model)
     calib = None if calibration is None else Calibration(calibration, options.batch_size, options.seed)  # type: ignore[attr-defined]
+    if calib is not None:
+        options.fit_budget(len(calib))
     return RunSetup(target, device, layers, calib)

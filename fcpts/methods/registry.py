@@ -113,13 +113,17 @@ class Method:
                 f"{', '.join(sorted(known)) or 'none'}"
             )
 
+    @property
+    def granted(self) -> tuple[str, ...]:
+        """The options this method takes from a grid's budget."""
+        return SHARED_BUDGET + (TRAINING_BUDGET if self.trains else ())
+
     def make_options(
         self, budget: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None
     ) -> MethodOptions:
         """Options from a grid's budget (only what this method takes), overrides, then the pinned values."""
         self.check_overrides(overrides)
-        granted = SHARED_BUDGET + (TRAINING_BUDGET if self.trains else ())
-        values = {k: v for k, v in (budget or {}).items() if k in granted}
+        values = {k: v for k, v in (budget or {}).items() if k in self.granted}
         return self.options.from_kwargs(**{**values, **(overrides or {}), **self.fixed})
 
     def resolve_options(self, options: MethodOptions | None, overrides: Mapping[str, Any]) -> MethodOptions:
@@ -190,6 +194,10 @@ class Method:
         check_finite_result(sparse, self.name)
         if unprunable:
             report.extra["unprunable_weights"] = {name: numel for name, (_, numel) in unprunable.items()}
+        report.tolerance = options.target_tolerance()
+        missed = report.missed_target()
+        if missed:
+            log.warning("%s: a larger budget (e.g. iterations=) brings it closer", missed)
         return sparse, report
 
 

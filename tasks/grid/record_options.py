@@ -25,16 +25,27 @@ def todays_options(method: str) -> dict[str, Any]:
 
 
 def made_with(record: dict) -> dict[str, Any]:
-    """The record's options; one it lacks (all, in the oldest records) predates it and ran as the method's
-    `DEFAULTS_BEFORE` says, else as today's default."""
-    return {**get_method(record["method"]).options.DEFAULTS_BEFORE, **record.get("method_options", {})}
+    """The record's options; one it lacks (all, in the oldest records) ran as its profile set it (the budget's
+    iterations and batch size, the profile's options for the method), else as the method's `DEFAULTS_BEFORE` says,
+    else as today's default."""
+    method = get_method(record["method"])
+    budget = record.get("budget") or {}
+    profile = (record.get("profile") or {}).get("methods", {}).get(record["method"], {}).get("options") or {}
+    by_budget = {k: budget[k] for k in method.granted if k in budget}
+    return {**method.options.DEFAULTS_BEFORE, **by_budget, **profile, **record.get("method_options", {})}
 
 
 def pinned_options(record: dict) -> dict[str, Any]:
     """The record's method options that today's defaults would not give: a default changed since the record
-    was made."""
+    was made. Left out: what the method takes from its profile's budget (iterations, batch size), which the re-run's
+    profile sets again."""
     today = todays_options(record["method"])
-    return {k: v for k, v in made_with(record).items() if k in today and k not in NOT_PINNED and _json(v) != today[k]}
+    by_budget = set(get_method(record["method"]).granted)
+    return {
+        k: v
+        for k, v in made_with(record).items()
+        if k in today and k not in NOT_PINNED | by_budget and _json(v) != today[k]
+    }
 
 
 def effective_options(record: dict) -> dict[str, Any]:

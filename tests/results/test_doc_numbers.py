@@ -203,6 +203,10 @@ def test_make_run_sentence_is_the_record():
         f"after {r['wall_s']:.0f} s of FCPTS and a {r['eval_s']:.0f} s evaluation",
     ):
         assert quoted in text, quoted
+    cpu, threads = re.fullmatch(r"cpu: (.+), (\d+) threads", r["device"]).groups()  # "cpu: AMD EPYC, 2 threads"
+    assert f"on {threads} threads of an {cpu} (the record's `device`)" in text
+    make_run = next(line for line in README.read_text().splitlines() if line.startswith("make run "))
+    assert f"(FCPTS: {r['wall_s'] / 60:.0f} min on a {threads}-thread {cpu})" in make_run, make_run
 
 
 def test_ablation_table_is_the_ablation_records():

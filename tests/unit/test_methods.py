@@ -41,7 +41,8 @@ def test_str_shrinks_kept_weights_and_reports_what_it_reached(caplog):
     assert len(report.extra["trials"]) == 2
     assert report.achieved_sparsity == pytest.approx(sparsity_summary(model)[0])
     assert not report.extra["converged_to_target"]  # 3 steps a trial: far from 0.6
-    assert f"STR reached sparsity {report.achieved_sparsity:.4f}, not the target 0.6000" in caplog.text
+    missed = f"MISSED THE TARGET: str reached {report.achieved_sparsity:.2%}, not 60.00% (more than its tolerance 0.50%"
+    assert report.summary().splitlines()[0].startswith(missed) and missed in caplog.text
 
 
 def test_probmask_export_prunes_weights_that_are_already_zero_first():

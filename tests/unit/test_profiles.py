@@ -2,6 +2,7 @@
 
 import pytest
 
+from fcpts.methods import METHODS
 from tasks.grid.profiles import (
     Profile,
     cpu_profile,
@@ -55,6 +56,8 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
     assert pinned_options(old) == {"block_weight": 1.0, "ramp": 0.5}
     new = {**old, "method_options": {"block_weight": "auto", "lr": 0.5, "seed": 3, "progress": True}}
     assert pinned_options(new) == {"lr": 0.5}  # today's default weight; seed and progress are the re-run's
+    fitted = {"method": "fcpts", "profile": profile, "method_options": {"iterations": 1600, "batch_size": 64}}
+    assert pinned_options(fitted) == {}  # the profile's budget sets them again, whatever the library's default
     rebuilt = record_profile(old)
     assert rebuilt.name == "paper-cpu" and rebuilt.options_for("fcpts-plus") == {"block_weight": 1.0, "ramp": 0.5}
     assert rebuilt.options_for("pot-erk") == PROFILES["paper-cpu"].options_for("pot-erk")
@@ -95,3 +98,21 @@ def test_an_option_that_changes_no_result_keeps_the_profiles_name():
 
     record = {"method": "fcpts", "profile": asdict(both), "method_options": {"calibration_workers": 16, "lr": 0.1}}
     assert record_profile(record).options_for("fcpts") == {"lr": 0.1}  # a re-run makes its batches its own way
+
+
+def test_every_profile_gives_each_method_its_iterations_not_the_librarys_default():
+    """The library fits a method's default iterations to its calibration set; a task's cells never take that
+    default: every profile states them, so its records keep the budget they were made with."""
+    from tasks.cifar.grid import PROFILES as CIFAR
+    from tasks.grid.runner import cell_options
+    from tasks.imagenet.grid import PROFILES as IMAGENET
+    from tasks.regression import SUBSETS
+    from tasks.voc.profiles import PROFILES as VOC
+
+    profiles = [*CIFAR.values(), *IMAGENET.values(), *VOC.values(), *(s.profile for s in SUBSETS)]
+    for profile in profiles:
+        for m in METHODS:
+            options = cell_options(profile, m, seed=0)
+            assert getattr(options, "iterations", 0) is not None, (profile.name, m)
+    paper = IMAGENET["paper"]
+    assert cell_options(paper, "fcpts", 0).iterations == 1600 and cell_options(paper, "pot-erk", 0).iterations == 20_000

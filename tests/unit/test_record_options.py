@@ -66,3 +66,13 @@ def test_table2_and_the_drops_table_mark_a_record_of_an_earlier_default(tmp_path
 @pytest.mark.parametrize("ramp", [0.5, "auto"])
 def test_the_effective_ramp_is_resolved_at_the_records_target(ramp):
     assert effective_options(plus(0.7, 0, 92.0, ramp))["ramp"] == (0.5 if ramp == 0.5 else 0.0)
+
+
+def test_a_record_older_than_its_options_ran_the_budget_its_profile_set():
+    """The oldest records hold no method options: their iterations are their budget's, whatever the library's
+    default (None: fitted to the calibration set), so their seeds still average with later ones of one setup."""
+    old = plus(0.9, 0, 89.5, "auto")
+    old.pop("method_options")
+    new = plus(0.9, 1, 89.6, "auto")
+    new["method_options"]["iterations"] = 1600
+    assert effective_options(old)["iterations"] == 1600 and same_setup(old, new)
