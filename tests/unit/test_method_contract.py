@@ -1,0 +1,92 @@
+"""What every method promises, checked on every method the registry holds, and on a throwaway method registered
+here at run time: a new method is held to the same contract, and reaches the task commands, by its module alone.
+
+The contract: a bad option or target is refused before any work, the model left as it was; a run's report says
+the sparsity its model holds; that is the target to one weight, or the report's first line says it missed."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import fields
+
+import pytest
+import torch
+
+import fcpts
+from fcpts.core import allocation
+from fcpts.core.masks import apply_keep_masks, sparsity_summary
+from fcpts.core.options import MethodOptions
+from fcpts.core.report import SparsityReport
+from fcpts.core.run_setup import open_run
+from fcpts.methods import METHODS, Method, register
+from fcpts.methods.registry import UnknownOptionError, unregister
+from tests.unit.tiny import tiny_images, tiny_net
+
+TARGET = 0.75
+# The smallest budget each kind of method takes, where its options have the field: the contract is about what a
+# run returns, not how well it prunes.
+SMALLEST = {"iterations": 2, "batch_size": 8, "search_runs": 1}
+
+
+def smallest_budget(name: str) -> dict:
+    names = {f.name for f in fields(METHODS[name].options)}
+    return {k: v for k, v in SMALLEST.items() if k in names}
+
+
+def unchanged(model: torch.nn.Module, before: dict) -> bool:
+    return all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def check_contract(name: str) -> None:
+    model = tiny_net()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(UnknownOptionError, match="no_such_option"):
+        fcpts.sparsify(model, tiny_images(), TARGET, method=name, no_such_option=1)
+    with pytest.raises(ValueError, match="1.5"):
+        fcpts.sparsify(model, tiny_images(), 1.5, method=name, progress=False)
+    assert unchanged(model, before), "a refused call changed the model"
+
+    sparse, report = fcpts.sparsify(model, tiny_images(), TARGET, method=name, progress=False, **smallest_budget(name))
+    achieved, per_layer = sparsity_summary(sparse)
+    n = sum(row["numel"] for row in per_layer)
+    assert report.achieved_sparsity == achieved and report.target_sparsity == TARGET
+    exact = round(achieved * n) == round(TARGET * n)
+    assert exact != bool(report.missed_target()), report.summary()
+    if not exact:
+        assert report.summary().splitlines()[0] == report.missed_target()
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_registered_method_keeps_the_contract(name):
+    check_contract(name)
+
+
+def random_prune(model, calibration, target, options: MethodOptions) -> tuple[torch.nn.Module, SparsityReport]:
+    """A throwaway method: one global cut over seeded random scores."""
+    t0 = time.perf_counter()
+    target, _, layers, _ = open_run(model, None, target, options)
+    generator = torch.Generator().manual_seed(options.seed)
+    scores = {n: torch.rand(m.weight.shape, generator=generator) for n, m in layers.items()}
+    apply_keep_masks(layers, allocation.global_keep_masks(scores, target))
+    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
+    return model, SparsityReport("random", target, achieved, per_layer, wall_s=time.perf_counter() - t0)
+
+
+@pytest.fixture
+def throwaway_method():
+    register(Method("throwaway-random", "Random (throwaway)", random_prune, MethodOptions, tasks=("cifar",)))
+    yield "throwaway-random"
+    unregister("throwaway-random")
+
+
+def test_a_method_registered_at_run_time_keeps_the_contract_and_reaches_the_task_commands(
+    throwaway_method, tmp_path, capsys
+):
+    from tasks.cifar import grid as cifar
+
+    check_contract(throwaway_method)
+    assert throwaway_method in cifar.parse_args(["--all-methods"]).methods
+    argv = ["--model", "resnet20", "--methods", throwaway_method, "--sparsity", "0.5", "--dry-run"]
+    assert cifar.main([*argv, "--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]) == 0
+    assert throwaway_method in capsys.readouterr().out
