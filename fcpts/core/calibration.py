@@ -155,6 +155,31 @@ def check_input_dtype(data: torch.Tensor | Dataset, dtype: torch.dtype) -> None:
         )
 
 
+def check_inputs_fit(model: torch.nn.Module, data: torch.Tensor | Dataset) -> None:
+    """A calibration tensor whose inputs the model cannot take (another shape, channel count or dtype) fails deep
+    inside a method, in torch's words about some layer: run the model on its first input now, in eval mode and
+    without gradients (no state changes), and name the tensor's shape and the model's complaint instead."""
+    if not isinstance(data, torch.Tensor) or data.dtype == torch.uint8:  # raw pixels: check_not_raw_pixels says
+        return
+    param = next(model.parameters(), None)
+    one = data[:1].to(param.device) if param is not None else data[:1]
+    modes = {m: m.training for m in model.modules()}
+    try:
+        with torch.no_grad():
+            model.eval()
+            model(one)
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        reason = " ".join(str(e).split())[:300]
+        raise ValueError(
+            f"the calibration tensor of shape {tuple(data.shape)} ({data.dtype}) does not fit the model: its first "
+            f"input, shape {tuple(one.shape)}, fails in the model's forward ({type(e).__name__}: {reason}); give "
+            "(N, ...) inputs as the model takes them, e.g. (N, 3, H, W) images for an image model"
+        ) from None
+    finally:
+        for m, training in modes.items():
+            m.train(training)
+
+
 def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:
     """uint8 inputs are undecoded pixels (PILToTensor, read_image): a model trained on normalised floats would
     run on them only after a cast that no method should guess, so name the conversion instead of failing in the

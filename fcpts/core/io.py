@@ -60,19 +60,35 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 
 
 def append_json_line(path: str | Path, row: Any) -> Path:
-    """One more line of a JSON-lines file (a benchmark's rows), through the atomic writer: an interrupted run
-    leaves the file with the line or without it, never half of it for the next resume to choke on."""
+    """One more line of a JSON-lines file (a benchmark's rows), appended in one write to a file opened with
+    O_APPEND: the file is never rewritten (a long run's rows cost one line each), and two writers' lines never
+    mix. A line a crash cut short has no newline: it is dropped here before the next line goes on, and by
+    read_json_lines, so a resume redoes that row and never chokes on half of it."""
     path = Path(path)
-    before = path.read_bytes() if path.exists() else b""
-    return atomic_write(path, lambda f: f.write(before + (json.dumps(row) + "\n").encode()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a cut line from an interrupted run
+            os.ftruncate(fd, os.pread(fd, size, 0).rfind(b"\n") + 1)
+        if os.write(fd, line) != len(line):
+            raise OSError(f"short write appending to {path}: disk full?")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
 
 
 def read_json_lines(path: str | Path, missing_ok: bool = False) -> list[Any]:
-    """Every row of a JSON-lines file; with `missing_ok`, none for a file not written yet (a run's first row)."""
+    """Every row of a JSON-lines file; with `missing_ok`, none for a file not written yet (a run's first row). A
+    last line without its newline (a row a crash cut short) is not a row."""
     path = Path(path)
     if missing_ok and not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    text = path.read_text()
+    whole = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines()]
 
 
 def save_torch_atomic(obj: Any, path: str | Path) -> Path:

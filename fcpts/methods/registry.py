@@ -31,7 +31,7 @@ from typing import Any
 
 from torch import nn
 
-from fcpts.core.calibration import calibration_data, check_input_dtype
+from fcpts.core.calibration import calibration_data, check_input_dtype, check_inputs_fit
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
@@ -174,6 +174,7 @@ class Method:
         check_zeros_within_target(layers, target)
         calibration = calibration_data(calibration)
         check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)
+        check_inputs_fit(model, calibration)
         unprunable = unprunable_weights(model)
         if unprunable:
             attention = any(where.startswith("MultiheadAttention.") for where, _ in unprunable.values())

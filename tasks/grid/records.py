@@ -52,7 +52,7 @@ def read_record(path: Path) -> dict | None:
 
 
 # What every run record states; a JSON with `metrics` in a runs folder that lacks one is a stray file, not a record.
-RECORD_KEYS = ("task", "dataset", "model", "method", "target_sparsity", "achieved_sparsity", "profile")
+RECORD_KEYS = ("task", "dataset", "model", "method", "target_sparsity", "profile")
 
 
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:

@@ -492,7 +492,7 @@ def render_tables(
     )
     out["table2_cifar.tex"] = "\n".join(tex)
     method_times = {
-        str(f.relative_to(RESULTS_DIR.parent)): f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
+        f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
     }
     out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))

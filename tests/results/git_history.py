@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from tasks.grid.paths import REPO_ROOT, RUNS_DIR
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tests.conftest import IN_CI
 
 
@@ -40,6 +41,12 @@ def json_at(commit: str, path: str) -> dict:
     return json.loads(text_at(commit, path))
 
 
+def committed_path(path: Path) -> str:
+    """Where a file of the results folder is committed: results/<its path there>, also when FCPTS_RESULTS_DIR
+    puts the folder (a copy of the checkout's) outside the checkout."""
+    return str(Path("results") / Path(path).relative_to(RESULTS_DIR))
+
+
 def record_at(commit: str, relative: str) -> dict:
     """A record under results/runs/ as committed at `commit`."""
-    return json_at(commit, str(RUNS_DIR.relative_to(REPO_ROOT) / relative))
+    return json_at(commit, str(Path("results") / "runs" / relative))

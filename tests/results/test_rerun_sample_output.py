@@ -12,7 +12,7 @@ import pytest
 from benchmarks.code.rerun_sample import markdown, processor, recorded_kernels, summary
 from fcpts.methods.registry import label, list_methods
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
-from tests.results.git_history import is_ancestor, json_at
+from tests.results.git_history import committed_path, is_ancestor, json_at
 
 OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 SAME_PROCESSOR = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu_this_processor.json"
@@ -48,7 +48,7 @@ def _ran(out: dict) -> list[dict]:
 
 def _output_at(commit: str, path) -> dict:
     """An output as it stood at `commit` (BEFORE_REMAKE, BEFORE_OBS_REMAKE): what the notebook's history quotes."""
-    return json_at(commit, str(path.relative_to(REPO_ROOT)))
+    return json_at(commit, committed_path(path))
 
 
 def _notebook() -> str:

@@ -4,6 +4,7 @@ and the edge cases of two methods (STR without iterations, FCPTS+'s block balanc
 import collections
 import copy
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -182,6 +183,21 @@ def test_inputs_of_another_dtype_than_the_weights_are_refused_naming_the_convers
     """Before any work, for every method: torch's own error would come from inside the first convolution."""
     with pytest.raises(TypeError, match=rf"inputs are {dtype} and the model's weights torch.float32: .*x.to"):
         fcpts.sparsify(tiny_net(), images().to(dtype), 0.5, method=method, progress=False)
+
+
+@pytest.mark.parametrize("method", ["fcpts", "pot-l2norm", "obs"])
+@pytest.mark.parametrize(
+    "inputs", [images()[:, :, :, 0], images()[:, :1], images().long()], ids=["no-width", "1-channel", "int64"]
+)
+def test_inputs_the_model_cannot_take_are_refused_naming_their_shape_before_any_work(method, inputs):
+    """torch's own error came from inside the method, about some layer's channels or scalar type."""
+    model = tiny_net().train()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=rf"calibration tensor of shape {re.escape(str(tuple(inputs.shape)))} .*"
+                       r"does not fit the model: .*fails in the model's forward"):  # fmt: skip
+        fcpts.sparsify(model, inputs, 0.5, method=method, progress=False)
+    assert model.training and all(m.training for m in model.modules())  # left as it was given
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
 def test_integer_inputs_are_left_to_a_model_that_takes_them():
