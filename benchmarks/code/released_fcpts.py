@@ -281,10 +281,13 @@ def run_release(args, inputs, target: float) -> dict:
 
     def traced_constrain(self, model):
         loss = constrain(self, model)
-        thr = {n: torch.sigmoid(m.weight_fake_sparse.scores).item() for n, m in model.named_modules()
-               if isinstance(m, rm._SUPPORT_MODULE_TYPES)}  # fmt: skip
-        trace.append({"step": len(trace), "control": loss.item(), "sparsity": float(loss.item() + target),
-                      "rec": seen.pop("kl", None), "thr_first": next(iter(thr.values()))})  # fmt: skip
+        with torch.no_grad():
+            layers = [m for m in model.modules() if isinstance(m, rm._SUPPORT_MODULE_TYPES)]
+            below = [int((m.weight.abs() < torch.sigmoid(m.weight_fake_sparse.scores)).sum()) for m in layers]
+            total = sum(m.weight.numel() for m in layers)
+        lr = seen["optimizer"].param_groups[0]["lr"]  # the rate this step's update will use
+        step = {"step": len(trace), "rec": seen.pop("kl", None), "control": loss.item(), "sparsity": sum(below) / total}
+        trace.append({**step, "lr": lr})
         return loss
 
     def traced_kl(self, y_s, y_t):
@@ -296,7 +299,13 @@ def run_release(args, inputs, target: float) -> dict:
         seen["model"] = model
         return validate(cfg, loader, model)
 
+    def captured_optimizer(cfg, model):
+        seen["optimizer"] = make_optimizer(cfg, model)
+        return seen["optimizer"]
+
+    make_optimizer = rm.get_str_optimizer
     rm.SparsityConstrain.__call__, rm.DistillKL.forward, rm.validate = traced_constrain, traced_kl, captured_validate
+    rm.get_str_optimizer = captured_optimizer
     rm.seed_all(args.seed)
     t = time.perf_counter()
     with cpu_only():
@@ -380,7 +389,7 @@ def table(records: list[dict]) -> str:
     for r in records:
         lines.append(
             f"| {r['model']} | {r['target_sparsity']:.0%} | {r['side']} | {r['iterations']} | "
-            f"{r['metrics']['top1']:.2f} | {r['achieved_sparsity']:.4f} | {'yes' if r['hit_target'] else 'no'} | "
+            f"{r['metrics']['top1']:.2f} | {r['achieved_sparsity']:.5f} | {'yes' if r['hit_target'] else 'no'} | "
             f"{r['wall_s']:.0f} |"
         )
     cells = sorted({(r["model"], r["target_sparsity"]) for r in records})
@@ -388,6 +397,18 @@ def table(records: list[dict]) -> str:
         p = paper_top1(model, target)
         shown = f"{p:.2f}" if p is not None else "n/a"
         lines.append(f"| {model} | {target:.0%} | paper's Table 2 (1,600 it, GPU) | 1600 | {shown} | | | |")
+    return "\n".join(lines)
+
+
+def trace_table(records: list[dict], points: int = 6) -> str:
+    """Reconstruction loss and threshold sparsity of every side at a few steps: where the sides part."""
+    n = min(len(r["trace"]) for r in records)
+    steps = sorted({round(i * (n - 1) / (points - 1)) for i in range(points)})
+    head = "| step | " + " | ".join(f"{r['side']} rec / sparsity" for r in records) + " |"
+    lines = [head, "|---" * (len(records) + 1) + "|"]
+    for k in steps:
+        cells = [f"{r['trace'][k]['rec']:.3f} / {r['trace'][k]['sparsity']:.4f}" for r in records]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -450,6 +471,8 @@ def main(argv=None) -> int:
             print(f"{side}: top-1 {top1:.2f}, sparsity {achieved:.4f} -> {path}")
             records.append(record)
     print(table(records))
+    if len(records) > 1 and all(r["trace"] for r in records):
+        print(trace_table([r for r in records if r["target_sparsity"] == args.sparsity[-1]]))
     return 0
 
 
