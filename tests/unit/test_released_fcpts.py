@@ -1,0 +1,38 @@
+"""The harness beside the released FCPTS: its pure parts, without their code or any data."""
+
+from benchmarks.code import released_fcpts as rf
+from tasks.grid.cifar_models import CifarResNet
+
+
+def test_keys_map_onto_the_released_resnet_naming():
+    ours = CifarResNet(1, num_classes=10, option="B").state_dict()  # one block per stage, 1x1 shortcuts
+    mapped = rf.release_keys(ours)
+    for key in (
+        "conv1.0.weight",
+        "conv1.1.running_mean",
+        "conv2_x.0.residual_function.0.weight",
+        "conv2_x.0.residual_function.4.bias",
+        "conv3_x.0.residual_function.3.weight",
+        "conv3_x.0.shortcut.0.weight",
+        "conv4_x.0.shortcut.1.weight",
+        "fc.weight",
+    ):
+        assert key in mapped, key
+    assert len(mapped) == len(ours)
+    assert mapped["fc.weight"] is ours["linear.weight"]
+
+
+def test_fit_check_names_the_shape_that_differs():
+    ours = CifarResNet(1, num_classes=10, option="B").state_dict()
+    theirs = rf.release_keys(ours)
+    assert rf.fits_release_model(ours, theirs) is None
+    theirs = {**theirs, "fc.weight": theirs["fc.weight"].new_zeros(100, 512)}  # their CIFAR ResNet's classifier
+    assert "fc.weight: ours (10, 64), theirs (100, 512)" in rf.fits_release_model(ours, theirs)
+
+
+def test_skips_cleanly_without_the_release_checkout(tmp_path, capsys):
+    assert rf.main(["--msbench", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert rf.main(["--release", str(tmp_path), "--msbench", str(tmp_path), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: no FCPTS checkout") == 2 and "git clone https://github.com/ModelTC/FCPTS.git" in out
+    assert not list(tmp_path.iterdir())  # nothing written
