@@ -259,6 +259,18 @@ def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
     assert load_weights(build_detector(load_config(CONFIG)), weights)["iter"] == 4
 
 
+def test_a_checkpoint_of_another_model_is_one_line_naming_it_and_the_model(tiny_voc, checkpoint, tmp_path, capsys):
+    state = torch.load(checkpoint, weights_only=True)["state_dict"]
+    other = tmp_path / "other.pth"
+    torch.save({"state_dict": {k: v for k, v in list(state.items())[5:]}}, other)  # 5 keys short
+    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--checkpoint", str(other), "--data-root", str(tiny_voc),
+            "--methods", "fcpts", "--profile", "quick", "--results-dir", str(tmp_path / "runs")]  # fmt: skip
+    assert voc_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint {other} does not fit the model mmdet-ssdlite_mobilenetv2_voc-cifar10-160")
+    assert "5 missing" in err and err.count("\n") == 1
+
+
 class _RunsCode:
     """A pickle that, unpickled without weights-only, runs code: it touches a file."""
 

@@ -96,7 +96,7 @@ def build_grid(
     probe = build_detector(cfg)
     check_classes(probe, layout)
     checkpoint = Path(where.weights) if where.weights else default_checkpoint(dataset_name(layout, 0, None), model)
-    weights_info = load_weights(probe, checkpoint)
+    weights_info = load_weights(probe, checkpoint, model)
     probe_view = HeadOutputView(probe)
 
     profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
