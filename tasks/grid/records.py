@@ -51,8 +51,9 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
-# What every run record states; a JSON with `metrics` in a runs folder that lacks one is a stray file, not a record.
-RECORD_KEYS = ("task", "dataset", "model", "method", "target_sparsity", "profile")
+# What every run record states, whatever reads it (a table, the re-run sample); a JSON with `metrics` in a runs folder
+# that lacks one is a stray file, not a record.
+RECORD_KEYS = ("task", "method", "profile")
 
 
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:

@@ -3,6 +3,7 @@ test pipeline's, a tiny pruning cell ends exactly sparse with a full record, mmd
 suite's VOC07 mAP on the same detections, and dense training resumes. Skipped without the `[mmdet]` extra."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -257,6 +258,32 @@ def test_dense_training_runs_and_resumes(tiny_voc, tmp_path):
     assert [(s["start_iter"], s["end_iter"]) for s in second["sessions"]] == [(0, 2), (2, 4)]
     # the exported weights load strictly into the config's detector
     assert load_weights(build_detector(load_config(CONFIG)), weights)["iter"] == 4
+
+
+def test_a_checkpoint_of_another_model_is_one_line_naming_it_and_the_model(tiny_voc, checkpoint, tmp_path, capsys):
+    state = torch.load(checkpoint, weights_only=True)["state_dict"]
+    other = tmp_path / "other.pth"
+    torch.save({"state_dict": {k: v for k, v in list(state.items())[5:]}}, other)  # 5 keys short
+    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--checkpoint", str(other), "--data-root", str(tiny_voc),
+            "--methods", "fcpts", "--profile", "quick", "--results-dir", str(tmp_path / "runs")]  # fmt: skip
+    assert voc_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint {other} does not fit the model mmdet-ssdlite_mobilenetv2_voc-cifar10-160")
+    assert "5 missing" in err and err.count("\n") == 1
+
+
+def test_a_detector_with_a_head_output_the_methods_never_distil_is_refused_naming_its_layers():
+    """FCOS's centerness conv feeds neither the class logits nor the box regression: pruned, it would get no
+    gradient, its mask never learned."""
+    from tasks.voc.mmdet.view import check_layers_reach_outputs
+
+    check_layers_reach_outputs(HeadOutputView(build_detector(load_config(CONFIG))))  # SSDlite: every layer feeds them
+    import mmdet
+
+    configs = Path(mmdet.__file__).parent / ".mim" / "configs"
+    fcos = configs / "fcos" / "fcos_r18_fpn_gn-head-center-normbbox-centeronreg-giou_8xb8-amp-lsj-200e_coco.py"
+    with pytest.raises(ValueError, match=r"FCOS: detector.bbox_head.conv_centerness feed no output the methods"):
+        check_layers_reach_outputs(HeadOutputView(build_detector(load_config(fcos))))
 
 
 class _RunsCode:

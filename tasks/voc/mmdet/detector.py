@@ -89,8 +89,29 @@ def quiet_mmengine(level: int = logging.WARNING):
         logger.setLevel(before)
 
 
-def load_weights(detector: nn.Module, path: str | Path) -> dict:
-    """Load a checkpoint strictly (every key must match) and weights-only; returns what a record keeps about it."""
+def _mismatch(message: str) -> str:
+    """mmengine's strict-load message (a paragraph per kind of mismatch) as one line: each kind, counted, with its
+    first keys."""
+    parts = []
+    shapes = [line.removeprefix("size mismatch for ").split(":")[0] for line in message.splitlines()
+              if line.startswith("size mismatch for ")]  # fmt: skip
+    for what, keys in (
+        ("of another shape", shapes),
+        *(
+            (what, line.split(": ", 1)[1].split(", "))
+            for line in message.splitlines()
+            for prefix, what in (("missing keys in source", "missing"), ("unexpected key in source", "unexpected"))
+            if line.startswith(prefix) and ": " in line
+        ),
+    ):
+        if keys:
+            parts.append(f"{len(keys)} {what} ({', '.join(keys[:2])}{', ...' if len(keys) > 2 else ''})")
+    return "; ".join(parts) or " ".join(message.split())[:300]
+
+
+def load_weights(detector: nn.Module, path: str | Path, model: str | None = None) -> dict:
+    """Load a checkpoint strictly (every key must match) and weights-only; returns what a record keeps about it.
+    A checkpoint of another model is a one-line error naming the checkpoint and the model (`model`: its name)."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"checkpoint {path} does not exist")
@@ -103,6 +124,11 @@ def load_weights(detector: nn.Module, path: str | Path) -> dict:
             "with its optimiser and message hub? Pass the weights tasks.voc.mmdet.train exports "
             "(results/weights/<dataset>/mmdet-<config>.pth) or another state-dict checkpoint"
         ) from e
+    except RuntimeError as e:  # strict loading: keys or shapes that are not the model's
+        raise ValueError(
+            f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {_mismatch(str(e))}; "
+            "pass the checkpoint trained with this config (--checkpoint)"
+        ) from None
     meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}
     return {
         "path": str(path),

@@ -39,7 +39,7 @@ from tasks.voc.mmdet.data import (
 )
 from tasks.voc.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
 from tasks.voc.mmdet.evaluate import evaluate_detector
-from tasks.voc.mmdet.view import HeadOutputView, pruned_layers, reconstruction_blocks
+from tasks.voc.mmdet.view import HeadOutputView, check_layers_reach_outputs, pruned_layers, reconstruction_blocks
 from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
@@ -97,8 +97,9 @@ def build_grid(
 
     probe = build_detector(cfg)
     check_classes(probe, layout)
+    check_layers_reach_outputs(HeadOutputView(probe))  # FCOS's centerness: refused before any work
     checkpoint = Path(where.weights) if where.weights else default_checkpoint(dataset_name(layout, 0, None), model)
-    weights_info = load_weights(probe, checkpoint)
+    weights_info = load_weights(probe, checkpoint, model)
     probe_view = HeadOutputView(probe)
 
     profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)

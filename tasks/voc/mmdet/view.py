@@ -88,6 +88,34 @@ def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> lis
     return names
 
 
+def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:
+    """Every pruned layer must feed the outputs the methods distil (the class logits, the box regression): a head
+    output the view leaves out (FCOS's centerness) gets no gradient, so its layers' masks would be chosen and never
+    learned. Found by one backward on a zero image of `size` pixels; such a detector is refused naming them."""
+    layers = prunable_layers(view)
+    mode, frozen = view.training, [m.weight for m in layers.values() if not m.weight.requires_grad]
+    try:
+        view.eval()
+        for weight in frozen:  # a frozen backbone stage is pruned too: asked as every other layer
+            weight.requires_grad_(True)
+        with torch.enable_grad():
+            logits, boxes = view.head_outputs(torch.zeros(1, 3, size, size))
+            reached = torch.autograd.grad(
+                logits.sum() + boxes.sum(), [m.weight for m in layers.values()], allow_unused=True
+            )
+    finally:
+        view.train(mode)
+        for weight in frozen:
+            weight.requires_grad_(False)
+    unreached = [name for (name, _), grad in zip(layers.items(), reached) if grad is None]
+    if unreached:
+        raise ValueError(
+            f"{type(view.detector).__name__}: {', '.join(unreached)} feed no output the methods distil (class "
+            "logits, box regression), so they would be pruned and never reconstructed; detectors with other head "
+            "outputs (FCOS's centerness) are not supported"
+        )
+
+
 def pruned_layers(view: HeadOutputView) -> dict:
     """What a record says about which layers were pruned."""
     layers = prunable_layers(view)
