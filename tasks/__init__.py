@@ -9,7 +9,8 @@ The thread count can be chosen the same way: one thread per core that was idle w
 (`adaptive_threads`), so a run beside busy processes does not put more threads on a core than it can get. It is
 off until the thread-policy benchmark shows it degrades least: ADAPTIVE_THREADS flips the default, the
 environment variable FCPTS_THREADS=adaptive|default overrides it per command, and an OMP_NUM_THREADS the user set
-(or a later torch.set_num_threads) always wins.
+(or a later torch.set_num_threads) always wins. Turned on, it costs every command 0.2 s at its start (the sample
+of the load) and fixes the count then: competitors that start later are not seen.
 """
 
 import os

@@ -86,7 +86,7 @@ def to_adopt(threads: str, policy: str | None) -> str:
 def step_seconds(model: str, steps: int, batch: int, busy: int, threads: str, policy: str | None) -> tuple[float, int]:
     """(median seconds of an FCPTS step, torch threads) in a fresh process beside `busy` busy loops."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
-    env.pop("FCPTS_THREADS", None)
+    env["FCPTS_THREADS"] = "default"  # importing `tasks` leaves the thread count as configured, whatever its default
     if policy:
         env["OMP_WAIT_POLICY"] = policy
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
@@ -118,6 +118,7 @@ def main(argv=None) -> int:
     configs = configurations(tuple(args.busy))
     times: dict[tuple, list[float]] = {c: [] for c in configs}
     used: dict[tuple, set[int]] = {c: set() for c in configs}
+    start = time.perf_counter()
     for _ in range(args.rounds):
         for c in configs:
             seconds, n = step_seconds(args.model, args.steps, args.batch_size, *c)
@@ -128,7 +129,8 @@ def main(argv=None) -> int:
     best_alone = min(s for (busy, _, _), s in med.items() if busy == 0)
     lines = [
         f"FCPTS step on {args.model}, batch {args.batch_size} at 32 px, {cpus} CPUs; median of {args.rounds} "
-        f"processes x {args.steps} steps (after a warm-up step); seconds per step; competitors: busy 1-thread loops",
+        f"processes x {args.steps} steps (after a warm-up step); seconds per step; competitors: busy 1-thread loops; "
+        f"{len(configs) * args.rounds} processes in {time.perf_counter() - start:.0f} s",
         f"vs alone: over the same configuration alone; vs share: over the fastest alone ({best_alone:.3f} s) slowed "
         f"to the CPU share left, min(1, {cpus}/(1+busy)); at most 1.00 degrades no worse than the share",
         "busy threads  used wait policy  s/step vs alone vs share",
