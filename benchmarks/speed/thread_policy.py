@@ -137,9 +137,10 @@ def main(argv=None) -> int:
     ]
     for busy, threads, policy in configs:
         s = med[(busy, threads, policy)]
-        n = "/".join(str(v) for v in sorted(used[(busy, threads, policy)]))
+        counts = "/".join(str(v) for v in sorted(used[(busy, threads, policy)]))
+        alone = med[(0, threads, policy)]
         lines.append(
-            f"{busy:4d} {threads:8s} {n:>4s} {policy or 'default':11s} {s:7.3f} {s / med[(0, threads, policy)]:7.2f}x "
+            f"{busy:4d} {threads:8s} {counts:>4s} {policy or 'default':11s} {s:7.3f} {s / alone:7.2f}x "
             f"{vs_share(s, best_alone, cpus, busy):8.2f}"
         )
     worst = {

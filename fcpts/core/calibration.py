@@ -7,7 +7,9 @@ a checkpoint at step k sees exactly the batches it would have seen, and the call
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -158,7 +160,8 @@ def check_input_dtype(data: torch.Tensor | Dataset, dtype: torch.dtype) -> None:
 def check_inputs_fit(model: torch.nn.Module, data: torch.Tensor | Dataset) -> None:
     """A calibration tensor whose inputs the model cannot take (another shape, channel count or dtype) fails deep
     inside a method, in torch's words about some layer: run the model on its first input now, in eval mode and
-    without gradients (no state changes), and name the tensor's shape and the model's complaint instead."""
+    without gradients (no state changes), and name the tensor's shape and the model's complaint instead. The
+    user's forward hooks do not see this probe, unless the model fails without them (hooks it needs to run)."""
     if not isinstance(data, torch.Tensor) or data.dtype == torch.uint8:  # raw pixels: check_not_raw_pixels says
         return
     param = next(model.parameters(), None)
@@ -167,7 +170,11 @@ def check_inputs_fit(model: torch.nn.Module, data: torch.Tensor | Dataset) -> No
     try:
         with torch.no_grad():
             model.eval()
-            model(one)
+            try:
+                with _forward_hooks_set_aside(model):
+                    model(one)
+            except (RuntimeError, ValueError, IndexError, TypeError):
+                model(one)  # a model whose own hooks make it run: the complaint is the one it gives with them
     except (RuntimeError, ValueError, IndexError, TypeError) as e:
         reason = " ".join(str(e).split())[:300]
         raise ValueError(
@@ -178,6 +185,19 @@ def check_inputs_fit(model: torch.nn.Module, data: torch.Tensor | Dataset) -> No
     finally:
         for m, training in modes.items():
             m.train(training)
+
+
+@contextmanager
+def _forward_hooks_set_aside(model: torch.nn.Module) -> Iterator[None]:
+    """Every module's forward (pre-)hooks put aside for the block and put back after it, as they were."""
+    kept = [(m, m._forward_pre_hooks, m._forward_hooks) for m in model.modules()]
+    try:
+        for m, _, _ in kept:
+            m._forward_pre_hooks, m._forward_hooks = OrderedDict(), OrderedDict()
+        yield
+    finally:
+        for m, pre, post in kept:
+            m._forward_pre_hooks, m._forward_hooks = pre, post
 
 
 def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:

@@ -137,7 +137,7 @@ def test_deploy_names_a_checkpoint_that_is_no_checkpoint_in_one_line(tmp_path, c
 
     bad = tmp_path / "sparse.pt"
     bad.write_bytes(content)
-    argv = ["--checkpoint", str(bad), "--model", "resnet20", "--out-dir", str(tmp_path / "out")]
+    argv = ["--sparse-weights", str(bad), "--model", "resnet20", "--results-dir", str(tmp_path / "out")]
     assert main([*argv, "--data-root", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1
