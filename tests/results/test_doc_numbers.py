@@ -376,6 +376,14 @@ def test_allocation_move_table_is_the_records():
         assert rows[0][1:3] == [f"{_allocation_move(fcpts, fcpts):.4f}", f"{_allocation_move(plus, fcpts):.4f}"]
 
 
+def test_heldout_choice_tables_are_the_committed_outputs_rows():
+    """docs/notebook/heldout-choices.md's tables: each row a line of the held-out choice outputs it cites."""
+    names = ("heldout_fcpts_plus_cpu_80.md", "heldout_fcpts_plus_cpu_90.md", "heldout_fcpts_plus_ramp_paper.md")
+    lines = {line for n in names for line in (RESULTS_DIR / "benchmarks" / n).read_text().splitlines()}
+    rows = [line for line in (NOTEBOOK / "heldout-choices.md").read_text().splitlines() if line.startswith("| 0.")]
+    assert len(rows) == 12 and not [row for row in rows if row not in lines]
+
+
 def test_lite0_heldout_table_is_its_rows():
     """Each row of the held-out Lite0 table in docs/notebook/beyond-the-paper.md: its method, options, calibration
     crop and target's line of results/ablations/lite0-heldout.jsonl (FCPTS's from the earlier
