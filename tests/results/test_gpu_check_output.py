@@ -154,7 +154,8 @@ def test_the_doc_quotes_the_replayed_224_px_steps_and_the_copy_streams_effect():
         assert text == (FOURTH / f"third_call_step_time_{model}_224.txt").read_text()
         assert "commit 1c764b2" in text and "replayed from a CUDA graph where FCPTS's is" in text
         for line in text.splitlines()[:7]:
-            assert " ".join(line.split()) in DOC
+            if "eager" not in line:  # the replayed rows, as committed
+                assert " ".join(line.split()) in DOC
         before = step_rows((FOURTH / f"second_call_step_time_{model}_224.txt").read_text())
         after = step_rows(text)
         ratios[model] = before["mse-blocks (defaults)"][2], after["mse-blocks (defaults)"][2], floors(text)
