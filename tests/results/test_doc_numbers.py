@@ -124,6 +124,9 @@ NOT_HELD: dict[str, dict[str, str]] = {
     "beyond-the-paper.md": {
         "6.45": "the ramp's mean minus block weight 8's in cifar100-resnet56-sp90.jsonl's table (59.90 - 53.45)",
         "60.76": "mean of FCPTS+'s CIFAR-100 ResNet-32 90% seeds 0-2 as commit ee2d0fe held them",
+        "3.75": "FCPTS top-1 minus OBS top-1 on a Table 2 cell (test_obs_against_fcpts_on_table2_is_the_records)",
+        "26.78": "FCPTS top-1 minus OBS top-1 on a Table 2 cell (test_obs_against_fcpts_on_table2_is_the_records)",
+        "27.98": "FCPTS top-1 minus OBS top-1 on a Table 2 cell (test_obs_against_fcpts_on_table2_is_the_records)",
     },
     "heldout-choices.md": {"86.95": "mean of seeds 0-1 of results/benchmarks/heldout_fcpts_plus_cpu_90.json's ramp=0"},
     "pot-vs-msbench.md": {
@@ -443,6 +446,29 @@ def test_lite0_obs_cell_made_again_is_the_record():
 
 
 TABLE2_CELLS = [(d, m, s) for d in ("cifar10", "cifar100") for m in ("resnet32", "resnet56") for s in (70, 80, 90)]
+
+
+def test_obs_against_fcpts_on_table2_is_the_records():
+    """beyond-the-paper.md's gaps between FCPTS and OBS on the Table 2 cells (seed 0, the records Table 2 shows), and
+    that OBS is above both POTs on every 70% cell."""
+    gaps: dict[tuple[str, int], list[float]] = {}
+    for dataset, model, sparsity in TABLE2_CELLS:
+        folder = f"cifar/{dataset}/{model}"
+        fcpts_profile = "paper" if (dataset, model, sparsity) == ("cifar10", "resnet56", 90) else "paper-cpu"
+        top1 = {
+            m: _record(f"{folder}/{m}-sp{sparsity}-{fcpts_profile if m == 'fcpts' else 'paper-cpu'}-seed0.json")[
+                "metrics"
+            ]["top1"]
+            for m in ("fcpts", "obs", "pot-l2norm", "pot-erk")
+        }
+        gaps.setdefault((dataset, sparsity), []).append(top1["fcpts"] - top1["obs"])
+        assert sparsity != 70 or top1["obs"] > max(top1["pot-l2norm"], top1["pot-erk"]), (folder, sparsity)
+    text = " ".join((NOTEBOOK / "beyond-the-paper.md").read_text().split())
+    assert f"by {gaps['cifar10', 70][0]:.2f} and {gaps['cifar10', 70][1]:.2f} points on CIFAR-10" in text
+    assert f"{gaps['cifar100', 70][0]:.2f} and {gaps['cifar100', 70][1]:.2f} on CIFAR-100" in text
+    for dataset, sparsity in (("cifar10", 80), ("cifar10", 90), ("cifar100", 80), ("cifar100", 90)):
+        low, high = sorted(gaps[dataset, sparsity])
+        assert f"{low:.2f}-{high:.2f}" in text, (dataset, sparsity)
 
 
 RAMP_70_AT = "a4938de"  # the last commit whose FCPTS+ 70% CIFAR records all ran with the ramp
