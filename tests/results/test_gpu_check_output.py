@@ -78,13 +78,9 @@ def test_the_doc_quotes_the_like_for_like_gpu_step_and_its_floor():
     assert "replayed from a CUDA graph where FCPTS's is" in text.splitlines()[0] and "NVIDIA H200" in text
     for line in text.splitlines()[:11]:
         assert " ".join(line.split()) in DOC
-    rows, floor = step_rows(text), floors(text)
-    (g_f, g_p, g_r), (e_f, e_p, e_r) = rows["mse-blocks (defaults)"], rows["mse-blocks (defaults), eager"]
-    assert f"FCPTS's CIFAR step from {e_f} to {g_f} ms and the plain step from {e_p} to {g_p} ms" in DOC
-    assert f"the ratio fell from {e_r} to {g_r} (the KL's to {rows['kl'][2]})" in DOC
-    assert f"the replayed teacher's forward alone is {floor['replayed'][1]} of a replayed plain step" in DOC
-    bf16, bf16_kl = rows["mse-blocks (defaults), amp bf16"][2], rows["kl, amp bf16"][2]
-    assert f"bf16 takes FCPTS's step to {bf16} (the KL's to {bf16_kl})" in DOC
+    ratio = {name: float(r) for name, (_, _, r) in step_rows(text).items()}  # as the doc says, against the goal:
+    over = ("mse-blocks (defaults)", "kl", "mse-blocks (defaults), amp bf16")
+    assert all(ratio[name] > 1.35 for name in over) and ratio["kl, amp bf16"] < 1.35
     r18 = step_rows((FOURTH / "second_call_step_time_resnet18_224.txt").read_text())
     r18_eager, r18_replayed = r18["mse-blocks (defaults), eager"][0], r18["mse-blocks (defaults)"][0]
     assert f"a 224-px ResNet-18 step from {r18_eager} to {r18_replayed} ms on the same GPU" in DOC
