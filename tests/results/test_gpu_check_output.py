@@ -335,19 +335,12 @@ def test_the_doc_quotes_a_batchs_host_time_against_the_gpu_step_and_the_cells_it
     rows = dict(re.findall(r"^(imagenet sample.+?|synthetic.+?)\s{2,}([\d. ]+x)$", text, re.M))
     (imagenet,) = [v.split() for k, v in rows.items() if k.startswith("imagenet")]
     (synthetic,) = [v.split() for k, v in rows.items() if k.startswith("synthetic")]
-    assert (
-        f"takes {imagenet[0]} ms in the loop's process here, and the scale benchmark's synthetic images "
-        f"{synthetic[0]} ms" in DOC
-    )
-    assert (
-        f"handed over: {imagenet[1]} against {imagenet[0]} ms); two are {imagenet[3][:-1]} and "
-        f"{synthetic[3][:-1]} times as fast" in DOC
-    )
-    assert float(imagenet[1]) >= float(imagenet[0]) and float(imagenet[2]) < float(imagenet[0])  # as the doc says
+    for row in (imagenet, synthetic):  # as the doc says: one worker no faster than none, two faster
+        assert float(row[1]) >= float(row[0]) and float(row[2]) < float(row[0])
     step = step_rows((RESULTS_DIR / "benchmarks" / "step_time_resnet18_224_cuda.txt").read_text())
     replayed_ms = step["mse-blocks (defaults)"][0]
     assert f"replayed ResNet-18 FCPTS step of {replayed_ms} ms" in DOC
-    assert float(synthetic[0]) > float(replayed_ms)
+    assert min(float(imagenet[0]), float(synthetic[0])) > float(replayed_ms)  # a batch takes longer than the step
     training = [c for c in scale_cuda()["cells"] if c.get("kind") == "training"]
     steps = [c["projection"]["unit_s"] for c in training]
     assert f"took {min(steps):.3f} to {max(steps):.3f} s a step" in DOC
