@@ -309,7 +309,6 @@ def test_deploy_doc_quotes_the_deploy_record_and_table7():
         f"{lite0}x at 50 / 60 / 70%, batch 32",
         f"{r18['70%']['median_ms']:.2f} ms sparse against {r18['dense']['median_ms']:.2f} ms dense "
         f"({r18['70%']['speedup']:.2f}x, quartiles {q25:.2f}-{q75:.2f})",
-        f"({speedup('mobilenet_v2', 'torch-csr', '1', '90%')}x over torch on MobileNetV2",
     ]
     for q in quoted:
         assert q in text, q
