@@ -65,14 +65,11 @@ def floors(text: str) -> dict[str, tuple[str, str, str]]:
     return {how: rest for how, *rest in re.findall(FLOOR, text)}
 
 
-def test_the_doc_quotes_the_gpu_step_ratios():
+def test_the_first_eager_gpu_step_output_is_the_one_it_replaced():
     first = (CHECK / "first_call_step_time.txt").read_text()  # eager steps only, the first H200 check
     ratios = [r for *_, r in step_rows(first).values()]
     assert len(ratios) == 4 and "NVIDIA H200" in first
     assert first == text_at("1c764b2", "results/benchmarks/step_time_cuda.txt")  # what it was until replaced
-    assert f"step time: ratios {', '.join(ratios[:3])} and {ratios[3]} (above)" in DOC  # the 2026-11-26 section
-    for line in first.splitlines()[1:5]:
-        assert " ".join(line.split()) in DOC
 
 
 def test_the_doc_quotes_the_like_for_like_gpu_step_and_its_floor():
@@ -81,26 +78,21 @@ def test_the_doc_quotes_the_like_for_like_gpu_step_and_its_floor():
     assert "replayed from a CUDA graph where FCPTS's is" in text.splitlines()[0] and "NVIDIA H200" in text
     for line in text.splitlines()[:11]:
         assert " ".join(line.split()) in DOC
-    rows, floor = step_rows(text), floors(text)
-    (g_f, g_p, g_r), (e_f, e_p, e_r) = rows["mse-blocks (defaults)"], rows["mse-blocks (defaults), eager"]
-    assert f"FCPTS's CIFAR step from {e_f} to {g_f} ms and the plain step from {e_p} to {g_p} ms" in DOC
-    assert f"the ratio fell from {e_r} to {g_r} (the KL's to {rows['kl'][2]})" in DOC
-    assert f"the replayed teacher's forward alone is {floor['replayed'][1]} of a replayed plain step" in DOC
-    bf16, bf16_kl = rows["mse-blocks (defaults), amp bf16"][2], rows["kl, amp bf16"][2]
-    assert f"bf16 takes FCPTS's step to {bf16} (the KL's to {bf16_kl})" in DOC
+    ratio = {name: float(r) for name, (_, _, r) in step_rows(text).items()}  # as the doc says, against the goal:
+    over = ("mse-blocks (defaults)", "kl", "mse-blocks (defaults), amp bf16")
+    assert all(ratio[name] > 1.35 for name in over) and ratio["kl, amp bf16"] < 1.35
     r18 = step_rows((FOURTH / "second_call_step_time_resnet18_224.txt").read_text())
     r18_eager, r18_replayed = r18["mse-blocks (defaults), eager"][0], r18["mse-blocks (defaults)"][0]
-    assert f"replay took a CIFAR step from {e_f} to {g_f} ms and a 224-px ResNet-18 step from {r18_eager} to" in DOC
-    assert f"ResNet-18 step from {r18_eager} to {r18_replayed} ms on the same GPU" in DOC
+    assert f"a 224-px ResNet-18 step from {r18_eager} to {r18_replayed} ms on the same GPU" in DOC
     unfair = step_rows((FOURTH / "step_time.txt").read_text())["mse-blocks (defaults)"]
-    assert float(unfair[2]) < 1 and f"the ratio came out at {unfair[2]}" in DOC
+    assert float(unfair[2]) < 1 and f"the ratio came out at {unfair[2]}" in DOC  # less work than a plain step: unfair
 
 
 def scale_cuda() -> dict:
     return json.loads((RESULTS_DIR / "benchmarks" / "scale_cuda.json").read_text())
 
 
-def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
+def test_the_gpu_scale_output_is_regenerated_from_its_probes():
     result = scale_cuda()
     assert result["device_description"] == "cuda: NVIDIA H200"
     measured = {(c["model"], c["method"]) for c in result["cells"] if c["status"] == "ok"}
@@ -112,10 +104,6 @@ def test_the_gpu_scale_output_is_regenerated_from_its_probes_and_quoted():
     again = scale.finish(copy.deepcopy(result), result["sizes"])
     assert [c.get("projection") for c in again["cells"]] == [c.get("projection") for c in result["cells"]]
     assert scale.markdown(result) == (RESULTS_DIR / "benchmarks" / "scale_cuda.md").read_text()
-    for cell in result["cells"]:
-        if cell["status"] == "ok":
-            minutes = cell["projection"]["projected_s"] / 60
-            assert f"{cell['model']} {cell['method']} {minutes:.1f} min" in DOC
 
 
 def test_the_doc_quotes_the_grids_memory_and_speed_and_they_meet_the_goals():
@@ -149,12 +137,10 @@ def test_the_doc_quotes_the_224_px_step_ratios():
         assert f"model {model} at 224 px, batch 64, cuda: NVIDIA H200" in text
         (f_ms, p_ms, ratio), _ = step_rows(text).values()
         if model == "resnet18":
-            assert f"ResNet-18 step at 224 px takes {float(p_ms):.0f} ms there" in DOC
+            assert f"a plain ResNet-18 step takes {float(p_ms):.0f} ms and most of the" in DOC
             assert f"most of the {float(f_ms) - float(p_ms):.0f} ms FCPTS adds is not arithmetic" in DOC
-        for line in text.splitlines()[:3]:  # the header and both ratios, verbatim
-            assert " ".join(line.split()) in DOC
         ratios.append(ratio)
-    assert f"{ratios[0]} and {ratios[1]} at 224 px" in DOC
+    assert f"{ratios[0]} and {ratios[1]} on random-weight torchvision ResNet-18 and ResNet-50 at 224 px" in DOC
 
 
 def test_the_doc_quotes_the_replayed_224_px_steps_and_the_copy_streams_effect():
@@ -164,7 +150,8 @@ def test_the_doc_quotes_the_replayed_224_px_steps_and_the_copy_streams_effect():
         assert text == (FOURTH / f"third_call_step_time_{model}_224.txt").read_text()
         assert "commit 1c764b2" in text and "replayed from a CUDA graph where FCPTS's is" in text
         for line in text.splitlines()[:7]:
-            assert " ".join(line.split()) in DOC
+            if "eager" not in line:  # the replayed rows, as committed
+                assert " ".join(line.split()) in DOC
         before = step_rows((FOURTH / f"second_call_step_time_{model}_224.txt").read_text())
         after = step_rows(text)
         ratios[model] = before["mse-blocks (defaults)"][2], after["mse-blocks (defaults)"][2], floors(text)
@@ -175,11 +162,6 @@ def test_the_doc_quotes_the_replayed_224_px_steps_and_the_copy_streams_effect():
     assert f"on ResNet-18 ({r18_after} against {r18_floor['replayed'][2]})" in DOC
     share = r50_floor["replayed"][1]
     assert float(r50_floor["replayed"][2]) > 1.35 and f"forward alone is {share} of a plain step" in DOC
-    cifar = step_rows((RESULTS_DIR / "benchmarks" / "step_time_cuda.txt").read_text())["mse-blocks (defaults)"][2]
-    outputs = ("step_time_cuda.txt", "step_time_resnet18_224_cuda.txt", "step_time_resnet50_224_cuda.txt")
-    shares = sorted(float(floors((RESULTS_DIR / "benchmarks" / t).read_text())["replayed"][1]) for t in outputs)
-    assert f"the step ratio is {cifar} on CIFAR ResNet-56 and {r18_after} and {r50_after} on ImageNet" in DOC
-    assert f"({shares[0]:.2f} to {shares[-1]:.2f} of a plain step)" in DOC
 
 
 def test_the_third_h200_check_and_its_profile_are_quoted():
@@ -219,7 +201,6 @@ def test_the_doc_quotes_the_operator_counts_before_and_after_the_flat_masks():
         f"plain ResNet-56 step dispatches {plain}, an FCPTS step now {blocks} with the block MSE (ratio {r_blocks})"
         f" and {kl} with the KL alone (ratio {r_kl})" in DOC
     )
-    assert f"(`step_ops`, below; {blocks} since" in DOC
     old_plain, ((old_blocks, old_r_blocks), (old_kl, old_r_kl)), old_pot = operator_counts(
         text_at("3021af6", "results/benchmarks/step_ops_cpu.txt")
     )
@@ -228,9 +209,7 @@ def test_the_doc_quotes_the_operator_counts_before_and_after_the_flat_masks():
         f"against {old_plain} for a plain ResNet-56 step (ratios {old_r_blocks} and {old_r_kl}, in the history at "
         "3021af6)" in DOC
     )
-    assert f"the {old_blocks} operators an FCPTS step dispatched then" in DOC
-    assert f"a ResNet-56 step dispatches {blocks} operators instead of {old_blocks}, with the same bits" in DOC
-    assert f"stacked group dispatched {old_pot} operators" in DOC
+    assert f"a step dispatching {old_pot} operators whatever the layers' size" in DOC
     kl_line = (RESULTS_DIR / "benchmarks" / "step_ops_cpu.txt").read_text().splitlines()[3]
     added = dict(re.findall(r"(\w+) \+(\d+)", kl_line))
     assert kl_line.startswith("fcpts step, kl")
@@ -248,13 +227,13 @@ def test_the_second_h200_check_ran_pot_from_cuda_graphs_and_the_doc_quotes_it():
     assert {row["steps_on"] for row in pot["per_layer"]} == {"cuda-graph"}
     assert {row["iterations"] for row in pot["per_layer"]} == {20_000}  # none stopped early: the whole budget
     assert pot["wall_s"] < 5 * 60  # the goal
-    assert f"in {pot['wall_s']:.0f} s of method time" in DOC and f"is {pot['metrics']['top1']:.2f}" in DOC
+    assert f"all 32 layers in {pot['wall_s']:.0f} s of method time" in DOC
     assert f"FCPTS at the same budget: {fcpts['metrics']['top1']:.2f}, {fcpts['wall_s']:.0f} s" in DOC
     cpu = read_record(RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32" / "pot-l2norm-sp80-paper-seed0.json")
     assert f"a CPU thread took {cpu['wall_s'] / 60:.0f} minutes" in DOC
     summary = json.loads((SECOND / "summary.json").read_text())
     passed = [p["part"] for p in summary["parts"] if p["status"] == "passed"]
-    assert len(passed) == 6 and "Six of eight parts passed" in DOC
+    assert len(passed) == 6 and len(summary["parts"]) == 8 and "six of eight parts passed" in DOC
 
 
 def test_the_doc_quotes_the_pot_step_times():
@@ -263,7 +242,6 @@ def test_the_doc_quotes_the_pot_step_times():
     speedup = re.search(r"speed-up (\d+\.\d+)x", text).group(1)
     assert "NVIDIA H200" in text and "(replayed)" in text
     assert f"{eager:.3f} ms eager, {graphed:.3f} ms replayed, {speedup}x" in DOC
-    assert f"{graphed:.3f} ms a step against {eager:.3f} ms eager" in DOC
 
 
 def test_the_doc_quotes_the_projected_grid_hours():
@@ -329,7 +307,6 @@ def test_the_fourth_h200_check_its_replayed_records_and_profile_are_quoted():
     assert f"float32 {fp32:.2f} and bfloat16 {bf16:.2f} in {fp32_s:.1f} s and {bf16_s:.1f} s" in DOC
     assert f"({fp32_eager:.0f} s and {bf16_eager:.0f} s eager the day before)" in DOC
     assert f"the paper's budget, {r32:.2f} in {r32_s:.0f} s ({r32_eager:.0f} s eager the day before" in DOC
-    assert f"ResNet-32 cell takes {r32_s:.0f} s there ({r32_eager:.0f} s eager)" in DOC
     pot = (FOURTH / "pot_step_time.txt").read_text()
     eager_ms, graphed_ms = re.findall(r"pot step, .*?:\s+(\d+\.\d+) ms", pot)
     speedup = re.search(r"speed-up (\d+\.\d+)x", pot).group(1)
@@ -358,19 +335,12 @@ def test_the_doc_quotes_a_batchs_host_time_against_the_gpu_step_and_the_cells_it
     rows = dict(re.findall(r"^(imagenet sample.+?|synthetic.+?)\s{2,}([\d. ]+x)$", text, re.M))
     (imagenet,) = [v.split() for k, v in rows.items() if k.startswith("imagenet")]
     (synthetic,) = [v.split() for k, v in rows.items() if k.startswith("synthetic")]
-    assert (
-        f"takes {imagenet[0]} ms in the loop's process here, and the scale benchmark's synthetic images "
-        f"{synthetic[0]} ms" in DOC
-    )
-    assert (
-        f"handed over: {imagenet[1]} against {imagenet[0]} ms); two are {imagenet[3][:-1]} and "
-        f"{synthetic[3][:-1]} times as fast" in DOC
-    )
-    assert float(imagenet[1]) >= float(imagenet[0]) and float(imagenet[2]) < float(imagenet[0])  # as the doc says
+    for row in (imagenet, synthetic):  # as the doc says: one worker no faster than none, two faster
+        assert float(row[1]) >= float(row[0]) and float(row[2]) < float(row[0])
     step = step_rows((RESULTS_DIR / "benchmarks" / "step_time_resnet18_224_cuda.txt").read_text())
     replayed_ms = step["mse-blocks (defaults)"][0]
     assert f"replayed ResNet-18 FCPTS step of {replayed_ms} ms" in DOC
-    assert float(synthetic[0]) > float(replayed_ms)
+    assert min(float(imagenet[0]), float(synthetic[0])) > float(replayed_ms)  # a batch takes longer than the step
     training = [c for c in scale_cuda()["cells"] if c.get("kind") == "training"]
     steps = [c["projection"]["unit_s"] for c in training]
     assert f"took {min(steps):.3f} to {max(steps):.3f} s a step" in DOC
