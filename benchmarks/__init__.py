@@ -64,6 +64,11 @@ BENCHMARKS: dict[str, Benchmark] = {
         "one committed record per method re-run with today's code: mask hash and numbers",
         "that committed records still reproduce (results/benchmarks/rerun_sample_cpu*.json)",
     ),
+    "released-fcpts": Benchmark(
+        "benchmarks.code.released_fcpts",
+        "the authors' released FCPTS (a checkout the user fetched) beside ours, release mode and default, same inputs",
+        "that our FCPTS does what the released code does (results/released/)",
+    ),
     "code-shape": Benchmark(
         "benchmarks.code.shape",
         "lines per folder, files, entry points, mypy's coverage, docs' lines, the suite's time per directory",

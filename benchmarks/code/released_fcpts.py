@@ -3,7 +3,7 @@
     git clone https://github.com/ModelTC/FCPTS.git ../ext/FCPTS
     git clone https://github.com/ModelTC/msbench.git ../ext/msbench
     pip install yacs   # their train/config.py needs it
-    python -m benchmarks.code.released_fcpts --release ../ext/FCPTS --msbench ../ext/msbench \
+    python -m benchmarks released-fcpts --release ../ext/FCPTS --msbench ../ext/msbench \
         --model resnet32 --sparsity 0.9 --seed 0 --epochs 100
 
 Their code never enters this repository: it is imported from the checkout given, and the run is skipped (exit 0,
