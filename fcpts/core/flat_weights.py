@@ -63,6 +63,16 @@ class FlatLayout:
             for piece, shape, inverse in zip(pieces, self.permuted_shapes, self.inverses)
         ]
 
+    def stds(self, flat: torch.Tensor) -> torch.Tensor:
+        """Each weight's standard deviation (unbiased, as `Tensor.std`) from a flat tensor of them: a few kernels for
+        all weights instead of one reduction a weight. Summed in float64, as a CPU's `Tensor.std` of float32
+        accumulates, so the values agree with it to the last bit but for rare roundings."""
+        lengths = torch.tensor(self.numels, device=flat.device)
+        values, count = flat.double(), lengths.double()
+        mean = torch.segment_reduce(values, "sum", lengths=lengths) / count
+        values.sub_(mean.repeat_interleave(lengths, output_size=self.total)).square_()
+        return (torch.segment_reduce(values, "sum", lengths=lengths) / (count - 1)).sqrt_().to(flat.dtype)
+
     def per_element(self, values: torch.Tensor) -> torch.Tensor:
         """values (one per weight) repeated over each weight's elements: one copy, differentiable in `values`."""
         return torch.cat([values[i].expand(n) for i, n in enumerate(self.numels)])
