@@ -65,17 +65,16 @@ class _LayerBridges(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, thresholds: torch.Tensor, bridges: LayerBridges, *weights: torch.Tensor) -> torch.Tensor:
-        below, sampled = [], []
+        below, sampled, stds = [], [], []
         for layers, layout, samples in bridges.flat(list(weights)):
             flat = layout.flatten([weights[i] for i in layers])  # a copy: taken in place below
             if bridges.method == "kde":
                 sampled.append(flat[samples])
+                stds.append(layout.stds(flat))
             below.append((flat.abs_() < layout.per_element(thresholds[layers.start : layers.stop])).sum())
         ctx.bridges = bridges
         if bridges.method == "kde":
-            points = torch.cat(sampled)
-            stds = torch.stack([w.std() for w in weights])
-            ctx.save_for_backward(thresholds, points, stds)
+            ctx.save_for_backward(thresholds, torch.cat(sampled), torch.cat(stds))
         else:
             ctx.save_for_backward(thresholds, *weights)
         return torch.stack(below).sum().to(thresholds.dtype) / bridges.total  # counts, summed: exact integers

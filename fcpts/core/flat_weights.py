@@ -50,6 +50,7 @@ class FlatLayout:
         self.numels = [w.numel() for w in weights]
         self.offsets = [sum(self.numels[:i]) for i in range(len(weights))]
         self.total = sum(self.numels)
+        self._lengths: dict[torch.device, torch.Tensor] = {}
 
     def flatten(self, weights: list[torch.Tensor]) -> torch.Tensor:
         """One flat tensor of all `weights` (one copy, differentiable)."""
@@ -62,6 +63,20 @@ class FlatLayout:
             piece.view(shape).permute(inverse)
             for piece, shape, inverse in zip(pieces, self.permuted_shapes, self.inverses)
         ]
+
+    def stds(self, flat: torch.Tensor) -> torch.Tensor:
+        """Each weight's standard deviation (unbiased, as `Tensor.std`) from a flat tensor of them: a few kernels for
+        all weights instead of one reduction a weight. Summed in float64, as a CPU's `Tensor.std` of float32
+        accumulates, so the values agree with it to the last bit but for rare roundings."""
+        if flat.device not in self._lengths:  # made once (a step replayed from a CUDA graph cannot copy it there)
+            self._lengths[flat.device] = torch.tensor(self.numels, device=flat.device)
+        lengths = self._lengths[flat.device]
+        values, count = flat.double(), lengths.double()
+        # unsafe: the lengths are the layout's own, not checked against the flat size (a read-back on a GPU)
+        mean = torch.segment_reduce(values, "sum", lengths=lengths, unsafe=True) / count
+        values.sub_(mean.repeat_interleave(lengths, output_size=self.total)).square_()
+        variance = torch.segment_reduce(values, "sum", lengths=lengths, unsafe=True) / (count - 1)
+        return variance.sqrt_().to(flat.dtype)
 
     def per_element(self, values: torch.Tensor) -> torch.Tensor:
         """values (one per weight) repeated over each weight's elements: one copy, differentiable in `values`."""

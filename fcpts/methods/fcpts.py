@@ -153,6 +153,63 @@ class _BlockMSE(torch.autograd.Function):
         return diff.mul_(grad * (2.0 / diff.numel())).to(ctx.student_dtype), None, None
 
 
+def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
+    """student - teacher in float32; with `reuse_teacher`, written over a float32 teacher of the student's shape."""
+    if reuse_teacher and teacher.dtype == torch.float32 and teacher.shape == student.shape:
+        return torch.sub(student.float(), teacher, out=teacher)
+    return torch.sub(student.float(), teacher.float())
+
+
+class _BlocksMSE(torch.autograd.Function):
+    """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks
+    besides each block's difference: the squared norms taken together (`_foreach_norm`), and in the backward every
+    difference scaled at once. Each teacher output is let go (or overwritten, where `sole`) as its difference is
+    made, as `block_mse` does."""
+
+    @staticmethod
+    def forward(ctx, teachers: list, sole: list[bool], scales: torch.Tensor, *students: torch.Tensor) -> torch.Tensor:
+        diffs, versions = [], []
+        for k, student in enumerate(students):
+            diffs.append(block_difference(student, teachers[k], sole[k]).detach())  # the teacher's object let go too
+            versions.append(diffs[-1]._version)
+            teachers[k] = None
+        if any(d._version != v for d, v in zip(diffs, versions)):  # as autograd says of block_mse's saved difference
+            raise RuntimeError(
+                "a block's difference was modified by an inplace operation: another block's was written over the same "
+                "teacher output, which `sole` named though something else reads it"
+            )
+        ctx.save_for_backward(scales, *diffs)
+        ctx.student_dtypes = [s.dtype for s in students]
+        inverse_numels, _ = scales
+        return (torch.stack(torch._foreach_norm(diffs)).square_() * inverse_numels).sum()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        scales, *diffs = ctx.saved_tensors  # read once: a second backward through this graph fails on its version
+        _, twice_inverse_numels = scales
+        torch._foreach_mul_(diffs, list((grad * twice_inverse_numels).unbind()))
+        return None, None, None, *(d.to(dtype) for d, dtype in zip(diffs, ctx.student_dtypes))
+
+
+class BlocksMSE:
+    """sum_k block_mse(students[k], teachers[k]) over a step's block outputs (`_BlocksMSE`); the teachers' outputs
+    are popped from their dict. Holds each set of block sizes' 1/n and 2/n on the device, made once (a step
+    replayed from a CUDA graph cannot copy them there)."""
+
+    def __init__(self) -> None:
+        self.scales: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, students: dict[str, torch.Tensor], teachers: dict[str, torch.Tensor], sole: set[str]):
+        names = list(students)
+        key = (students[names[0]].device, *(students[k].numel() for k in names))
+        if key not in self.scales:
+            numels = key[1:]
+            rows = [[1.0 / n for n in numels], [2.0 / n for n in numels]]
+            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(key[0])
+        teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
+        return _BlocksMSE.apply(teacher_list, [k in sole for k in names], self.scales[key], *students.values())
+
+
 def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool = False) -> torch.Tensor:
     """Mean squared error of a student block output against the teacher's (no gradient into the teacher).
     `reuse_teacher=True` overwrites a float32 `teacher` with the difference: only for a tensor nothing else reads."""
@@ -203,6 +260,10 @@ class Variant:
     def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
         """The loss of one block; `sole`: nothing else reads `teacher`, which the loss may overwrite."""
         return block_mse(student, teacher, reuse_teacher=sole)
+
+    def blocks_at_once(self) -> bool:
+        """Whether `block_loss` is `block_mse` (with `sole`), so every block's can be taken at once (`BlocksMSE`)."""
+        return True
 
     def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
         return warmup_cosine(warmup, iterations)
@@ -256,6 +317,7 @@ class _Reconstruction:
 
     def __init__(self, model: nn.Module, teacher: nn.Module, opts: FCPTSOptions, variant: Variant):
         self.temperature, self.block_loss, self.weight = opts.temperature, variant.block_loss, variant.block_weight
+        self.at_once = BlocksMSE() if variant.blocks_at_once() else None
         self.taps = None
         if opts.reconstruction == "mse-blocks":
             blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
@@ -275,7 +337,10 @@ class _Reconstruction:
             # each teacher block output is let go once its MSE holds the difference (where nothing else reads it,
             # the difference is written over it): held through the step they would add a set of block outputs
             # to its peak memory
-            rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k), k in sole) for k in s)
+            if self.at_once is not None and s:
+                rec = rec + self.weight * self.at_once(s, t, sole)
+            elif s:
+                rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k), k in sole) for k in s)
         return rec
 
     def balance(self, model, teacher, setup: RunSetup, params, opts: FCPTSOptions, variant: Variant) -> dict:
@@ -304,8 +369,8 @@ def _optimizer(model: nn.Module, thr: _Thresholds, opts: FCPTSOptions, calib: Ca
     other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
     lr = opts.resolved_lr(calib.batch_size)
     groups = [{"params": other, "weight_decay": opts.weight_decay}]
-    if opts.learn_thresholds:
-        groups.append({"params": thr.scores, "weight_decay": 0.0})
+    if opts.learn_thresholds:  # one update for all thresholds (a CPU's default steps each scalar on its own)
+        groups.append({"params": thr.scores, "weight_decay": 0.0, "foreach": True})
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
     warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, opts.iterations))

@@ -181,6 +181,9 @@ class Plan(Variant):
             return experimental.relative_block_mse(student, teacher)
         return block_mse(student, teacher, reuse_teacher=sole)
 
+    def blocks_at_once(self) -> bool:
+        return not self.opts.relative_blocks
+
     def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
         if self.opts.lr_restart:
             return restarted_cosine(min(warmup, self.steps), self.steps, iterations)

@@ -96,11 +96,12 @@ class MaskedTogether:
         return self.current[self.index[id(param)]]
 
     def _all(self) -> list[torch.Tensor]:
-        params, modules = list(self.params.values()), list(self.layers.values())
+        modules = list(self.layers.values())
+        every = each_threshold([p.score.detach() for p in self.params.values()])
         out = []
         for run, layout in self.runs:
             flat = layout.flatten([original_weight(modules[i]) for i in run])
-            t = layout.per_element(torch.stack([params[i].threshold() for i in run]).detach())
+            t = layout.per_element(every[run.start : run.stop])
             out += layout.views(masked_weight(flat, t, self.dense_gradient))
         return out
 
@@ -109,6 +110,14 @@ class MaskedTogether:
             h.remove()
         for p in self.params.values():
             p.together = None
+
+
+def each_threshold(scores: list[torch.Tensor]) -> torch.Tensor:
+    """sigmoid of each 0-dim score, as one kernel, each value bit for bit its own `ThresholdSparsity.threshold()`.
+    The scores are stacked in every other place of a buffer: a CPU computes the sigmoid of such a strided vector
+    element by element, with the formula a single score gets; a contiguous one would be vectorised, off in the last
+    bit for some scores, and a mask might then differ at a weight on its threshold. A GPU's is the same either way."""
+    return torch.sigmoid(torch.stack([s.expand(2) for s in scores])[:, 0])
 
 
 def initial_score(weight: torch.Tensor, rate: float) -> float:

@@ -181,3 +181,17 @@ def test_flat_runs_stay_under_glibcs_largest_mmap_threshold(monkeypatch):
     assert flat_weights.runs_of([half, half, half]) == [range(0, 2), range(2, 3)]
     monkeypatch.setattr(flat_weights, "MAX_FLAT", 4 * half)
     assert flat_weights.runs_of([half, half, half]) == [range(0, 3)]
+
+
+def test_each_layers_std_from_the_flat_weights_is_its_std():
+    """The bridge's bandwidths come from every layer's standard deviation computed on the flat weights at once
+    (segment sums), equal to each layer's `Tensor.std` (summed in float64 as a CPU's is), memory orders included."""
+    g = torch.Generator().manual_seed(2)
+    weights = [
+        torch.randn(16, 8, 3, 3, generator=g).contiguous(memory_format=torch.channels_last) * 0.1 + 0.01,
+        torch.randn(32, 16, 1, 1, generator=g) * 0.2,
+        torch.randn(10, 16, generator=g) * 0.3,
+        torch.randn(5, 7, generator=g).t(),
+    ]
+    layout = flat_weights.FlatLayout(weights)
+    assert torch.equal(layout.stds(layout.flatten(weights)), torch.stack([w.std() for w in weights]))

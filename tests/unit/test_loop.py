@@ -253,13 +253,13 @@ def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatc
     from fcpts.methods import fcpts as fcpts_method
 
     held, alive_at_each_mse = teacher_block_outputs(monkeypatch), []
-    real_mse = fcpts_method.block_mse
+    real_difference = fcpts_method.block_difference
 
-    def mse(student, teacher, reuse_teacher=False):
+    def difference(student, teacher, reuse_teacher):
         alive_at_each_mse.append(sum(r() is not None for r in held.values()))
-        return real_mse(student, teacher, reuse_teacher)
+        return real_difference(student, teacher, reuse_teacher)
 
-    monkeypatch.setattr(fcpts_method, "block_mse", mse)
+    monkeypatch.setattr(fcpts_method, "block_difference", difference)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
     model.append(nn.Sequential(nn.Flatten(), nn.Linear(4 * 8 * 8, 3)))
     fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+import fcpts
 from fcpts.core import flat_weights
 from fcpts.core.bridge import Bridge
 from fcpts.core.masks import hard_mask, threshold_mask
@@ -117,3 +118,72 @@ def test_masking_together_computes_each_elementwise_step_once_for_all_layers():
     model(x)
     together.remove()
     assert len(inside) == 3 and all(torch.equal(a, layer.weight) for a, layer in zip(inside, layers.values()))
+
+
+def test_every_threshold_taken_at_once_is_each_layers_own_bit_for_bit():
+    """The masks of all layers take their thresholds from one sigmoid over all scores, equal to each layer's own
+    `threshold()`, so the masks are those of masking layer by layer. A plain sigmoid of the stacked scores would be
+    vectorised on a CPU and differ in the last bit for some of 40."""
+    scores = [s.clone() for s in torch.empty(40).uniform_(-8, -1, generator=torch.Generator().manual_seed(0))]
+    ours = thresholds.each_threshold(scores)
+    assert torch.equal(ours, torch.stack([torch.sigmoid(s) for s in scores]))
+
+
+def test_masks_of_many_layers_at_once_equal_each_layers_mask():
+    """On 40 layers (beyond a CPU's vector width), every masked weight made at once equals its layer's own."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(12, 12) for _ in range(40)])
+    layers = dict(model.named_children())
+    params = thresholds.attach(layers, {n: 0.3 + 0.01 * i for i, n in enumerate(layers)}, threshold_grad=False)
+    for p in params.values():
+        p.score.data += torch.randn(()) * 0.3  # thresholds no longer midway between two weights
+    alone = [layer.weight for layer in layers.values()]
+    together = thresholds.MaskedTogether(model, layers, params)
+    inside = []
+    model[-1].register_forward_pre_hook(lambda *_: inside.extend(layer.weight for layer in layers.values()))
+    model(torch.randn(2, 12))
+    together.remove()
+    assert len(inside) == 40 and all(torch.equal(a, b) for a, b in zip(inside, alone))
+
+
+def test_every_blocks_mse_at_once_equals_the_sum_block_by_block():
+    """FCPTS's block losses are taken at once: the value is the sum of each block's `block_mse` (to rounding), the
+    gradient into each student block output the same bit for bit, a channels-last block and an overwritten teacher
+    output included."""
+    from fcpts.methods.fcpts import BlocksMSE, block_mse
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(2, 4, 8, 8), (2, 8, 4, 4), (2, 10)]
+    students = [torch.randn(s, generator=g).requires_grad_() for s in shapes]
+    teachers = [torch.randn(s, generator=g) for s in shapes]
+    students[0].data = students[0].data.contiguous(memory_format=torch.channels_last)
+    ref = 0.37 * sum(block_mse(s, t.clone()) for s, t in zip(students, teachers))
+    ref_grads = torch.autograd.grad(ref, students)
+    given = {str(k): t.clone() for k, t in enumerate(teachers)}
+    ours = 0.37 * BlocksMSE()({str(k): s for k, s in enumerate(students)}, given, sole={"0", "2"})
+    grads = torch.autograd.grad(ours, students)
+    assert given == {}  # every teacher output popped
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=0)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref_grads))
+
+
+def test_thresholds_take_one_optimiser_step_for_all_with_each_ones_values(monkeypatch):
+    """The thresholds' SGD steps all at once (foreach); the run is the one of stepping each on its own, bit for bit."""
+    from tests.unit.tiny import tiny_images, tiny_net
+
+    def run():
+        model, report = fcpts.get_method("fcpts")(
+            tiny_net(), tiny_images(), 0.6, iterations=4, batch_size=8, progress=False
+        )
+        return model.state_dict(), untimed(report.history)
+
+    together = run()
+
+    class EachOnItsOwn(torch.optim.SGD):
+        def __init__(self, groups, **options):
+            super().__init__([{**group, "foreach": False} for group in groups], **options)
+
+    monkeypatch.setattr(torch.optim, "SGD", EachOnItsOwn)
+    alone = run()
+    assert together[1] == alone[1]
+    assert all(torch.equal(a, b) for a, b in zip(together[0].values(), alone[0].values()))
