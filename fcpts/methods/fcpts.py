@@ -277,20 +277,22 @@ class _Thresholds:
     """Every layer's threshold sigmoid(s_l), learned, and the differentiable global sparsity they give (the bridge)."""
 
     def __init__(
-        self, model: nn.Module, layers: dict[str, nn.Module], rates: dict[str, float], opts: FCPTSOptions,
+        self, model: nn.Module, layers: dict[str, nn.Module], rates: dict[str, float], options: FCPTSOptions,
         variant: Variant,
     ):  # fmt: skip
         self.layers, self.names = layers, list(layers)
         numels = [layers[n].weight.numel() for n in self.names]
-        ste = opts.learn_thresholds and opts.threshold_grad == "ste"
+        ste = options.learn_thresholds and options.threshold_grad == "ste"
         self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
         together = thresholds.MaskedTogether.applies(layers, self.params)
         self.together = thresholds.MaskedTogether(model, layers, self.params) if together else None
-        gen = torch.Generator().manual_seed(opts.seed)  # the KDE samples: drawn on the host, moved once
-        self.bridges = LayerBridges(numels, opts.bridge, opts.kde_points, opts.kde_bandwidth, opts.histogram_bins, gen)
+        gen = torch.Generator().manual_seed(options.seed)  # the KDE samples: drawn on the host, moved once
+        self.bridges = LayerBridges(
+            numels, options.bridge, options.kde_points, options.kde_bandwidth, options.histogram_bins, gen
+        )
         self.scores = [self.params[n].score for n in self.names]
         for s in self.scores:
-            s.requires_grad_(opts.learn_thresholds)
+            s.requires_grad_(options.learn_thresholds)
 
     def values(self) -> torch.Tensor:
         """Every layer's threshold, in layer order, as one tensor."""
@@ -315,12 +317,12 @@ class _Thresholds:
 class _Reconstruction:
     """The reconstruction loss: the output KL, plus the weighted sum of the blocks' MSE with "mse-blocks"."""
 
-    def __init__(self, model: nn.Module, teacher: nn.Module, opts: FCPTSOptions, variant: Variant):
-        self.temperature, self.block_loss, self.weight = opts.temperature, variant.block_loss, variant.block_weight
+    def __init__(self, model: nn.Module, teacher: nn.Module, options: FCPTSOptions, variant: Variant):
+        self.temperature, self.block_loss, self.weight = options.temperature, variant.block_loss, variant.block_weight
         self.at_once = BlocksMSE() if variant.blocks_at_once() else None
         self.taps = None
-        if opts.reconstruction == "mse-blocks":
-            blocks = opts.block_names if opts.block_names is not None else default_blocks(model)
+        if options.reconstruction == "mse-blocks":
+            blocks = options.block_names if options.block_names is not None else default_blocks(model)
             if not blocks:
                 log.warning(
                     "reconstruction='mse-blocks' found no blocks in %s (children of an nn.Sequential or a "
@@ -343,7 +345,7 @@ class _Reconstruction:
                 rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k), k in sole) for k in s)
         return rec
 
-    def balance(self, model, teacher, setup: RunSetup, params, opts: FCPTSOptions, variant: Variant) -> dict:
+    def balance(self, model, teacher, setup: RunSetup, params, options: FCPTSOptions, variant: Variant) -> dict:
         """Set the block weight so the blocks' gradient is `variant.block_balance` times the KL's; what was measured."""
         if self.taps is None:
             raise ValueError(
@@ -351,8 +353,8 @@ class _Reconstruction:
             )
         self.weight, measured = balanced_block_weight(
             model, teacher, setup.calib, self.taps[0].outputs, self.taps[1].outputs, params,
-            temperature=opts.temperature, balance=variant.block_balance, batches=variant.balance_batches,
-            device=setup.device, block_loss=self.block_loss, channels_last=opts.channels_last,
+            temperature=options.temperature, balance=variant.block_balance, batches=variant.balance_batches,
+            device=setup.device, block_loss=self.block_loss, channels_last=options.channels_last,
             transform=variant.transform,
         )  # fmt: skip
         return measured
@@ -362,18 +364,18 @@ class _Reconstruction:
             taps.remove()
 
 
-def _optimizer(model: nn.Module, thr: _Thresholds, opts: FCPTSOptions, calib: Calibration, variant: Variant):
+def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib: Calibration, variant: Variant):
     """SGD on the weights, biases and BN affine parameters (with weight decay) and the thresholds (without), with
     its learning-rate schedule; returns the scheduler, the non-threshold parameters and the rates for the report."""
     score_ids = {id(s) for s in thr.scores}
     other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
-    lr = opts.resolved_lr(calib.batch_size)
-    groups = [{"params": other, "weight_decay": opts.weight_decay}]
-    if opts.learn_thresholds:  # one update for all thresholds (a CPU's default steps each scalar on its own)
+    lr = options.resolved_lr(calib.batch_size)
+    groups = [{"params": other, "weight_decay": options.weight_decay}]
+    if options.learn_thresholds:  # one update for all thresholds (a CPU's default steps each scalar on its own)
         groups.append({"params": thr.scores, "weight_decay": 0.0, "foreach": True})
-    optimizer = torch.optim.SGD(groups, lr=lr, momentum=opts.momentum)
-    warmup = opts.warmup_iterations if opts.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, opts.iterations))
+    optimizer = torch.optim.SGD(groups, lr=lr, momentum=options.momentum)
+    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, options.iterations))
     return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
 
 
@@ -402,36 +404,36 @@ def _exact_step(thr: _Thresholds, target: float, method: str) -> tuple[dict, dic
     return t_final, masks, {"sparsity_before_exact_step": sparsity_before, "weights_flipped_by_exact_step": flipped}
 
 
-def run(model: nn.Module, calibration, target: float, opts: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
+def run(model: nn.Module, calibration, target: float, options: FCPTSOptions) -> tuple[nn.Module, SparsityReport]:
     """FCPTS with learned thresholds (the paper's method), or ERK rates held (`learn_thresholds=False`)."""
-    setup = open_run(model, calibration, target, opts)
-    return distill(model, setup, opts, "fcpts" if opts.learn_thresholds else "fcpts-fixed")
+    setup = open_run(model, calibration, target, options)
+    return distill(model, setup, options, "fcpts" if options.learn_thresholds else "fcpts-fixed")
 
 
 def distill(
-    model: nn.Module, setup: RunSetup, opts: FCPTSOptions, method: str, variant: Variant | None = None
+    model: nn.Module, setup: RunSetup, options: FCPTSOptions, method: str, variant: Variant | None = None
 ) -> tuple[nn.Module, SparsityReport]:
     """The FCPTS loop on an opened run (`open_run`), changed where `variant` says (default: FCPTS itself); the
     exact-target step is always the final one."""
     variant = variant if variant is not None else Variant()
     target, device, layers, calib = setup
     assert calib is not None
-    if opts.channels_last:
+    if options.channels_last:
         model.to(memory_format=torch.channels_last)
-    identity = run_identity(target, opts, calib, model)
-    teacher = frozen_teacher(model if variant.dense is None else variant.dense.to(device), opts.teacher_mode)
+    identity = run_identity(target, options, calib, model)
+    teacher = frozen_teacher(model if variant.dense is None else variant.dense.to(device), options.teacher_mode)
     rates = variant.start_rates(layers, target)
-    learn_t = opts.learn_thresholds
-    thr = _Thresholds(model, layers, rates, opts, variant)
-    scheduler, other, lr_rows = _optimizer(model, thr, opts, calib, variant)
-    reconstruction = _Reconstruction(model, teacher, opts, variant)
+    learn_t = options.learn_thresholds
+    thr = _Thresholds(model, layers, rates, options, variant)
+    scheduler, other, lr_rows = _optimizer(model, thr, options, calib, variant)
+    reconstruction = _Reconstruction(model, teacher, options, variant)
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = reconstruction(y_s, y_t)
         global_r = thr.global_sparsity()
         gap = global_r - target
-        control = gap.abs() if opts.control_loss == "abs" else gap.pow(2)
-        loss = rec + opts.control_weight * control if learn_t else rec
+        control = gap.abs() if options.control_loss == "abs" else gap.pow(2)
+        loss = rec + options.control_weight * control if learn_t else rec
         return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
 
     def pin(step: int) -> None:
@@ -441,16 +443,16 @@ def distill(
     balance = None
     if variant.block_balance is not None:
         pin(0)  # the masks of the first step
-        balance = reconstruction.balance(model, teacher, setup, other, opts, variant)
+        balance = reconstruction.balance(model, teacher, setup, other, options, variant)
         log.info("%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
                  method, reconstruction.weight, variant.block_balance)  # fmt: skip
 
-    checkpoint = run_checkpoint(opts, identity, f"{method} {target:.2%}")
-    batches = batches_of(calib, device, variant.transform, opts.channels_last)
+    checkpoint = run_checkpoint(options, identity, f"{method} {target:.2%}")
+    batches = batches_of(calib, device, variant.transform, options.channels_last)
     desc = f"{method} {target:.2f}"
     loop = train_loop(
-        model, teacher, batches, opts, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin,
-        cuda_graphs=opts.cuda_graphs,
+        model, teacher, batches, options, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin,
+        cuda_graphs=options.cuda_graphs,
     )  # fmt: skip
     reconstruction.remove()
     thr.finish()
@@ -458,15 +460,15 @@ def distill(
     thresholds.detach_all(layers)
     apply_keep_masks(layers, masks)
     model.to(memory_format=torch.contiguous_format)
-    if opts.bn_recalibration:
+    if options.bn_recalibration:
         recalibrate_bn(model, calib, device)
     model.eval()
 
-    extra = {**exact, "kept_dense": list(opts.exclude), **lr_rows, **variant.report()}
+    extra = {**exact, "kept_dense": list(options.exclude), **lr_rows, **variant.report()}
     if balance is not None:
         extra["block_weight"] = balance
     extra["resumed_from_step"] = loop.resumed_from_step
-    report = loop_report(method, target, model, opts, calib, loop, extra)
+    report = loop_report(method, target, model, options, calib, loop, extra)
     for row in report.per_layer:
         row["threshold"] = t_final[row["name"]]
         row["initial_sparsity"] = rates[row["name"]]

@@ -134,80 +134,82 @@ class Plan(Variant):
     """FCPTS+'s changes to the FCPTS loop, in the one object the loop calls at the points `Variant` names. Made
     before the loop: it runs the start (obs's, with the experimental `start`) and the ERK exponent's probe."""
 
-    def __init__(self, model: nn.Module, calibration, setup: RunSetup, opts: FCPTSPlusOptions):
-        self.opts, self.layers, self.target = opts, setup.layers, setup.target
-        self.start: dict = {"how": opts.start}
-        self.power, self.probe = opts.erk_power, None
+    def __init__(self, model: nn.Module, calibration, setup: RunSetup, options: FCPTSPlusOptions):
+        self.options, self.layers, self.target = options, setup.layers, setup.target
+        self.start: dict = {"how": options.start}
+        self.power, self.probe = options.erk_power, None
         rates = None
-        if opts.start != "magnitude":
-            rates, self.dense, self.start = experimental.obs_start(model, calibration, setup.target, opts)
-        elif opts.erk_power == "auto":
+        if options.start != "magnitude":
+            rates, self.dense, self.start = experimental.obs_start(model, calibration, setup.target, options)
+        elif options.erk_power == "auto":
             self.power, self.probe = choose_erk_power(
-                model, opts.layers, setup.calib, setup.target, opts.erk_powers, opts.probe_images, setup.device
+                model, options.layers, setup.calib, setup.target, options.erk_powers, options.probe_images, setup.device
             )
-        self.ramp = opts.ramp_for(setup.target)
-        if opts.lr_restart and self.ramp <= 0:
+        self.ramp = options.ramp_for(setup.target)
+        if options.lr_restart and self.ramp <= 0:
             raise ValueError(
                 f"lr_restart restarts the learning rate at the ramp's end, and at {setup.target:.0%} "
-                f"ramp={opts.ramp!r} gives no ramp: set ramp > 0, or no lr_restart"
+                f"ramp={options.ramp!r} gives no ramp: set ramp > 0, or no lr_restart"
             )
-        self.steps = round(self.ramp * opts.iterations)  # the ramp's
-        self.level = cubic_ramp(setup.target, opts.ramp_start, self.steps)
+        self.steps = round(self.ramp * options.iterations)  # the ramp's
+        self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
         if self.ramp > 0:  # the first level's ERK rates, or the target's to be scaled onto each level
-            rates = erk_rates(self.layers, self.level(0) if opts.ramp_hold == "erk" else setup.target, self.power)
+            rates = erk_rates(self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.power)
         self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.power)
-        if opts.mix != "none":
-            self.transform = experimental.batch_mixer(opts.mix, opts.mix_alpha, opts.seed)
-        self.dense_gradient = opts.dense_gradient
-        self.block_weight = 1.0 if opts.block_weight == "auto" else opts.block_weight
-        if opts.block_weight == "auto" and opts.reconstruction == "mse-blocks":  # with the KL alone no blocks to weigh
-            self.block_balance, self.balance_batches = opts.block_balance, opts.balance_batches
+        if options.mix != "none":
+            self.transform = experimental.batch_mixer(options.mix, options.mix_alpha, options.seed)
+        self.dense_gradient = options.dense_gradient
+        self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
+        if (
+            options.block_weight == "auto" and options.reconstruction == "mse-blocks"
+        ):  # with the KL alone no blocks to weigh
+            self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
 
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
-        if self.ramp > 0 and self.opts.ramp_hold == "erk" and step < self.steps:
+        if self.ramp > 0 and self.options.ramp_hold == "erk" and step < self.steps:
             return erk_rates(self.layers, self.level(step), self.power)
         return None
 
     def level_at(self, step: int) -> float | None:
-        if self.ramp > 0 and self.opts.ramp_hold == "ratios" and step < self.steps:
+        if self.ramp > 0 and self.options.ramp_hold == "ratios" and step < self.steps:
             return self.level(step)
-        return self.target if self.opts.projection else None
+        return self.target if self.options.projection else None
 
     def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
-        if self.opts.relative_blocks:  # reads the teacher again after its MSE: never overwrites it
+        if self.options.relative_blocks:  # reads the teacher again after its MSE: never overwrites it
             return experimental.relative_block_mse(student, teacher)
         return block_mse(student, teacher, reuse_teacher=sole)
 
     def blocks_at_once(self) -> bool:
-        return not self.opts.relative_blocks
+        return not self.options.relative_blocks
 
     def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
-        if self.opts.lr_restart:
+        if self.options.lr_restart:
             return restarted_cosine(min(warmup, self.steps), self.steps, iterations)
         return warmup_cosine(warmup, iterations)
 
     def report(self) -> dict:
-        return {"lr_restart_step": self.steps} if self.opts.lr_restart else {}
+        return {"lr_restart_step": self.steps} if self.options.lr_restart else {}
 
     def annotate(self, report: SparsityReport) -> None:
         """The start and the ERK exponent in the report, and their time in its wall time (with the loop's, and
         any earlier, resumed part of it)."""
         report.extra["start"] = self.start
         report.extra["ramp"] = self.ramp
-        if self.opts.start == "magnitude":
+        if self.options.start == "magnitude":
             report.extra["erk_power"] = self.probe if self.probe is not None else {"chosen": self.power}
         balance = report.extra.get("block_weight", {})
         probe_s = self.probe["wall_s"] if self.probe else 0.0
         report.wall_s += self.start.get("obs_wall_s", 0.0) + probe_s + balance.get("wall_s", 0.0)
 
 
-def run(model: nn.Module, calibration, target: float, opts: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
-    setup = open_run(model, calibration, target, opts)
-    plan = Plan(model, calibration, setup, opts)
-    model, report = distill(model, setup, opts, "fcpts-plus", plan)
+def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
+    setup = open_run(model, calibration, target, options)
+    plan = Plan(model, calibration, setup, options)
+    model, report = distill(model, setup, options, "fcpts-plus", plan)
     plan.annotate(report)
     return model, report
 

@@ -106,17 +106,21 @@ def relative_block_mse(student: torch.Tensor, teacher: torch.Tensor) -> torch.Te
     return block_mse(student, teacher) / teacher.detach().float().square().mean().clamp_min(1e-12)
 
 
-def obs_start(model: nn.Module, calibration, target: float, opts) -> tuple[dict[str, float], nn.Module, dict]:
+def obs_start(model: nn.Module, calibration, target: float, options) -> tuple[dict[str, float], nn.Module, dict]:
     """`start="obs"` or `"obs-allocation"`: obs prunes `model` in place; returns its per-layer rates, the dense
     model copied before (the teacher), and what the report says of the start. "obs-allocation" then puts the
     dense weights back, keeping only obs's rates."""
     dense = copy.deepcopy(model)
     obs = get_method("obs")
     obs_opts = obs.options(
-        seed=opts.seed, device=opts.device, exclude=opts.exclude, filter_fn=opts.filter_fn, progress=opts.progress
+        seed=options.seed,
+        device=options.device,
+        exclude=options.exclude,
+        filter_fn=options.filter_fn,
+        progress=options.progress,
     )
     _, report = obs.run(model, calibration, target, obs_opts)
     rates = {row["name"]: row["sparsity"] for row in report.per_layer}
-    if opts.start == "obs-allocation":
+    if options.start == "obs-allocation":
         model.load_state_dict(dense.state_dict())
-    return rates, dense, {"how": opts.start, "obs_wall_s": round(report.wall_s, 1), "obs_options": report.options}
+    return rates, dense, {"how": options.start, "obs_wall_s": round(report.wall_s, 1), "obs_options": report.options}
