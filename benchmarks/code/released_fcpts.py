@@ -17,12 +17,13 @@ Their models/resnet_cifar.py is the 4-stage 64..512-channel ResNet of CIFAR-100 
 shapes do not fit, so our model runs through their msbench sparsity wrappers and their training loop instead.
 
 Their main.py is run as released, function for function (`main(config)`, `train_one_epoch`, their ERK start,
-score init, optimiser, timm scheduler, `validate`), with these run-time patches (never edits of their files),
-each listed in every record (`PATCHES`).
+score init, optimiser, timm scheduler, `validate`), with the run-time patches of `PATCHES` (never edits of their
+files), listed in every record.
 
 Records: results/released/<dataset>-<model>-s<percent>-seed<seed>-e<epochs>-<side>.json, one per side (release,
-ours-release, ours-default): top-1/top-5, achieved sparsity, whether it hit the target to one weight, wall time,
-seed, their commits, the command, and a per-step trace (reconstruction loss, control loss, global sparsity of
+ours-release, ours-default): top-1/top-5, achieved sparsity, whether it hit the target to one weight, wall time
+(the release's includes its own pass over the test set in `validate`; ours is the method alone), seed, their
+commits, the command, and a per-step trace (reconstruction loss, control loss, global sparsity of
 the thresholds) for finding where the sides part.
 """
 
