@@ -98,6 +98,8 @@ def held_numbers() -> set[str]:
                 if isinstance(value.get("achieved_sparsity"), float):
                     held.add(_two_decimals(100 * value["achieved_sparsity"]))
                 seeds.setdefault(re.sub(r"seed\d+", "seed*", str(path)), []).append(value)
+            elif isinstance(value, dict) and isinstance(value.get("metrics"), dict):  # a record without a dense one
+                leaves(value["metrics"])
     ablations = [str(RESULTS_DIR / "ablations" / name) for name in ABLATIONS]
     summaries = [summarize(ablations)] + [
         summarize_seeds([str(RESULTS_DIR / "ablations" / n)]) for n in PROTOCOL_ABLATIONS
