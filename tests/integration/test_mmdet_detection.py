@@ -264,7 +264,7 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_it_and_the_model(tiny_
     state = torch.load(checkpoint, weights_only=True)["state_dict"]
     other = tmp_path / "other.pth"
     torch.save({"state_dict": {k: v for k, v in list(state.items())[5:]}}, other)  # 5 keys short
-    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--checkpoint", str(other), "--data-root", str(tiny_voc),
+    argv = ["--framework", "mmdet", "--config", str(CONFIG), "--weights", str(other), "--data-root", str(tiny_voc),
             "--methods", "fcpts", "--profile", "quick", "--results-dir", str(tmp_path / "runs")]  # fmt: skip
     assert voc_cli.main(argv) == 2
     err = capsys.readouterr().err

@@ -127,7 +127,7 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
     except RuntimeError as e:  # strict loading: keys or shapes that are not the model's
         raise ValueError(
             f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {_mismatch(str(e))}; "
-            "pass the checkpoint trained with this config (--checkpoint)"
+            "pass the checkpoint trained with this config (--weights)"
         ) from None
     meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}
     return {
