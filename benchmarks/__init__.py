@@ -41,7 +41,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "thread-policy": Benchmark(
         "benchmarks.speed.thread_policy",
-        "a CPU training step alone and beside busy processes, under each thread count and OpenMP wait policy",
+        "an FCPTS step alone and beside 1 and 2 busy processes, under each thread choice and OpenMP wait policy",
         "the thread defaults of every command (docs/notebook/benchmarks.md)",
     ),
     "scale": Benchmark(

@@ -5,19 +5,22 @@ process is busy on the machine: a CPU training step then slows several times mor
 OMP_WAIT_POLICY=PASSIVE, where waiting threads sleep (benchmarks/speed/thread_policy.py). The policy is read when
 torch starts, so it is set here, before any task imports torch, unless the user set one.
 
-The thread count can be chosen the same way: one thread per core that was idle when the command started
-(`adaptive_threads`), so a run beside busy processes does not put more threads on a core than it can get. It is
-off until the thread-policy benchmark shows it degrades least: ADAPTIVE_THREADS flips the default, the
-environment variable FCPTS_THREADS=adaptive|default overrides it per command, and an OMP_NUM_THREADS the user set
-(or a later torch.set_num_threads) always wins. Turned on, it costs every command 0.2 s at its start (the sample
-of the load) and fixes the count then: competitors that start later are not seen.
+The thread count is chosen the same way: one thread per core that was idle when the command started
+(`adaptive_threads`), so a run beside busy processes does not put more threads on a core than it can get. Measured
+with an FCPTS step beside 0, 1 and 2 busy processes (`python -m benchmarks thread-policy`,
+results/benchmarks/thread_policy_cpu.txt), adaptive threads with PASSIVE waiting were no slower than the former
+default (all cores, PASSIVE) alone and faster beside busy processes; PASSIVE stays because the count is fixed at the
+start, and a competitor that starts later finds spinning threads several times slower (5.8x beside one busy process
+in that output, 1.5x sleeping). On a machine that stays quiet OMP_WAIT_POLICY=ACTIVE is faster (about 1.4x there).
+FCPTS_THREADS=adaptive|default overrides the thread choice per command, and an OMP_NUM_THREADS the user set (or a
+later torch.set_num_threads) always wins. It costs every command 0.2 s at its start (the sample of the load).
 """
 
 import os
 import sys
 import time
 
-ADAPTIVE_THREADS = False  # the default of every command; flip once `python -m benchmarks thread-policy` says so
+ADAPTIVE_THREADS = True  # the default of every command (module docstring)
 
 
 def usable_cpus() -> int:

@@ -29,9 +29,12 @@ def test_adaptive_threads_is_one_per_idle_core_within_1_and_the_cpus(idle, expec
     assert tasks.adaptive_threads(2, idle) == expected
 
 
-def test_adaptive_threads_are_off_by_default_and_leave_the_thread_count_alone():
-    assert tasks.ADAPTIVE_THREADS is False
-    assert tasks.thread_settings({}) == {"OMP_WAIT_POLICY": "PASSIVE"}
+def test_adaptive_threads_are_the_default_and_off_by_request(monkeypatch):
+    monkeypatch.setattr(tasks, "idle_cores", lambda: 2.0)
+    monkeypatch.setattr(tasks, "usable_cpus", lambda: 2)
+    assert tasks.ADAPTIVE_THREADS is True
+    assert tasks.thread_settings({}) == {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "2"}
+    assert tasks.thread_settings({"FCPTS_THREADS": "default"}) == {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @pytest.mark.parametrize(
