@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     suites = {}
     for item in args.suite:
-        name, sep, log = item.partition("=")
+        name, sep, log = item.rpartition("=")
         if not sep or not Path(log).is_file():
             p.error(f"--suite {item!r}: give NAME=LOG with LOG a pytest log file")
         suites[name] = Path(log)
