@@ -45,6 +45,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from fcpts.core.io import write_text_atomic
+from tasks.grid.records import device_description, provenance
+
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "results" / "released"
 PAPER_CSV = REPO / "results" / "paper" / "paper_reference.csv"
@@ -459,15 +462,14 @@ def main(argv=None) -> int:
                 "eval_images": len(inputs.y_eval),
                 "release_commit": git_commit(args.release) if args.release else None,
                 "msbench_commit": git_commit(args.msbench) if args.msbench else None,
-                "command": " ".join(
-                    ["python -m benchmarks.code.released_fcpts", *(sys.argv[1:] if argv is None else argv)]
-                ),
+                **provenance(),  # this suite's commit, the command as typed, the environment, when
+                "device": device_description("cpu"),
                 "calibration": {k: v for k, v in inputs.calibration.items() if k != "indices"},
                 "weights": inputs.weights_info,
                 **result,
             }
             path = record_path(out, args.model, target, args.seed, args.epochs, side)
-            path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+            write_text_atomic(path, json.dumps(record, indent=1, default=str) + "\n")
             top1, achieved = record["metrics"]["top1"], record["achieved_sparsity"]
             print(f"{side}: top-1 {top1:.2f}, sparsity {achieved:.4f} -> {path}")
             records.append(record)

@@ -238,3 +238,13 @@ def test_dirty_records_are_listed_with_why_they_stay():
     for path, why in DIRTY_RECORDS.items():
         if why is RESULTS_COUNTED:
             assert found[path]["created"] < BEFORE_CLEAN_COMMIT, path
+
+
+def test_every_record_beside_the_released_code_names_its_commit_command_and_device():
+    """The side-by-side records (results/released/) carry the provenance every record carries."""
+    paths = sorted((RESULTS_DIR / "released").glob("*.json"))
+    assert paths, "no records beside the released code"
+    for path in paths:
+        record = json.loads(path.read_text())
+        assert record.get("git_commit") and record.get("command") and record.get("device"), path.name
+        assert record["release_commit"] and record["msbench_commit"], path.name
