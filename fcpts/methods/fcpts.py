@@ -137,12 +137,7 @@ class _BlockMSE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
-        overwrite = reuse_teacher and teacher.dtype == torch.float32 and teacher.shape == student.shape
-        diff = (
-            torch.sub(student.float(), teacher, out=teacher)
-            if overwrite
-            else torch.sub(student.float(), teacher.float())
-        )
+        diff = block_difference(student, teacher, reuse_teacher)
         ctx.save_for_backward(diff)
         ctx.student_dtype = student.dtype
         return torch.linalg.vector_norm(diff).square() / diff.numel()
