@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "site":
         from tasks.reporting import site
 
-        return site.main(["--out", str(args.results_dir), "--runs-dir", str(args.runs_dir)])
+        print(site.write_site(Path(args.results_dir), Path(args.runs_dir)))
+        return 0
     from tasks.reporting.readme import update
 
     return update(check=args.check)

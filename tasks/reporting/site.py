@@ -34,7 +34,6 @@ import matplotlib.pyplot as plt
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
-from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
 from tasks.reporting.layout import REFERENCE, read_reference
@@ -545,27 +544,14 @@ def _first_heading(md: str) -> str:
     return next((line.lstrip("# ") for line in md.splitlines() if line.startswith("#")), "table")
 
 
-def main(argv=None) -> int:
-    p = command_parser("python -m tasks.reporting site", __doc__)
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=SITE_DIR,
-        help="the site's folder (rebuilt; unchanged run plots are kept)",
-    )
-    p.add_argument("--runs-dir", type=Path, default=RUNS_DIR, help="the records to show")
-    args = p.parse_args(argv)
+def write_site(out: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> str:
+    """Build the site into `out` (`python -m tasks.reporting site`) and say what was written, in what time."""
     wall, cpu = time.perf_counter(), time.process_time()
-    build_site(args.out, args.runs_dir)
+    build_site(out, runs_dir)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    files = [f for f in args.out.rglob("*") if f.is_file()]
-    runs = len(list((args.out / "runs").glob("*.html")))
-    print(
-        f"wrote {repo_relative(args.out / 'index.html')}: {runs} run pages, {len(files)} files, "
+    files = [f for f in out.rglob("*") if f.is_file()]
+    runs = len(list((out / "runs").glob("*.html")))
+    return (
+        f"wrote {repo_relative(out / 'index.html')}: {runs} run pages, {len(files)} files, "
         f"{sum(f.stat().st_size for f in files) / 1e6:.1f} MB in {wall:.0f} s ({cpu:.0f} s of CPU)"
     )
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
