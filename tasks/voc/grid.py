@@ -33,7 +33,6 @@ not a result).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -52,11 +51,11 @@ from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 from tasks.voc.data import (
-    SUBSTITUTE_MANIFEST,
     DetectionImages,
     VOCDetection,
     collate_images,
     read_image_ids,
+    read_substitute_manifest,
     voc2007_dir,
 )
 from tasks.voc.make_set import make_set
@@ -151,8 +150,7 @@ def model_name(arch: str, image_size: int) -> str:
 def dataset_name(folder: Path, eval_limit: int | None) -> str:
     """voc2007 or the substitute set's name; a partial test set is named by its size, so its results never pass
     for the full set's. Reads the set's manifest and image list, not its images."""
-    manifest_path = folder / SUBSTITUTE_MANIFEST
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else None
+    manifest = read_substitute_manifest(folder)  # its dataset name checked: it names the records' folder
     base = manifest["dataset"] if manifest else "voc2007"
     n_test_all = len(read_image_ids(folder, "test"))
     n_test = min(eval_limit, n_test_all) if eval_limit else n_test_all

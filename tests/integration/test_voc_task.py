@@ -179,12 +179,14 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
     assert "tasks.voc.train" in err and "--weights" in err
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
 @pytest.mark.parametrize("name", ["../../escaped", "a/b", "..", "", 7])
-def test_a_dataset_name_that_is_no_plain_name_is_refused_naming_the_file(tmp_path, name, capsys):
-    """The set's own metadata names the folder its records go to: it must not steer them out of --results-dir."""
+def test_a_dataset_name_that_is_no_plain_name_is_refused_naming_the_file(tmp_path, name, dry_run, capsys):
+    """The set's own metadata names the folder its records go to: it must not steer them out of --results-dir
+    (nor the paths a dry run lists)."""
     manifest = write_tiny_voc(tmp_path / "set") / "VOCdevkit" / "VOC2007" / "substitute.json"
     manifest.write_text(json.dumps({"dataset": name}))
-    argv = ["--data-root", str(tmp_path / "set"), "--models", "mb2-ssd-lite", "--image-size", "64"]
+    argv = ["--data-root", str(tmp_path / "set"), "--models", "mb2-ssd-lite", "--image-size", "64", *dry_run]
     assert voc.main([*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs" / "deep")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(manifest) in err and "plain name" in err
