@@ -93,7 +93,7 @@ register(
         MagnitudeBNOptions,
         fixed={"allocation": "global-magnitude"},
         role=NOT_IN_PAPER,
-        tasks=("cifar", "imagenet-cnn"),
+        requires=("batchnorm",),
         style=("tab:cyan", "s"),
         summary="global magnitude masks, BatchNorm statistics re-estimated on the calibration set; no reconstruction",
     )
@@ -114,6 +114,7 @@ for _name, _label, _summary in (
             fixed={"allocation": _name},
             role=NOT_IN_PAPER,
             family="magnitude",
+            ablation=True,  # an allocation alone, for the allocation studies
             summary=_summary,
         )
     )

@@ -439,7 +439,6 @@ register(
         obs,
         OBSOptions,
         role=NOT_IN_PAPER,
-        tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
         style=("tab:olive", "P"),
         summary="second-order one-shot pruning: SparseGPT's blocked OBS per layer, sequential, towards the "
         "dense layer outputs, allocation from each layer's OBS error curve",

@@ -639,7 +639,6 @@ for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), (
             POTOptions,
             fixed={"allocation": allocation_name},
             role=PAPER_BASELINE,
-            tasks=("cifar", "imagenet-cnn", "imagenet-vit", "voc"),
             family="pot",  # one budget and one set of `--pot-*` flags for both allocations
             style=style,
             summary=f"POT with the {label} allocation (msbench protocol)",

@@ -223,7 +223,6 @@ register(
         ProbMaskOptions,
         trains=True,
         role=PAPER_BASELINE,
-        tasks=("imagenet-cnn",),  # Tables 1 and 3 (ImageNet CNNs) only: the paper has no ProbMask on CIFAR, ViTs or VOC
         style=("tab:purple", "v"),
         summary="ProbMask with global projection and a deterministic exact export",
     )

@@ -229,7 +229,7 @@ register(
         str_sparsify,
         STROptions,
         trains=True,
-        role=PAPER_BASELINE,  # Table 1 only, at its own targets: in no task's `--all-methods`
+        role=PAPER_BASELINE,  # Table 1 only, at its own targets: no grid's paper table has it
         style=("tab:brown", "D"),
         summary="STR with a bisection search of its threshold decay; records the sparsity it reached",
     )

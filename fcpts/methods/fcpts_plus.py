@@ -222,7 +222,6 @@ register(
         FCPTSPlusOptions,
         trains=True,
         role=NOT_IN_PAPER,
-        tasks=("cifar", "imagenet-cnn", "imagenet-vit"),
         family="fcpts",
         style=("tab:pink", "D"),
         summary="FCPTS with a sparsity ramp from 90% on (ERK rates rising over the first half) and the blocks' loss "

@@ -9,8 +9,9 @@ Calling the record (not its `run`) checks the inputs first, whatever the method:
 different things), finite weights, the calibration data (a tensor, a Dataset or a DataLoader); and it adapts a
 model whose output is not one tensor (fcpts/core/outputs.py).
 Its label and plot style are the only ones tables, figures and command lines use; its role (the paper's
-method, a paper baseline, or beyond the paper) and its tasks decide where it appears, so no other list of
-method names exists: `list_methods(role=..., task=..., trains=...)` answers every such question.
+method, a paper baseline, or beyond the paper) and what it needs of a model say where it can appear, so no other
+list of method names exists: `list_methods(role=..., trains=..., family=...)` answers every such question. The
+library names no experiment: which methods a grid's `--all-methods` runs is the task's decision (tasks/grid/layout.py).
 
 A method registers itself in its own module (`register(Method(...))`). `fcpts.methods` imports its own
 modules; the other method packages (the re-implemented baselines, `baselines/`, and any installed package
@@ -65,8 +66,8 @@ PAPER_METHOD = "paper-method"  # FCPTS and its ablation
 PAPER_BASELINE = "paper-baseline"  # a method the paper compares with
 NOT_IN_PAPER = "not-in-paper"  # beyond the paper: another comparison, or this suite's own variant
 ROLES = (PAPER_BASELINE, PAPER_METHOD, NOT_IN_PAPER)  # registry order (see `list_methods`)
-# The tasks whose `--all-methods` set a record can name: a method runs anywhere with `--methods`.
-TASKS = ("cifar", "imagenet-cnn", "imagenet-vit", "voc")
+# What a method may need of a model beyond Conv2d/Linear layers (a task says which its models have).
+FEATURES = ("batchnorm",)
 STUDIED_FAMILY = "fcpts"  # the paper's method: its variants follow the comparisons in registry order
 # Method packages beyond `fcpts.methods`, imported on the first read of the registry: those installed under
 # this entry-point group, and these by name (a checkout run with PYTHONPATH=. and no install has no entry points).
@@ -83,7 +84,8 @@ class Method:
     trains: bool = False  # runs the distillation loop (tasks give it augmented calibration data)
     fixed: Mapping[str, Any] = field(default_factory=dict)  # options this entry pins (e.g. allocation="erk")
     role: str = NOT_IN_PAPER  # one of ROLES
-    tasks: tuple[str, ...] = ()  # the TASKS whose `--all-methods` runs it
+    requires: tuple[str, ...] = ()  # FEATURES the model must have (e.g. "batchnorm": it re-estimates BN statistics)
+    ablation: bool = False  # a variant that takes another method apart (an allocation alone): no grid runs it unasked
     family: str = ""  # methods sharing one budget and option flags (e.g. "pot"); default: the name
     style: tuple[str, str] = ("tab:gray", "x")  # matplotlib colour and marker
     summary: str = ""
@@ -92,9 +94,11 @@ class Method:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"method {self.name!r}: role {self.role!r} is not one of {', '.join(ROLES)}")
-        unknown = sorted(set(self.tasks) - set(TASKS))
+        unknown = sorted(set(self.requires) - set(FEATURES))
         if unknown:
-            raise ValueError(f"method {self.name!r}: unknown task {', '.join(unknown)}; tasks: {', '.join(TASKS)}")
+            raise ValueError(
+                f"method {self.name!r}: unknown feature {', '.join(unknown)}; features: {', '.join(FEATURES)}"
+            )
         if not self.family:
             object.__setattr__(self, "family", self.name)
 
@@ -282,29 +286,27 @@ def get_method(name: str) -> Method:
 
 def list_methods(
     role: str | tuple[str, ...] | None = None,
-    task: str | None = None,
     trains: bool | None = None,
     family: str | None = None,
+    ablation: bool | None = None,
 ) -> list[str]:
     """Names of the registered methods that match every filter given, in registry order (not sorted by name,
     unlike timm's `list_models`): the paper's baselines, the paper's method, then the methods beyond the paper
     (the other comparisons before FCPTS's own variants); within that, by family name, then in registration
     order. It is the order of `--all-methods`, of the tables' extra rows and of the figures' lines.
 
-    `role`: one of ROLES, or several; `task`: one of TASKS (the methods its `--all-methods` runs)."""
+    `role`: one of ROLES, or several."""
     roles = (role,) if isinstance(role, str) else role
     for r in roles or ():
         if r not in ROLES:
             raise ValueError(f"unknown role {r!r}; roles: {', '.join(ROLES)}")
-    if task is not None and task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
     return [
         name
         for name, m in METHODS.items()
         if (roles is None or m.role in roles)
-        and (task is None or task in m.tasks)
         and (trains is None or m.trains == trains)
         and (family is None or m.family == family)
+        and (ablation is None or m.ablation == ablation)
     ]
 
 

@@ -23,6 +23,7 @@ from fcpts.methods import METHODS, NOT_IN_PAPER, get_method, list_methods, train
 from tasks.grid import arg_types, estimate, launch
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.help import add_device, add_results_dir, default_device
+from tasks.grid.layout import all_methods
 from tasks.grid.lock import JOB_ENV
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for
 from tasks.grid.profiles import Profile
@@ -64,8 +65,8 @@ def add_grid_args(
     default_sparsity: Sequence[float] | None,
     sparsity_default: str = "",
 ) -> None:
-    """`tasks`: the registry's task names whose `--all-methods` sets this command runs (ImageNet: one for CNNs,
-    one for ViTs); `sparsity_default` says what a grid without `default_sparsity` runs."""
+    """`tasks`: the method sets (tasks.grid.layout.METHOD_SETS) whose `--all-methods` this command runs (ImageNet:
+    one for CNNs, one for ViTs); `sparsity_default` says what a grid without `default_sparsity` runs."""
     p.add_argument("--methods", nargs="+", default=["fcpts"], help=f"from: {', '.join(sorted(METHODS))}")
     p.add_argument("--all-methods", action="store_true", help=all_methods_help(tasks))
     p.add_argument(
@@ -125,7 +126,7 @@ def all_methods_help(tasks: Sequence[str]) -> str:
     not the paper's."""
     parts = []
     for task in tasks:
-        methods = list_methods(task=task)
+        methods = all_methods(task)
         extras = [m for m in methods if get_method(m).role == NOT_IN_PAPER]
         paper = " ".join(m for m in methods if m not in extras)
         more = f", then beyond the paper (tables label them so): {' '.join(extras)}" if extras else ""
@@ -134,9 +135,9 @@ def all_methods_help(tasks: Sequence[str]) -> str:
 
 
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None, task: str) -> argparse.Namespace:
-    """Parse; `--all-methods` becomes the registry's methods of `task`, the paper's first (`list_methods`)."""
+    """Parse; `--all-methods` becomes the methods of the method set `task`, in registry order (`all_methods`)."""
     args = p.parse_args(argv)
-    args.methods = list_methods(task=task) if args.all_methods else args.methods
+    args.methods = all_methods(task) if args.all_methods else args.methods
     return args
 
 

@@ -3,8 +3,10 @@
 Each driver registers its task: how to rebuild its grid from a record (weights, data, seed), its keyword grid
 builder, and optionally a record's dense model (deploy, the inference benchmarks) and how to write its substitute
 data set (the regression check). Tools that work across tasks look a task up with `get_task`, which imports the
-task's driver by its module name (`DRIVERS`) the first time it is asked for, as fcpts's registry finds the
-baselines: so no driver imports another, and a driver's import registers it.
+task's driver the first time it is asked for, as fcpts's registry finds the baselines: so no driver imports
+another, and a driver's import registers it. Drivers are found, not listed (`drivers`): every `grid.py` in a
+package under tasks/ whose source registers a task (read, not imported), and installed packages naming theirs
+under the `fcpts.tasks` entry-point group.
 
 `rerun_record` runs a record's method, target and profile again into a folder, with the method's options pinned
 to those the record ran with (a default changed since does not leak in), and its dense weights found in this
@@ -14,9 +16,12 @@ checkout when the absolute path it names belongs to another (`local_weights`, ch
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +35,8 @@ from tasks.grid.records import record_path
 from tasks.grid.runner import Grid, Where, run_grid
 
 GridForRecord = Callable[..., Grid]
-# The driver module that registers each task (records name their task; "coco": mmdet detectors, `[mmdet]` extra).
-DRIVERS = {
-    "cifar": "tasks.cifar.grid",
-    "imagenet": "tasks.imagenet.grid",
-    "voc": "tasks.voc.grid",
-    "coco": "tasks.voc.mmdet.grid",
-}
+ENTRY_POINT_GROUP = "fcpts.tasks"  # an installed package's task: name = "its.driver.module"
+TASKS_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,31 @@ def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForR
     return wrap
 
 
+def unregister_task(name: str) -> Task:
+    """Take a task out again (tests that register a throwaway task)."""
+    return TASKS.pop(name)
+
+
+@functools.cache
+def drivers() -> dict[str, str]:
+    """Task name -> the module that registers it: each `tasks/**/grid.py` calling `register_task("NAME", ...)`
+    (records name their task; "coco": mmdet detectors, `[mmdet]` extra), then the ENTRY_POINT_GROUP entry points."""
+    found = {}
+    for path in sorted(TASKS_ROOT.glob("*/**/grid.py")):
+        module = ".".join(("tasks", *path.relative_to(TASKS_ROOT).with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_task" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found[first.value] = module
+    return {**found, **{ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}}
+
+
 def list_tasks() -> list[Task]:
-    """Every task whose driver imports here, in `DRIVERS` order (one that needs a missing extra is left out)."""
+    """Every task whose driver imports here, in `drivers()` order (one that needs a missing extra is left out),
+    then those registered at run time."""
     out = []
-    for name in DRIVERS:
+    for name in dict.fromkeys([*drivers(), *TASKS]):
         try:
             out.append(get_task(name))
         except ImportError:
@@ -83,10 +104,10 @@ def list_tasks() -> list[Task]:
 
 def get_task(name: str) -> Task:
     """The registered task, its driver imported by name on first use; an unknown name is an error naming the known."""
-    if name not in TASKS and name in DRIVERS:
-        importlib.import_module(DRIVERS[name])
+    if name not in TASKS and name in drivers():
+        importlib.import_module(drivers()[name])
     if name not in TASKS:
-        raise ValueError(f"no task {name!r} is registered; known tasks: {', '.join(sorted({*DRIVERS, *TASKS}))}")
+        raise ValueError(f"no task {name!r} is registered; known tasks: {', '.join(sorted({*drivers(), *TASKS}))}")
     return TASKS[name]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from tasks.grid.help import command_parser
-from tasks.grid.rerun import DRIVERS, list_tasks
+from tasks.grid.rerun import drivers, list_tasks
 
 
 def table() -> str:
@@ -20,7 +20,7 @@ def table() -> str:
             f"  metrics:  {', '.join(t.metrics)}",
             f"  profiles: {', '.join(t.profiles)}",
         ]
-    missing = [name for name in DRIVERS if name not in {t.name for t in tasks}]
+    missing = [name for name in drivers() if name not in {t.name for t in tasks}]
     if missing:
         lines.append(f"not importable here (an extra is missing): {', '.join(missing)}")
     return "\n".join(lines)

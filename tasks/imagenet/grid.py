@@ -22,8 +22,8 @@ from dataclasses import replace
 from torch import nn
 from torch.utils.data import Subset
 
-from fcpts.methods import list_methods, training_methods
-from tasks.grid import cli
+from fcpts.methods import training_methods
+from tasks.grid import cli, layout
 from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
@@ -65,7 +65,7 @@ PROFILES = profile_table(
 def all_methods(model: str) -> list[str]:
     """What `--all-methods` runs: the registry's methods of Table 3 (CNNs and the substitute) or Table 4 (ViTs,
     no ProbMask there), the paper's first, then those beyond the paper."""
-    return list_methods(task="imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
+    return layout.all_methods("imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
 
 
 def paper_sparsities(model: str) -> list[float]:

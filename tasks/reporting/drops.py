@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import statistics
 
-from fcpts.methods import label
-from fcpts.methods.registry import NOT_IN_PAPER, STUDIED_FAMILY, list_methods
-from tasks.reporting.layout import paper_layout
+from fcpts.methods import get_method, label
+from fcpts.methods.registry import STUDIED_FAMILY
+from tasks.grid.layout import extra_methods, paper_layout
 from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note, seeds_of
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
@@ -98,7 +98,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
     `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
     paper, table = paper_drops(reference), paper_table2(reference)
-    methods = [STUDIED_FAMILY, *list_methods(role=NOT_IN_PAPER, family=STUDIED_FAMILY, task="cifar")]
+    methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
     lines = [
         "# Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",

@@ -30,9 +30,9 @@ import matplotlib.pyplot as plt
 
 from fcpts.methods import METHODS, get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
+from tasks.grid.layout import compared_methods, read_reference
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
-from tasks.reporting.layout import compared_methods, read_reference
 from tasks.reporting.legend import row_label
 
 FIGURES_DIR = REPO_ROOT / "paper_figures"
@@ -40,7 +40,7 @@ FIGURES_DIR = REPO_ROOT / "paper_figures"
 
 def figure1_lines() -> list[str]:
     """Figure 1's lines in legend order: the paper's method, its baselines (the methods of the paper's tables),
-    then the extras beyond the paper, labelled so (`tasks.reporting.layout.compared_methods`)."""
+    then the extras beyond the paper, labelled so (`tasks.grid.layout.compared_methods`)."""
     return compared_methods(read_reference())
 
 

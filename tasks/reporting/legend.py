@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fcpts.methods import get_method, label
+from tasks.grid.layout import extra_methods
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.record_options import earlier_defaults, same_setup
 from tasks.grid.records import PROFILE_PREFERENCE, cell_key
-from tasks.reporting.layout import extra_methods
 
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
 NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure

@@ -7,7 +7,7 @@
 Reads only `results/runs/**.json`, `results/paper/paper_reference.csv` and, for Table 6 alone, the GPU check's
 records (`results/benchmarks/gpu_check_*/records`, rows of their own); runs nothing. A cell shows the
 record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
-cells without a record say so. The paper's rows come from its reference numbers (`tasks.reporting.layout`);
+cells without a record say so. The paper's rows come from its reference numbers (`tasks.grid.layout`);
 methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 2 and columns to Table 6,
 labelled "(not in the paper)", only once a record of theirs is in the table.
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
 from fcpts.methods.registry import STUDIED_FAMILY
+from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
 from tasks.reporting.drops import drops_table
-from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.reporting.legend import (
     EARLIER_DEFAULT_LEGEND,
     SEED_SPREAD_LEGEND,

@@ -34,9 +34,9 @@ import matplotlib.pyplot as plt
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
+from tasks.grid.layout import REFERENCE, read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
-from tasks.reporting.layout import REFERENCE, read_reference
 from tasks.reporting.paper import TABLES, WEIGHTS_DIR, gpu_check_records, render_tables
 
 SITE_DIR = RESULTS_DIR / "site"

@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import partial
 
 from tasks.grid.imagenet_catalogue import MODELS
+from tasks.grid.layout import extras_with_records, paper_layout, paper_rows
 from tasks.grid.records import preferred_records
-from tasks.reporting.layout import extras_with_records, paper_layout, paper_rows
 from tasks.reporting.legend import (
     SEED_SPREAD_LEGEND,
     RecordLink,

@@ -11,8 +11,8 @@ paper numbers beside them. Every record of the task is also listed, reconstructi
 from __future__ import annotations
 
 from fcpts.methods import label
+from tasks.grid.layout import paper_rows
 from tasks.grid.records import preferred_records
-from tasks.reporting.layout import paper_rows
 from tasks.reporting.legend import RecordLink, our_numbers, profile_legend, profile_preference
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}

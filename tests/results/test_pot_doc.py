@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from tasks.grid.layout import read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import read_record
-from tasks.reporting.layout import read_reference
 
 DOC = " ".join((REPO_ROOT / "docs" / "notebook" / "pot-vs-msbench.md").read_text().split())
 CELL = RESULTS_DIR / "runs" / "cifar" / "cifar10" / "resnet32"

@@ -75,7 +75,7 @@ def random_prune(model, calibration, target, options: MethodOptions) -> tuple[to
 
 @pytest.fixture
 def throwaway_method():
-    register(Method("throwaway-random", "Random (throwaway)", random_prune, MethodOptions, tasks=("cifar",)))
+    register(Method("throwaway-random", "Random (throwaway)", random_prune, MethodOptions))
     yield "throwaway-random"
     unregister("throwaway-random")
 
@@ -90,3 +90,51 @@ def test_a_method_registered_at_run_time_keeps_the_contract_and_reaches_the_task
     argv = ["--model", "resnet20", "--methods", throwaway_method, "--sparsity", "0.5", "--dry-run"]
     assert cifar.main([*argv, "--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]) == 0
     assert throwaway_method in capsys.readouterr().out
+
+
+@pytest.fixture
+def throwaway_task():
+    """A task declared at run time as a driver declares one: its flags on the shared grid flags, its plans, its
+    registration; no other file names it."""
+    from tasks.grid import cli
+    from tasks.grid.help import command_parser
+    from tasks.grid.profiles import profile_table, quick_profile
+    from tasks.grid.rerun import register_task, unregister_task
+    from tasks.grid.runner import format_table
+
+    profiles = profile_table(quick_profile(16, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2))
+
+    def parse_args(argv):
+        p = command_parser("python -m tasks.throwaway", "A throwaway task.")
+        cli.add_model_args(p, ["toy-net"], "any name")
+        cli.add_grid_args(p, profiles, "quick", ["cifar"], default_sparsity=[0.5])
+        p.add_argument("--data-root")
+        return cli.parse(p, argv, "cifar")
+
+    def plans(args):
+        profile = cli.profile_from_args(args, profiles, args.methods)
+        for model in args.models:
+            grid = cli.planned_grid("throwaway", "toy-data", model, profile, cli.where(args))
+            yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
+
+    def main(argv):
+        return cli.run_grids(parse_args(argv), plans, format_table, argv)
+
+    register_task("throwaway", build_grid=lambda **_: None, command="python -m tasks.throwaway")(lambda *_: None)
+    yield main
+    unregister_task("throwaway")
+
+
+def test_a_task_registered_at_run_time_is_listed_and_dry_runs_the_registry_s_methods(
+    throwaway_task, throwaway_method, tmp_path, capsys
+):
+    from tasks.grid.rerun import get_task, list_tasks
+
+    assert get_task("throwaway").command == "python -m tasks.throwaway" and "throwaway" in {
+        t.name for t in list_tasks()
+    }
+    argv = ["--all-methods", "--dry-run", "--device", "cpu", "--results-dir", str(tmp_path)]
+    assert throwaway_task(argv) == 0
+    out = capsys.readouterr().out
+    assert "throwaway toy-data toy-net, profile quick" in out
+    assert all(f" {m} " in out for m in ("fcpts", throwaway_method))

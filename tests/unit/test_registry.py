@@ -1,5 +1,6 @@
-"""The registry is the only list of methods: its records say each method's role, tasks and family, and
-`list_methods` answers from them; a method registered anywhere appears in `--all-methods`, tables and figures."""
+"""The registry is the only list of methods: its records say each method's role, family and what it needs of a
+model, and `list_methods` answers from them; a method registered anywhere appears in `--all-methods`, tables and
+figures, where the task's method set (the paper's table, the features of its models) admits it."""
 
 import subprocess
 import sys
@@ -9,10 +10,10 @@ import pytest
 from fcpts.core.options import MethodOptions
 from fcpts.methods import METHODS, NOT_IN_PAPER, PAPER_BASELINE, PAPER_METHOD, Method, list_methods, register
 from fcpts.methods import registry as registry_module
-from fcpts.methods.registry import ROLES, TASKS, unregister
+from fcpts.methods.registry import ROLES, unregister
 from tasks.cifar import grid as cifar
+from tasks.grid.layout import METHOD_SETS, MethodSet, all_methods, extra_methods, paper_rows
 from tasks.reporting import figures
-from tasks.reporting.layout import extra_methods
 from tasks.reporting.paper import read_reference, table2
 from tests.fake_records import cifar_record
 
@@ -22,7 +23,7 @@ from tests.fake_records import cifar_record
     [
         ({"role": PAPER_METHOD}, lambda m: m.role == PAPER_METHOD),
         ({"role": (PAPER_BASELINE, NOT_IN_PAPER)}, lambda m: m.role in (PAPER_BASELINE, NOT_IN_PAPER)),
-        *(({"task": t}, lambda m, t=t: t in m.tasks) for t in TASKS),
+        ({"ablation": False}, lambda m: not m.ablation),
         ({"family": "pot"}, lambda m: m.family == "pot"),
         ({"trains": True}, lambda m: m.trains),
         ({"role": NOT_IN_PAPER, "trains": False}, lambda m: m.role == NOT_IN_PAPER and not m.trains),
@@ -55,20 +56,34 @@ def test_methods_drawn_in_their_own_colour_have_one_no_other_method_has():
 def test_bad_filters_and_records_are_named():
     with pytest.raises(ValueError, match="unknown role 'paper'"):
         list_methods(role="paper")
-    with pytest.raises(ValueError, match="unknown task 'imagenet'; tasks: cifar"):
-        list_methods(task="imagenet")
     with pytest.raises(ValueError, match="role 'ours' is not one of"):
         Method("toy", "Toy", lambda *a: a, MethodOptions, role="ours")
-    with pytest.raises(ValueError, match="unknown task coco"):
-        Method("toy", "Toy", lambda *a: a, MethodOptions, tasks=("coco",))
+    with pytest.raises(ValueError, match="unknown feature wings; features: batchnorm"):
+        Method("toy", "Toy", lambda *a: a, MethodOptions, requires=("wings",))
+    with pytest.raises(ValueError, match="unknown feature wings"):
+        MethodSet("table2", frozenset({"wings"}))
+    with pytest.raises(ValueError, match="unknown method set 'imagenet'; sets: cifar"):
+        all_methods("imagenet")
     assert Method("toy", "Toy", lambda *a: a, MethodOptions).family == "toy"  # its own family by default
-    assert set(TASKS) == {t for m in METHODS.values() for t in m.tasks}  # every task has methods
+
+
+@pytest.mark.parametrize("grid", METHOD_SETS)
+def test_all_methods_is_the_paper_table_s_rows_then_the_extras_its_models_allow(grid):
+    """The paper's set comes from the paper's reference numbers, the extras from a registry query: no grid
+    names a method, and the library names no grid."""
+    spec, chosen = METHOD_SETS[grid], all_methods(grid)
+    paper = paper_rows(read_reference(), spec.table)
+    assert paper and set(paper) <= set(chosen)
+    extras = [m for m in chosen if m not in paper]
+    assert all(METHODS[m].role == NOT_IN_PAPER and not METHODS[m].ablation for m in extras)
+    assert all(set(METHODS[m].requires) <= spec.features for m in extras)
+    assert bool(extras) == spec.extras and chosen == [m for m in list_methods() if m in chosen]
 
 
 @pytest.fixture
 def toy_method():
-    """A method beyond the paper that CIFAR's `--all-methods` runs, registered here only."""
-    register(Method("toy", "Toy method", lambda *a: a, MethodOptions, role=NOT_IN_PAPER, tasks=("cifar",)))
+    """A method beyond the paper, needing BatchNorm, registered here only."""
+    register(Method("toy", "Toy method", lambda *a: a, MethodOptions, role=NOT_IN_PAPER, requires=("batchnorm",)))
     yield "toy"
     unregister("toy")
 
@@ -76,10 +91,11 @@ def toy_method():
 def test_a_registered_method_appears_in_all_methods_tables_and_figures(toy_method, tmp_path):
     # Beyond the paper, a comparison: in registry order, before FCPTS's own variants.
     chosen = cifar.parse_args(["--all-methods"]).methods
-    assert "toy" in chosen and chosen == list_methods(task="cifar")
+    assert "toy" in chosen and chosen == all_methods("cifar")
     variants = [m for m in chosen if METHODS[m].family == "fcpts" and METHODS[m].role == NOT_IN_PAPER]
     assert all(chosen.index("toy") < chosen.index(v) for v in variants)
-    assert "toy" in extra_methods("cifar") and "toy" not in extra_methods("voc")
+    assert "toy" in extra_methods("cifar") and "toy" in extra_methods("imagenet-cnn")
+    assert "toy" not in extra_methods("imagenet-vit") and "toy" not in extra_methods("voc")  # no BN; no extras
     records = [cifar_record("fcpts"), cifar_record("toy", top1=80.0)]
     text, rows = table2(records, read_reference(), tmp_path)
     row = next(line for line in text.splitlines() if line.startswith("| resnet32 | Toy method (not in the paper) |"))
@@ -95,7 +111,7 @@ def test_the_readme_summary_takes_its_columns_from_the_registry():
 
     marked = [name for name, m in METHODS.items() if m.headline]
     assert sorted(readme.summary_methods()) == sorted(marked) and readme.summary_methods()[0] == "fcpts"
-    register(Method("toy-headline", "Toy", lambda *a: a, MethodOptions, tasks=("cifar",), headline=True))
+    register(Method("toy-headline", "Toy", lambda *a: a, MethodOptions, headline=True))
     try:
         assert readme.summary_methods()[-1] == "toy-headline"
     finally:
