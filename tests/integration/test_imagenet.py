@@ -10,9 +10,10 @@ from torch.nn.utils import prune
 import fcpts
 from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
 from tasks.grid.records import read_record
+from tasks.grid.weights import load_checkpoint, map_state_dict
 from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
 from tasks.imagenet.grid import main as imagenet_main
-from tasks.imagenet.models import architecture, load_weights_file, map_state_dict, preprocessing, pretrained
+from tasks.imagenet.models import architecture, preprocessing, pretrained
 from tests.conftest import require_data
 
 needs_sample = pytest.mark.usefixtures("imagenet_sample")
@@ -71,12 +72,21 @@ def test_state_dict_mapping_checks_shapes():
         map_state_dict(model, bad, "src")
 
 
+def test_a_weights_file_under_model_with_foreign_names_loads_by_position(tmp_path):
+    dense = architecture("resnet18")
+    torch.save({"model": {f"x{i}": v for i, v in enumerate(dense.state_dict().values())}}, tmp_path / "w.pth")
+    model, info = pretrained("resnet18", str(tmp_path / "w.pth"))
+    assert info["source"] == "file" and all(
+        torch.equal(a, b) for a, b in zip(*(m.state_dict().values() for m in (model, dense)))
+    )
+
+
 def test_a_weights_file_with_the_same_names_and_other_shapes_is_one_line_naming_them(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
     state = dict(model.state_dict(), **{"0.weight": torch.zeros(4, 5)})
     torch.save(state, tmp_path / "w.pth")
     with pytest.raises(ValueError) as err:
-        load_weights_file(model, tmp_path / "w.pth")
+        load_checkpoint(model, tmp_path / "w.pth", by_position=True)
     assert (
         str(err.value)
         == f"weights file {tmp_path / 'w.pth'} does not fit Sequential: 1 of another shape (0.weight (4, 5) for (4, 3))"
@@ -88,7 +98,7 @@ def test_a_weights_file_saved_under_torch_prune_names_prune_remove(tmp_path):
     prune.l1_unstructured(model[0], "weight", 0.5)
     torch.save(model.state_dict(), tmp_path / "w.pth")
     with pytest.raises(ValueError, match=r"torch.nn.utils.prune still on the model: 1 tensor\(s\) \(0.weight\)"):
-        load_weights_file(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)), tmp_path / "w.pth")
+        load_checkpoint(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)), tmp_path / "w.pth", True)
 
 
 def test_offline_without_cache_fails_fast(tmp_path, monkeypatch):

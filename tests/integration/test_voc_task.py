@@ -64,6 +64,14 @@ def test_train_steps_resume_and_weights(tiny_set, tmp_path, capsys):
     assert all(torch.equal(state[k], state2[k]) for k in state)
 
 
+def test_a_base_net_that_is_no_checkpoint_is_named_in_one_line(tiny_set, tmp_path, capsys):
+    bad = tmp_path / "base.pth"
+    bad.write_text("not a checkpoint")
+    assert train_ssd.main(["--data-root", str(tiny_set), "--base-net", str(bad), "--results-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1
+
+
 def test_batches_depend_on_seed_and_step_only(tiny_set):
     data = VOCDetection(tiny_set / "VOCdevkit" / "VOC2007", "trainval")
     model = create_ssd("mb2-ssd-lite", 11)

@@ -252,23 +252,12 @@ def init_ssd(model: nn.Module) -> None:
 def load_ssd_weights(model: SSD, path: str | Path) -> dict:
     """Load a pytorch-ssd checkpoint (a plain state dict; also {"state_dict": ...} or "module."-prefixed
     keys). Strict: a wrong architecture or class count is an error that names the keys."""
-    from tasks.grid.weights import read_state_dict  # a file that is no checkpoint: an error naming it
+    from tasks.grid.weights import read_state_dict, state_dict_misfit  # a file that is no checkpoint: named
 
     path = Path(path)
     state, _ = read_state_dict(path)
-    own = model.state_dict()
-    missing = [k for k in own if k not in state and not k.endswith("num_batches_tracked")]
-    unexpected = [k for k in state if k not in own]
-    wrong = [
-        f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
-        for k, v in state.items()
-        if k in own and tuple(v.shape) != tuple(own[k].shape)
-    ]
-    if missing or unexpected or wrong:
-        raise ValueError(
-            f"{path} does not fit {model.arch} with {model.num_classes} classes: "
-            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected "
-            f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}, shape mismatch {wrong[:3]}"
-        )
+    misfit = state_dict_misfit(model.state_dict(), state)
+    if misfit:
+        raise ValueError(f"weights file {path} does not fit {model.arch} with {model.num_classes} classes: {misfit}")
     model.load_state_dict(state, strict=False)  # num_batches_tracked may be absent in old files
     return {"path": str(path), "n_tensors": len(state)}
