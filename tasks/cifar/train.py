@@ -16,7 +16,6 @@ training record `<model>.json` beside it, which `tasks.cifar` then finds by defa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from tasks.grid.data import CIFAR_DATA, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.help import command_parser, default_device
 from tasks.grid.records import device_description
-from tasks.grid.training_state import TrainingState
 
 
 def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -86,51 +84,36 @@ def train(args: argparse.Namespace) -> dict:
 
     out_dir = Path(args.results_dir) / args.dataset
     ckpt = Path(args.checkpoint_dir) / "train" / args.dataset / f"{args.model}-{fingerprint}.pt"
-    run = TrainingState(ckpt, fingerprint, model, opt, sched)
-    step, history = run.start(total, steps_per_epoch), run.history
 
-    bar = training.progress_bar(total, step, f"train {args.dataset}/{args.model}", args.no_progress)
-    running = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, correct: read once per epoch
-    seen = 0
-    model.train()
-    while step < total:
-        epoch, pos = divmod(step, steps_per_epoch)
-        perm = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + epoch))
-        idx = perm[pos * args.batch_size : (pos + 1) * args.batch_size]
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = training.batch_indices(len(x_train), step, args.batch_size, args.seed)
         x = augment_batch(x_train[idx], torch.Generator().manual_seed(args.seed * 7_919 + step))
-        x = to_device(x, device).contiguous(memory_format=torch.channels_last)
-        y = to_device(y_train[idx], device)
+        return to_device(x, device).contiguous(memory_format=torch.channels_last), to_device(y_train[idx], device)
+
+    def step_loss(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
         logits = model(x)
         loss = F.cross_entropy(logits, y)
-        training.sgd_step(loss, opt, sched)
-        step += 1
-        with torch.no_grad():
-            running += torch.stack([loss.detach().double() * len(y), (logits.argmax(1) == y).sum().double()])
-        seen += len(y)
-        bar.update(1)
-        if step % steps_per_epoch == 0:
-            loss_sum, correct = running.tolist()
-            entry = {
-                "epoch": step // steps_per_epoch,
-                "step": step,
-                "train_loss": round(loss_sum / seen, 5),
-                "train_top1": round(100 * correct / seen, 3),
-                "lr": sched.get_last_lr()[0],
-                "elapsed_s": round(run.elapsed_s(), 1),
-            }
-            if entry["epoch"] % args.eval_every == 0 or step == total:
-                entry["test"] = classify(model, x_eval, y_eval)
-                model.train()
-            history.append(entry)
-            running.zero_()
-            seen = 0
-            print(json.dumps(entry), flush=True)
-            run.save(step)
-        else:  # mid-epoch: the running train-set statistics restart, nothing else is lost
-            run.save_if_due(step, args.checkpoint_every_s)
-    bar.close()
-    wall_s = run.elapsed_s()
+        return loss, torch.stack([loss.detach().double() * len(y), (logits.argmax(1) == y).sum().double()])
 
+    def summary(sums: list[float], steps: int) -> dict:
+        seen = steps * args.batch_size  # whole batches only
+        return {"train_loss": round(sums[0] / seen, 5), "train_top1": round(100 * sums[1] / seen, 3)}
+
+    run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
+    wall_s = training.train_epochs(
+        run,
+        args,
+        steps_per_epoch,
+        total,
+        f"train {args.dataset}/{args.model}",
+        batches=lambda start: map(batch, range(start, total)),
+        step_loss=step_loss,
+        summary=summary,
+        test_at=lambda epoch: (
+            classify(model, x_eval, y_eval) if epoch % args.eval_every == 0 or epoch == args.epochs else None
+        ),
+    )
     final = classify(model, x_eval, y_eval)
     weights = out_dir / f"{args.model}.th"
     state_dict = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -146,7 +129,7 @@ def train(args: argparse.Namespace) -> dict:
     trained = {"task": "train", "dataset": args.dataset, "model": args.model}
     where = {"device": device_description(device), "data_root": str(root)}
     score = f"top-1 {final['top1']:.2f} top-5 {final['top5']:.2f}"
-    return training.write_record(weights, trained, recipe, final, len(y_eval), history, wall_s, where, score)
+    return training.write_record(weights, trained, recipe, final, len(y_eval), run.history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,6 +1,6 @@
-"""What the suite's dense training recipes (tasks.cifar.train, tasks.voc.train) share besides their
-resumable state (training_state.py): the flags, the steps of an epoch, SGD with a warm-up then cosine schedule,
-the fingerprint that names a recipe's checkpoint, the progress bar, the record of the trained model.
+"""What the suite's dense training recipes (tasks.cifar.train, tasks.voc.train) share: the flags, the batches of a
+step, SGD with a warm-up then cosine schedule, the fingerprint that names a recipe's checkpoint, the resumable
+state, the epoch loop, the record of the trained model.
 
 The recipes call these through the module (`training.add_args(p, ...)`).
 """
@@ -11,6 +11,8 @@ import argparse
 import hashlib
 import json
 import math
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from fcpts.core.checkpoint import Checkpoint
 from tasks.grid.arg_types import above, at_least
 from tasks.grid.help import add_device, add_results_dir
 from tasks.grid.paths import RESULTS_DIR
@@ -59,6 +62,14 @@ def epoch_steps(n_train: int, batch_size: int, epochs: int) -> tuple[int, int]:
     return steps_per_epoch, steps_per_epoch * epochs
 
 
+def batch_indices(n_train: int, step: int, batch_size: int, seed: int) -> torch.Tensor:
+    """The training examples of a step's batch, a function of (seed, step) only: each epoch's shuffle is seeded by
+    (seed, epoch), so a resumed run draws the batches an uninterrupted one would."""
+    epoch, pos = divmod(step, n_train // batch_size)
+    perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    return perm[pos * batch_size : (pos + 1) * batch_size]
+
+
 def lr_factor(step: int, warmup: int, total: int) -> float:
     """Linear warm-up from 0.1x to 1x over `warmup` steps, then cosine to zero at `total`."""
     if step < warmup:
@@ -82,23 +93,124 @@ def sgd_warmup_cosine(
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup, total))
 
 
-def sgd_step(loss: torch.Tensor, opt: torch.optim.Optimizer, sched: torch.optim.lr_scheduler.LRScheduler) -> None:
-    """One step of `sgd_warmup_cosine`'s optimiser on `loss`, the schedule advanced with it."""
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    sched.step()
-
-
 def recipe_fingerprint(recipe: dict) -> str:
     """A short hash of everything that shapes the trained weights: it names the run's checkpoint, so only the
     same recipe resumes it."""
     return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def progress_bar(total: int, step: int, desc: str, disable: bool) -> tqdm:
-    """The steps' progress, starting at `step` when a run resumes."""
-    return tqdm(total=total, initial=step, desc=desc, dynamic_ncols=True, disable=disable, mininterval=5)
+class TrainingState:
+    """Resumable state of a training run (model, optimiser, scheduler, step, history, elapsed time), through the
+    suite's one checkpoint mechanism: saved atomically, resumed only by the run with the same recipe."""
+
+    def __init__(
+        self,
+        path: Path,
+        fingerprint: str,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+    ):
+        self.checkpoint = Checkpoint(path, {"recipe": fingerprint}, label=f"training {Path(path).stem}")
+        self.path, self.fingerprint = path, fingerprint
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.history: list[dict] = []
+        self.step, self._elapsed_before = 0, 0.0
+        self._t0 = self._last_save = time.perf_counter()
+
+    def start(self, total: int, steps_per_epoch: int) -> int:
+        """Resume from the checkpoint when there is one, saying where; the step training goes on from."""
+        state = self.checkpoint.load()
+        if state is not None:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.step, self.history, self._elapsed_before = state["step"], state["history"], state["elapsed_s"]
+            self._t0 = self._last_save = time.perf_counter()
+            print(f"resuming {self.path} at step {self.step}/{total} (epoch {self.step // steps_per_epoch})")
+        return self.step
+
+    def elapsed_s(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._t0
+
+    def save(self, step: int) -> None:
+        """Checkpoint the run as it stands after `step` optimiser steps."""
+        self.step = step
+        self.checkpoint.save(
+            {
+                "step": self.step,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "history": self.history,
+                "elapsed_s": self.elapsed_s(),
+            },
+            step,
+        )
+        self._last_save = time.perf_counter()
+
+    def save_if_due(self, step: int, every_s: float) -> None:
+        """Checkpoint between epochs once `every_s` seconds have passed since the last save (or the start)."""
+        if time.perf_counter() - self._last_save > every_s:
+            self.save(step)
+
+
+def train_epochs(
+    run: TrainingState,
+    args: argparse.Namespace,
+    steps_per_epoch: int,
+    total: int,
+    desc: str,
+    *,
+    batches: Callable[[int], Iterable],
+    step_loss: Callable[[Any], tuple[torch.Tensor, torch.Tensor]],
+    summary: Callable[[list[float], int], dict],
+    test_at: Callable[[int], dict | None],
+) -> float:
+    """Train `run`'s model from where its checkpoint left off to `total` steps; the training time.
+
+    Each step takes the next of `batches(start)` (the batches of steps start..total-1), steps on the loss of
+    `step_loss(batch)` and adds its numbers (float64, read once per epoch). Each epoch's end appends to the history
+    `summary(sums, steps)`, the rate, the time and `test_at(epoch)` when that is not None, prints it and
+    checkpoints; mid-epoch, a checkpoint every --checkpoint-every-s."""
+    model, sched = run.model, run.scheduler
+    step = run.start(total, steps_per_epoch)
+    bar = tqdm(total=total, initial=step, desc=desc, dynamic_ncols=True, disable=args.no_progress, mininterval=5)
+    sums: torch.Tensor | int = 0
+    seen = 0
+    model.train()
+    for batch in batches(step):
+        loss, numbers = step_loss(batch)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        sched.step()
+        step += 1
+        sums, seen = sums + numbers, seen + 1
+        bar.update(1)
+        if step % steps_per_epoch:  # mid-epoch: resumed here, only the epoch's running numbers restart
+            run.save_if_due(step, args.checkpoint_every_s)
+            continue
+        epoch, stats = step // steps_per_epoch, summary(sums.tolist(), seen)
+        bar.set_postfix(stats, refresh=False)
+        entry = {
+            "epoch": epoch,
+            "step": step,
+            **stats,
+            "lr": sched.get_last_lr()[0],
+            "elapsed_s": round(run.elapsed_s(), 1),
+        }
+        test = test_at(epoch)
+        if test is not None:
+            entry["test"] = test
+            model.train()
+        run.history.append(entry)
+        sums, seen = 0, 0
+        scalars = {f"test_{k}": v for k, v in (test or {}).items() if isinstance(v, (int, float))}
+        print(json.dumps({k: v for k, v in entry.items() if k != "test"} | scalars), flush=True)
+        run.save(step)
+    bar.close()
+    return run.elapsed_s()
 
 
 def write_record(

@@ -25,8 +25,8 @@ test-split mAP is observed every `--eval-every` epochs and at the end, never use
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -40,7 +40,6 @@ from tasks.grid.arg_types import at_least
 from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser, default_device
 from tasks.grid.records import device_description
-from tasks.grid.training_state import TrainingState
 from tasks.grid.weights import load_checkpoint
 from tasks.voc.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
 from tasks.voc.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
@@ -105,10 +104,7 @@ class DetectionTrainSet(Dataset):
 
 def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, seed: int):
     """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
-    steps_per_epoch = len(train_set) // batch_size
-    epoch, pos = divmod(step, steps_per_epoch)
-    perm = torch.randperm(len(train_set), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
-    idx = perm[pos * batch_size : (pos + 1) * batch_size].tolist()
+    idx = training.batch_indices(len(train_set), step, batch_size, seed).tolist()
     items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
     return (
         torch.stack([x for x, _, _ in items]),
@@ -182,65 +178,34 @@ def train(args: argparse.Namespace) -> dict:
     name = f"{args.model}-{args.image_size}"
     out_dir = Path(args.results_dir) / dataset
     ckpt = Path(args.checkpoint_dir) / "train_ssd" / dataset / f"{name}-{fingerprint}.pt"
-    run = TrainingState(ckpt, fingerprint, model, opt, sched)
-    step, history = run.start(total, steps_per_epoch), run.history
 
     def evaluate() -> dict:
         m = evaluate_detector(model, test, eval_images, config, workers=args.workers)
-        model.train()
         return {"map50": round(m["map50"], 3), "ap50": m["ap50_per_class"]}
 
-    bar = training.progress_bar(total, step, f"train {dataset}/{name}", args.no_progress)
-    sums, seen = torch.zeros(2, dtype=torch.float64, device=device), 0  # loc, cls: read once per epoch
-    model.train()
-    batches = iter(
-        torch.utils.data.DataLoader(
-            _Steps(train_set, step, total, args.batch_size, args.seed),
-            batch_size=None,
-            num_workers=args.workers,
-            worker_init_fn=_one_thread if args.workers else None,
-        )
-    )
-    while step < total:
-        x, targets, labels = (to_device(t, device) for t in next(batches))
+    def step_loss(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        x, targets, labels = (to_device(t, device) for t in batch)
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
         loc, cls = loss_fn(logits, regression, labels, targets)
-        loss = loc + cls
-        training.sgd_step(loss, opt, sched)
-        step += 1
-        with torch.no_grad():
-            sums += torch.stack([loc.detach(), cls.detach()]).double()
-        seen += 1
-        bar.update(1)
-        if step % steps_per_epoch == 0:
-            epoch = step // steps_per_epoch
-            loc_sum, cls_sum = sums.tolist()
-            bar.set_postfix(loc=f"{loc_sum / seen:.3f}", cls=f"{cls_sum / seen:.3f}", refresh=False)
-            entry = {
-                "epoch": epoch,
-                "step": step,
-                "loc_loss": round(loc_sum / seen, 5),
-                "cls_loss": round(cls_sum / seen, 5),
-                "lr": sched.get_last_lr()[0],
-                "elapsed_s": round(run.elapsed_s(), 1),
-            }
-            if epoch % args.eval_every == 0 and step < total:
-                entry["test"] = evaluate()
-            history.append(entry)
-            sums.zero_()
-            seen = 0
-            print(
-                json.dumps(
-                    {k: v for k, v in entry.items() if k != "test"}
-                    | ({"test_map50": entry["test"]["map50"]} if "test" in entry else {})
-                ),
-                flush=True,
-            )
-            run.save(step)
-        else:
-            run.save_if_due(step, args.checkpoint_every_s)
-    bar.close()
-    wall_s = run.elapsed_s()
+        return loc + cls, torch.stack([loc.detach(), cls.detach()]).double()
+
+    def batches(start: int) -> Iterable:
+        steps = _Steps(train_set, start, total, args.batch_size, args.seed)
+        init = _one_thread if args.workers else None
+        return torch.utils.data.DataLoader(steps, batch_size=None, num_workers=args.workers, worker_init_fn=init)
+
+    run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
+    wall_s = training.train_epochs(
+        run,
+        args,
+        steps_per_epoch,
+        total,
+        f"train {dataset}/{name}",
+        batches=batches,
+        step_loss=step_loss,
+        summary=lambda sums, steps: {"loc_loss": round(sums[0] / steps, 5), "cls_loss": round(sums[1] / steps, 5)},
+        test_at=lambda epoch: evaluate() if epoch % args.eval_every == 0 and epoch < args.epochs else None,
+    )
     final = evaluate()
     model = model.to("cpu", memory_format=torch.contiguous_format)
     weights = out_dir / f"{name}.pth"
@@ -248,7 +213,7 @@ def train(args: argparse.Namespace) -> dict:
     trained = {"task": "train_ssd", "dataset": dataset, "model": args.model, "image_size": args.image_size}
     where = {"device": device_description(device), "workers": args.workers, "data_root": str(folder)}
     score = f"mAP@0.5 (VOC07) {final['map50']:.2f}"
-    return training.write_record(weights, trained, recipe, final, len(test), history, wall_s, where, score)
+    return training.write_record(weights, trained, recipe, final, len(test), run.history, wall_s, where, score)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
