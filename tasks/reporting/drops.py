@@ -16,7 +16,7 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note, seeds_of
+from tasks.reporting.render import EARLIER_DEFAULT_LEGEND, earlier_default_note, md_table, page, seeds_of
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -100,21 +100,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
     paper, table = paper_drops(reference), paper_table2(reference)
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
-    lines = [
-        "# Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
-        "",
-        "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
-        "record Table 2 shows, with its profile). FCPTS+ is this "
-        "suite's improved method, not in the paper. `dense, ours − paper`: our dense model's top-1 minus the paper's "
-        "(the drops are measured from different models). Several seeds: mean ± sample standard deviation, then the "
-        "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
-        "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
-        "short of it or better, and whether that rests on one seed or on several, all on that side.",
-        "",
-        "| cell | paper FCPTS | dense, ours − paper | " + " | ".join(f"{n} | {n} vs paper" for n in names) + " |",
-        "|---|---:|---:|" + "---:|---|" * len(names),
-    ]
-    earlier = False
+    body, earlier = [], False
     for ds, model in table2_cells(reference):
         for sp in SPARSITIES:
             ref = paper.get((ds, model, sp))
@@ -133,7 +119,17 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 note = earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
-            lines.append(f"| {DATASET_NAMES[ds]} {model} {sp:.0%} | " + " | ".join(cells) + " |")
-    if earlier:
-        lines += ["", EARLIER_DEFAULT_LEGEND.removeprefix("- ")]
-    return "\n".join(lines) + "\n"
+            body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
+    header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
+    return page(
+        "Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
+        "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
+        "record Table 2 shows, with its profile). FCPTS+ is this "
+        "suite's improved method, not in the paper. `dense, ours − paper`: our dense model's top-1 minus the paper's "
+        "(the drops are measured from different models). Several seeds: mean ± sample standard deviation, then the "
+        "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
+        "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
+        "short of it or better, and whether that rests on one seed or on several, all on that side.",
+        md_table(header, body, "lrr" + "rl" * len(names)),
+        EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
+    )

@@ -1,4 +1,5 @@
-"""What the generated tables' markers mean, written from the records a table shows.
+"""The one renderer of the generated tables: a table file's page, its Markdown table, its record cells ("ours ·
+paper") and the legend of their markers, written from the records a table shows.
 
 A table's `[profile]` tag names the budget its cell's record ran with; the legend spells that budget out
 from the records themselves (iterations, batch, calibration images, per-method options), so it can never
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from fcpts.methods import get_method, label
@@ -23,6 +24,54 @@ from tasks.grid.records import PROFILE_PREFERENCE, cell_key
 EXTERNAL_REFERENCE = RESULTS_DIR / "paper" / "external_reference.csv"
 NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label, in every table and figure
 RecordLink = Callable[[dict], str]  # a record -> the URL of its page, for a reader that has one (the results site)
+
+
+CELL_INTRO = (
+    "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is explained in "
+    "the legend below the table."
+)
+
+
+def page(title: str, *blocks: str) -> str:
+    """A table file: its `# title`, then its non-empty blocks (intro, table, legend, notes) a blank line apart."""
+    return "\n\n".join((f"# {title}", *(b for b in blocks if b))) + "\n"
+
+
+def md_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Iterable[str]], align: str = "") -> str:
+    """A Markdown pipe table; `align` has one letter a column, `r` for right-aligned (left where not given)."""
+    separator = "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l"))
+    return "\n".join([md_row(header), separator, *map(md_row, rows)])
+
+
+def paper_numbers(reference_row: dict) -> str:
+    """The paper's top-1/top-5 as it printed them."""
+    return f"{reference_row['top1']}/{reference_row['top5']}"
+
+
+def record_cell(
+    record: dict | None,
+    record_link: RecordLink | None = None,
+    paper: str | None = None,
+    note: str = "",
+    missing: str = "no record",
+    metrics: tuple[str, ...] = ("top1", "top5"),
+    digits: int = 2,
+) -> str:
+    """A cell: **ours** (−drop from dense[, reached x]) [profile]`note`, then ` · paper` where a `paper` is given;
+    `missing` (then ` · paper`) without a record."""
+    beside = f" · {paper}" if paper is not None else ""
+    if record is None:
+        return missing + beside
+    m = record["metrics"]
+    numbers = "/".join(f"{m[k]:.{digits}f}" for k in metrics)
+    drop = record["dense_metrics"][metrics[0]] - m[metrics[0]]
+    reached = "" if record.get("hit_target", True) else f", reached {record['achieved_sparsity']:.3f}"
+    shown = our_numbers(numbers, record, record_link)
+    return f"{shown} (−{drop:.{digits}f}{reached}) [{record['profile']['name']}]{note}{beside}"
 
 
 def our_numbers(numbers: str, record: dict, record_link: RecordLink | None = None) -> str:
@@ -95,6 +144,26 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
         parts = [f"{', '.join(methods)}: {text}" for text, methods in texts.items()]
         lines.append(f"  - `[{name}]`: " + "; ".join(parts) + ".")
     return lines
+
+
+DROP_LEGEND = "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1."
+REACHED_LEGEND = (
+    "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches its "
+    "threshold decay and keeps the trial nearest to the target)."
+)
+
+
+def profile_tag(shown: list[dict]) -> str:
+    return f"`[profile]`: the budget the cell's record ran with{profile_preference(shown)}:"
+
+
+def cell_legend(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
+    """The legend of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached where
+    a record missed its target, and the budgets behind the profile tags of the `shown` records and those `beside`."""
+    lines = ["Legend:", f"- **bold**: {bold}", DROP_LEGEND]
+    if any(not r.get("hit_target", True) for r in shown):
+        lines.append(REACHED_LEGEND)
+    return [*lines, f"- {profile_tag(shown)}", *profile_legend(shown + (beside or []))]
 
 
 def paper_protocol() -> str:
