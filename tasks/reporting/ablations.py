@@ -32,21 +32,12 @@ def summarize(paths: list[str]) -> str:
         "wall s",
         "threads",
     ]
-    rows = [
-        [
-            r["model"],
-            r["variant"],
-            _reconstruction(r),
-            str(r["options"].get("lr", 0.01)),
-            str(r["iterations"]),
-            f"{r['top1']:.2f}",
-            f"{r['sparsity_before_exact_step']:.4f}",
-            f"{r['wall_s']:.0f}",
-            r["device"].split(", ")[-1].split()[0],
-        ]
-        for path in paths
-        for r in read_json_lines(path)
-    ]
+    rows = []
+    for path in paths:
+        for r in read_json_lines(path):
+            lr, threads = r["options"].get("lr", 0.01), r["device"].split(", ")[-1].split()[0]
+            numbers = f"{r['top1']:.2f}", f"{r['sparsity_before_exact_step']:.4f}", f"{r['wall_s']:.0f}"
+            rows.append([r["model"], r["variant"], _reconstruction(r), lr, r["iterations"], *numbers, threads])
     return md_table(header, rows, "lllrrrrrr")
 
 
@@ -69,7 +60,7 @@ def summarize_seeds(paths: list[str]) -> str:
         per_seed = ", ".join(f"{t:.2f}" for t in top1)
         before = statistics.mean(by_seed[k]["sparsity_before_exact_step"] for k in seeds)
         mean = f"{statistics.mean(top1):.2f}{sd}"
-        out.append([model, str(iterations), variant, str(len(top1)), mean, diff, per_seed, f"{before:.4f}"])
+        out.append([model, iterations, variant, len(top1), mean, diff, per_seed, f"{before:.4f}"])
     header = [
         "model",
         "iterations",

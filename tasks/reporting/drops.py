@@ -16,7 +16,7 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.render import EARLIER_DEFAULT_LEGEND, earlier_default_note, md_table, page, seeds_of
+from tasks.reporting.render import EARLIER_DEFAULT_LEGEND, earlier_default_note, md_table, page, paper_cells, seeds_of
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -28,16 +28,9 @@ def table2_cells(reference: list[dict]) -> list[tuple[str, str]]:
     return [(ds, model) for ds in layout.datasets for model in layout.models]
 
 
-def paper_table2(reference: list[dict]) -> dict[tuple, dict]:
-    """(dataset, model, method, sparsity) -> the paper's Table 2 row."""
-    return {
-        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
-    }
-
-
 def paper_drops(reference: list[dict]) -> dict[tuple, float]:
     """(dataset, model, sparsity) -> the paper's FCPTS drop from its own dense model (points)."""
-    table = paper_table2(reference)
+    table = paper_cells(reference, "table2")
     drops = {}
     for ds, model in table2_cells(reference):
         dense = table.get((ds, model, "dense", 0.0))
@@ -97,7 +90,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
     suite's variants of it), each with its distance to the paper's drop; `no record` where a cell has not run.
     `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
-    paper, table = paper_drops(reference), paper_table2(reference)
+    paper, table = paper_drops(reference), paper_cells(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
     body, earlier = [], False

@@ -27,19 +27,21 @@ from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, rea
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
-from tasks.reporting.drops import drops_table, paper_table2
+from tasks.reporting.drops import drops_table
 from tasks.reporting.render import (
     CELL_INTRO,
     EARLIER_DEFAULT_LEGEND,
     SEED_SPREAD_LEGEND,
     RecordLink,
-    cell_legend,
+    cell_markers,
     earlier_default_note,
     extra_label,
     extras_legend,
     left_out_seeds,
+    legend,
     md_table,
     page,
+    paper_cells,
     paper_numbers,
     paper_protocol,
     record_cell,
@@ -53,6 +55,8 @@ TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
+# Table 2's CSV columns, a row a cell with a record
+TABLE2_FIELDS = "dataset model method sparsity top1 top5 dense_top1 drop profile paper_top1 paper_top5 record".split()
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
@@ -81,7 +85,7 @@ def table2(
     record_link: RecordLink | None = None,
 ) -> tuple[str, list[dict]]:
     """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's page."""
-    ref = paper_table2(reference)
+    ref = paper_cells(reference, "table2")
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
     layout = paper_layout(reference, "table2")
@@ -124,55 +128,40 @@ def table2(
                     spread, earlier, also = spread or "seeds:" in extra, earlier or bool(note), also or bool(others)
                     beside += others
                     note += extra
-                    m = rec["metrics"]
-                    rows.append(
-                        {
-                            "dataset": ds,
-                            "model": model,
-                            "method": method,
-                            "sparsity": sp,
-                            "top1": m["top1"],
-                            "top5": m["top5"],
-                            "dense_top1": rec["dense_metrics"]["top1"],
-                            "drop": round(rec["dense_metrics"]["top1"] - m["top1"], 2),
-                            "profile": rec["profile"]["name"],
-                            "paper_top1": p["top1"] if p else "",
-                            "paper_top5": p["top5"] if p else "",
-                            "record": rec["_path"],
-                        }
-                    )
+                    m, dense = rec["metrics"], rec["dense_metrics"]["top1"]
+                    cell = (ds, model, method, sp, m["top1"], m["top5"], dense, round(dense - m["top1"], 2))
+                    paper = (p["top1"], p["top5"]) if p else ("", "")
+                    rows.append(dict(zip(TABLE2_FIELDS, (*cell, rec["profile"]["name"], *paper, rec["_path"]))))
                 out.append(record_cell(rec, record_link, paper_numbers(p) if p else "—", note))
             table.append([model, row_label(method), *out])
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
     on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
-    legend = cell_legend(
-        f"this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 (its Table 2, "
-        "transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's accuracy as the records "
-        "measured it.",
-        cell_records,
-        beside,
+    markers = legend(
+        [
+            *cell_markers(
+                f"this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 (its "
+                "Table 2, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's accuracy "
+                "as the records measured it.",
+                cell_records,
+                beside,
+            ),
+            f"  - for comparison, {paper_protocol()}.",
+        ],
+        (spread, SEED_SPREAD_LEGEND),
+        (earlier, EARLIER_DEFAULT_LEGEND),
+        (
+            also,
+            "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
+            "beside its full `paper` one).",
+        ),
+        (
+            trained_only,
+            "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
+            "(no sparse record of it yet).",
+        ),
+        (bool(extras), extras_legend("`—` stands after its `·`")),
+        (missing, "- `no record`: no run of this cell is committed."),
     )
-    legend.append(f"  - for comparison, {paper_protocol()}.")
-    legend += [
-        line
-        for shows, line in (
-            (spread, SEED_SPREAD_LEGEND),
-            (earlier, EARLIER_DEFAULT_LEGEND),
-            (
-                also,
-                "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
-                "beside its full `paper` one).",
-            ),
-            (
-                trained_only,
-                "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
-                "(no sparse record of it yet).",
-            ),
-            (bool(extras), extras_legend("`—` stands after its `·`")),
-            (missing, "- `no record`: no run of this cell is committed."),
-        )
-        if shows
-    ]
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
     trained_lines = [
@@ -185,7 +174,7 @@ def table2(
         "Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         CELL_INTRO,
         md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
-        "\n".join(legend),
+        markers,
         "\n".join(
             [
                 f"Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: {paper_dense}). "
@@ -336,17 +325,11 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         if by[STUDIED_FAMILY]["profile"]["name"] != prof:  # FCPTS's record from another profile of the same budget
             prof = f"{prof} (FCPTS: {by[STUDIED_FAMILY]['profile']['name']}, the same budget)"
         pot = [t[m] for m in pots if m in t]
+        ratio = f"{t[STUDIED_FAMILY] / (sum(pot) / len(pot)):.2f}"
+        loss = "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by}))
+        devices = "; ".join(sorted({by[m]["device"] for m in timed if m in by}))
         table.append(
-            [
-                ds,
-                model,
-                f"{sp:.0%}",
-                prof,
-                *(f"{t[m]:.1f}" if m in t else "—" for m in timed),
-                f"{t[STUDIED_FAMILY] / (sum(pot) / len(pot)):.2f}",
-                "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by})),
-                "; ".join(sorted({by[m]["device"] for m in timed if m in by})),
-            ]
+            [ds, model, f"{sp:.0%}", prof, *(f"{t[m]:.1f}" if m in t else "—" for m in timed), ratio, loss, devices]
         )
     header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
     header += [*(f"{extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
@@ -421,21 +404,7 @@ def render_tables(
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
-        fields = [
-            "dataset",
-            "model",
-            "method",
-            "sparsity",
-            "top1",
-            "top5",
-            "dense_top1",
-            "drop",
-            "profile",
-            "paper_top1",
-            "paper_top5",
-            "record",
-        ]
-        w = csv.DictWriter(f, fieldnames=fields)
+        w = csv.DictWriter(f, fieldnames=TABLE2_FIELDS)
         w.writeheader()
         w.writerows(rows)
         out["table2_cifar.csv"] = f.getvalue()

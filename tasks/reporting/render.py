@@ -37,14 +37,17 @@ def page(title: str, *blocks: str) -> str:
     return "\n\n".join((f"# {title}", *(b for b in blocks if b))) + "\n"
 
 
-def md_row(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:
+    """A Markdown pipe table of its cells' `str()`; `align` has a letter a column, `r` for right-aligned (left where
+    not given)."""
+    lines = ["| " + " | ".join(map(str, row)) + " |" for row in [header, *rows]]
+    lines.insert(1, "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
+    return "\n".join(lines)
 
 
-def md_table(header: Sequence[str], rows: Iterable[Iterable[str]], align: str = "") -> str:
-    """A Markdown pipe table; `align` has one letter a column, `r` for right-aligned (left where not given)."""
-    separator = "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l"))
-    return "\n".join([md_row(header), separator, *map(md_row, rows)])
+def paper_cells(reference: list[dict], table: str) -> dict[tuple, dict]:
+    """(dataset, model, method, sparsity) -> the paper's row of `table` in its reference numbers."""
+    return {(r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
 
 
 def paper_numbers(reference_row: dict) -> str:
@@ -157,13 +160,19 @@ def profile_tag(shown: list[dict]) -> str:
     return f"`[profile]`: the budget the cell's record ran with{profile_preference(shown)}:"
 
 
-def cell_legend(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
-    """The legend of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached where
-    a record missed its target, and the budgets behind the profile tags of the `shown` records and those `beside`."""
-    lines = ["Legend:", f"- **bold**: {bold}", DROP_LEGEND]
+def cell_markers(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
+    """The legend lines of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached
+    where a record missed its target, and the budgets behind the profile tags of the `shown` records and those
+    `beside` them."""
+    lines = [f"- **bold**: {bold}", DROP_LEGEND]
     if any(not r.get("hit_target", True) for r in shown):
         lines.append(REACHED_LEGEND)
     return [*lines, f"- {profile_tag(shown)}", *profile_legend(shown + (beside or []))]
+
+
+def legend(head: list[str], *markers: tuple[bool, str]) -> str:
+    """A table's legend: its `head` lines, then the line of each marker the table shows (`(shown, line)`)."""
+    return "\n".join(["Legend:", *head, *(line for shown, line in markers if shown)])
 
 
 def paper_protocol() -> str:

@@ -18,10 +18,12 @@ from tasks.reporting.render import (
     CELL_INTRO,
     SEED_SPREAD_LEGEND,
     RecordLink,
-    cell_legend,
+    cell_markers,
     extras_legend,
+    legend,
     md_table,
     page,
+    paper_cells,
     paper_numbers,
     read_external,
     record_cell,
@@ -74,23 +76,23 @@ def imagenet_table(
     methods = paper_rows(reference, table)
     layout = paper_layout(reference, table)
     models, sparsities = list(layout.models), list(layout.sparsities)
-    ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
+    ref = paper_cells(reference, table)
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
     body = []
     model_extras = _extras(preferred, models, sparsities, True, extras_task) if extras_task else []
     for model in models:
-        dense_ref = ref.get((model, "dense", 0.0))
+        dense_ref = ref.get(("imagenet", model, "dense", 0.0))
         any_rec = next(
             (r for r in records if r["task"] == "imagenet" and r["model"] == model and r["dataset"] == "imagenet"), None
         )
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
-        head = f"{model} ({dense} · {dense_ref['top1']}/{dense_ref['top5']})" if dense_ref else model
+        head = f"{model} ({dense} · {paper_numbers(dense_ref)})" if dense_ref else model
         for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
             cells = [
-                record_cell(rec, record_link, _paper(ref.get((model, method, s))), missing=NO_DATA)
+                record_cell(rec, record_link, _paper(ref.get(("imagenet", model, method, s))), missing=NO_DATA)
                 for rec, s in zip(recs, sparsities)
             ]
             body.append([head, row_label(method), *cells])
@@ -114,7 +116,7 @@ def imagenet_table(
             cells = [record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
             body.append([head, row_label(method), *cells])
     external = read_external()
-    r18 = ref.get(("resnet18", "dense", 0.0)) or next(
+    r18 = ref.get(("imagenet", "resnet18", "dense", 0.0)) or next(
         (r for r in reference if (r["table"], r["model"], r["method"]) == ("table3", "resnet18", "dense")), None
     )
     r18_note = (
@@ -123,52 +125,29 @@ def imagenet_table(
         if r18
         else ""
     )
-    legend = _legend(
-        shown,
-        failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
-        extras=bool(model_extras or sub_extras),
-        spread=spread,
+    paper = "after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`)"
+    markers = legend(
+        cell_markers(f"this suite's top-1/top-5 (%) from the cell's record; {paper}.", shown)
+        if shown
+        else [f"- {paper}; `—` before it: no record of this suite's."],
+        (spread, SEED_SPREAD_LEGEND),
+        (
+            any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
+            "- `failed in paper`: the paper reports the method as failed in this cell, without a number.",
+        ),
+        (bool(model_extras or sub_extras), extras_legend("no `·` and paper number follow its cells")),
     )
     return page(
         title,
         CELL_INTRO,
         md_table(["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body),
-        "\n".join(legend),
+        markers,
         "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
         "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
         f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
         f"torchvision's/timm's{r18_note}, so dense rows will differ.\n"
         + _substitute_note(sub, substitute_methods, substitute_missing, shown, external),
     )
-
-
-def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False, spread: bool = False) -> list[str]:
-    """The markers of an ImageNet table, with the budgets behind the substitute rows' profile tags."""
-    lines = (
-        cell_legend(
-            "this suite's top-1/top-5 (%) from the cell's record; after `·`: the paper's top-1/top-5 "
-            "(transcribed in `results/paper/paper_reference.csv`).",
-            shown,
-        )
-        if shown
-        else [
-            "Legend:",
-            "- after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`); "
-            "`—` before it: no record of this suite's.",
-        ]
-    )
-    return lines + [
-        line
-        for shows, line in (
-            (spread, SEED_SPREAD_LEGEND),
-            (
-                failed_in_paper,
-                "- `failed in paper`: the paper reports the method as failed in this cell, without a number.",
-            ),
-            (extras, extras_legend("no `·` and paper number follow its cells")),
-        )
-        if shows
-    ]
 
 
 def _substitute_note(
