@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from fcpts.core.io import read_json_lines
-from tasks.reporting.render import md_table
+from tasks.reporting.render import md_table, mean_sd
 
 
 def _reconstruction(row: dict) -> str:
@@ -53,14 +53,12 @@ def summarize_seeds(paths: list[str]) -> str:
     for (model, iterations, variant), by_seed in groups.items():
         seeds = sorted(by_seed)
         top1 = [by_seed[k]["top1"] for k in seeds]
-        sd = f" ± {statistics.stdev(top1):.2f}" if len(top1) > 1 else ""
         base = groups.get((model, iterations, "default"), {})
         paired = [by_seed[k]["top1"] - base[k]["top1"] for k in seeds if k in base]
         diff = f"{statistics.mean(paired):+.2f}" if paired and variant != "default" else ""
         per_seed = ", ".join(f"{t:.2f}" for t in top1)
         before = statistics.mean(by_seed[k]["sparsity_before_exact_step"] for k in seeds)
-        mean = f"{statistics.mean(top1):.2f}{sd}"
-        out.append([model, iterations, variant, len(top1), mean, diff, per_seed, f"{before:.4f}"])
+        out.append([model, iterations, variant, len(top1), mean_sd(top1), diff, per_seed, f"{before:.4f}"])
     header = [
         "model",
         "iterations",

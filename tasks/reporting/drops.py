@@ -16,7 +16,15 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.render import EARLIER_DEFAULT_LEGEND, earlier_default_note, md_table, page, paper_cells, seeds_of
+from tasks.reporting.render import (
+    EARLIER_DEFAULT_LEGEND,
+    earlier_default_note,
+    md_table,
+    mean_sd,
+    page,
+    paper_cells,
+    seeds_of,
+)
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -67,10 +75,8 @@ def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
 
 def ours(drops: list[float], profile: str) -> str:
     """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
-    if len(drops) == 1:
-        return f"{drops[0]:.2f} [{profile}]"
-    spread = f"{statistics.mean(drops):.2f} ± {statistics.stdev(drops):.2f}"
-    return f"{spread} ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f}) [{profile}]"
+    seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
+    return f"{mean_sd(drops)}{seeds} [{profile}]"
 
 
 def against_paper(drops: list[float], paper: float) -> str:

@@ -209,11 +209,19 @@ def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
     )
     if not found:
         return ""
-    gaps = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {paper:.2f} ({ours - paper:+.2f})"
-        for ds, model, sp, method, ours, paper in found
+    return (
+        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: "
+        f"{_versus(found)}."
     )
-    return f" At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: {gaps}."
+
+
+def _versus(found: list[tuple]) -> str:
+    """'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity, method, ours,
+    other) in order."""
+    return "; ".join(
+        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
+        for ds, model, sp, method, ours, other in found
+    )
 
 
 def pot_unfolded_gain(records: list[dict]) -> str:
@@ -233,13 +241,9 @@ def pot_unfolded_gain(records: list[dict]) -> str:
     )
     if not found:
         return ""
-    gains = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {folded:.2f} ({ours - folded:+.2f})"
-        for ds, model, sp, method, ours, folded in found
-    )
     return (
         f" Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {gains}."
+        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {_versus(found)}."
     )
 
 

@@ -8,7 +8,6 @@ added to the registry or a record re-run shows up in the README by re-running th
 from __future__ import annotations
 
 import re
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from fcpts.methods import METHODS, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline, preferred_records
-from tasks.reporting.render import earlier_default_note, md_table, seeds_of
+from tasks.reporting.render import earlier_default_note, md_table, mean_sd, seeds_of
 
 README = REPO_ROOT / "README.md"
 
@@ -57,7 +56,7 @@ def _value(record: dict | None, records: list[dict]) -> str:
     if len(seeds) < 2:
         return f"{headline(record)[1]:.2f}{note}"
     values = [headline(r)[1] for r in seeds]
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)}){note}"
+    return f"{mean_sd(values)} ({len(values)}){note}"
 
 
 def results_block(runs_dir: Path = RUNS_DIR) -> str:

@@ -235,4 +235,10 @@ def seed_spread(shown: dict, records: list[dict]) -> str:
     if len(same) < 2:
         return ""
     top1 = [r["metrics"]["top1"] for r in same]
-    return f" · {len(same)} seeds: {statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"
+    return f" · {len(same)} seeds: {mean_sd(top1)}"
+
+
+def mean_sd(values: list[float]) -> str:
+    """'mean ± sample sd' of several values, two decimals; the value alone for one."""
+    sd = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.2f}{sd}"
