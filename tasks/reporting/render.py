@@ -65,7 +65,7 @@ def record_cell(
     digits: int = 2,
 ) -> str:
     """A cell: **ours** (−drop from dense[, reached x]) [profile]`note`, then ` · paper` where a `paper` is given;
-    `missing` (then ` · paper`) without a record."""
+    `missing` (then ` · paper`) without a record. With `record_link`, the bold numbers link to the record's page."""
     beside = f" · {paper}" if paper is not None else ""
     if record is None:
         return missing + beside
@@ -73,13 +73,8 @@ def record_cell(
     numbers = "/".join(f"{m[k]:.{digits}f}" for k in metrics)
     drop = record["dense_metrics"][metrics[0]] - m[metrics[0]]
     reached = "" if record.get("hit_target", True) else f", reached {record['achieved_sparsity']:.3f}"
-    shown = our_numbers(numbers, record, record_link)
+    shown = f"[**{numbers}**]({record_link(record)})" if record_link else f"**{numbers}**"
     return f"{shown} (−{drop:.{digits}f}{reached}) [{record['profile']['name']}]{note}{beside}"
-
-
-def our_numbers(numbers: str, record: dict, record_link: RecordLink | None = None) -> str:
-    """A cell's **bold** numbers from `record`; with `record_link`, a Markdown link to the record's page."""
-    return f"[**{numbers}**]({record_link(record)})" if record_link else f"**{numbers}**"
 
 
 def extra_label(method: str) -> str:
