@@ -13,25 +13,12 @@ from __future__ import annotations
 from functools import partial
 
 from fcpts.methods import label
-from tasks.grid.layout import paper_rows
+from tasks.grid.layout import paper_layout, paper_rows
 from tasks.grid.records import preferred_records
 from tasks.reporting.render import RecordLink, md_table, page, profile_legend, profile_tag, record_cell
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
-
-
-def paper_table5(reference: list[dict]) -> dict[str, dict[str, str]]:
-    """The paper's Table 5 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
-    out: dict[str, dict[str, str]] = {}
-    for r in reference:
-        if r["table"] == "table5":
-            out.setdefault(r["model"], {})[r["method"]] = r["top1"]
-    return out
-
-
 SPARSITY = 0.9
-
-
 _cell = partial(record_cell, metrics=("map50",), digits=1)  # mAP@0.5, one decimal
 
 
@@ -39,13 +26,15 @@ def table5(records: list[dict], reference: list[dict], record_link: RecordLink |
     voc = [r for r in records if r["task"] == "voc"]
     methods = paper_rows(reference, "table5")
     preferred = preferred_records(voc)
+    paper = {(r["model"], r["method"]): r["top1"] for r in reference if r["table"] == "table5"}  # mAP in top1
     body = []
-    for model, ref in paper_table5(reference).items():
+    for model in paper_layout(reference, "table5").models:
         recs = {m: preferred.get(("voc", "voc2007", model, m, SPARSITY)) for m in methods}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
+        name = f"{MODEL_LABEL.get(model, model)} (`{model}`)"
         for i, m in enumerate(methods):
-            head = [f"{MODEL_LABEL.get(model, model)} (`{model}`)", f"{dense} · {ref['dense']}"] if i == 0 else ["", ""]
-            body.append([*head, label(m), _cell(recs[m], record_link), ref[m]])
+            head = [name, f"{dense} · {paper[model, 'dense']}"] if i == 0 else ["", ""]
+            body.append([*head, label(m), _cell(recs[m], record_link), paper[model, m]])
     blocks = [
         "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 5.",
         md_table(["model", "dense: ours · paper", "method", "ours", "paper"], body),
