@@ -152,7 +152,10 @@ REACHED_LEGEND = (
 
 
 def profile_tag(shown: list[dict]) -> str:
-    return f"`[profile]`: the budget the cell's record ran with{profile_preference(shown)}:"
+    """The `[profile]` marker's legend, saying how a cell chose among the profiles that appear, if several."""
+    present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in shown}]
+    chose = f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"
+    return f"`[profile]`: the budget the cell's record ran with{chose if len(present) > 1 else ''}:"
 
 
 def cell_markers(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
@@ -179,14 +182,6 @@ def paper_protocol() -> str:
         f"{p.batch_size} on {p.n_calibration:,} calibration images and POT {pot['options']['iterations']:,} "
         f"iterations per layer on {pot['n_calibration']:,} images (capped at the split's size)"
     )
-
-
-def profile_preference(cell_records: list[dict]) -> str:
-    """How a cell chose among the profiles that appear: "(`paper` before `paper-cpu`)", or "" for one."""
-    present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in cell_records}]
-    if len(present) < 2:
-        return ""
-    return f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"
 
 
 SEED_SPREAD_LEGEND = (
