@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from fcpts.core.io import read_json_lines
+from tasks.reporting.render import md_table, mean_sd
 
 
 def _reconstruction(row: dict) -> str:
@@ -20,20 +21,24 @@ def _reconstruction(row: dict) -> str:
 
 def summarize(paths: list[str]) -> str:
     """A markdown table of finished rows (for the README), straight from the JSON lines."""
-    rows = [
-        "| model | variant | reconstruction | lr | iterations | top-1 | sparsity before exact step | wall s "
-        "| threads |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    header = [
+        "model",
+        "variant",
+        "reconstruction",
+        "lr",
+        "iterations",
+        "top-1",
+        "sparsity before exact step",
+        "wall s",
+        "threads",
     ]
+    rows = []
     for path in paths:
         for r in read_json_lines(path):
-            lr = r["options"].get("lr", 0.01)
-            rows.append(
-                f"| {r['model']} | {r['variant']} | {_reconstruction(r)} | {lr} | {r['iterations']} | "
-                f"{r['top1']:.2f} | {r['sparsity_before_exact_step']:.4f} | {r['wall_s']:.0f} | "
-                f"{r['device'].split(', ')[-1].split()[0]} |"
-            )
-    return "\n".join(rows)
+            lr, threads = r["options"].get("lr", 0.01), r["device"].split(", ")[-1].split()[0]
+            numbers = f"{r['top1']:.2f}", f"{r['sparsity_before_exact_step']:.4f}", f"{r['wall_s']:.0f}"
+            rows.append([r["model"], r["variant"], _reconstruction(r), lr, r["iterations"], *numbers, threads])
+    return md_table(header, rows, "lllrrrrrr")
 
 
 def summarize_seeds(paths: list[str]) -> str:
@@ -44,22 +49,24 @@ def summarize_seeds(paths: list[str]) -> str:
     groups: dict[tuple, dict[int, dict]] = {}
     for r in rows:
         groups.setdefault((r["model"], r["iterations"], r["variant"]), {})[r["seed"]] = r
-    out = [
-        "| model | iterations | variant | seeds | top-1 mean ± sd | vs default (paired) | per seed "
-        "| sparsity before exact step |",
-        "|---|---:|---|---:|---:|---:|---|---:|",
-    ]
+    out = []
     for (model, iterations, variant), by_seed in groups.items():
         seeds = sorted(by_seed)
         top1 = [by_seed[k]["top1"] for k in seeds]
-        sd = f" ± {statistics.stdev(top1):.2f}" if len(top1) > 1 else ""
         base = groups.get((model, iterations, "default"), {})
         paired = [by_seed[k]["top1"] - base[k]["top1"] for k in seeds if k in base]
         diff = f"{statistics.mean(paired):+.2f}" if paired and variant != "default" else ""
         per_seed = ", ".join(f"{t:.2f}" for t in top1)
         before = statistics.mean(by_seed[k]["sparsity_before_exact_step"] for k in seeds)
-        out.append(
-            f"| {model} | {iterations} | {variant} | {len(top1)} | {statistics.mean(top1):.2f}{sd} | {diff} | "
-            f"{per_seed} | {before:.4f} |"
-        )
-    return "\n".join(out)
+        out.append([model, iterations, variant, len(top1), mean_sd(top1), diff, per_seed, f"{before:.4f}"])
+    header = [
+        "model",
+        "iterations",
+        "variant",
+        "seeds",
+        "top-1 mean ± sd",
+        "vs default (paired)",
+        "per seed",
+        "sparsity before exact step",
+    ]
+    return md_table(header, out, "lrlrrrlr")

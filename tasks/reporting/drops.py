@@ -16,7 +16,15 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.legend import EARLIER_DEFAULT_LEGEND, earlier_default_note, seeds_of
+from tasks.reporting.render import (
+    EARLIER_DEFAULT_LEGEND,
+    earlier_default_note,
+    md_table,
+    mean_sd,
+    page,
+    paper_cells,
+    seeds_of,
+)
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -28,16 +36,9 @@ def table2_cells(reference: list[dict]) -> list[tuple[str, str]]:
     return [(ds, model) for ds in layout.datasets for model in layout.models]
 
 
-def paper_table2(reference: list[dict]) -> dict[tuple, dict]:
-    """(dataset, model, method, sparsity) -> the paper's Table 2 row."""
-    return {
-        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
-    }
-
-
 def paper_drops(reference: list[dict]) -> dict[tuple, float]:
     """(dataset, model, sparsity) -> the paper's FCPTS drop from its own dense model (points)."""
-    table = paper_table2(reference)
+    table = paper_cells(reference, "table2")
     drops = {}
     for ds, model in table2_cells(reference):
         dense = table.get((ds, model, "dense", 0.0))
@@ -74,10 +75,8 @@ def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
 
 def ours(drops: list[float], profile: str) -> str:
     """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
-    if len(drops) == 1:
-        return f"{drops[0]:.2f} [{profile}]"
-    spread = f"{statistics.mean(drops):.2f} ± {statistics.stdev(drops):.2f}"
-    return f"{spread} ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f}) [{profile}]"
+    seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
+    return f"{mean_sd(drops)}{seeds} [{profile}]"
 
 
 def against_paper(drops: list[float], paper: float) -> str:
@@ -97,24 +96,10 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
     suite's variants of it), each with its distance to the paper's drop; `no record` where a cell has not run.
     `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
-    paper, table = paper_drops(reference), paper_table2(reference)
+    paper, table = paper_drops(reference), paper_cells(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
-    lines = [
-        "# Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
-        "",
-        "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
-        "record Table 2 shows, with its profile). FCPTS+ is this "
-        "suite's improved method, not in the paper. `dense, ours − paper`: our dense model's top-1 minus the paper's "
-        "(the drops are measured from different models). Several seeds: mean ± sample standard deviation, then the "
-        "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
-        "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
-        "short of it or better, and whether that rests on one seed or on several, all on that side.",
-        "",
-        "| cell | paper FCPTS | dense, ours − paper | " + " | ".join(f"{n} | {n} vs paper" for n in names) + " |",
-        "|---|---:|---:|" + "---:|---|" * len(names),
-    ]
-    earlier = False
+    body, earlier = [], False
     for ds, model in table2_cells(reference):
         for sp in SPARSITIES:
             ref = paper.get((ds, model, sp))
@@ -133,7 +118,17 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 note = earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
-            lines.append(f"| {DATASET_NAMES[ds]} {model} {sp:.0%} | " + " | ".join(cells) + " |")
-    if earlier:
-        lines += ["", EARLIER_DEFAULT_LEGEND.removeprefix("- ")]
-    return "\n".join(lines) + "\n"
+            body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
+    header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
+    return page(
+        "Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
+        "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
+        "record Table 2 shows, with its profile). FCPTS+ is this "
+        "suite's improved method, not in the paper. `dense, ours − paper`: our dense model's top-1 minus the paper's "
+        "(the drops are measured from different models). Several seeds: mean ± sample standard deviation, then the "
+        "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
+        "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
+        "short of it or better, and whether that rests on one seed or on several, all on that side.",
+        md_table(header, body, "lrr" + "rl" * len(names)),
+        EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
+    )

@@ -33,7 +33,7 @@ from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.layout import compared_methods, read_reference
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR
 from tasks.grid.records import all_records, headline, preferred_records
-from tasks.reporting.legend import row_label
+from tasks.reporting.render import row_label
 
 FIGURES_DIR = REPO_ROOT / "paper_figures"
 

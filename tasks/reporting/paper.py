@@ -28,18 +28,23 @@ from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
 from tasks.reporting.drops import drops_table
-from tasks.reporting.legend import (
+from tasks.reporting.render import (
+    CELL_INTRO,
     EARLIER_DEFAULT_LEGEND,
     SEED_SPREAD_LEGEND,
     RecordLink,
+    cell_markers,
     earlier_default_note,
     extra_label,
     extras_legend,
     left_out_seeds,
-    our_numbers,
+    legend,
+    md_table,
+    page,
+    paper_cells,
+    paper_numbers,
     paper_protocol,
-    profile_legend,
-    profile_preference,
+    record_cell,
     row_label,
     seed_spread,
 )
@@ -50,6 +55,8 @@ TABLES = RESULTS_DIR / "tables"
 METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
+# Table 2's CSV columns, a row a cell with a record
+TABLE2_FIELDS = "dataset model method sparsity top1 top5 dense_top1 drop profile paper_top1 paper_top5 record".split()
 # Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
@@ -78,9 +85,7 @@ def table2(
     record_link: RecordLink | None = None,
 ) -> tuple[str, list[dict]]:
     """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's page."""
-    ref = {
-        (r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == "table2"
-    }
+    ref = paper_cells(reference, "table2")
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
     layout = paper_layout(reference, "table2")
@@ -88,19 +93,9 @@ def table2(
     extras = extras_with_records(
         lambda m: any((ds, model, m, sp) in best for model in layout.models for ds, sp in cells), "cifar"
     )
-    lines = [
-        "# Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
-        "",
-        "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is "
-        "explained in the legend below the table.",
-        "",
-        "| model | method | " + " | ".join(f"{ds} {int(sp * 100)}%" for ds, sp in cells) + " |",
-        "|---|---|" + "---|" * len(cells),
-    ]
-    rows, trained_notes, cell_records = [], {}, []
-    missing = trained_only = False
-    spread = also = earlier = False
-    legend_records: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
+    table, rows, trained_notes, cell_records = [], [], {}, []
+    missing = trained_only = spread = also = earlier = False
+    beside: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
     for model in layout.models:
         dense_cells = []
         for ds, _ in cells:
@@ -117,71 +112,78 @@ def table2(
                 missing = True
             if trained:
                 trained_notes[(ds, model)] = trained
-            dense_cells.append(f"{ours} · {p['top1']}/{p['top5']}" if p else ours)
-        lines.append(f"| {model} | dense | " + " | ".join(dense_cells) + " |")
+            dense_cells.append(f"{ours} · {paper_numbers(p)}" if p else ours)
+        table.append([model, "dense", *dense_cells])
         for method in (*paper_rows(reference, "table2"), *extras):
             out = []
             for ds, sp in cells:
-                rec = best.get((ds, model, method, sp))
-                p = ref.get((ds, model, method, sp))
-                paper = f"{p['top1']}/{p['top5']}" if p else "—"
+                rec, p = best.get((ds, model, method, sp)), ref.get((ds, model, method, sp))
+                note = ""
                 if rec is None:
-                    out.append(f"no record · {paper}")
                     missing = True
-                    continue
-                cell_records.append(rec)
-                m = rec["metrics"]
-                drop = rec["dense_metrics"]["top1"] - m["top1"]
-                extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
-                spread |= "seeds:" in extra
-                note = earlier_default_note(rec) + left_out_seeds(rec, runs.get(cell_key(rec), []))
-                earlier |= bool(note)
-                also |= bool(others)
-                legend_records += others
-                numbers = our_numbers(f"{m['top1']:.2f}/{m['top5']:.2f}", rec, record_link)
-                out.append(f"{numbers} (−{drop:.2f}) [{rec['profile']['name']}]{note}{extra} · {paper}")
-                rows.append(
-                    {
-                        "dataset": ds,
-                        "model": model,
-                        "method": method,
-                        "sparsity": sp,
-                        "top1": m["top1"],
-                        "top5": m["top5"],
-                        "dense_top1": rec["dense_metrics"]["top1"],
-                        "drop": round(drop, 2),
-                        "profile": rec["profile"]["name"],
-                        "paper_top1": p["top1"] if p else "",
-                        "paper_top5": p["top5"] if p else "",
-                        "record": rec["_path"],
-                    }
-                )
-            lines.append(f"| {model} | {row_label(method)} | " + " | ".join(out) + " |")
-    lines += [
-        "",
-        *table2_legend(cell_records, missing, trained_only, spread, also, legend_records, bool(extras), earlier),
-    ]
+                else:
+                    cell_records.append(rec)
+                    extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
+                    note = earlier_default_note(rec) + left_out_seeds(rec, runs.get(cell_key(rec), []))
+                    spread, earlier, also = spread or "seeds:" in extra, earlier or bool(note), also or bool(others)
+                    beside += others
+                    note += extra
+                    m, dense = rec["metrics"], rec["dense_metrics"]["top1"]
+                    cell = (ds, model, method, sp, m["top1"], m["top5"], dense, round(dense - m["top1"], 2))
+                    paper = (p["top1"], p["top5"]) if p else ("", "")
+                    rows.append(dict(zip(TABLE2_FIELDS, (*cell, rec["profile"]["name"], *paper, rec["_path"]))))
+                out.append(record_cell(rec, record_link, paper_numbers(p) if p else "—", note))
+            table.append([model, row_label(method), *out])
+    n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
+    on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
+    markers = legend(
+        [
+            *cell_markers(
+                f"this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 (its "
+                "Table 2, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's accuracy "
+                "as the records measured it.",
+                cell_records,
+                beside,
+            ),
+            f"  - for comparison, {paper_protocol()}.",
+        ],
+        (spread, SEED_SPREAD_LEGEND),
+        (earlier, EARLIER_DEFAULT_LEGEND),
+        (
+            also,
+            "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
+            "beside its full `paper` one).",
+        ),
+        (
+            trained_only,
+            "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
+            "(no sparse record of it yet).",
+        ),
+        (bool(extras), extras_legend("`—` stands after its `·`")),
+        (missing, "- `no record`: no run of this cell is committed."),
+    )
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
-    lines += [
-        "",
-        (
-            f"Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: {paper_dense}). "
-            "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with "
-            "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, "
-            "not absolute numbers):"
-        ),
+    trained_lines = [
+        f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
+        f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
+        f"`{runnable_command(t['command'])}`"
+        for (ds, model), t in sorted(trained_notes.items())
     ]
-    for (ds, model), t in sorted(trained_notes.items()):
-        lines.append(
-            f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
-            f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
-            f"`{runnable_command(t['command'])}`"
-        )
-    if not trained_notes:
-        lines.append("- none trained yet")
-    lines += [
-        "",
+    text = page(
+        "Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
+        CELL_INTRO,
+        md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
+        markers,
+        "\n".join(
+            [
+                f"Dense CIFAR-10 models are the public akamaster checkpoints (the paper's own: {paper_dense}). "
+                "No pretrained CIFAR-100 ResNets exist here, so the suite trains its own with "
+                "`python -m tasks.cifar.train` (lower dense accuracy than the paper's; compare drops from dense, "
+                "not absolute numbers):",
+                *(trained_lines or ["- none trained yet"]),
+            ]
+        ),
         "POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS. msbench's POT (the code the "
         "paper's POT numbers came from) was read step by step against this suite's, not run; on CIFAR-10 ResNet-32 at "
         "80%, seed 0, no difference found was measured to move the cell (batch sampling is now msbench's; its "
@@ -192,9 +194,8 @@ def table2(
         "1x1-conv shortcuts), not available here and never run; two networks trained here on 10,000 images (83-84% "
         "dense, one seed, the `paper-cpu` budget) say nothing settled about it. "
         "See docs/notebook/pot-vs-msbench.md.",
-        "",
-    ]
-    return "\n".join(lines), rows
+    )
+    return text, rows
 
 
 def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
@@ -208,11 +209,19 @@ def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
     )
     if not found:
         return ""
-    gaps = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {paper:.2f} ({ours - paper:+.2f})"
-        for ds, model, sp, method, ours, paper in found
+    return (
+        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: "
+        f"{_versus(found)}."
     )
-    return f" At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: {gaps}."
+
+
+def _versus(found: list[tuple]) -> str:
+    """'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity, method, ours,
+    other) in order."""
+    return "; ".join(
+        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
+        for ds, model, sp, method, ours, other in found
+    )
 
 
 def pot_unfolded_gain(records: list[dict]) -> str:
@@ -232,13 +241,9 @@ def pot_unfolded_gain(records: list[dict]) -> str:
     )
     if not found:
         return ""
-    gains = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {folded:.2f} ({ours - folded:+.2f})"
-        for ds, model, sp, method, ours, folded in found
-    )
     return (
         f" Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {gains}."
+        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {_versus(found)}."
     )
 
 
@@ -260,50 +265,6 @@ def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
     return text, others
-
-
-def table2_legend(
-    cell_records: list[dict],
-    missing: bool,
-    trained_only: bool,
-    spread: bool = False,
-    also: bool = False,
-    beside: list[dict] | None = None,
-    extras: bool = False,
-    earlier: bool = False,
-) -> list[str]:
-    """Every marker Table 2 shows, with the budgets behind its profile tags read from the cells' records."""
-    n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
-    on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
-    lines = [
-        "Legend:",
-        f"- **bold**: this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 "
-        "(its Table 2, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's "
-        "accuracy as the records measured it.",
-        "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
-        f"- `[profile]`: the budget the cell's record ran with{profile_preference(cell_records)}:",
-        *profile_legend(cell_records + (beside or [])),
-        f"  - for comparison, {paper_protocol()}.",
-    ]
-    if spread:
-        lines.append(SEED_SPREAD_LEGEND)
-    if earlier:
-        lines.append(EARLIER_DEFAULT_LEGEND)
-    if also:
-        lines.append(
-            "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
-            "beside its full `paper` one)."
-        )
-    if trained_only:
-        lines.append(
-            "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
-            "(no sparse record of it yet)."
-        )
-    if extras:
-        lines.append(extras_legend("`—` stands after its `·`"))
-    if missing:
-        lines.append("- `no record`: no run of this cell is committed.")
-    return lines
 
 
 def pot_layer_loss(record: dict) -> str:
@@ -362,36 +323,30 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     extras = extras_with_records(lambda m: any(m in by for by in groups.values()))
     timed = (*paper_rows(reference, "table6"), *extras)  # POT (both allocations), FCPTS: the paper's columns
     pots = pot_methods()
-    lines = [
-        "# Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
-        "",
-        "| dataset | model | sparsity | profile | POT (L2Norm) min | POT (ERK) min | FCPTS min | "
-        + "".join(f"{extra_label(m)} min | " for m in extras)
-        + "FCPTS / POT | POT layer loss | device |",
-        "|---|---|---|---|---:|---:|---:|" + "---:|" * len(extras) + "---:|---|---|",
-    ]
+    table = []
     for (ds, model, sp, prof), by in groups.items():
         t = {m: by[m]["wall_s"] / 60 for m in by}
         if by[STUDIED_FAMILY]["profile"]["name"] != prof:  # FCPTS's record from another profile of the same budget
             prof = f"{prof} (FCPTS: {by[STUDIED_FAMILY]['profile']['name']}, the same budget)"
         pot = [t[m] for m in pots if m in t]
-        devices = sorted({by[m]["device"] for m in timed if m in by})
-        lines.append(
-            f"| {ds} | {model} | {sp:.0%} | {prof} | "
-            + " | ".join(f"{t[m]:.1f}" if m in t else "—" for m in timed)
-            + f" | {t[STUDIED_FAMILY] / (sum(pot) / len(pot)):.2f} | "
-            + "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by}))
-            + f" | {'; '.join(devices)} |"
+        ratio = f"{t[STUDIED_FAMILY] / (sum(pot) / len(pot)):.2f}"
+        loss = "; ".join(sorted({pot_layer_loss(by[m]) for m in pots if m in by}))
+        devices = "; ".join(sorted({by[m]["device"] for m in timed if m in by}))
+        table.append(
+            [ds, model, f"{sp:.0%}", prof, *(f"{t[m]:.1f}" if m in t else "—" for m in timed), ratio, loss, devices]
         )
-    lines += [
-        "",
+    header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
+    header += [*(f"{extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
+    quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
+    return page(
+        "Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
+        md_table(header, table, "llll" + "r" * (len(timed) + 1)),
         "Paper (one RTX 3090): "
         + "; ".join(
             f"{r['method'].upper()} {r['dataset']} {r['model']} {r['note'].split('=')[1]} min"
             for r in reference
             if r["table"] == "table6"
         ),
-        "",
         "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
         "jobs are slower than they would be alone (records name the device and thread count), and a row whose "
         "device column names two processors compares runs on different machines. "
@@ -401,25 +356,19 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
-        "",
-    ]
-    if extras:
-        lines += [
-            extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio"),
-            "",
-        ]
-    quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
-    for name, text in quoted.items():
-        lines += [
-            "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-            f"(`python -m benchmarks.speed.method_time`, {name}):",
-            "",
-            "```",
-            *equal_load_times(text),
-            "```",
-            "",
-        ]
-    return "\n".join(lines)
+        extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio")
+        if extras
+        else "",
+        *(
+            block
+            for name, text in quoted.items()
+            for block in (
+                "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
+                f"(`python -m benchmarks.speed.method_time`, {name}):",
+                "\n".join(["```", *equal_load_times(text), "```"]),
+            )
+        ),
+    )
 
 
 def _gpu_check_note(groups: dict[tuple, dict[str, dict]]) -> str:
@@ -459,21 +408,7 @@ def render_tables(
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     with io.StringIO(newline="") as f:
-        fields = [
-            "dataset",
-            "model",
-            "method",
-            "sparsity",
-            "top1",
-            "top5",
-            "dense_top1",
-            "drop",
-            "profile",
-            "paper_top1",
-            "paper_top5",
-            "record",
-        ]
-        w = csv.DictWriter(f, fieldnames=fields)
+        w = csv.DictWriter(f, fieldnames=TABLE2_FIELDS)
         w.writeheader()
         w.writerows(rows)
         out["table2_cifar.csv"] = f.getvalue()

@@ -8,7 +8,6 @@ added to the registry or a record re-run shows up in the README by re-running th
 from __future__ import annotations
 
 import re
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from fcpts.methods import METHODS, label
 from fcpts.methods.registry import STUDIED_FAMILY, list_methods
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline, preferred_records
-from tasks.reporting.legend import earlier_default_note, seeds_of
+from tasks.reporting.render import earlier_default_note, md_table, mean_sd, seeds_of
 
 README = REPO_ROOT / "README.md"
 
@@ -42,10 +41,11 @@ def summary_methods() -> list[str]:
 
 def methods_block() -> str:
     """Every registered method: its name for `get_method`/`--methods`, label, whether the paper has it, what it does."""
-    lines = ["| `name` | method | in the paper | what it does |", "|---|---|---|---|"]
-    for name, method in sorted(METHODS.items(), key=lambda item: (not item[1].in_paper, item[0])):
-        lines.append(f"| `{name}` | {method.label} | {'yes' if method.in_paper else 'no'} | {method.summary} |")
-    return "\n".join(lines)
+    rows = [
+        [f"`{name}`", method.label, "yes" if method.in_paper else "no", method.summary]
+        for name, method in sorted(METHODS.items(), key=lambda item: (not item[1].in_paper, item[0]))
+    ]
+    return md_table(["`name`", "method", "in the paper", "what it does"], rows)
 
 
 def _value(record: dict | None, records: list[dict]) -> str:
@@ -56,7 +56,7 @@ def _value(record: dict | None, records: list[dict]) -> str:
     if len(seeds) < 2:
         return f"{headline(record)[1]:.2f}{note}"
     values = [headline(r)[1] for r in seeds]
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} ({len(values)}){note}"
+    return f"{mean_sd(values)} ({len(values)}){note}"
 
 
 def results_block(runs_dir: Path = RUNS_DIR) -> str:
@@ -67,7 +67,7 @@ def results_block(runs_dir: Path = RUNS_DIR) -> str:
     best = preferred_records(records)
     methods = summary_methods()
     header = ["cell", "dense", *(label(m) for m in methods), "profiles"]
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
+    rows = []
     for task, dataset, model, sparsity, row_label in SUMMARY_CELLS:
         shown = {m: best.get((task, dataset, model, m, sparsity)) for m in methods}
         present = [r for r in shown.values() if r is not None]
@@ -76,9 +76,8 @@ def results_block(runs_dir: Path = RUNS_DIR) -> str:
         metric, _ = headline(present[0])
         dense = format(present[0]["dense_metrics"][metric], ".2f")
         profiles = ", ".join(f"`{p}`" for p in sorted({r["profile"]["name"] for r in present}))
-        cells = [row_label, dense, *(_value(shown[m], records) for m in methods), profiles]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([row_label, dense, *(_value(shown[m], records) for m in methods), profiles])
+    return md_table(header, rows, "l" + "r" * (len(header) - 2))
 
 
 BLOCKS: dict[str, Callable[[], str]] = {"methods": methods_block, "results": results_block}

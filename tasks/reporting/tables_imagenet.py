@@ -14,14 +14,19 @@ from functools import partial
 from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows
 from tasks.grid.records import preferred_records
-from tasks.reporting.legend import (
+from tasks.reporting.render import (
+    CELL_INTRO,
     SEED_SPREAD_LEGEND,
     RecordLink,
+    cell_markers,
     extras_legend,
-    our_numbers,
-    profile_legend,
-    profile_preference,
+    legend,
+    md_table,
+    page,
+    paper_cells,
+    paper_numbers,
     read_external,
+    record_cell,
     row_label,
     seed_spread,
 )
@@ -52,15 +57,9 @@ def _extras(
     )
 
 
-def _cell(rec: dict | None, paper: dict | None, missing: str, record_link: RecordLink | None = None) -> str:
-    ref = f" · {paper['top1']}/{paper['top5']}" if paper and paper["top1"] else (" · failed in paper" if paper else "")
-    if rec is None:
-        return missing + ref
-    m = rec["metrics"]
-    drop = rec["dense_metrics"]["top1"] - m["top1"]
-    extra = "" if rec.get("hit_target", True) else f", reached {rec['achieved_sparsity']:.3f}"
-    numbers = our_numbers(f"{m['top1']:.2f}/{m['top5']:.2f}", rec, record_link)
-    return f"{numbers} (−{drop:.2f}{extra}) [{rec['profile']['name']}]{ref}"
+def _paper(row: dict | None) -> str | None:
+    """What a cell shows after `·`: the paper's numbers, that the method failed there, or nothing (not its cell)."""
+    return (paper_numbers(row) if row["top1"] else "failed in paper") if row else None
 
 
 def imagenet_table(
@@ -77,31 +76,26 @@ def imagenet_table(
     methods = paper_rows(reference, table)
     layout = paper_layout(reference, table)
     models, sparsities = list(layout.models), list(layout.sparsities)
-    ref = {(r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
+    ref = paper_cells(reference, table)
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
-    lines = [
-        f"# {title}",
-        "",
-        "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is "
-        "explained in the legend below the table.",
-        "",
-        "| model (dense: ours · paper) | method | " + " | ".join(f"{int(s * 100)}%" for s in sparsities) + " |",
-        "|---|---|" + "---|" * len(sparsities),
-    ]
+    body = []
     model_extras = _extras(preferred, models, sparsities, True, extras_task) if extras_task else []
     for model in models:
-        dense_ref = ref.get((model, "dense", 0.0))
+        dense_ref = ref.get(("imagenet", model, "dense", 0.0))
         any_rec = next(
             (r for r in records if r["task"] == "imagenet" and r["model"] == model and r["dataset"] == "imagenet"), None
         )
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
-        head = f"{model} ({dense} · {dense_ref['top1']}/{dense_ref['top5']})" if dense_ref else model
+        head = f"{model} ({dense} · {paper_numbers(dense_ref)})" if dense_ref else model
         for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
-            cells = [_cell(rec, ref.get((model, method, s)), NO_DATA, record_link) for rec, s in zip(recs, sparsities)]
-            lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
+            cells = [
+                record_cell(rec, record_link, _paper(ref.get(("imagenet", model, method, s))), missing=NO_DATA)
+                for rec, s in zip(recs, sparsities)
+            ]
+            body.append([head, row_label(method), *cells])
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     sub_methods = methods if substitute_methods is None else substitute_methods
@@ -119,10 +113,10 @@ def imagenet_table(
             )
             spreads = [seed_spread(r, records) if r else "" for r in recs]
             spread |= any(spreads)
-            cells = [_cell(r, None, NOT_RUN, record_link) + extra for r, extra in zip(recs, spreads)]
-            lines.append(f"| {head} | {row_label(method)} | " + " | ".join(cells) + " |")
+            cells = [record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
+            body.append([head, row_label(method), *cells])
     external = read_external()
-    r18 = ref.get(("resnet18", "dense", 0.0)) or next(
+    r18 = ref.get(("imagenet", "resnet18", "dense", 0.0)) or next(
         (r for r in reference if (r["table"], r["model"], r["method"]) == ("table3", "resnet18", "dense")), None
     )
     r18_note = (
@@ -131,56 +125,29 @@ def imagenet_table(
         if r18
         else ""
     )
-    lines += [
-        "",
-        *_legend(
-            shown,
-            failed_in_paper=any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
-            extras=bool(model_extras or sub_extras),
-            spread=spread,
-        ),
-        "",
+    paper = "after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`)"
+    markers = legend(
+        cell_markers(f"this suite's top-1/top-5 (%) from the cell's record; {paper}.", shown)
+        if shown
+        else [f"- {paper}; `—` before it: no record of this suite's."],
+        (spread, SEED_SPREAD_LEGEND),
         (
-            "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
-            "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
-            f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
-            f"torchvision's/timm's{r18_note}, so dense rows will differ."
+            any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
+            "- `failed in paper`: the paper reports the method as failed in this cell, without a number.",
         ),
-        _substitute_note(sub, substitute_methods, substitute_missing, shown, external),
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _legend(shown: list[dict], failed_in_paper: bool, extras: bool = False, spread: bool = False) -> list[str]:
-    """The markers of an ImageNet table, with the budgets behind the substitute rows' profile tags."""
-    lines = ["Legend:"]
-    if shown:
-        lines += [
-            "- **bold**: this suite's top-1/top-5 (%) from the cell's record; after `·`: the paper's top-1/top-5 "
-            "(transcribed in `results/paper/paper_reference.csv`).",
-            "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
-        ]
-    else:
-        lines.append(
-            "- after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`); "
-            "`—` before it: no record of this suite's."
-        )
-    if any(not r.get("hit_target", True) for r in shown):
-        lines.append(
-            "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it "
-            "searches its threshold decay and keeps the trial nearest to the target)."
-        )
-    if shown:
-        lines.append(f"- `[profile]`: the budget the cell's record ran with{profile_preference(shown)}:")
-        lines += profile_legend(shown)
-    if spread:
-        lines.append(SEED_SPREAD_LEGEND)
-    if failed_in_paper:
-        lines.append("- `failed in paper`: the paper reports the method as failed in this cell, without a number.")
-    if extras:
-        lines.append(extras_legend("no `·` and paper number follow its cells"))
-    return lines
+        (bool(model_extras or sub_extras), extras_legend("no `·` and paper number follow its cells")),
+    )
+    return page(
+        title,
+        CELL_INTRO,
+        md_table(["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body),
+        markers,
+        "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
+        "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
+        f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
+        f"torchvision's/timm's{r18_note}, so dense rows will differ.\n"
+        + _substitute_note(sub, substitute_methods, substitute_missing, shown, external),
+    )
 
 
 def _substitute_note(

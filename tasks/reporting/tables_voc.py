@@ -10,119 +10,85 @@ paper numbers beside them. Every record of the task is also listed, reconstructi
 
 from __future__ import annotations
 
+from functools import partial
+
 from fcpts.methods import label
-from tasks.grid.layout import paper_rows
+from tasks.grid.layout import paper_layout, paper_rows
 from tasks.grid.records import preferred_records
-from tasks.reporting.legend import RecordLink, our_numbers, profile_legend, profile_preference
+from tasks.reporting.render import RecordLink, md_table, page, profile_legend, profile_tag, record_cell
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
-
-
-def paper_table5(reference: list[dict]) -> dict[str, dict[str, str]]:
-    """The paper's Table 5 from the reference CSV (mAP in its top1 column): model -> method -> mAP."""
-    out: dict[str, dict[str, str]] = {}
-    for r in reference:
-        if r["table"] == "table5":
-            out.setdefault(r["model"], {})[r["method"]] = r["top1"]
-    return out
-
-
 SPARSITY = 0.9
-
-
-def _best(
-    preferred: dict[tuple, dict], dataset: str, model: str, method: str, sparsity: float = SPARSITY
-) -> dict | None:
-    return preferred.get(("voc", dataset, model, method, sparsity))
-
-
-def _cell(rec: dict | None, record_link: RecordLink | None = None) -> str:
-    if rec is None:
-        return "no record"
-    m, d = rec["metrics"]["map50"], rec["dense_metrics"]["map50"]
-    extra = "" if rec.get("hit_target", True) else f", reached {rec['achieved_sparsity']:.3f}"
-    return f"{our_numbers(f'{m:.1f}', rec, record_link)} (−{d - m:.1f}{extra}) [{rec['profile']['name']}]"
+_cell = partial(record_cell, metrics=("map50",), digits=1)  # mAP@0.5, one decimal
 
 
 def table5(records: list[dict], reference: list[dict], record_link: RecordLink | None = None) -> str:
     voc = [r for r in records if r["task"] == "voc"]
     methods = paper_rows(reference, "table5")
     preferred = preferred_records(voc)
-    lines = [
-        "# Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper",
-        "",
-        "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 5.",
-        "",
-        "| model | dense: ours · paper | method | ours | paper |",
-        "|---|---|---|---|---|",
-    ]
-    for model, ref in paper_table5(reference).items():
-        recs = {m: _best(preferred, "voc2007", model, m) for m in methods}
+    paper = {(r["model"], r["method"]): r["top1"] for r in reference if r["table"] == "table5"}  # mAP in top1
+    body = []
+    for model in paper_layout(reference, "table5").models:
+        recs = {m: preferred.get(("voc", "voc2007", model, m, SPARSITY)) for m in methods}
         dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
+        name = f"{MODEL_LABEL.get(model, model)} (`{model}`)"
         for i, m in enumerate(methods):
-            head = f"{MODEL_LABEL.get(model, model)} (`{model}`) | {dense} · {ref['dense']}" if i == 0 else " | "
-            lines.append(f"| {head} | {label(m)} | {_cell(recs[m], record_link)} | {ref[m]} |")
+            head = [name, f"{dense} · {paper[model, 'dense']}"] if i == 0 else ["", ""]
+            body.append([*head, label(m), _cell(recs[m], record_link), paper[model, m]])
+    blocks = [
+        "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 5.",
+        md_table(["model", "dense: ours · paper", "method", "ours", "paper"], body),
+    ]
     if not any(r["dataset"] == "voc2007" for r in voc):
-        lines += [
-            "",
-            (
-                "no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
-                "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
-                "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells."
-            ),
-        ]
+        blocks.append(
+            "no record: PASCAL VOC2007 and pytorch-ssd's released checkpoints are not in this "
+            "environment; with them, `make reproduce-voc VOC_ROOT=<folder with VOCdevkit>` "
+            "(or `python -m tasks.voc --all-methods --data-root DIR`) fills these cells."
+        )
     subs = sorted({(r["dataset"], r["model"]) for r in voc if r.get("substitute")})
     if subs:
-        lines += [
-            "",
-            "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)",
-            "",
-            "| dataset | model | dense (ours) | sparsity | method | ours |",
-            "|---|---|---|---|---|---|",
-        ]
-        shown: list[dict] = []
+        body, shown = [], []
         for dataset, model in subs:
             # 90% as the paper's table; another target when a record of the paper's methods has it
             targets = {round(k[4], 4) for k in preferred if k[1:3] == (dataset, model) and k[3] in methods}
             for target in sorted(targets | {SPARSITY}):
-                recs = {m: _best(preferred, dataset, model, m, target) for m in methods}
+                recs = {m: preferred.get(("voc", dataset, model, m, target)) for m in methods}
                 shown += [r for r in recs.values() if r]
                 dense = next((f"{r['dense_metrics']['map50']:.1f}" for r in recs.values() if r), "no record")
                 for i, m in enumerate(methods):
-                    head = f"{dataset} | {model} | {dense} | {target:.0%}" if i == 0 else " |  |  | "
-                    lines.append(f"| {head} | {label(m)} | {_cell(recs[m], record_link)} |")
-        lines += [
-            "",
-            (
-                "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
-                "(tasks.voc.make_set), detectors trained by this suite: its SSD (tasks.voc.train) and, "
-                "for `mmdet-*` models, mmdet's own detector from the named config (tasks.voc.mmdet.train); "
-                "see each record's `substitute_manifest`, `weights` and `ssd_config` or `mmdet`."
-            ),
+                    head = [dataset, model, dense, f"{target:.0%}"] if i == 0 else ["", "", "", ""]
+                    body.append([*head, label(m), _cell(recs[m], record_link)])
+        blocks += [
+            "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)",
+            md_table(["dataset", "model", "dense (ours)", "sparsity", "method", "ours"], body),
+            "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
+            "(tasks.voc.make_set), detectors trained by this suite: its SSD (tasks.voc.train) and, "
+            "for `mmdet-*` models, mmdet's own detector from the named config (tasks.voc.mmdet.train); "
+            "see each record's `substitute_manifest`, `weights` and `ssd_config` or `mmdet`.",
         ]
         if shown:
-            lines += [
-                "",
+            legend = (
                 "Legend: **bold**: this suite's mAP@0.5 (%) from the cell's record; `(−x.x)`: drop from the dense "
-                "model's mAP in points, both measured in the same run; `[profile]`: the budget the cell's record "
-                f"ran with{profile_preference(shown)}:",
-                *profile_legend(shown),
-            ]
-    if voc:
-        lines += [
-            "",
-            "## All detection records",
-            "",
-            "| dataset | model | method | sparsity | profile | reconstruction | mAP | dense | wall s |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for r in sorted(
-            voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"], r["profile"]["name"])
-        ):
-            rec = r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—"
-            lines.append(
-                f"| {r['dataset']} | {r['model']} | {r['method']} | {r['achieved_sparsity']:.4f} | "
-                f"{r['profile']['name']} | {rec} | {r['metrics']['map50']:.2f} | "
-                f"{r['dense_metrics']['map50']:.2f} | {r['wall_s']:.0f} |"
+                f"model's mAP in points, both measured in the same run; {profile_tag(shown)}"
             )
-    return "\n".join(lines) + "\n"
+            blocks.append("\n".join([legend, *profile_legend(shown)]))
+    if voc:
+        rows = [
+            [
+                r["dataset"],
+                r["model"],
+                r["method"],
+                f"{r['achieved_sparsity']:.4f}",
+                r["profile"]["name"],
+                r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—",
+                f"{r['metrics']['map50']:.2f}",
+                f"{r['dense_metrics']['map50']:.2f}",
+                f"{r['wall_s']:.0f}",
+            ]
+            for r in sorted(
+                voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"], r["profile"]["name"])
+            )
+        ]
+        header = ["dataset", "model", "method", "sparsity", "profile", "reconstruction", "mAP", "dense", "wall s"]
+        blocks += ["## All detection records", md_table(header, rows)]
+    return page("Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", *blocks)

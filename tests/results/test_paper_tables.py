@@ -208,7 +208,7 @@ def test_committed_tables_define_every_profile_tag_they_show():
 
 def test_substitute_note_states_images_preprocessing_and_the_published_number():
     from tasks.grid.paths import RESULTS_DIR
-    from tasks.reporting.legend import read_external
+    from tasks.reporting.render import read_external
 
     external = read_external()
     table3 = (RESULTS_DIR / "tables" / "table3_imagenet_cnn.md").read_text()

@@ -7,8 +7,8 @@ import pytest
 from tasks.grid.record_options import earlier_defaults, effective_options, same_setup
 from tasks.grid.records import preferred_records
 from tasks.reporting.drops import drops_table
-from tasks.reporting.legend import seeds_of
 from tasks.reporting.paper import read_reference, same_cell_runs, table2
+from tasks.reporting.render import seeds_of
 from tests.fake_records import cifar_record
 
 

@@ -1,4 +1,5 @@
-"""What the generated tables' markers mean, written from the records a table shows.
+"""The one renderer of the generated tables: a table file's page, its Markdown table, its record cells ("ours ·
+paper") and the legend of their markers, written from the records a table shows.
 
 A table's `[profile]` tag names the budget its cell's record ran with; the legend spells that budget out
 from the records themselves (iterations, batch, calibration images, per-method options), so it can never
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from fcpts.methods import get_method, label
@@ -25,9 +26,55 @@ NOT_IN_PAPER = "(not in the paper)"  # the marker after an extra method's label,
 RecordLink = Callable[[dict], str]  # a record -> the URL of its page, for a reader that has one (the results site)
 
 
-def our_numbers(numbers: str, record: dict, record_link: RecordLink | None = None) -> str:
-    """A cell's **bold** numbers from `record`; with `record_link`, a Markdown link to the record's page."""
-    return f"[**{numbers}**]({record_link(record)})" if record_link else f"**{numbers}**"
+CELL_INTRO = (
+    "Each cell: **ours** top-1/top-5 (drop from dense) [profile] · paper top-1/top-5; every marker is explained in "
+    "the legend below the table."
+)
+
+
+def page(title: str, *blocks: str) -> str:
+    """A table file: its `# title`, then its non-empty blocks (intro, table, legend, notes) a blank line apart."""
+    return "\n\n".join((f"# {title}", *(b for b in blocks if b))) + "\n"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:
+    """A Markdown pipe table of its cells' `str()`; `align` has a letter a column, `r` for right-aligned (left where
+    not given)."""
+    lines = ["| " + " | ".join(map(str, row)) + " |" for row in [header, *rows]]
+    lines.insert(1, "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
+    return "\n".join(lines)
+
+
+def paper_cells(reference: list[dict], table: str) -> dict[tuple, dict]:
+    """(dataset, model, method, sparsity) -> the paper's row of `table` in its reference numbers."""
+    return {(r["dataset"], r["model"], r["method"], float(r["sparsity"])): r for r in reference if r["table"] == table}
+
+
+def paper_numbers(reference_row: dict) -> str:
+    """The paper's top-1/top-5 as it printed them."""
+    return f"{reference_row['top1']}/{reference_row['top5']}"
+
+
+def record_cell(
+    record: dict | None,
+    record_link: RecordLink | None = None,
+    paper: str | None = None,
+    note: str = "",
+    missing: str = "no record",
+    metrics: tuple[str, ...] = ("top1", "top5"),
+    digits: int = 2,
+) -> str:
+    """A cell: **ours** (−drop from dense[, reached x]) [profile]`note`, then ` · paper` where a `paper` is given;
+    `missing` (then ` · paper`) without a record. With `record_link`, the bold numbers link to the record's page."""
+    beside = f" · {paper}" if paper is not None else ""
+    if record is None:
+        return missing + beside
+    m = record["metrics"]
+    numbers = "/".join(f"{m[k]:.{digits}f}" for k in metrics)
+    drop = record["dense_metrics"][metrics[0]] - m[metrics[0]]
+    reached = "" if record.get("hit_target", True) else f", reached {record['achieved_sparsity']:.3f}"
+    shown = f"[**{numbers}**]({record_link(record)})" if record_link else f"**{numbers}**"
+    return f"{shown} (−{drop:.{digits}f}{reached}) [{record['profile']['name']}]{note}{beside}"
 
 
 def extra_label(method: str) -> str:
@@ -97,6 +144,35 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
     return lines
 
 
+DROP_LEGEND = "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1."
+REACHED_LEGEND = (
+    "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches its "
+    "threshold decay and keeps the trial nearest to the target)."
+)
+
+
+def profile_tag(shown: list[dict]) -> str:
+    """The `[profile]` marker's legend, saying how a cell chose among the profiles that appear, if several."""
+    present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in shown}]
+    chose = f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"
+    return f"`[profile]`: the budget the cell's record ran with{chose if len(present) > 1 else ''}:"
+
+
+def cell_markers(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
+    """The legend lines of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached
+    where a record missed its target, and the budgets behind the profile tags of the `shown` records and those
+    `beside` them."""
+    lines = [f"- **bold**: {bold}", DROP_LEGEND]
+    if any(not r.get("hit_target", True) for r in shown):
+        lines.append(REACHED_LEGEND)
+    return [*lines, f"- {profile_tag(shown)}", *profile_legend(shown + (beside or []))]
+
+
+def legend(head: list[str], *markers: tuple[bool, str]) -> str:
+    """A table's legend: its `head` lines, then the line of each marker the table shows (`(shown, line)`)."""
+    return "\n".join(["Legend:", *head, *(line for shown, line in markers if shown)])
+
+
 def paper_protocol() -> str:
     """The paper's protocol as the `paper` profile defines it (tasks/grid/profiles.py)."""
     p = paper_profile()
@@ -106,14 +182,6 @@ def paper_protocol() -> str:
         f"{p.batch_size} on {p.n_calibration:,} calibration images and POT {pot['options']['iterations']:,} "
         f"iterations per layer on {pot['n_calibration']:,} images (capped at the split's size)"
     )
-
-
-def profile_preference(cell_records: list[dict]) -> str:
-    """How a cell chose among the profiles that appear: "(`paper` before `paper-cpu`)", or "" for one."""
-    present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in cell_records}]
-    if len(present) < 2:
-        return ""
-    return f" (a cell shows its most faithful record: {' before '.join(f'`{p}`' for p in present)})"
 
 
 SEED_SPREAD_LEGEND = (
@@ -157,4 +225,10 @@ def seed_spread(shown: dict, records: list[dict]) -> str:
     if len(same) < 2:
         return ""
     top1 = [r["metrics"]["top1"] for r in same]
-    return f" · {len(same)} seeds: {statistics.mean(top1):.2f} ± {statistics.stdev(top1):.2f}"
+    return f" · {len(same)} seeds: {mean_sd(top1)}"
+
+
+def mean_sd(values: list[float]) -> str:
+    """'mean ± sample sd' of several values, two decimals; the value alone for one."""
+    sd = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.2f}{sd}"
