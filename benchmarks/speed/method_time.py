@@ -8,25 +8,35 @@ a difference comes from: fcpts-plus's ramp steps (each layer's magnitude mask re
 step's level) against its later steps, which are FCPTS's.
 
     OMP_NUM_THREADS=1 python -m benchmarks.speed.method_time --device cpu --out results/benchmarks/method_time_cpu.txt
+
+`--quickstart`: instead, every registered method once on the README Quickstart's model and data under its library
+defaults (no budget given), the time a newcomer's first call takes (a method should finish within 30 s on one
+thread, or state its time before it starts).
+
+    OMP_NUM_THREADS=1 python -m benchmarks method-time --quickstart --out results/benchmarks/quickstart_time_cpu.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import re
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
 
 from benchmarks.report import measure_then_emit
 from fcpts.core.options import resolve_device
-from fcpts.methods import get_method
+from fcpts.methods import METHODS, get_method
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.records import device_description
 
 BASELINE = "fcpts"
+README = Path(__file__).resolve().parents[2] / "README.md"
+QUICKSTART_LIMIT_S = 30.0
 
 
 class Images(Dataset):
@@ -91,6 +101,28 @@ def run(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def quickstart() -> list[str]:
+    """Each registered method once, on the Quickstart's model and calibration tensor as the README defines them."""
+    code = re.search(r"## Quickstart\n\n```python\n(.*?)```", README.read_text(), re.S)
+    if code is None:
+        raise SystemExit("README.md has no Quickstart code block")
+    scope: dict = {}
+    torch.manual_seed(0)
+    exec(code.group(1).split("sparse, report")[0], scope)
+    lines = [f"README Quickstart model and data, library defaults, target 90%, {device_description('cpu')}"]
+    for name in METHODS:
+        t = time.perf_counter()
+        _, report = get_method(name)(scope["my_model"](), scope["calibration"], 0.9, progress=False)
+        wall = time.perf_counter() - t
+        verdict = "within" if wall <= QUICKSTART_LIMIT_S else "OVER"
+        budget = report.options.get("iterations")
+        lines.append(
+            f"{name:17s}: {wall:6.1f} s ({verdict} {QUICKSTART_LIMIT_S:.0f} s), iterations {budget}, "
+            f"achieved {report.achieved_sparsity:.4f}"
+        )
+    return lines
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help=f"methods to time against {BASELINE}")
@@ -102,7 +134,11 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", help="also write the output (with its provenance) to this file")
+    p.add_argument("--quickstart", action="store_true", help="every method on the README Quickstart, its defaults")
     args = p.parse_args(argv)
+    if args.quickstart:
+        measure_then_emit(quickstart, args.out)
+        return
     for method in args.methods:
         get_method(method)  # an unknown name fails here, before any run
     measure_then_emit(lambda: run(args), args.out)

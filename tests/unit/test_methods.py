@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.probmask import export_masks, kept_fraction
+from baselines.probmask import export_masks, kept_fraction, relaxed_masked_weight
 from baselines.soft_threshold import SoftThreshold
 from fcpts.core.masks import sparsity_summary
 from fcpts.methods import get_method
@@ -38,6 +38,15 @@ def test_probmask_export_prunes_weights_that_are_already_zero_first():
     weights = {"a": torch.tensor([0.0, 1.0, 2.0, 3.0])}
     assert export_masks(scores, weights, 0.5)["a"].tolist() == [False, True, True, False]
     assert export_masks(scores, {"a": weights["a"] + 1}, 0.5)["a"].tolist() == [True, True, False, False]
+
+
+def test_probmask_masked_weights_are_never_denormal():
+    """At the end of the temperature schedule most relaxed masks underflow; a denormal masked weight would slow
+    every CPU convolution several times over, so a negligible mask is zero."""
+    weight, scores = torch.full((1000,), 0.05), torch.linspace(1e-6, 0.5, 1000)
+    masked = relaxed_masked_weight(weight, scores, torch.full((1000,), 0.5), 33.0)
+    tiny = (masked != 0) & (masked.abs() < torch.finfo(masked.dtype).tiny)
+    assert not tiny.any() and (masked == 0).any() and (masked != 0).any()
 
 
 def test_probmask_cubic_schedule():
