@@ -32,7 +32,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "method-time": Benchmark(
         "benchmarks.speed.method_time",
         "whole runs of methods on one small model, alternated, with their ramp steps split out",
-        "the method-time ratios Table 6 quotes (results/benchmarks/method_time_*.txt)",
+        "the method-time ratios Table 6 quotes (results/benchmarks/method_time_*.txt); with --quickstart, every "
+        "method's first call on the README Quickstart within 30 s (results/benchmarks/quickstart_time_cpu.txt)",
     ),
     "pot-step-time": Benchmark(
         "benchmarks.speed.pot_step_time",
