@@ -36,3 +36,18 @@ def test_skips_cleanly_without_the_release_checkout(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("skipped: no FCPTS checkout") == 2 and "git clone https://github.com/ModelTC/FCPTS.git" in out
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_learned_masks_are_kept_beside_the_exact_step(monkeypatch):
+    """Ours evaluated at its own thresholds too: the learned masks' sparsity is the one the report gives before
+    the exact step, and the finished model is left with the exact step's masks."""
+    import fcpts
+    from tests.unit.tiny import tiny_images, tiny_net
+
+    monkeypatch.setattr(rf, "evaluate", lambda model, inputs: {"top1": 0.0})
+    with rf.learned_masks_kept() as learned:
+        model, report = fcpts.sparsify(tiny_net(), tiny_images(), 0.7, iterations=3, batch_size=8, progress=False)
+    at = rf.at_learned_masks(model, learned, None)
+    assert set(learned) == {row["name"] for row in report.per_layer}
+    assert at["achieved_sparsity"] == report.extra["sparsity_before_exact_step"]
+    assert fcpts.sparsity_summary(model)[0] == report.achieved_sparsity
