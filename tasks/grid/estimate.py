@@ -130,7 +130,7 @@ def scaled(records: list[dict], task, dataset, model, method, profile, target, b
     )
     basis = (
         f"scaled from the record of {where} ({chosen.get('_path', 'a record')}): its method time "
-        f"x{factor:.3g} (parameters x images x iterations), plus its evaluation"
+        f"x{factor:.3g} (parameters x images x iterations), plus its evaluation, made on {machines([chosen])}"
     )
     return Estimate(seconds, basis)
 
@@ -158,12 +158,17 @@ def estimate(
     for chosen, where in ((at_target, "at this target"), (same, "at other targets")):
         if chosen:
             seconds = statistics.median(cell_seconds(r) for r in chosen)
-            return Estimate(seconds, f"median of {len(chosen)} record(s) {where}")
+            return Estimate(seconds, f"median of {len(chosen)} record(s) {where}, made on {machines(chosen)}")
     projected = (projections or {}).get((model, method)) if (task, profile) == PROJECTED_PROFILE else None
     if projected:
         return projected
     comparable = scaled(records, task, dataset, model, method, profile, target, budget) if budget else None
     return comparable or Estimate(None, "unknown: no record of this method on a model of known size")
+
+
+def machines(records: list[dict]) -> str:
+    """Where the records behind an estimate ran: a machine's speed and load are not scaled, so the user sees them."""
+    return "; ".join(sorted({str(r.get("device") or "an unnamed machine") for r in records}))
 
 
 def grid_start(records: list[dict], task: str, dataset: str, model: str, dense_cached: bool) -> Estimate:

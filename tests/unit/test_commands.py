@@ -82,7 +82,7 @@ def test_dry_run_lists_cells_paths_and_estimates_and_runs_nothing(tmp_path, caps
 
     assert cifar.main(_cifar(tmp_path, "--sparsity", "0.5", "0.6", "--dry-run")) == 0
     out = capsys.readouterr().out
-    assert "done     uniform" in out and "median of 1 record(s) at other targets" in out
+    assert "done     uniform" in out and "median of 1 record(s) at other targets, made on cpu: " in out
     assert "2 cell(s): 1 with a record, 1 to run" in out
 
 
@@ -202,6 +202,7 @@ def test_a_cell_without_its_own_records_is_scaled_from_the_same_method_on_anothe
     guess = estimate.estimate(records, "cifar", "cifar10", "resnet56", "pot-l2norm", "paper", 0.8, None, budget)
     assert guess.seconds == pytest.approx(60.0 * 2 * 20 + 10.0)
     assert "resnet32-pot-l2norm-paper-cpu.json" in guess.basis and "x40" in guess.basis
+    assert guess.basis.endswith("made on an unnamed machine")  # machine speed is not scaled: the user sees whose
     assert (
         estimate.estimate(records, "cifar", "cifar10", "resnet20", "pot-l2norm", "paper", 0.8, None, budget).seconds
         is None
