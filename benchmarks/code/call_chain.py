@@ -26,7 +26,7 @@ SUITE = tuple(str(REPO_ROOT / part) for part in ("fcpts", "baselines", "tasks", 
 def chain(method: str, data_root: Path) -> tuple[list[str], int]:
     """`file:function` of each of the suite's frames, outermost first, when `method`'s cell first computes masks;
     and how many times the cell checked a target (`fcpts.core.masks._real_target`: a number made a `Sparsity`)."""
-    from tasks.cifar import grid
+    from tasks.grid.cli import main as task_main
 
     found: list[str] = []
     checks = [0]
@@ -51,12 +51,12 @@ def chain(method: str, data_root: Path) -> tuple[list[str], int]:
         argv += ["--profile", "quick", "--data-root", str(data_root), "--results-dir", out, "--device", "cpu"]
         sys.setprofile(watch)
         try:
-            status = grid.main([*argv, "--no-progress"])
+            status = task_main("cifar", [*argv, "--no-progress"])
         finally:
             sys.setprofile(None)
     if status != 0 or not found:
         raise RuntimeError(f"the {method} cell exited with status {status}" + ("" if found else ", no masks computed"))
-    start = found.index("tasks/cifar/grid.py:main")  # the task's command
+    start = found.index("tasks/grid/cli.py:main")  # the task's command
     return found[start:], checks[0]
 
 

@@ -4,9 +4,9 @@ from tasks.grid.help import run_command
 
 
 def main() -> int:
-    from tasks.cifar.grid import main
+    from tasks.grid.cli import main
 
-    return main()
+    return main("cifar")
 
 
 sys.exit(run_command(main))

@@ -25,7 +25,7 @@ from tasks.grid.evaluate import classify
 from tasks.grid.help import command_parser
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory, format_table
+from tasks.grid.runner import Grid, Where, dense_factory
 from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 PROFILES = profile_table(
@@ -90,17 +90,6 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, 32, 32)
 
 
-@register_task(
-    "cifar", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.cifar",
-    datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_MODELS)), metrics=("top1", "top5"),
-    profiles=tuple(PROFILES),
-)  # fmt: skip
-def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
-    """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
-    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
-    return build_grid(dataset=record["dataset"], model=record["model"], profile=profile, where=where)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.cifar", __doc__)
     p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
@@ -125,5 +114,13 @@ def plans(args: argparse.Namespace):
         yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
 
-def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table, argv)
+@register_task(
+    "cifar", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.cifar",
+    datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_MODELS)), metrics=("top1", "top5"),
+    profiles=tuple(PROFILES),
+    parse_args=parse_args, plans=plans,
+)  # fmt: skip
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
+    """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(dataset=record["dataset"], model=record["model"], profile=profile, where=where)

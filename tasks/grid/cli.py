@@ -28,7 +28,8 @@ from tasks.grid.lock import JOB_ENV
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for
 from tasks.grid.profiles import Profile
 from tasks.grid.records import git_commit, read_record
-from tasks.grid.runner import Grid, Where, cell_budget, cell_path, check_cells, check_options, run_grid
+from tasks.grid.rerun import get_task
+from tasks.grid.runner import Grid, Where, cell_budget, cell_path, check_cells, check_options, format_table, run_grid
 
 # What a task's exit status tells a script (also shown at the end of every task's --help).
 EXIT_OK = 0  # every cell has its record: run now, or found from before ("nothing to do" is said)
@@ -261,6 +262,14 @@ def assumed_dataset(name: str, error: Exception) -> str:
     """The dry run's note for a grid whose data is not here: the name its records get with that data."""
     why = str(error).split(". ")[0]
     return f"{why}: listed as dataset {name}, the name its records get with that data"
+
+
+def main(task: str, argv: Sequence[str] | None = None) -> int:
+    """Every grid command's main (`python -m tasks.<task>`): the registered task's arguments, its plans run."""
+    declared = get_task(task)
+    if declared.parse_args is None or declared.plans is None:
+        raise ValueError(f"task {task!r} registers no command (parse_args and plans)")
+    return run_grids(declared.parse_args(argv), declared.plans, declared.table or format_table, argv)
 
 
 def run_grids(

@@ -46,6 +46,9 @@ class Task:
     name: str
     grid_for_record: GridForRecord  # (record, profile, where) -> the grid the record came from
     build_grid: Callable[..., Grid]  # the driver's keyword grid builder
+    parse_args: Callable[..., Any] | None = None  # argv -> the command's arguments (argparse.Namespace)
+    plans: Callable[..., Any] | None = None  # arguments -> the GridPlans to run (tasks.grid.cli.main runs them)
+    table: Callable[[list[dict]], str] | None = None  # the records' table printed at the end (default: format_table)
     dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
     make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
     # What the task declares, for `python -m tasks.grid tasks` (as timm's list_models):

@@ -31,7 +31,7 @@ from tasks.grid.help import command_parser
 from tasks.grid.imagenet_catalogue import MODELS, get_spec
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory, format_table
+from tasks.grid.runner import Grid, Where, dense_factory
 from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
 
@@ -129,19 +129,6 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
 
 
-@register_task(
-    "imagenet", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.imagenet",
-    datasets=("imagenet (the 50,000 val images)", "imagenet-val<N> (a subset of val)"), models=tuple(MODELS),
-    metrics=("top1", "top5"), profiles=tuple(PROFILES),
-)  # fmt: skip
-def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
-    """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
-    weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None
-    return build_grid(
-        model_name=record["model"], profile=profile, where=replace(where, seed=record["seed"], weights=weights)
-    )
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.imagenet", __doc__)
     cli.add_model_args(
@@ -184,5 +171,15 @@ def plans(args: argparse.Namespace):
         yield cli.GridPlan(grid, methods, targets, ("--models", model_name), note)
 
 
-def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table, argv)
+@register_task(
+    "imagenet", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.imagenet",
+    datasets=("imagenet (the 50,000 val images)", "imagenet-val<N> (a subset of val)"), models=tuple(MODELS),
+    metrics=("top1", "top5"), profiles=tuple(PROFILES),
+    parse_args=parse_args, plans=plans,
+)  # fmt: skip
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
+    """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""
+    weights = record["weights"].get("path") if record["weights"].get("source") == "file" else None
+    return build_grid(
+        model_name=record["model"], profile=profile, where=replace(where, seed=record["seed"], weights=weights)
+    )

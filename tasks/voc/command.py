@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tasks.grid.cli import main as task_main
 from tasks.voc.profiles import FRAMEWORKS
 
 
@@ -24,9 +25,5 @@ def main(argv=None) -> int:
         if why is not None:
             print(f"error: {why}", file=sys.stderr)
             return 2
-        from tasks.voc.mmdet.grid import main as mmdet_main
-
-        return mmdet_main(rest)
-    from tasks.voc.grid import main as suite_main
-
-    return suite_main(rest)
+        return task_main("coco", rest)
+    return task_main("voc", rest)

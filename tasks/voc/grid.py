@@ -241,24 +241,6 @@ def build_grid(
     )
 
 
-@register_task(
-    "voc", build_grid=build_grid, make_data=make_set, command="python -m tasks.voc",
-    datasets=("voc2007", "voc-cifar10 (the substitute set, tasks.voc.make_set)"),
-    models=(*ARCHITECTURES, "mmdet-<config> (--framework mmdet)"), metrics=("map50",), profiles=tuple(PROFILES),
-)  # fmt: skip
-def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
-    """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.voc.mmdet."""
-    if record.get("framework") == "mmdet":
-        from tasks.voc.mmdet.grid import grid_for_record as mmdet_grid_for_record
-
-        return mmdet_grid_for_record(record, profile, where)
-    image_size = record["ssd_config"]["image_size"]
-    arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
-    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
-    return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)
-
-
 VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"map50": "mAP"}, method_width=14)]
 
 
@@ -313,5 +295,20 @@ def plans(args: argparse.Namespace):
         yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch))
 
 
-def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, partial(format_table, columns=VOC_COLUMNS), argv)
+@register_task(
+    "voc", build_grid=build_grid, make_data=make_set, command="python -m tasks.voc",
+    datasets=("voc2007", "voc-cifar10 (the substitute set, tasks.voc.make_set)"),
+    models=(*ARCHITECTURES, "mmdet-<config> (--framework mmdet)"), metrics=("map50",), profiles=tuple(PROFILES),
+    parse_args=parse_args, plans=plans, table=partial(format_table, columns=VOC_COLUMNS),
+)  # fmt: skip
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
+    """The grid a record came from, for re-running its cell (the record's profile already carries the
+    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.voc.mmdet."""
+    if record.get("framework") == "mmdet":
+        from tasks.voc.mmdet.grid import grid_for_record as mmdet_grid_for_record
+
+        return mmdet_grid_for_record(record, profile, where)
+    image_size = record["ssd_config"]["image_size"]
+    arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(arch=arch, profile=profile, where=where, image_size=image_size, reconstruction=reconstruction)

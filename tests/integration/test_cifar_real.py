@@ -14,6 +14,7 @@ from tasks.deploy.checkpoints import sparse_model_from_record
 from tasks.deploy.saved_models import models_from_record
 from tasks.grid.cifar_data import load_cifar, normalize_cifar
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.cli import main as task_main
 from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
 from tasks.grid.records import read_record
@@ -71,7 +72,7 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
         str(tmp_path),
         "--no-progress",
     ]
-    assert cifar.main(argv) == 0
+    assert task_main("cifar", argv) == 0
     files = sorted(f for f in tmp_path.rglob("*.json") if ".checkpoints" not in f.parts)
     assert len(files) == 4
     rec = read_record(tmp_path / "cifar/cifar10/resnet20/fcpts-sp80-quick-seed0.json")  # with its calibration lists
@@ -120,7 +121,7 @@ def test_grid_writes_records_and_resumes(tmp_path, capsys):
     with pytest.raises(DataNotFoundError, match="re-create it with"):
         models_from_record(record_path)
     capsys.readouterr()
-    assert cifar.main(argv) == 0  # second time: every cell is skipped
+    assert task_main("cifar", argv) == 0  # second time: every cell is skipped
     assert capsys.readouterr().out.count("[skip]") == 4
 
 
@@ -140,7 +141,7 @@ def test_pot_iterations_override_is_recorded_under_its_own_profile(tmp_path):
         str(tmp_path),
         "--no-progress",
     ]
-    assert cifar.main(argv) == 0
+    assert task_main("cifar", argv) == 0
     rec = read_record(tmp_path / "cifar/cifar10/resnet20/pot-l2norm-sp50-quick-pot2-seed0.json")
     assert rec["profile"]["name"] == "quick-pot2" and rec["method_options"]["iterations"] == 2
     assert {row["iterations"] for row in rec["per_layer"]} == {2}

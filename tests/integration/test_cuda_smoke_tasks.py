@@ -7,13 +7,11 @@ import json
 import pytest
 import torch
 
-from tasks.cifar import grid as cifar
 from tasks.cifar import train as cifar_train
 from tasks.deploy import checkpoints as deploy_checkpoints
 from tasks.deploy import driver as deploy
-from tasks.imagenet import grid as imagenet
+from tasks.grid.cli import main as task_main
 from tasks.voc import command as voc_cli
-from tasks.voc import grid as voc
 from tasks.voc import train as ssd_train
 from tasks.voc.ssd import create_ssd
 from tests.conftest import DEVICES, require_data, require_mmdet
@@ -43,7 +41,7 @@ def cifar_cell(runs, device: str, method: str = "fcpts") -> list[str]:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", ["fcpts", "fcpts-plus", "obs"])
 def test_cifar_grid(tmp_path, device, method):
-    assert cifar.main(cifar_cell(tmp_path / "runs", device, method)) == 0
+    assert task_main("cifar", cifar_cell(tmp_path / "runs", device, method)) == 0
     rec = only_record(tmp_path / "runs")
     assert rec["device"].startswith(device) and rec["hit_target"]
     assert rec["metrics"]["top1"] > 10  # pretrained ResNet-20 at 50%: far above chance
@@ -54,7 +52,7 @@ def test_imagenet_grid(tmp_path, device):
     require_data("imagenet", "the ImageNet sample")
     argv = ["--models", "efficientnet_lite0", "--methods", "fcpts", "--sparsity", "0.5", "--profile", "quick",
             "--iterations", "1", "--results-dir", str(tmp_path), "--device", device, "--no-progress"]  # fmt: skip
-    assert imagenet.main(argv) == 0
+    assert task_main("imagenet", argv) == 0
     rec = only_record(tmp_path)
     assert rec["device"].startswith(device) and rec["hit_target"]
 
@@ -67,7 +65,7 @@ def test_voc_grid(tiny_set, tmp_path, device):
     argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(weights),
             "--methods", "fcpts", "--sparsity", "0.5", "--profile", "quick", "--results-dir", str(tmp_path / "runs"),
             "--device", device, "--no-progress"]  # fmt: skip
-    assert voc.main(argv) == 0
+    assert task_main("voc", argv) == 0
     rec = only_record(tmp_path / "runs")
     assert rec["device"].startswith(device) and rec["hit_target"] and rec["metrics"]["map50"] >= 0
 
@@ -92,7 +90,7 @@ def test_voc_grid_on_an_mmdet_detector(tiny_set, tmp_path, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_deploy_re_runs_a_record_on_the_device_and_exports_on_the_cpu(tmp_path, device, monkeypatch):
-    assert cifar.main(cifar_cell(tmp_path / "runs", device, method="erk")) == 0
+    assert task_main("cifar", cifar_cell(tmp_path / "runs", device, method="erk")) == 0
     record = record_path(tmp_path / "runs")
     for saved in (tmp_path / "runs" / "models").rglob("*.pt"):
         saved.unlink()  # no saved sparse model: deploy re-runs the record's method

@@ -8,11 +8,11 @@ import torch
 from torch.nn.utils import prune
 
 import fcpts
+from tasks.grid.cli import main as task_main
 from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
 from tasks.grid.records import read_record
 from tasks.grid.weights import load_checkpoint, map_state_dict
 from tasks.imagenet.data import ImageFiles, class_index, imagenet_dir, list_split
-from tasks.imagenet.grid import main as imagenet_main
 from tasks.imagenet.models import architecture, preprocessing, pretrained
 from tests.conftest import require_data
 
@@ -159,7 +159,7 @@ def test_cli_quick_run_writes_labelled_records(tmp_path):
         str(tmp_path),
         "--no-progress",
     ]
-    assert imagenet_main(argv) == 0
+    assert task_main("imagenet", argv) == 0
     rec = read_record(tmp_path / "imagenet/imagenet-val1300/efficientnet_lite0/erk-sp50-quick-seed0.json")
     assert rec["substitute"] is True and rec["model_source"] == "timm:tf_efficientnet_lite0"
     assert rec["hit_target"] and rec["data"]["n_eval"] == 64
@@ -167,9 +167,9 @@ def test_cli_quick_run_writes_labelled_records(tmp_path):
 
 
 def test_cli_errors_exit_2(tmp_path, capsys):
-    assert imagenet_main(["--data-root", str(tmp_path), "--profile", "quick"]) == 2
+    assert task_main("imagenet", ["--data-root", str(tmp_path), "--profile", "quick"]) == 2
     assert "no ImageNet" in capsys.readouterr().err
-    assert imagenet_main(["--models", "resnet999"]) == 2
+    assert task_main("imagenet", ["--models", "resnet999"]) == 2
 
 
 def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile():
@@ -221,7 +221,7 @@ def test_an_option_the_method_lacks_fails_before_any_work(tmp_path, capsys):
         str(tmp_path),
         "--no-progress",
     ]
-    assert imagenet_main(args) == 2
+    assert task_main("imagenet", args) == 2
     err = capsys.readouterr()
     assert "'probmask' has no option reconstruction" in err.err
     assert "dense" not in err.out

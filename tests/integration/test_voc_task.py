@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from tasks.grid.cli import main as task_main
 from tasks.grid.records import read_record
-from tasks.voc import grid as voc
 from tasks.voc import train as train_ssd
 from tasks.voc.data import VOCDetection
 from tasks.voc.ssd import SSDConfig, create_ssd
@@ -119,7 +119,7 @@ def test_grid_records_map_for_fcpts_and_magnitude(tiny_set, tmp_path, monkeypatc
         str(runs),
         "--no-progress",
     ]
-    assert voc.main(argv) == 0
+    assert task_main("voc", argv) == 0
     folder = runs / "voc" / "voc-tiny" / "mb2-ssd-lite-64"
     for method in ("fcpts", "erk"):
         rec = read_record(folder / f"{method}-sp90-quick-seed0.json")
@@ -156,18 +156,19 @@ def test_pot_option_override_is_applied_and_renames_the_profile(tiny_set, tmp_pa
         str(tmp_path / "runs"),
         "--no-progress",
     ]
-    assert voc.main(argv) == 0
+    assert task_main("voc", argv) == 0
     rec = read_record(tmp_path / "runs/voc/voc-tiny/mb2-ssd-lite-64/pot-l2norm-sp90-quick-pot-fold_bnFalse-seed0.json")
     assert rec["method_options"]["fold_bn"] is False and rec["method_report"]["extra"]["folded_bn"] == []
     assert rec["profile"]["methods"]["pot-erk"]["options"]["fold_bn"] is False  # both allocations
-    assert voc.main([*argv[:-1], "--pot-option", "fold_bn"]) == 2  # not KEY=VALUE: a clear error
+    assert task_main("voc", [*argv[:-1], "--pot-option", "fold_bn"]) == 2  # not KEY=VALUE: a clear error
 
 
 def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
-    assert voc.main(["--data-root", str(tmp_path), "--models", "mb1-ssd", "--profile", "quick"]) == 2
+    assert task_main("voc", ["--data-root", str(tmp_path), "--models", "mb1-ssd", "--profile", "quick"]) == 2
     assert "--data-root" in capsys.readouterr().err
     assert (
-        voc.main(
+        task_main(
+            "voc",
             [
                 "--data-root",
                 str(tiny_set),
@@ -179,7 +180,7 @@ def test_missing_data_and_weights_are_clear(tmp_path, tiny_set, capsys):
                 "quick",
                 "--results-dir",
                 str(tmp_path),
-            ]
+            ],
         )
         == 2
     )
@@ -195,7 +196,7 @@ def test_a_dataset_name_that_is_no_plain_name_is_refused_naming_the_file(tmp_pat
     manifest = write_tiny_voc(tmp_path / "set") / "VOCdevkit" / "VOC2007" / "substitute.json"
     manifest.write_text(json.dumps({"dataset": name}))
     argv = ["--data-root", str(tmp_path / "set"), "--models", "mb2-ssd-lite", "--image-size", "64", *dry_run]
-    assert voc.main([*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs" / "deep")]) == 2
+    assert task_main("voc", [*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs" / "deep")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(manifest) in err and "plain name" in err
     assert not [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".pt") and p != manifest]
@@ -205,7 +206,7 @@ def test_weights_that_are_no_checkpoint_are_named_in_one_line(tmp_path, tiny_set
     bad = tmp_path / "ssd.pth"
     bad.write_text("not a checkpoint")
     argv = ["--data-root", str(tiny_set), "--models", "mb2-ssd-lite", "--image-size", "64", "--weights", str(bad)]
-    assert voc.main([*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs")]) == 2
+    assert task_main("voc", [*argv, "--profile", "quick", "--results-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(bad) in err and "not a PyTorch checkpoint" in err and err.count("\n") == 1
 

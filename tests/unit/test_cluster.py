@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.cifar import grid as cifar
 from tasks.grid import status
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.cli import main as task_main
 from tasks.grid.launch import cell_argv
 from tasks.grid.records import read_record
 from tests.conftest import IN_CI
@@ -79,12 +79,12 @@ def test_a_cell_command_is_the_grid_command_narrowed_to_that_cell():
 
 def test_launcher_flags_are_checked_before_anything_runs(tmp_path, capsys, monkeypatch):
     base = ["--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]
-    assert cifar.main([*base, "--cluster", "local"]) == 2
+    assert task_main("cifar", [*base, "--cluster", "local"]) == 2
     assert "--cluster only apply with --launcher submitit" in capsys.readouterr().err
-    assert cifar.main([*base, "--launcher", "submitit", "--cluster", "local", "--array-parallelism", "2"]) == 2
+    assert task_main("cifar", [*base, "--launcher", "submitit", "--cluster", "local", "--array-parallelism", "2"]) == 2
     assert "--array-parallelism only apply with --cluster slurm" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "submitit", None)  # as if it were not installed
-    assert cifar.main([*base, "--launcher", "submitit", "--cluster", "local"]) == 2
+    assert task_main("cifar", [*base, "--launcher", "submitit", "--cluster", "local"]) == 2
     assert "pip install -e '.[cluster]'" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.json"))
 
@@ -96,7 +96,7 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     runs, jobs = tmp_path / "runs", tmp_path / "jobs"
     argv = grid_argv(tiny_cifar, runs, "--launcher", "submitit", "--cluster", "local", "--jobs-dir", str(jobs))
 
-    assert cifar.main(argv) == 1  # both cells ran in parallel; one failed
+    assert task_main("cifar", argv) == 1  # both cells ran in parallel; one failed
     out = capsys.readouterr().out
     done = read_record(record(runs, "uniform"))
     assert done is not None and read_record(record(runs, "fcpts")) is None
@@ -113,7 +113,7 @@ def test_local_jobs_one_failing_then_status_then_only_the_failed_cell_again(
     assert "2 cells: 1 done, 0 running, 1 failed, 0 missing" in table
     assert next(line for line in table.splitlines() if "fcpts-sp50" in line).startswith("failed")
 
-    assert cifar.main(argv) == 1  # the same command again: only the failed cell is submitted
+    assert task_main("cifar", argv) == 1  # the same command again: only the failed cell is submitted
     out = capsys.readouterr().out
     assert "[skip] cifar/cifar10/resnet20/uniform-sp50" in out
     submitted = [line for line in out.splitlines() if line.startswith("[submitted]")]
@@ -148,7 +148,7 @@ def test_slurm_array_with_the_commands_resources_and_no_double_submission(
     launcher = "--launcher submitit --slurm-partition gpu --gpus-per-node 1 --cpus-per-task 4 --mem-gb 8"
     argv = grid_argv(tiny_cifar, runs, *shlex.split(launcher), "--timeout-min", "30", "--array-parallelism", "2")
 
-    assert cifar.main([*argv, "--no-wait"]) == 0
+    assert task_main("cifar", [*argv, "--no-wait"]) == 0
     script = (tmp_path / "job.sh").read_text()
     for line in ("--partition=gpu", "--array=0-1%2", "--gpus-per-node=1", "--cpus-per-task=4", "--mem=8GB"):
         assert f"#SBATCH {line}" in script
@@ -159,7 +159,7 @@ def test_slurm_array_with_the_commands_resources_and_no_double_submission(
     table = capsys.readouterr().out
     assert "PENDING" in table and "RUNNING" in table and "2 cells: 0 done, 2 running" in table
 
-    assert cifar.main([*argv, "--no-wait"]) == 0
+    assert task_main("cifar", [*argv, "--no-wait"]) == 0
     assert "not submitted again" in capsys.readouterr().out
     assert len((tmp_path / "calls").read_text().splitlines()) == 1
 

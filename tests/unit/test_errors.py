@@ -9,9 +9,9 @@ from torch.nn.utils import prune
 
 import fcpts
 from fcpts.core.masks import NoPrunableLayersError
-from tasks.cifar import grid as cifar
 from tasks.grid.cifar_data import load_cifar
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.cli import main as task_main
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.weights import load_checkpoint
 
@@ -121,13 +121,13 @@ def test_a_checkpoint_saved_under_torch_prune_names_prune_remove(tmp_path):
 
 
 def test_cli_reports_missing_data_and_exits_2(tmp_path, capsys):
-    code = cifar.main(["--data-root", str(tmp_path / "absent"), "--profile", "quick"])
+    code = task_main("cifar", ["--data-root", str(tmp_path / "absent"), "--profile", "quick"])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
 
 
 def test_cli_rejects_unknown_method(capsys):
-    assert cifar.main(["--model", "resnet20", "--profile", "quick", "--methods", "magic"]) == 2
+    assert task_main("cifar", ["--model", "resnet20", "--profile", "quick", "--methods", "magic"]) == 2
     assert "unknown method 'magic'" in capsys.readouterr().err
 
 

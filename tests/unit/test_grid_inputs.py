@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import fcpts
-from tasks.cifar import grid as cifar
 from tasks.grid import status, submission
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.cli import main as task_main
 from tasks.grid.profiles import Profile
 from tasks.grid.runner import Grid, dense_factory, run_grid
 from tasks.imagenet import grid as imagenet
@@ -49,7 +49,7 @@ def grid(tmp_path: Path, methods: dict | None = None, dense: nn.Module | None = 
 def test_a_bad_option_value_is_one_line_before_data_and_before_any_cell(tmp_path, capsys, flags, named):
     """The data folder does not exist: an error about the option shows it was checked before the data was read."""
     argv = ["--model", "resnet20", "--profile", "quick", "--data-root", str(tmp_path / "absent")]
-    code = cifar.main([*argv, "--results-dir", str(tmp_path / "runs"), *flags])
+    code = task_main("cifar", [*argv, "--results-dir", str(tmp_path / "runs"), *flags])
     err = capsys.readouterr().err
     assert code == 2 and named in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -94,7 +94,7 @@ def test_the_cifar_task_refuses_a_nan_checkpoint_with_exit_2(tmp_path, capsys):
     weights = tmp_path / "resnet20-nan.th"
     torch.save({"state_dict": model.state_dict()}, weights)
     argv = ["--model", "resnet20", "--profile", "quick", "--methods", "lamp", "--weights", str(weights)]
-    code = cifar.main([*argv, "--results-dir", str(tmp_path / "runs"), "--no-progress"])
+    code = task_main("cifar", [*argv, "--results-dir", str(tmp_path / "runs"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "linear.bias" in err and str(weights) in err, err
     assert not list((tmp_path / "runs").rglob("*.json"))
@@ -134,15 +134,15 @@ def test_a_damaged_submission_manifest_is_named_and_force_discards_it(tmp_path, 
 @pytest.mark.parametrize("value", ["-1", "1.5", "x"])
 def test_a_seed_that_cannot_name_a_record_is_refused_by_the_parser(capsys, value):
     with pytest.raises(SystemExit) as stop:
-        cifar.main(["--model", "resnet20", "--seed", value, "--dry-run"])
+        task_main("cifar", ["--model", "resnet20", "--seed", value, "--dry-run"])
     assert stop.value.code == 2 and "a seed is a whole number >= 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("task", ["cifar", "imagenet"])
 def test_a_method_or_target_given_twice_is_one_cell(tmp_path, capsys, task):
-    main, model = (cifar.main, "resnet20") if task == "cifar" else (imagenet.main, "efficientnet_lite0")
+    model = "resnet20" if task == "cifar" else "efficientnet_lite0"
     argv = ["--model", model, "--profile", "quick", "--results-dir", str(tmp_path / "runs"), "--dry-run"]
-    assert main([*argv, "--methods", "lamp", "fcpts", "lamp", "--sparsity", "0.9", "0.90", "0.5"]) == 0
+    assert task_main(task, [*argv, "--methods", "lamp", "fcpts", "lamp", "--sparsity", "0.9", "0.90", "0.5"]) == 0
     out = capsys.readouterr().out
     cells = re.findall(r"to run +(\S+) +(\S+)%", out)
     assert cells == [("lamp", "90.00"), ("lamp", "50.00"), ("fcpts", "90.00"), ("fcpts", "50.00")], out
@@ -154,7 +154,7 @@ def test_an_imagenet_dry_run_lists_the_paper_grid_without_fetching_weights(tmp_p
 
     monkeypatch.setattr(imagenet, "pretrained", offline)
     argv = ["--models", "paper", "--all-methods", "--profile", "paper", "--results-dir", str(tmp_path), "--dry-run"]
-    assert imagenet.main(argv) == 0
+    assert task_main("imagenet", argv) == 0
     out = capsys.readouterr().out
     models = imagenet.PAPER_CNNS + imagenet.PAPER_VITS
     cells = sum(len(imagenet.all_methods(m)) * len(imagenet.paper_sparsities(m)) for m in models)
@@ -165,7 +165,7 @@ def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     argv = ["--model", "resnet20", "--profile", "quick", "--methods", "lamp", "--data-root", str(ROOT / "missing")]
-    assert cifar.main([*argv, "--results-dir", str(blocker / "runs")]) == 2
+    assert task_main("cifar", [*argv, "--results-dir", str(blocker / "runs")]) == 2
     err = capsys.readouterr().err
     assert "cannot write into" in err and "--results-dir" in err and "Traceback" not in err
 

@@ -21,6 +21,7 @@ from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods import METHODS, Method, register
 from fcpts.methods.registry import UnknownOptionError, unregister
+from tasks.grid.cli import main as task_main
 from tests.unit.tiny import tiny_images, tiny_net
 
 TARGET = 0.75
@@ -88,7 +89,7 @@ def test_a_method_registered_at_run_time_keeps_the_contract_and_reaches_the_task
     check_contract(throwaway_method)
     assert throwaway_method in cifar.parse_args(["--all-methods"]).methods
     argv = ["--model", "resnet20", "--methods", throwaway_method, "--sparsity", "0.5", "--dry-run"]
-    assert cifar.main([*argv, "--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]) == 0
+    assert task_main("cifar", [*argv, "--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]) == 0
     assert throwaway_method in capsys.readouterr().out
 
 
@@ -100,7 +101,6 @@ def throwaway_task():
     from tasks.grid.help import command_parser
     from tasks.grid.profiles import profile_table, quick_profile
     from tasks.grid.rerun import register_task, unregister_task
-    from tasks.grid.runner import format_table
 
     profiles = profile_table(quick_profile(16, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2))
 
@@ -117,11 +117,11 @@ def throwaway_task():
             grid = cli.planned_grid("throwaway", "toy-data", model, profile, cli.where(args))
             yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
-    def main(argv):
-        return cli.run_grids(parse_args(argv), plans, format_table, argv)
-
-    register_task("throwaway", build_grid=lambda **_: None, command="python -m tasks.throwaway")(lambda *_: None)
-    yield main
+    command = "python -m tasks.throwaway"
+    register_task("throwaway", build_grid=lambda **_: None, command=command, parse_args=parse_args, plans=plans)(
+        lambda *_: None
+    )
+    yield "throwaway"
     unregister_task("throwaway")
 
 
@@ -134,7 +134,7 @@ def test_a_task_registered_at_run_time_is_listed_and_dry_runs_the_registry_s_met
         t.name for t in list_tasks()
     }
     argv = ["--all-methods", "--dry-run", "--device", "cpu", "--results-dir", str(tmp_path)]
-    assert throwaway_task(argv) == 0
+    assert task_main(throwaway_task, argv) == 0  # the one main every task's command runs
     out = capsys.readouterr().out
     assert "throwaway toy-data toy-net, profile quick" in out
     assert all(f" {m} " in out for m in ("fcpts", throwaway_method))

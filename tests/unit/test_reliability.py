@@ -16,6 +16,7 @@ from torch import nn
 import fcpts
 from fcpts.core.checkpoint import Checkpoint, CheckpointError
 from fcpts.core.io import WriteFailed, append_json_line, atomic_write, read_json_lines, save_torch_atomic
+from tasks.grid.cli import main as task_main
 from tasks.grid.profiles import Profile
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, run_grid
@@ -194,10 +195,9 @@ def test_two_processes_on_one_cell_end_with_one_record_and_no_crash(tmp_path):
 
 
 def test_a_bad_target_fails_before_any_cell_runs(tmp_path, capsys):
-    from tasks.cifar import grid as cifar
 
     with pytest.raises(SystemExit) as stop:
-        cifar.main(["--methods", "uniform", "--sparsity", "0.5", "1.2", "--results-dir", str(tmp_path)])
+        task_main("cifar", ["--methods", "uniform", "--sparsity", "0.5", "1.2", "--results-dir", str(tmp_path)])
     assert stop.value.code == 2 and "got 1.2" in capsys.readouterr().err
     assert not list(tmp_path.rglob("*.json"))
     with pytest.raises(ValueError, match=r"\[0, 1\)"):

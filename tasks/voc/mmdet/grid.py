@@ -155,23 +155,6 @@ def config_path(recorded: str) -> str:
     return new + recorded.removeprefix(old) if recorded.startswith(old) else recorded
 
 
-@register_task(
-    "coco", build_grid=build_grid, command="python -m tasks.voc --framework mmdet",
-    datasets=("coco-<split>", "a VOC-layout folder"), models=("mmdet-<config>: any single-stage mmdet detector",),
-    metrics=("map", "map50"), profiles=tuple(PROFILES),
-)  # fmt: skip
-def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
-    """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
-    detection driver's "voc" registration)."""
-    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
-    return build_grid(
-        config=config_path(record["mmdet"]["config"]["path"]),
-        profile=profile,
-        where=where,
-        reconstruction=record.get("reconstruction", "mse-blocks"),
-    )
-
-
 def format_table(records: list[dict]) -> str:
     head = f"{'method':14s} {'target':>6s} {'achieved':>9s} {'mAP50':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
     rows = [head, "-" * len(head)]
@@ -229,5 +212,19 @@ def plans(args: argparse.Namespace):
     yield cli.GridPlan(grid, args.methods, args.sparsity)
 
 
-def main(argv=None) -> int:
-    return cli.run_grids(parse_args(argv), plans, format_table)
+@register_task(
+    "coco", build_grid=build_grid, command="python -m tasks.voc --framework mmdet",
+    datasets=("coco-<split>", "a VOC-layout folder"), models=("mmdet-<config>: any single-stage mmdet detector",),
+    metrics=("map", "map50"), profiles=tuple(PROFILES),
+    parse_args=parse_args, plans=plans, table=format_table,
+)  # fmt: skip
+def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
+    """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
+    detection driver's "voc" registration)."""
+    where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
+    return build_grid(
+        config=config_path(record["mmdet"]["config"]["path"]),
+        profile=profile,
+        where=where,
+        reconstruction=record.get("reconstruction", "mse-blocks"),
+    )
