@@ -36,6 +36,7 @@ import csv
 import importlib.util
 import json
 import logging
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -446,6 +447,39 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def summary(records: list[dict]) -> str:
+    """Per cell and side over its seeds: top-1 as mean ± sd with each seed's, the sparsity reached, and ours at its
+    learned masks; the paper's FCPTS beside it. What the notebook's side-by-side table quotes."""
+    lines = [
+        "| model | target | iterations | side | seeds | top-1 mean ± sd (each seed) | sparsity reached | "
+        "ours at the learned masks: top-1 (sparsity) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    cells = sorted({(r["model"], r["target_sparsity"], r["iterations"]) for r in records})
+    for model, target, iterations in cells:
+        for side in SIDES:
+            runs = sorted(
+                (r for r in records if (r["model"], r["target_sparsity"], r["iterations"], r["side"])
+                 == (model, target, iterations, side)),
+                key=lambda r: r["seed"],
+            )  # fmt: skip
+            if not runs:
+                continue
+            top1 = [r["metrics"]["top1"] for r in runs]
+            spread = f" ± {statistics.stdev(top1):.2f}" if len(top1) > 1 else ""
+            each = ", ".join(f"{t:.2f}" for t in top1)
+            reached = ", ".join(f"{r['achieved_sparsity']:.5f}" for r in runs)
+            learned = [r["at_learned_masks"] for r in runs if r.get("at_learned_masks")]
+            at = ", ".join(f"{a['metrics']['top1']:.2f} ({a['achieved_sparsity']:.5f})" for a in learned)
+            lines.append(
+                f"| {model} | {target:.0%} | {iterations} | {side} | {len(runs)} | "
+                f"{statistics.mean(top1):.2f}{spread} ({each}) | {reached} | {at or '—'} |"
+            )
+        paper = paper_top1(model, target)
+        lines.append(f"| {model} | {target:.0%} | 1600 | paper's Table 2 (GPU) | | {paper if paper else 'n/a'} | | |")
+    return "\n".join(lines)
+
+
 def trace_table(records: list[dict], points: int = 6) -> str:
     """Reconstruction loss and threshold sparsity of every side at a few steps: where the sides part."""
     n = min(len(r["trace"]) for r in records)
@@ -470,6 +504,9 @@ def parse_args(argv):
     p.add_argument("--eval-limit", type=int, help="first N test images only (smoke)")
     p.add_argument("--data-root")
     p.add_argument("--out", default=str(OUT_DIR))
+    p.add_argument(
+        "--summarize", action="store_true", help="run nothing: the records under --out, summed up per cell and side"
+    )
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error(f"--epochs must be >= 1, got {args.epochs}")
@@ -478,6 +515,12 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.summarize:
+        records = [json.loads(p.read_text()) for p in sorted(Path(args.out).glob("cifar10-*.json"))]
+        text = summary(records)
+        write_text_atomic(Path(args.out) / "summary.md", text + "\n")
+        print(text)
+        return 0
     why = missing_checkout(args.release, args.msbench) if "release" in args.sides else None
     if why:
         print(f"skipped: {why}; {CLONE_HINT}")

@@ -51,3 +51,18 @@ def test_the_learned_masks_are_kept_beside_the_exact_step(monkeypatch):
     assert set(learned) == {row["name"] for row in report.per_layer}
     assert at["achieved_sparsity"] == report.extra["sparsity_before_exact_step"]
     assert fcpts.sparsity_summary(model)[0] == report.achieved_sparsity
+
+
+def test_the_summary_gives_each_side_s_seeds_their_spread_and_ours_at_the_learned_masks():
+    def record(side, seed, top1, learned=None):
+        r = {"model": "resnet56", "target_sparsity": 0.9, "iterations": 160, "side": side, "seed": seed,
+             "metrics": {"top1": top1}, "achieved_sparsity": 0.9}  # fmt: skip
+        return {**r, "at_learned_masks": learned} if learned else r
+
+    learned = {"metrics": {"top1": 85.0}, "achieved_sparsity": 0.9069}
+    text = rf.summary(
+        [record("release", 1, 86.0), record("release", 0, 85.0), record("ours-release", 0, 78.0, learned)]
+    )
+    assert "| resnet56 | 90% | 160 | release | 2 | 85.50 ± 0.71 (85.00, 86.00) | 0.90000, 0.90000 | — |" in text
+    assert "| ours-release | 1 | 78.00 (78.00) | 0.90000 | 85.00 (0.90690) |" in text
+    assert "| resnet56 | 90% | 1600 | paper's Table 2 (GPU) | | 92.02 | | |" in text
