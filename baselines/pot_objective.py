@@ -10,10 +10,14 @@ its weight (checked on one image), the loss is computed from the layer's own for
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
+
+from fcpts.core.masks import layer_bias, layer_weight
 
 RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes their inputs
 
@@ -115,8 +119,9 @@ def _patches(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         cols = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
         return cols.view(x.shape[0], layer.groups, -1, cols.shape[-1])
     # A subclass (timm's Conv2dSame pads inside forward): its own forward with one-hot kernels
-    g, (kh, kw) = layer.groups, layer.kernel_size
-    d = layer.in_channels // g * kh * kw
+    conv = cast(nn.Conv2d, layer)  # prunable layers are Conv2d or Linear, and Linear returned above
+    g, (kh, kw) = conv.groups, conv.kernel_size
+    d = conv.in_channels // g * kh * kw
     eye = torch.eye(d, dtype=x.dtype, device=x.device).view(d, -1, kh, kw).repeat(g, 1, 1, 1)
     cols = layer_output(layer, x, eye, torch.zeros(g * d, dtype=x.dtype, device=x.device))
     return cols.flatten(2).view(x.shape[0], g, d, -1)
@@ -207,8 +212,9 @@ class GramObjective(_Units):
     def _check_patches(self, x: torch.Tensor) -> None:
         """The layer's forward must equal W @ patches + b, or the statistics would describe another loss."""
         u = _patches(self.layer, x)[0]  # (g, D, P)
-        w = self.layer.weight.detach()
-        bias = w.new_zeros(w.shape[0]) if self.layer.bias is None else self.layer.bias.detach()
+        w = layer_weight(self.layer).detach()
+        b = layer_bias(self.layer)
+        bias = w.new_zeros(w.shape[0]) if b is None else b.detach()
         mine = torch.einsum("god,gdp->gop", w.reshape(u.shape[0], -1, u.shape[1]), u).reshape(w.shape[0], -1)
         ref = layer_output(self.layer, x, w, bias)
         ref = ref.movedim(channel_dim(self.layer), 1).reshape(w.shape[0], -1) - bias[:, None]

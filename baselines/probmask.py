@@ -36,7 +36,7 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, sharing_modules
-from fcpts.core.options import TrainingOptions, check_at_least, check_choice
+from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -183,22 +183,23 @@ def train_scores(
         weight_decay=options.weight_decay,
     )
     adam = torch.optim.Adam(scores, lr=options.score_lr)
+    iterations = fitted_iterations(options.iterations)
     factor = warmup_cosine(
         options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch,
-        options.iterations,
+        iterations,
     )
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
 
     def before(step: int) -> None:
         noise.manual_seed(noise_seed(options.seed, step))
-        inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, options.iterations - 1))
+        inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t
 
     project_scores = PROJECTIONS[options.projection]
 
     def after(step: int) -> None:
-        project_scores(scores, kept_fraction(step, options.iterations, target, options.schedule_fraction))
+        project_scores(scores, kept_fraction(step, iterations, target, options.schedule_fraction))
 
     checkpoint = run_checkpoint(options, identity, f"probmask {target:.2%}")
     loop = train_loop(

@@ -29,7 +29,7 @@ from torch import nn
 
 import fcpts
 from benchmarks.report import measure_then_emit
-from fcpts.core.masks import describe_unprunable, prunable_layers, unprunable_weights
+from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
         layers_before, before = prunable_layers(model), unprunable_weights(model)
         fcpts.attention_as_linear(model)
         layers, after = prunable_layers(model), unprunable_weights(model)
-        pruned = sum(m.weight.numel() for m in layers.values())
+        pruned = sum(layer_weight(m).numel() for m in layers.values())
         outside = describe_unprunable(before) if before else "none"
         if not before or after == before:
             swapped = ""  # no nn.MultiheadAttention among them: the swap changes nothing

@@ -9,7 +9,7 @@ import warnings
 import torch
 from torch import nn
 
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import layer_weight, prunable_layers
 
 
 class CSRLinear(nn.Module):
@@ -59,9 +59,9 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
     moved = total = 0
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     for name, m in list(prunable_layers(model).items()):
-        total += m.weight.numel()
+        total += layer_weight(m).numel()
         if not csr_applies(m):
             continue
-        moved += m.weight.numel()
+        moved += layer_weight(m).numel()
         model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
     return model, moved / total

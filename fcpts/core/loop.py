@@ -27,7 +27,7 @@ from .bn import fold_batchnorm
 from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
 from .io import tensors_sha256
-from .options import MethodOptions, TrainingOptions, resolve_device
+from .options import MethodOptions, TrainingOptions, fitted_iterations, resolve_device
 
 # (student output, teacher output, step) -> (loss, named loss terms). The terms are 0-dim tensors left on the
 # device (detached); the loop reads them back every `log_every` steps, so computing them never waits.
@@ -347,7 +347,7 @@ def train_loop(
     processes (`StepBatches.from_workers`, option `calibration_workers`), and with `cuda_graphs` (for a loop
     whose forward and backward do the same work at every step) they are replayed from a CUDA graph
     (`step_graph.StepRunner`; `result.steps_on` says how the steps ran)."""
-    iterations, device = options.iterations, resolve_device(None, model)
+    iterations, device = fitted_iterations(options.iterations), resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()
     elapsed_before = _resume(checkpoint, model, teacher, schedulers, result)

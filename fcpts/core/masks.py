@@ -124,6 +124,17 @@ def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
     return {users[0][0]: users for users in groups.values()}
 
 
+def layer_weight(layer: nn.Module) -> torch.Tensor:
+    """A prunable layer's weight as the Tensor it is: torch types every module attribute as `Tensor | Module`,
+    and Conv/Linear (plain or parametrized) always hold a Tensor there."""
+    return cast(torch.Tensor, layer.weight)
+
+
+def layer_bias(layer: nn.Module) -> torch.Tensor | None:
+    """A prunable layer's bias (None when it has none), typed as `layer_weight` is, for the same reason."""
+    return cast("torch.Tensor | None", layer.bias)
+
+
 def _stored_weight(module: nn.Module) -> torch.Tensor:
     """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
     tensor on every access, whose id can be reused)."""
@@ -143,7 +154,7 @@ def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> No
         return
     zeros = total = 0
     for module in layers.values():
-        weight = module.weight.detach()
+        weight = layer_weight(module).detach()
         zeros += int((weight == 0).sum())
         total += weight.numel()
     allowed = round(target * total)
@@ -298,7 +309,7 @@ def sparsity_summary(
     zeros = total = 0
     per_layer = []
     for name, module in layers.items():
-        w = module.weight.detach()
+        w = layer_weight(module).detach()
         z = int((w == 0).sum().item())
         zeros += z
         total += w.numel()
@@ -313,4 +324,5 @@ def sparsity_summary(
 def apply_keep_masks(layers: dict[str, nn.Module], masks: dict[str, torch.Tensor]) -> None:
     """Zero the weights outside each boolean keep-mask, in place."""
     for name, module in layers.items():
-        module.weight.mul_(masks[name].to(module.weight.dtype))
+        weight = layer_weight(module)
+        weight.mul_(masks[name].to(weight.dtype))

@@ -168,6 +168,13 @@ class TrainingOptions(MethodOptions):
             raise ValueError(f"option log_every must be >= 1 (steps between loss read-outs), got {self.log_every}")
 
 
+def fitted_iterations(iterations: int | None) -> int:
+    """An `iterations` option as the int it is once `fit_budget` has run, which every method does before it trains."""
+    if iterations is None:
+        raise TypeError("iterations is None: options.fit_budget(n_images) must run before training")
+    return iterations
+
+
 def epochs_budget(n_images: int, batch_size: int, epochs: int, most: int) -> int:
     """Steps of `epochs` passes over `n_images` in batches of `batch_size` (one batch when fewer images), at most
     `most`: a default budget that scales with the calibration set and reaches the paper's on the paper's data."""

@@ -30,8 +30,8 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, hard_mask
-from fcpts.core.options import TrainingOptions, check_choice
+from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
+from fcpts.core.options import TrainingOptions, check_choice, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import RunSetup, open_run
 
@@ -196,11 +196,11 @@ class BlocksMSE:
 
     def __call__(self, students: dict[str, torch.Tensor], teachers: dict[str, torch.Tensor], sole: set[str]):
         names = list(students)
-        key = (students[names[0]].device, *(students[k].numel() for k in names))
+        device, numels = students[names[0]].device, [students[k].numel() for k in names]
+        key = (device, *numels)
         if key not in self.scales:
-            numels = key[1:]
             rows = [[1.0 / n for n in numels], [2.0 / n for n in numels]]
-            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(key[0])
+            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(device)
         teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
         return _BlocksMSE.apply(teacher_list, [k in sole for k in names], self.scales[key], *students.values())
 
@@ -276,7 +276,7 @@ class _Thresholds:
         variant: Variant,
     ):  # fmt: skip
         self.layers, self.names = layers, list(layers)
-        numels = [layers[n].weight.numel() for n in self.names]
+        numels = [layer_weight(layers[n]).numel() for n in self.names]
         ste = options.learn_thresholds and options.threshold_grad == "ste"
         self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
         together = thresholds.MaskedTogether.applies(layers, self.params)
@@ -370,7 +370,9 @@ def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib:
         groups.append({"params": thr.scores, "weight_decay": 0.0, "foreach": True})
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=options.momentum)
     warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, options.iterations))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, variant.lr_factor(warmup, fitted_iterations(options.iterations))
+    )
     return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
 
 

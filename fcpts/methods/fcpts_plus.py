@@ -52,6 +52,7 @@ from torch import nn
 from fcpts.core.allocation import erk_rates
 from fcpts.core.erk_choice import choose_erk_power
 from fcpts.core.loop import restarted_cosine, warmup_cosine
+from fcpts.core.options import fitted_iterations
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import RunSetup, open_run
 
@@ -151,7 +152,7 @@ class Plan(Variant):
                 f"lr_restart restarts the learning rate at the ramp's end, and at {setup.target:.0%} "
                 f"ramp={options.ramp!r} gives no ramp: set ramp > 0, or no lr_restart"
             )
-        self.steps = round(self.ramp * options.iterations)  # the ramp's
+        self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
         if self.ramp > 0:  # the first level's ERK rates, or the target's to be scaled onto each level
             rates = erk_rates(self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.power)

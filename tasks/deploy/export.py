@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fcpts.core.bn import fold_batchnorm
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import layer_weight, prunable_layers
 
 OPSET = 17
 
@@ -29,7 +29,8 @@ def inference_copy(model: nn.Module) -> nn.Module:
     fold_batchnorm(model)
     with torch.no_grad():
         for layer in prunable_layers(model).values():
-            layer.weight[layer.weight == 0] = 0.0  # -0.0 == 0 is True: rewrites both as +0.0
+            weight = layer_weight(layer)
+            weight[weight == 0] = 0.0  # -0.0 == 0 is True: rewrites both as +0.0
     return model
 
 

@@ -16,11 +16,13 @@ pytorch-ssd's detectors); nothing is kept dense unless a method's `exclude`/`fil
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fcpts.core.masks import PRUNABLE_TYPES, prunable_layers
+from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
 from fcpts.methods.fcpts import default_blocks
 from tasks.voc.ssd import RECONSTRUCTIONS
 
@@ -32,6 +34,8 @@ PRUNED_LAYERS_RULE = (
 
 class HeadOutputView(nn.Module):
     """A single-stage mmdet detector whose forward returns per-anchor class log-probabilities at T."""
+
+    detector: Any  # an mmdet detector: its bbox_head and extract_feat are beyond what torch's Module types say
 
     def __init__(self, detector: nn.Module, temperature: float = 4.0):
         super().__init__()
@@ -122,6 +126,6 @@ def pruned_layers(view: HeadOutputView) -> dict:
     return {
         "rule": PRUNED_LAYERS_RULE,
         "n_layers": len(layers),
-        "n_weights": sum(m.weight.numel() for m in layers.values()),
+        "n_weights": sum(layer_weight(m).numel() for m in layers.values()),
         "excluded": [],
     }
