@@ -332,7 +332,7 @@ def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> d
         scores = alloc.l2norm_scores(layers) if how == "l2norm" else alloc.global_magnitude_scores(layers)
         return {n: int((~k).sum()) for n, k in alloc.global_keep_masks(scores, target).items()}
     rates = alloc.erk_rates(layers, target) if how == "erk" else alloc.uniform_rates(layers, target)
-    zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
+    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
     counts = alloc.rates_to_counts(rates, {n: layer_weight(m).numel() for n, m in layers.items()}, target, zeros)
     return {n: max(c, zeros[n]) for n, c in counts.items()}
 
@@ -355,7 +355,8 @@ def error_counts(
 
 def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
-    target, device, layers, calib = open_run(model, calibration, target, options)
+    target, device, layers, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     order = forward_order(model, layers, calib.take([0]).to(device), "obs")
     model.eval()
     layers = {n: layers[n] for n in order}
@@ -399,7 +400,7 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
         with torch.no_grad():
             weight = layer_weight(layer)
             weight.copy_(w.to(weight.dtype))
-        actual += int((layer.weight == 0).sum())
+        actual += int((weight == 0).sum())
         log[n] = {
             "planned_zeros": counts[n],
             "pruned": count,

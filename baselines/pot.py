@@ -38,7 +38,7 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -499,7 +499,7 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
     def step(sel: torch.Tensor) -> None:  # in place throughout: a graph replays into the same tensors
         opt.zero_grad(set_to_none=True)  # on the host: a captured step's backward allocates the gradients it rewrites
         losses = losses_and_gradients(sel, weight, bias)
-        weight.grad.mul_(keep)
+        cast(torch.Tensor, weight.grad).mul_(keep)  # losses_and_gradients has just set it
         before = weight.detach().clone(), bias.detach().clone()
         opt.step()
         with torch.no_grad():
@@ -537,7 +537,8 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
 def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tuple[nn.Module, SparsityReport]:
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
-    target, device, chosen, calib = open_run(model, calibration, target, options)
+    target, device, chosen, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     forward_order(model, chosen, calib.take([0]).to(device), f"pot-{options.allocation}")  # every layer reached
     checkpoint = run_checkpoint(
         options, run_identity(target, options, calib, model), f"pot-{options.allocation} {target:.2%}"

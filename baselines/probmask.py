@@ -147,7 +147,8 @@ def probmask_sparsify(
     model: nn.Module, calibration, target: float, options: ProbMaskOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
-    target, device, layers, calib = open_run(model, calibration, target, options)
+    target, device, layers, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     final_scores, loop = train_scores(model, layers, calib, target, device, options)
     apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
     model.eval()

@@ -151,7 +151,8 @@ def _trial_cache(options: STROptions, identity: dict, decay: float) -> Checkpoin
 
 def str_sparsify(model: nn.Module, calibration, target: float, options: STROptions) -> tuple[nn.Module, SparsityReport]:
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
-    target, device, _, calib = open_run(model, calibration, target, options)
+    target, device, _, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     if target == 0:  # a zero threshold: the dense model is the trial closest to the target
         model.eval()
         achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)

@@ -192,7 +192,7 @@ def keep_masks_for_rates(
     a method that rewrites kept weights (POT's weight correction shifts them) must not revive them.
     """
     numels = _numels(layers)
-    zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
+    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
     if target is None:
         counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
     else:

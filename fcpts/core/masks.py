@@ -135,11 +135,17 @@ def layer_bias(layer: nn.Module) -> torch.Tensor | None:
     return cast("torch.Tensor | None", layer.bias)
 
 
+def weight_parametrizations(layer: nn.Module) -> parametrize.ParametrizationList:
+    """What remakes a parametrized layer's weight: torch's parametrize keeps it in the ModuleDict
+    `layer.parametrizations`, which torch types as `Tensor | Module` as it does every module attribute."""
+    return cast(parametrize.ParametrizationList, cast(nn.ModuleDict, layer.parametrizations)["weight"])
+
+
 def _stored_weight(module: nn.Module) -> torch.Tensor:
     """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
     tensor on every access, whose id can be reused)."""
     if parametrize.is_parametrized(module, "weight"):
-        made_from = module.parametrizations.weight  # `original`; `original0`, ... for weight_norm's (g, v)
+        made_from = weight_parametrizations(module)  # `original`; `original0`, ... for weight_norm's (g, v)
         original = getattr(made_from, "original", None)
         return cast(torch.Tensor, made_from.original0 if original is None else original)
     return cast(torch.Tensor, module.weight)

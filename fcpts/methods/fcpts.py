@@ -347,7 +347,7 @@ class _Reconstruction:
                 "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
             )
         self.weight, measured = balanced_block_weight(
-            model, teacher, setup.calib, self.taps[0].outputs, self.taps[1].outputs, params,
+            model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
             temperature=options.temperature, balance=variant.block_balance, batches=variant.balance_batches,
             device=setup.device, block_loss=self.block_loss, channels_last=options.channels_last,
             transform=variant.transform,

@@ -144,7 +144,13 @@ class Plan(Variant):
             rates, self.dense, self.start = experimental.obs_start(model, calibration, setup.target, options)
         elif options.erk_power == "auto":
             self.power, self.probe = choose_erk_power(
-                model, options.layers, setup.calib, setup.target, options.erk_powers, options.probe_images, setup.device
+                model,
+                options.layers,
+                setup.required_calib(),
+                setup.target,
+                options.erk_powers,
+                options.probe_images,
+                setup.device,
             )
         self.ramp = options.ramp_for(setup.target)
         if options.lr_restart and self.ramp <= 0:

@@ -41,7 +41,7 @@ class HeadOutputView(nn.Module):
         super().__init__()
         self.detector = detector
         self.temperature = temperature
-        head = detector.bbox_head
+        head = self.detector.bbox_head
         self.sigmoid = bool(getattr(head, "use_sigmoid_cls", False))
         self.class_channels = int(head.cls_out_channels)
         self.class_logits = nn.Identity()
