@@ -150,7 +150,7 @@ def gram_plan(
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]
-    c_in, c_out = sample.shape[channel_dim(layer)], layer.weight.shape[0]
+    c_in, c_out = sample.shape[channel_dim(layer)], layer_weight(layer).shape[0]
     forward_bytes = 4 * batch * positions * (c_in + 4 * c_out)
     forward_flops = 6 * batch * positions * c_out * d
     closed_form = gradient == "closed-form"

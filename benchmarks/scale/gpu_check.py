@@ -53,6 +53,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -156,7 +157,13 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
     files = tracked_files()
-    info = {"commit": checkout_commit(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
+    info: dict[str, Any] = {
+        "commit": checkout_commit(),
+        "source": str(source),
+        "train": n_train,
+        "test": n_test,
+        "seed": seed,
+    }
     info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())

@@ -188,7 +188,7 @@ def build_grid(
     trainval = VOCDetection(folder, "trainval")
     manifest = test.manifest()
     substitute = manifest is not None
-    base = manifest["dataset"] if substitute else "voc2007"
+    base = manifest["dataset"] if manifest is not None else "voc2007"
     dataset = dataset_name(folder, profile.eval_limit)
 
     probe = create_ssd(arch, len(test.class_names))
