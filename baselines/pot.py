@@ -233,7 +233,7 @@ class RecomputedTargets:
 @torch.no_grad()
 def network_errors(
     dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks (the sparse
     layer on the sparse model's own inputs): what the layer-wise errors add up to."""
 
@@ -434,7 +434,8 @@ def group_gradients(group: list[LayerProblem], gram_gradient: str):
     w_dense = torch.stack([p.w_dense for p in group])
     b_dense = torch.stack([p.b_dense for p in group])
     if isinstance(group[0].objective, GramObjective):
-        stack = GramStack([p.objective for p in group])
+        # A group shares one stack signature: every objective is a Gram one when the first is.
+        stack = GramStack([cast(GramObjective, p.objective) for p in group])
         if gram_gradient == "closed-form":
             return lambda sel, W, B: stack.losses_and_gradients(sel, W, B, w_dense, b_dense)
         return _by_autograd(lambda sel, W, B: stack.losses(sel, W, B, w_dense, b_dense))
@@ -630,8 +631,8 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     chunk = max(
         1, min(128, int(options.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images))))
     )
-    for n, e in network_errors(dense, model, list(layers), images, chunk).items():
-        per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
+    for n, error in network_errors(dense, model, list(layers), images, chunk).items():
+        per_layer_log[n]["error_in_network"] = None if error is None else round(error, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     for row in per_layer:

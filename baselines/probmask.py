@@ -35,7 +35,7 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, sharing_modules
+from fcpts.core.masks import apply_keep_masks, layer_weight, sharing_modules
 from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
@@ -150,7 +150,7 @@ def probmask_sparsify(
     target, device, layers, _ = setup = open_run(model, calibration, target, options)
     calib = setup.required_calib()
     final_scores, loop = train_scores(model, layers, calib, target, device, options)
-    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
+    apply_keep_masks(layers, export_masks(final_scores, {n: layer_weight(m) for n, m in layers.items()}, target))
     model.eval()
     n_scores = sum(s.numel() for s in final_scores.values())
     hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
