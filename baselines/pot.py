@@ -405,7 +405,7 @@ def prepare_layer(
     )
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
-    keep_f = keep.to(layer.weight.dtype)
+    keep_f = keep.to(layer_weight(layer).dtype)
     return LayerProblem(name, layer, keep_f, w_dense, b_dense, objective, draws, energy, log)
 
 

@@ -10,7 +10,7 @@ its weight (checked on one image), the loss is computed from the layer's own for
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,19 @@ from torch.func import functional_call
 from fcpts.core.masks import layer_bias, layer_weight
 
 RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes their inputs
+
+
+class ImageRows(Protocol):
+    """What an objective reads per image: a tensor over the images, or POT's inputs (or targets) recomputed on
+    every read, indexed as that tensor would be."""
+
+    def __getitem__(self, idx: Any) -> torch.Tensor: ...
+
+
+class ImageInputs(ImageRows, Protocol):
+    """Per-image inputs, which also say how many images they cover."""
+
+    def __len__(self) -> int: ...
 
 
 def layer_output(layer: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -75,7 +88,7 @@ class _Units:
 class ForwardObjective(_Units):
     """The loss from the layer's forward on the cached inputs (any layer)."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, units: torch.Tensor | None = None):
         self.layer, self.inputs, self.units = layer, inputs, units
 
     def __len__(self) -> int:
@@ -187,7 +200,7 @@ class GramObjective(_Units):
     """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit (an image, or one
     of POT's fixed batches, whose statistics are the sums of its images')."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None, chunk: int = 64):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, units: torch.Tensor | None = None, chunk: int = 64):
         if not gram_candidate(layer):
             raise NotLinearInWeights(f"{type(layer).__name__} is not a Conv2d/Linear with zero padding")
         self.layer, self.units = layer, units
@@ -218,7 +231,9 @@ class GramObjective(_Units):
         mine = torch.einsum("god,gdp->gop", w.reshape(u.shape[0], -1, u.shape[1]), u).reshape(w.shape[0], -1)
         ref = layer_output(self.layer, x, w, bias)
         ref = ref.movedim(channel_dim(self.layer), 1).reshape(w.shape[0], -1) - bias[:, None]
-        if ref.shape != mine.shape or not torch.allclose(mine, ref, rtol=1e-4, atol=1e-5 * (ref.abs().max() + 1)):
+        if ref.shape != mine.shape or not torch.allclose(
+            mine, ref, rtol=1e-4, atol=float(1e-5 * (ref.abs().max() + 1))
+        ):
             raise NotLinearInWeights(f"{type(self.layer).__name__}'s forward is not W @ patches + b")
 
     def __len__(self) -> int:
@@ -303,9 +318,7 @@ class TargetObjective(_Units):
     """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the
     sparse model's inputs (earlier layers already reconstructed) and must still match the dense outputs."""
 
-    def __init__(
-        self, layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, units: torch.Tensor | None = None
-    ):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, targets: ImageRows, units: torch.Tensor | None = None):
         self.layer, self.inputs, self.targets, self.units = layer, inputs, targets, units
 
     def __len__(self) -> int:

@@ -171,10 +171,10 @@ def train_scores(
     noise = torch.Generator(device=device)
     params = {}
     for name, module in layers.items():
-        params[name] = ProbMaskParam(module.weight.shape, noise).to(device)
+        params[name] = ProbMaskParam(layer_weight(module).shape, noise).to(device)
         for user in (module, *sharing_modules(layers, name)):  # a shared weight: one set of scores
             parametrize.register_parametrization(user, "weight", params[name])
-    scores = [p.scores for p in params.values()]
+    scores: list[torch.Tensor] = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
     lr = options.resolved_lr(calib.batch_size)
     sgd = torch.optim.SGD(

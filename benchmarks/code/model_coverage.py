@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,7 +41,7 @@ class Model:
     library: str  # "torchvision" or "timm"
     name: str
     pixels: int
-    kwargs: tuple[tuple[str, object], ...] = ()  # e.g. a smaller image size where the model takes one
+    kwargs: tuple[tuple[str, Any], ...] = ()  # e.g. a smaller image size where the model takes one
 
     def build(self) -> nn.Module:
         torch.manual_seed(0)
@@ -109,7 +110,7 @@ def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: 
     model = fcpts.attention_as_linear(build())
     images = torch.randn(IMAGES, 3, pixels, pixels, generator=torch.Generator().manual_seed(0))
     spec = fcpts.get_method(method)
-    budget = {"iterations": ITERATIONS} if spec.trains or spec.family == "pot" else {}
+    budget: dict[str, Any] = {"iterations": ITERATIONS} if spec.trains or spec.family == "pot" else {}
     if spec.trains:
         budget["batch_size"] = BATCH
     start = time.perf_counter()

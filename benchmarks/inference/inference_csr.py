@@ -5,6 +5,7 @@ plain 1x1 convs."""
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import torch
 from torch import nn
@@ -63,5 +64,5 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
         if not csr_applies(m):
             continue
         moved += layer_weight(m).numel()
-        model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
+        model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(cast(nn.Conv2d, m)))
     return model, moved / total

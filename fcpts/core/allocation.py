@@ -31,7 +31,7 @@ def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -
     target = check_target(target)
     if target == 0:
         return {name: 0.0 for name in layers}
-    shapes = {name: list(m.weight.shape) for name, m in layers.items()}
+    shapes = {name: list(layer_weight(m).shape) for name, m in layers.items()}
     numel = {name: math.prod(s) for name, s in shapes.items()}
     raw = {name: (sum(s) / math.prod(s)) ** power for name, s in shapes.items()}
     dense: set[str] = set()

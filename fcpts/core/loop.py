@@ -12,9 +12,9 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -309,7 +309,7 @@ class Prefetched:
 
 
 def _resume(
-    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: list, result: LoopResult
+    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: Sequence, result: LoopResult
 ) -> float:
     """Load a saved state into the models, optimisers, schedulers and `result`; returns the time spent before."""
     state = checkpoint.load()
@@ -329,7 +329,7 @@ def train_loop(
     teacher: nn.Module,
     batches: StepBatches,
     options: TrainingOptions,
-    schedulers: list[torch.optim.lr_scheduler.LRScheduler],
+    schedulers: Sequence[torch.optim.lr_scheduler.LRScheduler],
     loss_fn: LossFn,
     checkpoint: Checkpoint,
     *,
@@ -403,7 +403,7 @@ def train_loop(
             if after_step is not None:
                 after_step(step)
             fetch.fetch_after(step, iterations)
-            log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
+            log.add(step, loss, logs, cast(float, schedulers[0].get_last_lr()[0]))  # a Tensor only for a Tensor lr
             if log.due(step + 1 - start) or step + 1 == iterations:
                 bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
             if checkpoint.due(step + 1):

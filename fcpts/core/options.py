@@ -116,7 +116,9 @@ class MethodOptions:
             value = getattr(self, f.name)
             if callable(value):
                 value = getattr(value, "__qualname__", repr(value))
-            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            out[f.name] = (
+                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+            )
         return out
 
 

@@ -285,7 +285,7 @@ class _Thresholds:
         self.bridges = LayerBridges(
             numels, options.bridge, options.kde_points, options.kde_bandwidth, options.histogram_bins, gen
         )
-        self.scores = [self.params[n].score for n in self.names]
+        self.scores: list[torch.Tensor] = [self.params[n].score for n in self.names]
         for s in self.scores:
             s.requires_grad_(options.learn_thresholds)
 
@@ -346,9 +346,11 @@ class _Reconstruction:
             raise ValueError(
                 "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
             )
+        balance = variant.block_balance
+        assert balance is not None  # distill balances only a variant with a block_balance
         self.weight, measured = balanced_block_weight(
             model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
-            temperature=options.temperature, balance=variant.block_balance, batches=variant.balance_batches,
+            temperature=options.temperature, balance=balance, batches=variant.balance_batches,
             device=setup.device, block_loss=self.block_loss, channels_last=options.channels_last,
             transform=variant.transform,
         )  # fmt: skip

@@ -161,8 +161,10 @@ class Plan(Variant):
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
         if self.ramp > 0:  # the first level's ERK rates, or the target's to be scaled onto each level
-            rates = erk_rates(self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.power)
-        self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.power)
+            rates = erk_rates(
+                self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.erk_power()
+            )
+        self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.erk_power())
         if options.mix != "none":
             self.transform = experimental.batch_mixer(options.mix, options.mix_alpha, options.seed)
         self.dense_gradient = options.dense_gradient
@@ -172,12 +174,18 @@ class Plan(Variant):
         ):  # with the KL alone no blocks to weigh
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
 
+    def erk_power(self) -> float:
+        """The ERK exponent: the option's, or for "auto" the one the probe chose (it probes from a magnitude start)."""
+        if self.power == "auto":
+            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it runs with start='magnitude'")
+        return self.power
+
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         if self.ramp > 0 and self.options.ramp_hold == "erk" and step < self.steps:
-            return erk_rates(self.layers, self.level(step), self.power)
+            return erk_rates(self.layers, self.level(step), self.erk_power())
         return None
 
     def level_at(self, step: int) -> float | None:

@@ -45,7 +45,7 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
         torch.onnx.export(
             model,
             (dummy,),
-            buf,
+            buf,  # type: ignore[arg-type]  # torch's stub says a path; the exporter writes to a file-like object too
             opset_version=opset,
             dynamo=False,
             input_names=["input"],
@@ -59,8 +59,9 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
     return data
 
 
-def ort_session(model_bytes: bytes, threads: int = 1):
-    """A CPU onnxruntime session with a fixed thread count (so timings and checks are reproducible)."""
+def ort_session(model_bytes: bytes | str, threads: int = 1):
+    """A CPU onnxruntime session of a serialized model (or of the path to one) with a fixed thread count (so
+    timings and checks are reproducible)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()

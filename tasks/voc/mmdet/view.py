@@ -105,7 +105,7 @@ def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:
         with torch.enable_grad():
             logits, boxes = view.head_outputs(torch.zeros(1, 3, size, size))
             reached = torch.autograd.grad(
-                logits.sum() + boxes.sum(), [m.weight for m in layers.values()], allow_unused=True
+                logits.sum() + boxes.sum(), [layer_weight(m) for m in layers.values()], allow_unused=True
             )
     finally:
         view.train(mode)
