@@ -14,7 +14,7 @@ from torch import nn
 from fcpts.core import allocation
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
-from fcpts.core.masks import apply_keep_masks, sparsity_summary
+from fcpts.core.masks import apply_keep_masks, layer_weight, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
@@ -38,7 +38,9 @@ def keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict:
     if how == "erk":
         return allocation.keep_masks_for_rates(layers, allocation.erk_rates(layers, target), target)
     if how == "lamp":
-        return allocation.global_keep_masks({n: allocation.lamp_scores(m.weight) for n, m in layers.items()}, target)
+        return allocation.global_keep_masks(
+            {n: allocation.lamp_scores(layer_weight(m)) for n, m in layers.items()}, target
+        )
     return allocation.global_keep_masks(allocation.global_magnitude_scores(layers), target)
 
 

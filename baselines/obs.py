@@ -70,7 +70,7 @@ from fcpts.core import allocation as alloc
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs, forward_order
-from fcpts.core.masks import sparsity_summary
+from fcpts.core.masks import layer_weight, sparsity_summary
 from fcpts.core.options import MethodOptions, check_choice, check_choose_for
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
@@ -332,8 +332,8 @@ def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> d
         scores = alloc.l2norm_scores(layers) if how == "l2norm" else alloc.global_magnitude_scores(layers)
         return {n: int((~k).sum()) for n, k in alloc.global_keep_masks(scores, target).items()}
     rates = alloc.erk_rates(layers, target) if how == "erk" else alloc.uniform_rates(layers, target)
-    zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
-    counts = alloc.rates_to_counts(rates, {n: m.weight.numel() for n, m in layers.items()}, target, zeros)
+    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
+    counts = alloc.rates_to_counts(rates, {n: layer_weight(m).numel() for n, m in layers.items()}, target, zeros)
     return {n: max(c, zeros[n]) for n, c in counts.items()}
 
 
@@ -348,18 +348,19 @@ def error_counts(
     bar = tqdm(list(obs), disable=not options.progress, desc="obs error curves", unit="layer", leave=False)
     for n in bar:
         bar.set_postfix(layer=n)
-        counts = [round(s * layers[n].weight.numel()) for s in levels]
+        counts = [round(s * layer_weight(layers[n]).numel()) for s in levels]
         curves[n] = [(0, 0.0), *zip(counts, obs.pop(n).error_curve(counts, options.block_size, options.percdamp))]
-    return hull_allocation(curves, round(target * sum(m.weight.numel() for m in layers.values()))), curves
+    return hull_allocation(curves, round(target * sum(layer_weight(m).numel() for m in layers.values()))), curves
 
 
 def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tuple[nn.Module, SparsityReport]:
     t0 = time.perf_counter()
-    target, device, layers, calib = open_run(model, calibration, target, options)
+    target, device, layers, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     order = forward_order(model, layers, calib.take([0]).to(device), "obs")
     model.eval()
     layers = {n: layers[n] for n in order}
-    total = round(target * sum(m.weight.numel() for m in layers.values()))
+    total = round(target * sum(layer_weight(m).numel() for m in layers.values()))
     curves = None
     if options.allocation == "error":
         counts, curves = error_counts(model, layers, calib, target, options)
@@ -394,11 +395,12 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
             o.add_batch(x, *x_dense)
         hessian_s = time.perf_counter() - tic
         planned += counts[n]
-        count = min(max(planned - actual, 0), layer.weight.numel())  # this layer's count plus any carry
+        count = min(max(planned - actual, 0), layer_weight(layer).numel())  # this layer's count plus any carry
         w, info = o.prune(count, options.block_size, options.percdamp)
         with torch.no_grad():
-            layer.weight.copy_(w.to(layer.weight.dtype))
-        actual += int((layer.weight == 0).sum())
+            weight = layer_weight(layer)
+            weight.copy_(w.to(weight.dtype))
+        actual += int((weight == 0).sum())
         log[n] = {
             "planned_zeros": counts[n],
             "pruned": count,

@@ -38,7 +38,7 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -48,8 +48,15 @@ from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.layer_inputs import forward_order
 from fcpts.core.loop import run_checkpoint, run_identity
-from fcpts.core.masks import apply_keep_masks, sparsity_summary
-from fcpts.core.options import MethodOptions, check_at_least, check_choice, check_choose_for, epochs_budget
+from fcpts.core.masks import apply_keep_masks, layer_bias, layer_weight, sparsity_summary
+from fcpts.core.options import (
+    MethodOptions,
+    check_at_least,
+    check_choice,
+    check_choose_for,
+    epochs_budget,
+    fitted_iterations,
+)
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -226,7 +233,7 @@ class RecomputedTargets:
 @torch.no_grad()
 def network_errors(
     dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks (the sparse
     layer on the sparse model's own inputs): what the layer-wise errors add up to."""
 
@@ -357,10 +364,12 @@ def prepare_layer(
     """The layer's objective, then bias correction (on dense inputs, as msbench); with `sparse_inputs` the
     objective is the error of the sparse inputs against the dense outputs."""
     tic = time.perf_counter()
-    w_dense = dense_layer.weight.detach()
+    w_dense = layer_weight(dense_layer).detach()
     if layer.bias is None:
-        layer.bias = nn.Parameter(torch.zeros(layer.weight.shape[0], device=layer.weight.device))
-    b_dense = torch.zeros_like(layer.bias) if dense_layer.bias is None else dense_layer.bias.detach()
+        weight = layer_weight(layer)
+        layer.bias = nn.Parameter(torch.zeros(weight.shape[0], device=weight.device))
+    dense_bias = layer_bias(dense_layer)
+    b_dense = torch.zeros_like(_bias(layer)) if dense_bias is None else dense_bias.detach()
     objective: ForwardObjective | GramObjective | TargetObjective
     if sparse_inputs is None:
         objective = layer_objective(layer, inputs, options, units)
@@ -384,17 +393,27 @@ def prepare_layer(
     }
     if options.bias_correction:
         with torch.no_grad():
-            layer.bias.add_(bias_objective.mean_error(layer.weight, layer.bias, w_dense, b_dense))
+            bias = _bias(layer)
+            bias.add_(bias_objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
     del bias_objective
     log["error_bias_corrected"] = relative_error(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
     )
     per_step = 1 if units is not None else min(options.batch_size, len(objective))
-    draws = layer_draws(options.seed, name, options.iterations, len(objective), per_step).to(w_dense.device)
+    draws = layer_draws(options.seed, name, fitted_iterations(options.iterations), len(objective), per_step).to(
+        w_dense.device
+    )
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
-    keep_f = keep.to(layer.weight.dtype)
+    keep_f = keep.to(layer_weight(layer).dtype)
     return LayerProblem(name, layer, keep_f, w_dense, b_dense, objective, draws, energy, log)
+
+
+def _bias(layer: nn.Module) -> torch.Tensor:
+    """The bias of a layer POT reconstructs: `prepare_layer` gives one to every layer that had none."""
+    bias = layer_bias(layer)
+    assert bias is not None, "prepare_layer gives every layer a bias"
+    return bias
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
@@ -415,7 +434,8 @@ def group_gradients(group: list[LayerProblem], gram_gradient: str):
     w_dense = torch.stack([p.w_dense for p in group])
     b_dense = torch.stack([p.b_dense for p in group])
     if isinstance(group[0].objective, GramObjective):
-        stack = GramStack([p.objective for p in group])
+        # A group shares one stack signature: every objective is a Gram one when the first is.
+        stack = GramStack([cast(GramObjective, p.objective) for p in group])
         if gram_gradient == "closed-form":
             return lambda sel, W, B: stack.losses_and_gradients(sel, W, B, w_dense, b_dense)
         return _by_autograd(lambda sel, W, B: stack.losses(sel, W, B, w_dense, b_dense))
@@ -463,11 +483,13 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
     replayed from a CUDA graph (`run_steps`) where `options.cuda_graphs` and the group allow it."""
     tic = time.perf_counter()
     losses_and_gradients = group_gradients(group, options.gram_gradient)
-    weight = torch.stack([p.layer.weight.detach() for p in group]).requires_grad_(True)
-    bias = torch.stack([p.layer.bias.detach() for p in group]).requires_grad_(True)
+    weight = torch.stack([layer_weight(p.layer).detach() for p in group]).requires_grad_(True)
+    bias = torch.stack([_bias(p.layer).detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
-    graphs = options.cuda_graphs and graph_capturable(group) and options.iterations > step_graph.WARMUP
+    graphs = (
+        options.cuda_graphs and graph_capturable(group) and fitted_iterations(options.iterations) > step_graph.WARMUP
+    )
     params = [{"params": [weight], "lr": options.lr_weight}, {"params": [bias], "lr": options.lr_bias}]
     opt = torch.optim.Adam(params, capturable=graphs)  # capturable: Adam's step count stays on the device
     active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
@@ -478,7 +500,7 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
     def step(sel: torch.Tensor) -> None:  # in place throughout: a graph replays into the same tensors
         opt.zero_grad(set_to_none=True)  # on the host: a captured step's backward allocates the gradients it rewrites
         losses = losses_and_gradients(sel, weight, bias)
-        weight.grad.mul_(keep)
+        cast(torch.Tensor, weight.grad).mul_(keep)  # losses_and_gradients has just set it
         before = weight.detach().clone(), bias.detach().clone()
         opt.step()
         with torch.no_grad():
@@ -495,8 +517,8 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):
-            p.layer.weight.copy_(weight[i])
-            p.layer.bias.copy_(bias[i])
+            layer_weight(p.layer).copy_(weight[i])
+            _bias(p.layer).copy_(bias[i])
             final = float(last[i])
             p.log.update(
                 iterations=int(steps[i]),
@@ -516,7 +538,8 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
 def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tuple[nn.Module, SparsityReport]:
     """POT with the chosen allocation: correct, then reconstruct each layer on the dense model's inputs."""
     t0 = time.perf_counter()
-    target, device, chosen, calib = open_run(model, calibration, target, options)
+    target, device, chosen, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     forward_order(model, chosen, calib.take([0]).to(device), f"pot-{options.allocation}")  # every layer reached
     checkpoint = run_checkpoint(
         options, run_identity(target, options, calib, model), f"pot-{options.allocation} {target:.2%}"
@@ -533,7 +556,8 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     masks = pot_masks(layers, target, options.allocation)
     with torch.no_grad():
         for n, m in layers.items():
-            m.weight.copy_(correct_weight(m.weight, masks[n]) if options.weight_correction else m.weight * masks[n])
+            weight = layer_weight(m)
+            weight.copy_(correct_weight(weight, masks[n]) if options.weight_correction else weight * masks[n])
 
     images = calib.take(list(range(len(calib))))  # on the host, each forward's chunk sent to the device
     if device.type == "cuda":
@@ -607,8 +631,8 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     chunk = max(
         1, min(128, int(options.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images))))
     )
-    for n, e in network_errors(dense, model, list(layers), images, chunk).items():
-        per_layer_log[n]["error_in_network"] = None if e is None else round(e, 6)
+    for n, error in network_errors(dense, model, list(layers), images, chunk).items():
+        per_layer_log[n]["error_in_network"] = None if error is None else round(error, 6)
     model.requires_grad_(True)
     achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     for row in per_layer:

@@ -10,12 +10,29 @@ its weight (checked on one image), the loss is computed from the layer's own for
 
 from __future__ import annotations
 
+from typing import Any, Protocol, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from fcpts.core.masks import layer_bias, layer_weight
+
 RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes their inputs
+
+
+class ImageRows(Protocol):
+    """What an objective reads per image: a tensor over the images, or POT's inputs (or targets) recomputed on
+    every read, indexed as that tensor would be."""
+
+    def __getitem__(self, idx: Any) -> torch.Tensor: ...
+
+
+class ImageInputs(ImageRows, Protocol):
+    """Per-image inputs, which also say how many images they cover."""
+
+    def __len__(self) -> int: ...
 
 
 def layer_output(layer: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -71,7 +88,7 @@ class _Units:
 class ForwardObjective(_Units):
     """The loss from the layer's forward on the cached inputs (any layer)."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, units: torch.Tensor | None = None):
         self.layer, self.inputs, self.units = layer, inputs, units
 
     def __len__(self) -> int:
@@ -115,8 +132,9 @@ def _patches(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         cols = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
         return cols.view(x.shape[0], layer.groups, -1, cols.shape[-1])
     # A subclass (timm's Conv2dSame pads inside forward): its own forward with one-hot kernels
-    g, (kh, kw) = layer.groups, layer.kernel_size
-    d = layer.in_channels // g * kh * kw
+    conv = cast(nn.Conv2d, layer)  # prunable layers are Conv2d or Linear, and Linear returned above
+    g, (kh, kw) = conv.groups, conv.kernel_size
+    d = conv.in_channels // g * kh * kw
     eye = torch.eye(d, dtype=x.dtype, device=x.device).view(d, -1, kh, kw).repeat(g, 1, 1, 1)
     cols = layer_output(layer, x, eye, torch.zeros(g * d, dtype=x.dtype, device=x.device))
     return cols.flatten(2).view(x.shape[0], g, d, -1)
@@ -145,7 +163,7 @@ def gram_plan(
     """
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]
-    c_in, c_out = sample.shape[channel_dim(layer)], layer.weight.shape[0]
+    c_in, c_out = sample.shape[channel_dim(layer)], layer_weight(layer).shape[0]
     forward_bytes = 4 * batch * positions * (c_in + 4 * c_out)
     forward_flops = 6 * batch * positions * c_out * d
     closed_form = gradient == "closed-form"
@@ -182,7 +200,7 @@ class GramObjective(_Units):
     """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit (an image, or one
     of POT's fixed batches, whose statistics are the sums of its images')."""
 
-    def __init__(self, layer: nn.Module, inputs: torch.Tensor, units: torch.Tensor | None = None, chunk: int = 64):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, units: torch.Tensor | None = None, chunk: int = 64):
         if not gram_candidate(layer):
             raise NotLinearInWeights(f"{type(layer).__name__} is not a Conv2d/Linear with zero padding")
         self.layer, self.units = layer, units
@@ -207,12 +225,15 @@ class GramObjective(_Units):
     def _check_patches(self, x: torch.Tensor) -> None:
         """The layer's forward must equal W @ patches + b, or the statistics would describe another loss."""
         u = _patches(self.layer, x)[0]  # (g, D, P)
-        w = self.layer.weight.detach()
-        bias = w.new_zeros(w.shape[0]) if self.layer.bias is None else self.layer.bias.detach()
+        w = layer_weight(self.layer).detach()
+        b = layer_bias(self.layer)
+        bias = w.new_zeros(w.shape[0]) if b is None else b.detach()
         mine = torch.einsum("god,gdp->gop", w.reshape(u.shape[0], -1, u.shape[1]), u).reshape(w.shape[0], -1)
         ref = layer_output(self.layer, x, w, bias)
         ref = ref.movedim(channel_dim(self.layer), 1).reshape(w.shape[0], -1) - bias[:, None]
-        if ref.shape != mine.shape or not torch.allclose(mine, ref, rtol=1e-4, atol=1e-5 * (ref.abs().max() + 1)):
+        if ref.shape != mine.shape or not torch.allclose(
+            mine, ref, rtol=1e-4, atol=float(1e-5 * (ref.abs().max() + 1))
+        ):
             raise NotLinearInWeights(f"{type(self.layer).__name__}'s forward is not W @ patches + b")
 
     def __len__(self) -> int:
@@ -297,9 +318,7 @@ class TargetObjective(_Units):
     """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the
     sparse model's inputs (earlier layers already reconstructed) and must still match the dense outputs."""
 
-    def __init__(
-        self, layer: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, units: torch.Tensor | None = None
-    ):
+    def __init__(self, layer: nn.Module, inputs: ImageInputs, targets: ImageRows, units: torch.Tensor | None = None):
         self.layer, self.inputs, self.targets, self.units = layer, inputs, targets, units
 
     def __len__(self) -> int:

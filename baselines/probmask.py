@@ -35,8 +35,8 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, sharing_modules
-from fcpts.core.options import TrainingOptions, check_at_least, check_choice
+from fcpts.core.masks import apply_keep_masks, layer_weight, sharing_modules
+from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -147,9 +147,10 @@ def probmask_sparsify(
     model: nn.Module, calibration, target: float, options: ProbMaskOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """ProbMask under the post-training budget, exported deterministically at exactly the target."""
-    target, device, layers, calib = open_run(model, calibration, target, options)
+    target, device, layers, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     final_scores, loop = train_scores(model, layers, calib, target, device, options)
-    apply_keep_masks(layers, export_masks(final_scores, {n: m.weight for n, m in layers.items()}, target))
+    apply_keep_masks(layers, export_masks(final_scores, {n: layer_weight(m) for n, m in layers.items()}, target))
     model.eval()
     n_scores = sum(s.numel() for s in final_scores.values())
     hard = sum(int((s > 0.5).sum()) for s in final_scores.values()) / n_scores
@@ -170,10 +171,10 @@ def train_scores(
     noise = torch.Generator(device=device)
     params = {}
     for name, module in layers.items():
-        params[name] = ProbMaskParam(module.weight.shape, noise).to(device)
+        params[name] = ProbMaskParam(layer_weight(module).shape, noise).to(device)
         for user in (module, *sharing_modules(layers, name)):  # a shared weight: one set of scores
             parametrize.register_parametrization(user, "weight", params[name])
-    scores = [p.scores for p in params.values()]
+    scores: list[torch.Tensor] = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
     lr = options.resolved_lr(calib.batch_size)
     sgd = torch.optim.SGD(
@@ -183,22 +184,23 @@ def train_scores(
         weight_decay=options.weight_decay,
     )
     adam = torch.optim.Adam(scores, lr=options.score_lr)
+    iterations = fitted_iterations(options.iterations)
     factor = warmup_cosine(
         options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch,
-        options.iterations,
+        iterations,
     )
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
 
     def before(step: int) -> None:
         noise.manual_seed(noise_seed(options.seed, step))
-        inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, options.iterations - 1))
+        inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t
 
     project_scores = PROJECTIONS[options.projection]
 
     def after(step: int) -> None:
-        project_scores(scores, kept_fraction(step, options.iterations, target, options.schedule_fraction))
+        project_scores(scores, kept_fraction(step, iterations, target, options.schedule_fraction))
 
     checkpoint = run_checkpoint(options, identity, f"probmask {target:.2%}")
     loop = train_loop(

@@ -36,7 +36,7 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
 from fcpts.core.masks import sharing_modules, sparsity_summary
-from fcpts.core.options import TrainingOptions, check_at_least
+from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -57,7 +57,7 @@ class STROptions(TrainingOptions):
         FCPTS's whole budget, as the paper did)."""
         if self.iterations is None:
             super().fit_budget(n_images)
-            self.iterations = max(1, self.iterations // self.search_runs)
+            self.iterations = max(1, fitted_iterations(self.iterations) // self.search_runs)
 
     def target_tolerance(self) -> float:
         return self.tolerance  # no exact step: the trial closest to the target is the result
@@ -110,7 +110,7 @@ def _trial(
         momentum=options.momentum,
     )
     warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, options.iterations))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, fitted_iterations(options.iterations)))
 
     checkpoint = run_checkpoint(options, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
     loop = train_loop(
@@ -151,7 +151,8 @@ def _trial_cache(options: STROptions, identity: dict, decay: float) -> Checkpoin
 
 def str_sparsify(model: nn.Module, calibration, target: float, options: STROptions) -> tuple[nn.Module, SparsityReport]:
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
-    target, device, _, calib = open_run(model, calibration, target, options)
+    target, device, _, _ = setup = open_run(model, calibration, target, options)
+    calib = setup.required_calib()
     if target == 0:  # a zero threshold: the dense model is the trial closest to the target
         model.eval()
         achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)

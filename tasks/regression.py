@@ -112,7 +112,9 @@ def _imagenet_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
 def _voc_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
     """The substitute set's test split and first trainval images, written to scratch (seconds; not committed)."""
     out = scratch / "voc-cifar"
-    get_task("voc").make_data(out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None)
+    make_data = get_task("voc").make_data
+    assert make_data is not None  # the voc task registers the maker of its substitute set
+    make_data(out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None)
     where = replace(where, data_root=str(out))
     return get_task("voc").build_grid(arch="mb2-ssd-lite", image_size=160, profile=profile, where=where)
 

@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 import fcpts
 from benchmarks.report import measure_then_emit
-from fcpts.core.masks import describe_unprunable, prunable_layers, unprunable_weights
+from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ class Model:
     library: str  # "torchvision" or "timm"
     name: str
     pixels: int
-    kwargs: tuple[tuple[str, object], ...] = ()  # e.g. a smaller image size where the model takes one
+    kwargs: tuple[tuple[str, Any], ...] = ()  # e.g. a smaller image size where the model takes one
 
     def build(self) -> nn.Module:
         torch.manual_seed(0)
@@ -109,7 +110,7 @@ def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: 
     model = fcpts.attention_as_linear(build())
     images = torch.randn(IMAGES, 3, pixels, pixels, generator=torch.Generator().manual_seed(0))
     spec = fcpts.get_method(method)
-    budget = {"iterations": ITERATIONS} if spec.trains or spec.family == "pot" else {}
+    budget: dict[str, Any] = {"iterations": ITERATIONS} if spec.trains or spec.family == "pot" else {}
     if spec.trains:
         budget["batch_size"] = BATCH
     start = time.perf_counter()
@@ -137,7 +138,7 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
         layers_before, before = prunable_layers(model), unprunable_weights(model)
         fcpts.attention_as_linear(model)
         layers, after = prunable_layers(model), unprunable_weights(model)
-        pruned = sum(m.weight.numel() for m in layers.values())
+        pruned = sum(layer_weight(m).numel() for m in layers.values())
         outside = describe_unprunable(before) if before else "none"
         if not before or after == before:
             swapped = ""  # no nn.MultiheadAttention among them: the swap changes nothing

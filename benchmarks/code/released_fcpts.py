@@ -228,6 +228,7 @@ def import_release(release: str, msbench: str):
 
     fake_sparse.FCPTSFakeSparse = sparse_base.FCPTSFakeSparse  # PATCHES[0]
     spec = importlib.util.spec_from_file_location("fcpts_release_main", Path(release) / "main.py")
+    assert spec is not None and spec.loader is not None  # a .py file's path always gives a spec and its loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

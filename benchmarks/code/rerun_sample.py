@@ -155,7 +155,9 @@ def _voc_substitute(record: dict, scratch: Path) -> str | None:
     out = scratch / "voc-cifar"
     if not out.is_dir():
         manifest = record["substitute_manifest"]
-        get_task("voc").make_data(out, resolve_data_root(None), seed=manifest["seed"], log=lambda _: None)
+        make_data = get_task("voc").make_data
+        assert make_data is not None  # the voc task registers the maker of its substitute set
+        make_data(out, resolve_data_root(None), seed=manifest["seed"], log=lambda _: None)
     return str(out)
 
 

@@ -5,11 +5,12 @@ plain 1x1 convs."""
 from __future__ import annotations
 
 import warnings
+from typing import cast
 
 import torch
 from torch import nn
 
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import layer_weight, prunable_layers
 
 
 class CSRLinear(nn.Module):
@@ -59,9 +60,9 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
     moved = total = 0
     warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
     for name, m in list(prunable_layers(model).items()):
-        total += m.weight.numel()
+        total += layer_weight(m).numel()
         if not csr_applies(m):
             continue
-        moved += m.weight.numel()
-        model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(m))
+        moved += layer_weight(m).numel()
+        model.set_submodule(name, CSRLinear(m) if isinstance(m, nn.Linear) else CSRConv1x1(cast(nn.Conv2d, m)))
     return model, moved / total

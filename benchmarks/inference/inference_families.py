@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fcpts.core.masks import prunable_layers, sparsity_summary
+from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
 from tasks.deploy.checkpoints import load_sparse_checkpoint
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
 from tasks.deploy.sparse_storage import write_sparse_files
@@ -36,7 +36,7 @@ def random_unstructured(model: nn.Module, rate: float, seed: int) -> nn.Module:
     """Zero exactly round(rate * n) randomly chosen weights in every Conv2d/Linear (in place)."""
     g = torch.Generator().manual_seed(seed)
     for layer in prunable_layers(model).values():
-        w = layer.weight.view(-1)
+        w = layer_weight(layer).view(-1)
         w[torch.randperm(w.numel(), generator=g)[: round(rate * w.numel())]] = 0.0
     return model
 

@@ -53,6 +53,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,7 @@ def sent_commit(prepared: dict) -> str | None:
 
 def write_npz_xz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, allow_pickle=True, **arrays)  # numpy's default, named: else mypy fits an array to it
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=XZ_FILTERS))
 
@@ -156,7 +157,13 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
     files = tracked_files()
-    info = {"commit": checkout_commit(), "source": str(source), "train": n_train, "test": n_test, "seed": seed}
+    info: dict[str, Any] = {
+        "commit": checkout_commit(),
+        "source": str(source),
+        "train": n_train,
+        "test": n_test,
+        "seed": seed,
+    }
     info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
@@ -268,8 +275,10 @@ def continue_work(source: Path, work: Path) -> None:
     processes ended with that call), so they are dropped; a record's device list says where each part ran."""
     if source.is_file():
         with tarfile.open(source) as tar:
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python < 3.10.12: no filters
-            tar.extractall(work.parent / "earlier", **safe)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(work.parent / "earlier", filter="data")
+            else:  # Python < 3.10.12: no filters
+                tar.extractall(work.parent / "earlier")
         source = work.parent / "earlier" / "gpu_check"
     if not any((source / name).exists() for name in ("summary.json", "records", "scale.json")):
         raise SystemExit(

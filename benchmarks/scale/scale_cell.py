@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import layer_weight, prunable_layers
 from fcpts.core.options import MethodOptions
 from fcpts.methods import Method, get_method
 
@@ -144,7 +144,7 @@ def layer_costs(model: nn.Module) -> dict[str, dict[str, int]]:
         model.eval()(torch.zeros(1, 3, IMAGE_SIZE, IMAGE_SIZE))
     for h in handles:
         h.remove()
-    return {n: {"macs": macs.get(n, 0), "params": m.weight.numel()} for n, m in layers.items()}
+    return {n: {"macs": macs.get(n, 0), "params": layer_weight(m).numel()} for n, m in layers.items()}
 
 
 def spread(names: list[str], k: int) -> list[str]:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .masks import check_target
+from .masks import check_target, layer_weight
 
 
 def _numels(layers: dict[str, nn.Module]) -> dict[str, int]:
-    return {name: m.weight.numel() for name, m in layers.items()}
+    return {name: layer_weight(m).numel() for name, m in layers.items()}
 
 
 def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -> dict[str, float]:
@@ -31,7 +31,7 @@ def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -
     target = check_target(target)
     if target == 0:
         return {name: 0.0 for name in layers}
-    shapes = {name: list(m.weight.shape) for name, m in layers.items()}
+    shapes = {name: list(layer_weight(m).shape) for name, m in layers.items()}
     numel = {name: math.prod(s) for name, s in shapes.items()}
     raw = {name: (sum(s) / math.prod(s)) ** power for name, s in shapes.items()}
     dense: set[str] = set()
@@ -192,12 +192,12 @@ def keep_masks_for_rates(
     a method that rewrites kept weights (POT's weight correction shifts them) must not revive them.
     """
     numels = _numels(layers)
-    zeros = {n: int((m.weight == 0).sum()) for n, m in layers.items()}
+    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
     if target is None:
         counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
     else:
         counts = rates_to_counts(rates, numels, target, zeros)
-    return {n: _lowest_k_mask(m.weight.abs(), max(counts[n], zeros[n])) for n, m in layers.items()}
+    return {n: _lowest_k_mask(layer_weight(m).abs(), max(counts[n], zeros[n])) for n, m in layers.items()}
 
 
 @torch.no_grad()
@@ -230,7 +230,7 @@ def lamp_scores(weight: torch.Tensor) -> torch.Tensor:
 
 
 def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    return {n: m.weight.detach().abs() for n, m in layers.items()}
+    return {n: layer_weight(m).detach().abs() for n, m in layers.items()}
 
 
 def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
@@ -238,7 +238,7 @@ def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
     ViT starts its head so), whose 0/0 would rank its weights last: kept, so zeros beyond the target."""
     scores = {}
     for n, m in layers.items():
-        weight = m.weight.detach()
+        weight = layer_weight(m).detach()
         norm = weight.norm()
         scores[n] = torch.where(norm > 0, weight.abs() / norm, torch.zeros_like(weight))
     return scores

@@ -36,13 +36,14 @@ def calibration_workers(asked: int | None, calib: Calibration, device: torch.dev
     """The workers a run's batches come from: `asked`, or unasked (None) `default_workers()` for host data on a
     GPU and none on a CPU (the step's own arithmetic needs the cores there). A calibration tensor already on
     the device is indexed there, where no worker can reach it."""
-    on_device = isinstance(calib.data, torch.Tensor) and calib.data.device.type != "cpu"
+    data_device = calib.data.device if isinstance(calib.data, torch.Tensor) else None  # None: a Dataset's items
+    on_device = data_device is not None and data_device.type != "cpu"
     if asked is None:
         return default_workers() if device.type == "cuda" and not on_device else 0
     if asked > 0 and on_device:
         raise ValueError(
             f"calibration_workers={asked} asks for worker processes, but the calibration tensor is on "
-            f"{calib.data.device}, where workers cannot read it: pass it on the host, or calibration_workers=0"
+            f"{data_device}, where workers cannot read it: pass it on the host, or calibration_workers=0"
         )
     return asked
 

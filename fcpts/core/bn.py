@@ -60,10 +60,13 @@ def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
 
 @torch.no_grad()
 def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
-    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    mean, var = bn.running_mean, bn.running_var
+    if mean is None or var is None:
+        raise TypeError(f"cannot fold {bn}: it keeps no running statistics (track_running_stats=False)")
+    scale = bn.weight / torch.sqrt(var + bn.eps)
     conv.weight.mul_(scale.view(-1, 1, 1, 1))
-    bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
-    new_bias = bn.bias + (bias - bn.running_mean) * scale
+    bias = conv.bias if conv.bias is not None else torch.zeros_like(mean)
+    new_bias = bn.bias + (bias - mean) * scale
     conv.bias = nn.Parameter(new_bias.detach().clone())
 
 

@@ -8,9 +8,9 @@ a checkpoint at step k sees exactly the batches it would have seen, and the call
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,6 +26,11 @@ from torch.utils.data import (
 )
 
 
+def _length(data: torch.Tensor | Dataset) -> int:
+    """How many images `data` holds: a Dataset has a length here, as Calibration checks before it keeps one."""
+    return len(cast(Sized, data))
+
+
 class Calibration:
     def __init__(self, data: torch.Tensor | Dataset | DataLoader, batch_size: int, seed: int):
         data = calibration_data(data)
@@ -37,28 +42,28 @@ class Calibration:
                 "calibration must be a tensor of inputs, a map-style Dataset or a DataLoader (of inputs or "
                 f"(input, label) pairs), got {type(data).__name__}"
             )
-        if len(data) == 0:
+        if _length(data) == 0:
             raise ValueError("calibration data is empty: pass at least one image")
         if isinstance(data, torch.Tensor):
             check_finite(data, "calibration images")
             check_not_raw_pixels(data, "the calibration tensor")
         self.data, self.seed = data, seed
-        self.batch_size = min(batch_size, len(data))
-        self.steps_per_epoch = len(data) // self.batch_size
+        self.batch_size = min(batch_size, _length(data))
+        self.steps_per_epoch = _length(data) // self.batch_size
 
     def __len__(self) -> int:
-        return len(self.data)
+        return _length(self.data)
 
     @property
     def indices(self) -> list[int]:
         """Indices into the underlying dataset (a Subset's own indices when given one)."""
         if isinstance(self.data, Subset):
             return [int(i) for i in self.data.indices]
-        return list(range(len(self.data)))
+        return list(range(_length(self.data)))
 
     def _perm(self, epoch: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(len(self.data), generator=g)
+        return torch.randperm(_length(self.data), generator=g)
 
     def order(self, epoch: int) -> list[int]:
         """The positions of the images in epoch `epoch`'s shuffle."""

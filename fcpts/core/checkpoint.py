@@ -49,7 +49,7 @@ class Checkpoint:
 
     def load(self) -> dict | None:
         """The saved state of this run, or None when there is none. Logs what is resumed."""
-        if self.path is None or not self.path.exists():
+        if self.path is None or not Path(self.path).exists():
             return None
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=True)
@@ -91,4 +91,4 @@ class Checkpoint:
 
     def clear(self) -> None:
         if self.path is not None:
-            self.path.unlink(missing_ok=True)
+            Path(self.path).unlink(missing_ok=True)

@@ -37,7 +37,7 @@ def runs_of(numels: list[int], limit: int | None = None) -> list[range]:
 def _memory_order(t: torch.Tensor) -> list[int]:
     """The permutation of `t`'s dims from the largest stride to the smallest: for a dense tensor, the one under
     which it is contiguous (NCHW for a contiguous conv weight, NHWC for a channels-last one)."""
-    return sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    return sorted(range(t.dim()), key=lambda d: (-t.stride()[d], d))
 
 
 class FlatLayout:

@@ -12,9 +12,9 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,7 @@ from .bn import fold_batchnorm
 from .calibration import Calibration, to_device
 from .checkpoint import Checkpoint
 from .io import tensors_sha256
-from .options import MethodOptions, TrainingOptions, resolve_device
+from .options import MethodOptions, TrainingOptions, fitted_iterations, resolve_device
 
 # (student output, teacher output, step) -> (loss, named loss terms). The terms are 0-dim tensors left on the
 # device (detached); the loop reads them back every `log_every` steps, so computing them never waits.
@@ -309,7 +309,7 @@ class Prefetched:
 
 
 def _resume(
-    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: list, result: LoopResult
+    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: Sequence, result: LoopResult
 ) -> float:
     """Load a saved state into the models, optimisers, schedulers and `result`; returns the time spent before."""
     state = checkpoint.load()
@@ -329,7 +329,7 @@ def train_loop(
     teacher: nn.Module,
     batches: StepBatches,
     options: TrainingOptions,
-    schedulers: list[torch.optim.lr_scheduler.LRScheduler],
+    schedulers: Sequence[torch.optim.lr_scheduler.LRScheduler],
     loss_fn: LossFn,
     checkpoint: Checkpoint,
     *,
@@ -347,7 +347,7 @@ def train_loop(
     processes (`StepBatches.from_workers`, option `calibration_workers`), and with `cuda_graphs` (for a loop
     whose forward and backward do the same work at every step) they are replayed from a CUDA graph
     (`step_graph.StepRunner`; `result.steps_on` says how the steps ran)."""
-    iterations, device = options.iterations, resolve_device(None, model)
+    iterations, device = fitted_iterations(options.iterations), resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()
     elapsed_before = _resume(checkpoint, model, teacher, schedulers, result)
@@ -403,7 +403,7 @@ def train_loop(
             if after_step is not None:
                 after_step(step)
             fetch.fetch_after(step, iterations)
-            log.add(step, loss, logs, schedulers[0].get_last_lr()[0])
+            log.add(step, loss, logs, cast(float, schedulers[0].get_last_lr()[0]))  # a Tensor only for a Tensor lr
             if log.due(step + 1 - start) or step + 1 == iterations:
                 bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
             if checkpoint.due(step + 1):

@@ -124,11 +124,28 @@ def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
     return {users[0][0]: users for users in groups.values()}
 
 
+def layer_weight(layer: nn.Module) -> torch.Tensor:
+    """A prunable layer's weight as the Tensor it is: torch types every module attribute as `Tensor | Module`,
+    and Conv/Linear (plain or parametrized) always hold a Tensor there."""
+    return cast(torch.Tensor, layer.weight)
+
+
+def layer_bias(layer: nn.Module) -> torch.Tensor | None:
+    """A prunable layer's bias (None when it has none), typed as `layer_weight` is, for the same reason."""
+    return cast("torch.Tensor | None", layer.bias)
+
+
+def weight_parametrizations(layer: nn.Module) -> parametrize.ParametrizationList:
+    """What remakes a parametrized layer's weight: torch's parametrize keeps it in the ModuleDict
+    `layer.parametrizations`, which torch types as `Tensor | Module` as it does every module attribute."""
+    return cast(parametrize.ParametrizationList, cast(nn.ModuleDict, layer.parametrizations)["weight"])
+
+
 def _stored_weight(module: nn.Module) -> torch.Tensor:
     """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
     tensor on every access, whose id can be reused)."""
     if parametrize.is_parametrized(module, "weight"):
-        made_from = module.parametrizations.weight  # `original`; `original0`, ... for weight_norm's (g, v)
+        made_from = weight_parametrizations(module)  # `original`; `original0`, ... for weight_norm's (g, v)
         original = getattr(made_from, "original", None)
         return cast(torch.Tensor, made_from.original0 if original is None else original)
     return cast(torch.Tensor, module.weight)
@@ -143,7 +160,7 @@ def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> No
         return
     zeros = total = 0
     for module in layers.values():
-        weight = module.weight.detach()
+        weight = layer_weight(module).detach()
         zeros += int((weight == 0).sum())
         total += weight.numel()
     allowed = round(target * total)
@@ -298,7 +315,7 @@ def sparsity_summary(
     zeros = total = 0
     per_layer = []
     for name, module in layers.items():
-        w = module.weight.detach()
+        w = layer_weight(module).detach()
         z = int((w == 0).sum().item())
         zeros += z
         total += w.numel()
@@ -313,4 +330,5 @@ def sparsity_summary(
 def apply_keep_masks(layers: dict[str, nn.Module], masks: dict[str, torch.Tensor]) -> None:
     """Zero the weights outside each boolean keep-mask, in place."""
     for name, module in layers.items():
-        module.weight.mul_(masks[name].to(module.weight.dtype))
+        weight = layer_weight(module)
+        weight.mul_(masks[name].to(weight.dtype))

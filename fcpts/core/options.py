@@ -116,7 +116,9 @@ class MethodOptions:
             value = getattr(self, f.name)
             if callable(value):
                 value = getattr(value, "__qualname__", repr(value))
-            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+            out[f.name] = (
+                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+            )
         return out
 
 
@@ -166,6 +168,13 @@ class TrainingOptions(MethodOptions):
         check_at_least(self, "calibration_workers", 0)
         if self.log_every < 1:
             raise ValueError(f"option log_every must be >= 1 (steps between loss read-outs), got {self.log_every}")
+
+
+def fitted_iterations(iterations: int | None) -> int:
+    """An `iterations` option as the int it is once `fit_budget` has run, which every method does before it trains."""
+    if iterations is None:
+        raise TypeError("iterations is None: options.fit_budget(n_images) must run before training")
+    return iterations
 
 
 def epochs_budget(n_images: int, batch_size: int, epochs: int, most: int) -> int:

@@ -20,6 +20,12 @@ class RunSetup(NamedTuple):
     layers: dict[str, nn.Module]  # the layers the run prunes, by qualified name
     calib: Calibration | None  # None for a method that reads no calibration data
 
+    def required_calib(self) -> Calibration:
+        """The calibration batches of a method that reads them: open_run was given calibration data."""
+        if self.calib is None:
+            raise ValueError("this method reads calibration data, and calibration is None: pass the images")
+        return self.calib
+
 
 def open_run(model: nn.Module, calibration: Any, target: float, options: MethodOptions) -> RunSetup:
     """Check `target` and `options`, move `model` to its device, choose its layers and (unless `calibration` is

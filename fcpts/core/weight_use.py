@@ -18,7 +18,7 @@ from torch.nn.utils import parametrize, prune
 from torch.nn.utils.spectral_norm import SpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm
 
-from fcpts.core.masks import PRUNABLE_TYPES
+from fcpts.core.masks import PRUNABLE_TYPES, weight_parametrizations
 
 
 def check_stored_weights(model: nn.Module) -> None:
@@ -42,7 +42,7 @@ def check_stored_weights(model: nn.Module) -> None:
 def _weight_maker(module: nn.Module) -> str:
     """What remakes this module's weight, and the call that folds it into a plain Parameter."""
     if parametrize.is_parametrized(module, "weight"):
-        kinds = ", ".join(type(p).__name__ for p in module.parametrizations.weight)
+        kinds = ", ".join(type(p).__name__ for p in weight_parametrizations(module))
         return f"parametrized ({kinds}), torch.nn.utils.parametrize.remove_parametrizations(module, 'weight')"
     for hook in module._forward_pre_hooks.values():
         if isinstance(hook, prune.BasePruningMethod):

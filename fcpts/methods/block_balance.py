@@ -72,8 +72,9 @@ def balanced_block_weight(
         has_blocks = isinstance(blocks, torch.Tensor)  # no block found: no block term to weigh
         for acc, g in zip(kl_sum, _grads(kl, params, retain=has_blocks)):
             acc.add_(g)
-        for acc, g in zip(block_sum, _grads(blocks, params, retain=False) if has_blocks else ()):
-            acc.add_(g)
+        if isinstance(blocks, torch.Tensor):
+            for acc, g in zip(block_sum, _grads(blocks, params, retain=False)):
+                acc.add_(g)
     student.load_state_dict(saved[0])
     teacher.load_state_dict(saved[1])
     student.train(was_training)

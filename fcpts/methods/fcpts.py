@@ -30,8 +30,8 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, hard_mask
-from fcpts.core.options import TrainingOptions, check_choice
+from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
+from fcpts.core.options import TrainingOptions, check_choice, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import RunSetup, open_run
 
@@ -196,11 +196,11 @@ class BlocksMSE:
 
     def __call__(self, students: dict[str, torch.Tensor], teachers: dict[str, torch.Tensor], sole: set[str]):
         names = list(students)
-        key = (students[names[0]].device, *(students[k].numel() for k in names))
+        device, numels = students[names[0]].device, [students[k].numel() for k in names]
+        key = (device, *numels)
         if key not in self.scales:
-            numels = key[1:]
             rows = [[1.0 / n for n in numels], [2.0 / n for n in numels]]
-            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(key[0])
+            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(device)
         teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
         return _BlocksMSE.apply(teacher_list, [k in sole for k in names], self.scales[key], *students.values())
 
@@ -276,7 +276,7 @@ class _Thresholds:
         variant: Variant,
     ):  # fmt: skip
         self.layers, self.names = layers, list(layers)
-        numels = [layers[n].weight.numel() for n in self.names]
+        numels = [layer_weight(layers[n]).numel() for n in self.names]
         ste = options.learn_thresholds and options.threshold_grad == "ste"
         self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
         together = thresholds.MaskedTogether.applies(layers, self.params)
@@ -285,7 +285,7 @@ class _Thresholds:
         self.bridges = LayerBridges(
             numels, options.bridge, options.kde_points, options.kde_bandwidth, options.histogram_bins, gen
         )
-        self.scores = [self.params[n].score for n in self.names]
+        self.scores: list[torch.Tensor] = [self.params[n].score for n in self.names]
         for s in self.scores:
             s.requires_grad_(options.learn_thresholds)
 
@@ -346,9 +346,11 @@ class _Reconstruction:
             raise ValueError(
                 "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
             )
+        balance = variant.block_balance
+        assert balance is not None  # distill balances only a variant with a block_balance
         self.weight, measured = balanced_block_weight(
-            model, teacher, setup.calib, self.taps[0].outputs, self.taps[1].outputs, params,
-            temperature=options.temperature, balance=variant.block_balance, batches=variant.balance_batches,
+            model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
+            temperature=options.temperature, balance=balance, batches=variant.balance_batches,
             device=setup.device, block_loss=self.block_loss, channels_last=options.channels_last,
             transform=variant.transform,
         )  # fmt: skip
@@ -370,7 +372,9 @@ def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib:
         groups.append({"params": thr.scores, "weight_decay": 0.0, "foreach": True})
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=options.momentum)
     warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, variant.lr_factor(warmup, options.iterations))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, variant.lr_factor(warmup, fitted_iterations(options.iterations))
+    )
     return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
 
 

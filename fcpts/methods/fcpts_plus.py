@@ -52,6 +52,7 @@ from torch import nn
 from fcpts.core.allocation import erk_rates
 from fcpts.core.erk_choice import choose_erk_power
 from fcpts.core.loop import restarted_cosine, warmup_cosine
+from fcpts.core.options import fitted_iterations
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import RunSetup, open_run
 
@@ -143,7 +144,13 @@ class Plan(Variant):
             rates, self.dense, self.start = experimental.obs_start(model, calibration, setup.target, options)
         elif options.erk_power == "auto":
             self.power, self.probe = choose_erk_power(
-                model, options.layers, setup.calib, setup.target, options.erk_powers, options.probe_images, setup.device
+                model,
+                options.layers,
+                setup.required_calib(),
+                setup.target,
+                options.erk_powers,
+                options.probe_images,
+                setup.device,
             )
         self.ramp = options.ramp_for(setup.target)
         if options.lr_restart and self.ramp <= 0:
@@ -151,11 +158,13 @@ class Plan(Variant):
                 f"lr_restart restarts the learning rate at the ramp's end, and at {setup.target:.0%} "
                 f"ramp={options.ramp!r} gives no ramp: set ramp > 0, or no lr_restart"
             )
-        self.steps = round(self.ramp * options.iterations)  # the ramp's
+        self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
         if self.ramp > 0:  # the first level's ERK rates, or the target's to be scaled onto each level
-            rates = erk_rates(self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.power)
-        self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.power)
+            rates = erk_rates(
+                self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.erk_power()
+            )
+        self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.erk_power())
         if options.mix != "none":
             self.transform = experimental.batch_mixer(options.mix, options.mix_alpha, options.seed)
         self.dense_gradient = options.dense_gradient
@@ -165,12 +174,18 @@ class Plan(Variant):
         ):  # with the KL alone no blocks to weigh
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
 
+    def erk_power(self) -> float:
+        """The ERK exponent: the option's, or for "auto" the one the probe chose (it probes from a magnitude start)."""
+        if self.power == "auto":
+            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it runs with start='magnitude'")
+        return self.power
+
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         if self.ramp > 0 and self.options.ramp_hold == "erk" and step < self.steps:
-            return erk_rates(self.layers, self.level(step), self.power)
+            return erk_rates(self.layers, self.level(step), self.erk_power())
         return None
 
     def level_at(self, step: int) -> float | None:

@@ -40,6 +40,7 @@ from fcpts.core.masks import (
     check_weight_dtype,
     check_zeros_within_target,
     describe_unprunable,
+    layer_weight,
     unprunable_weights,
 )
 from fcpts.core.options import MethodOptions
@@ -177,7 +178,7 @@ class Method:
         check_weight_used_as_stored(layers)
         check_zeros_within_target(layers, target)
         calibration = calibration_data(calibration)
-        check_input_dtype(calibration, next(iter(layers.values())).weight.dtype)
+        check_input_dtype(calibration, layer_weight(next(iter(layers.values()))).dtype)
         check_inputs_fit(model, calibration)
         unprunable = unprunable_weights(model)
         if unprunable:

@@ -7,14 +7,13 @@ Each prunable layer's weight becomes `W * M(|W|, t)` with `t = sigmoid(s)` on ra
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
 from fcpts.core.flat_weights import FlatLayout, runs_of
-from fcpts.core.masks import sharing_modules, threshold_mask
+from fcpts.core.masks import layer_weight, sharing_modules, threshold_mask, weight_parametrizations
 
 MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
 
@@ -152,9 +151,9 @@ def attach(
     """Parametrize each layer's weight; returns the parametrization of each layer by name."""
     params = {}
     for name, module in layers.items():
-        p = ThresholdSparsity(initial_score(module.weight, rates[name]), threshold_grad, dense_gradient)
+        p = ThresholdSparsity(initial_score(layer_weight(module), rates[name]), threshold_grad, dense_gradient)
         for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold, one mask
-            parametrize.register_parametrization(user, "weight", p.to(module.weight.device))
+            parametrize.register_parametrization(user, "weight", p.to(layer_weight(module).device))
         params[name] = p
     return params
 
@@ -190,7 +189,7 @@ def project_to_sparsity(params: dict[str, ThresholdSparsity], layers: dict[str, 
 
 def original_weight(module: nn.Module) -> torch.Tensor:
     """The unmasked weight of a parametrized layer."""
-    return cast(torch.Tensor, module.parametrizations.weight.original)
+    return weight_parametrizations(module).original
 
 
 def detach_all(layers: dict[str, nn.Module]) -> None:

@@ -79,7 +79,9 @@ def train(args: argparse.Namespace) -> dict:
     device = resolve_device(default_device(args.device))
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
-    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
+    # Before the optimiser sees its parameters. torch's stubs for Module.to lack this (device, memory_format=)
+    # call, which torch accepts: a wrong stub, not a wrong call.
+    model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 
     out_dir = Path(args.results_dir) / args.dataset

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fcpts.core.bn import fold_batchnorm
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import layer_weight, prunable_layers
 
 OPSET = 17
 
@@ -29,7 +29,8 @@ def inference_copy(model: nn.Module) -> nn.Module:
     fold_batchnorm(model)
     with torch.no_grad():
         for layer in prunable_layers(model).values():
-            layer.weight[layer.weight == 0] = 0.0  # -0.0 == 0 is True: rewrites both as +0.0
+            weight = layer_weight(layer)
+            weight[weight == 0] = 0.0  # -0.0 == 0 is True: rewrites both as +0.0
     return model
 
 
@@ -44,7 +45,7 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
         torch.onnx.export(
             model,
             (dummy,),
-            buf,
+            buf,  # type: ignore[arg-type]  # torch's stub says a path; the exporter writes to a file-like object too
             opset_version=opset,
             dynamo=False,
             input_names=["input"],
@@ -58,8 +59,9 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
     return data
 
 
-def ort_session(model_bytes: bytes, threads: int = 1):
-    """A CPU onnxruntime session with a fixed thread count (so timings and checks are reproducible)."""
+def ort_session(model_bytes: bytes | str, threads: int = 1):
+    """A CPU onnxruntime session of a serialized model (or of the path to one) with a fixed thread count (so
+    timings and checks are reproducible)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()

@@ -37,7 +37,7 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     record_path = Path(record_path)
     record = read_finished_record(record_path)
     try:  # the record's task driver builds its dense model (registered as `dense_model`)
-        builder = get_task(record.get("task")).dense_model
+        builder = get_task(record.get("task", "")).dense_model  # no task: unknown, as None was
     except (ValueError, ImportError):  # an unknown task, or one whose extra is not installed
         builder = None
     if builder is None:

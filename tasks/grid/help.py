@@ -117,6 +117,6 @@ class _Deprecated(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+def deprecated_alias(p: argparse._ActionsContainer, old: str, new: str, dest: str) -> None:
     """`old` as a hidden, deprecated spelling of `new` (same destination), saying so when used."""
     p.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)

@@ -218,12 +218,13 @@ def moved_records(
     problems = []
     for r in records:
         expected = registered.get(r["_path"])
-        numbers = expected if isinstance(expected, Mapping) else {"value": expected}
+        numbers: Mapping[str, float] = expected if isinstance(expected, Mapping) else {}
+        registered_headline = numbers.get("value") if isinstance(expected, Mapping) else expected
         problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
         name, value = headline(r)
         # `not <=`, never `>`: a NaN on either side is a move, not a match
-        if numbers.get("value") is not None and not abs(value - numbers["value"]) <= tolerance:
-            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {numbers['value']:.2f}")
+        if registered_headline is not None and not abs(value - registered_headline) <= tolerance:
+            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
         stored = stored_numbers(r)
         for key, registered_value in numbers.items():
             if key == "value":

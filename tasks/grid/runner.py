@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, write_text_atomic
-from fcpts.core.masks import check_target, prunable_layers
+from fcpts.core.masks import check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
 from tasks.grid.lock import CellBusy, cell_lock
@@ -98,6 +98,10 @@ class Grid:
     checkpoint_dir: Path | None = None  # None: beside runs_dir (tasks.grid.paths)
     progress: bool = True
     metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
+
+    def checkpoints(self) -> Path:
+        """Where the cells keep resumable state and the dense metrics: `checkpoint_dir`, else beside runs_dir."""
+        return checkpoint_dir_for(self.runs_dir) if self.checkpoint_dir is None else self.checkpoint_dir
 
 
 def _show(metrics: dict, names: tuple[str, ...]) -> str:
@@ -216,7 +220,7 @@ def check_same_cell(record: dict, path: Path, target: float, grid: Grid) -> None
 
 def cell_checkpoint(grid: Grid, path: Path) -> Path:
     """Where the cell whose record goes to `path` keeps its resumable state."""
-    return grid.checkpoint_dir / path.relative_to(grid.runs_dir).with_suffix(".pt")
+    return grid.checkpoints() / path.relative_to(grid.runs_dir).with_suffix(".pt")
 
 
 def _redo_marker(ckpt: Path) -> Path:
@@ -283,7 +287,7 @@ def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
         "eval_limit": grid.profile.eval_limit,
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    cache = grid.checkpoint_dir / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
+    cache = grid.checkpoints() / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists() and not rebuild:
         metrics = read_dense_cache(cache, grid.metric_names)
         log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
@@ -380,7 +384,7 @@ def mask_sha256(model: nn.Module) -> str:
     digest = hashlib.sha256()
     for name, layer in prunable_layers(model).items():
         digest.update(name.encode())
-        digest.update((layer.weight.detach().cpu() == 0).numpy().tobytes())
+        digest.update((layer_weight(layer).detach().cpu() == 0).numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -396,6 +400,11 @@ class Column:
         return format(self.header, self.spec if self.spec.endswith("s") else f">{self.spec.split('.')[0]}s")
 
 
+def _metric_of(key: str) -> Callable[[dict], Any]:
+    """A record's value of metric `key`: one function per key, as a lambda made in a loop would read the last."""
+    return lambda r: r["metrics"][key]
+
+
 def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
     """method, target and achieved sparsity, each metric (record key -> header), then the dense model's first
     metric, the drop from it and the wall time."""
@@ -404,7 +413,7 @@ def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Colu
         Column("method", f"{method_width}s", lambda r: r["method"]),
         Column("target", "6.2f", lambda r: r["target_sparsity"]),
         Column("achieved", "9.6f", lambda r: r["achieved_sparsity"]),
-        *(Column(header, "7.2f", lambda r, key=key: r["metrics"][key]) for key, header in metrics.items()),
+        *(Column(header, "7.2f", _metric_of(key)) for key, header in metrics.items()),
         Column("dense", "7.2f", lambda r: r["dense_metrics"][first]),
         Column("drop", "6.2f", lambda r: r["dense_metrics"][first] - r["metrics"][first]),
         Column("time s", "7.0f", lambda r: r["wall_s"]),

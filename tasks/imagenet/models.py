@@ -18,6 +18,7 @@ import os
 import socket
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -112,7 +113,8 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
             f"{name}: timm could not load pretrained {spec.arch} ({type(e).__name__}: {str(e)[:200]}); offline "
             f"with an empty cache? Pass --weights PATH to a local state dict, or run once online."
         ) from e
-    return model.eval(), {"source": f"timm {model.pretrained_cfg.get('hf_hub_id') or spec.arch}"}
+    pretrained_cfg = cast(dict[str, Any], model.pretrained_cfg)  # timm sets it on every model it creates
+    return model.eval(), {"source": f"timm {pretrained_cfg.get('hf_hub_id') or spec.arch}"}
 
 
 def preprocessing(name: str, model: nn.Module, crop_scale: tuple[float, float] = (0.08, 1.0)):

@@ -93,7 +93,11 @@ def render(text: str, blocks: dict[str, Callable[[], str]] = BLOCKS) -> str:
         raise ValueError(f"README blocks: unknown {unknown}, missing {missing}; known blocks: {sorted(blocks)}")
     for name in found:
         pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
-        text = pattern.sub(lambda m, name=name: m.group(1) + blocks[name]() + "\n" + m.group(2), text)
+
+        def fill(m: re.Match[str], name: str = name) -> str:
+            return m.group(1) + blocks[name]() + "\n" + m.group(2)
+
+        text = pattern.sub(fill, text)
     return text
 
 

@@ -26,6 +26,7 @@ import shutil
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -216,7 +217,7 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
                 f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
             )
         elif re.match(r"\s*- ", line):
-            items = []
+            items: list[list[Any]] = []  # [depth, text], the text grown by its continuation lines
             while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
                 text = lines[i].strip()
                 if text.startswith("- "):

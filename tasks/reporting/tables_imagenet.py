@@ -10,6 +10,7 @@ Tables 3 and 4 once a record of theirs is in the table, never otherwise.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows
@@ -197,7 +198,7 @@ def _substitute_note(
 
 # The paper's ImageNet tables: the title, then imagenet_table's options. Table 4's ViTs have no stand-in rows; Table
 # 1 has no extras (POT against learned masks: an extra's ResNet-18 cells are rows of Table 3).
-IMAGENET_TABLES = {
+IMAGENET_TABLES: dict[str, tuple[str, dict[str, Any]]] = {
     "table3": ("Table 3: ImageNet CNNs, top-1/top-5 (%)", {"extras_task": "imagenet-cnn"}),
     "table4": ("Table 4: ImageNet ViTs, top-1/top-5 (%)", {"substitute_methods": [], "extras_task": "imagenet-vit"}),
     "table1": ("Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)", {}),

@@ -36,6 +36,7 @@ import argparse
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -65,6 +66,7 @@ from tasks.voc.ssd import (
     ARCHITECTURES,
     RECONSTRUCTIONS,
     RELEASED,
+    SSD,
     DistillView,
     SSDConfig,
     create_ssd,
@@ -95,10 +97,11 @@ def evaluate_detector(
     detections: list[Detections] = []
     for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
         logits, regression = ssd(x.to(device, non_blocking=True))
-        sizes = []
+        sizes: list[tuple[int, int]] = []
         for i in idx:
             a = data.annotations[i]
-            sizes.append((a.height, a.width) if a.height and a.width else tuple(data.image(i).shape[-2:]))
+            height, width = (a.height, a.width) if a.height and a.width else data.image(i).shape[-2:]
+            sizes.append((height, width))
         for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
             n = len(det["scores"])
             detections.append(
@@ -188,7 +191,7 @@ def build_grid(
     trainval = VOCDetection(folder, "trainval")
     manifest = test.manifest()
     substitute = manifest is not None
-    base = manifest["dataset"] if substitute else "voc2007"
+    base = manifest["dataset"] if manifest is not None else "voc2007"
     dataset = dataset_name(folder, profile.eval_limit)
 
     probe = create_ssd(arch, len(test.class_names))
@@ -217,7 +220,7 @@ def build_grid(
         task="voc",
         dataset=dataset,
         model=model_name(arch, image_size),
-        build_model=lambda: DistillView(build_ssd()),
+        build_model=lambda: DistillView(cast(SSD, build_ssd())),  # dense_factory copies create_ssd's SSD
         make_calibration=make_calibration,
         evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
         profile=profile,

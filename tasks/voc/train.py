@@ -143,7 +143,9 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     base_net = load_checkpoint(model.base_net, args.base_net)["sha256"] if args.base_net else None
     device = resolve_device(default_device(args.device))
-    model = model.to(device, memory_format=torch.channels_last)  # before the optimiser sees its parameters
+    # Before the optimiser sees its parameters. torch's stubs for Module.to lack this (device, memory_format=)
+    # call, which torch accepts: a wrong stub, not a wrong call.
+    model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
     eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)

@@ -20,6 +20,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
+
+from torch import nn
 
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
@@ -114,7 +117,7 @@ def build_grid(
             labels_used=False,
             pipeline="config's test pipeline without annotation loading, then the detector's data preprocessor",
         )
-        return PipelineImages(calibration_set, probe.data_preprocessor, idx, flip=augment), info
+        return PipelineImages(calibration_set, cast(nn.Module, probe.data_preprocessor), idx, flip=augment), info
 
     def evaluate(view) -> dict:
         detector = view.detector if isinstance(view, HeadOutputView) else view

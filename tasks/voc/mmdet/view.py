@@ -16,11 +16,13 @@ pytorch-ssd's detectors); nothing is kept dense unless a method's `exclude`/`fil
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fcpts.core.masks import PRUNABLE_TYPES, prunable_layers
+from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
 from fcpts.methods.fcpts import default_blocks
 from tasks.voc.ssd import RECONSTRUCTIONS
 
@@ -33,11 +35,13 @@ PRUNED_LAYERS_RULE = (
 class HeadOutputView(nn.Module):
     """A single-stage mmdet detector whose forward returns per-anchor class log-probabilities at T."""
 
+    detector: Any  # an mmdet detector: its bbox_head and extract_feat are beyond what torch's Module types say
+
     def __init__(self, detector: nn.Module, temperature: float = 4.0):
         super().__init__()
         self.detector = detector
         self.temperature = temperature
-        head = detector.bbox_head
+        head = self.detector.bbox_head
         self.sigmoid = bool(getattr(head, "use_sigmoid_cls", False))
         self.class_channels = int(head.cls_out_channels)
         self.class_logits = nn.Identity()
@@ -101,7 +105,7 @@ def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:
         with torch.enable_grad():
             logits, boxes = view.head_outputs(torch.zeros(1, 3, size, size))
             reached = torch.autograd.grad(
-                logits.sum() + boxes.sum(), [m.weight for m in layers.values()], allow_unused=True
+                logits.sum() + boxes.sum(), [layer_weight(m) for m in layers.values()], allow_unused=True
             )
     finally:
         view.train(mode)
@@ -122,6 +126,6 @@ def pruned_layers(view: HeadOutputView) -> dict:
     return {
         "rule": PRUNED_LAYERS_RULE,
         "n_layers": len(layers),
-        "n_weights": sum(m.weight.numel() for m in layers.values()),
+        "n_weights": sum(layer_weight(m).numel() for m in layers.values()),
         "excluded": [],
     }
