@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -367,7 +368,7 @@ def run_ours(args, inputs, target: float, release_mode: bool) -> dict:
 
 
 @contextlib.contextmanager
-def learned_masks_kept():
+def learned_masks_kept() -> Iterator[dict[str, torch.Tensor]]:
     """The weights at the learned thresholds, kept as the exact-target step begins: the release has no such step,
     so comparing at its thresholds needs ours at theirs (filled into the yielded dict, layer name -> weight)."""
     from fcpts.core.masks import hard_mask
