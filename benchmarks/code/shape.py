@@ -32,10 +32,13 @@ def line_count(paths: list[Path]) -> int:
     return sum(len(p.read_text(errors="replace").splitlines()) for p in paths)
 
 
+def mypy_config(root: Path) -> dict:
+    return tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("mypy", {})
+
+
 def mypy_files(root: Path) -> list[Path]:
     """The Python files under the folders `[tool.mypy] files` names (a file named directly counts too)."""
-    config = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("mypy", {})
-    named = config.get("files", [])
+    named = mypy_config(root).get("files", [])
     named = [named] if isinstance(named, str) else named
     out: set[Path] = set()
     for name in named:
@@ -65,7 +68,11 @@ def shape(root: Path, suites: dict[str, Path]) -> list[str]:
     mains = sum(len(re.findall(r"^def main\(", p.read_text(errors="replace"), re.M)) for p in code_files)
     rows.append(f"  entry points (def main): {mains}")
     typed = [p for folder in TYPED for p in python_files(root, folder)]
-    rows.append(f"  mypy checks {len(mypy_files(root))} of the {len(typed)} files under {', '.join(TYPED)}")
+    disabled = mypy_config(root).get("disable_error_code", [])
+    rows.append(
+        f"  mypy checks {len(mypy_files(root))} of the {len(typed)} files under {', '.join(TYPED)}, "
+        f"{len(disabled)} error codes disabled{': ' + ', '.join(disabled) if disabled else ''}"
+    )
     docs = sorted((root / "docs").rglob("*.md"))
     notebook = [p for p in docs if "notebook" in p.parts]
     rows.append(f"  docs: {line_count(docs)} lines, of which the notebook {line_count(notebook)}")
