@@ -65,8 +65,8 @@ class ProbMaskOptions(TrainingOptions):
 
 EPS = 1e-6  # scores and noise are kept this far from 0 and 1, where the logit is infinite
 # A mask this small is zero: as T grows most masks fall below float32's normal range, and the denormal weights they
-# make run the CPU's convolutions several times slower (the Quickstart's run: 79 s against 16 s), for a
-# contribution no float32 sum can hold.
+# make run the CPU's convolutions 4-7x slower (the Quickstart's whole run: 40.0 s against 24.6 s beside a busy
+# process), for a contribution no float32 sum can hold.
 NEGLIGIBLE_MASK = 1e-20
 
 
