@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import csv
 import importlib.util
 import json
 import logging
@@ -49,11 +48,11 @@ import torch
 from torch import nn
 
 from fcpts.core.io import write_text_atomic
+from tasks.grid.layout import read_reference
 from tasks.grid.records import device_description, provenance
 
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "results" / "released"
-PAPER_CSV = REPO / "results" / "paper" / "paper_reference.csv"
 CLONE_HINT = (
     "git clone https://github.com/ModelTC/FCPTS.git and https://github.com/ModelTC/msbench.git, "
     "then pass --release and --msbench"
@@ -417,15 +416,13 @@ def record_path(out: Path, model: str, target: float, seed: int, epochs: int, si
     return out / f"cifar10-{model}-s{round(target * 100)}-seed{seed}-e{epochs}-{side}.json"
 
 
-def paper_top1(model: str, target: float, path: Path = PAPER_CSV) -> float | None:
-    with open(path) as f:
-        rows = csv.DictReader(line for line in f if not line.startswith("#"))
-        for r in rows:
-            if (r["dataset"], r["model"], r["method"]) == ("cifar10", model, "fcpts") and float(
-                r["sparsity"]
-            ) == target:
-                return float(r["top1"])
-    return None
+def paper_top1() -> dict[tuple[str, float], float]:
+    """(model, target) -> the paper's CIFAR-10 FCPTS top-1, from the suite's reference numbers."""
+    return {
+        (r["model"], float(r["sparsity"])): float(r["top1"])
+        for r in read_reference()
+        if (r["dataset"], r["method"]) == ("cifar10", "fcpts")
+    }
 
 
 def table(records: list[dict]) -> str:
@@ -441,9 +438,9 @@ def table(records: list[dict]) -> str:
             f"{r['metrics']['top1']:.2f} | {r['achieved_sparsity']:.5f} | {'yes' if r['hit_target'] else 'no'} | "
             f"{r['wall_s']:.0f} | {shown} |"
         )
-    cells = sorted({(r["model"], r["target_sparsity"]) for r in records})
+    cells, paper = sorted({(r["model"], r["target_sparsity"]) for r in records}), paper_top1()
     for model, target in cells:
-        p = paper_top1(model, target)
+        p = paper.get((model, target))
         shown = f"{p:.2f}" if p is not None else "n/a"
         lines.append(f"| {model} | {target:.0%} | paper's Table 2 (1,600 it, GPU) | 1600 | {shown} | | | | |")
     return "\n".join(lines)
@@ -458,6 +455,7 @@ def summary(records: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     cells = sorted({(r["model"], r["target_sparsity"], r["iterations"]) for r in records})
+    paper_numbers = paper_top1()
     for model, target, iterations in cells:
         for side in SIDES:
             runs = sorted(
@@ -477,7 +475,7 @@ def summary(records: list[dict]) -> str:
                 f"| {model} | {target:.0%} | {iterations} | {side} | {len(runs)} | "
                 f"{statistics.mean(top1):.2f}{spread} ({each}) | {reached} | {at or '—'} |"
             )
-        paper = paper_top1(model, target)
+        paper = paper_numbers.get((model, target))
         lines.append(f"| {model} | {target:.0%} | 1600 | paper's Table 2 (GPU) | | {paper if paper else 'n/a'} | | |")
     return "\n".join(lines)
 
