@@ -169,9 +169,8 @@ class Plan(Variant):
             self.transform = experimental.batch_mixer(options.mix, options.mix_alpha, options.seed)
         self.dense_gradient = options.dense_gradient
         self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
-        if (
-            options.block_weight == "auto" and options.reconstruction == "mse-blocks"
-        ):  # with the KL alone no blocks to weigh
+        # With the KL alone there are no blocks to weigh.
+        if options.block_weight == "auto" and options.reconstruction == "mse-blocks":
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
 
     def erk_power(self) -> float:
