@@ -1,57 +1,16 @@
-"""OBS: second-order one-shot pruning of Conv2d/Linear weights (Optimal Brain Surgeon, in the blocked
-column-wise form of SparseGPT; Frantar & Alistarh 2022, 2023). No training: a few forwards and a few
-small linear solves per layer.
+"""OBS: second-order one-shot pruning of Conv2d/Linear weights (Optimal Brain Surgeon in SparseGPT's blocked
+column-wise form; Frantar & Alistarh 2022, 2023). No training: a few forwards and small linear solves per layer.
 
-Per layer, with X the layer's inputs over the calibration images (a conv's inputs unfolded into kernel
-patches, one Hessian per group, so depthwise convs work), H = X X^T / n_images and the loss of a new
-weight matrix W' is the output error tr((W' - W) H (W' - W)^T). Pruning weight q of a row and moving the
-others optimally costs w_q^2 / [H^-1]_qq and changes the row by -(w_q / [H^-1]_qq) H^-1[:, q] (OBS).
-SparseGPT visits the columns left to right and updates only the columns not yet visited; the inverse
-Hessians of the shrinking column sets are then all rows of one upper Cholesky factor U of H^-1, and
-the updates of a block of `block_size` columns are applied to the rest at once (lazy updates). Which
-weights of a block are pruned is decided when the block starts, by the lowest w^2 / U_qq^2 over all
-rows, so the mask adapts to earlier updates. Exact row-wise OBS (OBC's ExactOBS), where every remaining
-weight of a row moves after each removal, is not used: it costs a columns x columns update per removed
-weight (about 20 MFLOP per step for a 64 x 576 ResNet conv, ~500 steps per level), which on one CPU
-core is seconds per layer and level, and the "error" allocation below needs a dozen levels of every
-layer; SparseGPT's single pass takes a few hundredths of a second.
-
-Steps:
-1. allocation: per-layer prune counts with exactly round(target * N) zeros in total (`ALLOCATIONS`). "error" (default,
-   by measurement, below) prunes every layer on the dense model's Hessians at a grid of levels, takes the relative
-   output error err_l(z) = tr(dW H dW^T) / tr(W H W^T) for each level (all levels of a layer from one factorisation of
-   H, stacked in one column sweep: the levels differ only in their masks; SparseGPT's batched form), and spends the
-   global zero budget where the summed error grows least: on the lower convex hull of each layer's curve the segments
-   are taken in order of slope (error per zero) until the budget is used, the last one partly (a greedy that is exact
-   for convex curves; OBC's DP over the same table without its discreteness). "erk", "uniform", "l2norm" and
-   "global-magnitude" give the counts of those magnitude allocations instead (the weights within a layer are still
-   chosen by OBS). CIFAR-10 ResNet-32 top-1, SparseGPT targets, BN re-estimated: at 90% error 49.6, ERK 46.0, L2Norm
-   41.4, uniform 15.8; at 80% error 83.7, ERK 82.8, L2Norm 81.0; with dense targets (step 2) at 90%, error 73.6, ERK
-   72.9 (BN re-estimated) and 79.1, 78.7 (not: the defaults).
-2. sequential pruning, in forward order: each layer's Hessian comes from the inputs X of the model whose
-   earlier layers are already pruned, as SparseGPT does (reached from the kept inputs of the layer's
-   nn.Sequential unit, fcpts.core.layer_inputs, not by a forward from the image per layer). SparseGPT then
-   keeps W X as the target, so the errors of earlier layers are carried along untouched. With
-   `dense_targets` (default, by measurement: CIFAR-10 ResNet-32 at 90% with BN re-estimated, 73.6 vs
-   49.6 top-1; at 80%, 86.4 vs 83.7) the target is the dense model's output W X_dense instead: with
-   C = X_dense X^T, the unpruned weight that best reaches it from X is W C H^-1, and since
-   ||W X_dense - W' X||^2 = ||W C H^-1 X - W' X||^2 + const, OBS prunes that weight with the same H.
-   Each layer thus also repairs what the layers before it lost; it costs a forward of the dense model
-   beside the pruned one. Zeros a layer ends with beyond its planned count
-   (weights already zero in the dense model that OBS left untouched) are taken off the next layer's
-   count, so the model ends with exactly round(target * N) zeros.
-3. optionally, BatchNorm statistics re-estimated on the calibration set (`bn_recalibration`). Off by
-   default, by measurement: with dense targets every layer already aims at the dense outputs that the
-   dense BN statistics describe, and re-estimating them from 1,024 images costs accuracy (ResNet-32 at
-   90%: 79.1 off, 73.6 on; at 80%: 88.8 off, 86.4 on). With SparseGPT's own targets the statistics drift
-   and re-estimating them helps (49.6 on, 28.8 off).
-
-The measurements above are CIFAR-10 `paper-cpu` runs (1,024 calibration images, seed 0); their records are
-in results/investigations/obs-design/ (named <model>--<record>, options in the name as the runs set them).
-
-Dead inputs (an input column that is zero on every calibration image: diag(H) = 0) cost nothing to
-prune and are pruned first; their diagonal is set to 1 so H can be inverted (SparseGPT's treatment,
-except that their weights are not zeroed wholesale, which would break the exact count).
+Per layer, H = X X^T / n over the layer's inputs (a conv's unfolded into patches, one Hessian per group); columns
+are visited left to right in blocks, each block's pruned weights chosen by the lowest w^2 / U_qq^2 (U: the upper
+Cholesky factor of H^-1) and their removal's update applied to the columns not yet visited. Steps (docs/METHOD.md):
+1. allocation: per-layer zero counts summing to exactly round(target * N); "error" (default) spends the budget where
+   the summed relative output error, measured at a grid of levels, grows least; or a magnitude allocation's counts;
+2. layers pruned in forward order on the inputs of the already pruned model, aiming at the dense outputs
+   (`dense_targets`) or at SparseGPT's own; surplus zeros are taken off the next layer's count;
+3. optionally BatchNorm statistics re-estimated (`bn_recalibration`).
+The defaults were chosen on held-out CIFAR runs: results/investigations/obs-design/README.md.
+Dead inputs (diag(H) = 0) are pruned first and their diagonal set to 1 so H inverts (SparseGPT's treatment).
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
-"""POT: post-training sparsity by layer-wise reconstruction (Lazarevich et al. 2021), msbench protocol.
+"""POT: post-training sparsity by layer-wise reconstruction (Lazarevich et al. 2021), as the FCPTS authors ran it
+through msbench (configs pst_res18_sp50_pot*.yaml; the protocol: docs/METHOD.md): BN folded, an L2Norm or ERK
+allocation, per-channel weight and bias correction, then each layer's masked weights fitted by Adam to the dense
+outputs on fixed batches of 64, at most 20,000 steps, stopping below a loss of 1e-5.
 
-Steps, as the FCPTS authors ran it through msbench (configs pst_res18_sp50_pot*.yaml):
-1. fold BatchNorm into the convs (eval statistics);
-2. allocate: "l2norm" ranks |W| / ||W||_F of all layers together with one global cut; "erk" uses the
-   ERK rates; within a layer the largest |W| are kept;
-3. weight correction per output channel: rho = std(W_c) / (std(W_c * M_c) + 1e-9),
-   W'_c = rho * W_c + (mean(W_c) - mean(rho * W_c * M_c)), masked entries re-zeroed (msbench's
-   before_run; stds and means over the whole channel, zeros included). The scale restores the
-   channel's std exactly; the shift restores its mean only before re-masking, so the sparse channel's
-   mean moves by shift * (1 - density), as in msbench;
-4. bias correction: bias += per-channel mean of the dense output minus that of the sparse output;
-5. layer-wise reconstruction, each layer independently on dense inputs with dense outputs as
-   targets: squared error summed over channels and averaged over the rest, Adam (weights 1e-5,
-   bias 1e-4), mask fixed, up to 20,000 iterations, each on one of the fixed batches of 64 the calibration
-   set is cut into once (msbench draws one of its cached loader batches per step), stop when loss < 1e-5.
-   `inputs="sparse"` is msbench's other setting (use_dense_inps: False, config ..._layer_sparseinp.yaml):
-   each layer sees the sparse model's inputs, earlier layers already reconstructed; bias correction still
-   uses dense inputs there, as in msbench. Every layer records its error relative to the dense output's
-   energy after masking + weight correction, after bias correction and after reconstruction (on its own
-   objective), and inside the finished sparse network (`error_in_network`).
-   The loss is quadratic in the weights, so where it is cheaper it is computed from each batch's input
-   Gram matrix instead of the layer's forward (`pot_objective.py`: same batches, same loss up to
-   rounding), and layers whose statistics share a shape take their steps together as one stacked problem.
-   There the gradient is written down, 2 (dW G + db s^T) / n, one product with each Gram matrix a step where
-   autograd takes two (`gram_gradient`; records made before ran with autograd's, equal up to rounding).
-   Each layer draws its batches from a generator of its own, so its result does not depend on which
-   layers run with it (`concurrent=False` runs them one by one: same result up to float rounding).
-
-OpenVINO's original POT differs: it prunes in two steps (r - 0.1, then r) and runs 30 x 40 Adam steps
-per layer. The msbench protocol is the default here because it is what the paper's numbers come from.
+How it runs here: the loss is quadratic in the weights, so where cheaper it is computed from each batch's input
+Gram matrix (pot_objective.py: same batches, same loss up to rounding), with its gradient written down; layers
+whose statistics share a shape take their steps together, stacked; each layer draws its batches from a generator
+of its own, so its result does not depend on which layers run with it. `inputs="sparse"` is msbench's other
+setting (each layer on the sparse model's inputs). Every layer logs its error relative to the dense output's
+energy after masking, bias correction, reconstruction and inside the finished network.
 """
 
 from __future__ import annotations
@@ -461,12 +441,9 @@ def graph_capturable(group: list[LayerProblem]) -> bool:
 
 def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
     """`len(draws)` steps; every `check_every` steps the host reads whether any layer is still active. With
-    `graphs`: `step_graph.WARMUP` eager ones on a side stream, then replays of the step captured after them
-    (`step_graph.StepRunner`; POT's steps are tiny, a few small matrix products, so an eager step is bound by
-    launching its ~60 kernels from Python: on an H200 0.12 ms a replayed step against 3.2 ms,
-    results/benchmarks/pot_step_time_cuda.txt). Against `cuda_graphs=False` the one difference is Adam's bias
-    correction, rounded on the device (capturable): final losses within 1.5e-4 relative there. Where the capture
-    fails the same steps go on eagerly. Returns how the steps ran."""
+    `graphs`: replays of the step captured after `step_graph.WARMUP` eager ones (a POT step is a few tiny matrix
+    products, launch-bound when eager); Adam's bias correction is then rounded on the device, the one difference
+    from eager steps. Where the capture fails the steps go on eagerly. Returns how the steps ran."""
     runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
     for it in range(len(draws)):
         runner.run(it, draws[it], then=lambda: None)

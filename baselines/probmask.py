@@ -1,17 +1,10 @@
-"""ProbMask (Zhou et al. 2021) under the post-training budget.
+"""ProbMask (Zhou et al. 2021) under the post-training budget (docs/METHOD.md).
 
-Every prunable weight gets a keep-probability s in [0, 1] (init 1). Training mask: the binary-concrete
-relaxation m = sigmoid((logit(s) + logit(u)) * T), u ~ U(0, 1), with the inverse temperature T annealed
-exponentially from 1 to 33. After every step the scores are projected onto the global budget
-sum(clamp(s - v, 0, 1)) = kept(t) * N (v by bisection, over the few scores a histogram leaves unsettled:
-baselines/score_projection.py), where the kept fraction follows a cubic schedule
-from 1 to 1 - target over the first 3/4 of the steps and then holds. Scores train with Adam (6e-3),
-weights with the same SGD as FCPTS, on the same KL distillation and calibration data.
-
-Deterministic export (documented choice): keep exactly the round((1 - target) * N) highest scores over
-all layers, equal scores ordered by |W| and weights that are already zero pruned first; the random
-Bernoulli(s) evaluation mask of the paper is not used, so the exported model has exactly the target
-sparsity and is reproducible.
+A keep-probability s in [0, 1] per weight (init 1), a binary-concrete training mask with its inverse temperature
+annealed from 1 to 33, the scores projected onto a cubic kept-fraction schedule after every step
+(score_projection.py); scores by Adam, weights by FCPTS's SGD on the same KL distillation.
+Export (a documented choice): exactly the round((1 - target) * N) highest scores over all layers are kept, ties
+by |W|, instead of the paper's random Bernoulli(s) mask, so the model is reproducible and exactly on target.
 """
 
 from __future__ import annotations

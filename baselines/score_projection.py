@@ -1,13 +1,10 @@
 """ProbMask's budget projection: s <- clamp(s - v, 0, 1) over every layer's keep-scores, with the shift v >= 0
 chosen so that sum(clamp(s - v, 0, 1)) is the budget (v = 0 when the scores are within it already).
 
-f(v) = sum(clamp(s - v, 0, 1)) falls as v grows, so v is found by bisection; both projections keep the bracket
-(lo, hi] with f(lo) > budget >= f(hi), halve it until a halving no longer moves it in float64, and take v = hi.
-`project_scores_bisection` evaluates f over every score at each of its ~60 halvings: on a CPU that is most of a
-ProbMask step (benchmarks/speed/score_projection.py at 9c9d2d1). `project_scores_binned` first brackets v between two
-multiples of 2^-11 from one histogram of the scores, then bisects over the few scores whose term in f is not
-already settled on that bracket (0, 1 or s - v, counted and summed in one more pass); the same v up to the
-rounding of float64 sums.
+f(v) falls as v grows, so v is bisected until a halving no longer moves it in float64. `project_scores_binned`
+(the one used) first brackets v from one histogram of the scores, then bisects over the few scores not yet
+settled on that bracket: the same v as evaluating f over every score (`project_scores_bisection`) up to the
+rounding of float64 sums, at a fraction of its cost.
 """
 
 from __future__ import annotations

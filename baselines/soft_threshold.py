@@ -1,22 +1,11 @@
 """STR: Soft Threshold Reparameterization (Kusupati et al. 2020) under the post-training budget.
 
-Each prunable weight becomes W_s = sign(W) * relu(|W| - sigmoid(s_l)), one learnable scalar s_l per
-layer (kept weights are shrunk by the threshold, unlike FCPTS). Sparsity is driven only indirectly:
-weight decay on s pulls it from a very negative start (nearly dense) towards 0, raising thresholds. STR
-cannot aim at a target, so we search the decay on s by bisection in log space over `search_runs` full
-trials (each with the same distillation budget as FCPTS: same calibration data, iterations, optimiser,
-KL on outputs; a call that leaves `iterations` at None shares one FCPTS budget among its trials) and keep the
-trial whose sparsity is closest to the target. The report states the sparsity reached and every trial; there is
-no exact-target step, so a miss stays a miss (its summary says so first).
-
-A trial never looks at the target (its batches depend only on the step), and the bisection starts at the
-same decay for every target, so runs at several targets share their first trials: with a checkpoint
-path, finished trials are kept in `str-trials/` beside it and reused by any run that differs only in its
-target (marked `reused` in the report; wall_s still counts their compute).
-
-Edge cases, defined: target 0 returns the dense model untouched (a zero threshold; no trial could come closer);
-`iterations=0` is an error, since STR's sparsity comes only from training its thresholds (with no step every
-trial is the same almost dense start, whatever the target).
+W_s = sign(W) * relu(|W| - sigmoid(s_l)), one learnable scalar per layer; weight decay on s raises the
+thresholds. STR cannot aim at a target, so the decay is bisected in log space over `search_runs` full trials
+(each with FCPTS's distillation budget; with `iterations=None` they share one) and the trial closest to the
+target is kept; there is no exact-target step, so a miss stays a miss (the report's summary says so first).
+A trial never looks at the target, so with a checkpoint path finished trials are kept in `str-trials/` and
+reused by runs that differ only in their target. Target 0 returns the dense model; `iterations=0` is an error.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """FCPTS: fast and controllable post-training sparsity (Gong et al., AAAI 2024), and the methods it is
-compared with, behind one registry.
+compared with, behind one registry. The whole surface, with its inputs and options: docs/api.md.
 
     import fcpts
     sparse_model, report = fcpts.sparsify(model, calibration, 0.9)                  # FCPTS
     sparse_model, report = fcpts.sparsify(model, calibration, 0.9, method="obs")    # any registered method
-    sparse_model, report = fcpts.sparsify(model, calibration, 0.9, options=fcpts.FCPTSOptions(iterations=400))
     print(report.summary())                    # method, target, achieved, layers, per-layer range, time
-    sparsity, per_layer = fcpts.sparsity_summary(sparse_model)
-
-`calibration`: a tensor (or NumPy array) of model inputs (N, ...), a map-style Dataset of inputs or of (input,
-label) pairs, or a DataLoader of either (labels are ignored; batches are drawn by the method, deterministic for a
-seed).
-`target`: any real number in [0, 1) (a float, a NumPy scalar, a 0-d tensor, a Fraction).
-Options: keyword options, or an options object of the method's own class (`fcpts.get_method(name).options`,
-e.g. `fcpts.FCPTSOptions`), or both when they set different things. `exclude` takes one layer name or a list;
-`filter_fn(module, name)` chooses the layers to prune. A model that returns a dict ({'out': ...}), a named tuple
-with auxiliary heads or a tuple is distilled on its logits ('logits'/'out' entry, `.logits`, first element);
-`output_fn=lambda out: ...` chooses another tensor. Inputs are checked before any work: NaN/Inf weights, a bad
-target or option, an unknown layer name are clear errors.
-
-nn.MultiheadAttention applies its q/k/v and output projections itself: `fcpts.attention_as_linear(model)` swaps
-it for `LinearAttention`, the same computation with both as Linear layers every method prunes, and
-`fcpts.attention_as_mha(model)` swaps it back (torchvision's ViT: a quarter of its encoder's weights).
 
 The returned model is the same module object, in eval mode, with plain weights holding exact zeros; its global
-sparsity over the pruned Conv2d/Linear weights is round(target * N) / N (a weight shared by several layers is
-counted once and has one mask).
+sparsity over the pruned Conv2d/Linear weights is round(target * N) / N (a shared weight counted once).
 """
 
 from __future__ import annotations

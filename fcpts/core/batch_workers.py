@@ -1,10 +1,8 @@
 """Calibration batches made by worker processes, in step order, ahead of the steps that use them.
 
-A step's batch is a function of (seed, step) alone (`Calibration.batch`), so any process can make it. On a GPU
-the host's work for a batch (a Dataset's decoding and random crops, the stack, the finiteness check) otherwise
-sits between two steps while the device waits: at 224 px it takes longer than a whole step on an H200. Workers
-make the batches of the coming steps in order, pinned for the copy; the values are those of making each in the
-main process, so a run's result does not depend on how many workers made its batches.
+Why: on a GPU the host's work for a batch (decoding, crops, the stack, the finiteness check) would otherwise sit
+between two steps while the device waits. A step's batch is a function of (seed, step) alone, so the values, and
+the run's result, do not depend on how many workers made them.
 """
 
 from __future__ import annotations

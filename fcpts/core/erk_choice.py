@@ -1,12 +1,9 @@
 """Choose the exponent of the ERK allocation by what one-shot pruning with it loses, before any training.
 
-ERK gives layer l a density proportional to (sum(shape) / prod(shape))^power. With power 1 (RigL's ERK,
-FCPTS's start) it spares small layers so much that on a depthwise-separable network (EfficientNet-Lite0:
-depthwise convs and a stem of a few hundred weights beside 1x1 convs of a hundred thousand) the large
-convs carry nearly all the zeros; a softer exponent spreads them. Which exponent suits a model is
-cheap to see without labels: prune the dense model at the target with each exponent's rates (magnitude
-masks), re-estimate its BN statistics on a few calibration images, and measure the output KL to the
-dense model on those images. The exponent that loses least is the start.
+Why: ERK (density proportional to (sum(shape) / prod(shape))^power, power 1 in FCPTS) spares small layers so much
+that on a depthwise-separable network the large 1x1 convs carry nearly all the zeros. Without labels: prune at the
+target with each exponent's magnitude masks, re-estimate BN on a few calibration images, and keep the exponent
+whose output KL to the dense model is lowest.
 """
 
 from __future__ import annotations

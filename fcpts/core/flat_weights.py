@@ -1,12 +1,9 @@
 """Several layers' weights as one flat tensor, each in its own memory order, and back.
 
-Why: FCPTS works on every layer's weights each step (its masks, the bridge's counts). Done layer by layer that is a
-few small operations per layer: on a GPU each is a kernel of a few microseconds, and across a ResNet-56's 57 layers
-they cost more than the arithmetic. On one flat tensor each is one kernel for all layers. Every element is computed
-as it would be in its own layer (element-wise operations, exact copies), so the values are the same bit for bit.
-Layers are taken in runs of at most `MAX_FLAT` elements, so the flat copies stay small beside a large model.
-Each weight is flattened in the order of its memory (a channels-last conv's NHWC), so flattening it is a view of it
-and each piece of a flat result views back with the weight's own strides.
+Why: FCPTS works on every layer's weights each step; done layer by layer those are a few tiny kernels per layer,
+on one flat tensor one kernel for all. Element-wise operations and exact copies give the same values bit for bit.
+Layers are taken in runs of at most `MAX_FLAT` elements, and each weight is flattened in its memory order (a
+channels-last conv's NHWC), so flattening is a view and each result views back with the weight's own strides.
 """
 
 from __future__ import annotations

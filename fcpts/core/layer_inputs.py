@@ -1,17 +1,11 @@
 """A layer's inputs over the calibration batches, layer after layer in forward order, without a forward
 from the image for every layer.
 
-Layer-wise methods (OBS) need each layer's inputs from a model whose earlier layers were just changed, so
-a plain implementation runs the model from the image up to every layer: on a 224 px EfficientNet that is
-most of the run's time. Most models are chains of nn.Sequential units (ResNet stages, timm's `blocks`), and
-inside a chain a unit's output is the next unit's input. So the inputs of the unit holding the current
-layer are kept for every batch, the layer's input is taken by running that unit alone, and moving on to a
-later unit of the chain runs the units in between once, with their weights as they are by then. A layer
-in no chain (a stem, a head) is reached by a forward from the image. The result is the same computation
-as the forward from the image, in the same order on the same batches (a test checks it).
-
-The kept inputs cover every calibration image, so they are bounded: where a unit's inputs over all batches
-would exceed `max_bytes`, its layers are reached from the image instead (slower, memory of one batch).
+Why: layer-wise methods (OBS) need each layer's inputs from a model whose earlier layers just changed. Inside a
+chain of nn.Sequential units a unit's output is the next one's input, so the inputs of the current unit are
+kept for every batch and the layer's input is taken by running that unit alone: the same computation as the
+forward from the image, in the same order (a test checks it). A layer in no chain, or a unit whose kept inputs
+would exceed `max_bytes`, is reached from the image instead.
 """
 
 from __future__ import annotations

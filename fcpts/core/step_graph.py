@@ -1,18 +1,11 @@
 """A training step replayed from one CUDA graph: FCPTS's forward and backward, POT's whole step.
 
-Why: an FCPTS step dispatches some 2,500 small operators (the teacher's forward, each layer's mask and bridge
-terms, the losses; results/benchmarks/step_ops_cpu.txt), and on a GPU it costs what launching them from Python
-costs: 2.67 plain steps on an H200 at CIFAR size (results/benchmarks/step_time_cuda.txt), where the arithmetic is
-a few milliseconds. Replayed from a graph, the kernels are launched at once (a POT step on an H200: 0.12 ms against
-3.2 ms, results/benchmarks/pot_step_time_cuda.txt). Whatever changes on the host from step to step stays eager:
-FCPTS's optimiser and schedule (its learning rate changes every step), pinned thresholds, the batch's fetch, which
-is copied into the graph's input.
-
-`StepRunner.run` does one step: `WARMUP` eager steps on a side stream (as CUDA graphs ask), then the capture
-of the step's work, then replays. A replay rewrites the same output tensors, so the loop's step log
-copies them before the next replay (it stacks them at once). Only work that does the same at every step may
-replay (FCPTS's loss does not depend on the step; POT's step reads its batch from the graph's input). Where the
-capture fails, the steps go on eagerly and `how` says why.
+Why: those steps are thousands of small operators, and on a GPU launching them from Python costs more than their
+arithmetic (results/benchmarks/step_time_cuda.txt, pot_step_time_cuda.txt); a replay launches them at once.
+What changes on the host between steps (the optimiser's learning rate, pinned thresholds, the batch's fetch)
+stays eager. `StepRunner.run` does one step: `WARMUP` eager steps on a side stream, the capture, then replays,
+each rewriting the same output tensors (the caller copies them); where the capture fails the steps go on eagerly
+and `how` says why.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """How strongly the blocks' MSE pulls on the weights against the output KL, measured before the first step.
 
-Why: FCPTS adds the blocks' MSE sum to the output KL as they come, so their balance is set by the network's
-activation scale and its number of blocks, not by choice. On the suite's dense models the blocks' gradient at
-the start is 0.14-0.25 of the KL's on the CIFAR-10 ResNets and 1.3-1.9 times it on the CIFAR-100 ones
-(results/benchmarks/block_balance_cpu.txt); one fixed block weight helps the first and hurts the second.
-Measuring both gradients on a few calibration batches and choosing the weight that sets their ratio makes the
-balance the same on every network (no labels, a few forward and backward passes, nothing changed in the models).
+Why: FCPTS adds the two as they come, so their balance is set by the network's activation scale and block count,
+not by choice (results/benchmarks/block_balance_cpu.txt). Measuring both gradients on a few calibration batches
+and choosing the weight that sets their ratio makes the balance the same on every network.
 """
 
 from __future__ import annotations

@@ -46,22 +46,9 @@ DRIFT_WARNING = 0.01
 
 @dataclass
 class FCPTSOptions(TrainingOptions):
-    """Every knob of FCPTS. Defaults follow the paper, else the released code (METHOD.md).
-
-    threshold_grad: "control-only" (released code: the mask is built under no_grad, so only the
-        control loss moves thresholds; allocation still changes as weights move across them) or "ste"
-        (paper, Eq. 12-14: the reconstruction loss also reaches thresholds through a straight-through
-        mask). Default "control-only", by measurement: with "ste" the reconstruction gradient, summed
-        over every weight of a layer, outweighs the control loss, the thresholds drift below the
-        target (85.7% instead of 90% on CIFAR-10 ResNet-20) and the exact-target step then has to
-        prune thousands of weights at once; see results/ablations/ and docs/notebook/results.md.
-    reconstruction: "mse-blocks" (released code's `use_intel_layer_loss`: MSE on every block output
-        plus the KL on the network output) or "kl" (paper, Eq. 4: KL on the output only). Default
-        "mse-blocks", by measurement: on CIFAR-10 ResNet-56 at 90%, 400 steps, 89.12 vs 87.30 top-1.
-    teacher_mode: "train" (released code: the dense teacher normalises with batch statistics) or
-        "eval" (running statistics). The student always trains its BN, which re-estimates the
-        statistics of the sparse network.
-    """
+    """Every knob of FCPTS (docs/api.md). Defaults follow the paper, else the released code (METHOD.md); where
+    the two differ (`threshold_grad`, `reconstruction`, `teacher_mode`) the released code's, chosen by the
+    ablations in docs/notebook/results.md."""
 
     reconstruction: Literal["kl", "mse-blocks"] = "mse-blocks"
     block_names: list[str] | None = None  # for "mse-blocks"; None: detected automatically

@@ -1,43 +1,12 @@
 """FCPTS+: FCPTS with changes that may help under the same post-training contract (no labels, the same
 calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, the faithful reproduction.
 
-Each change is an option; the defaults are what the ablation (`benchmarks/accuracy/ablation.py`, records in
-results/ablations/, docs/notebook/beyond-the-paper.md) measured: a ramp over the first half of the iterations from
-half the target and the blocks' MSE weighed against the output KL by their gradients (`block_weight="auto"`: ahead
-on the CIFAR-10 cells at the paper's budget, level on CIFAR-100), every other change off: on the ablation cells each
-was below these, or failed on a second cell (temperature 16, the dense gradient, a fixed block weight of 8), or did
-not carry over to the paper's budget (temperature 8: on the eight 80%/90% Table 2 cells as often below the ramp
-alone as above). A short budget wants otherwise: the ImageNet task's 200-iteration `cpu` profile runs it without the
-ramp, with `erk_power=0.5` and block weight 1, chosen on held-out train images (benchmarks/accuracy/heldout.py).
-Those defaults were read off test accuracy; chosen again on held-out training images
-(docs/notebook/heldout-choices.md), `block_weight="auto"` and temperature 4 hold, and at the paper's budget the ramp
-is chosen at 90% but not at 80%: so `ramp="auto"`, the default, ramps from 90% on and not below (70% follows 80%'s
-choice; records made before ran with the ramp at every target, as their options say). The changes the ablation did
-not keep (the start from `obs`, mixing images, projection, a ramp that holds ratios, a learning-rate restart, the
-dense gradient, relative block losses) are options too, described and implemented in fcpts_plus_experimental.py. All
-of them reach the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
-- `erk_power`: the exponent of the ERK allocation the loop starts from and a ramp holds: density_l
-  proportional to (sum(shape) / prod(shape))^erk_power. 1 is ERK (FCPTS); below 1 the rates of small and
-  large layers lie closer together (0: one rate everywhere). "auto": the one of `erk_powers` whose one-shot
-  magnitude pruning, BN statistics re-estimated, loses least against the dense outputs on `probe_images`
-  calibration images (fcpts/core/erk_choice.py); a few forward passes, no labels.
-- `ramp`: the fraction of the iterations over which the sparsity rises from `ramp_start` x target to the
-  target along the cubic schedule of gradual magnitude pruning (Zhu & Gupta 2017), every layer held at its
-  ERK rate for the step's level (magnitude masks that move with the weights); from the ramp's end the
-  thresholds learn as in FCPTS. 0: the target from the first step (FCPTS). "auto": 0.5 from 90% on, 0 below.
-  The control loss alone does not follow a ramp, and projecting the low level's thresholds upward empties whole
-  layers (results/ablations/).
-- `block_weight`: the factor of the blocks' MSE sum (with `reconstruction="mse-blocks"`) against the output
-  KL; FCPTS adds the two as they come (1). Weight 0 (the paper's KL alone) loses two points on the ablation
-  cell and 8 gains 1.6 there, but only with the larger step it gives the blocks (8 at an eighth of the learning
-  rate is below 1), and it loses on CIFAR-100 at the paper's budget and collapses on the Lite0 stand-in: the
-  step a weight gives depends on the network's activations and its number of blocks. "auto" measures both
-  gradients on `balance_batches` calibration batches before the first step and sets the weight
-  that makes the blocks' gradient `block_balance` times the KL's (fcpts/methods/block_balance.py): 4-9 on the
-  CIFAR-10 ResNets, 0.45-0.9 on the CIFAR-100 ones (results/benchmarks/block_balance_cpu.txt).
-- `temperature` (FCPTS's option, 4): the output KL's softening. Higher, the KL x T^2 weighs the teacher's
-  small logits more, towards matching the logits themselves; 8 helped at 400 iterations, not at 1,600.
-- `bn_recalibration` (FCPTS's option) re-estimates BN statistics after the exact-target step.
+Each change is an option (fields below): an ERK exponent for the start (`erk_power`, "auto" probes a few),
+a cubic sparsity ramp as in gradual magnitude pruning (Zhu & Gupta 2017; "auto": from 90% on), and the blocks'
+MSE weighed against the output KL by their gradients at the first step (`block_weight="auto"`,
+block_balance.py). The defaults and the changes not kept (fcpts_plus_experimental.py, all off) were chosen by
+the ablation and on held-out training images: docs/notebook/beyond-the-paper.md, heldout-choices.md.
+Every change reaches the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
 """
 
 from __future__ import annotations

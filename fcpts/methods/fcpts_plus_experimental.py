@@ -1,36 +1,17 @@
-"""FCPTS+'s options that the ablation did not keep (docs/beyond-the-paper.md, benchmarks/accuracy/ablation.py): each was
-below FCPTS+'s defaults on the ablation cell, or failed on a second one. They stay options of `fcpts-plus`, all
-off by default, so the measurements and records made with them re-run; `fcpts_plus.Plan` applies them.
+"""FCPTS+'s options that the ablation did not keep (docs/notebook/beyond-the-paper.md): each was below FCPTS+'s
+defaults on the ablation cell, or failed on a second one. They stay options of `fcpts-plus`, all off by default,
+so the records made with them re-run; `fcpts_plus.Plan` applies them.
 
-- `start`: where the loop starts. "magnitude" (FCPTS: dense weights, ERK rates); "obs-allocation" (dense
-  weights, each layer's starting rate from a one-shot second-order pruning, `obs`); "obs" (obs's pruned and
-  updated weights and its rates: the loop fine-tunes a second-order solution). The loop recovers more from
-  magnitude masks on the dense weights than from obs's updated weights.
-- `mix`: mixing calibration images within each batch, teacher and student on the same mixed images:
-  "mixup" (a convex combination of two images) or "cutmix" (a box of one pasted into another), with a
-  Beta(`mix_alpha`, `mix_alpha`) share; a seeded draw per step, so runs are deterministic and resumable.
-  Few images seen for many epochs give the student few distinct teacher outputs to match; mixing gives new
-  ones without labels, but moves the inputs off the distribution the dense model was trained on.
-- `projection`: before every step all thresholds are scaled by one common factor so the masks hold exactly
-  the target; the learned ratios between layers stay. The control loss alone holds the level only when the
-  thresholds barely move (FCPTS's default, where the reconstruction loss does not reach them); with
-  `threshold_grad="ste"` the reconstruction gradient pulls them off target, and projection lets that
-  gradient shape the allocation without drifting. Projection only corrects a level: scaling the thresholds
-  of a much lower level degenerates (layers ERK leaves dense stay dense, others empty), which is why a
-  ramp does not use it.
-- `ramp_hold="ratios"`: instead of each level's ERK rates, a ramp starts from the target's ERK thresholds and
-  before each ramp step scales them all by one factor onto the step's level (the low level from the target's
-  ratios, not the other way), so the allocation moves with the weights from the first step, as in FCPTS.
-- `lr_restart`: at the ramp's end the learning rate goes back to its peak and follows a second cosine over
-  the remaining iterations (the first one ends with the ramp): the weights and thresholds recover from the
-  last pruning at a full learning rate instead of the low half of one long schedule (learning-rate
-  rewinding, Renda et al. 2020). Needs a ramp.
-- `dense_gradient`: the pruned weights get the gradient as if kept (straight-through, as in SR-STE and dynamic
-  sparse training), so a pruned weight can grow back over its threshold; in FCPTS a pruned weight is frozen
-  and the masks only ever lose weights. With `projection` a weight that grows back pushes the weakest out;
-  without it regrowth can outpace the control loss (CIFAR-100 ResNet-56 at 90%: 87.7% before the exact step).
-- `relative_blocks`: each block's reconstruction MSE divided by the mean square of the teacher's block
-  output, so every block weighs alike whatever the scale of its activations.
+- `start`: "magnitude" (FCPTS), "obs-allocation" (dense weights at `obs`'s per-layer rates) or "obs" (obs's
+  pruned and updated weights and rates: the loop fine-tunes a second-order solution).
+- `mix`: "mixup" or "cutmix" of calibration images within a batch (share ~ Beta(`mix_alpha`, `mix_alpha`)),
+  teacher and student on the same mixed images; a seeded draw per step, so runs stay resumable.
+- `projection`: before every step all thresholds scaled by one factor so the masks hold exactly the target.
+- `ramp_hold="ratios"`: a ramp scales the target's ERK thresholds onto each step's level instead of each
+  level's ERK rates.
+- `lr_restart`: at the ramp's end the learning rate restarts a second cosine (learning-rate rewinding).
+- `dense_gradient`: pruned weights get the gradient as if kept (straight-through), so they can grow back.
+- `relative_blocks`: each block's MSE divided by the mean square of the teacher's block output.
 """
 
 from __future__ import annotations

@@ -3,20 +3,12 @@
     method = get_method("pot-erk")
     sparse, report = method(model, calibration, 0.9, iterations=500)
 
-Every record has the same call: (model, calibration, target, options) -> (sparse model, SparsityReport).
-Calling the record (not its `run`) checks the inputs first, whatever the method: the target (any real number in
-[0, 1)), the options (an object of the method's own options class, keyword options, or both when they set
-different things), finite weights, the calibration data (a tensor, a Dataset or a DataLoader); and it adapts a
-model whose output is not one tensor (fcpts/core/outputs.py).
-Its label and plot style are the only ones tables, figures and command lines use; its role (the paper's
-method, a paper baseline, or beyond the paper) and what it needs of a model say where it can appear, so no other
-list of method names exists: `list_methods(role=..., trains=..., family=...)` answers every such question. The
-library names no experiment: which methods a grid's `--all-methods` runs is the task's decision (tasks/grid/layout.py).
-
-A method registers itself in its own module (`register(Method(...))`). `fcpts.methods` imports its own
-modules; the other method packages (the re-implemented baselines, `baselines/`, and any installed package
-naming itself under the `fcpts.methods` entry-point group) are imported the first time the registry is read,
-so `fcpts` never imports them and they may import `fcpts` freely.
+Every record has the same call, (model, calibration, target, options) -> (sparse model, SparsityReport), and
+calling the record checks the inputs first, whatever the method. Its label, style, role and needs are the only
+ones tables, figures and command lines use, so no other list of method names exists (`list_methods`); which
+methods a grid runs is the task's decision. A method registers itself in its own module; other method packages
+(`baselines/`, any `fcpts.methods` entry point) are imported the first time the registry is read, so `fcpts`
+never imports them.
 """
 
 from __future__ import annotations

@@ -671,3 +671,13 @@ def test_results_doc_quotes_the_pot_objective_output():
     assert all(float(row[7]) <= float(row[6]) for row in rows.values())  # closed form no longer than autograd's
     wide = rows["lite0 1x1 672->112 @14"]
     assert f"no longer on any shape, {wide[7]} s against autograd's {wide[6]} s on the 672->112 conv" in text
+
+
+def test_obs_design_findings_are_the_records_beside_them():
+    """Every top-1 the obs-design note quotes is one of the records in its folder (to the digits quoted)."""
+    folder = RESULTS_DIR / "investigations" / "obs-design"
+    top1s = [json.loads(p.read_text())["metrics"]["top1"] for p in folder.glob("*.json")]
+    quoted = re.findall(r"(?<![\w.])\d\d\.\d\d?(?![\w.]*\d)", (folder / "README.md").read_text())
+    assert quoted, "the note quotes no top-1"
+    missing = [q for q in quoted if not any(f"{t:.{len(q.split('.')[1])}f}" == q for t in top1s)]
+    assert not missing, f"obs-design/README.md quotes top-1s no record beside it holds: {missing}"
