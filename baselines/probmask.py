@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from fcpts.core.allocation import global_keep_masks
 from fcpts.core.loop import (
     LoopResult,
-    batches_of,
+    StepBatches,
     frozen_teacher,
     kl_loss,
     run_checkpoint,
@@ -199,7 +199,7 @@ def train_scores(
     loop = train_loop(
         model,
         teacher,
-        batches_of(calib, device),
+        StepBatches(calib, device),
         options,
         scheds,
         kl_loss(options.temperature),

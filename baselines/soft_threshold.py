@@ -23,7 +23,15 @@ from torch.nn.utils import parametrize
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
-from fcpts.core.loop import batches_of, frozen_teacher, kl_loss, run_checkpoint, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import (
+    StepBatches,
+    frozen_teacher,
+    kl_loss,
+    run_checkpoint,
+    run_identity,
+    train_loop,
+    warmup_cosine,
+)
 from fcpts.core.masks import sharing_modules, sparsity_summary
 from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations
 from fcpts.core.report import SparsityReport
@@ -105,7 +113,7 @@ def _trial(
     loop = train_loop(
         model,
         teacher,
-        batches_of(calib, device),
+        StepBatches(calib, device),
         options,
         [sched],
         kl_loss(options.temperature),

@@ -75,15 +75,6 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     return factor
 
 
-def restarted_cosine(warmup: int, restart: int, total: int) -> Callable[[int], float]:
-    """LR factor: `warmup_cosine` to 0 at `restart`, then back to the peak and cosine to 0 at `total`.
-
-    Why: after a pruning phase the weights recover best from a fresh learning rate, not from the low end of
-    one long schedule (learning-rate rewinding, Renda et al. 2020)."""
-    first, second = warmup_cosine(warmup, restart), warmup_cosine(0, total - restart)
-    return lambda step: first(step) if step < restart else second(step - restart)
-
-
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     """A copy of the dense model that never trains; mode "train" normalises with batch statistics.
 
@@ -212,37 +203,18 @@ def autocast(amp: str | None, device: torch.device, cache: bool = True) -> conte
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
-def step_batch(
-    calib: Calibration,
-    step: int,
-    device: torch.device,
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-    channels_last: bool = False,
-) -> torch.Tensor:
-    """Step `step`'s calibration batch as teacher and student see it (`StepBatches`)."""
-    return StepBatches(calib, device, transform, channels_last)(step)
-
-
 class StepBatches:
-    """step -> that step's calibration batch as teacher and student see it: on the device, transformed (e.g.
-    images mixed within the batch), in NHWC when the models run channels-last. The host's part, `calib.batch`,
+    """step -> that step's calibration batch as teacher and student see it: on the device, in NHWC when the models
+    run channels-last. The host's part, `calib.batch`,
     is made in this process, or by worker processes while `from_workers` is open (the same values)."""
 
-    def __init__(
-        self,
-        calib: Calibration,
-        device: torch.device,
-        transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-        channels_last: bool = False,
-    ):
-        self.calib, self.device, self.transform, self.channels_last = calib, device, transform, channels_last
+    def __init__(self, calib: Calibration, device: torch.device, channels_last: bool = False):
+        self.calib, self.device, self.channels_last = calib, device, channels_last
         self.host: Callable[[int], torch.Tensor] = calib.batch
         self.workers = 0  # how many made the batches of the last `from_workers`
 
     def __call__(self, step: int) -> torch.Tensor:
         x = to_device(self.host(step), self.device)
-        if self.transform is not None:
-            x = self.transform(x, step)
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
@@ -262,16 +234,6 @@ class StepBatches:
         finally:
             self.host = self.calib.batch
             made.close()
-
-
-def batches_of(
-    calib: Calibration,
-    device: torch.device,
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-    channels_last: bool = False,
-) -> StepBatches:
-    """step -> that step's batch as teacher and student see it (`StepBatches`)."""
-    return StepBatches(calib, device, transform, channels_last)
 
 
 class Prefetched:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fcpts.core.calibration import Calibration
-from fcpts.core.loop import kl_distill, step_batch
+from fcpts.core.loop import StepBatches, kl_distill
 
 log = logging.getLogger("fcpts")
 # the weight when one of the two gradients is zero and their ratio says nothing: the blocks as they come (FCPTS)
@@ -43,7 +43,6 @@ def balanced_block_weight(
     device: torch.device,
     block_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     channels_last: bool = False,
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
 ) -> tuple[float, dict]:
     """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
     calibration batches (gradients w.r.t. `params`, the weights the optimiser steps), and what was measured.
@@ -59,8 +58,9 @@ def balanced_block_weight(
     kl_sum = [torch.zeros_like(p) for p in params]
     block_sum = [torch.zeros_like(p) for p in params]
     steps = min(batches, max(1, calib.steps_per_epoch))
+    batch_of = StepBatches(calib, device, channels_last)
     for step in range(steps):
-        x = step_batch(calib, step, device, transform, channels_last)  # as the loop will see it
+        x = batch_of(step)  # as the loop will see it
         with torch.no_grad():
             y_t = teacher(x).float()
         y_s = student(x).float()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +21,7 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.bridge import LayerBridges
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import (
-    batches_of,
+    StepBatches,
     frozen_teacher,
     kl_distill,
     run_checkpoint,
@@ -219,9 +218,6 @@ class Variant:
     """The points at which a variant of FCPTS changes its loop, each default FCPTS's own. `distill` reads a variant
     only here; FCPTS+ keeps all its changes in one subclass (`fcpts_plus.Plan`)."""
 
-    dense: nn.Module | None = None  # the model the teacher copies when the student does not start dense
-    transform: Callable[[torch.Tensor, int], torch.Tensor] | None = None  # each step's batch, for teacher and student
-    dense_gradient = False  # pruned weights get the gradient too (FCPTS: they stay frozen)
     block_weight = 1.0  # the factor of the blocks' MSE sum against the output KL
     block_balance: float | None = None  # instead: the weight whose blocks' gradient is this times the KL's at step 0
     balance_batches = 4  # calibration batches that measurement takes
@@ -234,38 +230,15 @@ class Variant:
         """Rates the layers are held at before `step`, as a schedule does (None: the learned thresholds rule)."""
         return None
 
-    def level_at(self, step: int) -> float | None:
-        """A sparsity every threshold is scaled onto before `step`, keeping their ratios (None: the control loss
-        alone holds the level)."""
-        return None
-
-    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
-        """The loss of one block; `sole`: nothing else reads `teacher`, which the loss may overwrite."""
-        return block_mse(student, teacher, reuse_teacher=sole)
-
-    def blocks_at_once(self) -> bool:
-        """Whether `block_loss` is `block_mse` (with `sole`), so every block's can be taken at once (`BlocksMSE`)."""
-        return True
-
-    def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
-        return warmup_cosine(warmup, iterations)
-
-    def report(self) -> dict:
-        """What the variant adds to the report's extras."""
-        return {}
-
 
 class _Thresholds:
     """Every layer's threshold sigmoid(s_l), learned, and the differentiable global sparsity they give (the bridge)."""
 
-    def __init__(
-        self, model: nn.Module, layers: dict[str, nn.Module], rates: dict[str, float], options: FCPTSOptions,
-        variant: Variant,
-    ):  # fmt: skip
+    def __init__(self, model: nn.Module, layers: dict[str, nn.Module], rates: dict[str, float], options: FCPTSOptions):
         self.layers, self.names = layers, list(layers)
         numels = [layer_weight(layers[n]).numel() for n in self.names]
         ste = options.learn_thresholds and options.threshold_grad == "ste"
-        self.params = thresholds.attach(layers, rates, threshold_grad=ste, dense_gradient=variant.dense_gradient)
+        self.params = thresholds.attach(layers, rates, threshold_grad=ste)
         together = thresholds.MaskedTogether.applies(layers, self.params)
         self.together = thresholds.MaskedTogether(model, layers, self.params) if together else None
         gen = torch.Generator().manual_seed(options.seed)  # the KDE samples: drawn on the host, moved once
@@ -288,20 +261,18 @@ class _Thresholds:
         if self.together is not None:
             self.together.remove()
 
-    def hold(self, rates: dict[str, float] | None, level: Callable[[], float | None]) -> None:
-        """Pin every layer to `rates`; without them, scale every threshold onto `level()`'s sparsity, if any."""
+    def hold(self, rates: dict[str, float] | None) -> None:
+        """Pin every layer to `rates`, if any."""
         if rates is not None:
             thresholds.pin_rates(self.params, self.layers, rates)
-        elif (at := level()) is not None:
-            thresholds.project_to_sparsity(self.params, self.layers, at)
 
 
 class _Reconstruction:
     """The reconstruction loss: the output KL, plus the weighted sum of the blocks' MSE with "mse-blocks"."""
 
     def __init__(self, model: nn.Module, teacher: nn.Module, options: FCPTSOptions, variant: Variant):
-        self.temperature, self.block_loss, self.weight = options.temperature, variant.block_loss, variant.block_weight
-        self.at_once = BlocksMSE() if variant.blocks_at_once() else None
+        self.temperature, self.weight = options.temperature, variant.block_weight
+        self.at_once = BlocksMSE()
         self.taps = None
         if options.reconstruction == "mse-blocks":
             blocks = options.block_names if options.block_names is not None else default_blocks(model)
@@ -321,10 +292,8 @@ class _Reconstruction:
             # each teacher block output is let go once its MSE holds the difference (where nothing else reads it,
             # the difference is written over it): held through the step they would add a set of block outputs
             # to its peak memory
-            if self.at_once is not None and s:
+            if s:
                 rec = rec + self.weight * self.at_once(s, t, sole)
-            elif s:
-                rec = rec + self.weight * sum(self.block_loss(s[k], t.pop(k), k in sole) for k in s)
         return rec
 
     def balance(self, model, teacher, setup: RunSetup, params, options: FCPTSOptions, variant: Variant) -> dict:
@@ -338,8 +307,7 @@ class _Reconstruction:
         self.weight, measured = balanced_block_weight(
             model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
             temperature=options.temperature, balance=balance, batches=variant.balance_batches,
-            device=setup.device, block_loss=self.block_loss, channels_last=options.channels_last,
-            transform=variant.transform,
+            device=setup.device, block_loss=block_mse, channels_last=options.channels_last,
         )  # fmt: skip
         return measured
 
@@ -348,7 +316,7 @@ class _Reconstruction:
             taps.remove()
 
 
-def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib: Calibration, variant: Variant):
+def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib: Calibration):
     """SGD on the weights, biases and BN affine parameters (with weight decay) and the thresholds (without), with
     its learning-rate schedule; returns the scheduler, the non-threshold parameters and the rates for the report."""
     score_ids = {id(s) for s in thr.scores}
@@ -360,7 +328,7 @@ def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib:
     optimizer = torch.optim.SGD(groups, lr=lr, momentum=options.momentum)
     warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, variant.lr_factor(warmup, fitted_iterations(options.iterations))
+        optimizer, warmup_cosine(warmup, fitted_iterations(options.iterations))
     )
     return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
 
@@ -380,8 +348,7 @@ def _exact_step(thr: _Thresholds, target: float, method: str) -> tuple[dict, dic
         log.warning(
             "%s: the learned masks held %.2f%% sparsity against the %.2f%% target at the last step; the exact-target "
             "step changed %d weights at once, which usually costs accuracy. The control loss did not hold the level "
-            "(a threshold gradient or regrowing weights outpaced it): more iterations, a larger control_weight, or "
-            "projection (fcpts-plus) keep it on target.",
+            "(a threshold gradient outpaced it): more iterations or a larger control_weight keep it on target.",
             method,
             100 * sparsity_before,
             100 * target,
@@ -407,11 +374,11 @@ def distill(
     if options.channels_last:
         model.to(memory_format=torch.channels_last)
     identity = run_identity(target, options, calib, model)
-    teacher = frozen_teacher(model if variant.dense is None else variant.dense.to(device), options.teacher_mode)
+    teacher = frozen_teacher(model, options.teacher_mode)
     rates = variant.start_rates(layers, target)
     learn_t = options.learn_thresholds
-    thr = _Thresholds(model, layers, rates, options, variant)
-    scheduler, other, lr_rows = _optimizer(model, thr, options, calib, variant)
+    thr = _Thresholds(model, layers, rates, options)
+    scheduler, other, lr_rows = _optimizer(model, thr, options, calib)
     reconstruction = _Reconstruction(model, teacher, options, variant)
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
@@ -423,8 +390,8 @@ def distill(
         return loss, {"rec": rec.detach(), "control": control.detach(), "sparsity": global_r.detach()}
 
     def pin(step: int) -> None:
-        """Before a step: ERK rates held (without learned thresholds), a variant's rates or level, or nothing."""
-        thr.hold(rates if not learn_t else variant.rates_at(step), lambda: variant.level_at(step))
+        """Before a step: ERK rates held (without learned thresholds), a variant's rates, or nothing."""
+        thr.hold(rates if not learn_t else variant.rates_at(step))
 
     balance = None
     if variant.block_balance is not None:
@@ -434,7 +401,7 @@ def distill(
                  method, reconstruction.weight, variant.block_balance)  # fmt: skip
 
     checkpoint = run_checkpoint(options, identity, f"{method} {target:.2%}")
-    batches = batches_of(calib, device, variant.transform, options.channels_last)
+    batches = StepBatches(calib, device, options.channels_last)
     desc = f"{method} {target:.2f}"
     loop = train_loop(
         model, teacher, batches, options, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin,
@@ -450,7 +417,7 @@ def distill(
         recalibrate_bn(model, calib, device)
     model.eval()
 
-    extra = {**exact, "kept_dense": list(options.exclude), **lr_rows, **variant.report()}
+    extra = {**exact, "kept_dense": list(options.exclude), **lr_rows}
     if balance is not None:
         extra["block_weight"] = balance
     extra["resumed_from_step"] = loop.resumed_from_step

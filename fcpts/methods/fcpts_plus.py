@@ -4,8 +4,8 @@ calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, t
 Each change is an option (fields below): an ERK exponent for the start (`erk_power`, "auto" probes a few),
 a cubic sparsity ramp as in gradual magnitude pruning (Zhu & Gupta 2017; "auto": from 90% on), and the blocks'
 MSE weighed against the output KL by their gradients at the first step (`block_weight="auto"`,
-block_balance.py). The defaults and the changes not kept (fcpts_plus_experimental.py, all off) were chosen by
-the ablation and on held-out training images: docs/notebook/beyond-the-paper.md, heldout-choices.md.
+block_balance.py). The defaults were chosen by the ablation and on held-out training images
+(docs/notebook/beyond-the-paper.md, heldout-choices.md); the changes it did not keep left the code at 3e09272.
 Every change reaches the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
 """
 
@@ -15,23 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import torch
 from torch import nn
 
 from fcpts.core.allocation import erk_rates
 from fcpts.core.erk_choice import choose_erk_power
-from fcpts.core.loop import restarted_cosine, warmup_cosine
 from fcpts.core.options import fitted_iterations
 from fcpts.core.report import SparsityReport
 from fcpts.core.run_setup import RunSetup, open_run
 
-from . import fcpts_plus_experimental as experimental
-from .fcpts import FCPTSOptions, Variant, block_mse, distill
+from .fcpts import FCPTSOptions, Variant, distill
 from .registry import NOT_IN_PAPER, Method, register
 
 
 @dataclass
-class FCPTSPlusOptions(FCPTSOptions, experimental.ExperimentalOptions):
+class FCPTSPlusOptions(FCPTSOptions):
     DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"block_weight": 1.0}  # "auto" since; records before ran with 1
     AUTO_RAMP: ClassVar[float] = 0.5  # what ramp="auto" ramps over, from AUTO_RAMP_FROM on
     AUTO_RAMP_FROM: ClassVar[float] = 0.9  # held-out training images chose the ramp at 90% and none at 80%
@@ -73,18 +70,16 @@ class FCPTSPlusOptions(FCPTSOptions, experimental.ExperimentalOptions):
             raise ValueError(
                 f"ramp must be 'auto' or lie in [0, 1], and ramp_start in (0, 1]; got {self.ramp!r}, {self.ramp_start}"
             )
-        self.validate_experimental(fixed_ramp, self.erk_power)
 
     def ramp_for(self, target: float) -> float:
-        """The ramp this run follows: `ramp`, or for "auto" AUTO_RAMP at targets from AUTO_RAMP_FROM on (none from
-        a start other than the dense weights, which a ramp needs)."""
-        return float(self.effective({"ramp": self.ramp, "start": self.start}, target)["ramp"])
+        """The ramp this run follows: `ramp`, or for "auto" AUTO_RAMP at targets from AUTO_RAMP_FROM on."""
+        return float(self.effective({"ramp": self.ramp}, target)["ramp"])
 
     @classmethod
     def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
         if values.get("ramp") != "auto":
             return values
-        ramps = target >= cls.AUTO_RAMP_FROM - 1e-9 and values.get("start", "magnitude") == "magnitude"
+        ramps = target >= cls.AUTO_RAMP_FROM - 1e-9
         return {**values, "ramp": cls.AUTO_RAMP if ramps else 0.0}
 
 
@@ -102,16 +97,12 @@ def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float
 
 class Plan(Variant):
     """FCPTS+'s changes to the FCPTS loop, in the one object the loop calls at the points `Variant` names. Made
-    before the loop: it runs the start (obs's, with the experimental `start`) and the ERK exponent's probe."""
+    before the loop: it runs the ERK exponent's probe."""
 
     def __init__(self, model: nn.Module, calibration, setup: RunSetup, options: FCPTSPlusOptions):
         self.options, self.layers, self.target = options, setup.layers, setup.target
-        self.start: dict = {"how": options.start}
         self.power, self.probe = options.erk_power, None
-        rates = None
-        if options.start != "magnitude":
-            rates, self.dense, self.start = experimental.obs_start(model, calibration, setup.target, options)
-        elif options.erk_power == "auto":
+        if options.erk_power == "auto":
             self.power, self.probe = choose_erk_power(
                 model,
                 options.layers,
@@ -122,71 +113,36 @@ class Plan(Variant):
                 setup.device,
             )
         self.ramp = options.ramp_for(setup.target)
-        if options.lr_restart and self.ramp <= 0:
-            raise ValueError(
-                f"lr_restart restarts the learning rate at the ramp's end, and at {setup.target:.0%} "
-                f"ramp={options.ramp!r} gives no ramp: set ramp > 0, or no lr_restart"
-            )
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
-        if self.ramp > 0:  # the first level's ERK rates, or the target's to be scaled onto each level
-            rates = erk_rates(
-                self.layers, self.level(0) if options.ramp_hold == "erk" else setup.target, self.erk_power()
-            )
-        self.rates = rates if rates is not None else erk_rates(self.layers, setup.target, self.erk_power())
-        if options.mix != "none":
-            self.transform = experimental.batch_mixer(options.mix, options.mix_alpha, options.seed)
-        self.dense_gradient = options.dense_gradient
+        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.erk_power())
         self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
         # With the KL alone there are no blocks to weigh.
         if options.block_weight == "auto" and options.reconstruction == "mse-blocks":
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
 
     def erk_power(self) -> float:
-        """The ERK exponent: the option's, or for "auto" the one the probe chose (it probes from a magnitude start)."""
+        """The ERK exponent: the option's, or for "auto" the one the probe chose."""
         if self.power == "auto":
-            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it runs with start='magnitude'")
+            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it has not run")
         return self.power
 
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
-        if self.ramp > 0 and self.options.ramp_hold == "erk" and step < self.steps:
+        if self.ramp > 0 and step < self.steps:
             return erk_rates(self.layers, self.level(step), self.erk_power())
         return None
 
-    def level_at(self, step: int) -> float | None:
-        if self.ramp > 0 and self.options.ramp_hold == "ratios" and step < self.steps:
-            return self.level(step)
-        return self.target if self.options.projection else None
-
-    def block_loss(self, student: torch.Tensor, teacher: torch.Tensor, sole: bool = False) -> torch.Tensor:
-        if self.options.relative_blocks:  # reads the teacher again after its MSE: never overwrites it
-            return experimental.relative_block_mse(student, teacher)
-        return block_mse(student, teacher, reuse_teacher=sole)
-
-    def blocks_at_once(self) -> bool:
-        return not self.options.relative_blocks
-
-    def lr_factor(self, warmup: int, iterations: int) -> Callable[[int], float]:
-        if self.options.lr_restart:
-            return restarted_cosine(min(warmup, self.steps), self.steps, iterations)
-        return warmup_cosine(warmup, iterations)
-
-    def report(self) -> dict:
-        return {"lr_restart_step": self.steps} if self.options.lr_restart else {}
-
     def annotate(self, report: SparsityReport) -> None:
-        """The start and the ERK exponent in the report, and their time in its wall time (with the loop's, and
+        """The ramp and the ERK exponent in the report, and their time in its wall time (with the loop's, and
         any earlier, resumed part of it)."""
-        report.extra["start"] = self.start
         report.extra["ramp"] = self.ramp
-        if self.options.start == "magnitude":
-            report.extra["erk_power"] = self.probe if self.probe is not None else {"chosen": self.power}
+        report.extra["erk_power"] = self.probe if self.probe is not None else {"chosen": self.power}
         balance = report.extra.get("block_weight", {})
         probe_s = self.probe["wall_s"] if self.probe else 0.0
-        report.wall_s += self.start.get("obs_wall_s", 0.0) + probe_s + balance.get("wall_s", 0.0)
+        report.wall_s += probe_s + balance.get("wall_s", 0.0)
 
 
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
@@ -208,8 +164,7 @@ register(
         family="fcpts",
         style=("tab:pink", "D"),
         summary="FCPTS with a sparsity ramp from 90% on (ERK rates rising over the first half) and the blocks' loss "
-        "weighed against the output KL by their gradients (block_weight='auto'); the changes an ablation did not keep "
-        "live in fcpts_plus_experimental; same contract",
+        "weighed against the output KL by their gradients (block_weight='auto'); same contract",
         headline=True,
     )
 )

@@ -19,17 +19,12 @@ MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's 
 
 
 class ThresholdSparsity(nn.Module):
-    """Parametrization W -> W * M(|W|, sigmoid(score)).
+    """Parametrization W -> W * M(|W|, sigmoid(score)): a pruned weight gets no gradient (frozen)."""
 
-    `dense_gradient`: the pruned weights also get the gradient, as if they were kept (straight-through, as in
-    SR-STE and dynamic sparse training), so a pruned weight can grow back over its threshold; otherwise
-    (FCPTS) a pruned weight is frozen and only kept weights move."""
-
-    def __init__(self, score: float, threshold_grad: bool, dense_gradient: bool = False):
+    def __init__(self, score: float, threshold_grad: bool):
         super().__init__()
         self.score = nn.Parameter(torch.tensor(float(score)))
         self.threshold_grad = threshold_grad
-        self.dense_gradient = dense_gradient
         self.together: MaskedTogether | None = None  # set while its model's forward masks every layer at once
 
     def threshold(self) -> torch.Tensor:
@@ -39,16 +34,12 @@ class ThresholdSparsity(nn.Module):
         if self.together is not None and (masked := self.together.masked(self)) is not None:
             return masked
         t = self.threshold()
-        return masked_weight(weight, t if self.threshold_grad else t.detach(), self.dense_gradient)
+        return masked_weight(weight, t if self.threshold_grad else t.detach())
 
 
-def masked_weight(weight: torch.Tensor, threshold: torch.Tensor, dense_gradient: bool) -> torch.Tensor:
+def masked_weight(weight: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """W * M(|W|, t), element by element (one layer's weight and threshold, or flat weights and each one's)."""
-    mask = threshold_mask(weight, threshold)
-    masked = weight * mask
-    if dense_gradient:  # the same value; d/dW = M + (1 - M) = 1
-        masked = masked + (weight - weight.detach()) * (1 - mask.detach())
-    return masked
+    return weight * threshold_mask(weight, threshold)
 
 
 class MaskedTogether:
@@ -64,7 +55,6 @@ class MaskedTogether:
         self.index = {id(p): i for i, p in enumerate(params.values())}
         weights = [original_weight(m) for m in layers.values()]
         self.runs = [(run, FlatLayout([weights[i] for i in run])) for run in runs_of([w.numel() for w in weights])]
-        (self.dense_gradient,) = {p.dense_gradient for p in params.values()}  # one variant's choice, for all
         self.current: list[torch.Tensor] | None = None
         self.inside = False
         self.hooks = [
@@ -101,7 +91,7 @@ class MaskedTogether:
         for run, layout in self.runs:
             flat = layout.flatten([original_weight(modules[i]) for i in run])
             t = layout.per_element(every[run.start : run.stop])
-            out += layout.views(masked_weight(flat, t, self.dense_gradient))
+            out += layout.views(masked_weight(flat, t))
         return out
 
     def remove(self) -> None:
@@ -145,13 +135,11 @@ def score_of(threshold: torch.Tensor) -> torch.Tensor:
     return (torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE)
 
 
-def attach(
-    layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool, dense_gradient: bool = False
-) -> dict[str, ThresholdSparsity]:
+def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
     """Parametrize each layer's weight; returns the parametrization of each layer by name."""
     params = {}
     for name, module in layers.items():
-        p = ThresholdSparsity(initial_score(layer_weight(module), rates[name]), threshold_grad, dense_gradient)
+        p = ThresholdSparsity(initial_score(layer_weight(module), rates[name]), threshold_grad)
         for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold, one mask
             parametrize.register_parametrization(user, "weight", p.to(layer_weight(module).device))
         params[name] = p
@@ -163,28 +151,6 @@ def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module]
     """Re-set each threshold so its layer prunes exactly floor(rate * n) weights (fixed allocation)."""
     for name, p in params.items():
         p.score.copy_(initial_score_on_device(original_weight(layers[name]), rates[name]))
-
-
-@torch.no_grad()
-def project_to_sparsity(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module], sparsity: float) -> None:
-    """Scale every threshold by one common factor so the masks prune exactly round(sparsity * N) weights.
-
-    The layers' thresholds keep their ratios (the learned allocation); only the global level moves, as in
-    the exact-target step. Pruned iff |W| / t_l <= c: c sits midway between the k-th and (k+1)-th ratio.
-    """
-    names = list(params)
-    ratios = torch.cat(
-        [original_weight(layers[n]).detach().abs().flatten().double() / params[n].threshold().double() for n in names]
-    )
-    k = round(sparsity * ratios.numel())
-    if k <= 0:
-        factor = ratios.min() * 0.5
-    elif k >= ratios.numel():
-        factor = ratios.max() * 2 + 1e-12
-    else:
-        factor = 0.5 * (torch.kthvalue(ratios, k).values + torch.kthvalue(ratios, k + 1).values)
-    for n in names:
-        params[n].score.copy_(score_of(params[n].threshold().double() * factor))
 
 
 def original_weight(module: nn.Module) -> torch.Tensor:

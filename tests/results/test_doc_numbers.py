@@ -581,23 +581,19 @@ def test_lite0_50_percent_seed_means_in_the_doc_are_the_records():
 
 
 def test_block_weight_ranges_quoted_are_the_benchmarks():
-    """The ranges of the automatic block weight that beyond-the-paper.md (70% and 80%, without the ramp) and FCPTS+'s
-    docstring (every CIFAR cell) quote, and of the two gradients' ratio at weight 1, from
-    results/benchmarks/block_balance_cpu.txt."""
+    """The ranges of the automatic block weight that beyond-the-paper.md quotes (70% and 80%, without the ramp), and
+    of the two gradients' ratio at weight 1, from results/benchmarks/block_balance_cpu.txt."""
     text = (RESULTS_DIR / "benchmarks" / "block_balance_cpu.txt").read_text()
     weights = {row[0]: float(row[5]) for row in _table_rows(text, "cifar") if len(row) == 7}
     notebook = " ".join((NOTEBOOK / "beyond-the-paper.md").read_text().split())
-    doc = " ".join((REPO_ROOT / "fcpts" / "methods" / "fcpts_plus.py").read_text().split())
     ratios = {row[0]: float(row[4]) / float(row[3]) for row in _table_rows(text, "") if len(row) == 7 and "%" in row[0]}
     for prefix, digits, after in (("cifar10 ", 2, "of the KL"), ("cifar100", 1, "times it"), ("image", 0, "times it")):
         mine = [r for cell, r in ratios.items() if cell.startswith(prefix)]  # the blocks' gradient over the KL's
         assert f"{min(mine):.{digits}f}-{max(mine):.{digits}f} {after}" in notebook, prefix
-    for dataset, name, every in (("cifar10 ", "CIFAR-10", (4, 9)), ("cifar100", "CIFAR-100", (0.45, 0.9))):
+    for dataset, name in (("cifar10 ", "CIFAR-10"), ("cifar100", "CIFAR-100")):
         low = [w for cell, w in weights.items() if cell.startswith(dataset) and not cell.endswith("90%")]
         digits = 1 if dataset == "cifar10 " else 2
         assert f"{min(low):.{digits}f}-{max(low):.{digits}f} on {name}" in notebook
-        mine = [w for cell, w in weights.items() if cell.startswith(dataset)]
-        assert every[0] <= min(mine) and max(mine) <= every[1] and f"{every[0]:g}-{every[1]:g} on the {name}" in doc
 
 
 def test_block_balance_benchmark_chose_what_the_full_runs_chose():

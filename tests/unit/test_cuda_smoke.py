@@ -82,10 +82,10 @@ def test_batches_fetched_ahead_on_their_own_stream_equal_those_fetched_in_turn()
     """The loop copies the next batch on a stream of its own while the current step's kernels run: each step must
     still see exactly its own batch, whole, however long the kernels before it run."""
     from fcpts.core.calibration import Calibration
-    from fcpts.core.loop import Prefetched, batches_of
+    from fcpts.core.loop import Prefetched, StepBatches
 
     device = torch.device("cuda")
-    batches = batches_of(Calibration(images(64), batch_size=16, seed=0), device, channels_last=True)
+    batches = StepBatches(Calibration(images(64), batch_size=16, seed=0), device, channels_last=True)
     fetch = Prefetched(batches, ahead=True, device=device)
     assert fetch.stream is not None
     busy = torch.randn(2048, 2048, device=device)

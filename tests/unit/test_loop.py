@@ -10,7 +10,7 @@ from torch import nn
 import fcpts
 from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.checkpoint import Checkpoint
-from fcpts.core.loop import batches_of, frozen_teacher, run_identity, train_loop, warmup_cosine
+from fcpts.core.loop import StepBatches, frozen_teacher, run_identity, train_loop, warmup_cosine
 from fcpts.core.options import TrainingOptions
 from fcpts.methods.fcpts import FCPTSOptions, block_mse, sole_tensors
 from tests.unit.tiny import untimed
@@ -55,7 +55,7 @@ def loop(tmp_path, loss_fn, log_every: int, every_steps: int | None = None):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(1, 8))
     ckpt = Checkpoint(tmp_path / "run.pt", {"run": 1}, every_s=1e9, every_steps=every_steps)
-    batches = batches_of(Calibration(images(), 4, 0), torch.device("cpu"))
+    batches = StepBatches(Calibration(images(), 4, 0), torch.device("cpu"))
     return train_loop(model, teacher, batches, options, [sched], loss_fn, ckpt, desc="test")
 
 
