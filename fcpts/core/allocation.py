@@ -213,10 +213,6 @@ def global_keep_masks(
     return dict(zip(names, keep))
 
 
-def rates_of_masks(masks: dict[str, torch.Tensor]) -> dict[str, float]:
-    return {n: 1.0 - m.float().mean().item() for n, m in masks.items()}
-
-
 @torch.no_grad()
 def lamp_scores(weight: torch.Tensor) -> torch.Tensor:
     """LAMP (Lee et al. 2021): w_u^2 / sum_{v >= u} w_v^2 over the layer's weights sorted ascending."""

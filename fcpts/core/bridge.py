@@ -11,7 +11,7 @@ dr/dt = p(t) + p(-t), where p is a density estimate of the layer's signed weight
 FCPTS needs the size-weighted mean of r_l(t_l) over all layers (the global sparsity), every step.
 `LayerBridges` computes it for all layers together: the counts on all weights as one flat tensor
 (`flat_weights`), a standard deviation per layer, and one batched density estimate in the backward, with nothing
-read back to the host, so a GPU step is not held up by it. `Bridge` is the same function for one layer.
+read back to the host, so a GPU step is not held up by it.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class _LayerBridges(torch.autograd.Function):
 
 class LayerBridges:
     """The global sparsity sum_l r_l(t_l) n_l / N of several layers, holding each layer's fixed KDE sample so
-    steps stay deterministic. Samples are drawn layer by layer from `generator`, as `Bridge` draws them."""
+    steps stay deterministic. Samples are drawn layer by layer from `generator`."""
 
     def __init__(
         self,
@@ -148,21 +148,3 @@ class LayerBridges:
         if len(weights) != self.n_layers or thresholds.shape != (self.n_layers,):
             raise ValueError(f"expected {self.n_layers} thresholds and weights, got {tuple(thresholds.shape)}")
         return _LayerBridges.apply(thresholds, self, *(w.detach() for w in weights))
-
-
-class Bridge:
-    """r(t) for one layer: `LayerBridges` of that layer alone."""
-
-    def __init__(
-        self,
-        numel: int,
-        method: str = "kde",
-        points: int = 100,
-        bandwidth_scale: float = 0.5,
-        bins: int = 100,
-        generator: torch.Generator | None = None,
-    ):
-        self.layers = LayerBridges([numel], method, points, bandwidth_scale, bins, generator)
-
-    def __call__(self, threshold: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return self.layers(threshold.reshape(1), [weight])

@@ -295,11 +295,6 @@ def hard_mask(weight: torch.Tensor, threshold: torch.Tensor | float) -> torch.Te
     return weight.abs() >= threshold
 
 
-def layer_sparsity(weight: torch.Tensor) -> float:
-    """Fraction of exact zeros in a weight tensor."""
-    return float((weight == 0).sum().item()) / weight.numel()
-
-
 def sparsity_summary(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> tuple[float, list[dict]]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fcpts.core import bridge, flat_weights
-from fcpts.core.bridge import Bridge, LayerBridges, batched_kde_density, histogram_density, kde_density
+from fcpts.core.bridge import LayerBridges, batched_kde_density, histogram_density, kde_density
 
 
 def normal_pdf(x, sigma):
@@ -23,7 +23,7 @@ def gaussian_weights():
 def test_forward_is_exact_fraction_below_threshold(gaussian_weights):
     w = gaussian_weights
     t = torch.tensor(0.03)
-    r = Bridge(w.numel())(t, w)
+    r = LayerBridges([w.numel()])(t.reshape(1), [w])
     assert r.item() == pytest.approx((w.abs() < 0.03).float().mean().item(), abs=0)
 
 
@@ -32,7 +32,10 @@ def test_kde_derivative_matches_analytic_density(gaussian_weights, t):
     """With many points and a narrow kernel, dr/dt -> p(t) + p(-t) = 2 * N(t; 0, sigma^2)."""
     w, sigma = gaussian_weights, 0.05
     thr = torch.tensor(t, requires_grad=True)
-    Bridge(w.numel(), points=20_000, bandwidth_scale=0.1, generator=torch.Generator().manual_seed(1))(thr, w).backward()
+    one_layer = LayerBridges(
+        [w.numel()], points=20_000, bandwidth_scale=0.1, generator=torch.Generator().manual_seed(1)
+    )
+    one_layer(thr.reshape(1), [w]).backward()
     assert thr.grad.item() == pytest.approx(2 * normal_pdf(t, sigma), rel=0.05)
 
 
@@ -45,7 +48,7 @@ def test_default_kde_is_the_gaussian_smoothed_density(gaussian_weights, t):
     estimates = []
     for seed in range(20):
         thr = torch.tensor(t, requires_grad=True)
-        Bridge(w.numel(), generator=torch.Generator().manual_seed(seed))(thr, w).backward()
+        LayerBridges([w.numel()], generator=torch.Generator().manual_seed(seed))(thr.reshape(1), [w]).backward()
         estimates.append(thr.grad.item())
     mean = sum(estimates) / len(estimates)
     assert mean == pytest.approx(2 * normal_pdf(t, smoothed), rel=0.06)
@@ -61,7 +64,7 @@ def test_kde_density_integrates_to_one():
 def test_histogram_derivative_is_close_to_density(gaussian_weights):
     w, sigma = gaussian_weights, 0.05
     thr = torch.tensor(0.05, requires_grad=True)
-    Bridge(w.numel(), method="histogram")(thr, w).backward()
+    LayerBridges([w.numel()], method="histogram")(thr.reshape(1), [w]).backward()
     assert thr.grad.item() == pytest.approx(2 * normal_pdf(0.05, sigma), rel=0.05)
 
 
@@ -72,7 +75,7 @@ def test_histogram_density_is_zero_outside_range():
 
 def test_bridge_rejects_unknown_method():
     with pytest.raises(ValueError, match="kde"):
-        Bridge(10, method="spline")
+        LayerBridges([10], method="spline")
 
 
 def reference_global_sparsity(thresholds, weights, method, generator, points=100, scale=0.5, bins=100):

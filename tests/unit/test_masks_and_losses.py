@@ -8,7 +8,7 @@ from torch import nn
 
 import fcpts
 from fcpts.core import flat_weights
-from fcpts.core.bridge import Bridge
+from fcpts.core.bridge import LayerBridges
 from fcpts.core.masks import hard_mask, threshold_mask
 from fcpts.methods import thresholds
 from tests.unit.tiny import untimed
@@ -54,7 +54,7 @@ def test_control_loss_gradient_sign(current, expected_sign):
     """Too sparse -> dLc/dt > 0 (descent lowers t, unprunes); not sparse enough -> dLc/dt < 0."""
     w = torch.linspace(-1, 1, 1001)
     t = torch.quantile(w.abs(), current).clone().requires_grad_(True)
-    r = Bridge(w.numel())(t, w)
+    r = LayerBridges([w.numel()])(t.reshape(1), [w])
     loss = (r - 0.8).abs()
     loss.backward()
     assert torch.sign(t.grad).item() == expected_sign
