@@ -78,11 +78,16 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     """A copy of the dense model that never trains; mode "train" normalises with batch statistics.
 
-    In "eval" mode BatchNorm is folded into the convs where torch.fx can trace the model: the same
-    outputs (to float rounding) for less work per step.
+    In "train" mode its BatchNorm layers track no running statistics, which nothing reads: the same outputs, and a
+    step without the per-layer updates of statistics and counters. In "eval" mode BatchNorm is folded into the convs
+    where torch.fx can trace the model: the same outputs (to float rounding) for less work per step.
     """
     teacher = copy.deepcopy(model)
     teacher.train(mode == "train")
+    if mode == "train":
+        for module in teacher.modules():
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                module.track_running_stats = False
     if mode == "eval":
         try:
             fold_batchnorm(teacher)
@@ -300,7 +305,7 @@ def train_loop(
     after_step: Callable[[int], None] | None = None,
     cuda_graphs: bool = False,
 ) -> LoopResult:
-    """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`batches_of`),
+    """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`StepBatches`),
     resumed from `checkpoint`; each scheduler steps its own optimiser.
 
     Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and

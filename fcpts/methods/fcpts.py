@@ -141,24 +141,39 @@ def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher
     return torch.sub(student.float(), teacher.float())
 
 
+def block_differences(students: list[torch.Tensor], teachers: list, sole: list[bool]) -> list[torch.Tensor]:
+    """`block_difference` of every block, the same values bit for bit: where all are float32 and shaped alike, in
+    three operators for all blocks instead of one each. Those in `sole` are written over their teachers, as s + (-t),
+    after the others have read theirs; two of them sharing memory would be written twice: an error."""
+    reused = [teachers[k] for k, reuse in enumerate(sole) if reuse]
+    if len({storage_address(t) for t in reused}) < len(reused):
+        raise RuntimeError(
+            "a block's difference would be modified by an inplace operation: two teacher block outputs to be written "
+            "over share their memory, which `sole` named though something else reads it"
+        )
+    if not all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in zip(students, teachers)):
+        return [block_difference(s, t, reuse) for s, t, reuse in zip(students, teachers, sole)]
+    diffs: list[torch.Tensor] = list(teachers)
+    fresh = [k for k, reuse in enumerate(sole) if not reuse]
+    if fresh:
+        for k, d in zip(fresh, torch._foreach_sub([students[k] for k in fresh], [teachers[k] for k in fresh])):
+            diffs[k] = d
+    if reused:
+        torch._foreach_neg_(reused)
+        torch._foreach_add_(reused, [students[k] for k, reuse in enumerate(sole) if reuse])
+    return diffs
+
+
 class _BlocksMSE(torch.autograd.Function):
-    """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks
-    besides each block's difference: the squared norms taken together (`_foreach_norm`), and in the backward every
-    difference scaled at once. Each teacher output is let go (or overwritten, where `sole`) as its difference is
-    made, as `block_mse` does."""
+    """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks:
+    the differences (`block_differences`, written over the teachers' outputs where `sole`), their squared norms
+    together (`_foreach_norm`), and in the backward every difference scaled at once. The teachers' outputs are let
+    go once the differences are made."""
 
     @staticmethod
     def forward(ctx, teachers: list, sole: list[bool], scales: torch.Tensor, *students: torch.Tensor) -> torch.Tensor:
-        diffs, versions = [], []
-        for k, student in enumerate(students):
-            diffs.append(block_difference(student, teachers[k], sole[k]).detach())  # the teacher's object let go too
-            versions.append(diffs[-1]._version)
-            teachers[k] = None
-        if any(d._version != v for d, v in zip(diffs, versions)):  # as autograd says of block_mse's saved difference
-            raise RuntimeError(
-                "a block's difference was modified by an inplace operation: another block's was written over the same "
-                "teacher output, which `sole` named though something else reads it"
-            )
+        diffs = [d.detach() for d in block_differences(list(students), teachers, sole)]
+        teachers[:] = [None] * len(teachers)  # the teachers' objects let go too
         ctx.save_for_backward(scales, *diffs)
         ctx.student_dtypes = [s.dtype for s in students]
         inverse_numels, _ = scales
@@ -197,19 +212,20 @@ def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool 
     return _BlockMSE.apply(student, teacher.detach(), reuse_teacher)
 
 
+def storage_address(t: torch.Tensor) -> int:
+    """The address of a tensor's storage, read off the tensor: `t.untyped_storage()` would leave a storage object
+    alive beside it, and a gradient buffer whose storage has two users is not accumulated in place."""
+    return t.data_ptr() - int(t.storage_offset()) * t.element_size()
+
+
 def sole_tensors(blocks: dict[str, torch.Tensor], output: torch.Tensor) -> set[str]:
     """The block outputs that share their memory with no other block output nor the model's output, and cover
     it densely: the ones a block MSE may overwrite once it has read them."""
 
-    def memory(t: torch.Tensor) -> int:
-        # the storage's address, read off the tensor: `t.untyped_storage()` would leave a storage object alive
-        # beside the tensor, and a gradient buffer whose storage has two users is not accumulated in place
-        return t.data_ptr() - int(t.storage_offset()) * t.element_size()
-
-    users = collections.Counter(memory(t) for t in [*blocks.values(), output])
+    users = collections.Counter(storage_address(t) for t in [*blocks.values(), output])
     return {
         name for name, t in blocks.items()
-        if users[memory(t)] == 1 and t.numel() > 0
+        if users[storage_address(t)] == 1 and t.numel() > 0
         and (t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)))
     }  # fmt: skip
 

@@ -1,6 +1,7 @@
 """The shared distillation loop: losses read back every `log_every` steps without changing the run, NaN/Inf
 named by step, no checkpoint holding an unchecked NaN, options that leave a run's identity alone."""
 
+import copy
 import math
 
 import pytest
@@ -247,24 +248,27 @@ def test_the_teachers_block_outputs_are_freed_before_the_backward(method, option
     assert alive_in_backward == [False] * 3
 
 
-def test_each_teacher_block_output_is_let_go_once_its_mse_is_computed(monkeypatch):
-    """At the k-th block's MSE only the teacher's block outputs from the k-th on are still held, so a step never
-    holds the teacher's block outputs and the MSE's differences (one block output each) all at once."""
+def test_each_sole_teacher_block_output_holds_its_difference(monkeypatch):
+    """The differences of the teacher's block outputs nothing else reads are written over them, so a step never
+    holds the teacher's block outputs and the MSE's differences (one block output each) at once; the logits, which
+    the KL's teacher term keeps, get a buffer of their own."""
     from fcpts.methods import fcpts as fcpts_method
 
-    held, alive_at_each_mse = teacher_block_outputs(monkeypatch), []
-    real_difference = fcpts_method.block_difference
+    seen = []
+    real = fcpts_method.block_differences
 
-    def difference(student, teacher, reuse_teacher):
-        alive_at_each_mse.append(sum(r() is not None for r in held.values()))
-        return real_difference(student, teacher, reuse_teacher)
+    def differences(students, teachers, sole):
+        addresses = [t.data_ptr() for t in teachers]
+        diffs = real(students, teachers, sole)
+        seen.append([(d.data_ptr() == a, reuse) for d, a, reuse in zip(diffs, addresses, sole)])
+        return diffs
 
-    monkeypatch.setattr(fcpts_method, "block_difference", difference)
+    monkeypatch.setattr(fcpts_method, "block_differences", differences)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1))
     model.append(nn.Sequential(nn.Flatten(), nn.Linear(4 * 8 * 8, 3)))
     fcpts.sparsify(model, images(), 0.5, iterations=2, batch_size=4, progress=False)
-    # blocks 0, 1, 2 and the head's Linear "3.1", whose output (the logits) the KL's teacher term keeps; each step
-    assert alive_at_each_mse == [4, 3, 2, 1] * 2
+    # blocks 0, 1, 2 (overwritten) and the head's Linear "3.1" (the logits: a buffer of its own); each step
+    assert seen == [[(True, True)] * 3 + [(False, False)]] * 2
 
 
 def test_host_batches_stay_put_on_the_cpu():
@@ -350,3 +354,16 @@ def test_last_steps_gradients_are_let_go_before_the_forward(method):
     model = GradientsSeenInForward(net())
     fcpts.get_method(method)(model, images(), 0.5, iterations=3, batch_size=4, progress=False)
     assert model.seen == [False] * 3
+
+
+def test_a_training_mode_teacher_gives_the_same_outputs_and_updates_no_statistics():
+    """Its BatchNorm normalises with batch statistics as before, bit for bit, without updating running statistics
+    or counters that nothing reads (an operator per BN layer a step)."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    teacher, tracking = frozen_teacher(model, "train"), copy.deepcopy(model).train()
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    x = images()
+    with torch.no_grad():
+        assert torch.equal(teacher(x), tracking(x))
+    assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())
+    assert int(tracking[1].num_batches_tracked) == 1
