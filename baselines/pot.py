@@ -6,9 +6,8 @@ outputs on fixed batches of 64, at most 20,000 steps, stopping below a loss of 1
 How it runs here: the loss is quadratic in the weights, so where cheaper it is computed from each batch's input
 Gram matrix (pot_objective.py: same batches, same loss up to rounding), with its gradient written down; layers
 whose statistics share a shape take their steps together, stacked; each layer draws its batches from a generator
-of its own, so its result does not depend on which layers run with it. `inputs="sparse"` is msbench's other
-setting (each layer on the sparse model's inputs). Every layer logs its error relative to the dense output's
-energy after masking, bias correction, reconstruction and inside the finished network.
+of its own, so its result does not depend on which layers run with it. Every layer logs its error relative to the
+dense output's energy after masking, bias correction, reconstruction and inside the finished network.
 """
 
 from __future__ import annotations
@@ -46,10 +45,8 @@ from .pot_objective import (
     GramObjective,
     GramStack,
     NotLinearInWeights,
-    TargetObjective,
     gram_candidate,
     gram_plan,
-    layer_output,
     stack_signature,
 )
 
@@ -76,10 +73,8 @@ class POTOptions(MethodOptions):
     gram: bool = True  # same loss from per-image input Gram matrices where cheaper (pot_objective.py)
     sampling: str = "batches"  # each step one of the fixed batches the calibration set is cut into once, as
     # msbench's cached loader batches; "random": a fresh random draw of batch_size images (with replacement)
-    inputs: str = "dense"  # "sparse": each layer sees the sparse model's inputs, earlier layers already
-    # reconstructed, and still matches the dense outputs (msbench use_dense_inps: False)
-    concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked
-    # (dense inputs only); each layer's result equals its sequential one up to float rounding
+    concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked;
+    # each layer's result equals its sequential one up to float rounding
     cuda_graphs: bool = True  # on a GPU, replay each group's steps from a CUDA graph (its kernels launched at
     # once): eager steps there are bound by Python launching them
     gram_gradient: str = "closed-form"  # a Gram objective's gradient written down (one product with each Gram
@@ -94,7 +89,6 @@ class POTOptions(MethodOptions):
         super().validate()
         check_choice(self, "allocation", ("l2norm", "erk"))
         check_choice(self, "sampling", ("batches", "random"))
-        check_choice(self, "inputs", ("dense", "sparse"))
         check_choice(self, "gram_gradient", ("closed-form", "autograd"))
         for name in ("iterations", "lr_weight", "lr_bias", "early_stop_loss", "cache_bytes"):
             check_at_least(self, name, 0)
@@ -197,17 +191,6 @@ class RecomputedInputs:
         if isinstance(idx, torch.Tensor):
             idx = idx.cpu()
         return collect_inputs(self.dense, [self.name], self.images[idx], self.chunk)[self.name]
-
-
-class RecomputedTargets:
-    """The dense layer's outputs on its recomputed dense inputs (the targets of `inputs="sparse"`)."""
-
-    def __init__(self, layer: nn.Module, inputs: RecomputedInputs, weight: torch.Tensor, bias: torch.Tensor):
-        self.layer, self.inputs, self.weight, self.bias = layer, inputs, weight, bias
-
-    def __getitem__(self, idx) -> torch.Tensor:
-        with torch.no_grad():
-            return layer_output(self.layer, self.inputs[idx], self.weight, self.bias)
 
 
 @torch.no_grad()
@@ -325,7 +308,7 @@ class LayerProblem:
     keep: torch.Tensor
     w_dense: torch.Tensor
     b_dense: torch.Tensor
-    objective: ForwardObjective | GramObjective | TargetObjective
+    objective: ForwardObjective | GramObjective
     draws: torch.Tensor
     energy: float
     log: dict
@@ -339,10 +322,8 @@ def prepare_layer(
     inputs: torch.Tensor | RecomputedInputs,
     options: POTOptions,
     units: torch.Tensor | None,
-    sparse_inputs: torch.Tensor | RecomputedInputs | None = None,
 ) -> LayerProblem:
-    """The layer's objective, then bias correction (on dense inputs, as msbench); with `sparse_inputs` the
-    objective is the error of the sparse inputs against the dense outputs."""
+    """The layer's objective, then bias correction."""
     tic = time.perf_counter()
     w_dense = layer_weight(dense_layer).detach()
     if layer.bias is None:
@@ -350,21 +331,7 @@ def prepare_layer(
         layer.bias = nn.Parameter(torch.zeros(weight.shape[0], device=weight.device))
     dense_bias = layer_bias(dense_layer)
     b_dense = torch.zeros_like(_bias(layer)) if dense_bias is None else dense_bias.detach()
-    objective: ForwardObjective | GramObjective | TargetObjective
-    if sparse_inputs is None:
-        objective = layer_objective(layer, inputs, options, units)
-        bias_objective = objective
-    else:
-        bias_objective = ForwardObjective(layer, inputs, units)
-        targets: torch.Tensor | RecomputedTargets
-        if isinstance(inputs, RecomputedInputs):
-            targets = RecomputedTargets(layer, inputs, w_dense, b_dense)
-        else:
-            with torch.no_grad():
-                targets = torch.cat(
-                    [layer_output(layer, inputs[i : i + 256], w_dense, b_dense) for i in range(0, len(inputs), 256)]
-                )
-        objective = TargetObjective(layer, sparse_inputs, targets, units)
+    objective = layer_objective(layer, inputs, options, units)
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
     energy = objective.full_loss(zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
@@ -374,8 +341,7 @@ def prepare_layer(
     if options.bias_correction:
         with torch.no_grad():
             bias = _bias(layer)
-            bias.add_(bias_objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
-    del bias_objective
+            bias.add_(objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
     log["error_bias_corrected"] = relative_error(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
     )
@@ -435,7 +401,7 @@ def _by_autograd(losses_of):
 def graph_capturable(group: list[LayerProblem]) -> bool:
     """A group's steps can be one CUDA graph where they read only device tensors: not where inputs are recomputed
     from the dense model (that reads images from the host)."""
-    held = [getattr(p.objective, a, None) for p in group for a in ("inputs", "targets")]
+    held = [getattr(p.objective, "inputs", None) for p in group]
     return group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
 
 
@@ -562,7 +528,7 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     pending: list[LayerProblem] = []
 
     def reconstruct_pending() -> None:
-        for group in stacked_groups(pending, options.concurrent and options.inputs == "dense"):
+        for group in stacked_groups(pending, options.concurrent):
             optimise(group, options)
             for p in group:
                 per_layer_log[p.name] = p.log
@@ -589,19 +555,11 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
             inputs = dict(collect_inputs(dense, names[start:end], images))
         collect_s += time.perf_counter() - tic
         for n in names[start:end]:
-            sparse_inputs: torch.Tensor | RecomputedInputs | None = None
-            if options.inputs == "sparse":
-                sparse_inputs = (
-                    RecomputedInputs(model, n, images) if recomputed else collect_inputs(model, [n], images)[n]
-                )
-            pending.append(
-                prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), options, units, sparse_inputs)
-            )
-            del sparse_inputs
+            pending.append(prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), options, units))
             statistics = sum(p.objective.grams.numel() * 4 for p in pending if isinstance(p.objective, GramObjective))
             over = statistics * planned_images > options.cache_bytes * len(images)  # at the size choices are made for
             if not isinstance(pending[-1].objective, GramObjective) or over:
-                reconstruct_pending()  # a forward objective holds its inputs; sparse inputs need the layers before
+                reconstruct_pending()  # a forward objective holds its inputs
     reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)

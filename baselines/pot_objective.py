@@ -22,15 +22,11 @@ from fcpts.core.masks import layer_bias, layer_weight
 RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes their inputs
 
 
-class ImageRows(Protocol):
-    """What an objective reads per image: a tensor over the images, or POT's inputs (or targets) recomputed on
-    every read, indexed as that tensor would be."""
+class ImageInputs(Protocol):
+    """What an objective reads per image: a tensor over the images, or POT's inputs recomputed on every read,
+    indexed as that tensor would be."""
 
     def __getitem__(self, idx: Any) -> torch.Tensor: ...
-
-
-class ImageInputs(ImageRows, Protocol):
-    """Per-image inputs, which also say how many images they cover."""
 
     def __len__(self) -> int: ...
 
@@ -312,20 +308,3 @@ class GramStack:
         weight.grad = torch.addcmul(product, db.unsqueeze(-1), s.unsqueeze(-2)).mul_(2 / count).view_as(weight)
         bias.grad = moved.add_(db, alpha=count).mul_(2 / count).view_as(bias)
         return losses / count
-
-
-class TargetObjective(_Units):
-    """The loss against stored targets on other inputs: msbench's use_dense_inps=False, where a layer sees the
-    sparse model's inputs (earlier layers already reconstructed) and must still match the dense outputs."""
-
-    def __init__(self, layer: nn.Module, inputs: ImageInputs, targets: ImageRows, units: torch.Tensor | None = None):
-        self.layer, self.inputs, self.targets, self.units = layer, inputs, targets, units
-
-    def __len__(self) -> int:
-        return len(self.inputs) if self.units is None else len(self.units)
-
-    def loss(self, idx: torch.Tensor, weight, bias, w_dense=None, b_dense=None) -> torch.Tensor:
-        images = self._images(idx)
-        return squared_error(
-            self.layer, layer_output(self.layer, self.inputs[images], weight, bias), self.targets[images]
-        )

@@ -240,22 +240,6 @@ def test_bias_correction_never_raises_the_layer_error():
         assert row["error_in_network"] >= 0
 
 
-def test_sparse_inputs_train_on_the_sparse_models_own_inputs():
-    """inputs="sparse" (msbench use_dense_inps: False): a layer's objective is its error inside the sparse model
-    built so far, so after its reconstruction it equals its in-network error measured at the end; with dense
-    inputs the two differ from the second layer on (the error of earlier layers is not seen)."""
-    x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(6))
-    cfg = dict(iterations=20, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
-    _, sparse_report = pot(small_cnn(), x, 0.7, POTOptions(inputs="sparse", **cfg))
-    _, dense_report = pot(small_cnn(), x, 0.7, POTOptions(**cfg))
-    for row in sparse_report.per_layer:
-        assert row["error_reconstructed"] == pytest.approx(row["error_in_network"], rel=1e-3, abs=1e-6), row["name"]
-    last = dense_report.per_layer[-1]
-    assert last["error_reconstructed"] != pytest.approx(last["error_in_network"], rel=1e-2)
-    with pytest.raises(ValueError, match="inputs"):
-        pot(small_cnn(), x, 0.7, POTOptions(inputs="sequential", **cfg))
-
-
 def test_a_layer_with_an_all_zero_dense_output_has_no_error_ratio():
     """A dead layer (its inputs all zero after a ReLU, as in an untrained detector) has no dense output energy:
     its relative errors are recorded as None instead of dividing by zero, and the run still hits the target."""
@@ -285,7 +269,6 @@ def test_a_layer_with_an_all_zero_dense_output_has_no_error_ratio():
     [
         (dict(), 50e3),  # the convs' inputs (98-524 KB) exceed the cache, their statistics (1-23 KB) fit
         (dict(gram=False), 1.0),  # nothing fits: every layer's forward on inputs recomputed each step
-        (dict(inputs="sparse"), 1.0),
         (dict(sampling="random", gram=False), 1.0),
     ],
 )
