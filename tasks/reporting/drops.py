@@ -1,13 +1,5 @@
-"""Where this suite's FCPTS and its improved variants stand against the paper's FCPTS on Table 2's 80% and 90%
-cells, compared as drops from dense (the dense models are not the paper's: its CIFAR-10 checkpoints are
-another family, its CIFAR-100 ones are not public), one line per cell; docs/notebook/results.md quotes this table.
-
-A cell run with several seeds shows the mean drop ± its sample standard deviation and the seeds' range, and a
-verdict that a single seed cannot give: "within noise of the paper" only when the paper's drop lies inside the
-seeds' range (a standard deviation of three seeds is too rough to decide it); otherwise every seed lies on one side
-of the paper's drop, and the verdict says so. Beside each cell, how far our dense model lies from the paper's: a
-drop is measured from a different model. Built from Table 2's rows (the records each cell shows), every seed of
-those cells under the shown profile, and the paper's Table 2 (reference data)."""
+"""Drops from dense on Table 2's 80% and 90% cells: this suite's FCPTS and its variants against the paper's FCPTS,
+with the seeds' spread and a verdict that says what it rests on (docs/notebook/results.md quotes this table)."""
 
 from __future__ import annotations
 
@@ -16,15 +8,7 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.render import (
-    EARLIER_DEFAULT_LEGEND,
-    earlier_default_note,
-    md_table,
-    mean_sd,
-    page,
-    paper_cells,
-    seeds_of,
-)
+from tasks.reporting import render
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
@@ -38,7 +22,7 @@ def table2_cells(reference: list[dict]) -> list[tuple[str, str]]:
 
 def paper_drops(reference: list[dict]) -> dict[tuple, float]:
     """(dataset, model, sparsity) -> the paper's FCPTS drop from its own dense model (points)."""
-    table = paper_cells(reference, "table2")
+    table = render.paper_cells(reference, "table2")
     drops = {}
     for ds, model in table2_cells(reference):
         dense = table.get((ds, model, "dense", 0.0))
@@ -60,7 +44,7 @@ def dense_difference(rows: list[dict], paper_dense: dict | None) -> str:
 def seed_drops(row: dict, shown: dict | None, runs: dict[tuple, list[dict]]) -> list[float]:
     """The drop of every seed that ran `row`'s cell under its shown profile and options (`shown`: its record among
     the cell's runs; the row's own drop alone if none)."""
-    same = seeds_of(shown, runs.get(cell_of(row), [])) if shown is not None else []
+    same = render.seeds_of(shown, runs.get(cell_of(row), [])) if shown is not None else []
     return [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
 
 
@@ -76,7 +60,7 @@ def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
 def ours(drops: list[float], profile: str) -> str:
     """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
     seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
-    return f"{mean_sd(drops)}{seeds} [{profile}]"
+    return f"{render.mean_sd(drops)}{seeds} [{profile}]"
 
 
 def against_paper(drops: list[float], paper: float) -> str:
@@ -96,7 +80,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
     suite's variants of it), each with its distance to the paper's drop; `no record` where a cell has not run.
     `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
-    paper, table = paper_drops(reference), paper_cells(reference, "table2")
+    paper, table = paper_drops(reference), render.paper_cells(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
     body, earlier = [], False
@@ -115,12 +99,12 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                     continue
                 shown_rec = shown_record(row, runs or {})
                 drops = seed_drops(row, shown_rec, runs or {})
-                note = earlier_default_note(shown_rec)
+                note = render.earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
             body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
     header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
-    return page(
+    return render.page(
         "Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
         "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
         "record Table 2 shows, with its profile). FCPTS+ is this "
@@ -129,6 +113,6 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
         "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
         "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
         "short of it or better, and whether that rests on one seed or on several, all on that side.",
-        md_table(header, body, "lrr" + "rl" * len(names)),
-        EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
+        render.md_table(header, body, "lrr" + "rl" * len(names)),
+        render.EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
     )

@@ -2,19 +2,9 @@
 
     python -m tasks.reporting figures  # writes every figure into paper_figures/
 
-Figure 5 (`fig5_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
-sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
-because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
-substitute on the 1,300-image sample). A panel without a record says which command makes it.
-
-Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
-POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)" in the legend), one panel per
-(task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
-Figure 4 (`fig4_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
-allocation (`fcpts`), for every model with both records at the same sparsity and profile.
-Figure 3 (`fig3_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
-with the area |w| < t shaded at the threshold FCPTS learned for it (from the record). Its checkpoint is not
-committed: without it the figure is skipped, saying so, and the committed one is left as it is.
+Figure 5: per-layer sparsity at 90% per method; Figure 1: accuracy against sparsity; Figure 4: FCPTS with ERK rates
+fixed vs learned; Figure 3: the bridge r(t) on one layer's dense weights, skipped (its committed file kept)
+without the uncommitted dense checkpoint. A panel without a record says which command makes it.
 """
 
 from __future__ import annotations

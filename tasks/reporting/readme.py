@@ -1,8 +1,5 @@
-"""The README's generated blocks: the methods table from the registry and the results summary from the records.
-
-`python -m tasks.reporting readme` rewrites every block between `<!-- BEGIN name -->` and `<!-- END name -->` in
-README.md; tests/results/test_readme.py checks that the committed README equals what this writes, so a method
-added to the registry or a record re-run shows up in the README by re-running the command, never by hand.
+"""The README's generated blocks (between `<!-- BEGIN name -->` and `<!-- END name -->`): the methods table from
+the registry and the results summary from the records; `python -m tasks.reporting readme` rewrites them.
 """
 
 from __future__ import annotations

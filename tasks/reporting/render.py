@@ -1,15 +1,11 @@
 """The one renderer of the generated tables: a table file's page, its Markdown table, its record cells ("ours ·
-paper") and the legend of their markers, written from the records a table shows.
-
-A table's `[profile]` tag names the budget its cell's record ran with; the legend spells that budget out
-from the records themselves (iterations, batch, calibration images, per-method options), so it can never
-disagree with them. Numbers quoted from outside the suite's runs and the paper (published accuracies of
-library weights, facts about this workplace's ImageNet sample) live in `results/paper/external_reference.csv`.
+paper") and the legend of their markers, written from the records a table shows (so it never disagrees with them).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -43,6 +39,15 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str
     lines = ["| " + " | ".join(map(str, row)) + " |" for row in [header, *rows]]
     lines.insert(1, "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
     return "\n".join(lines)
+
+
+def csv_text(fields: Sequence[str], rows: Iterable[dict]) -> str:
+    """A CSV file of `rows` under the header `fields` (other keys of a row left out)."""
+    with io.StringIO(newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        return f.getvalue()
 
 
 def paper_cells(reference: list[dict], table: str) -> dict[tuple, dict]:
