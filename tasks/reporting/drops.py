@@ -14,25 +14,6 @@ SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def table2_cells(reference: list[dict]) -> list[tuple[str, str]]:
-    """Table 2's (dataset, model) pairs, datasets outer, in the paper's order."""
-    layout = paper_layout(reference, "table2")
-    return [(ds, model) for ds in layout.datasets for model in layout.models]
-
-
-def paper_drops(reference: list[dict]) -> dict[tuple, float]:
-    """(dataset, model, sparsity) -> the paper's FCPTS drop from its own dense model (points)."""
-    table = render.paper_cells(reference, "table2")
-    drops = {}
-    for ds, model in table2_cells(reference):
-        dense = table.get((ds, model, "dense", 0.0))
-        for sp in SPARSITIES:
-            sparse = table.get((ds, model, STUDIED_FAMILY, sp))
-            if dense and sparse:
-                drops[(ds, model, sp)] = float(dense["top1"]) - float(sparse["top1"])
-    return drops
-
-
 def dense_difference(rows: list[dict], paper_dense: dict | None) -> str:
     """Our dense top-1 minus the paper's for a cell (the dense model its records' drops are measured from)."""
     ours = {r["dense_top1"] for r in rows}
@@ -41,20 +22,13 @@ def dense_difference(rows: list[dict], paper_dense: dict | None) -> str:
     return f"{ours.pop() - float(paper_dense['top1']):+.2f}"
 
 
-def seed_drops(row: dict, shown: dict | None, runs: dict[tuple, list[dict]]) -> list[float]:
-    """The drop of every seed that ran `row`'s cell under its shown profile and options (`shown`: its record among
-    the cell's runs; the row's own drop alone if none)."""
-    same = render.seeds_of(shown, runs.get(cell_of(row), [])) if shown is not None else []
-    return [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
-
-
-def cell_of(row: dict) -> tuple:
-    return ("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))
-
-
-def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
-    """The record Table 2 shows for `row`, among the cell's runs."""
-    return next((r for r in runs.get(cell_of(row), []) if r["_path"] == row["record"]), None)
+def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict | None, list[float]]:
+    """The record Table 2 shows for `row` among the cell's runs, and the drop of every seed that ran the cell under
+    its profile and options (the row's own drop alone if the record is not among them)."""
+    cell = runs.get(("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4)), [])
+    shown = next((r for r in cell if r["_path"] == row["record"]), None)
+    same = render.seeds_of(shown, cell) if shown is not None else []
+    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
 
 
 def ours(drops: list[float], profile: str) -> str:
@@ -64,8 +38,8 @@ def ours(drops: list[float], profile: str) -> str:
 
 
 def against_paper(drops: list[float], paper: float) -> str:
-    """How our drop compares with the paper's: within noise of it (several seeds whose range holds it), or short of
-    it / meeting it by the mean's difference, saying what that rests on: one seed, or several all on that side."""
+    """Within noise of the paper's drop (several seeds whose range holds it), or short of it / meeting it, saying
+    whether that rests on one seed or on several all on that side."""
     gap = round(statistics.mean(drops) - paper, 2)
     if len(drops) > 1 and min(drops) <= paper <= max(drops):
         return f"within noise of the paper ({gap:+.2f})"
@@ -76,29 +50,29 @@ def against_paper(drops: list[float], paper: float) -> str:
 
 
 def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]] | None = None) -> str:
-    """Markdown: per 80/90% cell, the paper's FCPTS drop and ours (the paper's method as reproduced, then this
-    suite's variants of it), each with its distance to the paper's drop; `no record` where a cell has not run.
-    `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
+    """Per 80/90% cell, the paper's FCPTS drop and ours (FCPTS, then this suite's variants of it), each against the
+    paper's; `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
-    paper, table = paper_drops(reference), render.paper_cells(reference, "table2")
+    table, layout = render.paper_cells(reference, "table2"), paper_layout(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
     body, earlier = [], False
-    for ds, model in table2_cells(reference):
+    for ds, model in ((ds, model) for ds in layout.datasets for model in layout.models):
+        dense = table.get((ds, model, "dense", 0.0))
         for sp in SPARSITIES:
-            ref = paper.get((ds, model, sp))
+            sparse = table.get((ds, model, STUDIED_FAMILY, sp))
+            ref = float(dense["top1"]) - float(sparse["top1"]) if dense and sparse else None  # the paper's FCPTS drop
             rows = [r for (d, m, _, s), r in shown.items() if (d, m, s) == (ds, model, sp)]
             cells = [
                 f"{ref:.2f}" if ref is not None else "—",
-                dense_difference(rows, table.get((ds, model, "dense", 0.0))),
+                dense_difference(rows, dense),
             ]
             for method in methods:
                 row = shown.get((ds, model, method, sp))
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec = shown_record(row, runs or {})
-                drops = seed_drops(row, shown_rec, runs or {})
+                shown_rec, drops = seed_drops(row, runs or {})
                 note = render.earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]

@@ -394,9 +394,9 @@ def render_tables(
     }
     out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))
-    out["table3_imagenet_cnn.md"] = table3(records, reference, record_link)
-    out["table4_imagenet_vit.md"] = table4(records, reference, record_link)
-    out["table1_learned_masks.md"] = table1(records, reference, record_link)
+    out["table3_imagenet_cnn.md"] = table3(records, reference, record_link=record_link)
+    out["table4_imagenet_vit.md"] = table4(records, reference, record_link=record_link)
+    out["table1_learned_masks.md"] = table1(records, reference, record_link=record_link)
     out["table5_voc.md"] = voc_table5(records, reference, record_link)
     return out
 

@@ -7,7 +7,6 @@ stand-in gets rows of its own, marked as a substitute, with no paper numbers bes
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows
@@ -19,8 +18,8 @@ NOT_RUN = "not run yet"  # a substitute cell this workplace can fill
 
 
 def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
-    """From preferred_records' map: the cell's record on full ImageNet (full_imagenet) or on a partial
-    validation set (`imagenet-val<N>`; the first by name if several)."""
+    """The cell's preferred record on full ImageNet (full_imagenet) or on a partial validation set (the first by
+    name if several)."""
     found = sorted(
         (key[1], r)
         for key, r in preferred.items()
@@ -40,11 +39,6 @@ def _extras(
     )
 
 
-def _paper(row: dict | None) -> str | None:
-    """What a cell shows after `·`: the paper's numbers, that the method failed there, or nothing (not its cell)."""
-    return (render.paper_numbers(row) if row["top1"] else "failed in paper") if row else None
-
-
 def imagenet_table(
     title: str,
     table: str,
@@ -54,8 +48,8 @@ def imagenet_table(
     extras_task: str | None = None,
     record_link: render.RecordLink | None = None,
 ) -> str:
-    """One ImageNet table: the paper's rows, models and sparsities of `table` (its reference numbers); with
-    `extras_task` (a registry task), rows for the methods beyond the paper that it runs and that have records here."""
+    """One ImageNet table: the paper's rows, models and sparsities of `table`; with `extras_task` (a registry task),
+    rows for the methods beyond the paper that it runs and that have records here."""
     methods = paper_rows(reference, table)
     layout = paper_layout(reference, table)
     models, sparsities = list(layout.models), list(layout.sparsities)
@@ -74,9 +68,15 @@ def imagenet_table(
         for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
+            papers = [ref.get(("imagenet", model, method, s)) for s in sparsities]  # None: not the paper's cell
             cells = [
-                render.record_cell(rec, record_link, _paper(ref.get(("imagenet", model, method, s))), missing=NO_DATA)
-                for rec, s in zip(recs, sparsities)
+                render.record_cell(
+                    r,
+                    record_link,
+                    (render.paper_numbers(p) if p["top1"] else "failed in paper") if p else None,
+                    missing=NO_DATA,
+                )
+                for r, p in zip(recs, papers)
             ]
             body.append([head, render.row_label(method), *cells])
             head = ""
@@ -178,22 +178,15 @@ def _substitute_note(
     )
 
 
-# The paper's ImageNet tables: the title, then imagenet_table's options. Table 4's ViTs have no stand-in rows; Table
-# 1 has no extras (POT against learned masks: an extra's ResNet-18 cells are rows of Table 3).
-IMAGENET_TABLES: dict[str, tuple[str, dict[str, Any]]] = {
-    "table3": ("Table 3: ImageNet CNNs, top-1/top-5 (%)", {"extras_task": "imagenet-cnn"}),
-    "table4": ("Table 4: ImageNet ViTs, top-1/top-5 (%)", {"substitute_methods": [], "extras_task": "imagenet-vit"}),
-    "table1": ("Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)", {}),
-}
-
-
-def paper_imagenet_table(
-    table: str, records: list[dict], reference: list[dict], record_link: render.RecordLink | None = None
-) -> str:
-    title, options = IMAGENET_TABLES[table]
-    return imagenet_table(title, table, records, reference, **options, record_link=record_link)
-
-
-table1 = partial(paper_imagenet_table, "table1")
-table3 = partial(paper_imagenet_table, "table3")
-table4 = partial(paper_imagenet_table, "table4")
+# Table 4's ViTs have no stand-in rows; Table 1 has no extras (an extra's ResNet-18 cells are rows of Table 3).
+table3 = partial(imagenet_table, "Table 3: ImageNet CNNs, top-1/top-5 (%)", "table3", extras_task="imagenet-cnn")
+table4 = partial(
+    imagenet_table,
+    "Table 4: ImageNet ViTs, top-1/top-5 (%)",
+    "table4",
+    substitute_methods=[],
+    extras_task="imagenet-vit",
+)
+table1 = partial(
+    imagenet_table, "Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)", "table1"
+)
