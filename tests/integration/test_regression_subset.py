@@ -17,6 +17,7 @@ from tasks.regression import (
     compare,
     compare_subset,
     derive_tolerances,
+    main,
     margins,
     measured_spread,
     run_subset,
@@ -130,3 +131,9 @@ def test_tolerances_widen_to_twice_the_move_measured_on_another_processor_and_ma
     smallest = min(margins(lite0, tmp_path / "run", tolerances=tolerances))
     assert smallest[0] == pytest.approx(1.12) and "top5 +2.00 of ±3.12" in smallest[1]
     assert "margin 1.12" in cell_lines(lite0, tmp_path / "run", tolerances=tolerances)[1]
+
+
+def test_an_unknown_table_is_a_usage_error():
+    with pytest.raises(SystemExit) as exit_:
+        main(["--tables", "4", "--tolerances"])
+    assert exit_.value.code == 2
