@@ -180,21 +180,19 @@ def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
         for p in [ref.get((r["dataset"], r["model"], r["method"], r["target_sparsity"]))]
         if p and p["top1"]
     )
-    if not found:
-        return ""
-    return (
-        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: "
-        f"{_versus(found)}."
+    return _versus(
+        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: ", found
     )
 
 
-def _versus(found: list[tuple]) -> str:
-    """'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity, method, ours,
-    other)."""
-    return "; ".join(
+def _versus(sentence: str, found: list[tuple]) -> str:
+    """`sentence` then 'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity,
+    method, ours, other); "" when nothing is found."""
+    pairs = "; ".join(
         f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
         for ds, model, sp, method, ours, other in found
     )
+    return f"{sentence}{pairs}." if found else ""
 
 
 def pot_unfolded_gain(records: list[dict]) -> str:
@@ -211,11 +209,10 @@ def pot_unfolded_gain(records: list[dict]) -> str:
         for folded in [paper.get(cell_key(r))]
         if folded and r["method_options"].get("fold_bn") is False
     )
-    if not found:
-        return ""
-    return (
-        f" Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {_versus(found)}."
+    return _versus(
+        " Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
+        "runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: ",
+        found,
     )
 
 

@@ -10,7 +10,7 @@ from functools import partial
 
 from fcpts.methods import label
 from tasks.grid.layout import paper_layout, paper_rows
-from tasks.grid.records import preferred_records
+from tasks.grid.records import cell_key, preferred_records
 from tasks.reporting import render
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
@@ -69,22 +69,12 @@ def table5(records: list[dict], reference: list[dict], record_link: render.Recor
             )
             blocks.append("\n".join([legend, *render.profile_legend(shown)]))
     if voc:
-        rows = [
-            [
-                r["dataset"],
-                r["model"],
-                r["method"],
-                f"{r['achieved_sparsity']:.4f}",
-                r["profile"]["name"],
-                r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—",
-                f"{r['metrics']['map50']:.2f}",
-                f"{r['dense_metrics']['map50']:.2f}",
-                f"{r['wall_s']:.0f}",
-            ]
-            for r in sorted(
-                voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"], r["profile"]["name"])
-            )
-        ]
+        rows = []
+        for r in sorted(voc, key=lambda r: (*cell_key(r)[1:4], r["target_sparsity"], r["profile"]["name"])):
+            recon = r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—"
+            numbers = f"{r['metrics']['map50']:.2f}", f"{r['dense_metrics']['map50']:.2f}", f"{r['wall_s']:.0f}"
+            sparsity = f"{r['achieved_sparsity']:.4f}"
+            rows.append([*cell_key(r)[1:4], sparsity, r["profile"]["name"], recon, *numbers])
         header = ["dataset", "model", "method", "sparsity", "profile", "reconstruction", "mAP", "dense", "wall s"]
         blocks += ["## All detection records", render.md_table(header, rows)]
     return render.page("Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", *blocks)
