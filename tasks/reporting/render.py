@@ -121,9 +121,8 @@ def budget_text(record: dict) -> str:
         text += images
     elif get_method(method).trains:
         text = f"{budget['iterations']:,} iterations of {budget['batch_size']}{images}"
-        trials = ((record.get("method_report") or {}).get("extra") or {}).get("trials")
-        if trials:
-            text = f"{len(trials)} trials of {budget['iterations']:,} iterations of {budget['batch_size']}{images}"
+        if trials := ((record.get("method_report") or {}).get("extra") or {}).get("trials"):
+            text = f"{len(trials)} trials of {text}"
     else:
         text = f"no training{images}"
     extra = ", ".join(
@@ -149,13 +148,6 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
     return lines
 
 
-DROP_LEGEND = "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1."
-REACHED_LEGEND = (
-    "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches its "
-    "threshold decay and keeps the trial nearest to the target)."
-)
-
-
 def profile_tag(shown: list[dict]) -> str:
     """The `[profile]` marker's legend, saying how a cell chose among the profiles that appear, if several."""
     present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in shown}]
@@ -164,12 +156,17 @@ def profile_tag(shown: list[dict]) -> str:
 
 
 def cell_markers(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
-    """The legend lines of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached
-    where a record missed its target, and the budgets behind the profile tags of the `shown` records and those
-    `beside` them."""
-    lines = [f"- **bold**: {bold}", DROP_LEGEND]
+    """The legend lines of record cells: their **bold** numbers (`bold`), drop, sparsity reached where missed, and
+    the budgets behind the profile tags of the `shown` records and those `beside` them."""
+    lines = [
+        f"- **bold**: {bold}",
+        "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
+    ]
     if any(not r.get("hit_target", True) for r in shown):
-        lines.append(REACHED_LEGEND)
+        lines.append(
+            "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches "
+            "its threshold decay and keeps the trial nearest to the target)."
+        )
     return [*lines, f"- {profile_tag(shown)}", *profile_legend(shown + (beside or []))]
 
 
@@ -227,10 +224,7 @@ def seed_spread(shown: dict, records: list[dict]) -> str:
     """' · n seeds: mean ± sd' of top-1 over the records of the shown record's cell and profile, when more
     than one seed ran it; else ''."""
     same = seeds_of(shown, records)
-    if len(same) < 2:
-        return ""
-    top1 = [r["metrics"]["top1"] for r in same]
-    return f" · {len(same)} seeds: {mean_sd(top1)}"
+    return f" · {len(same)} seeds: {mean_sd([r['metrics']['top1'] for r in same])}" if len(same) > 1 else ""
 
 
 def mean_sd(values: list[float]) -> str:
