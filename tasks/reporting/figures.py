@@ -254,22 +254,12 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     from tasks.grid.data import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, read_state_dict
 
-    rec = next(
-        (
-            r
-            for r in preferred_records(records).values()
-            if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
-            == ("cifar10", "resnet56", STUDIED_FAMILY, 0.9)
-        ),
-        None,
-    )
+    rec = preferred_records(records).get(("cifar", "cifar10", "resnet56", STUDIED_FAMILY, 0.9))
     try:  # the dense weights file alone: the figure needs one layer's tensor, not the model
         state, _ = read_state_dict(default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
     except (FileNotFoundError, ValueError):
-        rec = None
-    if rec is not None and f"{layer}.weight" not in state:
-        rec = None
-    if rec is None:
+        return None
+    if rec is None or f"{layer}.weight" not in state:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     row = next(p for p in rec["per_layer"] if p["name"] == layer)
