@@ -16,6 +16,7 @@ import re
 import shutil
 import time
 import types
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -188,10 +189,8 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
             titles = _cells(line)
             head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
-            body, i = [], i + 2
-            while i < len(lines) and lines[i].startswith("|"):
-                body.append(_cells(lines[i]))
-                i += 1
+            body = [_cells(row) for row in takewhile(lambda row: row.startswith("|"), lines[i + 2 :])]
+            i += 2 + len(body)
             columns, groups = row_groups(titles, body)
             rows = [
                 f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c, link)}</td>" for c in cells) + "</tr>"
@@ -217,11 +216,11 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
                 + "</ul>"
             )
         elif line.strip():
-            para = [line]
-            i += 1
-            while i < len(lines) and lines[i].strip() and not re.match(r"(#|\||```|\s*- )", lines[i]):
-                para.append(lines[i])
-                i += 1
+            para = [
+                line,
+                *takewhile(lambda next_: next_.strip() and not re.match(r"(#|\||```|\s*- )", next_), lines[i + 1 :]),
+            ]
+            i += len(para)
             out.append(f"<p>{inline(' '.join(para), link)}</p>")
         else:
             i += 1
