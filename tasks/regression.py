@@ -231,16 +231,6 @@ def _moves(subset: Subset, ref: dict, new: dict, tolerance: dict[str, float]):
             yield what, m, new[key][m], ref[key][m], new[key][m] - ref[key][m], tolerance[m]
 
 
-def compare(
-    new_dir: Path,
-    reference_dir: Path = REFERENCE_DIR,
-    subsets: tuple[Subset, ...] = SUBSETS,
-    tolerances: Tolerances = TOLERANCE,
-) -> list[str]:
-    """Problems in every subset (empty: no regression)."""
-    return [p for s in subsets for p in compare_subset(s, new_dir, reference_dir, tolerances)]
-
-
 def margins(
     subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
 ) -> list[tuple[float, str]]:
@@ -298,7 +288,7 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
     left = sorted(m for s in subsets for m in margins(s, runs_dir))
     if left:
         print(f"smallest margin: {left[0][0]:.2f} points ({left[0][1]})")
-    return compare(runs_dir, subsets=subsets)
+    return [p for s in subsets for p in compare_subset(s, runs_dir)]
 
 
 def main(argv=None) -> int:
@@ -330,11 +320,8 @@ def main(argv=None) -> int:
         rerun(subsets, REFERENCE_DIR, args.threads)
         print(f"reference records written to {REFERENCE_DIR}")
         return 0
-    if args.results_dir:
-        problems = check(subsets, Path(args.results_dir), args.threads)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            problems = check(subsets, Path(tmp), args.threads)
+    with tempfile.TemporaryDirectory() as tmp:  # the re-run's folder unless --results-dir keeps it
+        problems = check(subsets, Path(args.results_dir or tmp), args.threads)
     if problems:
         print("REGRESSION:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
