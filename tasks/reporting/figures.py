@@ -93,15 +93,10 @@ def figure5(records: list[dict], task: str, dataset: str, out: Path, target: flo
     for ax, (model, recs) in zip(axes[:, 0], panels.items()):
         for rec in recs:
             color, marker = METHODS[rec["method"]].style
-            layers = rec["per_layer"]
+            sparsity = [100 * layer["sparsity"] for layer in rec["per_layer"]]
+            text = f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% [{rec['profile']['name']}]"
             ax.plot(
-                range(len(layers)),
-                [100 * layer["sparsity"] for layer in layers],
-                color=color,
-                marker=marker,
-                markersize=3.5,
-                linewidth=1.2,
-                label=f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% [{rec['profile']['name']}]",
+                range(len(sparsity)), sparsity, color=color, marker=marker, markersize=3.5, linewidth=1.2, label=text
             )
         ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8, label=f"global target {target:.0%}")
         substitute = " (substitute for the paper's models)" if recs and recs[0].get("substitute") else ""
@@ -268,20 +263,12 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     grid = torch.linspace(float(w.min()), float(w.max()), 600, dtype=torch.float64)
     # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
     density = kde_density(w, grid, 0.5 * w.std() * (100 / len(w)) ** 0.2)
-    r_t = float((w.abs() < t).double().mean())
     ax.plot(
         grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)"
     )
     inside = (grid.abs() < t).numpy()
-    ax.fill_between(
-        grid.numpy(),
-        0,
-        density.numpy(),
-        where=inside,
-        color="tab:red",
-        alpha=0.35,
-        label=f"r(t) = P(|w| < t) = {r_t:.3f}",
-    )
+    shaded = f"r(t) = P(|w| < t) = {float((w.abs() < t).double().mean()):.3f}"
+    ax.fill_between(grid.numpy(), 0, density.numpy(), where=inside, color="tab:red", alpha=0.35, label=shaded)
     for x in (-t, t):
         ax.axvline(x, color="tab:red", linestyle="--", linewidth=0.9)
     ax.set(xlabel="weight value w", ylabel="density")

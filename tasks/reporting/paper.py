@@ -372,20 +372,13 @@ def render_tables(
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     out["table2_cifar.csv"] = render.csv_text(TABLE2_FIELDS, rows)
-    tex = (
-        [
-            "\\begin{tabular}{llllrrrr}",
-            "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\",
-            "\\hline",
-        ]
-        + [
-            f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
-            f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\"
-            for r in rows
-        ]
-        + ["\\end{tabular}", ""]
-    )
-    out["table2_cifar.tex"] = "\n".join(tex)
+    tex = [
+        f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
+        f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\"
+        for r in rows
+    ]
+    head = "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\"
+    out["table2_cifar.tex"] = "\n".join(["\\begin{tabular}{llllrrrr}", head, "\\hline", *tex, "\\end{tabular}", ""])
     method_times = {
         f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
     }
