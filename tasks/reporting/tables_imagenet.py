@@ -69,15 +69,8 @@ def imagenet_table(
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
             papers = [ref.get(("imagenet", model, method, s)) for s in sparsities]  # None: not the paper's cell
-            cells = [
-                render.record_cell(
-                    r,
-                    record_link,
-                    (render.paper_numbers(p) if p["top1"] else "failed in paper") if p else None,
-                    missing=NO_DATA,
-                )
-                for r, p in zip(recs, papers)
-            ]
+            beside = [(render.paper_numbers(p) if p["top1"] else "failed in paper") if p else None for p in papers]
+            cells = [render.record_cell(r, record_link, b, missing=NO_DATA) for r, b in zip(recs, beside)]
             body.append([head, render.row_label(method), *cells])
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
@@ -90,10 +83,10 @@ def imagenet_table(
             substitute_missing |= None in recs
             shown += [r for r in recs if r]
             first = next((r for r in recs if r), None)
-            head = (
-                f"**{model} (substitute{'; dense ' + format(first['dense_metrics']['top1'], '.2f') if first else ''}"
-                f"{'; ' + str(first['data']['n_eval']) + ' val images' if first else ''})**"
+            dense = (
+                f"; dense {first['dense_metrics']['top1']:.2f}; {first['data']['n_eval']} val images" if first else ""
             )
+            head = f"**{model} (substitute{dense})**"
             spreads = [render.seed_spread(r, records) if r else "" for r in recs]
             spread |= any(spreads)
             cells = [render.record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
