@@ -362,10 +362,7 @@ def run_page(record: dict, row: dict, plot: str) -> str:
     calibration = {k: v for k, v in (record.get("calibration") or {}).items() if not isinstance(v, list)}
     provenance = {
         "record": f"results/runs/{record['_path']}",
-        "command": record.get("command", ""),
-        "git commit": record.get("git_commit", ""),
-        "created": record.get("created", ""),
-        "device": record.get("device", ""),
+        **{key: record.get(key.replace(" ", "_"), "") for key in ("command", "git commit", "created", "device")},
         "environment": ", ".join(f"{k} {v}" for k, v in (record.get("environment") or {}).items()),
         "dense weights": (record.get("weights") or {}).get("sha256", ""),
         "mask sha256": record.get("mask_sha256", ""),
