@@ -158,6 +158,14 @@ def inline(text: str, link=lambda url: url) -> str:
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", anchor, out)
 
 
+def sortable(attributes: str, head: str, body: str) -> str:
+    """A table that sorts on a header click (PAGE_JS), scrolling sideways where wide."""
+    return (
+        f"<div class='scroll'><table class='sortable'{attributes}><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
@@ -196,10 +204,7 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
                 f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c, link)}</td>" for c in cells) + "</tr>"
                 for g, cells in zip(groups, body)
             ]
-            out.append(
-                f"<div class='scroll'><table class='sortable' data-group-columns='{columns}'><thead><tr>{head}"
-                f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-            )
+            out.append(sortable(f" data-group-columns='{columns}'", head, "".join(rows)))
         elif re.match(r"\s*- ", line):
             items: list[list[Any]] = []  # [depth, text], the text grown by its continuation lines
             while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
@@ -283,10 +288,7 @@ def runs_table(rows: list[dict]) -> str:
         + "</tr>"
         for r in rows
     )
-    return (
-        f"<div class='scroll'><table class='sortable' id='runs-table'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
-    )
+    return sortable(" id='runs-table'", head, body)
 
 
 # --- One page per run
@@ -396,9 +398,7 @@ def run_page(record: dict, row: dict, plot: str) -> str:
         f"<h1>{html.escape(title)}</h1>{_definition_list(summary)}"
         f"<h2>Curves and allocation</h2>{no_curve}<img id='run-plot' src='{html.escape(plot)}' alt='run plot'>"
         f"<h2>Provenance</h2>{_definition_list(provenance)}"
-        f"<h2>Per layer</h2><div class='scroll'><table class='sortable'><thead><tr>"
-        + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-        + f"</tr></thead><tbody>{layer_rows}</tbody></table></div>"
+        f"<h2>Per layer</h2>{sortable('', ''.join(f'<th>{html.escape(k)}</th>' for k in keys), layer_rows)}"
     )
     return page(title, body, root="../")
 
