@@ -14,14 +14,6 @@ SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def dense_difference(rows: list[dict], paper_dense: dict | None) -> str:
-    """Our dense top-1 minus the paper's for a cell (the dense model its records' drops are measured from)."""
-    ours = {r["dense_top1"] for r in rows}
-    if not paper_dense or len(ours) != 1:
-        return "—"
-    return f"{ours.pop() - float(paper_dense['top1']):+.2f}"
-
-
 def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict | None, list[float]]:
     """The record Table 2 shows for `row` among the cell's runs, and the drop of every seed that ran the cell under
     its profile and options (the row's own drop alone if the record is not among them)."""
@@ -62,11 +54,10 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
         for sp in SPARSITIES:
             sparse = table.get((ds, model, STUDIED_FAMILY, sp))
             ref = float(dense["top1"]) - float(sparse["top1"]) if dense and sparse else None  # the paper's FCPTS drop
-            rows = [r for (d, m, _, s), r in shown.items() if (d, m, s) == (ds, model, sp)]
-            cells = [
-                f"{ref:.2f}" if ref is not None else "—",
-                dense_difference(rows, dense),
-            ]
+            our_dense = {r["dense_top1"] for (d, m, _, s), r in shown.items() if (d, m, s) == (ds, model, sp)}
+            # Our dense top-1 minus the paper's: the drops are measured from different models.
+            versus = f"{our_dense.pop() - float(dense['top1']):+.2f}" if dense and len(our_dense) == 1 else "—"
+            cells = [f"{ref:.2f}" if ref is not None else "—", versus]
             for method in methods:
                 row = shown.get((ds, model, method, sp))
                 if row is None:
