@@ -25,9 +25,9 @@ from tasks.reporting.tables_imagenet import table1, table3, table4
 from tasks.reporting.tables_voc import table5 as voc_table5
 
 TABLES = RESULTS_DIR / "tables"
-METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
+# method_time_<device>.txt (the method-time benchmark on each device), gpu_check_<device>[_<date>]/records
+BENCHMARKS = RESULTS_DIR / "benchmarks"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
-GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
 # Table 2's CSV columns, a row a cell with a record
 TABLE2_FIELDS = "dataset model method sparsity top1 top5 dense_top1 drop profile paper_top1 paper_top5 record".split()
 # Modules renamed since a record was made: a table quotes the command that runs today.
@@ -243,7 +243,7 @@ def pot_layer_loss(record: dict) -> str:
     return f"Gram on {gram}/{len(objectives)} layers" if gram else "forward"
 
 
-def gpu_check_records(root: Path = GPU_CHECKS) -> list[dict]:
+def gpu_check_records(root: Path = BENCHMARKS) -> list[dict]:
     """The GPU check's records, their profile named after the check's folder (Table 6 only: they are not the
     other tables' cells)."""
     out = []
@@ -380,7 +380,7 @@ def render_tables(
     head = "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\"
     out["table2_cifar.tex"] = "\n".join(["\\begin{tabular}{llllrrrr}", head, "\\hline", *tex, "\\end{tabular}", ""])
     method_times = {
-        f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
+        f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(BENCHMARKS.glob("method_time_*.txt"))
     }
     out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))
@@ -393,9 +393,7 @@ def render_tables(
 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
     tables = render_tables(all_records(runs_dir), read_reference(), weights_dir, gpu_check_records())
     for name, text in tables.items():
         write_text_atomic(out_dir / name, text)
-        written.append(out_dir / name)
-    return written
+    return [out_dir / name for name in tables]
