@@ -143,7 +143,7 @@ deploy-runtimes:
 	$(PYTHON) -m venv .venv-openvino && .venv-openvino/bin/pip install --quiet openvino==2026.4.1
 
 # Re-run a few real cells of Tables 2, 3 and 5 at a small budget and compare with the committed reference
-# records (tolerances per task, measured: tasks/regression.py).
+# records (tolerances per task, measured: docs/tasks.md).
 check-regression: setup
 	$(PY) -m tasks.regression
 

@@ -3,45 +3,11 @@
     python -m tasks.regression                  # re-run into a temporary folder, compare, exit 1 on a regression
     python -m tasks.regression --update         # (re)write the reference records in results/regression/
     python -m tasks.regression --tables 2 5     # only some tables' subsets
-    python -m tasks.regression --threads 2 --results-dir DIR   # the measurements behind TOLERANCE (below)
+    python -m tasks.regression --tolerances     # each tolerance and what decided it
 
-One subset per table, on real images and real dense weights, at a `regression` profile of its own (a budget
-this check affords, never a result). Each cell sits clearly above chance and clearly below dense, so a method
-that breaks moves it by many points (at the old quick budget POT sat at chance, where a broken POT passes):
-  Table 2  CIFAR-10 ResNet-20 (the released checkpoint), 256 training images, the first 2,000 test images:
-           FCPTS at 90% (100 iterations of 64), POT L2Norm and ERK at 70% (100 iterations per layer), LAMP at 70%;
-  Table 3  EfficientNet-Lite0 stand-in (its released weights), 64 training images (POT: 32), the first 128
-           val images: global magnitude at 40%, FCPTS at 50% (40 iterations of 8 at its default learning rate:
-           the cpu profile's 0.02 suits 200 iterations and is still in its early loss peak after 30, near 2%
-           top-1), POT L2Norm at 60% (20 iterations per layer: its statistics, not its steps, take the time);
-  Table 5  the suite's MobileNetV2-SSD-Lite (its committed weights) on the detection substitute, regenerated
-           from CIFAR into a temporary folder (its 500 test images and first 64 trainval ones, ids as in the
-           whole set), the first 100 test images: FCPTS at 50% (20 iterations of 16) and POT L2Norm at 20%
-           (20 per layer). With BN folded, L2Norm's allocation prunes a layer of this detector to 99% from 50%
-           on, where POT reads 0.00 mAP and a broken POT would pass; at 20% it reads well below dense.
-
-Tolerance. The check and its references run on one thread, where a re-run repeats itself bit for bit; what
-moves a cell without a regression is float sums taken in another order (another CPU, another library build).
-Measured on the whole subset against the one-thread run:
-  2 threads (--threads 2):            FCPTS CIFAR top-1 -0.80 (top-5 0), Lite0 0, detection mAP +1.02
-  1 thread, oneDNN off (--no-onednn): FCPTS CIFAR top-1 +0.15 (top-5 0), Lite0 top-1 +0.78 and top-5 -0.78
-                                      (one of 128 images), detection mAP +0.50
-  every POT, magnitude and LAMP cell and every dense model: 0 in both (their masks follow from magnitudes).
-FCPTS on Lite0 is chaotic early on (its loss climbs from 7.6 to ~55 before it falls): at 20 iterations 2
-threads moved it by 4.69 points, at 40 by none, hence 40. For scale, seed 1 instead of 0 moves the CIFAR
-FCPTS cell by +0.50 top-1. SUMMATION_TOLERANCE, per task, is the larger of twice its largest measured move and one
-evaluation image: CIFAR 1.6 (2 x 0.80; an image is 0.05), Lite0 1.6 (2 x 0.78: two of 128 images),
-detection 2.1 mAP (2 x 1.02). The achieved sparsity must be the reference's exactly.
-
-Another processor. The references ran on an AMD EPYC; another vendor's CPU (oneDNN picks other kernels) moves cells
-too. Whole re-runs on other processors are kept as records under results/regression/spread/<machine>/ (made with
-`--results-dir`; each record names its processor), and TOLERANCE, per task and metric, is the larger of the summation
-bound above and twice the largest move any of them shows against the references (metric or dense metric, any
-cell). `python -m tasks.regression --tolerances` prints each bound and what decided it; every check prints each
-cell's move and its margin (the tolerance left). Measured on an Intel Xeon (spread/intel-xeon/, one thread, the
-code of these references): CIFAR FCPTS top-1 +0.20 and top-5 -0.15, Lite0 FCPTS top-1 -0.78 and top-5 +1.56 (one
-and two of 128 images), detection FCPTS mAP +0.23, every POT, magnitude and LAMP cell and every dense model 0.
-So Lite0's top-5 tolerance is 3.13 (2 x 1.5625, rounded up), every other one its summation bound.
+One subset per table, on real images and real dense weights, at a `regression` profile of its own (a budget this
+check affords, never a result), each cell well above chance and well below dense. The subsets, the measurements
+behind each tolerance and the re-runs on other processors (results/regression/spread/): docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -51,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -62,7 +28,7 @@ from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile, cpu_profile, pot_budget
 from tasks.grid.records import read_record, record_path
 from tasks.grid.rerun import get_task
-from tasks.grid.runner import Grid, Where, run_grid
+from tasks.grid.runner import Where, run_grid
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 SPREAD_DIR = REFERENCE_DIR / "spread"  # <machine>/<task>/...: the subsets re-run on other processors
@@ -70,8 +36,7 @@ NOTE = "regression check only; not a result"
 SEED = 0
 Tolerances = dict[str, dict[str, float]]  # per task, per metric: how many points a re-run may move
 
-# Points a re-run cell's metric (and its dense model's) may move when only the summation order changes, per task
-# (module docstring: twice the largest move measured with 2 threads or oneDNN off, at least one image).
+# Points a cell's metric (and its dense model's) may move when only the summation order changes (docs/tasks.md).
 SUMMATION_TOLERANCE = {
     "cifar": {"top1": 1.6, "top5": 1.6},
     "imagenet": {"top1": 1.6, "top5": 1.6},
@@ -83,7 +48,7 @@ VOC_TRAINVAL = 64  # substitute images written for calibration (the set's first 
 
 @dataclass(frozen=True)
 class Subset:
-    """The cells of one paper table that the check re-runs, and how to build their grid."""
+    """The cells of one paper table that the check re-runs, and the arguments of their task's grid."""
 
     table: str
     task: str
@@ -92,31 +57,13 @@ class Subset:
     profile: Profile
     cells: tuple[tuple[str, float], ...]  # (method, target sparsity)
     metrics: tuple[str, ...]
-    build: Callable[[Profile, Where, Path], Grid]  # (profile, where, scratch folder) -> the grid
+    grid_args: dict = field(default_factory=dict)
 
     def paths(self, runs_dir: Path) -> list[Path]:
         return [
             record_path(runs_dir, self.task, self.dataset, self.model, m, sp, self.profile.name, SEED)
             for m, sp in self.cells
         ]
-
-
-def _cifar_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
-    return get_task("cifar").build_grid(dataset="cifar10", model="resnet20", profile=profile, where=where)
-
-
-def _imagenet_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
-    return get_task("imagenet").build_grid(model_name="efficientnet_lite0", profile=profile, where=where)
-
-
-def _voc_grid(profile: Profile, where: Where, scratch: Path) -> Grid:
-    """The substitute set's test split and first trainval images, written to scratch (seconds; not committed)."""
-    out = scratch / "voc-cifar"
-    make_data = get_task("voc").make_data
-    assert make_data is not None  # the voc task registers the maker of its substitute set
-    make_data(out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None)
-    where = replace(where, data_root=str(out))
-    return get_task("voc").build_grid(arch="mb2-ssd-lite", image_size=160, profile=profile, where=where)
 
 
 def regression_profile(
@@ -144,7 +91,7 @@ SUBSETS = (
         regression_profile(256, iterations=100, batch_size=64, pot_iterations=100, eval_limit=2000),
         (("fcpts", 0.9), ("pot-l2norm", 0.7), ("pot-erk", 0.7), ("lamp", 0.7)),
         ("top1", "top5"),
-        _cifar_grid,
+        {"dataset": "cifar10", "model": "resnet20"},
     ),
     Subset(
         "Table 3",
@@ -154,7 +101,7 @@ SUBSETS = (
         regression_profile(64, iterations=40, batch_size=8, pot_iterations=20, eval_limit=128, pot_images=32),
         (("global-magnitude", 0.4), ("fcpts", 0.5), ("pot-l2norm", 0.6)),
         ("top1", "top5"),
-        _imagenet_grid,
+        {"model_name": "efficientnet_lite0"},
     ),
     Subset(
         "Table 5",
@@ -164,9 +111,15 @@ SUBSETS = (
         regression_profile(64, iterations=20, batch_size=16, pot_iterations=20, eval_limit=100),
         (("fcpts", 0.5), ("pot-l2norm", 0.2)),
         ("map50",),
-        _voc_grid,
+        {"arch": "mb2-ssd-lite", "image_size": 160},
     ),
 )
+
+
+def _record_pairs(subset: Subset, new_dir: Path, reference_dir: Path):
+    """(reference path, new path, reference record, new record) per cell of the subset; a missing record is None."""
+    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
+        yield ref_path, new_path, read_record(ref_path), read_record(new_path)
 
 
 def measured_spread(
@@ -178,8 +131,7 @@ def measured_spread(
     machines = sorted(p for p in spread_dir.iterdir() if p.is_dir()) if spread_dir.is_dir() else []
     for machine in machines:
         for subset in subsets:
-            for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(machine)):
-                ref, new = read_record(ref_path), read_record(new_path)
+            for ref_path, new_path, ref, new in _record_pairs(subset, machine, reference_dir):
                 if ref is None or new is None:
                     continue
                 for key in ("metrics", "dense_metrics"):
@@ -196,13 +148,13 @@ def derive_tolerances(
     summation: Tolerances = SUMMATION_TOLERANCE,
 ) -> tuple[Tolerances, list[str]]:
     """(task -> metric -> tolerance, one line per bound saying what decided it): the summation bound, or
-    SPREAD_FACTOR x the cross-processor move (rounded up to 0.01) when that is larger (module docstring)."""
+    SPREAD_FACTOR x the cross-processor move (rounded up to 0.01, float noise ignored) when that is larger."""
     tolerances: Tolerances = {}
     why = []
     for task, metrics in summation.items():
         for metric, floor in metrics.items():
             move, seen = spread.get(task, {}).get(metric, (None, ""))
-            measured = _up_to_hundredths(SPREAD_FACTOR * move) if move is not None else None
+            measured = math.ceil(round(SPREAD_FACTOR * move * 100, 6)) / 100 if move is not None else None
             tolerances.setdefault(task, {})[metric] = max(floor, measured or 0.0)
             source = f"{SPREAD_FACTOR:g} x {move:.2f} measured on {seen}" if move is not None else "no re-run elsewhere"
             decided = "the processor spread" if measured is not None and measured > floor else "the summation bound"
@@ -213,17 +165,12 @@ def derive_tolerances(
     return tolerances, why
 
 
-def _up_to_hundredths(points: float) -> float:
-    """Rounded up to 0.01 (a bound never below what was measured), float noise ignored."""
-    return math.ceil(round(points * 100, 6)) / 100
-
-
 TOLERANCE, TOLERANCE_BASIS = derive_tolerances(measured_spread())
 
 
 def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[str], None] = print) -> float:
-    """Run one subset's cells into runs_dir on `threads` threads (one for the check: see the module
-    docstring); its wall time in seconds, data and dense evaluation included."""
+    """Run one subset's cells into runs_dir on `threads` threads; its wall time in seconds, data and dense
+    evaluation included."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     tic = time.perf_counter()
@@ -231,7 +178,14 @@ def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[
         with tempfile.TemporaryDirectory() as scratch:
             # Checkpoints and the dense evaluation's cache in scratch: every run evaluates the dense model afresh.
             where = Where(seed=SEED, runs_dir=runs_dir, checkpoint_dir=Path(scratch) / "checkpoints", progress=False)
-            grid = subset.build(subset.profile, where, Path(scratch))
+            task = get_task(subset.task)
+            if task.make_data is not None:  # the detection substitute, regenerated (seconds; not committed)
+                out = Path(scratch) / "voc-cifar"
+                task.make_data(
+                    out, resolve_data_root(where.data_root), trainval_prefix=VOC_TRAINVAL, log=lambda _: None
+                )
+                where = replace(where, data_root=str(out))
+            grid = task.build_grid(**subset.grid_args, profile=subset.profile, where=where)
             if (grid.dataset, grid.model) != (subset.dataset, subset.model):
                 raise ValueError(
                     f"{subset.table}: the data gives {grid.dataset}/{grid.model}, the references are of "
@@ -270,27 +224,11 @@ def compare_subset(
     return problems
 
 
-def _record_pairs(subset: Subset, new_dir: Path, reference_dir: Path):
-    """(reference path, new path, reference record, new record) per cell of the subset; a missing record is None."""
-    for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
-        yield ref_path, new_path, read_record(ref_path), read_record(new_path)
-
-
 def _moves(subset: Subset, ref: dict, new: dict, tolerance: dict[str, float]):
     """(what, metric, new value, reference value, move, tolerance) for every metric and dense metric of a cell."""
     for key, what in (("metrics", ""), ("dense_metrics", "dense ")):
         for m in subset.metrics:
             yield what, m, new[key][m], ref[key][m], new[key][m] - ref[key][m], tolerance[m]
-
-
-def compare(
-    new_dir: Path,
-    reference_dir: Path = REFERENCE_DIR,
-    subsets: tuple[Subset, ...] = SUBSETS,
-    tolerances: Tolerances = TOLERANCE,
-) -> list[str]:
-    """Problems in every subset (empty: no regression)."""
-    return [p for s in subsets for p in compare_subset(s, new_dir, reference_dir, tolerances)]
 
 
 def margins(
@@ -333,15 +271,6 @@ def _metric_line(m: str, new: dict, ref: dict | None, tolerance: float) -> str:
     )
 
 
-def selected(tables: list[str] | None) -> tuple[Subset, ...]:
-    if not tables:
-        return SUBSETS
-    chosen = tuple(s for s in SUBSETS if s.table.removeprefix("Table ") in tables)
-    if len(chosen) != len(tables):
-        raise SystemExit(f"--tables: choose from {', '.join(s.table.removeprefix('Table ') for s in SUBSETS)}")
-    return chosen
-
-
 def rerun(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> None:
     """Re-run `subsets` into runs_dir, printing each cell and each subset's time."""
     total = 0.0
@@ -359,13 +288,14 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
     left = sorted(m for s in subsets for m in margins(s, runs_dir))
     if left:
         print(f"smallest margin: {left[0][0]:.2f} points ({left[0][1]})")
-    return compare(runs_dir, subsets=subsets)
+    return [p for s in subsets for p in compare_subset(s, runs_dir)]
 
 
 def main(argv=None) -> int:
     p = command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
-    p.add_argument("--tables", nargs="+", help="only these tables' subsets (2, 3, 5)")
+    numbers = [s.table.removeprefix("Table ") for s in SUBSETS]
+    p.add_argument("--tables", nargs="+", choices=numbers, help="only these tables' subsets")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the check and its references use 1)")
     p.add_argument(
         "--results-dir",
@@ -385,16 +315,13 @@ def main(argv=None) -> int:
         p.error("references are made on one thread with oneDNN, as the check runs")
     if args.no_onednn:
         torch.backends.mkldnn.set_flags(False)
-    subsets = selected(args.tables)
+    subsets = tuple(s for s, n in zip(SUBSETS, numbers) if n in (args.tables or numbers))
     if args.update:
         rerun(subsets, REFERENCE_DIR, args.threads)
         print(f"reference records written to {REFERENCE_DIR}")
         return 0
-    if args.results_dir:
-        problems = check(subsets, Path(args.results_dir), args.threads)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            problems = check(subsets, Path(tmp), args.threads)
+    with tempfile.TemporaryDirectory() as tmp:  # the re-run's folder unless --results-dir keeps it
+        problems = check(subsets, Path(args.results_dir or tmp), args.threads)
     if problems:
         print("REGRESSION:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

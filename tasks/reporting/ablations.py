@@ -21,17 +21,7 @@ def _reconstruction(row: dict) -> str:
 
 def summarize(paths: list[str]) -> str:
     """A markdown table of finished rows (for the README), straight from the JSON lines."""
-    header = [
-        "model",
-        "variant",
-        "reconstruction",
-        "lr",
-        "iterations",
-        "top-1",
-        "sparsity before exact step",
-        "wall s",
-        "threads",
-    ]
+    header = "model|variant|reconstruction|lr|iterations|top-1|sparsity before exact step|wall s|threads".split("|")
     rows = []
     for path in paths:
         for r in read_json_lines(path):
@@ -59,14 +49,5 @@ def summarize_seeds(paths: list[str]) -> str:
         per_seed = ", ".join(f"{t:.2f}" for t in top1)
         before = statistics.mean(by_seed[k]["sparsity_before_exact_step"] for k in seeds)
         out.append([model, iterations, variant, len(top1), mean_sd(top1), diff, per_seed, f"{before:.4f}"])
-    header = [
-        "model",
-        "iterations",
-        "variant",
-        "seeds",
-        "top-1 mean ± sd",
-        "vs default (paired)",
-        "per seed",
-        "sparsity before exact step",
-    ]
-    return md_table(header, out, "lrlrrrlr")
+    header = "model|iterations|variant|seeds|top-1 mean ± sd|vs default (paired)|per seed|sparsity before exact step"
+    return md_table(header.split("|"), out, "lrlrrrlr")

@@ -1,13 +1,5 @@
-"""Where this suite's FCPTS and its improved variants stand against the paper's FCPTS on Table 2's 80% and 90%
-cells, compared as drops from dense (the dense models are not the paper's: its CIFAR-10 checkpoints are
-another family, its CIFAR-100 ones are not public), one line per cell; docs/notebook/results.md quotes this table.
-
-A cell run with several seeds shows the mean drop ± its sample standard deviation and the seeds' range, and a
-verdict that a single seed cannot give: "within noise of the paper" only when the paper's drop lies inside the
-seeds' range (a standard deviation of three seeds is too rough to decide it); otherwise every seed lies on one side
-of the paper's drop, and the verdict says so. Beside each cell, how far our dense model lies from the paper's: a
-drop is measured from a different model. Built from Table 2's rows (the records each cell shows), every seed of
-those cells under the shown profile, and the paper's Table 2 (reference data)."""
+"""Drops from dense on Table 2's 80% and 90% cells: this suite's FCPTS and its variants against the paper's FCPTS,
+with the seeds' spread and a verdict that says what it rests on (docs/notebook/results.md quotes this table)."""
 
 from __future__ import annotations
 
@@ -16,72 +8,30 @@ import statistics
 from fcpts.methods import get_method, label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extra_methods, paper_layout
-from tasks.reporting.render import (
-    EARLIER_DEFAULT_LEGEND,
-    earlier_default_note,
-    md_table,
-    mean_sd,
-    page,
-    paper_cells,
-    seeds_of,
-)
+from tasks.reporting import render
 
 SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def table2_cells(reference: list[dict]) -> list[tuple[str, str]]:
-    """Table 2's (dataset, model) pairs, datasets outer, in the paper's order."""
-    layout = paper_layout(reference, "table2")
-    return [(ds, model) for ds in layout.datasets for model in layout.models]
-
-
-def paper_drops(reference: list[dict]) -> dict[tuple, float]:
-    """(dataset, model, sparsity) -> the paper's FCPTS drop from its own dense model (points)."""
-    table = paper_cells(reference, "table2")
-    drops = {}
-    for ds, model in table2_cells(reference):
-        dense = table.get((ds, model, "dense", 0.0))
-        for sp in SPARSITIES:
-            sparse = table.get((ds, model, STUDIED_FAMILY, sp))
-            if dense and sparse:
-                drops[(ds, model, sp)] = float(dense["top1"]) - float(sparse["top1"])
-    return drops
-
-
-def dense_difference(rows: list[dict], paper_dense: dict | None) -> str:
-    """Our dense top-1 minus the paper's for a cell (the dense model its records' drops are measured from)."""
-    ours = {r["dense_top1"] for r in rows}
-    if not paper_dense or len(ours) != 1:
-        return "—"
-    return f"{ours.pop() - float(paper_dense['top1']):+.2f}"
-
-
-def seed_drops(row: dict, shown: dict | None, runs: dict[tuple, list[dict]]) -> list[float]:
-    """The drop of every seed that ran `row`'s cell under its shown profile and options (`shown`: its record among
-    the cell's runs; the row's own drop alone if none)."""
-    same = seeds_of(shown, runs.get(cell_of(row), [])) if shown is not None else []
-    return [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
-
-
-def cell_of(row: dict) -> tuple:
-    return ("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))
-
-
-def shown_record(row: dict, runs: dict[tuple, list[dict]]) -> dict | None:
-    """The record Table 2 shows for `row`, among the cell's runs."""
-    return next((r for r in runs.get(cell_of(row), []) if r["_path"] == row["record"]), None)
+def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict | None, list[float]]:
+    """The record Table 2 shows for `row` among the cell's runs, and the drop of every seed that ran the cell under
+    its profile and options (the row's own drop alone if the record is not among them)."""
+    cell = runs.get(("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4)), [])
+    shown = next((r for r in cell if r["_path"] == row["record"]), None)
+    same = render.seeds_of(shown, cell) if shown is not None else []
+    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
 
 
 def ours(drops: list[float], profile: str) -> str:
     """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
     seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
-    return f"{mean_sd(drops)}{seeds} [{profile}]"
+    return f"{render.mean_sd(drops)}{seeds} [{profile}]"
 
 
 def against_paper(drops: list[float], paper: float) -> str:
-    """How our drop compares with the paper's: within noise of it (several seeds whose range holds it), or short of
-    it / meeting it by the mean's difference, saying what that rests on: one seed, or several all on that side."""
+    """Within noise of the paper's drop (several seeds whose range holds it), or short of it / meeting it, saying
+    whether that rests on one seed or on several all on that side."""
     gap = round(statistics.mean(drops) - paper, 2)
     if len(drops) > 1 and min(drops) <= paper <= max(drops):
         return f"within noise of the paper ({gap:+.2f})"
@@ -92,35 +42,34 @@ def against_paper(drops: list[float], paper: float) -> str:
 
 
 def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]] | None = None) -> str:
-    """Markdown: per 80/90% cell, the paper's FCPTS drop and ours (the paper's method as reproduced, then this
-    suite's variants of it), each with its distance to the paper's drop; `no record` where a cell has not run.
-    `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
+    """Per 80/90% cell, the paper's FCPTS drop and ours (FCPTS, then this suite's variants of it), each against the
+    paper's; `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
-    paper, table = paper_drops(reference), paper_cells(reference, "table2")
+    table, layout = render.paper_cells(reference, "table2"), paper_layout(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
     body, earlier = [], False
-    for ds, model in table2_cells(reference):
+    for ds, model in ((ds, model) for ds in layout.datasets for model in layout.models):
+        dense = table.get((ds, model, "dense", 0.0))
         for sp in SPARSITIES:
-            ref = paper.get((ds, model, sp))
-            rows = [r for (d, m, _, s), r in shown.items() if (d, m, s) == (ds, model, sp)]
-            cells = [
-                f"{ref:.2f}" if ref is not None else "—",
-                dense_difference(rows, table.get((ds, model, "dense", 0.0))),
-            ]
+            sparse = table.get((ds, model, STUDIED_FAMILY, sp))
+            ref = float(dense["top1"]) - float(sparse["top1"]) if dense and sparse else None  # the paper's FCPTS drop
+            our_dense = {r["dense_top1"] for (d, m, _, s), r in shown.items() if (d, m, s) == (ds, model, sp)}
+            # Our dense top-1 minus the paper's: the drops are measured from different models.
+            versus = f"{our_dense.pop() - float(dense['top1']):+.2f}" if dense and len(our_dense) == 1 else "—"
+            cells = [f"{ref:.2f}" if ref is not None else "—", versus]
             for method in methods:
                 row = shown.get((ds, model, method, sp))
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec = shown_record(row, runs or {})
-                drops = seed_drops(row, shown_rec, runs or {})
-                note = earlier_default_note(shown_rec)
+                shown_rec, drops = seed_drops(row, runs or {})
+                note = render.earlier_default_note(shown_rec)
                 earlier |= bool(note)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
             body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
     header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
-    return page(
+    return render.page(
         "Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
         "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
         "record Table 2 shows, with its profile). FCPTS+ is this "
@@ -129,6 +78,6 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
         "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
         "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
         "short of it or better, and whether that rests on one seed or on several, all on that side.",
-        md_table(header, body, "lrr" + "rl" * len(names)),
-        EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
+        render.md_table(header, body, "lrr" + "rl" * len(names)),
+        render.EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
     )

@@ -2,19 +2,9 @@
 
     python -m tasks.reporting figures  # writes every figure into paper_figures/
 
-Figure 5 (`fig5_allocation_<dataset>.png`): the per-layer sparsity each method ends with at 90% global
-sparsity, in network order: CIFAR ResNet-32 and ResNet-56 (the paper shows CIFAR-100; CIFAR-10 is drawn too
-because its records exist) and ImageNet ResNet-18/50 plus any model run there (here the EfficientNet-Lite0
-substitute on the 1,300-image sample). A panel without a record says which command makes it.
-
-Figure 1 (`fig1_accuracy_vs_sparsity.png`): top-1 against the sparsity reached, per method (FCPTS, both
-POTs, ProbMask, STR, and the extras beyond the paper, marked "(not in the paper)" in the legend), one panel per
-(task, dataset, model) with records at two or more sparsities (the paper shows ImageNet ResNet-50).
-Figure 4 (`fig4_fixed_vs_learned.png`): FCPTS with ERK rates held fixed (`fcpts-fixed`) vs learned
-allocation (`fcpts`), for every model with both records at the same sparsity and profile.
-Figure 3 (`fig3_bridge.png`): the bridge r(t): one real layer's weight density (its dense checkpoint)
-with the area |w| < t shaded at the threshold FCPTS learned for it (from the record). Its checkpoint is not
-committed: without it the figure is skipped, saying so, and the committed one is left as it is.
+Figure 5: per-layer sparsity at 90% per method; Figure 1: accuracy against sparsity; Figure 4: FCPTS with ERK rates
+fixed vs learned; Figure 3: the bridge r(t) on one layer's dense weights, skipped (its committed file kept)
+without the uncommitted dense checkpoint. A panel without a record says which command makes it.
 """
 
 from __future__ import annotations
@@ -39,8 +29,7 @@ FIGURES_DIR = REPO_ROOT / "paper_figures"
 
 
 def figure1_lines() -> list[str]:
-    """Figure 1's lines in legend order: the paper's method, its baselines (the methods of the paper's tables),
-    then the extras beyond the paper, labelled so (`tasks.grid.layout.compared_methods`)."""
+    """Figure 1's lines in legend order: the paper's method, its baselines, then the extras beyond the paper."""
     return compared_methods(read_reference())
 
 
@@ -64,8 +53,7 @@ def allocation_panels(records: list[dict], task: str, dataset: str, target: floa
         and round(r["target_sparsity"], 4) == target
         and "per_layer" in r
     ]
-    # The paper's models get a panel even before they run, except on a partial ImageNet (`imagenet-val1300`),
-    # where they are never run.
+    # The paper's models get a panel even before they run, except on a partial ImageNet (never run there).
     paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
     models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
     # Figure 1's paper methods (not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it).
@@ -105,15 +93,10 @@ def figure5(records: list[dict], task: str, dataset: str, out: Path, target: flo
     for ax, (model, recs) in zip(axes[:, 0], panels.items()):
         for rec in recs:
             color, marker = METHODS[rec["method"]].style
-            layers = rec["per_layer"]
+            sparsity = [100 * layer["sparsity"] for layer in rec["per_layer"]]
+            text = f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% [{rec['profile']['name']}]"
             ax.plot(
-                range(len(layers)),
-                [100 * layer["sparsity"] for layer in layers],
-                color=color,
-                marker=marker,
-                markersize=3.5,
-                linewidth=1.2,
-                label=f"{label(rec['method'])}: top-1 {rec['metrics']['top1']:.2f}% [{rec['profile']['name']}]",
+                range(len(sparsity)), sparsity, color=color, marker=marker, markersize=3.5, linewidth=1.2, label=text
             )
         ax.axhline(100 * target, color="gray", linestyle="--", linewidth=0.8, label=f"global target {target:.0%}")
         substitute = " (substitute for the paper's models)" if recs and recs[0].get("substitute") else ""
@@ -137,12 +120,16 @@ def figure5(records: list[dict], task: str, dataset: str, out: Path, target: flo
     return _save(fig, out)
 
 
-def _panels(n: int, width: float = 4.6, height: float = 3.6):
+def _panels(n: int, empty: str, width: float = 4.6, height: float = 3.6):
+    """A grid of `n` panels, three a row; without any, one saying `empty`."""
     cols = min(3, max(1, n))
     rows = max(1, -(-n // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    for ax in axes.flat[n:]:
+    for ax in axes.flat[max(1, n) :]:
         ax.axis("off")
+    if not n:
+        axes[0][0].text(0.5, 0.5, empty, ha="center", va="center")
+        axes[0][0].axis("off")
     return fig, list(axes.flat)
 
 
@@ -173,13 +160,9 @@ AXIS_LABELS = {"top1": "top-1 (%)", "map50": "mAP@0.5 (%)"}  # per headline metr
 def figure1(records: list[dict], out: Path) -> Path:
     groups = accuracy_curves(records)
     lines = figure1_lines()
-    fig, axes = _panels(max(1, len(groups)))
-    if not groups:
-        axes[0].text(0.5, 0.5, "no model has records at two sparsities yet", ha="center", va="center")
-        axes[0].axis("off")
+    fig, axes = _panels(len(groups), "no model has records at two sparsities yet")
     for ax, ((task, ds, model), rs) in zip(axes, groups.items()):
         key = headline(rs[0])[0]
-        ylabel = AXIS_LABELS[key]
         for method in [m for m in lines if any(r["method"] == m for r in rs)]:
             # At the sparsity reached: STR has no exact-target step and may end off its target.
             pts = sorted((r["achieved_sparsity"], r["metrics"][key]) for r in rs if r["method"] == method)
@@ -187,22 +170,16 @@ def figure1(records: list[dict], out: Path) -> Path:
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=row_label(method))
         ax.axhline(rs[0]["dense_metrics"][key], color="gray", linestyle="--", linewidth=0.8, label="dense")
         profiles = ", ".join(sorted({r["profile"]["name"] for r in rs}))
-        ax.set_title(_wrapped(f"{model} on {ds} [{profiles}]"), fontsize=10)
-        ax.set_xlabel("global sparsity reached (%)")
-        ax.set_ylabel(ylabel)
+        # On as many lines as it needs, so a long model name is not clipped at the figure's edge.
+        ax.set_title(textwrap.fill(f"{model} on {ds} [{profiles}]", 48, break_on_hyphens=False), fontsize=10)
+        ax.set(xlabel="global sparsity reached (%)", ylabel=AXIS_LABELS[key])
         ax.grid(alpha=0.3)
     order = [row_label(m) for m in lines] + ["dense"]
     return _save(fig, out, shared_legend(fig, axes, order))
 
 
-def _wrapped(title: str, width: int = 48) -> str:
-    """A panel title on as many lines as it needs, so a long model name is not clipped at the figure's edge."""
-    return "\n".join(textwrap.wrap(title, width, break_on_hyphens=False)) if len(title) > width else title
-
-
 def shared_legend(fig, axes, order: list[str]) -> float:
-    """One legend for every panel, below them: each line once, in `order` (a legend per panel repeated the same
-    entries and covered data). Returns the fraction of the figure's height it takes, for `_save`."""
+    """One legend below every panel, each line once, in `order`; the fraction of the figure's height it takes."""
     entries: dict[str, object] = {}
     for ax in axes:
         for handle, text in zip(*ax.get_legend_handles_labels()):
@@ -235,46 +212,25 @@ def fixed_rates_methods() -> list[str]:
 def figure4(records: list[dict], out: Path) -> Path:
     pairs = fixed_learned_pairs(records)
     models = sorted({(r["dataset"], r["model"]) for r, _ in pairs})
-    fig, axes = _panels(max(1, len(models)))
-    if not models:
-        axes[0].text(
-            0.5,
-            0.5,
-            "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ...",
-            ha="center",
-            va="center",
-        )
-        axes[0].axis("off")
+    fig, axes = _panels(
+        len(models), "no fcpts-fixed / fcpts pair yet:\npython -m tasks.cifar --methods fcpts-fixed fcpts ..."
+    )
     for ax, (ds, model) in zip(axes, models):
         ps = sorted(
             (p for p in pairs if (p[0]["dataset"], p[0]["model"]) == (ds, model)), key=lambda p: p[0]["target_sparsity"]
         )
         xs = range(len(ps))
-        fixed = ax.bar(
-            [x - 0.2 for x in xs],
-            [p[0]["metrics"]["top1"] for p in ps],
-            0.4,
-            color="white",
-            edgecolor="tab:red",
-            hatch="//",
-            label="ERK rates fixed",
-        )
-        learned = ax.bar(
-            [x + 0.2 for x in xs],
-            [p[1]["metrics"]["top1"] for p in ps],
-            0.4,
-            color="tab:red",
-            label="learned allocation (FCPTS)",
-        )
-        for bars in (fixed, learned):
+        fixed = {"color": "white", "edgecolor": "tab:red", "hatch": "//", "label": "ERK rates fixed"}
+        learned = {"color": "tab:red", "label": "learned allocation (FCPTS)"}
+        for i, (offset, style) in enumerate(((-0.2, fixed), (0.2, learned))):
+            bars = ax.bar([x + offset for x in xs], [p[i]["metrics"]["top1"] for p in ps], 0.4, **style)
             ax.bar_label(bars, fmt="%.2f", fontsize=7)
         top = max(max(p[0]["metrics"]["top1"], p[1]["metrics"]["top1"]) for p in ps)
         ax.set_ylim(0, max(1.0, top) * 1.3)  # room for the legend above the bars
         ax.set_xticks(list(xs), [f"{p[0]['target_sparsity']:.0%}\n[{p[0]['profile']['name']}]" for p in ps])
         substitute = " (substitute)" if ps[0][0].get("substitute") else ""
         ax.set_title(f"{model} on {ds}{substitute}", fontsize=10)
-        ax.set_xlabel("global sparsity")
-        ax.set_ylabel("top-1 (%)")
+        ax.set(xlabel="global sparsity", ylabel="top-1 (%)")
         ax.legend(fontsize=7, loc="upper left", ncol=2)
         ax.grid(alpha=0.3, axis="y")
     return _save(fig, out)
@@ -284,9 +240,8 @@ BRIDGE_NEEDS = "the CIFAR-10 ResNet-56 dense checkpoint (the data root's weights
 
 
 def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Path | None:
-    """Bridge function on CIFAR-10 ResNet-56 at 90% (the headline cell), dense weights of one layer. Without the
-    checkpoint (not committed) or the record it draws nothing and returns None: a placeholder would replace the
-    committed figure with one it cannot regenerate."""
+    """The bridge on one layer of CIFAR-10 ResNet-56 at 90%; None without its checkpoint (not committed) or record,
+    so that the committed figure is kept rather than replaced by one that cannot be regenerated."""
     import numpy as np
     import torch
 
@@ -294,22 +249,12 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     from tasks.grid.data import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, read_state_dict
 
-    rec = next(
-        (
-            r
-            for r in preferred_records(records).values()
-            if (r["dataset"], r["model"], r["method"], r["target_sparsity"])
-            == ("cifar10", "resnet56", STUDIED_FAMILY, 0.9)
-        ),
-        None,
-    )
+    rec = preferred_records(records).get(("cifar", "cifar10", "resnet56", STUDIED_FAMILY, 0.9))
     try:  # the dense weights file alone: the figure needs one layer's tensor, not the model
         state, _ = read_state_dict(default_cifar_weights(resolve_data_root(None), "cifar10", "resnet56"))
     except (FileNotFoundError, ValueError):
-        rec = None
-    if rec is not None and f"{layer}.weight" not in state:
-        rec = None
-    if rec is None:
+        return None
+    if rec is None or f"{layer}.weight" not in state:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     row = next(p for p in rec["per_layer"] if p["name"] == layer)
@@ -318,24 +263,15 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     grid = torch.linspace(float(w.min()), float(w.max()), 600, dtype=torch.float64)
     # All n weights: the bridge's bandwidth (0.5 std for 100 points) scaled by Silverman's n^(-1/5).
     density = kde_density(w, grid, 0.5 * w.std() * (100 / len(w)) ** 0.2)
-    r_t = float((w.abs() < t).double().mean())
     ax.plot(
         grid.numpy(), density.numpy(), color="black", linewidth=1.2, label=f"density p(w) of {layer} (dense weights)"
     )
     inside = (grid.abs() < t).numpy()
-    ax.fill_between(
-        grid.numpy(),
-        0,
-        density.numpy(),
-        where=inside,
-        color="tab:red",
-        alpha=0.35,
-        label=f"r(t) = P(|w| < t) = {r_t:.3f}",
-    )
+    shaded = f"r(t) = P(|w| < t) = {float((w.abs() < t).double().mean()):.3f}"
+    ax.fill_between(grid.numpy(), 0, density.numpy(), where=inside, color="tab:red", alpha=0.35, label=shaded)
     for x in (-t, t):
         ax.axvline(x, color="tab:red", linestyle="--", linewidth=0.9)
-    ax.set_xlabel("weight value w")
-    ax.set_ylabel("density")
+    ax.set(xlabel="weight value w", ylabel="density")
     ax.set_title(
         f"Bridge function at the learned threshold t = {t:.4f} (ResNet-56, CIFAR-10, 90%, "
         f"{rec['profile']['name']} profile)\nlayer sparsity in the record after reconstruction: "

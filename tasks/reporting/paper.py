@@ -1,21 +1,13 @@
 """Paper tables from run records, beside the paper's own numbers (reference data, never results).
 
-    python -m tasks.reporting tables     # writes results/tables/: table2_cifar.{md,csv,tex}, drops_vs_paper.md,
-                                         # table6_time.md, table1/3/4/5
-    python -m tasks.reporting manifest   # registers the present records and their numbers (regression test)
+    python -m tasks.reporting tables     # writes results/tables/ (Tables 1 to 6, drops_vs_paper.md)
 
-Reads only `results/runs/**.json`, `results/paper/paper_reference.csv` and, for Table 6 alone, the GPU check's
-records (`results/benchmarks/gpu_check_*/records`, rows of their own); runs nothing. A cell shows the
-record of the most faithful profile available (paper, then paper-cpu, then fast) and names that profile;
-cells without a record say so. The paper's rows come from its reference numbers (`tasks.grid.layout`);
-methods beyond the paper that `--all-methods` runs (the registry's) add rows to Table 2 and columns to Table 6,
-labelled "(not in the paper)", only once a record of theirs is in the table.
+A cell shows the record of the most faithful profile available and names that profile. Reads only records, the
+paper's reference numbers and, for Table 6 alone, the GPU check's records; runs nothing.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -27,37 +19,18 @@ from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, rea
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
+from tasks.reporting import render
 from tasks.reporting.drops import drops_table
-from tasks.reporting.render import (
-    CELL_INTRO,
-    EARLIER_DEFAULT_LEGEND,
-    SEED_SPREAD_LEGEND,
-    RecordLink,
-    cell_markers,
-    earlier_default_note,
-    extra_label,
-    extras_legend,
-    left_out_seeds,
-    legend,
-    md_table,
-    page,
-    paper_cells,
-    paper_numbers,
-    paper_protocol,
-    record_cell,
-    row_label,
-    seed_spread,
-)
 from tasks.reporting.tables_imagenet import table1, table3, table4
 from tasks.reporting.tables_voc import table5 as voc_table5
 
 TABLES = RESULTS_DIR / "tables"
-METHOD_TIMES = RESULTS_DIR / "benchmarks"  # method_time_<device>.txt: the method-time benchmark on each device
+# method_time_<device>.txt (the method-time benchmark on each device), gpu_check_<device>[_<date>]/records
+BENCHMARKS = RESULTS_DIR / "benchmarks"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
-GPU_CHECKS = RESULTS_DIR / "benchmarks"  # gpu_check_<device>[_<date>]/records: the GPU check's records
 # Table 2's CSV columns, a row a cell with a record
 TABLE2_FIELDS = "dataset model method sparsity top1 top5 dense_top1 drop profile paper_top1 paper_top5 record".split()
-# Modules that moved since a record was made: a table quotes the command that runs today, not the recorded one.
+# Modules renamed since a record was made: a table quotes the command that runs today.
 RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
 
 
@@ -70,7 +43,7 @@ def runnable_command(command: str) -> str:
 
 
 def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
-    """The record `tasks.cifar.train` wrote beside a dense model this suite trained itself, if any."""
+    """The record `tasks.cifar.train` wrote beside a dense model it trained, if any."""
     path = weights_dir / dataset / f"{model}.json"
     try:
         return json.loads(path.read_text())
@@ -82,10 +55,10 @@ def table2(
     records: list[dict],
     reference: list[dict],
     weights_dir: Path = WEIGHTS_DIR,
-    record_link: RecordLink | None = None,
+    record_link: render.RecordLink | None = None,
 ) -> tuple[str, list[dict]]:
     """Table 2's text and its cells' rows; with `record_link`, each cell's numbers link to its record's page."""
-    ref = paper_cells(reference, "table2")
+    ref = render.paper_cells(reference, "table2")
     best = {key[1:]: r for key, r in preferred_records(records).items() if key[0] == "cifar"}
     runs = same_cell_runs(records)
     layout = paper_layout(reference, "table2")
@@ -112,7 +85,7 @@ def table2(
                 missing = True
             if trained:
                 trained_notes[(ds, model)] = trained
-            dense_cells.append(f"{ours} · {paper_numbers(p)}" if p else ours)
+            dense_cells.append(f"{ours} · {render.paper_numbers(p)}" if p else ours)
         table.append([model, "dense", *dense_cells])
         for method in (*paper_rows(reference, "table2"), *extras):
             out = []
@@ -124,7 +97,7 @@ def table2(
                 else:
                     cell_records.append(rec)
                     extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
-                    note = earlier_default_note(rec) + left_out_seeds(rec, runs.get(cell_key(rec), []))
+                    note = render.earlier_default_note(rec) + render.left_out_seeds(rec, runs.get(cell_key(rec), []))
                     spread, earlier, also = spread or "seeds:" in extra, earlier or bool(note), also or bool(others)
                     beside += others
                     note += extra
@@ -132,23 +105,23 @@ def table2(
                     cell = (ds, model, method, sp, m["top1"], m["top5"], dense, round(dense - m["top1"], 2))
                     paper = (p["top1"], p["top5"]) if p else ("", "")
                     rows.append(dict(zip(TABLE2_FIELDS, (*cell, rec["profile"]["name"], *paper, rec["_path"]))))
-                out.append(record_cell(rec, record_link, paper_numbers(p) if p else "—", note))
-            table.append([model, row_label(method), *out])
+                out.append(render.record_cell(rec, record_link, render.paper_numbers(p) if p else "—", note))
+            table.append([model, render.row_label(method), *out])
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
     on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
-    markers = legend(
+    markers = render.legend(
         [
-            *cell_markers(
+            *render.cell_markers(
                 f"this suite's top-1/top-5 (%) from the cell's record{on}; after `·`: the paper's top-1/top-5 (its "
                 "Table 2, transcribed in `results/paper/paper_reference.csv`). Dense rows: the dense model's accuracy "
                 "as the records measured it.",
                 cell_records,
                 beside,
             ),
-            f"  - for comparison, {paper_protocol()}.",
+            f"  - for comparison, {render.paper_protocol()}.",
         ],
-        (spread, SEED_SPREAD_LEGEND),
-        (earlier, EARLIER_DEFAULT_LEGEND),
+        (spread, render.SEED_SPREAD_LEGEND),
+        (earlier, render.EARLIER_DEFAULT_LEGEND),
         (
             also,
             "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
@@ -159,7 +132,7 @@ def table2(
             "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
             "(no sparse record of it yet).",
         ),
-        (bool(extras), extras_legend("`—` stands after its `·`")),
+        (bool(extras), render.extras_legend("`—` stands after its `·`")),
         (missing, "- `no record`: no run of this cell is committed."),
     )
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
@@ -170,10 +143,10 @@ def table2(
         f"`{runnable_command(t['command'])}`"
         for (ds, model), t in sorted(trained_notes.items())
     ]
-    text = page(
+    text = render.page(
         "Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
-        CELL_INTRO,
-        md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
+        render.CELL_INTRO,
+        render.md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
         markers,
         "\n".join(
             [
@@ -199,7 +172,7 @@ def table2(
 
 
 def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
-    """How far POT at the paper's own budget (`paper` profile records, one seed each) stays below the paper's POT."""
+    """POT at the paper's own budget (`paper` profile records) against the paper's POT."""
     found = sorted(
         (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], float(p["top1"]))
         for r in records
@@ -207,26 +180,23 @@ def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
         for p in [ref.get((r["dataset"], r["model"], r["method"], r["target_sparsity"]))]
         if p and p["top1"]
     )
-    if not found:
-        return ""
-    return (
-        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: "
-        f"{_versus(found)}."
+    return _versus(
+        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: ", found
     )
 
 
-def _versus(found: list[tuple]) -> str:
-    """'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity, method, ours,
-    other) in order."""
-    return "; ".join(
+def _versus(sentence: str, found: list[tuple]) -> str:
+    """`sentence` then 'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity,
+    method, ours, other); "" when nothing is found."""
+    pairs = "; ".join(
         f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
         for ds, model, sp, method, ours, other in found
     )
+    return f"{sentence}{pairs}." if found else ""
 
 
 def pot_unfolded_gain(records: list[dict]) -> str:
-    """What not folding BatchNorm gives POT at the paper's budget against the folded record of the same cell: msbench's
-    code folds, so this is the one measured change that moves POT by points."""
+    """POT without BatchNorm folding at the paper's budget against the folded record of the same cell."""
     paper = {
         cell_key(r): r
         for r in records
@@ -239,11 +209,10 @@ def pot_unfolded_gain(records: list[dict]) -> str:
         for folded in [paper.get(cell_key(r))]
         if folded and r["method_options"].get("fold_bn") is False
     )
-    if not found:
-        return ""
-    return (
-        f" Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        f"runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: {_versus(found)}."
+    return _versus(
+        " Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
+        "runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: ",
+        found,
     )
 
 
@@ -257,10 +226,10 @@ def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
-    """What a cell adds after its shown record: the spread over seeds of the shown profile (when more than one
-    seed ran) and the same seed's top-1 under the other budgets: ' · 3 seeds: mean ± sd · also x [paper-cpu]'."""
+    """What a cell adds after its shown record: ' · 3 seeds: mean ± sd · also x [paper-cpu]' (its seeds' spread,
+    the same seed under the other budgets), and those other records."""
     profile = shown["profile"]["name"]
-    text = seed_spread(shown, runs)
+    text = render.seed_spread(shown, runs)
     others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
@@ -268,16 +237,15 @@ def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
 
 
 def pot_layer_loss(record: dict) -> str:
-    """How a POT record computed its layer losses: the layer's forward, or Gram statistics on k of N layers
-    (same loss, cheaper where chosen; records from before the Gram objective say nothing: forward)."""
+    """How a POT record computed its layer losses: the layer's forward, or Gram statistics on k of N layers."""
     objectives = [row.get("objective", "forward") for row in record.get("per_layer", []) if "iterations" in row]
     gram = objectives.count("gram")
     return f"Gram on {gram}/{len(objectives)} layers" if gram else "forward"
 
 
-def gpu_check_records(root: Path = GPU_CHECKS) -> list[dict]:
-    """The GPU check's records, for Table 6 only, their profile named after the check's folder: they calibrate from
-    the check's 3,000-image pool and evaluate on 2,000 test images, so they are not cells of the other tables."""
+def gpu_check_records(root: Path = BENCHMARKS) -> list[dict]:
+    """The GPU check's records, their profile named after the check's folder (Table 6 only: they are not the
+    other tables' cells)."""
     out = []
     for folder in sorted(root.glob("gpu_check_*/records")):
         check = folder.parent.name.removeprefix("gpu_check_")
@@ -287,9 +255,8 @@ def gpu_check_records(root: Path = GPU_CHECKS) -> list[dict]:
 
 
 def time_groups(records: list[dict]) -> dict[tuple, dict[str, dict]]:
-    """Table 6's rows: (dataset, model, target, profile) -> method -> seed-0 record, for the cells where FCPTS and
-    a POT both ran (the paper's comparison). A `paper` cell whose POT ran but FCPTS only under `paper-cpu` takes
-    that FCPTS record where its budget is the paper's (`paper-cpu` cuts POT's budget alone)."""
+    """Table 6's rows: (dataset, model, target, profile) -> method -> seed-0 record, where FCPTS and a POT both ran;
+    a `paper` cell may take a `paper-cpu` FCPTS record of the paper's budget (`paper-cpu` cuts POT's alone)."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in records:
         if r.get("seed", 0) == 0:  # the seed of Table 2's cells; other seeds' times are not those cells'
@@ -316,9 +283,8 @@ def equal_load_times(benchmark: str) -> list[str]:
 
 
 def table6(records: list[dict], reference: list[dict], method_times: dict[str, str] | None = None) -> str:
-    """Table 6 from the records' wall times; with the method-time benchmark's outputs (file name -> text, one
-    per device), their equal-load ratios of the methods beyond the paper to FCPTS below the table (record times
-    ran under different loads)."""
+    """Table 6 from the records' wall times; below it, the method-time benchmark's equal-load ratios (file name ->
+    text) where methods beyond the paper are shown."""
     groups = time_groups(records)
     extras = extras_with_records(lambda m: any(m in by for by in groups.values()))
     timed = (*paper_rows(reference, "table6"), *extras)  # POT (both allocations), FCPTS: the paper's columns
@@ -336,11 +302,11 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             [ds, model, f"{sp:.0%}", prof, *(f"{t[m]:.1f}" if m in t else "—" for m in timed), ratio, loss, devices]
         )
     header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
-    header += [*(f"{extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
+    header += [*(f"{render.extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
     quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
-    return page(
+    return render.page(
         "Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
-        md_table(header, table, "llll" + "r" * (len(timed) + 1)),
+        render.md_table(header, table, "llll" + "r" * (len(timed) + 1)),
         "Paper (one RTX 3090): "
         + "; ".join(
             f"{r['method'].upper()} {r['dataset']} {r['model']} {r['note'].split('=')[1]} min"
@@ -356,7 +322,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
-        extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio")
+        render.extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio")
         if extras
         else "",
         *(
@@ -382,8 +348,7 @@ def _gpu_check_note(groups: dict[tuple, dict[str, dict]]) -> str:
 
 
 def _pot_cut_note(records: list[dict]) -> str:
-    """How far the `paper-cpu` records cut POT's budget against the paper's protocol, from a record and the
-    `paper` profile's definition ("" when no `paper-cpu` POT record is present)."""
+    """How far the `paper-cpu` records cut POT's budget against the `paper` profile's ("" without such a record)."""
     pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pot_methods()), None)
     if pot is None:
         return ""
@@ -400,49 +365,35 @@ def render_tables(
     reference: list[dict],
     weights_dir: Path = WEIGHTS_DIR,
     check_records: list[dict] | None = None,
-    record_link: RecordLink | None = None,
+    record_link: render.RecordLink | None = None,
 ) -> dict[str, str]:
-    """Every table file's name -> its text, from records and the paper's numbers (the results explorer renders
-    the same texts, the cells of Tables 1 to 5 linked to their records' pages by `record_link`); `check_records`
-    (the GPU check's) join Table 6 alone."""
+    """Every table file's name -> its text; `record_link` links the cells of Tables 1 to 5 (the results site),
+    `check_records` (the GPU check's) join Table 6 alone."""
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
-    with io.StringIO(newline="") as f:
-        w = csv.DictWriter(f, fieldnames=TABLE2_FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-        out["table2_cifar.csv"] = f.getvalue()
-    tex = (
-        [
-            "\\begin{tabular}{llllrrrr}",
-            "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\",
-            "\\hline",
-        ]
-        + [
-            f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
-            f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\"
-            for r in rows
-        ]
-        + ["\\end{tabular}", ""]
-    )
-    out["table2_cifar.tex"] = "\n".join(tex)
+    out["table2_cifar.csv"] = render.csv_text(TABLE2_FIELDS, rows)
+    tex = [
+        f"{r['dataset']} & {r['model']} & {r['method']} & {r['sparsity']:.1f} & {r['top1']:.2f} & "
+        f"{r['top5']:.2f} & {r['paper_top1']} & {r['profile']} \\\\"
+        for r in rows
+    ]
+    head = "dataset & model & method & sparsity & top-1 & top-5 & paper top-1 & profile \\\\"
+    out["table2_cifar.tex"] = "\n".join(["\\begin{tabular}{llllrrrr}", head, "\\hline", *tex, "\\end{tabular}", ""])
     method_times = {
-        f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(METHOD_TIMES.glob("method_time_*.txt"))
+        f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(BENCHMARKS.glob("method_time_*.txt"))
     }
     out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))
-    out["table3_imagenet_cnn.md"] = table3(records, reference, record_link)
-    out["table4_imagenet_vit.md"] = table4(records, reference, record_link)
-    out["table1_learned_masks.md"] = table1(records, reference, record_link)
+    out["table3_imagenet_cnn.md"] = table3(records, reference, record_link=record_link)
+    out["table4_imagenet_vit.md"] = table4(records, reference, record_link=record_link)
+    out["table1_learned_masks.md"] = table1(records, reference, record_link=record_link)
     out["table5_voc.md"] = voc_table5(records, reference, record_link)
     return out
 
 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
     tables = render_tables(all_records(runs_dir), read_reference(), weights_dir, gpu_check_records())
     for name, text in tables.items():
         write_text_atomic(out_dir / name, text)
-        written.append(out_dir / name)
-    return written
+    return [out_dir / name for name in tables]

@@ -1,8 +1,5 @@
-"""The README's generated blocks: the methods table from the registry and the results summary from the records.
-
-`python -m tasks.reporting readme` rewrites every block between `<!-- BEGIN name -->` and `<!-- END name -->` in
-README.md; tests/results/test_readme.py checks that the committed README equals what this writes, so a method
-added to the registry or a record re-run shows up in the README by re-running the command, never by hand.
+"""The README's generated blocks (between `<!-- BEGIN name -->` and `<!-- END name -->`): the methods table from
+the registry and the results summary from the records; `python -m tasks.reporting readme` rewrites them.
 """
 
 from __future__ import annotations
@@ -91,14 +88,8 @@ def render(text: str, blocks: dict[str, Callable[[], str]] = BLOCKS) -> str:
     missing = sorted(set(blocks) - set(found))
     if unknown or missing:
         raise ValueError(f"README blocks: unknown {unknown}, missing {missing}; known blocks: {sorted(blocks)}")
-    for name in found:
-        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(<!-- END {name} -->)", re.S)
-
-        def fill(m: re.Match[str], name: str = name) -> str:
-            return m.group(1) + blocks[name]() + "\n" + m.group(2)
-
-        text = pattern.sub(fill, text)
-    return text
+    pattern = re.compile(r"(<!-- BEGIN (\w+) -->\n).*?(<!-- END \2 -->)", re.S)
+    return pattern.sub(lambda m: m.group(1) + blocks[m.group(2)]() + "\n" + m.group(3), text)
 
 
 def update(path: Path = README, check: bool = False) -> int:

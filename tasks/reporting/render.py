@@ -1,15 +1,11 @@
 """The one renderer of the generated tables: a table file's page, its Markdown table, its record cells ("ours ·
-paper") and the legend of their markers, written from the records a table shows.
-
-A table's `[profile]` tag names the budget its cell's record ran with; the legend spells that budget out
-from the records themselves (iterations, batch, calibration images, per-method options), so it can never
-disagree with them. Numbers quoted from outside the suite's runs and the paper (published accuracies of
-library weights, facts about this workplace's ImageNet sample) live in `results/paper/external_reference.csv`.
+paper") and the legend of their markers, written from the records a table shows (so it never disagrees with them).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -43,6 +39,15 @@ def md_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str
     lines = ["| " + " | ".join(map(str, row)) + " |" for row in [header, *rows]]
     lines.insert(1, "|" + "".join("---:|" if a == "r" else "---|" for a in align.ljust(len(header), "l")))
     return "\n".join(lines)
+
+
+def csv_text(fields: Sequence[str], rows: Iterable[dict]) -> str:
+    """A CSV file of `rows` under the header `fields` (other keys of a row left out)."""
+    with io.StringIO(newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        return f.getvalue()
 
 
 def paper_cells(reference: list[dict], table: str) -> dict[tuple, dict]:
@@ -116,9 +121,8 @@ def budget_text(record: dict) -> str:
         text += images
     elif get_method(method).trains:
         text = f"{budget['iterations']:,} iterations of {budget['batch_size']}{images}"
-        trials = ((record.get("method_report") or {}).get("extra") or {}).get("trials")
-        if trials:
-            text = f"{len(trials)} trials of {budget['iterations']:,} iterations of {budget['batch_size']}{images}"
+        if trials := ((record.get("method_report") or {}).get("extra") or {}).get("trials"):
+            text = f"{len(trials)} trials of {text}"
     else:
         text = f"no training{images}"
     extra = ", ".join(
@@ -144,13 +148,6 @@ def profile_legend(cell_records: list[dict]) -> list[str]:
     return lines
 
 
-DROP_LEGEND = "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1."
-REACHED_LEGEND = (
-    "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches its "
-    "threshold decay and keeps the trial nearest to the target)."
-)
-
-
 def profile_tag(shown: list[dict]) -> str:
     """The `[profile]` marker's legend, saying how a cell chose among the profiles that appear, if several."""
     present = [p for p in PROFILE_PREFERENCE if p in {r["profile"]["name"] for r in shown}]
@@ -159,12 +156,17 @@ def profile_tag(shown: list[dict]) -> str:
 
 
 def cell_markers(bold: str, shown: list[dict], beside: list[dict] | None = None) -> list[str]:
-    """The legend lines of record cells: what their **bold** numbers are (`bold`), their drop, the sparsity reached
-    where a record missed its target, and the budgets behind the profile tags of the `shown` records and those
-    `beside` them."""
-    lines = [f"- **bold**: {bold}", DROP_LEGEND]
+    """The legend lines of record cells: their **bold** numbers (`bold`), drop, sparsity reached where missed, and
+    the budgets behind the profile tags of the `shown` records and those `beside` them."""
+    lines = [
+        f"- **bold**: {bold}",
+        "- `(−x.xx)`: drop from dense, in points: the record's dense top-1 minus its sparse top-1.",
+    ]
     if any(not r.get("hit_target", True) for r in shown):
-        lines.append(REACHED_LEGEND)
+        lines.append(
+            "- `reached x`: the sparsity the run reached where it missed the target (STR cannot be aimed: it searches "
+            "its threshold decay and keeps the trial nearest to the target)."
+        )
     return [*lines, f"- {profile_tag(shown)}", *profile_legend(shown + (beside or []))]
 
 
@@ -222,10 +224,7 @@ def seed_spread(shown: dict, records: list[dict]) -> str:
     """' · n seeds: mean ± sd' of top-1 over the records of the shown record's cell and profile, when more
     than one seed ran it; else ''."""
     same = seeds_of(shown, records)
-    if len(same) < 2:
-        return ""
-    top1 = [r["metrics"]["top1"] for r in same]
-    return f" · {len(same)} seeds: {mean_sd(top1)}"
+    return f" · {len(same)} seeds: {mean_sd([r['metrics']['top1'] for r in same])}" if len(same) > 1 else ""
 
 
 def mean_sd(values: list[float]) -> str:

@@ -1,30 +1,22 @@
 """The results explorer: a static site of every table, figure and run, opened from disk (no server, no network).
 
     python -m tasks.reporting site                 # writes results/site/ (index.html, runs/*.html, records.csv)
-    make report                                    # tables and figures first, then the site
 
-The tables are the ones `python -m tasks.reporting tables` writes, rendered from the same records and the same
-paper reference (their columns sort on a header click, within each model's rows; a cell of Tables 1 to 5 links
-to its run's page); the figures are copied from paper_figures/; every record gets a page with its loss and sparsity
-curves (from the history it keeps), its per-layer sparsity and its provenance; the runs table has a text filter;
-records.csv indexes every record with the paper's number beside ours where the paper has the cell. A run's plot
-is named by a hash of what it draws and kept across builds, so a rebuild draws only the plots that changed.
-Record text never becomes a link of another scheme than http(s) or a relative path, and no page shows a
-machine's absolute path. Reads only records, the paper's reference numbers and the committed figures and
-benchmark outputs; runs nothing.
+The tables are those `python -m tasks.reporting tables` writes, rendered from the same records; every record gets
+a page (curves, per-layer sparsity, provenance). Record text never becomes a link of another scheme than http(s) or
+a relative path, and no page shows a machine's absolute path. Runs nothing.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import html
-import io
 import json
 import re
 import shutil
 import time
 import types
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +31,7 @@ from tasks.grid.layout import REFERENCE, read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
 from tasks.reporting.paper import TABLES, WEIGHTS_DIR, gpu_check_records, render_tables
+from tasks.reporting.render import csv_text
 
 SITE_DIR = RESULTS_DIR / "site"
 FIGURES_DIR = REPO_ROOT / "paper_figures"
@@ -64,10 +57,8 @@ img { max-width: 100%; border: 1px solid #eee; }
 .muted { color: #666; }
 """
 
-# Sort a table's body on a header click; numbers sort as numbers (a cell's first number: "**90.59/99.70** (−2.80)"
-# sorts by 90.59), cells without one after them; a second click reverses. A table whose rows are grouped (by
-# `data-group`, its first `data-group-columns` columns: a model's rows) sorts within each group, or, on one of
-# those columns, moves whole groups. The runs table shows only the rows holding every word typed in its filter.
+# Sort a table's body on a header click, by each cell's first number; grouped rows (`data-group`: a model's) sort
+# within their group, or move as groups on a grouping column. The runs table filters on the words typed.
 PAGE_JS = """
 function cellKey(text) {
   const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
@@ -122,8 +113,7 @@ ABSOLUTE_PATH = re.compile(r"(?<![^\s(\['\"=,;>])(?:/[\w.+~@-]+)+/?")
 
 
 def without_machine_paths(text: str) -> str:
-    """`text` with each absolute path made relative to the checkout, or outside it (another machine's folder)
-    shortened to `…/` and its last part: a record's command names the folders of the machine that ran it."""
+    """`text` with each absolute path made relative to the checkout, or outside it shortened to `…/` and its name."""
 
     def shown(m: re.Match) -> str:
         path = Path(m.group(0))
@@ -133,8 +123,7 @@ def without_machine_paths(text: str) -> str:
 
 
 def page(title: str, body: str, root: str = "") -> str:
-    """One HTML page: inline style and script (no file or network fetch but the page's own images), no absolute
-    path of any machine in its text."""
+    """One HTML page: inline style and script (no fetch but its own images), no machine's absolute path."""
     title, body = without_machine_paths(title), without_machine_paths(body)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -146,13 +135,11 @@ def page(title: str, body: str, root: str = "") -> str:
     )
 
 
-# --- Markdown: the subset the generated tables use (headings, paragraphs, lists, pipe tables, fenced blocks,
-# bold, code, links). No Markdown library is a dependency of the suite; this renders only what its tables hold.
+# --- Markdown: the subset the generated tables use, rendered as the tables' own sort and links need it.
 
 
 def followable(url: str) -> bool:
-    """Whether a link may point at `url`: http(s) or a path relative to the page. Table texts quote records, so a
-    record's string could otherwise make a link of any scheme (`javascript:` runs on a click)."""
+    """Whether a link may point at `url`: http(s) or a relative path (a record's text could hold `javascript:`)."""
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):  # browsers drop these before reading the scheme
         return False
     scheme = re.match(r"([^/?#]*):", url)
@@ -171,13 +158,20 @@ def inline(text: str, link=lambda url: url) -> str:
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", anchor, out)
 
 
+def sortable(attributes: str, head: str, body: str) -> str:
+    """A table that sorts on a header click (PAGE_JS), scrolling sideways where wide."""
+    return (
+        f"<div class='scroll'><table class='sortable'{attributes}><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def row_groups(titles: list[str], rows: list[list[str]]) -> tuple[int, list[int]]:
-    """A table's grouping for its sort: the leading columns up to its model column (none without one) and each
-    row's group, numbered in order; a blank cell there repeats the one above (a model named on its first row)."""
+    """A table's leading columns up to its model column and each row's group; a blank cell repeats the one above."""
     columns = next((n + 1 for n, title in enumerate(titles) if title.startswith("model")), 0)
     seen: dict[tuple, int] = {}
     lead: list[str] = [""] * columns
@@ -203,19 +197,14 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
             titles = _cells(line)
             head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
-            body, i = [], i + 2
-            while i < len(lines) and lines[i].startswith("|"):
-                body.append(_cells(lines[i]))
-                i += 1
+            body = [_cells(row) for row in takewhile(lambda row: row.startswith("|"), lines[i + 2 :])]
+            i += 2 + len(body)
             columns, groups = row_groups(titles, body)
             rows = [
                 f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c, link)}</td>" for c in cells) + "</tr>"
                 for g, cells in zip(groups, body)
             ]
-            out.append(
-                f"<div class='scroll'><table class='sortable' data-group-columns='{columns}'><thead><tr>{head}"
-                f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-            )
+            out.append(sortable(f" data-group-columns='{columns}'", head, "".join(rows)))
         elif re.match(r"\s*- ", line):
             items: list[list[Any]] = []  # [depth, text], the text grown by its continuation lines
             while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
@@ -232,11 +221,11 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
                 + "</ul>"
             )
         elif line.strip():
-            para = [line]
-            i += 1
-            while i < len(lines) and lines[i].strip() and not re.match(r"(#|\||```|\s*- )", lines[i]):
-                para.append(lines[i])
-                i += 1
+            para = [
+                line,
+                *takewhile(lambda next_: next_.strip() and not re.match(r"(#|\||```|\s*- )", next_), lines[i + 1 :]),
+            ]
+            i += len(para)
             out.append(f"<p>{inline(' '.join(para), link)}</p>")
         else:
             i += 1
@@ -251,8 +240,7 @@ def run_slug(record: dict) -> str:
 
 
 def paper_numbers(reference: list[dict]) -> dict[tuple, dict]:
-    """(dataset, model, method, sparsity) -> the paper's row; its main tables before its learned-mask table, which
-    repeats a few ResNet-18 cells."""
+    """(dataset, model, method, sparsity) -> the paper's row; its main tables before Table 1, which repeats some."""
     out: dict[tuple, dict] = {}
     for r in sorted(reference, key=lambda r: r["table"] == "table1"):
         if r["top1"] and r["sparsity"]:
@@ -260,29 +248,10 @@ def paper_numbers(reference: list[dict]) -> dict[tuple, dict]:
     return out
 
 
-INDEX_FIELDS = [
-    "record",
-    "task",
-    "dataset",
-    "model",
-    "method",
-    "target",
-    "achieved",
-    "hit_target",
-    "metric",
-    "ours",
-    "top5",
-    "dense",
-    "drop",
-    "paper",
-    "paper_drop",
-    "profile",
-    "seed",
-    "wall_min",
-    "device",
-    "created",
-    "git_commit",
-]
+INDEX_FIELDS = (
+    "record task dataset model method target achieved hit_target metric ours top5 dense drop paper paper_drop "
+    "profile seed wall_min device created git_commit"
+).split()
 
 
 def index_row(record: dict, paper: dict[tuple, dict]) -> dict:
@@ -292,10 +261,7 @@ def index_row(record: dict, paper: dict[tuple, dict]) -> dict:
     ref_dense = paper.get((record["dataset"], record["model"], "dense", 0.0)) if ref else None
     return {
         "record": record["_path"],
-        "task": record["task"],
-        "dataset": record["dataset"],
-        "model": record["model"],
-        "method": record["method"],
+        **{key: record[key] for key in ("task", "dataset", "model", "method")},
         "target": record["target_sparsity"],
         "achieved": round(record["achieved_sparsity"], 6),
         "hit_target": record.get("hit_target"),
@@ -309,18 +275,8 @@ def index_row(record: dict, paper: dict[tuple, dict]) -> dict:
         "profile": record["profile"]["name"],
         "seed": record.get("seed", 0),
         "wall_min": round(record["wall_s"] / 60, 2),
-        "device": record.get("device", ""),
-        "created": record.get("created", ""),
-        "git_commit": record.get("git_commit", ""),
+        **{key: record.get(key, "") for key in ("device", "created", "git_commit")},
     }
-
-
-def records_csv(rows: list[dict]) -> str:
-    with io.StringIO(newline="") as f:
-        w = csv.DictWriter(f, fieldnames=INDEX_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        return f.getvalue()
 
 
 def runs_table(rows: list[dict]) -> str:
@@ -332,10 +288,7 @@ def runs_table(rows: list[dict]) -> str:
         + "</tr>"
         for r in rows
     )
-    return (
-        f"<div class='scroll'><table class='sortable' id='runs-table'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
-    )
+    return sortable(" id='runs-table'", head, body)
 
 
 # --- One page per run
@@ -351,8 +304,8 @@ def plot_inputs(record: dict) -> dict:
 
 
 def plot_name(record: dict) -> str:
-    """The run plot's file name: the run's slug and a hash of what the plot draws and of the code and matplotlib
-    that draw it, so a rebuild redraws only the plots whose picture changes (drawing is most of a build)."""
+    """The run's slug and a hash of what its plot draws and of the code that draws it: a rebuild redraws only
+    the plots whose picture changes."""
     drawn = json.dumps(plot_inputs(record), sort_keys=True) + PLOT_CODE
     return f"{run_slug(record)}.{hashlib.sha256(drawn.encode()).hexdigest()[:12]}.png"
 
@@ -390,8 +343,7 @@ def draw_run_plot(inputs: dict, out: Path) -> Path:
 
 
 def code_key(code: types.CodeType) -> str:
-    """What a function computes, not where it stands in its file: its bytecode, names and constants (an edit
-    elsewhere in the file leaves it; its source text, read from disk, could be a later edit's)."""
+    """What a function computes, not where it stands in its file: its bytecode, names and constants."""
     consts = [code_key(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
     return repr((code.co_code, code.co_names, code.co_varnames, consts))
 
@@ -412,10 +364,7 @@ def run_page(record: dict, row: dict, plot: str) -> str:
     calibration = {k: v for k, v in (record.get("calibration") or {}).items() if not isinstance(v, list)}
     provenance = {
         "record": f"results/runs/{record['_path']}",
-        "command": record.get("command", ""),
-        "git commit": record.get("git_commit", ""),
-        "created": record.get("created", ""),
-        "device": record.get("device", ""),
+        **{key: record.get(key.replace(" ", "_"), "") for key in ("command", "git commit", "created", "device")},
         "environment": ", ".join(f"{k} {v}" for k, v in (record.get("environment") or {}).items()),
         "dense weights": (record.get("weights") or {}).get("sha256", ""),
         "mask sha256": record.get("mask_sha256", ""),
@@ -433,6 +382,10 @@ def run_page(record: dict, row: dict, plot: str) -> str:
         "paper": f"{row['paper']} (drop {row['paper_drop']:.2f})" if row["paper_drop"] != "" else row["paper"] or "—",
     }
     layers = record.get("per_layer") or []
+
+    def _short(v) -> str:
+        return f"{v:.6g}" if isinstance(v, float) else str(v)
+
     keys = list(dict.fromkeys(k for layer in layers for k in layer))
     layer_rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_short(layer.get(k, '')))}</td>" for k in keys) + "</tr>"
@@ -445,23 +398,16 @@ def run_page(record: dict, row: dict, plot: str) -> str:
         f"<h1>{html.escape(title)}</h1>{_definition_list(summary)}"
         f"<h2>Curves and allocation</h2>{no_curve}<img id='run-plot' src='{html.escape(plot)}' alt='run plot'>"
         f"<h2>Provenance</h2>{_definition_list(provenance)}"
-        f"<h2>Per layer</h2><div class='scroll'><table class='sortable'><thead><tr>"
-        + "".join(f"<th>{html.escape(k)}</th>" for k in keys)
-        + f"</tr></thead><tbody>{layer_rows}</tbody></table></div>"
+        f"<h2>Per layer</h2>{sortable('', ''.join(f'<th>{html.escape(k)}</th>' for k in keys), layer_rows)}"
     )
     return page(title, body, root="../")
-
-
-def _short(v) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 # --- The whole site
 
 
 def _table_link(url: str) -> str:
-    """A link inside a table's text as seen from the site: another table is a section of the index; a path
-    relative to results/tables/ resolves the same from results/site/ (a sibling folder)."""
+    """A table's link as seen from the site: another table is a section of the index (other paths resolve alike)."""
     return f"#{url[:-3]}" if re.fullmatch(r"[\w.-]+\.md", url) else url
 
 
@@ -484,7 +430,11 @@ def build_site(
         if (tables_dir / name).is_file():
             tables[name] = (tables_dir / name).read_text()
     md_tables = sorted((n for n in tables if n.endswith(".md")), key=lambda n: (not n.startswith("table"), n))
-    toc = "".join(f"<li><a href='#{n[:-3]}'>{html.escape(_first_heading(tables[n]))}</a></li>" for n in md_tables)
+    heading = {
+        n: next((line.lstrip("# ") for line in tables[n].splitlines() if line.startswith("#")), "table")
+        for n in md_tables
+    }
+    toc = "".join(f"<li><a href='#{n[:-3]}'>{html.escape(heading[n])}</a></li>" for n in md_tables)
     sections = "".join(
         f"<section id='{n[:-3]}'>{markdown_to_html(tables[n], _table_link)}</section><hr>" for n in md_tables
     )
@@ -509,7 +459,7 @@ def build_site(
         write_text_atomic(path, run_page(r, row, plot.name))
         written.append(path)
         rows.append(row)
-    write_text_atomic(out_dir / "records.csv", records_csv(rows))
+    write_text_atomic(out_dir / "records.csv", csv_text(INDEX_FIELDS, rows))
     body = (
         "<h1>FCPTS suite: results explorer</h1>"
         f"<p>{len(records)} records from <code>results/runs/</code>, the paper's numbers from "
@@ -539,10 +489,6 @@ def clear_but_plots(out_dir: Path) -> set[Path]:
         else:
             path.unlink()
     return kept
-
-
-def _first_heading(md: str) -> str:
-    return next((line.lstrip("# ") for line in md.splitlines() if line.startswith("#")), "table")
 
 
 def write_site(out: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> str:

@@ -1,44 +1,25 @@
 """Tables 1, 3 and 4 (ImageNet) from records, beside the paper's numbers.
 
-The paper's own models need full ImageNet and their weights; a record on a partial validation set (dataset
-`imagenet-val<N>`) never fills their cells. The EfficientNet-Lite0 stand-in gets rows of its own, marked
-as a substitute, with no paper numbers beside them. The paper's rows come from its reference numbers; methods
-beyond the paper that the task's `--all-methods` runs (the registry's) get rows labelled "(not in the paper)" in
-Tables 3 and 4 once a record of theirs is in the table, never otherwise.
+A record on a partial validation set (`imagenet-val<N>`) never fills a paper model's cell; the EfficientNet-Lite0
+stand-in gets rows of its own, marked as a substitute, with no paper numbers beside them.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
 from tasks.grid.imagenet_catalogue import MODELS
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows
 from tasks.grid.records import preferred_records
-from tasks.reporting.render import (
-    CELL_INTRO,
-    SEED_SPREAD_LEGEND,
-    RecordLink,
-    cell_markers,
-    extras_legend,
-    legend,
-    md_table,
-    page,
-    paper_cells,
-    paper_numbers,
-    read_external,
-    record_cell,
-    row_label,
-    seed_spread,
-)
+from tasks.reporting import render
 
 NO_DATA = "—"
 NOT_RUN = "not run yet"  # a substitute cell this workplace can fill
 
 
 def _best(preferred: dict[tuple, dict], model: str, method: str, sparsity: float, full_imagenet: bool) -> dict | None:
-    """From preferred_records' map: the cell's record on full ImageNet (full_imagenet) or on a partial
-    validation set (`imagenet-val<N>`; the first by name if several)."""
+    """The cell's preferred record on full ImageNet (full_imagenet) or on a partial validation set (the first by
+    name if several)."""
     found = sorted(
         (key[1], r)
         for key, r in preferred.items()
@@ -58,11 +39,6 @@ def _extras(
     )
 
 
-def _paper(row: dict | None) -> str | None:
-    """What a cell shows after `·`: the paper's numbers, that the method failed there, or nothing (not its cell)."""
-    return (paper_numbers(row) if row["top1"] else "failed in paper") if row else None
-
-
 def imagenet_table(
     title: str,
     table: str,
@@ -70,14 +46,14 @@ def imagenet_table(
     reference: list[dict],
     substitute_methods: list[str] | None = None,
     extras_task: str | None = None,
-    record_link: RecordLink | None = None,
+    record_link: render.RecordLink | None = None,
 ) -> str:
-    """One ImageNet table: the paper's rows, models and sparsities of `table` (its reference numbers); with
-    `extras_task` (a registry task), rows for the methods beyond the paper that it runs and that have records here."""
+    """One ImageNet table: the paper's rows, models and sparsities of `table`; with `extras_task` (a registry task),
+    rows for the methods beyond the paper that it runs and that have records here."""
     methods = paper_rows(reference, table)
     layout = paper_layout(reference, table)
     models, sparsities = list(layout.models), list(layout.sparsities)
-    ref = paper_cells(reference, table)
+    ref = render.paper_cells(reference, table)
     preferred = preferred_records(records)
     shown: list[dict] = []  # the records the table's cells show
     body = []
@@ -88,15 +64,14 @@ def imagenet_table(
             (r for r in records if r["task"] == "imagenet" and r["model"] == model and r["dataset"] == "imagenet"), None
         )
         dense = f"{any_rec['dense_metrics']['top1']:.2f}" if any_rec else "—"
-        head = f"{model} ({dense} · {paper_numbers(dense_ref)})" if dense_ref else model
+        head = f"{model} ({dense} · {render.paper_numbers(dense_ref)})" if dense_ref else model
         for method in (*methods, *model_extras):
             recs = [_best(preferred, model, method, s, True) for s in sparsities]
             shown += [r for r in recs if r]
-            cells = [
-                record_cell(rec, record_link, _paper(ref.get(("imagenet", model, method, s))), missing=NO_DATA)
-                for rec, s in zip(recs, sparsities)
-            ]
-            body.append([head, row_label(method), *cells])
+            papers = [ref.get(("imagenet", model, method, s)) for s in sparsities]  # None: not the paper's cell
+            beside = [(render.paper_numbers(p) if p["top1"] else "failed in paper") if p else None for p in papers]
+            cells = [render.record_cell(r, record_link, b, missing=NO_DATA) for r, b in zip(recs, beside)]
+            body.append([head, render.row_label(method), *cells])
             head = ""
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     sub_methods = methods if substitute_methods is None else substitute_methods
@@ -108,15 +83,15 @@ def imagenet_table(
             substitute_missing |= None in recs
             shown += [r for r in recs if r]
             first = next((r for r in recs if r), None)
-            head = (
-                f"**{model} (substitute{'; dense ' + format(first['dense_metrics']['top1'], '.2f') if first else ''}"
-                f"{'; ' + str(first['data']['n_eval']) + ' val images' if first else ''})**"
+            dense = (
+                f"; dense {first['dense_metrics']['top1']:.2f}; {first['data']['n_eval']} val images" if first else ""
             )
-            spreads = [seed_spread(r, records) if r else "" for r in recs]
+            head = f"**{model} (substitute{dense})**"
+            spreads = [render.seed_spread(r, records) if r else "" for r in recs]
             spread |= any(spreads)
-            cells = [record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
-            body.append([head, row_label(method), *cells])
-    external = read_external()
+            cells = [render.record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
+            body.append([head, render.row_label(method), *cells])
+    external = render.read_external()
     r18 = ref.get(("imagenet", "resnet18", "dense", 0.0)) or next(
         (r for r in reference if (r["table"], r["model"], r["method"]) == ("table3", "resnet18", "dense")), None
     )
@@ -127,21 +102,21 @@ def imagenet_table(
         else ""
     )
     paper = "after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`)"
-    markers = legend(
-        cell_markers(f"this suite's top-1/top-5 (%) from the cell's record; {paper}.", shown)
+    markers = render.legend(
+        render.cell_markers(f"this suite's top-1/top-5 (%) from the cell's record; {paper}.", shown)
         if shown
         else [f"- {paper}; `—` before it: no record of this suite's."],
-        (spread, SEED_SPREAD_LEGEND),
+        (spread, render.SEED_SPREAD_LEGEND),
         (
             any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
             "- `failed in paper`: the paper reports the method as failed in this cell, without a number.",
         ),
-        (bool(model_extras or sub_extras), extras_legend("no `·` and paper number follow its cells")),
+        (bool(model_extras or sub_extras), render.extras_legend("no `·` and paper number follow its cells")),
     )
-    return page(
+    return render.page(
         title,
-        CELL_INTRO,
-        md_table(["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body),
+        render.CELL_INTRO,
+        render.md_table(["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body),
         markers,
         "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
         "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
@@ -196,22 +171,15 @@ def _substitute_note(
     )
 
 
-# The paper's ImageNet tables: the title, then imagenet_table's options. Table 4's ViTs have no stand-in rows; Table
-# 1 has no extras (POT against learned masks: an extra's ResNet-18 cells are rows of Table 3).
-IMAGENET_TABLES: dict[str, tuple[str, dict[str, Any]]] = {
-    "table3": ("Table 3: ImageNet CNNs, top-1/top-5 (%)", {"extras_task": "imagenet-cnn"}),
-    "table4": ("Table 4: ImageNet ViTs, top-1/top-5 (%)", {"substitute_methods": [], "extras_task": "imagenet-vit"}),
-    "table1": ("Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)", {}),
-}
-
-
-def paper_imagenet_table(
-    table: str, records: list[dict], reference: list[dict], record_link: RecordLink | None = None
-) -> str:
-    title, options = IMAGENET_TABLES[table]
-    return imagenet_table(title, table, records, reference, **options, record_link=record_link)
-
-
-table1 = partial(paper_imagenet_table, "table1")
-table3 = partial(paper_imagenet_table, "table3")
-table4 = partial(paper_imagenet_table, "table4")
+# Table 4's ViTs have no stand-in rows; Table 1 has no extras (an extra's ResNet-18 cells are rows of Table 3).
+table3 = partial(imagenet_table, "Table 3: ImageNet CNNs, top-1/top-5 (%)", "table3", extras_task="imagenet-cnn")
+table4 = partial(
+    imagenet_table,
+    "Table 4: ImageNet ViTs, top-1/top-5 (%)",
+    "table4",
+    substitute_methods=[],
+    extras_task="imagenet-vit",
+)
+table1 = partial(
+    imagenet_table, "Table 1: POT vs learned-mask methods under the PTS budget, ResNet-18, top-1/top-5 (%)", "table1"
+)

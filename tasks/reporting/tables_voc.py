@@ -1,11 +1,7 @@
 """Table 5 (PASCAL VOC, 90% sparsity) from records, beside the paper's numbers.
 
-Written by `python -m tasks.reporting tables` (reads records and results/paper/paper_reference.csv only).
-
-Cells of the paper's detectors are filled only by records on the full VOC2007 test set (dataset `voc2007`)
-at 300x300. Records on a substitute set (`substitute: true`, e.g. CIFAR-10 objects on scene canvases from
-tasks.voc.make_set, with this suite's own detector) get rows of their own, labelled as such, with no
-paper numbers beside them. Every record of the task is also listed, reconstruction variants included.
+The paper's cells take only records on VOC2007 test; substitute-set records get rows of their own, and every
+record of the task is listed.
 """
 
 from __future__ import annotations
@@ -14,15 +10,15 @@ from functools import partial
 
 from fcpts.methods import label
 from tasks.grid.layout import paper_layout, paper_rows
-from tasks.grid.records import preferred_records
-from tasks.reporting.render import RecordLink, md_table, page, profile_legend, profile_tag, record_cell
+from tasks.grid.records import cell_key, preferred_records
+from tasks.reporting import render
 
 MODEL_LABEL = {"mb1-ssd": "MobileNetV1 SSD", "mb2-ssd-lite": "MobileNetV2 SSD-Lite"}
 SPARSITY = 0.9
-_cell = partial(record_cell, metrics=("map50",), digits=1)  # mAP@0.5, one decimal
+_cell = partial(render.record_cell, metrics=("map50",), digits=1)  # mAP@0.5, one decimal
 
 
-def table5(records: list[dict], reference: list[dict], record_link: RecordLink | None = None) -> str:
+def table5(records: list[dict], reference: list[dict], record_link: render.RecordLink | None = None) -> str:
     voc = [r for r in records if r["task"] == "voc"]
     methods = paper_rows(reference, "table5")
     preferred = preferred_records(voc)
@@ -37,7 +33,7 @@ def table5(records: list[dict], reference: list[dict], record_link: RecordLink |
             body.append([*head, label(m), _cell(recs[m], record_link), paper[model, m]])
     blocks = [
         "Ours: **mAP** (drop from the dense model measured in the same run) [profile]. Paper: Table 5.",
-        md_table(["model", "dense: ours · paper", "method", "ours", "paper"], body),
+        render.md_table(["model", "dense: ours · paper", "method", "ours", "paper"], body),
     ]
     if not any(r["dataset"] == "voc2007" for r in voc):
         blocks.append(
@@ -60,7 +56,7 @@ def table5(records: list[dict], reference: list[dict], record_link: RecordLink |
                     body.append([*head, label(m), _cell(recs[m], record_link)])
         blocks += [
             "## Substitute rows (not PASCAL VOC; not comparable to the paper's numbers)",
-            md_table(["dataset", "model", "dense (ours)", "sparsity", "method", "ours"], body),
+            render.md_table(["dataset", "model", "dense (ours)", "sparsity", "method", "ours"], body),
             "Substitute set: CIFAR-10 objects pasted at known boxes on CIFAR-100 scene canvases "
             "(tasks.voc.make_set), detectors trained by this suite: its SSD (tasks.voc.train) and, "
             "for `mmdet-*` models, mmdet's own detector from the named config (tasks.voc.mmdet.train); "
@@ -69,26 +65,16 @@ def table5(records: list[dict], reference: list[dict], record_link: RecordLink |
         if shown:
             legend = (
                 "Legend: **bold**: this suite's mAP@0.5 (%) from the cell's record; `(−x.x)`: drop from the dense "
-                f"model's mAP in points, both measured in the same run; {profile_tag(shown)}"
+                f"model's mAP in points, both measured in the same run; {render.profile_tag(shown)}"
             )
-            blocks.append("\n".join([legend, *profile_legend(shown)]))
+            blocks.append("\n".join([legend, *render.profile_legend(shown)]))
     if voc:
-        rows = [
-            [
-                r["dataset"],
-                r["model"],
-                r["method"],
-                f"{r['achieved_sparsity']:.4f}",
-                r["profile"]["name"],
-                r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—",
-                f"{r['metrics']['map50']:.2f}",
-                f"{r['dense_metrics']['map50']:.2f}",
-                f"{r['wall_s']:.0f}",
-            ]
-            for r in sorted(
-                voc, key=lambda r: (r["dataset"], r["model"], r["method"], r["target_sparsity"], r["profile"]["name"])
-            )
-        ]
+        rows = []
+        for r in sorted(voc, key=lambda r: (*cell_key(r)[1:4], r["target_sparsity"], r["profile"]["name"])):
+            recon = r.get("reconstruction", "") if r["method"].startswith("fcpts") else "—"
+            numbers = f"{r['metrics']['map50']:.2f}", f"{r['dense_metrics']['map50']:.2f}", f"{r['wall_s']:.0f}"
+            sparsity = f"{r['achieved_sparsity']:.4f}"
+            rows.append([*cell_key(r)[1:4], sparsity, r["profile"]["name"], recon, *numbers])
         header = ["dataset", "model", "method", "sparsity", "profile", "reconstruction", "mAP", "dense", "wall s"]
-        blocks += ["## All detection records", md_table(header, rows)]
-    return page("Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", *blocks)
+        blocks += ["## All detection records", render.md_table(header, rows)]
+    return render.page("Table 5: PASCAL VOC at 90% sparsity, VOC07 mAP@0.5 (%) — ours (records) vs paper", *blocks)

@@ -14,9 +14,9 @@ from tasks.regression import (
     SUMMATION_TOLERANCE,
     TOLERANCE,
     cell_lines,
-    compare,
     compare_subset,
     derive_tolerances,
+    main,
     margins,
     measured_spread,
     run_subset,
@@ -100,7 +100,7 @@ def test_compare_flags_another_sparsity_and_a_moved_dense_model(subset, tmp_path
 
 
 def test_compare_flags_missing_references(tmp_path):
-    problems = compare(tmp_path, reference_dir=tmp_path / "none")
+    problems = [p for s in SUBSETS for p in compare_subset(s, tmp_path, reference_dir=tmp_path / "none")]
     assert len(problems) == sum(len(s.cells) for s in SUBSETS)
     assert all("no reference record" in p for p in problems)
 
@@ -130,3 +130,9 @@ def test_tolerances_widen_to_twice_the_move_measured_on_another_processor_and_ma
     smallest = min(margins(lite0, tmp_path / "run", tolerances=tolerances))
     assert smallest[0] == pytest.approx(1.12) and "top5 +2.00 of ±3.12" in smallest[1]
     assert "margin 1.12" in cell_lines(lite0, tmp_path / "run", tolerances=tolerances)[1]
+
+
+def test_an_unknown_table_is_a_usage_error():
+    with pytest.raises(SystemExit) as exit_:
+        main(["--tables", "4", "--tolerances"])
+    assert exit_.value.code == 2
