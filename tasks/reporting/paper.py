@@ -160,7 +160,7 @@ def table2(
         "POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS. msbench's POT (the code the "
         "paper's POT numbers came from) was read step by step against this suite's, not run; on CIFAR-10 ResNet-32 at "
         "80%, seed 0, no difference found was measured to move the cell (batch sampling is now msbench's; its "
-        "sparse-input setting is an option, and worse there)."
+        "sparse-input setting, measured at be385e8, was worse there)."
         + pot_full_budget_gap(records, ref)
         + pot_unfolded_gain(records)
         + " The paper's dense accuracies are those of another checkpoint family (chenyaofo/pytorch-cifar-models: "
