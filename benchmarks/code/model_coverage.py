@@ -1,20 +1,11 @@
-"""Benchmark: every method on common torchvision and timm models, beyond the tasks' own.
+"""Benchmark: every method on common torchvision and timm models (random weights, 8 images, 2 iterations, 70%): each
+cell reaches the exact target, is refused before any work with a named reason, runs past the limit, or fails (a bug).
 
-`fcpts.sparsify` takes any torchvision/timm-style model, but the tasks run only theirs. This builds other common
-architectures (random weights, 10 classes, no download), counts the weights of the layers the methods prune and
-those of layers none prunes (`unprunable_weights`, with nn.MultiheadAttention swapped for LinearAttention by
-`fcpts.attention_as_linear`), and runs each method once at a tiny budget (8 random images, 2 iterations, 70%). Each
-cell either reaches the exact target, is refused before any work with a named reason (a ValueError or TypeError: the
-layer-wise methods on layers their model never calls, any method on layers that standardise their weight), runs past
-the time limit, or fails in some other way, which is a bug to fix. It says whether the library's promise holds, not
-how well a method does.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.code.model_coverage --out results/benchmarks/model_coverage_cpu.txt
+    OMP_NUM_THREADS=1 python -m benchmarks model-coverage --out results/benchmarks/model_coverage_cpu.txt
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import time
@@ -29,7 +20,7 @@ import torch
 from torch import nn
 
 import fcpts
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser
 from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
@@ -166,11 +157,10 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--models", nargs="+", help="names from MODELS (default: all)")
     p.add_argument("--methods", nargs="+", help="registered methods (default: all)")
     p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
     known = {m.name: m for m in MODELS}
     unknown = sorted(set(args.models or ()) - set(known))
