@@ -10,8 +10,7 @@ import logging
 import signal
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,28 +66,15 @@ MODELS = (
 
 
 class TimeLimit(Exception):
-    pass
+    """Raised in a cell by SIGALRM once its seconds have passed (when control is back in Python)."""
 
 
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Raise TimeLimit in the cell once `seconds` have passed (checked when control is back in Python)."""
-
-    def expire(*_: object) -> None:
-        raise TimeLimit
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+def expire(*_: object) -> None:
+    raise TimeLimit
 
 
 def refused_by_the_suite(error: BaseException) -> bool:
-    """Whether `error` is one of the suite's own refusals: a `raise` statement in fcpts/ or baselines/ (a check
-    that names the problem), not an error from inside torch or a library that the suite let through."""
+    """Whether `error` is one of the suite's own refusals: a `raise` statement in fcpts/ or baselines/."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
     path = Path(frame.filename).resolve()
     ours = any(path.is_relative_to(REPO / package) for package in ("fcpts", "baselines"))
@@ -96,8 +82,7 @@ def refused_by_the_suite(error: BaseException) -> bool:
 
 
 def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: int) -> tuple[str, str]:
-    """(outcome, detail) of one method on a fresh model: "ok" (time), "refused" or "failed" (the error's first
-    line), or "over the limit"."""
+    """(outcome, detail) of one method on a fresh model: ok, refused, failed or over the limit."""
     model = fcpts.attention_as_linear(build())
     images = torch.randn(IMAGES, 3, pixels, pixels, generator=torch.Generator().manual_seed(0))
     spec = fcpts.get_method(method)
@@ -105,14 +90,18 @@ def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: 
     if spec.trains:
         budget["batch_size"] = BATCH
     start = time.perf_counter()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(limit_s)
     try:
-        with time_limit(limit_s):
-            _, report = fcpts.sparsify(model, images, TARGET, method=method, progress=False, **budget)
+        _, report = fcpts.sparsify(model, images, TARGET, method=method, progress=False, **budget)
     except TimeLimit:
         return "over the limit", f"{limit_s} s"
     except Exception as e:  # noqa: BLE001 - what the benchmark is for: every failure is reported, not raised
         first_line = str(e).splitlines()[0] if str(e) else ""
         return ("refused" if refused_by_the_suite(e) else "failed"), f"{type(e).__name__}: {first_line}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     wall = time.perf_counter() - start
     total = sum(r["numel"] for r in report.per_layer)
     exact = round(TARGET * total) / total

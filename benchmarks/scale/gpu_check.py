@@ -10,7 +10,6 @@ what it left. Everything goes under OUT: logs, records, summary.txt and gpu_chec
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.report import parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import checkout_commit
 
@@ -125,13 +125,7 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
     files = tracked_files()
-    info: dict[str, Any] = {
-        "commit": checkout_commit(),
-        "source": str(source),
-        "train": n_train,
-        "test": n_test,
-        "seed": seed,
-    }
+    info: dict[str, Any] = dict(commit=checkout_commit(), source=str(source), train=n_train, test=n_test, seed=seed)
     info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
@@ -339,7 +333,7 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=None)
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
     pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
@@ -353,11 +347,7 @@ def main(argv=None) -> int:
     rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 1500: a bound on a hang)")
     rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
     rn.add_argument("--only", nargs="+", help="run only these parts")
-    rn.add_argument(
-        "--continue-from",
-        help="an earlier call's gpu_check.tar.gz (or OUT/work): finish what it left (records kept, checkpoints "
-        "resumed, scale cells kept); carry it to the device inside gpu_data/",
-    )
+    rn.add_argument("--continue-from", help="an earlier call's gpu_check.tar.gz (in gpu_data/) or OUT/work: finish it")
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)
