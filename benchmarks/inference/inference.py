@@ -1,7 +1,5 @@
-"""Benchmark: latency, peak memory and file size of sparse models in each runtime against dense (Table 7).
-
-Each runtime is timed against its own dense model, calls interleaved round by round; torch-csr runs Linear and
-1x1 convs on CSR weights. A missing runtime is reported, not fatal.
+"""Benchmark: latency, peak memory and file size of sparse models in each runtime against dense (Table 7),
+each runtime against its own dense model, calls interleaved round by round; a missing runtime is reported, not fatal.
 
     python -m benchmarks inference            # writes results/tables/table7_inference.md
     python -m benchmarks inference --quick    # smoke run: tiny shapes, few repetitions
@@ -20,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -131,7 +129,7 @@ def record_families(paths: list[Path]) -> list[Family]:
 
 
 def build_families(args) -> dict[str, Family]:
-    fams = {}
+    fams: dict[str, Family] = {}
     for name in args.families:
         if name == "cifar":
             ckpt = Path(args.cifar_checkpoint)
@@ -205,7 +203,7 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
             (0, 0),
             (1, 1),
         ):
-            model.set_submodule(name, CSRConv1x1(cast(nn.Conv2d, m)))
+            model.set_submodule(name, CSRConv1x1(m))
         else:
             continue
         moved += layer_weight(m).numel()

@@ -1,7 +1,5 @@
-"""Benchmark: the operators one FCPTS step dispatches over one plain training step's, counted on a CPU.
-
-A GPU step at CIFAR size is launch-bound, and the count does not depend on the device or the load: aten operators
-that launch work, per step (runs of n and 2n steps differenced), FCPTS's additions by name, and POT's Adam steps.
+"""Benchmark: the operators one FCPTS step dispatches over one plain training step's, counted on a CPU (a
+GPU step at CIFAR size is launch-bound): per step, runs of n and 2n steps differenced; FCPTS's additions by name.
 
     OMP_NUM_THREADS=1 python -m benchmarks step-ops --out results/benchmarks/step_ops_cpu.txt
 """

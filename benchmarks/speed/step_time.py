@@ -1,8 +1,5 @@
-"""Benchmark: one FCPTS step's time over one plain training step's (same model, batch and device), in pairs.
-
-On a CPU each plain step runs inside an FCPTS step's batch fetch and is taken off its time; on a GPU the plain
-steps run just before the FCPTS run, replayed from a CUDA graph where FCPTS's steps are. The teacher's forward,
-timed apart, is the floor no ratio can go below. Ratio: the median over pairs after WARMUP steps.
+"""Benchmark: one FCPTS step's time over one plain training step's (same model, batch and device), in pairs
+(on a CPU inside its batch fetch, on a GPU just before); the teacher's forward alone is the floor of the ratio.
 
     OMP_NUM_THREADS=1 python -m benchmarks step-time --device cpu --out results/benchmarks/step_time_cpu.txt
     python -m benchmarks step-time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
