@@ -14,7 +14,6 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
 import fcpts
 from benchmarks.report import measure_then_emit, parser, synchronize
@@ -77,14 +76,11 @@ class PlainStep:
         self.teacher_times.clear()
 
 
-class PairedImages(Dataset):
+class PairedImages(Images):
     """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
 
     def __init__(self, x: torch.Tensor, plain: PlainStep):
         self.x, self.plain, self.fetched = x.cpu(), plain, 0
-
-    def __len__(self) -> int:
-        return len(self.x)
 
     def __getitem__(self, i: int) -> torch.Tensor:
         self.fetched += 1
