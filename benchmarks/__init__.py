@@ -1,7 +1,5 @@
-"""The suite's measurements, declared in one place and run through one entry point: `python -m benchmarks NAME`
-(`--list` names them and what each guards). A measurement whose finding is written up and that guards nothing
-any more is retired: its committed output under results/benchmarks/ and the notebook name the commit that ran it,
-and `git show COMMIT:benchmarks/...` brings its code back."""
+"""The suite's measurements, run through `python -m benchmarks NAME` (`--list`: what each guards). One that guards
+nothing any more is retired: its output and the notebook name its commit (`git show COMMIT:benchmarks/...`)."""
 
 from __future__ import annotations
 

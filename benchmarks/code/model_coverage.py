@@ -1,8 +1,5 @@
 """Benchmark: every method on common torchvision and timm models (random weights, 8 images, 2 iterations, 70%): each
-cell reaches the exact target, is refused before any work with a named reason, runs past the limit, or fails (a bug).
-
-    OMP_NUM_THREADS=1 python -m benchmarks model-coverage --out results/benchmarks/model_coverage_cpu.txt
-"""
+cell reaches the exact target, is refused before any work with a named reason, runs past the limit, or fails."""
 
 from __future__ import annotations
 

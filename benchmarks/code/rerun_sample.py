@@ -1,10 +1,5 @@
 """Benchmark: one committed record per registered method re-run with today's code, compared by mask hash and numbers;
-the record picked is the cheapest that can show the most (with a mask hash, a CIFAR/ImageNet cell, the least time).
-
-    OMP_NUM_THREADS=1 python -m benchmarks rerun-sample --out results/benchmarks/rerun_sample_cpu.json
-    python -m benchmarks rerun-sample --methods lamp obs --out ... --resume   # keep the cells already there
-    python -m benchmarks rerun-sample --methods str --work-dir rerun-work --resume --out ...  # a long cell
-"""
+the record picked is the cheapest that can show the most (with a mask hash, a CIFAR/ImageNet cell, the least time)."""
 
 from __future__ import annotations
 

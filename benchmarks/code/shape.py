@@ -1,9 +1,5 @@
-"""Benchmark: the code's own size and shape (lines per folder, files, entry points, mypy's coverage, docs' lines,
-the suite's time per directory from pytest logs); `--root` measures another checkout with this code:
-
-    git worktree add /tmp/before COMMIT
-    python -m benchmarks code-shape --root /tmp/before --suite unit+results=LOG1 integration+library=LOG2
-"""
+"""Benchmark: the code's size and shape (lines per folder, entry points, mypy's coverage, docs, the suite's time from
+pytest logs); `--root` measures another checkout (e.g. `git worktree add /tmp/before COMMIT`) with this code."""
 
 from __future__ import annotations
 

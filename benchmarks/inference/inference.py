@@ -1,9 +1,5 @@
-"""Benchmark: latency, peak memory and file size of sparse models in each runtime against dense (Table 7),
-each runtime against its own dense model, calls interleaved round by round; a missing runtime is reported, not fatal.
-
-    python -m benchmarks inference            # writes results/tables/table7_inference.md
-    python -m benchmarks inference --quick    # smoke run: tiny shapes, few repetitions
-"""
+"""Benchmark: latency, peak memory and file size of sparse models in each runtime against dense (Table 7), each
+runtime against its own dense model, calls interleaved round by round; a missing runtime is reported, not fatal."""
 
 from __future__ import annotations
 

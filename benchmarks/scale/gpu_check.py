@@ -1,11 +1,8 @@
-"""The GPU check: every GPU measurement the suite lacks, as parts in child processes with their own time limits
-(the parts and their budgets: docs/notebook/benchmarks.md); a second call given the first's packed work finishes
-what it left. Everything goes under OUT: logs, records, summary.txt and gpu_check.tar.gz (OUT/work packed).
+"""The GPU check: every GPU measurement the suite lacks, as parts with time limits (docs/notebook/benchmarks.md); a
+second call given the first's packed work (--continue-from) finishes what it left.
 
-    python -m benchmarks gpu-check prepare                  # here: CIFAR-10 subset + weight files -> gpu_data/
-    python -m benchmarks gpu-check run --out OUT            # there: python with torch, torchvision, timm only
-    python -m benchmarks gpu-check run --out OUT2 --continue-from gpu_data/gpu_check.tar.gz   # the rest
-    python -m benchmarks gpu-check run --out /tmp/x --dry-run   # a CPU, tiny sizes: the plumbing, in minutes
+    python -m benchmarks gpu-check prepare          # here: CIFAR-10 subset + weight files -> gpu_data/
+    python -m benchmarks gpu-check run --out OUT    # there (--dry-run: a CPU, tiny sizes: the plumbing)
 """
 
 from __future__ import annotations

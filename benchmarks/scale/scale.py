@@ -1,11 +1,5 @@
-"""Benchmark: every method on the paper's ImageNet models at 224 px, each cell timed on small probes in its own
-process (benchmarks/scale/scale_cell.py) and projected to the `paper` profile's budget (the projections:
-docs/notebook/benchmarks.md); peak host and CUDA memory; the paper's grid in hours. Writes a JSON and a table.
-
-    python -m benchmarks scale --device cuda                 # the paper's batch, hundreds of images
-    OMP_NUM_THREADS=1 python -m benchmarks scale --small     # every code path on a CPU in minutes
-    python -m benchmarks scale --device cuda --models resnet18 vit_base --methods fcpts pot-l2norm
-"""
+"""Benchmark: every method on the paper's ImageNet models at 224 px, each cell probed in its own process (scale_cell)
+and projected to the `paper` profile's budget (docs/notebook/benchmarks.md); peak memory; the paper's grid in hours."""
 
 from __future__ import annotations
 

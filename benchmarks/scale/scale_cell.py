@@ -1,9 +1,5 @@
-"""One cell of the scale benchmark, in its own process so its peak memory is its own: one method on one ImageNet
-model (random weights, synthetic 224-px images) timed on probes by kind: training (steps at a batch size),
-layer-wise (a few layers spread over the model, at two image counts and iteration counts) or one-shot (one run).
-
-    python -m benchmarks.scale.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
-"""
+"""One cell of the scale benchmark in its own process (its peak memory its own), timed on probes by kind of method;
+`python -m benchmarks.scale.scale_cell SPEC_JSON` prints one JSON line."""
 
 from __future__ import annotations
 

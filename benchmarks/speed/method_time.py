@@ -1,10 +1,5 @@
-"""Benchmark: wall time of whole runs of methods over FCPTS's on one model, runs alternated in one process so a
-drifting load hits all alike; per-step medians with a ramp's steps apart. `--quickstart`: every method's first
-call on the README Quickstart under its library defaults (within 30 s, or its time stated before it starts).
-
-    OMP_NUM_THREADS=1 python -m benchmarks method-time --device cpu --out results/benchmarks/method_time_cpu.txt
-    OMP_NUM_THREADS=1 python -m benchmarks method-time --quickstart --out results/benchmarks/quickstart_time_cpu.txt
-"""
+"""Benchmark: whole runs of methods over FCPTS's on one model, alternated in one process, a ramp's steps apart;
+`--quickstart`: every method's first call on the README Quickstart under its defaults (within 30 s)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Benchmark: one POT reconstruction step, its Gram gradient written down against autograd's, eager against
-replayed from a CUDA graph; per-step time from runs of `--steps` and twice as many differenced, medians.
-
-    python -m benchmarks pot-step-time --device cuda --out results/benchmarks/pot_step_time_cuda.txt
-    python -m benchmarks pot-step-time --model resnet18 --layers layer4. --images 128 --steps 20
-"""
+"""Benchmark: one POT reconstruction step, its Gram gradient written down against autograd's, eager against replayed
+from a CUDA graph; per-step time from runs of `--steps` and twice as many differenced, medians."""
 
 from __future__ import annotations
 

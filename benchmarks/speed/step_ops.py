@@ -1,8 +1,5 @@
-"""Benchmark: the operators one FCPTS step dispatches over one plain training step's, counted on a CPU (a
-GPU step at CIFAR size is launch-bound): per step, runs of n and 2n steps differenced; FCPTS's additions by name.
-
-    OMP_NUM_THREADS=1 python -m benchmarks step-ops --out results/benchmarks/step_ops_cpu.txt
-"""
+"""Benchmark: the operators one FCPTS step dispatches over one plain training step's, counted on a CPU (a GPU step at
+CIFAR size is launch-bound): per step, runs of n and 2n steps differenced; FCPTS's additions by name."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Benchmark: one FCPTS step's time over one plain training step's (same model, batch and device), in pairs
-(on a CPU inside its batch fetch, on a GPU just before); the teacher's forward alone is the floor of the ratio.
-
-    OMP_NUM_THREADS=1 python -m benchmarks step-time --device cpu --out results/benchmarks/step_time_cpu.txt
-    python -m benchmarks step-time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
-"""
+"""Benchmark: one FCPTS step's time over one plain training step's (same model, batch and device), in pairs (on a CPU
+inside its batch fetch, on a GPU just before); the teacher's forward alone is the floor of the ratio."""
 
 from __future__ import annotations
 
