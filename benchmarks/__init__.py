@@ -1,7 +1,5 @@
-"""The suite's measurements, declared in one place and run through one entry point: `python -m benchmarks NAME`
-(`--list` names them and what each guards). A measurement whose finding is written up and that guards nothing
-any more is retired: its committed output under results/benchmarks/ and the notebook name the commit that ran it,
-and `git show COMMIT:benchmarks/...` brings its code back."""
+"""The suite's measurements, run through `python -m benchmarks NAME` (`--list`: what each guards). One that guards
+nothing any more is retired: its output and the notebook name its commit (`git show COMMIT:benchmarks/...`)."""
 
 from __future__ import annotations
 
@@ -40,11 +38,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "one POT reconstruction step: Gram gradient written down vs autograd, eager vs CUDA graph",
         "POT's per-layer step on a GPU (results/benchmarks/pot_step_time_*.txt)",
     ),
-    "thread-policy": Benchmark(
-        "benchmarks.speed.thread_policy",
-        "an FCPTS step alone and beside 1 and 2 busy processes, under each thread choice and OpenMP wait policy",
-        "the thread defaults of every command (docs/notebook/benchmarks.md)",
-    ),
     "scale": Benchmark(
         "benchmarks.scale.scale",
         "every method on the paper's ImageNet models at 224 px, probed and projected to the paper's budget",
@@ -65,20 +58,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         "one committed record per method re-run with today's code: mask hash and numbers",
         "that committed records still reproduce (results/benchmarks/rerun_sample_cpu*.json)",
     ),
-    "released-fcpts": Benchmark(
-        "benchmarks.code.released_fcpts",
-        "the authors' released FCPTS (a checkout the user fetched) beside ours, release mode and default, same inputs",
-        "that our FCPTS does what the released code does (results/released/)",
-    ),
     "code-shape": Benchmark(
         "benchmarks.code.shape",
         "lines per folder, files, entry points, mypy's coverage, docs' lines, the suite's time per directory",
         "the size budget of the code and the notebook (results/benchmarks/code_shape.txt)",
-    ),
-    "call-chain": Benchmark(
-        "benchmarks.code.call_chain",
-        "the frames from a task's command to the first mask a method computes",
-        "the depth a newcomer walks from --sparsity to the masks (docs/design.md)",
     ),
     "inference": Benchmark(
         "benchmarks.inference.inference",

@@ -1,4 +1,4 @@
-"""A text benchmark's output: its measured lines, then its provenance, printed and optionally written."""
+"""What the benchmarks share: their parser, and a text output's measured lines followed by its provenance."""
 
 from __future__ import annotations
 
@@ -13,6 +13,21 @@ from fcpts.core.io import write_text_atomic
 from tasks.grid.records import command_line, git_commit
 
 
+def parser(doc: str | None, device: bool = False, out: str | None = "--out") -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring as help, `out` (the text is written there too), `--device`."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if out:
+        p.add_argument(out, help="also write the output (with its provenance) to this file")
+    if device:
+        p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return p
+
+
+def synchronize(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def provenance() -> list[str]:
     """Command, commit, torch and threads, the load the measurement ran under, and when."""
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -24,13 +39,6 @@ def provenance() -> list[str]:
     ]
 
 
-def text_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
-    """The parser of a benchmark that prints its lines through `emit`, with the `--output` that `emit` writes to."""
-    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
-    p.add_argument("--output", help="also write the printed text here (atomically)")
-    return p
-
-
 def emit(lines: list[str], out: str | None) -> None:
     """Print the lines with their provenance; write the same text to `out` (atomically) if given."""
     text = "\n".join([*lines, *provenance()])
@@ -40,7 +48,6 @@ def emit(lines: list[str], out: str | None) -> None:
 
 
 def measure_then_emit(measure: Callable[[], list[str]], out: str | None) -> None:
-    """Pin the commit first (a benchmark of minutes names the code that ran, not what was committed meanwhile),
-    then measure and `emit`."""
+    """Pin the commit first (the code that ran, not what was committed meanwhile), then measure and `emit`."""
     git_commit()
     emit(measure(), out)

@@ -1,2 +1,1 @@
-"""The code's own behaviour, measured: the way from the command line to the masks, and whether committed
-records re-run to the same masks."""
+"""The code's own behaviour, measured: its shape, the models it covers, and whether committed records re-run."""

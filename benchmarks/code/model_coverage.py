@@ -1,26 +1,13 @@
-"""Benchmark: every method on common torchvision and timm models, beyond the tasks' own.
-
-`fcpts.sparsify` takes any torchvision/timm-style model, but the tasks run only theirs. This builds other common
-architectures (random weights, 10 classes, no download), counts the weights of the layers the methods prune and
-those of layers none prunes (`unprunable_weights`, with nn.MultiheadAttention swapped for LinearAttention by
-`fcpts.attention_as_linear`), and runs each method once at a tiny budget (8 random images, 2 iterations, 70%). Each
-cell either reaches the exact target, is refused before any work with a named reason (a ValueError or TypeError: the
-layer-wise methods on layers their model never calls, any method on layers that standardise their weight), runs past
-the time limit, or fails in some other way, which is a bug to fix. It says whether the library's promise holds, not
-how well a method does.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.code.model_coverage --out results/benchmarks/model_coverage_cpu.txt
-"""
+"""Benchmark: every method on common torchvision and timm models (random weights, 8 images, 2 iterations, 70%): each
+cell reaches the exact target, is refused before any work with a named reason, runs past the limit, or fails."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +16,7 @@ import torch
 from torch import nn
 
 import fcpts
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser
 from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
@@ -76,28 +63,15 @@ MODELS = (
 
 
 class TimeLimit(Exception):
-    pass
+    """Raised in a cell by SIGALRM once its seconds have passed (when control is back in Python)."""
 
 
-@contextmanager
-def time_limit(seconds: int) -> Iterator[None]:
-    """Raise TimeLimit in the cell once `seconds` have passed (checked when control is back in Python)."""
-
-    def expire(*_: object) -> None:
-        raise TimeLimit
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+def expire(*_: object) -> None:
+    raise TimeLimit
 
 
 def refused_by_the_suite(error: BaseException) -> bool:
-    """Whether `error` is one of the suite's own refusals: a `raise` statement in fcpts/ or baselines/ (a check
-    that names the problem), not an error from inside torch or a library that the suite let through."""
+    """Whether `error` is one of the suite's own refusals: a `raise` statement in fcpts/ or baselines/."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
     path = Path(frame.filename).resolve()
     ours = any(path.is_relative_to(REPO / package) for package in ("fcpts", "baselines"))
@@ -105,8 +79,7 @@ def refused_by_the_suite(error: BaseException) -> bool:
 
 
 def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: int) -> tuple[str, str]:
-    """(outcome, detail) of one method on a fresh model: "ok" (time), "refused" or "failed" (the error's first
-    line), or "over the limit"."""
+    """(outcome, detail) of one method on a fresh model: ok, refused, failed or over the limit."""
     model = fcpts.attention_as_linear(build())
     images = torch.randn(IMAGES, 3, pixels, pixels, generator=torch.Generator().manual_seed(0))
     spec = fcpts.get_method(method)
@@ -114,14 +87,18 @@ def run_cell(build: Callable[[], nn.Module], pixels: int, method: str, limit_s: 
     if spec.trains:
         budget["batch_size"] = BATCH
     start = time.perf_counter()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(limit_s)
     try:
-        with time_limit(limit_s):
-            _, report = fcpts.sparsify(model, images, TARGET, method=method, progress=False, **budget)
+        _, report = fcpts.sparsify(model, images, TARGET, method=method, progress=False, **budget)
     except TimeLimit:
         return "over the limit", f"{limit_s} s"
     except Exception as e:  # noqa: BLE001 - what the benchmark is for: every failure is reported, not raised
         first_line = str(e).splitlines()[0] if str(e) else ""
         return ("refused" if refused_by_the_suite(e) else "failed"), f"{type(e).__name__}: {first_line}"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     wall = time.perf_counter() - start
     total = sum(r["numel"] for r in report.per_layer)
     exact = round(TARGET * total) / total
@@ -166,11 +143,10 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--models", nargs="+", help="names from MODELS (default: all)")
     p.add_argument("--methods", nargs="+", help="registered methods (default: all)")
     p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
     known = {m.name: m for m in MODELS}
     unknown = sorted(set(args.models or ()) - set(known))

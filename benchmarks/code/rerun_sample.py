@@ -1,34 +1,8 @@
-"""Benchmark: committed records re-run with the same mask, one record per registered method.
-
-A record is only worth citing if running its command again gives the same sparse model. For each method in the
-registry this picks one committed record (results/runs/ and the regression references; the regression's re-runs
-on other processors, results/regression/spread/, are copies of those cells and left out), runs its cell again
-with `rerun_record` into a temporary folder, and compares the new record with the committed one: the hash of
-where the zeros are (`mask_sha256`), the achieved sparsity, each metric and the dense model's.
-
-Which record: the cheapest that can show the most, that is the first by (it has no mask hash: older records
-cannot be compared mask for mask, only by their numbers; its task is not a CIFAR/ImageNet stand-in cell; its
-recorded method time). Records of the mmdet detectors are passed over without the `[mmdet]` extra, a cell
-whose recorded method time is over `--max-wall-s` is skipped, and either is said in the output. With
-`--this-processor` only records made on this machine's processor count (a training method's mask moves with the
-processor's float summation order, tasks/regression.py), so a difference seen above can be told apart from one
-the code made. A processor is its name and, where the record names them, the kernels torch picks and its generation
-(one masked name, 'AMD EPYC', hides generations with other float kernels): a record naming another generation is
-held back, one naming none (older) comes after one naming this machine's, and its row says a difference may be the
-processor's.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.code.rerun_sample --out results/benchmarks/rerun_sample_cpu.json
-    python -m benchmarks.code.rerun_sample --methods lamp obs --out ... --resume   # keep the cells already there
-    python -m benchmarks.code.rerun_sample --this-processor --methods fcpts --out ...  # records made on this processor
-    python -m benchmarks.code.rerun_sample --methods str --work-dir rerun-work --resume --out ...  # a long cell
-
-The JSON (and a markdown table beside it, same name, `.md`) holds a row per method, written after every cell, so
-an interrupted run loses nothing with `--resume`; a cell itself resumes from its checkpoints with `--work-dir`.
-"""
+"""Benchmark: one committed record per registered method re-run with today's code, compared by mask hash and numbers;
+the record picked is the cheapest that can show the most (with a mask hash, a CIFAR/ImageNet cell, the least time)."""
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import math
@@ -44,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from benchmarks.report import parser
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
 from tasks.grid.data import DataNotFoundError, resolve_data_root
@@ -60,8 +35,7 @@ DEFAULT_OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 
 
 def committed_records(dirs: Iterable[Path] = RECORD_DIRS, with_spread: bool = False) -> list[dict]:
-    """Every committed record, read whole by the grid's record loader; `_path` is relative to the repository.
-    The regression's re-runs on other processors only with `with_spread`."""
+    """Every committed record, `_path` relative to the repository; the regression's spread only `with_spread`."""
     out = []
     for d in dirs:
         for record in all_records(d):
@@ -85,9 +59,8 @@ def processor(device: str) -> str:
 
 
 class Processor(NamedTuple):
-    """What a record's machine must share with this one for a re-run's mask to be comparable: the processor's name
-    and the kernels torch picks with its generation (`records.cpu_identity`; two generations behind one masked name,
-    'AMD EPYC', run other float kernels)."""
+    """What a record's machine must share with this one for a re-run's mask to compare: the processor's name and
+    the kernels torch picks with its generation (`records.cpu_identity`)."""
 
     name: str
     kernels: str
@@ -123,8 +96,7 @@ def pick_record(
     runnable: Callable[[dict], str | None] = why_not_runnable,
     this_processor: Processor | None = None,
 ):
-    """(the record to re-run for `method` or None, why none: each reason and how many records it held back).
-    Given `this_processor`, only records made on it, those that name its generation first."""
+    """(the record to re-run for `method` or None, why none); given `this_processor`, only records made on it."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
         return None, "no committed record of this method"
@@ -148,8 +120,7 @@ def pick_record(
 
 
 def _voc_substitute(record: dict, scratch: Path) -> str | None:
-    """A substitute detection set named by the record (it is made from CIFAR, never committed), written once into
-    scratch; None for a task that reads its data where it always is."""
+    """The substitute detection set a voc record names (made from CIFAR) written once into scratch, else None."""
     if record["task"] != "voc" or not record.get("substitute"):
         return None
     out = scratch / "voc-cifar"
@@ -162,8 +133,7 @@ def _voc_substitute(record: dict, scratch: Path) -> str | None:
 
 
 def same_numbers(old: dict, new: dict) -> bool:
-    """Whether two records state the same result: achieved sparsity, every metric, the dense model's, and each
-    layer's sparsity."""
+    """Whether two records state the same sparsity, metrics, dense metrics and per-layer sparsity."""
 
     def flat(value: Any) -> Any:
         if isinstance(value, float):
@@ -203,8 +173,7 @@ def compare(old: dict, new: dict) -> dict:
 
 
 def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
-    """Re-run one record's cell on one thread into scratch; its comparison, times and devices. `resume`: carry
-    on from the checkpoint (or the finished record) an earlier, interrupted re-run left in scratch."""
+    """Re-run one record's cell on one thread into scratch (`resume`: from what an earlier re-run left there)."""
     torch.set_num_threads(1)
     runs = scratch / "runs"
     where = Where(runs_dir=runs, checkpoint_dir=scratch / "checkpoints", progress=False)
@@ -231,8 +200,7 @@ def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
 
 
 def same_code_as_before(scratch: Path) -> bool:
-    """Whether what an earlier re-run left in scratch was made by this commit (then it may be carried on);
-    stamps scratch with this commit either way, so a cell is never finished by other code than it began with."""
+    """Whether what an earlier re-run left in scratch was made by this commit; stamps scratch with it."""
     stamp = scratch / "git_commit"
     same = stamp.is_file() and stamp.read_text().strip() == str(git_commit())
     scratch.mkdir(parents=True, exist_ok=True)
@@ -248,9 +216,8 @@ def row_for(
     log: Callable[[str], None] = print,
     work_dir: Path | None = None,
 ) -> dict:
-    """One method's row: the record it re-ran and the comparison, or why it was skipped. With `work_dir` the
-    cell runs in work_dir/<method> and resumes there if the same commit began it (a long cell survives an
-    interruption); else in a temporary folder, from scratch."""
+    """One method's row: the record it re-ran and the comparison, or why it was skipped; in work_dir/<method>
+    (resumed if this commit began it) or a temporary folder."""
     record, why = pick_record(records, method, this_processor=this_processor)
     if record is None:
         return {"method": method, "status": "skipped", "reason": why}
@@ -281,8 +248,7 @@ def row_for(
 
 
 def cheapest_first(methods: list[str], records: list[dict], this_processor: Processor | None = None) -> list[str]:
-    """The methods in the order their cells are run: the cheapest picked record first, so an interrupted run
-    has the most rows."""
+    """The methods, the cheapest picked record first (an interrupted run has the most rows)."""
 
     def cost(method: str) -> float:
         record, _ = pick_record(records, method, this_processor=this_processor)
@@ -325,16 +291,14 @@ def _kernels(kernels: str | None) -> str:
 
 
 def recorded_on(row: dict) -> str:
-    """The record's machine, with its kernels and generation where the record names them; where only the re-run
-    does, that the record does not (rows of runs before either was recorded show the device alone)."""
+    """The record's machine, with its kernels and generation where the record names them."""
     if row.get("old_kernels") or not row.get("new_kernels"):
         return row["old_device"] + _kernels(row.get("old_kernels"))
     return f"{row['old_device']} (generation not recorded)"
 
 
 def match_cell(row: dict) -> str:
-    """yes / NO; a difference on a processor of the same name whose generation the record does not name may be
-    the processor's (another generation runs other float kernels), and says so."""
+    """yes / NO, saying where the difference may be the processor's (the record names no generation)."""
     if row["match"]:
         return "yes"
     unknown = not row.get("old_kernels") and row.get("new_kernels")
@@ -343,8 +307,7 @@ def match_cell(row: dict) -> str:
 
 
 def markdown(output: dict) -> str:
-    """The table beside the JSON: one line per method. A `--resume` output holds rows of several runs, perhaps on
-    other processors and commits: each row names its own, the header the last run's."""
+    """The table beside the JSON, one line per method; each row names its run's processor and commit."""
     s = output["summary"]
     p = output["provenance"]
     lines = [
@@ -402,9 +365,7 @@ def kept_rows(out: Path) -> dict[str, dict]:
 
 
 def still_current(row: dict, records: list[dict], this_processor: Processor | None) -> bool:
-    """Whether a kept row still describes the record this run would pick for its method: the same file, made by
-    the same run (commit, time, mask). A record made again since (the learned-mask cells remade on another
-    processor) is re-run, not reported with the old one's comparison."""
+    """Whether a kept row still describes the record this run would pick: the same file, commit, time and mask."""
     record, _ = pick_record(records, row["method"], this_processor=this_processor)
     if record is None:
         return False
@@ -413,24 +374,13 @@ def still_current(row: dict, records: list[dict], this_processor: Processor | No
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=None)
     p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON output; a .md table is written beside it")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
     p.add_argument("--max-wall-s", type=float, default=DEFAULT_MAX_WALL_S, help="skip a cell whose record took longer")
-    p.add_argument(
-        "--this-processor",
-        action="store_true",
-        help="only records made on this machine's processor, and its generation where a record names it (the "
-        "regression's re-runs on other processors, results/regression/spread/, included): whether a difference is "
-        "the processor's",
-    )
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        help="run each cell in WORK_DIR/<method> and carry on from what an interrupted run left there "
-        "(default: a temporary folder, each cell from scratch); a cell begun by another commit starts again",
-    )
+    p.add_argument("--this-processor", action="store_true", help="only records made on this machine's processor")
+    p.add_argument("--work-dir", type=Path, help="run each cell in WORK_DIR/<method>, resuming what this commit began")
     p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
     forget = "drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)"
     p.add_argument("--forget-note", action="append", default=[], metavar="TEXT", help=forget)

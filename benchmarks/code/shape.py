@@ -1,23 +1,14 @@
-"""Benchmark: the code's own size and shape, so a change that grows the suite says by how much.
-
-Lines of Python per top-level folder (tests apart), files, command entry points (`def main`), the files mypy
-checks against those it could, the docs' and the notebook's lines, and, given the logs of pytest runs, the suite's
-wall time per directory (the closing `N passed ... in S s` line). `--root` measures another checkout, e.g. a
-worktree at an older commit, with this code:
-
-    git worktree add /tmp/before COMMIT
-    python -m benchmarks code-shape --root /tmp/before --suite unit+results=LOG1 integration+library=LOG2
-"""
+"""Benchmark: the code's size and shape (lines per folder, entry points, mypy's coverage, docs, the suite's time from
+pytest logs); `--root` measures another checkout (e.g. `git worktree add /tmp/before COMMIT`) with this code."""
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 import tomllib
 
-from benchmarks.report import emit
+from benchmarks.report import emit, parser
 from tasks.grid.paths import REPO_ROOT
 
 CODE = ("fcpts", "baselines", "tasks", "benchmarks", "paper_figures", "results")
@@ -81,10 +72,9 @@ def shape(root: Path, suites: dict[str, Path]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out="--output")
     p.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to measure (default: this one)")
     p.add_argument("--suite", nargs="*", default=[], metavar="NAME=LOG", help="pytest logs to read wall times from")
-    p.add_argument("--output", help="also write the printed text here (atomically)")
     args = p.parse_args(argv)
     suites = {}
     for item in args.suite:

@@ -1,52 +1,33 @@
-"""Benchmark: does unstructured sparsity buy latency, memory or file size on this machine? (Table 7)
-
-Every runtime is timed against its own dense model in the same process, dense and sparse calls
-interleaved round by round (order rotated) so drift of a shared CPU hits both alike; each latency is a
-median after warm-up, each speed-up median dense time / median sparse time, printed with the quartiles
-of the same-round ratios (the noise).
-
-Models: ResNet-18- and MobileNetV2-shaped torchvision networks with random weights (latency does not
-depend on the values) and uniform random unstructured sparsity at exactly the given rate in every
-Conv2d/Linear, including the first conv, depthwise convs and the classifier; the real FCPTS CIFAR-10
-ResNet-56 at 90% (a checkpoint from `python -m tasks.deploy --record ...`) against its dense weights.
-BatchNorm is folded and models are exported to ONNX opset 17 as in `tasks.deploy`.
-
-Runtimes: onnxruntime (the dense reference point), DeepSparse and OpenVINO through `tasks.deploy`'s
-worker in their own virtual environments (missing ones are reported, not fatal), torch eager (oneDNN)
-and torch with CSR sparse matmul for Linear and 1x1 Conv2d (the layers where a sparse GEMM applies
-without im2col; 3x3 and depthwise convs stay dense).
-
-    python -m benchmarks.inference.inference                       # writes results/tables/table7_inference.md
-    python -m benchmarks.inference.inference --quick               # smoke run, tiny shapes, few repetitions
-"""
+"""Benchmark: latency, peak memory and file size of sparse models in each runtime against dense (Table 7), each
+runtime against its own dense model, calls interleaved round by round; a missing runtime is reported, not fatal."""
 
 from __future__ import annotations
 
-import argparse
+import copy
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from benchmarks.inference.inference_families import build_families, export_family
-from benchmarks.inference.inference_measure import (
-    EXTERNAL,
-    TORCH_RUNTIMES,
-    available_runtimes,
-    file_bytes,
-    measure_memory,
-    time_external,
-    time_torch,
-)
 from benchmarks.inference.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
+from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
+from tasks.deploy.checkpoints import load_sparse_checkpoint
 from tasks.deploy.driver import DEPLOY_DIR, provenance
+from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
+from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory, run_worker, runtime_version
+from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
+from tasks.deploy.worker import time_interleaved
 from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
@@ -54,36 +35,291 @@ from tasks.grid.records import command_line
 TABLE = REPO_ROOT / "results" / "tables" / "table7_inference.md"
 RAW = DEPLOY_DIR / "table7_inference.json"
 CIFAR_CHECKPOINT = DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
-# Real sparse models from grid cells (their saved state dicts): the EfficientNet-Lite0 substitute
-DEFAULT_RECORDS = [
+DEFAULT_RECORDS = [  # real sparse models of grid cells: EfficientNet-Lite0
     REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
     for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")
 ]
+EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
+TORCH_RUNTIMES = ["torch", "torch-csr"]
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m benchmarks.inference.inference", __doc__)
+@dataclass
+class Family:
+    """One architecture at several sparsities: torch models (BN folded) and their ONNX files."""
+
+    name: str
+    shape: tuple[int, ...]
+    note: str
+    models: dict[str, nn.Module] = field(default_factory=dict)  # label -> inference model
+    sparsity: dict[str, float] = field(default_factory=dict)
+    files: dict[str, dict[str, Path]] = field(default_factory=dict)
+    onnx_max_abs_diff: dict[str, float] = field(default_factory=dict)  # ONNX vs torch, per model
+
+    def add(self, model: nn.Module) -> str:
+        s = sparsity_summary(model)[0]
+        label = "dense" if s < 0.005 else f"{s:.0%}"
+        self.models[label], self.sparsity[label] = model, s
+        return label
+
+
+@torch.no_grad()
+def random_unstructured(model: nn.Module, rate: float, seed: int) -> nn.Module:
+    """Zero exactly round(rate * n) randomly chosen weights in every Conv2d/Linear (in place)."""
+    g = torch.Generator().manual_seed(seed)
+    for layer in prunable_layers(model).values():
+        w = layer_weight(layer).view(-1)
+        w[torch.randperm(w.numel(), generator=g)[: round(rate * w.numel())]] = 0.0
+    return model
+
+
+def random_family(name: str, sparsities: list[float], size: int, seed: int) -> Family:
+    import torchvision
+
+    builder = {"resnet18": torchvision.models.resnet18, "mobilenet_v2": torchvision.models.mobilenet_v2}[name]
+    torch.manual_seed(seed)
+    dense = inference_copy(builder(weights=None, num_classes=1000))
+    fam = Family(name, (3, size, size), "random weights, uniform random unstructured sparsity in every conv/linear")
+    for s in [0.0, *sparsities]:
+        fam.add(random_unstructured(inference_copy(dense), s, seed + 1) if s else dense)
+    return fam
+
+
+def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
+    """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
+    from tasks.grid.cifar_models import cifar_resnet
+    from tasks.grid.data import resolve_data_root
+    from tasks.grid.weights import default_cifar_weights, load_checkpoint
+
+    sparse, meta = load_sparse_checkpoint(checkpoint, None, None)
+    dense = cifar_resnet(meta["model"])
+    load_checkpoint(dense, default_cifar_weights(resolve_data_root(data_root), meta["dataset"], meta["model"]))
+    fam = Family(f"cifar10-{meta['model']}", (3, 32, 32), f"real weights: FCPTS sparse model {checkpoint.name}")
+    for m in (dense, sparse):
+        fam.add(inference_copy(m))
+    return fam
+
+
+def record_families(paths: list[Path]) -> list[Family]:
+    """Real sparse models of run records, one family per task/dataset/model with the dense weights they began from."""
+    from tasks.deploy.saved_models import models_from_record
+    from tasks.grid.data import DataNotFoundError
+
+    fams: dict[tuple, Family] = {}
+    for path in paths:
+        try:
+            dense, sparse, shape, rec = models_from_record(path)
+        except DataNotFoundError as e:  # no record yet, or its sparse model (not committed) is not here
+            print(f"[skip] {e}")
+            continue
+        key = (rec["task"], rec["dataset"], rec["model"])
+        name = rec["model"] if rec["task"] == "imagenet" else f"{rec['dataset']}-{rec['model']}"
+        if key not in fams:
+            fams[key] = Family(name, shape, f"real weights ({rec['weights'].get('source') or rec['weights']['path']})")
+            fams[key].add(inference_copy(dense))
+        label, m = fams[key].add(inference_copy(sparse)), rec["metrics"]
+        fams[key].note += (
+            f"; {label}: {rec['method']} run record {Path(path).name} (top-1 {m['top1']:.2f} on "
+            f"{m['n_images']} {rec['dataset']} images, dense {rec['dense_metrics']['top1']:.2f})"
+        )
+    return list(fams.values())
+
+
+def build_families(args) -> dict[str, Family]:
+    fams: dict[str, Family] = {}
+    for name in args.families:
+        if name == "cifar":
+            ckpt = Path(args.cifar_checkpoint)
+            if not ckpt.is_file():
+                print(
+                    f"[skip] cifar: no sparse checkpoint at {ckpt}; make one with "
+                    "python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json"
+                )
+                continue
+            found = [cifar_family(ckpt, args.data_root)]
+        elif name == "records":
+            found = record_families([Path(r) for r in args.records])
+        else:
+            found = [random_family(name, args.sparsity, args.size, seed=0)]
+        fams |= {fam.name: fam for fam in found}
+    return fams
+
+
+def export_family(fam: Family, work: Path) -> None:
+    """Every model to ONNX beside its sparse storage files, so all runtimes read the same graphs."""
+    for label, m in fam.models.items():
+        path = work / f"{fam.name}-{label.rstrip('%')}.onnx"
+        data = export_onnx(m, path, fam.shape)
+        fam.files[label] = write_sparse_files(path)
+        x = torch.randn(2, *fam.shape, generator=torch.Generator().manual_seed(0))
+        fam.onnx_max_abs_diff[label] = max_abs_diff(m, ort_session(data), x)
+
+
+class CSRLinear(nn.Module):
+    """y = x W^T + b with W as a CSR matrix (torch.sparse, MKL on CPU)."""
+
+    def __init__(self, layer: nn.Linear):
+        super().__init__()
+        self.weight = layer.weight.detach().to_sparse_csr()
+        self.bias = None if layer.bias is None else layer.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = (self.weight @ x.t()).t()
+        return y if self.bias is None else y + self.bias
+
+
+class CSRConv1x1(nn.Module):
+    """A 1x1, ungrouped, unpadded conv as CSR W (out, in) @ X (in, N*H*W)."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        self.stride = conv.stride
+        self.weight = conv.weight.detach().flatten(1).to_sparse_csr()
+        self.bias = None if conv.bias is None else conv.bias.detach().view(1, -1, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, :: self.stride[0], :: self.stride[1]]
+        n, c, h, w = x.shape
+        y = (self.weight @ x.transpose(0, 1).reshape(c, n * h * w)).view(-1, n, h, w).transpose(0, 1)
+        return y if self.bias is None else y + self.bias
+
+
+def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
+    """A copy with every Linear and plain 1x1 Conv2d on CSR weights (where a sparse GEMM needs no im2col); also
+    the share of weights moved."""
+    model = copy.deepcopy(model)
+    moved = total = 0
+    warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+    for name, m in list(prunable_layers(model).items()):
+        total += layer_weight(m).numel()
+        if isinstance(m, nn.Linear):
+            model.set_submodule(name, CSRLinear(m))
+        elif isinstance(m, nn.Conv2d) and (m.kernel_size, m.groups, m.padding, m.dilation) == (
+            (1, 1),
+            1,
+            (0, 0),
+            (1, 1),
+        ):
+            model.set_submodule(name, CSRConv1x1(m))
+        else:
+            continue
+        moved += layer_weight(m).numel()
+    return model, moved / total
+
+
+def speedups(times: dict, dense) -> dict:
+    """Per model: median latency (ms), median dense time over median sparse time, the quartiles of the same-round
+    ratios (the noise) and the raw times."""
+    out = {}
+    for k, v in times.items():
+        q = statistics.quantiles([d / t for d, t in zip(times[dense], v)], n=4) if len(v) > 1 else [1.0] * 3
+        out[k] = {
+            "median_ms": 1e3 * statistics.median(v),
+            "runs": len(v),
+            "speedup": statistics.median(times[dense]) / statistics.median(v),
+            "round_ratio_q25_q50_q75": q,
+            "times_ms": [round(1e3 * t, 4) for t in v],
+        }
+    return out
+
+
+def time_external(runtime: str, fam: Family, batch: int, runs: int, warmup: int, threads: int) -> dict:
+    files = [str(fam.files[k]["dense"]) for k in fam.models]
+    sizes = ["--batch", str(batch), "--runs", str(runs), "--warmup", str(warmup)]
+    r = run_worker(runtime, ["--models", *files, "--shape", *map(str, fam.shape), *sizes], threads)
+    times = {k: r["times_s"][f] for k, f in zip(fam.models, files)}
+    return {"version": r["version"], "options": r["options"], "results": speedups(times, "dense")}
+
+
+@torch.inference_mode()
+def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dict]:
+    """torch eager and torch-CSR, all models of the family interleaved in this process."""
+    x = torch.randn(batch, *fam.shape)
+    runners, moved = {}, 0.0
+    for label, m in fam.models.items():
+        runners[("torch", label)] = m
+        if label != "dense":
+            csr, moved = to_torch_csr(m)
+            err = (csr(x[:2]) - m(x[:2])).abs().max().item()
+            assert err < 1e-3, f"CSR model differs from the dense one by {err}"
+            runners[("torch-csr", label)] = csr
+    out: dict[str, dict] = {"torch": {}, "torch-csr": {}}
+    for (rt, label), res in speedups(time_interleaved(runners, x, warmup, runs), ("torch", "dense")).items():
+        out[rt][label] = res
+    out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels
+    return {
+        "torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
+        "torch-csr": {
+            "version": torch.__version__,
+            "options": {"csr_weight_share": moved},
+            "results": out["torch-csr"],
+        },
+    }
+
+
+def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:
+    """VmHWM of a fresh process per file: onnxruntime for each storage format, DeepSparse for the plain file."""
+    mem = {}
+    for label, files in fam.files.items():
+        mem[label] = {f"onnxruntime:{k}": peak_memory("onnxruntime", p, fam.shape, threads) for k, p in files.items()}
+        if "deepsparse" in runtimes:
+            mem[label]["deepsparse:dense"] = peak_memory("deepsparse", files["dense"], fam.shape, threads)
+    return mem
+
+
+def available_runtimes(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The runtimes that import, and for the others the reason with install instructions."""
+    ok, missing = [], {}
+    for rt in wanted:
+        try:
+            if rt not in TORCH_RUNTIMES:
+                runtime_version(rt)
+            ok.append(rt)
+        except RuntimeNotInstalled as e:
+            missing[rt] = str(e)
+    return ok, missing
+
+
+def measure_family(fam: Family, runtimes: list[str], args, merging: bool, result: dict) -> dict:
+    """Every runtime's latency at batch 1 and 32, the files' sizes and (unless --no-memory) peak memory."""
+    t0 = time.perf_counter()
+    fr: dict[str, Any] = {
+        "shape": list(fam.shape),
+        "note": fam.note,
+        "sparsity": fam.sparsity,
+        "latency": {},
+        "file_bytes": {
+            label: {**{k: p.stat().st_size for k, p in files.items()}, "dense_zlib": zlib_size(files["dense"])}
+            for label, files in fam.files.items()
+        },
+        "memory": {},
+        "onnx_max_abs_diff": fam.onnx_max_abs_diff,
+        "provenance": {**provenance(args.threads), "command": command_line(), "merged": merging},
+    }
+    for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
+        timed = {
+            rt: time_external(rt, fam, int(batch), runs, args.warmup, args.threads) for rt in runtimes if rt in EXTERNAL
+        }
+        if set(TORCH_RUNTIMES) & set(runtimes):
+            timed |= {rt: r for rt, r in time_torch(fam, int(batch), runs, args.warmup).items() if rt in runtimes}
+        for rt, res in timed.items():
+            fr["latency"].setdefault(rt, {})[batch] = res
+            result["runtimes"][rt] = f"{res['version']}, options {res['options']}"
+            cells = ", ".join(f"{k} {v['median_ms']:.2f} ms ({_speedup(v)})" for k, v in res["results"].items())
+            print(f"  {fam.name} b{batch} {rt}: {cells}", flush=True)
+    if not args.no_memory:
+        fr["memory"] = measure_memory(fam, runtimes, args.threads)
+    fr["provenance"].update(loadavg_end=list(os.getloadavg()), wall_s=time.perf_counter() - t0)
+    return fr
+
+
+def parse_args(argv=None):
+    p = command_parser("python -m benchmarks inference", __doc__)
     p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
-    p.add_argument(
-        "--sparsity",
-        nargs="+",
-        type=float,
-        default=[0.5, 0.6, 0.7, 0.9],
-        help="rates for the random-weight models (Table 7 has 50/60/70%%; 90%% is where sparse kernels start to pay)",
-    )
+    p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.9], help="rates of random models")
     p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
     p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
-    p.add_argument(
-        "--records",
-        nargs="+",
-        default=[str(r) for r in DEFAULT_RECORDS],
-        help="run records whose saved sparse models join the table (family 'records')",
-    )
-    p.add_argument(
-        "--merge",
-        action="store_true",
-        help="keep the other families of the existing raw file; re-measure only --families",
-    )
+    p.add_argument("--records", nargs="+", default=[str(r) for r in DEFAULT_RECORDS], help="family 'records'")
+    p.add_argument("--merge", action="store_true", help="keep the raw file's other families; measure only --families")
     p.add_argument("--data-root")
     p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
     p.add_argument("--runs-b1", type=int, default=30)
@@ -112,62 +348,28 @@ def main(argv=None) -> int:
         args.table, args.raw = str(quick_dir / "table7.md"), str(quick_dir / "table7.json")
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    prov = provenance(args.threads)
     t0 = time.perf_counter()
     runtimes, missing = available_runtimes(args.runtimes)
-    for rt, why in missing.items():
+    for why in missing.values():
         print(f"[missing] {why}")
-    work = Path(tempfile.mkdtemp(prefix="fcpts-inference-"))
-    result = {
-        "provenance": prov,
-        "runs": {"1": args.runs_b1, "32": args.runs_b32},
-        "warmup": args.warmup,
-        "missing_runtimes": missing,
-        "runtimes": {},
-        "families": {},
-    }
+    runs = {"1": args.runs_b1, "32": args.runs_b32}
+    result = {"provenance": provenance(args.threads), "runs": runs, "warmup": args.warmup}
+    result |= {"missing_runtimes": missing, "runtimes": {}, "families": {}}
     merging = args.merge and Path(args.raw).is_file()
     if merging:
         result = json.loads(Path(args.raw).read_text())
         result.pop("rendered_by", None)
-        if (result["runs"], result["warmup"]) != ({"1": args.runs_b1, "32": args.runs_b32}, args.warmup):
+        if (result["runs"], result["warmup"]) != (runs, args.warmup):
             print(
                 f"error: --merge needs the raw file's repetitions {result['runs']}, warm-up {result['warmup']}",
                 file=sys.stderr,
             )
             return 2
+    work = Path(tempfile.mkdtemp(prefix="fcpts-inference-"))
     try:
         for name, fam in build_families(args).items():
             export_family(fam, work)
-            fam_t0 = time.perf_counter()
-            fr: dict[str, Any] = {
-                "shape": list(fam.shape),
-                "note": fam.note,
-                "sparsity": fam.sparsity,
-                "latency": {},
-                "file_bytes": file_bytes(fam),
-                "memory": {},
-                "onnx_max_abs_diff": fam.onnx_max_abs_diff,
-                "provenance": {**provenance(args.threads), "command": command_line(), "merged": merging},
-            }
-            for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
-                for rt in [r for r in runtimes if r in EXTERNAL]:
-                    print(f"[time] {name} batch {batch} {rt}", flush=True)
-                    res = time_external(rt, fam, int(batch), runs, args.warmup, args.threads)
-                    fr["latency"].setdefault(rt, {})[batch] = res
-                    result["runtimes"][rt] = f"{res['version']}, options {res['options']}"
-                if "torch" in runtimes or "torch-csr" in runtimes:
-                    print(f"[time] {name} batch {batch} torch, torch-csr", flush=True)
-                    for rt, res in time_torch(fam, int(batch), runs, args.warmup).items():
-                        if rt in runtimes:
-                            fr["latency"].setdefault(rt, {})[batch] = res
-                            result["runtimes"][rt] = f"{res['version']}, options {res['options']}"
-                _print_progress(name, fr, batch)
-            if not args.no_memory:
-                print(f"[memory] {name}", flush=True)
-                fr["memory"] = measure_memory(fam, runtimes, args.threads)
-            fr["provenance"].update(loadavg_end=list(os.getloadavg()), wall_s=time.perf_counter() - fam_t0)
-            result["families"][name] = fr
+            result["families"][name] = measure_family(fam, runtimes, args, merging, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not merging:  # a merge keeps the first run's provenance; families carry theirs
@@ -176,18 +378,11 @@ def main(argv=None) -> int:
         result["provenance"]["command"] = command_line()
     raw = Path(args.raw)
     result["raw"] = str(raw.relative_to(REPO_ROOT)) if raw.is_relative_to(REPO_ROOT) else str(raw)
-    write_json_atomic(Path(args.raw), result)
+    write_json_atomic(raw, result)
     write_table(result, Path(args.table))
     print(Path(args.table).read_text())
     print(f"table: {args.table}\nraw: {args.raw}")
     return 0
-
-
-def _print_progress(name: str, fr: dict, batch: str) -> None:
-    for rt, pb in fr["latency"].items():
-        if batch in pb:
-            cells = ", ".join(f"{k} {v['median_ms']:.2f} ms ({_speedup(v)})" for k, v in pb[batch]["results"].items())
-            print(f"  {name} b{batch} {rt}: {cells}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,4 @@
-"""Table 7 from the raw measurements, kept apart from measuring so that `--render` can rewrite the table
-from a raw file without timing anything, and the verdict rule (when sparsity counts as paying) sits in
-one place.
-"""
+"""Table 7 from the raw measurements (`--render` rewrites it without timing anything)."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ def latency_rows(name: str, fam_result: dict, labels: list[str]) -> list[str]:
     for rt, per_batch in fam_result["latency"].items():
         for label in labels:
             b1, b32 = per_batch.get("1", {}).get("results", {}), per_batch.get("32", {}).get("results", {})
-            cell = lambda r: f"{r[label]['median_ms']:.2f} | {_speedup(r[label])}" if label in r else "- | -"  # noqa: E731
+            cell = lambda r: f"{r[label]['median_ms']:.2f} | {_speedup(r[label])}" if label in r else "- | -"
             rows.append(f"| {name} | {label} | {rt} | {cell(b1)} | {cell(b32)} |")
     return rows
 
@@ -44,7 +41,7 @@ def storage_rows(name: str, fam_result: dict) -> list[str]:
     ref = fam_result["file_bytes"]["dense"]["dense"]
     for label, b in fam_result["file_bytes"].items():
         mem = fam_result["memory"].get(label, {})
-        m = lambda k: f"{mem[k]['vmhwm_mib']:.0f} (+{mem[k]['model_mib']:.0f})" if k in mem else "-"  # noqa: E731
+        m = lambda k: f"{mem[k]['vmhwm_mib']:.0f} (+{mem[k]['model_mib']:.0f})" if k in mem else "-"
         rows.append(
             f"| {name} | {label} | {_fmt_mb(b['dense'], ref)} | {_fmt_mb(b['sparse_initializer'], ref)} | "
             f"{_fmt_mb(b['bitmask'], ref)} | {_fmt_mb(b['dense_zlib'], ref)} | {m('onnxruntime:dense')} | "
@@ -74,7 +71,7 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
                 best = max(cells, key=lambda rt: cells[rt]["speedup"])
                 ort = fam["latency"].get("onnxruntime", {}).get(batch, {}).get("results", {}).get("dense")
                 vs_ort = lambda rt: (
-                    f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"  # noqa: E731
+                    f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"
                     if ort and rt != "onnxruntime"
                     else ""
                 )

@@ -1,45 +1,12 @@
-"""The GPU check: every GPU measurement the suite lacks, in 10 to 20 minutes on one GPU (calls of 8 minutes).
+"""The GPU check: every GPU measurement the suite lacks, as parts with time limits (docs/notebook/benchmarks.md); a
+second call given the first's packed work (--continue-from) finishes what it left.
 
-    python -m benchmarks.scale.gpu_check prepare                    # here: CIFAR-10 subset + weight files -> gpu_data/
-    python -m benchmarks.scale.gpu_check run --out OUT              # there: python with torch, torchvision, timm only
-    python -m benchmarks.scale.gpu_check run --out OUT2 --continue-from gpu_data/gpu_check.tar.gz   # the rest
-    python -m benchmarks.scale.gpu_check run --out /tmp/x --dry-run # a CPU, tiny sizes: the plumbing, in minutes
-
-Parts, in order, each a child process with its own time limit, none stopping the others. Their budgets (what
-each took on an H200) add up to more than one call: a call gives each part its budget while time is left, the
-last part reached all that remains, and leaves the rest "not started"; a second call given the first's packed
-work finishes it (records kept, checkpoints resumed, scale cells kept, passed parts not run again):
-  smoke        the `cuda`-marked tests
-  step-time    FCPTS step over a plain training step, batch 64 (and bf16)
-  step-r18-224 the same on ImageNet ResNet-18 at 224 px (random weights): arithmetic, not launches
-  step-r50-224 the same on ResNet-50
-  pot-step     a POT reconstruction step, eager and replayed from a CUDA graph, its Gram gradient written down
-               and by autograd
-  pot-step-r18-224
-               the same on ResNet-18's last stage at 224 px, where the Gram products are the work
-  r56-fp32     FCPTS on CIFAR-10 ResNet-56 at 90%, `fast` budget (400 iterations), float32 (a record)
-  r56-bf16     the same in bfloat16 (a record beside it)
-  r32-fcpts    FCPTS on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
-  r32-pot      POT (L2Norm) on CIFAR-10 ResNet-32 at 80%, the paper's budget (a record)
-  scale        the scale benchmark's cells of the paper's ImageNet grid (--paper-grid): on the GPU that measured
-               the committed results/benchmarks/scale_cuda.json those still missing from it, the training-loop
-               methods' (measured before their steps replayed and their batches came from workers), POT's (before
-               its Gram gradient was written down) and obs's (both before their probes chose as at the paper's
-               size; it merges the rest), on another all 27: last, its cells kept one by one (--resume), so a later
-               call finishes what one left
-Everything goes under OUT: each part's log, records under OUT/work/, and at the end `summary.txt` (what passed,
-how long each part took) and `gpu_check.tar.gz` (OUT/work packed: a device may hand back only a few files).
-
-Data: `prepare` copies a CIFAR-10 subset (the test split's first images, a seeded subset of the training split)
-and the ResNet-20/32/56 weights into gpu_data/ (git-ignored), small enough to travel with the working tree; the
-run reads it as FCPTS_DATA_ROOT. The records name the commit `prepare` wrote down while the files it listed are
-unchanged there (a device may hold an older git folder beside the tree it was sent); `+dirty` when they had
-uncommitted changes here.
+    python -m benchmarks gpu-check prepare          # here: CIFAR-10 subset + weight files -> gpu_data/
+    python -m benchmarks gpu-check run --out OUT    # there (--dry-run: a CPU, tiny sizes: the plumbing)
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
@@ -57,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.report import parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import checkout_commit
 
@@ -70,6 +38,7 @@ XZ_FILTERS = [
 ]
 WEIGHTS = ("resnet20", "resnet32", "resnet56")  # ResNet-20: the cuda smoke tests
 SCALE_CELL_TIMEOUT_S = 90  # a ViT-L cell on an H200 (ViT-B's took 16-22 s)
+WIDE = ("resnet18", "resnet50")  # step-time at 224 px: arithmetic, not kernel launches
 
 
 @dataclass
@@ -83,11 +52,8 @@ SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
 
 
 def measured_again() -> list[str]:
-    """The registered methods whose committed GPU cells predate what made them faster, so the scale part measures
-    them again: the training-loop methods (their steps replay from a CUDA graph, their batches come from worker
-    processes) and the methods whose probes now make their size choices as at the paper's size, which also keeps
-    their earlier cells from being merged: POT (besides, a Gram objective's gradient written down: one product with
-    each Gram matrix a step) and obs."""
+    """The methods whose committed GPU cells predate what made them faster: the training-loop methods and those whose
+    probes choose as at the paper's size."""
     from benchmarks.scale.scale_cell import makes_size_choices, method_kind
     from fcpts.methods import METHODS
 
@@ -124,8 +90,7 @@ def tree_digest(files: list[str]) -> str:
 
 
 def sent_commit(prepared: dict) -> str | None:
-    """The commit `prepare` ran at, where the files it listed are unchanged here: a device may get the working
-    tree beside an older git folder, whose HEAD (and 'dirty') would name the wrong code."""
+    """The commit `prepare` ran at, while the files it listed are unchanged (a device's git folder may be older)."""
     files, digest = prepared.get("files"), prepared.get("tree_sha256")
     return prepared.get("commit") if files and digest and tree_digest(files) == digest else None
 
@@ -157,13 +122,7 @@ def prepare(source: Path, dest: Path, n_train: int, n_test: int, seed: int = 0) 
         (dest / "weights" / "cifar10").mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest / "weights" / "cifar10" / src.name)
     files = tracked_files()
-    info: dict[str, Any] = {
-        "commit": checkout_commit(),
-        "source": str(source),
-        "train": n_train,
-        "test": n_test,
-        "seed": seed,
-    }
+    info: dict[str, Any] = dict(commit=checkout_commit(), source=str(source), train=n_train, test=n_test, seed=seed)
     info.update(tree_sha256=tree_digest(files), files=files)  # the run checks it has this commit's files
     (dest / "prepared.json").write_text(json.dumps(info, indent=1) + "\n")
     data_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
@@ -182,68 +141,38 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         head = [py, "-m", "tasks.cifar", "--dataset", "cifar10", "--model", model, "--methods", method]
         return head + ["--sparsity", sparsity, "--profile", "quick" if dry_run else profile, *records, *extra]
 
+    def benchmark(name: str, *args: str) -> list[str]:
+        return [py, "-m", "benchmarks", name, "--device", device, *args]
+
     smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "-rs", "--durations=8"]
     smoke += ["tests/unit/test_cuda_smoke.py", "tests/unit/test_obs.py", "tests/unit/test_pot.py"]
-    smoke += ["tests/unit/test_step_graph.py"]
-    smoke += ["tests/integration/test_cuda_smoke_tasks.py"]
-    step = [py, "-m", "benchmarks.speed.step_time", "--device", device, "--out", str(work / "step_time.txt")]
-    pot_step = [
-        py,
-        "-m",
-        "benchmarks.speed.pot_step_time",
-        "--device",
-        device,
-        "--out",
-        str(work / "pot_step_time.txt"),
-    ]
-    pot_step_r18 = [py, "-m", "benchmarks.speed.pot_step_time", "--device", device]
-    pot_step_r18 += ["--out", str(work / "pot_step_time_resnet18_224.txt")]
-    scale = [py, "-m", "benchmarks.scale.scale", "--device", device, "--out", str(work / "scale.json"), "--resume"]
-
-    def step_224(model: str) -> list[str]:  # where arithmetic, not kernel launches, fills a step
-        out = work / f"step_time_{model}_224.txt"
-        return [py, "-m", "benchmarks.speed.step_time", "--device", device, "--model", model, "--out", str(out)]
-
-    step_r18, step_r50 = step_224("resnet18"), step_224("resnet50")
+    smoke += ["tests/unit/test_step_graph.py", "tests/integration/test_cuda_smoke_tasks.py"]
+    step = benchmark("step-time", "--out", str(work / "step_time.txt"))
+    pot_step = benchmark("pot-step-time", "--out", str(work / "pot_step_time.txt"))
+    pot_step_r18 = benchmark("pot-step-time", "--out", str(work / "pot_step_time_resnet18_224.txt"))
+    scale = benchmark("scale", "--out", str(work / "scale.json"), "--resume")
+    step_r18, step_r50 = (
+        benchmark("step-time", "--model", m, "--out", str(work / f"step_time_{m}_224.txt")) for m in WIDE
+    )
     if dry_run:  # collect and skip the cuda tests; one step; one one-shot scale cell
         smoke = [py, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/unit/test_cuda_smoke.py"]
-        step += ["--model", "resnet20", "--batch-size", "4", "--steps", "1", "--rounds", "1"]
-        pot_step += ["--model", "resnet20", "--images", "64", "--steps", "2", "--rounds", "1"]
-        # ResNet-18's Gram statistics at 224 px take a CPU minutes: another stage of ResNet-20 instead
-        pot_step_r18 += [
-            "--model",
-            "resnet20",
-            "--layers",
-            "layer3.",
-            "--images",
-            "64",
-            "--steps",
-            "2",
-            "--rounds",
-            "1",
-        ]
-        scale += ["--models", "resnet18", "--methods", "erk", "--small", "--cell-timeout", "60"]
-        step_r50 = step_224("resnet18")  # the same command; a CPU takes 45 s for ResNet-50's
+        step += "--model resnet20 --batch-size 4 --steps 1 --rounds 1".split()
+        pot_step += "--model resnet20 --images 64 --steps 2 --rounds 1".split()
+        pot_step_r18 += "--model resnet20 --layers layer3. --images 64 --steps 2 --rounds 1".split()
+        scale += "--models resnet18 --methods erk --small --cell-timeout 60".split()
+        step_r50[step_r50.index("--model") + 1] = "resnet18"  # a CPU takes 45 s for ResNet-50's
         for cmd in (step_r18, step_r50):
-            cmd += ["--batch-size", "2", "--steps", "1", "--rounds", "1"]
-    else:  # the paper grid's cells the committed GPU output lacks or has from older code, 10-40 s a cell on an H200
+            cmd += "--batch-size 2 --steps 1 --rounds 1".split()
+    else:
         step += ["--amp", "bf16"]
-        step_r18 += ["--steps", "5", "--rounds", "2"]
-        step_r50 += ["--steps", "5", "--rounds", "2"]
-        pot_step_r18 += ["--model", "resnet18", "--layers", "layer4.", "--images", "256", "--steps", "100"]
-        pot_step_r18 += ["--rounds", "2"]
+        step_r18 += "--steps 5 --rounds 2".split()
+        step_r50 += "--steps 5 --rounds 2".split()
+        pot_step_r18 += "--model resnet18 --layers layer4. --images 256 --steps 100 --rounds 2".split()
         scale += ["--paper-grid", "--cell-timeout", str(SCALE_CELL_TIMEOUT_S)]
         if same_gpu(SCALE_CUDA, device):
             scale += ["--merge", str(SCALE_CUDA), "--again", *measured_again()]
-    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_2026-11-27/, _2026-11-28/ and
-    # _2026-11-28b/), rounded up. FCPTS's CIFAR runs replay their steps from a CUDA graph since: the parts took 15 s
-    # each for ResNet-56 and 33 s for ResNet-32 at the paper's budget (method time 5.5, 5.9, 23 s; eager: 30, 34, 75).
-    # POT's step times four ways since (two gradients, eager and replayed): the eager ones most of its minute;
-    # on ResNet-18's last stage at 224 px (pot-step-r18-224) it has not run on a GPU: its 50 s are an estimate.
-    # Scale: 21 grid cells took 398 s there (ViT-L's more than the others); on the GPU whose cells are committed it
-    # measures the 13 training-loop cells, the 14 POT cells and the 3 obs cells again (211 s, 311 s and 69 s of cells
-    # there before), on another GPU all 27. They add up to more than one call's 465 s: a call runs the parts in
-    # order, each with its budget while time is left, and a second call with --continue-from finishes the rest.
+    # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_*), rounded up; pot-step-r18-224's
+    # is an estimate.
     return [
         Part("smoke", smoke, 90),
         Part("step-time", step, 60),
@@ -260,19 +189,15 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
 
 
 def part_limit(budget: float, later: list[float], todo_total: float, left: float, total_s: float) -> float:
-    """A part's time limit as it starts, `left` seconds of the call remaining. Where the budgets of the parts
-    still to run (`todo_total`) fit in the call, each gets its share of the total and earlier leftovers, never
-    what the `later` parts are granted; where they do not, its budget while time is left, and the last part all
-    that remains (below 1 s: not started in this call)."""
+    """A part's time limit as it starts, `left` seconds of the call remaining: its share (earlier leftovers too)
+    where the parts to run fit in the call, else its budget while time is left, the last part all that remains."""
     if todo_total <= total_s:
         return left - total_s / todo_total * sum(later)
     return min(budget, left) if later else left
 
 
 def continue_work(source: Path, work: Path) -> None:
-    """An earlier call's work (its gpu_check.tar.gz or work folder) into `work`: its finished records are kept
-    by the tasks, its checkpoints resumed, its scale cells kept (--resume). Its lock files are stale (their
-    processes ended with that call), so they are dropped; a record's device list says where each part ran."""
+    """An earlier call's work (its gpu_check.tar.gz or work folder) into `work`, less its stale lock files."""
     if source.is_file():
         with tarfile.open(source) as tar:
             if hasattr(tarfile, "data_filter"):
@@ -312,8 +237,7 @@ def run_part(part: Part, timeout_s: float, log: Path, env: dict[str, str]) -> di
 
 
 def scale_status(result: dict, scale_json: Path) -> dict:
-    """A scale part that exited well but left cells not started (past its --budget-s) is not done: a continuing
-    call runs it again, keeping the cells it finished."""
+    """A scale part that left cells not started (past its --budget-s) is not done: a continuing call runs it again."""
     if result["status"] != "passed" or not scale_json.is_file():
         return result
     left = sum(c["status"] == "skipped" for c in json.loads(scale_json.read_text())["cells"])
@@ -332,7 +256,7 @@ def run(
     """Every part within `total_s` (after an earlier call's work, `continue_from`); the summary; OUT/work packed."""
     if not (data_root / "cifar10" / "test.npz.xz").is_file():
         raise SystemExit(
-            f"no CIFAR-10 under {data_root}: run `python -m benchmarks.scale.gpu_check prepare` (writes gpu_data/) "
+            f"no CIFAR-10 under {data_root}: run `python -m benchmarks gpu-check prepare` (writes gpu_data/) "
             "and carry gpu_data to the device, or pass --data-root"
         )
     out.mkdir(parents=True, exist_ok=True)
@@ -406,7 +330,7 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=None)
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
     pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
@@ -420,11 +344,7 @@ def main(argv=None) -> int:
     rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 1500: a bound on a hang)")
     rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
     rn.add_argument("--only", nargs="+", help="run only these parts")
-    rn.add_argument(
-        "--continue-from",
-        help="an earlier call's gpu_check.tar.gz (or OUT/work): finish what it left (records kept, checkpoints "
-        "resumed, scale cells kept); carry it to the device inside gpu_data/",
-    )
+    rn.add_argument("--continue-from", help="an earlier call's gpu_check.tar.gz (in gpu_data/) or OUT/work: finish it")
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)

@@ -1,41 +1,32 @@
-"""Benchmark: every registered method on the paper's seven ImageNet models at the paper's ImageNet budget,
-timed on small probes and projected to whole cells; peak host and CUDA memory; the paper's grid in hours.
-
-Models come from their torchvision/timm constructors with random weights (nothing downloaded), inputs are
-synthetic 224-px images. Each (model, method) cell runs in its own process (benchmarks/scale/scale_cell.py: what a
-probe is for each kind of method), so its peak memory is its own; the budgets are the `paper` profile of the
-ImageNet task (tasks/imagenet/grid.py); the projections are benchmarks/scale/scale_projection.py's.
-
-    python -m benchmarks.scale.scale --device cuda                       # the paper's batch, hundreds of images
-    OMP_NUM_THREADS=1 python -m benchmarks.scale.scale --small           # every code path on a CPU in minutes
-    python -m benchmarks.scale.scale --device cuda --models resnet18 vit_base --methods fcpts pot-l2norm
-
-Writes one JSON file (every probe, every projection) and a Markdown table beside it.
-"""
+"""Benchmark: every method on the paper's ImageNet models at 224 px, each cell probed in its own process (scale_cell)
+and projected to the `paper` profile's budget (docs/notebook/benchmarks.md); peak memory; the paper's grid in hours."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from benchmarks.report import parser
 from benchmarks.scale.scale_cell import makes_size_choices, method_kind
-from benchmarks.scale.scale_projection import GRID_TABLES, grid_hours, paper_grid_cells, project_cell
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line, device_description, git_commit
 
 PAPER_REFERENCE = REPO_ROOT / "results" / "paper" / "paper_reference.csv"
-# Probe sizes, each knob's value on a GPU (the paper's batch and a few hundred images) beside its `--small` value (a
-# couple of images and steps on a CPU).
+GRID_TABLES = {"table3": "CNNs (Table 3)", "table4": "ViTs (Table 4)", "table1": "learned masks (Table 1)"}
+# Probe sizes: each knob's value on a GPU beside its `--small` value on a CPU.
 PROBE_SIZES = {
     "batch_sizes": ([64], [1]),
     "images": ([256, 512], [2, 6]),
@@ -43,21 +34,13 @@ PROBE_SIZES = {
     "warmup": (3, 1),
     "steps": (5, 1),
     "layers": (4, 1),
-    # A training-loop method's calibration: the paper's 1,024 (None). Its setup passes over them (minutes of a ViT
-    # on a CPU): a few images with --small, the setup projected in proportion.
     "train_images": (None, 4),
-    # FCPTS+ prunes its probe images one-shot per ERK exponent before training: a few, not 256, on a CPU.
     "small_options": ({}, {"probe_images": 2}),
     "memory_line": (True, False),
 }
-SMALL = {knob: small for knob, (_, small) in PROBE_SIZES.items()}
-# A layer-wise cell's first call pays the device's one-time costs (CUDA context, kernels' first launch, cuDNN and
-# cuBLAS set-up): on an H200 its first probe took longer than its second with twice the images, which made the
-# fitted lines meaningless. One untimed call at the smallest sizes comes first.
-FULL = {knob: full for knob, (full, _) in PROBE_SIZES.items()} | {"warmup_probe": True}
-# A layer-wise probe makes its size choices as at the paper's size (scale_cell.py), so it times what would run there.
-SMALL |= {"paper_choices": True}
-FULL |= {"paper_choices": True}
+SMALL = {knob: small for knob, (_, small) in PROBE_SIZES.items()} | {"paper_choices": True}
+# On a GPU a layer-wise cell's first call (untimed) pays the device's one-time costs.
+FULL = {knob: full for knob, (full, _) in PROBE_SIZES.items()} | {"warmup_probe": True, "paper_choices": True}
 
 
 def paper_models() -> list[str]:
@@ -67,8 +50,8 @@ def paper_models() -> list[str]:
 
 
 def paper_budget(method: str) -> dict:
-    """The ImageNet task's `paper` profile for one method: calibration size, iterations, batch (training-loop
-    methods) or per-layer iterations (a layer-wise method with its own), and the profile's options for it."""
+    """The ImageNet task's `paper` profile for one method: calibration size, iterations and batch or per-layer
+    iterations, and the profile's options."""
     from tasks.imagenet.grid import PROFILES
 
     profile = PROFILES["paper"]
@@ -83,8 +66,7 @@ def paper_budget(method: str) -> dict:
 
 
 def cache_bound_gb(method: str, budget: dict) -> float | None:
-    """The most a method's cache adds to its memory (GB): its `cache_bytes` at the paper's budget times the
-    buffers its options say it holds at once (CACHE_COPIES); None for a method without a bounded cache."""
+    """The most a method's cache adds to its memory (GB): `cache_bytes` times CACHE_COPIES; None without one."""
     options = get_method(method).options
     copies = getattr(options, "CACHE_COPIES", None)
     if copies is None:
@@ -108,14 +90,9 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
         **sizes,
     }
     t = time.perf_counter()
+    command = [sys.executable, "-m", "benchmarks.scale.scale_cell", json.dumps(spec)]
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.scale.scale_cell", json.dumps(spec)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
+        proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "error": f"cell ran past its {timeout_s:.0f} s", "cell_s": timeout_s}
     lines = [x for x in proc.stdout.splitlines() if x.startswith("SCALE_CELL ")]
@@ -127,7 +104,7 @@ def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float
     return cell
 
 
-# The probe sizes each kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
+# The probe sizes a kind of method depends on: a finished cell is kept (--resume, --merge) when these match.
 SIZES_OF_KIND = {
     "training": ("batch_sizes", "warmup", "steps", "train_images", "small_options"),
     "layer-wise": ("images", "iterations", "layers", "warmup_probe", "paper_choices"),
@@ -136,16 +113,184 @@ SIZES_OF_KIND = {
 
 
 def same_probes(kind: str, a: dict, b: dict, method: str | None = None) -> bool:
-    """Whether cells of this kind measured with probe sizes `a` count as measured with `b`; `paper_choices` only
-    for a method that makes such choices (`choose_for`): other layer-wise methods' probes are the same without it."""
+    """Whether cells of this kind probed with sizes `a` count as probed with `b` (`paper_choices` only where the
+    method makes such choices)."""
     knobs = SIZES_OF_KIND[kind]
     if method is not None and not makes_size_choices(get_method(method)):
         knobs = tuple(k for k in knobs if k != "paper_choices")
     return all(a.get(k) == b.get(k) for k in knobs)
 
 
+def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool]:
+    """(intercept, slope, clamped) of the line through two points; where noise makes either negative, the line
+    through the origin and the larger point, flagged as clamped."""
+    if x2 == x1:
+        return (y1 + y2) / 2, 0.0, False
+    slope = (y2 - y1) / (x2 - x1)
+    intercept = y1 - slope * x1
+    if slope < 0 or intercept < 0:
+        return 0.0, y2 / x2, True
+    return intercept, slope, False
+
+
+def timed_steps(probe: dict, warmup: int) -> list[float]:
+    steps = probe.get("step_s") or []
+    return steps[warmup:] or steps[-1:]
+
+
+def project_training(cell: dict, paper: dict, warmup: int) -> dict:
+    """Per-step seconds at the paper's batch, setup seconds and the cell's projected seconds."""
+    probes = sorted(cell["probes"], key=lambda p: p["batch_size"])
+    step = {p["batch_size"]: statistics.median(timed_steps(p, warmup)) for p in probes}
+    batch = paper["batch_size"]
+    clamped = False
+    if batch in step:
+        per_step = step[batch]
+    elif len(probes) >= 2:
+        (b1, t1), (b2, t2) = list(step.items())[0], list(step.items())[-1]
+        c0, c1, clamped = line(b1, t1, b2, t2)
+        per_step = c0 + c1 * batch
+    else:
+        (b1, t1) = next(iter(step.items()))
+        per_step = t1 * batch / b1
+    last = probes[-1]
+    setup = max(0.0, last["wall_s"] - sum(last.get("step_s") or [])) * paper["n_calibration"] / last["images"]
+    runs = cell.get("runs_per_cell", 1)
+    return {
+        "unit": "step",
+        "unit_s": per_step,
+        "setup_s": setup,
+        "runs": runs,
+        "projected_s": runs * (setup + paper["iterations"] * per_step),
+        "clamped": clamped,
+        "memory_x": "batch_size",
+    }
+
+
+def project_layerwise(cell: dict, paper: dict) -> dict:
+    """The fitted line at the paper's images (and iterations), for the timed layers and scaled to the model; the
+    time a run spends once (`wall_s - layers_s`) is its own line, where older probes did not split it."""
+    probes = cell["probes"]
+    p1, p2 = probes[0], probes[1]
+    split = all("layers_s" in p for p in probes)
+    work = [p["layers_s"] if split else p["wall_s"] for p in probes]
+    c0, c_images, clamped = line(p1["images"], work[0], p2["images"], work[1])
+    timed = c0 + c_images * paper["n_calibration"]
+    fit = {"c0_s": c0, "c_images_s": c_images}
+    if len(probes) > 2 and "iterations" in probes[2]:
+        p3 = probes[2]
+        _, c_iter, clamped_i = line(p1["iterations"], work[0], p3["iterations"], work[2])
+        clamped = clamped or clamped_i
+        timed += c_iter * (paper["iterations"] - p1["iterations"])
+        fit["c_iterations_s"] = c_iter
+    once = 0.0
+    if split:
+        rest = [max(0.0, p["wall_s"] - p["layers_s"]) for p in (p1, p2)]
+        if rest[1] < rest[0]:  # noise on a part that hardly grows with the images: the larger, held
+            o0, o_images, clamped = max(rest), 0.0, True
+        else:
+            o0, o_images, clamped_o = line(p1["images"], rest[0], p2["images"], rest[1])
+            clamped = clamped or clamped_o
+        once = o0 + o_images * paper["n_calibration"]
+        fit |= {"once_c0_s": o0, "once_c_images_s": o_images}
+    by_macs = cell["macs_total"] / max(cell["macs_timed"], 1)
+    by_params = cell["params_total"] / max(cell["params_timed"], 1)
+    return {
+        "unit": "layer",
+        "unit_s": timed / len(cell["layers_timed"]),
+        "fit": fit,
+        "once_s": once,
+        "passes": "once" if split else "scaled with the layers",
+        "projected_s": timed * by_macs + once,
+        "projected_s_by_params": timed * by_params + once,
+        "clamped": clamped,
+        "memory_x": "images",
+    }
+
+
+def project_memory(
+    cell: dict, x_key: str, x_paper: float, extrapolate: bool = True, bound_gb: float | None = None
+) -> dict:
+    """Peak memory at each probe, and (`extrapolate`) the line through the two smallest at the paper's size,
+    capped at its intercept plus `bound_gb` (what a method's cache can add, docs/memory.md), flagged."""
+    out: dict = {}
+    for key in ("peak_rss_gb", "peak_cuda_gb"):
+        points = [(p[x_key], p[key]) for p in cell["probes"] if key in p and x_key in p]
+        if not points:
+            continue
+        out[key] = [y for _, y in points]
+        at_size = [y for x, y in points if x == x_paper]
+        if at_size:  # measured at the paper's size (a GPU run at the paper's batch)
+            out[key + "_at_paper"] = max(at_size)
+            continue
+        if extrapolate and len(points) >= 2 and points[1][0] != points[0][0]:
+            c0, c1, _ = line(*points[0], *points[1])
+            out[key + "_at_paper"] = c0 + c1 * x_paper
+            if bound_gb is not None and c0 + bound_gb < out[key + "_at_paper"]:
+                out[key + "_at_paper"] = c0 + bound_gb
+                out["cache_bounded_gb"] = bound_gb
+    return out
+
+
+def project_cell(
+    cell: dict, paper: dict, warmup: int, memory_line: bool = True, cache_bound_gb: float | None = None
+) -> dict:
+    """The projection of one measured cell; `cache_bound_gb` bounds a layer-wise method's memory line."""
+    if cell.get("status") != "ok":
+        return {}
+    kind = cell["kind"]
+    if kind == "training":
+        out = project_training(cell, paper, warmup)
+        out["memory"] = project_memory(cell, "batch_size", paper["batch_size"], memory_line)
+    elif kind == "layer-wise":
+        out = project_layerwise(cell, paper)
+        out["memory"] = project_memory(cell, "images", paper["n_calibration"], memory_line, cache_bound_gb)
+    else:
+        out = {"unit": "run", "unit_s": cell["probes"][0]["wall_s"], "projected_s": cell["probes"][0]["wall_s"]}
+        out["memory"] = project_memory(cell, "images", paper["n_calibration"], extrapolate=False)
+    return out
+
+
+def paper_grid_cells(reference_csv: Path) -> dict[str, set[tuple[str, str, float]]]:
+    """The (model, method, sparsity) cells of the paper's ImageNet tables, by table (dense rows left out)."""
+    cells: dict[str, set[tuple[str, str, float]]] = defaultdict(set)
+    with open(reference_csv) as f:
+        for row in csv.DictReader(line for line in f if not line.startswith("#")):
+            if row["table"] in GRID_TABLES and row["method"] != "dense" and row["sparsity"]:
+                cells[row["table"]].add((row["model"], row["method"], float(row["sparsity"])))
+    return cells
+
+
+def grid_hours(cells_by_table: dict[str, set], minutes: dict[tuple[str, str], float]) -> dict:
+    """Projected hours of each table and of the grid (a cell in two tables counted once); cells without a projection
+    listed as missing."""
+    out: dict = {"tables": {}, "missing": []}
+    seen: set = set()
+    total = 0.0
+    for table, cells in cells_by_table.items():
+        hours, missing = 0.0, []
+        for model, method, sparsity in sorted(cells):
+            m = minutes.get((model, method))
+            if m is None:
+                missing.append(f"{model}/{method}/{sparsity}")
+                continue
+            hours += m / 60
+            if (model, method, sparsity) not in seen:
+                seen.add((model, method, sparsity))
+                total += m / 60
+        out["tables"][table] = {"cells": len(cells), "hours": hours, "missing": len(missing)}
+        out["missing"] += missing
+    out["unique_cells"] = len(set().union(*cells_by_table.values())) if cells_by_table else 0
+    out["total_hours"] = total
+    return out
+
+
 def fmt_time(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def fmt_one(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def fmt_mem(values: list[float] | None) -> str:
@@ -188,15 +333,12 @@ def markdown(result: dict) -> str:
         time_s = f"{fmt_time(p['unit_s'])} {unit_of.get(kind, '')}" if p else "-"
         if p.get("runs", 1) > 1:
             time_s += f", up to {p['runs']} runs"
-        at_paper = {k: mem.get(k + "_at_paper") for k in ("peak_rss_gb", "peak_cuda_gb")}
+        minutes = fmt_one(p["projected_s"] / 60 if p else None)
+        rss, cuda = (
+            f"{fmt_mem(mem.get(k))} | {fmt_one(mem.get(k + '_at_paper'))}" for k in ("peak_rss_gb", "peak_cuda_gb")
+        )
         lines.append(
-            f"| {cell['model']} | {cell['method']} | {kind} | {time_s} | "
-            + (f"{p['projected_s'] / 60:.1f}" if p else "-")
-            + f" | {fmt_mem(mem.get('peak_rss_gb'))} | "
-            + (f"{at_paper['peak_rss_gb']:.1f}" if at_paper["peak_rss_gb"] is not None else "-")
-            + f" | {fmt_mem(mem.get('peak_cuda_gb'))} | "
-            + (f"{at_paper['peak_cuda_gb']:.1f}" if at_paper["peak_cuda_gb"] is not None else "-")
-            + f" | {status} |"
+            f"| {cell['model']} | {cell['method']} | {kind} | {time_s} | {minutes} | {rss} | {cuda} | {status} |"
         )
     grid = result["grid"]
     where = "this CPU" if device == "cpu" else result["device_description"]
@@ -245,41 +387,23 @@ def finish(result: dict, sizes: dict) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, out=None)
+    p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     p.add_argument("--models", nargs="+", help="default: the paper's seven (tasks/imagenet/models.py)")
     p.add_argument("--methods", nargs="+", help="default: every registered method")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--small", action="store_true", help="tiny probes (a couple of images and steps) for a CPU")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take")
     p.add_argument("--budget-s", type=float, help="start no cell after this many seconds (the rest: 'skipped')")
     p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
     p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
-    p.add_argument(
-        "--paper-grid",
-        action="store_true",
-        help="the (model, method) pairs of the paper's ImageNet tables instead of --models x --methods (with "
-        "--merge: the cells still missing; kept cells stay in the output)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep the finished cells of an earlier --out (those whose probes are this run's)",
-    )
+    p.add_argument("--paper-grid", action="store_true", help="the pairs of the paper's ImageNet tables, kept cells too")
+    p.add_argument("--resume", action="store_true", help="keep the finished cells of an earlier --out (same probes)")
     p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
-    p.add_argument(
-        "--again",
-        nargs="+",
-        default=[],
-        metavar="METHOD",
-        help="measure these methods' cells again where --merge holds them (a change made them faster since); "
-        "--resume still keeps this output's own",
-    )
+    p.add_argument("--again", nargs="+", default=[], metavar="METHOD", help="measure these again, --merge or not")
     p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
     p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
-    p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     args = p.parse_args(argv)
-    if args.device not in ("cpu", "cuda"):
-        p.error(f"--device must be cpu or cuda, got {args.device!r}")
     if args.reproject:
         if not args.out or not Path(args.out).is_file():
             p.error("--reproject needs --out naming an existing scale output (e.g. results/benchmarks/scale_cuda.json)")
@@ -311,8 +435,7 @@ def measured_on(output: dict, device: str) -> bool:
 
 
 def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
-    """--models x --methods; with --paper-grid, the (model, method) pairs of the paper's ImageNet tables and the
-    cells kept from --resume/--merge, in the paper's model order, so that one output covers the grid."""
+    """--models x --methods; with --paper-grid, the pairs of the paper's ImageNet tables and the kept cells."""
     if not args.paper_grid:
         return [(model, method) for model in args.models for method in args.methods]
     pairs = {(model, method) for cells in paper_grid_cells(PAPER_REFERENCE).values() for model, method, _ in cells}
@@ -323,8 +446,7 @@ def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
 
 
 def reproject(out: Path) -> dict:
-    """An earlier output's projections, grid hours and table recomputed from its probes (pure arithmetic), its
-    measurements and provenance as they were; the commit that projected them named beside its own."""
+    """An earlier output's projections and table recomputed from its probes; the commit that did it named."""
     result = json.loads(out.read_text())
     finish(result, result["sizes"])
     result["projected_by"] = git_commit()

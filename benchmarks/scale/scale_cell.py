@@ -1,30 +1,5 @@
-"""One cell of the scale benchmark, run in its own process so its peak memory is its own: one method on one
-ImageNet model (random weights, synthetic 224-px images), timed on small probes that the parent projects to
-the paper's budget (benchmarks/scale/scale.py).
-
-What a probe is depends on the kind of method, read from the registry, never from its name:
-- training (the distillation loop): `warmup + steps` steps at a batch size; the per-step times of the last
-  `steps` come from the report's history (`log_every=1`). Two batch sizes give a line in the batch size.
-- layer-wise (every other method with options of its own, e.g. POT, OBS): the method prunes only `layers`
-  layers spread evenly over the model (`filter_fn`), at two calibration sizes; a method with per-layer
-  `iterations` also runs at a second iteration count. The parent fits time = c0 + c_images x images
-  (+ c_iterations x iterations) to the time spent on the pruned layers, scales it to every layer by their share
-  of the model's MACs, and adds what the run spent once (a line in the images: the model's copy, POT's
-  network-error pass, obs's BN recalibration where asked).
-- one-shot (no options beyond the shared ones and the allocation rule: the magnitude methods): one whole run.
-
-Every probe records its wall time, its peak host memory (RSS sampled every 20 ms) and its peak CUDA memory; a
-training-loop probe whose batches came from worker processes (on a GPU) says how many (their memory is not in its
-peak RSS).
-A layer-wise cell may first make one untimed call (`warmup_probe`), so the device's one-time costs are in no
-timed probe. With `paper_choices` a method that compares sizes growing with the images against its cache makes
-those choices as at the paper's size (POT's and obs's `choose_for`): at 10,240 images ResNet-18's 512-channel 3x3
-convs need 13.6 GB of Gram statistics each, over POT's 4 GB, and take the forward objective there, where a probe of
-256 images would otherwise time Gram steps (benchmarks/scale/pot_choices.py at 9c9d2d1); and obs reaches most units
-from the image there, as its kept inputs would outgrow its cache.
-
-    python -m benchmarks.scale.scale_cell '{"model": "resnet18", "method": "fcpts", ...}'   # prints one JSON line
-"""
+"""One cell of the scale benchmark in its own process (its peak memory its own), timed on probes by kind of method;
+`python -m benchmarks.scale.scale_cell SPEC_JSON` prints one JSON line."""
 
 from __future__ import annotations
 
@@ -41,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from benchmarks.report import synchronize
 from fcpts.core.masks import layer_weight, prunable_layers
 from fcpts.core.options import MethodOptions
 from fcpts.methods import Method, get_method
@@ -50,8 +26,7 @@ SHARED_OPTIONS = {f.name for f in fields(MethodOptions)} | {"allocation"}
 
 
 class SyntheticImages(Dataset):
-    """`n` normal 3x224x224 images, each made from its index when read: any calibration size costs no memory
-    until a method holds it, so the measured peak is the method's own."""
+    """`n` normal 3x224x224 images, each made from its index when read (no memory until a method holds them)."""
 
     def __init__(self, n: int, size: int = IMAGE_SIZE):
         self.n, self.size = n, size
@@ -67,7 +42,7 @@ class SyntheticImages(Dataset):
 
 
 def method_kind(method: Method) -> str:
-    """'training', 'layer-wise' or 'one-shot' (see the module's docstring)."""
+    """'training', 'layer-wise' (options of its own) or 'one-shot'."""
     if method.trains:
         return "training"
     own = method.options.field_names() - SHARED_OPTIONS - set(method.fixed)
@@ -75,8 +50,8 @@ def method_kind(method: Method) -> str:
 
 
 class PeakRSS:
-    """The highest resident set size of this process while the block runs, in bytes: the kernel's high-water
-    mark (VmHWM, reset at the start through /proc/self/clear_refs) where Linux offers it, else sampled."""
+    """The highest resident set size of this process while the block runs, in bytes: the kernel's high-water mark
+    (VmHWM, reset through /proc/self/clear_refs) where Linux offers it, else sampled."""
 
     def __init__(self, every_s: float = 0.02):
         self.every_s, self.peak = every_s, 0
@@ -148,28 +123,19 @@ def layer_costs(model: nn.Module) -> dict[str, dict[str, int]]:
 
 
 def spread(names: list[str], k: int) -> list[str]:
-    """`k` names at the middles of `k` equal stretches of the list (all of them when k >= len(names)): typical
-    layers, not the stem and the classifier at the ends."""
+    """`k` names at the middles of `k` equal stretches of the list (typical layers, not the ends); all if fewer."""
     if k >= len(names):
         return list(names)
     return [names[int((i + 0.5) * len(names) / k)] for i in range(k)]
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-# A layer-wise method's passes over its calibration images made for each layer's sake, beside the layers' own rows:
-# POT collects each group of layers' dense inputs; obs's error allocation collects and factorises each layer's
-# Hessian before any layer is pruned.
+# A layer-wise method's passes over its images for its layers' sake (POT's input collection, obs's allocation).
 PASSES_FOR_LAYERS = ("input_collection_s", "allocation_s")
 
 
 def layers_seconds(report) -> float | None:
-    """The seconds a layer-wise run spent on its layers (their rows' `wall_s` and PASSES_FOR_LAYERS); the rest of
-    its wall time a run spends once whatever its layers (the model's copy, POT's network-error pass, obs's BN
-    recalibration where asked). None where the rows hold no times (magnitude-bn's)."""
+    """The seconds a layer-wise run spent on its layers (their rows' `wall_s` and PASSES_FOR_LAYERS); None where the
+    rows hold no times."""
     rows = [row["wall_s"] for row in report.per_layer if row.get("wall_s") is not None]
     if not rows:
         return None
@@ -179,8 +145,7 @@ def layers_seconds(report) -> float | None:
 def run_probe(
     method: Method, build, n_images: int, budget: dict, overrides: dict, device: str, layer_wise: bool = False
 ) -> dict:
-    """One call of the method on a fresh model: wall time, peak memory, per-step times (training), the time
-    spent on the layers (`layer_wise`)."""
+    """One call of the method on a fresh model: wall time, peak memory, step times, time on the layers."""
     model = build()
     images = SyntheticImages(n_images)
     if device.startswith("cuda"):
@@ -206,13 +171,12 @@ def run_probe(
 
 
 def makes_size_choices(method: Method) -> bool:
-    """Whether the method chooses how it runs by comparing sizes that grow with the images against its cache, and can
-    be told to choose as at another size (`choose_for`): what `paper_choices` applies to."""
+    """Whether the method can be told to choose how it runs as at another size (`choose_for`, `paper_choices`)."""
     return "choose_for" in method.options.field_names()
 
 
 def run_cell(spec: dict) -> dict:
-    """Every probe of one (model, method) cell; see the module's docstring."""
+    """Every probe of one (model, method) cell."""
     from tasks.imagenet.models import architecture
 
     torch.manual_seed(0)
@@ -259,17 +223,13 @@ def run_cell(spec: dict) -> dict:
     overrides = {**base, "filter_fn": lambda module, name: name in keep}
     iterative = "iterations" in method.options.field_names()
     if spec.get("paper_choices") and makes_size_choices(method):
-        # choices made by comparing sizes that grow with the images against a cache (POT: inputs cached or
-        # recomputed, Gram statistics or the layer's forward; obs: inputs kept or reached from the image) made
-        # as at the paper's size, not the probe's
         overrides["choose_for"] = {"images": spec["paper_images"]}
         if iterative:
             overrides["choose_for"]["iterations"] = spec["paper_iterations"]
     plan = [(n, spec["iterations"][0]) for n in spec["images"]]
     if iterative:
         plan.append((spec["images"][0], spec["iterations"][1]))
-    if spec.get("warmup_probe"):  # untimed: the device's one-time costs out of the first timed probe (8
-        # iterations: past a CUDA graph's capture, which POT makes after 3 eager steps)
+    if spec.get("warmup_probe"):  # untimed, 8 iterations: past a CUDA graph's capture
         run_probe(
             method, build, plan[0][0], {"seed": 0}, {**overrides, **({"iterations": 8} if iterative else {})}, device
         )

@@ -1,24 +1,8 @@
-"""Benchmark: wall time of whole runs of a method over FCPTS's, same model, images, budget and device.
-
-Table 6 compares the wall times of records, which on a shared machine ran under different loads. Here the
-runs alternate in one process (FCPTS, then each other method, for several rounds), so a drift of the
-machine's load hits all alike; the ratio printed is the median over rounds of each method's run over the
-FCPTS run just before it. Each run also logs every step (`log_every=1`), so the per-step medians show where
-a difference comes from: fcpts-plus's ramp steps (each layer's magnitude mask recomputed at its rate for the
-step's level) against its later steps, which are FCPTS's.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.speed.method_time --device cpu --out results/benchmarks/method_time_cpu.txt
-
-`--quickstart`: instead, every registered method once on the README Quickstart's model and data under its library
-defaults (no budget given), the time a newcomer's first call takes (a method should finish within 30 s on one
-thread, or state its time before it starts).
-
-    OMP_NUM_THREADS=1 python -m benchmarks method-time --quickstart --out results/benchmarks/quickstart_time_cpu.txt
-"""
+"""Benchmark: whole runs of methods over FCPTS's on one model, alternated in one process, a ramp's steps apart;
+`--quickstart`: every method's first call on the README Quickstart under its defaults (within 30 s)."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import re
 import statistics
@@ -28,7 +12,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method
 from tasks.grid.cifar_models import cifar_resnet
@@ -65,7 +49,7 @@ def ramp_steps(method: str, iterations: int, target: float) -> int:
     return round(ramp_for(target) * iterations) if ramp_for else 0
 
 
-def run(args: argparse.Namespace) -> list[str]:
+def run(args) -> list[str]:
     device = resolve_device(args.device)
     torch.manual_seed(0)
     model = cifar_resnet(args.model).to(device)
@@ -124,7 +108,7 @@ def quickstart() -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, device=True)
     p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help=f"methods to time against {BASELINE}")
     p.add_argument("--model", default="resnet32")
     p.add_argument("--images", type=int, default=256)
@@ -132,8 +116,6 @@ def main(argv=None) -> None:
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     p.add_argument("--quickstart", action="store_true", help="every method on the README Quickstart, its defaults")
     args = p.parse_args(argv)
     if args.quickstart:

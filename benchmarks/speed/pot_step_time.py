@@ -1,21 +1,8 @@
 """Benchmark: one POT reconstruction step, its Gram gradient written down against autograd's, eager against replayed
-from a CUDA graph, on the device named.
-
-POT's paper budget is 20,000 Adam steps per group of layers. On a CIFAR ResNet's first stage a step is a few small
-matrix products, and on a GPU an eager step is bound by Python launching its kernels, not by the GPU; on an ImageNet
-model's last stage (`--model resnet18 --layers layer4.`, 224 px) its products with the Gram matrices (512 x 4608 by
-4608 x 4608) are the work. A Gram objective's gradient in closed form takes one such product a step, autograd's two
-(forward and backward). The step is timed as POT runs it, on the layers named (one stacked group of same-shape
-layers where their shapes agree), by differencing two runs of `--steps` and `2 * --steps` steps (the set-up cancels
-out), every variant interleaved `--rounds` times; medians. On a CPU the steps are eager (graphs are a GPU's).
-
-    python -m benchmarks.speed.pot_step_time --device cuda --out results/benchmarks/pot_step_time_cuda.txt
-    python -m benchmarks.speed.pot_step_time --model resnet18 --layers layer4. --images 128 --steps 20
-"""
+from a CUDA graph; per-step time from runs of `--steps` and twice as many differenced, medians."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -23,7 +10,7 @@ import time
 import torch
 
 import fcpts
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser, synchronize
 from benchmarks.speed.step_time import model_and_images
 from fcpts.core.options import resolve_device
 from tasks.grid.records import device_description
@@ -37,15 +24,13 @@ def pot_seconds(
     """Wall time of POT on the layers whose names start with `layers`, `steps` Adam steps each (none stop early)."""
     pot = fcpts.get_method("pot-l2norm")
     chosen = lambda module, name: name.startswith(layers)  # noqa: E731
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     tic = time.perf_counter()
     pot(
         copy.deepcopy(model), x, 0.8, iterations=steps, batch_size=64, early_stop_loss=0.0, progress=False,
         filter_fn=chosen, device=str(device), **options,
     )  # fmt: skip
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    synchronize(device)
     return time.perf_counter() - tic
 
 
@@ -54,7 +39,7 @@ def ways(device: torch.device) -> dict[str, bool]:
     return {"eager": False, "cuda graphs": True} if device.type == "cuda" else {"eager": False}
 
 
-def run(args: argparse.Namespace) -> list[str]:
+def run(args) -> list[str]:
     device = resolve_device(args.device)
     torch.manual_seed(0)
     model, size, _ = model_and_images(args.model)
@@ -86,14 +71,12 @@ def run(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, device=True)
     p.add_argument("--model", default="resnet32", help="a CIFAR ResNet (32 px) or an ImageNet architecture (224 px)")
     p.add_argument("--layers", default="layer1.", help="the layers whose names start with this are reconstructed")
     p.add_argument("--images", type=int, default=512)
     p.add_argument("--steps", type=int, default=500, help="the shorter run's steps (the longer runs twice as many)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.images < 64:
         p.error("--steps and --rounds must be at least 1, --images at least 64 (one batch)")

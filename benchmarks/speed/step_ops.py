@@ -1,20 +1,8 @@
-"""Benchmark: operators launched by one FCPTS step over one plain training step, counted on a CPU.
-
-Why: on a GPU a CIFAR-sized step is launch-bound (a plain ResNet-56 step at batch 64 took 22 ms on an H200,
-mostly launch time), so the FCPTS step ratio there follows the number of operators each step dispatches,
-not their arithmetic. That number does not depend on the device or on the machine's load, so this CPU counts
-it: torch's profiler records every step's top-level aten operators that do work (each one or a few kernels
-on a GPU, forward and backward; views and no-op casts left out), the difference between runs of n and 2n
-steps is the per-step count, and the operators FCPTS adds are listed by name; POT's Adam steps on one group
-of stacked layers are counted too (on a GPU its 20,000 steps a group are launch-bound the same way). A change
-that cuts operators can be checked here without a GPU.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.speed.step_ops --out results/benchmarks/step_ops_cpu.txt
-"""
+"""Benchmark: the operators one FCPTS step dispatches over one plain training step's, counted on a CPU (a GPU step at
+CIFAR size is launch-bound): per step, runs of n and 2n steps differenced; FCPTS's additions by name."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +12,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import fcpts
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser
 from tasks.grid.cifar_models import cifar_resnet
 
 # Operators that only make a new view or an empty buffer: no kernel on a GPU.
@@ -45,8 +33,7 @@ def launches(event) -> bool:
 
 
 def top_level_ops(fn: Callable[[], None]) -> Counter:
-    """Names of the aten operators `fn` dispatches that no other aten operator called and that do work (on a
-    GPU, one or a few kernel launches each), forward and backward."""
+    """The aten operators `fn` dispatches that no other aten operator called and that do work, by name."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     return Counter(
@@ -65,8 +52,7 @@ def per_step(run: Callable[[int], None], steps: int) -> Counter:
 
 
 def plain_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
-    """Plain SGD steps (forward, cross-entropy, backward, update) in FCPTS's memory format, as
-    benchmarks.speed.step_time."""
+    """Plain SGD steps in FCPTS's memory format, as step-time runs them."""
 
     def run(steps: int) -> None:
         m = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
@@ -90,7 +76,7 @@ def fcpts_steps(model: torch.nn.Module, x: torch.Tensor, **options) -> Callable[
 
 
 def pot_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
-    """POT's Adam steps on the first stage's layers (one stacked group of same-shape layers), as in a cell."""
+    """POT's Adam steps on the first stage's layers (one stacked group)."""
 
     def run(steps: int) -> None:
         pot = fcpts.get_method("pot-l2norm")
@@ -125,11 +111,10 @@ def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__)
     p.add_argument("--model", default="resnet56")
     p.add_argument("--batch-size", type=int, default=2, help="does not change the count; small is quick")
     p.add_argument("--steps", type=int, default=2)
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
     measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps), args.out)
 

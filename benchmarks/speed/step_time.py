@@ -1,35 +1,8 @@
-"""Benchmark: time of one FCPTS optimisation step over one plain training step (same model, batch, device).
-
-The plain step is forward + cross-entropy + backward + SGD update in train mode, in FCPTS's memory format
-(channels_last). An FCPTS step is everything the distillation loop does per step: fetching the batch from a
-Dataset (as every task's calibration is), the teacher forward, the masked student forward/backward, the
-reconstruction and control losses with the bridge, the optimiser and scheduler steps and the loop's
-bookkeeping; FCPTS runs with `log_every=1`, so each of its steps ends with its loss read-back (on a GPU: a
-synchronisation), and its report's per-step times are whole steps.
-
-The two are timed in pairs: while FCPTS fetches a step's batch, the calibration Dataset runs one plain step,
-which is then taken off that FCPTS step's time. A pair runs within a second, so the load of a shared machine,
-which drifts by tens of percent over minutes, hits both alike; the ratio printed is the median over all pairs
-after WARMUP steps of each run, the times are medians. With several rounds (each an FCPTS run of its own) the
-lowest and highest of the rounds' own medians follow the ratio: the spread a single run of the benchmark has.
-On a GPU the plain steps run (each between two `torch.cuda.synchronize()`) just before each FCPTS run: inside it
-they would wait for its queued work. After
-each plain step the teacher's forward alone runs, timed apart (taken off the FCPTS step too); its share of the
-plain step is printed as the floor no FCPTS step's ratio can go below, whatever the rest of FCPTS costs. On a GPU
-FCPTS replays its steps' forward and backward from a CUDA graph after its warm-up (fcpts/core/step_graph.py);
-each configuration is timed both ways (", eager": `cuda_graphs=False`), and so is the plain step it is paired
-with: replayed from a CUDA graph the same way (its forward and backward captured, its optimiser eager) beside a
-replayed FCPTS step, eager beside an eager one. A replayed step against an eager one would compare launch
-overheads, not the work: on CIFAR sizes a replayed FCPTS step is faster than an eager plain step. The teacher's
-floor is printed for each.
-
-    OMP_NUM_THREADS=1 python -m benchmarks.speed.step_time --device cpu --out results/benchmarks/step_time_cpu.txt
-    python -m benchmarks.speed.step_time --device cuda --amp bf16 --out results/benchmarks/step_time_cuda.txt
-"""
+"""Benchmark: one FCPTS step's time over one plain training step's (same model, batch and device), in pairs (on a CPU
+inside its batch fetch, on a GPU just before); the teacher's forward alone is the floor of the ratio."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -37,10 +10,9 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
 import fcpts
-from benchmarks.report import measure_then_emit
+from benchmarks.report import measure_then_emit, parser, synchronize
 from benchmarks.speed.method_time import Images
 from fcpts.core import step_graph
 from fcpts.core.loop import frozen_teacher
@@ -52,10 +24,8 @@ WARMUP = step_graph.WARMUP + 1  # FCPTS's eager steps before its CUDA graph, and
 
 
 class PlainStep:
-    """A plain SGD training step (forward, cross-entropy, backward, update) of its own copy of the model, timed;
-    then, timed apart, the forward of a frozen copy as FCPTS's teacher runs it (no gradient, batch statistics):
-    the one part of an FCPTS step a plain step has no counterpart for, so 1 + its share is the ratio's floor.
-    With `graphs` both are replayed from CUDA graphs after the warm-up, as FCPTS's steps are (the update eager)."""
+    """A timed plain SGD step of its own copy of the model, then, timed apart, the forward of FCPTS's teacher (the
+    ratio's floor); with `graphs` both replay from CUDA graphs after the warm-up, as FCPTS's steps do."""
 
     def __init__(self, model, x, y, graphs: bool = False):
         self.model = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
@@ -102,15 +72,11 @@ class PlainStep:
         self.teacher_times.clear()
 
 
-class PairedImages(Dataset):
-    """Calibration images that run one plain step (and teacher forward) each time a whole batch (all of them) has
-    been fetched."""
+class PairedImages(Images):
+    """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
 
     def __init__(self, x: torch.Tensor, plain: PlainStep):
         self.x, self.plain, self.fetched = x.cpu(), plain, 0
-
-    def __len__(self) -> int:
-        return len(self.x)
 
     def __getitem__(self, i: int) -> torch.Tensor:
         self.fetched += 1
@@ -119,16 +85,9 @@ class PairedImages(Dataset):
         return self.x[i]
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float], list[float]]:
     """(FCPTS step times, plain step times, teacher forward times) of the pairs after WARMUP steps of one FCPTS
-    run. On a GPU (a machine to itself: no drifting load) the plain steps run just before the FCPTS run instead of
-    inside its batch fetches, where they would wait for its queued work and undo the next batch's fetch
-    overlapping it."""
+    run; on a GPU the plain steps run before it (inside, they would wait for its queued work)."""
     device = next(model.parameters()).device
     graphs = replays(options, device)
     plain = PlainStep(model, x, y, graphs)
@@ -159,8 +118,7 @@ def replays(options: dict, device: torch.device) -> bool:
 
 
 def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
-    """FCPTS option sets to time: the defaults, the paper's output-only KL, and each under `amp` if given; on a
-    GPU each also without its CUDA graph (`cuda_graphs=False`), so the replay's share shows."""
+    """FCPTS option sets: the defaults and the paper's KL, each under `amp` if given, and on a GPU each eager."""
     configs: dict[str, dict] = {"mse-blocks (defaults)": {}, "kl": {"reconstruction": "kl"}}
     if amp:
         configs |= {f"{name}, amp {amp}": {**opts, "amp": amp} for name, opts in configs.items()}
@@ -170,8 +128,7 @@ def configurations(amp: str | None, device: torch.device) -> dict[str, dict]:
 
 
 def model_and_images(name: str) -> tuple[nn.Module, int, int]:
-    """(random-weight model, image size, classes): a CIFAR ResNet at 32 px, else an ImageNet architecture at 224
-    px, where arithmetic rather than kernel launches dominates a step on a GPU."""
+    """(random-weight model, image size, classes): a CIFAR ResNet at 32 px, else an ImageNet architecture at 224."""
     if name in CIFAR_MODELS:
         return cifar_resnet(name), 32, 10
     from tasks.imagenet.models import architecture
@@ -179,7 +136,7 @@ def model_and_images(name: str) -> tuple[nn.Module, int, int]:
     return architecture(name), 224, 1000
 
 
-def run(args: argparse.Namespace) -> list[str]:
+def run(args) -> list[str]:
     device = resolve_device(args.device)
     torch.manual_seed(0)
     model, size, classes = model_and_images(args.model)
@@ -228,15 +185,13 @@ def run(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, device=True)
     p.add_argument("--model", default="resnet56")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=10, help="timed step pairs per round and configuration")
     p.add_argument("--rounds", type=int, default=3, help="FCPTS runs per configuration, interleaved")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--amp", choices=["bf16"], help="also time FCPTS with this training precision")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", help="also write the output (with its provenance) to this file")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -169,7 +169,7 @@ def test_missing_runtime_is_a_clear_error(monkeypatch):
 
 
 def test_benchmark_lists_missing_runtimes_instead_of_failing(monkeypatch):
-    from benchmarks.inference.inference_measure import available_runtimes
+    from benchmarks.inference.inference import available_runtimes
 
     monkeypatch.setenv("FCPTS_OPENVINO_PYTHON", "/nonexistent/python")
     ok, missing = available_runtimes(["onnxruntime", "openvino", "torch"])
@@ -218,7 +218,7 @@ def test_benchmark_merge_keeps_earlier_families_and_states_their_provenance(tmp_
 
 
 def test_torch_csr_kernels_match_dense_layers():
-    from benchmarks.inference.inference_csr import to_torch_csr
+    from benchmarks.inference.inference import to_torch_csr
 
     torch.manual_seed(0)
     model = nn.Sequential(

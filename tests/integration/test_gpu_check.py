@@ -86,7 +86,7 @@ def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path):
 
 
 def test_run_without_data_names_the_prepare_step(tmp_path):
-    with pytest.raises(SystemExit, match="gpu_check prepare"):
+    with pytest.raises(SystemExit, match="gpu-check prepare"):
         gpu_check.main(["run", "--out", str(tmp_path / "out"), "--data-root", str(tmp_path / "none"), "--dry-run"])
 
 

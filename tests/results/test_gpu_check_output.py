@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.scale import scale
-from benchmarks.scale.scale_projection import paper_grid_cells
+from benchmarks.scale.scale import paper_grid_cells
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 from tasks.grid.records import read_record
 from tests.results.git_history import text_at

@@ -9,7 +9,7 @@ import pytest
 
 from baselines.score_projection import PROJECTION_BISECTIONS
 from benchmarks.scale import scale
-from benchmarks.scale.scale_projection import project_layerwise
+from benchmarks.scale.scale import project_layerwise
 from tasks.grid.paths import REPO_ROOT
 from tests.results.git_history import json_at
 

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import fcpts
-from benchmarks.scale import scale, scale_cell, scale_projection
-from benchmarks.scale.scale_projection import grid_hours, line, paper_grid_cells, project_cell
+from benchmarks.scale import scale, scale_cell
+from benchmarks.scale.scale import grid_hours, line, paper_grid_cells, project_cell
 from tasks.grid.paths import REPO_ROOT
 
 
@@ -252,16 +252,16 @@ def test_small_cell_runs_a_one_shot_method_in_its_own_process(tmp_path):
     assert cell["projection"]["projected_s"] == cell["probes"][0]["wall_s"]
     text = out.with_suffix(".md").read_text()
     assert "| resnet18 | erk | one-shot |" in text and "whole grid (unique cells) | 121 |" in text
-    assert scale_projection.GRID_TABLES["table3"] in text
+    assert scale.GRID_TABLES["table3"] in text
 
 
 def test_a_cache_bounded_methods_memory_line_is_capped_at_its_cache():
     cell = {"probes": [{"images": 256, "peak_cuda_gb": 2.0}, {"images": 512, "peak_cuda_gb": 3.0}]}
-    free = scale_projection.project_memory(cell, "images", 10240)
+    free = scale.project_memory(cell, "images", 10240)
     assert free["peak_cuda_gb_at_paper"] == pytest.approx(1.0 + 10240 / 256) and "cache_bounded_gb" not in free
-    capped = scale_projection.project_memory(cell, "images", 10240, bound_gb=16.0)
+    capped = scale.project_memory(cell, "images", 10240, bound_gb=16.0)
     assert capped["peak_cuda_gb_at_paper"] == pytest.approx(17.0) and capped["cache_bounded_gb"] == 16.0
-    assert scale_projection.project_memory(cell, "images", 600, bound_gb=16.0)["peak_cuda_gb_at_paper"] < 17.0
+    assert scale.project_memory(cell, "images", 600, bound_gb=16.0)["peak_cuda_gb_at_paper"] < 17.0
     # the bound comes from the method's options: POT holds four cache-sized buffers, obs one, FCPTS none
     assert scale.cache_bound_gb("pot-l2norm", scale.paper_budget("pot-l2norm")) == 16.0
     assert scale.cache_bound_gb("obs", scale.paper_budget("obs")) == 4.0
