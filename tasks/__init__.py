@@ -1,19 +1,10 @@
 """The suite's tasks (`python -m tasks.<name>`).
 
-OpenMP threads that wait at a barrier spin by default, taking CPU from the threads with work whenever another
-process is busy on the machine: a CPU training step then slows several times more than under
-OMP_WAIT_POLICY=PASSIVE, where waiting threads sleep (benchmarks/speed/thread_policy.py). The policy is read when
-torch starts, so it is set here, before any task imports torch, unless the user set one.
-
-The thread count is chosen the same way: one thread per core that was idle when the command started
-(`adaptive_threads`), so a run beside busy processes does not put more threads on a core than it can get. Measured
-with an FCPTS step beside 0, 1 and 2 busy processes (`python -m benchmarks thread-policy`,
-results/benchmarks/thread_policy_cpu.txt), adaptive threads with PASSIVE waiting were no slower than the former
-default (all cores, PASSIVE) alone and faster beside busy processes; PASSIVE stays because the count is fixed at the
-start, and a competitor that starts later finds spinning threads several times slower (5.8x beside one busy process
-in that output, 1.5x sleeping). On a machine that stays quiet OMP_WAIT_POLICY=ACTIVE is faster (about 1.4x there).
-FCPTS_THREADS=adaptive|default overrides the thread choice per command, and an OMP_NUM_THREADS the user set (or a
-later torch.set_num_threads) always wins. It costs every command 0.2 s at its start (the sample of the load).
+Set here, before any task imports torch: the OpenMP wait policy PASSIVE (waiting threads sleep, so a step beside
+another busy process does not slow several times) and one thread per core idle when the command starts
+(`adaptive_threads`). Chosen by measurement: docs/notebook/benchmarks.md (results/benchmarks/thread_policy_cpu.txt).
+FCPTS_THREADS=adaptive|default overrides the thread choice per command; an OMP_NUM_THREADS or OMP_WAIT_POLICY the
+user set always wins. It costs every command 0.2 s at its start (the sample of the load).
 """
 
 import os
