@@ -335,7 +335,7 @@ def main(argv=None) -> int:
     pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
     pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
     pr.add_argument("--dest", default=str(DEFAULT_DATA))
-    pr.add_argument("--train", type=int, default=3000, help="training images (calibration; POT takes them all)")
+    pr.add_argument("--train", type=int, default=2000, help="training images (calibration; POT takes them all)")
     pr.add_argument("--test", type=int, default=2000, help="test images (evaluation)")
     rn = sub.add_parser("run", help="run every part")
     rn.add_argument("--out", required=True, help="everything goes under this folder (on the device: $OUT)")
