@@ -1,19 +1,10 @@
 """PASCAL VOC2007 detection metric: mAP at IoU 0.5 with the 11-point interpolated AP, difficult boxes ignored.
 
-The rules of the VOC devkit's `VOCevaldet` (and of pytorch-ssd's `eval_ssd.py`, which produced the
-published 67.7 / 68.6 of the paper's detectors), per class:
-- detections of all test images are ranked by score (ties keep their input order: stable sort);
-- each detection takes the ground-truth box of its image and class with the highest IoU; if that IoU is
-  above 0.5 (strictly) and the box is `difficult`, the detection is ignored (neither TP nor FP); if the
-  box is not difficult and not yet matched, it is a true positive (and the box becomes matched); a
-  second detection of a matched box, or an IoU of 0.5 or less, or an image without such a box, is a
-  false positive;
-- recall = TP / (non-difficult ground-truth boxes), precision = TP / (TP + FP) along the ranking;
-- AP = mean over t in {0, 0.1, ..., 1} of the highest precision at recall >= t (0 when unreached);
-  t runs through `np.arange(0, 1.1, 0.1)` as in the devkit's Python ports (0.30000000000000004, ...);
-- mAP = mean AP over the classes that have a non-difficult ground-truth box.
-Boxes are continuous (x1, y1, x2, y2) pixel coordinates and IoU is torchvision's `box_iou` (no +1 on
-widths), as in pytorch-ssd; the reader subtracts 1 from the XML's 1-based coordinates.
+The VOC devkit's `VOCevaldet` rules, as pytorch-ssd's `eval_ssd.py` (which produced the paper's dense numbers)
+applies them: detections ranked by score (stable sort); each takes its image's best-IoU box of its class: above
+0.5 and difficult, ignored; above 0.5 and unmatched, a true positive; else a false positive. AP = mean over
+t in `np.arange(0, 1.1, 0.1)` of the best precision at recall >= t; mAP over classes with a non-difficult box.
+IoU is torchvision's `box_iou` on continuous coordinates (no +1 on widths), as in pytorch-ssd.
 """
 
 from __future__ import annotations
@@ -26,14 +17,12 @@ import numpy as np
 import torch
 from torchvision.ops import box_iou
 
-VOC07_RECALL_POINTS = np.arange(0.0, 1.1, 0.1)
-
 
 def voc07_ap(precision: np.ndarray, recall: np.ndarray) -> float:
     """11-point interpolated average precision (VOC2007)."""
     precision, recall = np.asarray(precision, dtype=float), np.asarray(recall, dtype=float)
     ap = 0.0
-    for t in VOC07_RECALL_POINTS:
+    for t in np.arange(0.0, 1.1, 0.1):
         above = recall >= t
         ap += (precision[above].max() if above.any() else 0.0) / 11.0
     return float(ap)

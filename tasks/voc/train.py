@@ -3,23 +3,11 @@
     python -m tasks.voc.make_set --out data/voc-cifar
     python -m tasks.voc.train --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
 
-Recipe (pytorch-ssd's train_ssd.py, from scratch because no ImageNet backbone is available offline; pass
-`--base-net PATH` for a backbone state dict in pytorch-ssd's `base_net` layout):
-- SSD augmentation with torchvision's box-aware transforms: photometric distortion, zoom-out (expand on
-  the mean colour, up to `--max-zoom-out`), SSD's random IoU crop, horizontal flip; then the detector's
-  preprocessing (bilinear resize to the square input, (x - 127) / 128);
-- priors matched to ground truth at IoU 0.5 (each box also claims its best prior), difficult boxes left
-  out (pytorch-ssd's keep_difficult=False);
-- MultiBox loss: cross-entropy with hard-negative mining (3 negatives per positive, per image) plus
-  smooth L1 on the positives' offsets, each divided by the number of positives;
-- SGD momentum 0.9, weight decay 5e-4 (not on BN and biases), peak lr 0.05 x batch/32 after a one-epoch
-  linear warm-up, cosine to 0 (pytorch-ssd: lr 0.01 with a pretrained backbone; from scratch a higher rate).
-
-Resumable: a checkpoint (model, optimiser, scheduler, step, history) is written atomically every epoch and
-every few minutes; batches and their augmentation depend only on (seed, step), so a resumed run repeats
-an uninterrupted one. The result is `results/weights/<dataset>/<model>-<size>.pth` (a plain state dict,
-pytorch-ssd's format) and its training record `.json` beside it; `tasks.voc` finds it by default. The
-test-split mAP is observed every `--eval-every` epochs and at the end, never used to select.
+pytorch-ssd's train_ssd.py recipe, from scratch (`--base-net PATH`: a backbone state dict in its `base_net`
+layout): SSD augmentation (photometric distortion, zoom-out up to `--max-zoom-out`, SSD's IoU crop, flip), priors
+matched at IoU 0.5 without difficult boxes, MultiBox loss, SGD with a one-epoch warm-up to 0.05 x batch/32 and
+cosine to 0. Resumable: batches depend only on (seed, step). Writes `results/weights/<dataset>/<model>-<size>.pth`
+and its training record, which `tasks.voc` finds by default; the test mAP is observed, never used to select.
 """
 
 from __future__ import annotations
@@ -143,8 +131,7 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     base_net = load_checkpoint(model.base_net, args.base_net)["sha256"] if args.base_net else None
     device = resolve_device(default_device(args.device))
-    # Before the optimiser sees its parameters. torch's stubs for Module.to lack this (device, memory_format=)
-    # call, which torch accepts: a wrong stub, not a wrong call.
+    # before the optimiser sees its parameters; torch's stub lacks this (device, memory_format=) overload
     model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
