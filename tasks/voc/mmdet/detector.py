@@ -52,10 +52,8 @@ def versions() -> dict[str, str]:
 
 
 def build_detector(cfg: Config) -> nn.Module:
-    """The config's model, built by mmdet's registry (weights as constructed; load a checkpoint next).
-
-    Only single-stage detectors with a dense head are supported: the methods distil the head's raw outputs,
-    which a two-stage detector only has per proposal."""
+    """The config's model, built by mmdet's registry: a single-stage detector with a dense head (the methods
+    distil its raw outputs, which a two-stage detector only has per proposal)."""
     from mmdet.registry import MODELS
 
     with quiet_mmengine():
@@ -90,8 +88,7 @@ def quiet_mmengine(level: int = logging.WARNING):
 
 
 def _mismatch(message: str) -> str:
-    """mmengine's strict-load message (a paragraph per kind of mismatch) as one line: each kind, counted, with its
-    first keys."""
+    """mmengine's strict-load message as one line: each kind of mismatch, counted, with its first keys."""
     parts = []
     shapes = [line.removeprefix("size mismatch for ").split(":")[0] for line in message.splitlines()
               if line.startswith("size mismatch for ")]  # fmt: skip
@@ -110,8 +107,7 @@ def _mismatch(message: str) -> str:
 
 
 def load_weights(detector: nn.Module, path: str | Path, model: str | None = None) -> dict:
-    """Load a checkpoint strictly (every key must match) and weights-only; returns what a record keeps about it.
-    A checkpoint of another model is a one-line error naming the checkpoint and the model (`model`: its name)."""
+    """Load a checkpoint strictly and weights-only; returns what a record keeps about it."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"checkpoint {path} does not exist")

@@ -3,14 +3,10 @@
     python -m tasks.voc.mmdet.train --data-root data/voc-cifar \\
         --config tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
 
-The config says the model, pipelines, schedule, optimiser and hooks; this command points its datasets at a
-VOC- or COCO-layout folder (train on trainval / train*, validate and test on test / val*, with mmdet's metric
-for the layout) and keeps the run in a work folder (default `results/checkpoints/mmdet/<dataset>/<model>/`,
-not committed). The Runner saves a checkpoint after every epoch; running the same command again resumes from
-the last one (an interrupted epoch is redone), and a finished run is not retrained. At the end the weights
-go to `results/weights/<dataset>/mmdet-<config name>.pth` (state dict and meta: what the grid loads by
-default) with a training record beside it (recipe, seconds per iteration of each session, test metric).
-`--epochs`, `--train-limit`, `--eval-limit` and `--batch-size` shorten a run for smoke tests (recorded).
+The config's datasets are pointed at a VOC- or COCO-layout folder; the Runner checkpoints every epoch in a work
+folder (default `results/checkpoints/mmdet/<dataset>/<model>/`) and the same command resumes from the last one.
+The weights go to `results/weights/<dataset>/mmdet-<config name>.pth` (what the grid loads by default) with a
+training record beside it. `--epochs`, `--train-limit`, `--eval-limit`, `--batch-size` shorten a run (recorded).
 """
 
 from __future__ import annotations
@@ -78,8 +74,7 @@ def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int 
 
 
 def _history_statistic(owner, name: str):
-    """`getattr` as a pickled HistoryBuffer needs it (HistoryBuffer.min, .max, .mean, .current: its statistics
-    methods), and for nothing else: any other use of getattr in a checkpoint is refused."""
+    """`getattr` as a pickled HistoryBuffer needs it (its statistics methods), and for nothing else."""
     if owner is HistoryBuffer and name in {"min", "max", "mean", "current", *HistoryBuffer._statistics_methods}:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(f"a checkpoint asks for getattr({owner!r}, {name!r}); refused (weights-only)")
@@ -87,9 +82,8 @@ def _history_statistic(owner, name: str):
 
 @contextmanager
 def runner_checkpoints_weights_only():
-    """Resuming reads the Runner's own checkpoints, which pickle its message hub (HistoryBuffers of numpy arrays):
-    those few globals are allowed while training runs, and torch keeps loading weights-only, so a checkpoint a
-    config names (a backbone's `init_cfg`) can never run code when it is loaded."""
+    """Allow the few globals of the Runner's own checkpoints (its message hub's HistoryBuffers of numpy arrays), so
+    torch keeps loading weights-only and a checkpoint a config names can never run code."""
     allowed = [
         HistoryBuffer,
         np.ndarray,
@@ -104,8 +98,7 @@ def runner_checkpoints_weights_only():
 
 
 class SessionTimer(Hook):
-    """Appends each invocation's iterations and wall time (from after resuming to the end of training) to a
-    JSON list in the work folder: the seconds per iteration this machine gave."""
+    """Appends each invocation's iterations and wall time to a JSON list in the work folder."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -126,8 +119,7 @@ class SessionTimer(Hook):
                 "end_iter": runner.iter,
                 "wall_s": round(wall, 1),
                 "s_per_iter": round(wall / iterations, 3),
-                # the main process's CPU time (data-loading workers not included): less dependent on how
-                # busy the machine was than the wall time
+                # the main process's CPU time: less dependent on how busy the machine was
                 "cpu_s_per_iter": round(cpu / iterations, 3),
                 "load_average_1min_at_end": round(os.getloadavg()[0], 2),
                 "device": device_description(next(runner.model.parameters()).device),

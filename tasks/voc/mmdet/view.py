@@ -1,17 +1,9 @@
 """An mmdet single-stage detector as the methods see it: one output tensor, its raw head outputs named.
 
-The same contract as the suite's own SSD (tasks/voc/ssd/distill.py): forward(x) takes the images as the
-detector's data preprocessor leaves them and returns T * log p(class | anchor) per anchor, flattened, so FCPTS's
-output KL is T^2 x the mean per-anchor KL between the dense teacher's and the student's class distributions.
-A softmax head (SSD) gives one distribution over its C + 1 channels per anchor; a sigmoid head (RetinaNet)
-one Bernoulli per anchor and class, written as its two log-probabilities. The raw head outputs pass through
-two named identities, `class_logits` and `box_regression` ((B, anchors, C) and (B, anchors, box code)), so
-FCPTS's block MSE reconstructs the box regression and, by choice, the class logits and the backbone's and
-neck's blocks (the suite's SSD choices, `reconstruction_blocks`).
-
-Prunable layers: every Conv2d and Linear of the detector, backbone, neck and head, the head's last
-classification and regression convs included, as in the suite's SSD task (which prunes every layer of
-pytorch-ssd's detectors); nothing is kept dense unless a method's `exclude`/`filter_fn` says so.
+The suite's SSD contract (`DistillView`): forward(x) returns T * log p(class | anchor) per anchor, flattened (a
+sigmoid head's Bernoulli per anchor and class as its two log-probabilities). The raw head outputs pass through the
+identities `class_logits` and `box_regression` for FCPTS's block MSE. Every Conv2d and Linear is prunable, head
+included, as in the suite's SSD task.
 """
 
 from __future__ import annotations
@@ -24,12 +16,7 @@ from torch import nn
 
 from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
 from fcpts.methods.fcpts import default_blocks
-from tasks.voc.ssd import RECONSTRUCTIONS
-
-PRUNED_LAYERS_RULE = (
-    "every Conv2d and Linear of the detector (backbone, neck, head; the head's last classification and "
-    "regression convs included), as the suite's SSD task"
-)
+from tasks.voc.ssd import check_reconstruction
 
 
 class HeadOutputView(nn.Module):
@@ -75,8 +62,7 @@ def _per_anchor(x: torch.Tensor, channels: int) -> torch.Tensor:
 
 def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> list[str]:
     """Module names for FCPTS's block MSE (`block_names`): the suite's SSD choices on an mmdet detector."""
-    if kind not in RECONSTRUCTIONS:
-        raise ValueError(f"unknown detection reconstruction {kind!r}; choose from {', '.join(RECONSTRUCTIONS)}")
+    check_reconstruction(kind)
     names = ["box_regression"]
     if kind in ("mse-heads", "mse-blocks"):
         names.append("class_logits")
@@ -93,9 +79,8 @@ def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> lis
 
 
 def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:
-    """Every pruned layer must feed the outputs the methods distil (the class logits, the box regression): a head
-    output the view leaves out (FCOS's centerness) gets no gradient, so its layers' masks would be chosen and never
-    learned. Found by one backward on a zero image of `size` pixels; such a detector is refused naming them."""
+    """Refuse a detector whose pruned layers do not all feed the distilled outputs (FCOS's centerness: masks chosen
+    and never learned), found by one backward on a zero image."""
     layers = prunable_layers(view)
     mode, frozen = view.training, [m.weight for m in layers.values() if not m.weight.requires_grad]
     try:
@@ -124,7 +109,8 @@ def pruned_layers(view: HeadOutputView) -> dict:
     """What a record says about which layers were pruned."""
     layers = prunable_layers(view)
     return {
-        "rule": PRUNED_LAYERS_RULE,
+        "rule": "every Conv2d and Linear of the detector (backbone, neck, head; the head's last classification and "
+        "regression convs included), as the suite's SSD task",
         "n_layers": len(layers),
         "n_weights": sum(layer_weight(m).numel() for m in layers.values()),
         "excluded": [],
