@@ -3,17 +3,12 @@
     python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
     python -m tasks.deploy --sparse-weights results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 
-Run records hold metrics, not weights, so `--record` re-runs the record's method with the record's data,
-budget and seed, saves the sparse state dict under results/deploy/ and deploys it; `--sparse-weights` starts
-from such a file (or any CIFAR ResNet state dict: pass --model/--dataset when it carries no metadata).
-Deploying means: export to ONNX (BN folded, opset 17), write the sparse storage files, compare ONNX and
-PyTorch outputs and top-1 on the test split, measure file sizes and the peak resident memory (VmHWM) of
-a fresh inference process per file, and write a JSON record beside the files.
-
-Runtimes live behind one worker (`python -m tasks.deploy worker ...`) that imports only numpy, the
-runtime and, for bitmask files, onnx, so it runs in a runtime's own virtual environment (DeepSparse pins
-onnx 1.14 and numpy 1.26) and its VmHWM is the inference process's own. Torch is never imported here at
-module level for the same reason.
+`--record` takes the sparse model the grid saved beside a CIFAR record (else re-runs the record's method with its
+data, budget and seed) and saves it under results/deploy/; `--sparse-weights` starts from such a file or any CIFAR
+ResNet state dict (--model/--dataset when it carries no metadata). Then: ONNX export (BN folded, opset 17), the
+sparse storage files, ONNX against PyTorch on the test split, file sizes and the peak resident memory (VmHWM) of a
+fresh inference process per file, and a JSON record beside the files. Runtimes run in a worker
+(`python -m tasks.deploy worker ...`) that never imports torch, so it can live in a runtime's own venv.
 """
 
 from __future__ import annotations
@@ -122,19 +117,7 @@ def cpu_description() -> dict:
         flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
     except (OSError, StopIteration):
         pass
-    wanted = (
-        "avx2",
-        "fma",
-        "avx512f",
-        "avx512bw",
-        "avx512vl",
-        "avx512_vnni",
-        "avx_vnni",
-        "avx512_bf16",
-        "amx_tile",
-        "amx_bf16",
-        "amx_int8",
-    )
+    wanted = "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16 amx_int8".split()
     return {
         "model": model,
         "logical_cores": os.cpu_count(),
