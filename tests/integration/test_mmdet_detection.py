@@ -34,9 +34,15 @@ from tasks.voc.mmdet.data import (  # noqa: E402
     find_layout,
     without_annotations,
 )
-from tasks.voc.mmdet.detector import build_detector, load_config, load_weights, quiet_mmengine  # noqa: E402
+from tasks.voc.mmdet.detector import (  # noqa: E402  # noqa: E402
+    HeadOutputView,
+    build_detector,
+    load_config,
+    load_weights,
+    quiet_mmengine,
+    reconstruction_blocks,
+)
 from tasks.voc.mmdet.grid import build_grid  # noqa: E402
-from tasks.voc.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
 from tasks.voc.profiles import PROFILES  # noqa: E402
 from tasks.voc.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
@@ -312,7 +318,7 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_it_and_the_model(tiny_
 def test_a_detector_with_a_head_output_the_methods_never_distil_is_refused_naming_its_layers():
     """FCOS's centerness conv feeds neither the class logits nor the box regression: pruned, it would get no
     gradient, its mask never learned."""
-    from tasks.voc.mmdet.view import check_layers_reach_outputs
+    from tasks.voc.mmdet.detector import check_layers_reach_outputs
 
     check_layers_reach_outputs(HeadOutputView(build_detector(load_config(CONFIG))))  # SSDlite: every layer feeds them
     import mmdet

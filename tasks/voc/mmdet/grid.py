@@ -39,8 +39,17 @@ from tasks.voc.mmdet.data import (
     find_layout,
     without_annotations,
 )
-from tasks.voc.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
-from tasks.voc.mmdet.view import HeadOutputView, check_layers_reach_outputs, pruned_layers, reconstruction_blocks
+from tasks.voc.mmdet.detector import (
+    HeadOutputView,
+    build_detector,
+    check_layers_reach_outputs,
+    config_identity,
+    load_config,
+    load_weights,
+    pruned_layers,
+    reconstruction_blocks,
+    versions,
+)
 from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
