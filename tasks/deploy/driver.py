@@ -91,20 +91,11 @@ def deploy_cifar(
 
 
 def provenance(threads: int) -> dict:
-    """Command, commit, device (CPU model, flags), threads, load and date of this run."""
-    from datetime import datetime, timezone
+    """Every record's provenance, plus the device (CPU model, flags), threads and load of this run."""
+    from tasks.grid.records import provenance as record_provenance
 
-    from tasks.grid.records import command_line, environment, git_commit
-
-    return {
-        "command": command_line(),
-        "git_commit": git_commit(),
-        "cpu": cpu_description(),
-        "threads": threads,
-        "loadavg_1_5_15": list(os.getloadavg()),
-        "environment": environment(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    cpu = {"cpu": cpu_description(), "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
+    return {**record_provenance(), **cpu}
 
 
 def cpu_description() -> dict:

@@ -185,14 +185,20 @@ def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: f
 
 
 class DetectionImages(Dataset):
-    """Preprocessed images of a split, as (image, index); `cache` keeps them in memory (small sets)."""
+    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB (or as told)."""
 
     def __init__(
-        self, data: VOCDetection, size: int, indices: list[int] | None = None, cache: bool = False, flip: bool = False
+        self,
+        data: VOCDetection,
+        size: int,
+        indices: list[int] | None = None,
+        cache: bool | None = None,
+        flip: bool = False,
     ):
         self.data, self.size = data, size
         self.indices = list(range(len(data))) if indices is None else list(indices)
         self.flip = flip
+        cache = len(self.indices) * size**2 * 12 < 2**31 if cache is None else cache
         self._cache: dict[int, torch.Tensor] | None = {} if cache else None
 
     def __len__(self) -> int:

@@ -107,9 +107,9 @@ def evaluate_detector(
     }
 
 
-def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
-    if substitute:
-        candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
+def default_weights(arch: str, image_size: int, data_root: Path, manifest: dict | None) -> Path:
+    if manifest:
+        candidates = [RESULTS_DIR / "weights" / manifest["dataset"] / f"{arch}-{image_size}.pth"]
         hint = f"train it with `python -m tasks.voc.train --data-root <set> --model {arch} --image-size {image_size}`"
     else:
         name = RELEASED[arch][0]
@@ -170,17 +170,9 @@ def build_grid(
     trainval = VOCDetection(folder, "trainval")
     manifest = test.manifest()
     substitute = manifest is not None
-    base = manifest["dataset"] if manifest is not None else "voc2007"
-    dataset = dataset_name(folder, profile.eval_limit)
-
     probe = create_ssd(arch, len(test.class_names))
     profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
-
-    weights_path = (
-        Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, base, substitute)
-    )
-    if not weights_path.is_file():
-        raise DataNotFoundError(f"--weights {weights_path} does not exist")
+    weights_path = Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, manifest)
     load_info = load_ssd_weights(probe, weights_path)
     config = SSDConfig.for_model(probe, image_size)
     build_ssd = dense_factory(lambda: create_ssd(arch, len(test.class_names)), probe, where.device)
@@ -190,14 +182,12 @@ def build_grid(
             len(trainval), n, where.seed, "trainval", "horizontal flip" if augment else "none"
         )
         info.update(image_ids=[trainval.ids[i] for i in idx], labels_used=False)
-        return DetectionImages(
-            trainval, image_size, idx, cache=len(idx) * image_size**2 * 12 < 2**31, flip=augment
-        ), info
+        return DetectionImages(trainval, image_size, idx, flip=augment), info
 
-    eval_images = DetectionImages(test, image_size, cache=len(test) * image_size**2 * 12 < 2**31)
+    eval_images = DetectionImages(test, image_size)
     return Grid(
         task="voc",
-        dataset=dataset,
+        dataset=dataset_name(folder, profile.eval_limit),
         model=model_name(arch, image_size),
         build_model=lambda: DistillView(cast(SSD, build_ssd())),  # dense_factory copies create_ssd's SSD
         make_calibration=make_calibration,

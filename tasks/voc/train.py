@@ -135,7 +135,7 @@ def train(args: argparse.Namespace) -> dict:
     model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
-    eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
+    eval_images = DetectionImages(test, args.image_size)
 
     steps_per_epoch, total = training.epoch_steps(len(train_set), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
