@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
@@ -94,24 +95,7 @@ def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, see
     """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
     idx = training.batch_indices(len(train_set), step, batch_size, seed).tolist()
     items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
-    return (
-        torch.stack([x for x, _, _ in items]),
-        torch.stack([t for _, t, _ in items]),
-        torch.stack([lab for _, _, lab in items]),
-    )
-
-
-class _Steps(Dataset):
-    """Batches of steps start..total-1, so DataLoader workers can prepare them ahead (same batches)."""
-
-    def __init__(self, train_set: DetectionTrainSet, start: int, total: int, batch_size: int, seed: int):
-        self.train_set, self.start, self.total, self.batch_size, self.seed = train_set, start, total, batch_size, seed
-
-    def __len__(self) -> int:
-        return self.total - self.start
-
-    def __getitem__(self, k: int):
-        return batch_for_step(self.train_set, self.start + k, self.batch_size, self.seed)
+    return tuple(torch.stack(column) for column in zip(*items))  # images, regression targets, prior labels
 
 
 def _one_thread(_worker_id: int) -> None:
@@ -179,9 +163,12 @@ def train(args: argparse.Namespace) -> dict:
         return loc + cls, torch.stack([loc.detach(), cls.detach()]).double()
 
     def batches(start: int) -> Iterable:
-        steps = _Steps(train_set, start, total, args.batch_size, args.seed)
+        # each step's batch made by a worker ahead of time when --workers asks (the same batches)
+        make = partial(batch_for_step, train_set, batch_size=args.batch_size, seed=args.seed)
         init = _one_thread if args.workers else None
-        return torch.utils.data.DataLoader(steps, batch_size=None, num_workers=args.workers, worker_init_fn=init)
+        return DataLoader(
+            range(start, total), batch_size=None, collate_fn=make, num_workers=args.workers, worker_init_fn=init
+        )
 
     run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
     wall_s = training.train_epochs(

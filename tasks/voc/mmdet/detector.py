@@ -34,6 +34,7 @@ from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
 from fcpts.methods.fcpts import default_blocks
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import repo_relative
+from tasks.grid.weights import read_state_dict, state_dict_misfit
 from tasks.voc.ssd import check_reconstruction
 
 
@@ -98,25 +99,6 @@ def quiet_mmengine(level: int = logging.WARNING):
         logger.setLevel(before)
 
 
-def _mismatch(message: str) -> str:
-    """mmengine's strict-load message as one line: each kind of mismatch, counted, with its first keys."""
-    parts = []
-    shapes = [line.removeprefix("size mismatch for ").split(":")[0] for line in message.splitlines()
-              if line.startswith("size mismatch for ")]  # fmt: skip
-    for what, keys in (
-        ("of another shape", shapes),
-        *(
-            (what, line.split(": ", 1)[1].split(", "))
-            for line in message.splitlines()
-            for prefix, what in (("missing keys in source", "missing"), ("unexpected key in source", "unexpected"))
-            if line.startswith(prefix) and ": " in line
-        ),
-    ):
-        if keys:
-            parts.append(f"{len(keys)} {what} ({', '.join(keys[:2])}{', ...' if len(keys) > 2 else ''})")
-    return "; ".join(parts) or " ".join(message.split())[:300]
-
-
 def load_weights(detector: nn.Module, path: str | Path, model: str | None = None) -> dict:
     """Load a checkpoint strictly and weights-only; returns what a record keeps about it."""
     path = Path(path)
@@ -131,9 +113,10 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
             "with its optimiser and message hub? Pass the weights tasks.voc.mmdet.train exports "
             "(results/weights/<dataset>/mmdet-<config>.pth) or another state-dict checkpoint"
         ) from e
-    except RuntimeError as e:  # strict loading: keys or shapes that are not the model's
+    except RuntimeError:  # strict loading: keys or shapes that are not the model's
+        misfit = state_dict_misfit(detector.state_dict(), read_state_dict(path)[0])
         raise ValueError(
-            f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {_mismatch(str(e))}; "
+            f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {misfit}; "
             "pass the checkpoint trained with this config (--weights)"
         ) from None
     meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}
