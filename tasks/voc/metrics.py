@@ -38,14 +38,6 @@ class GroundTruth:
     difficult: torch.Tensor
 
 
-@dataclass
-class Detection:
-    image_id: str
-    label: int
-    score: float
-    box: Sequence[float]
-
-
 def match_class(
     image_ids: np.ndarray,
     scores: np.ndarray,
@@ -93,19 +85,9 @@ class Detections:
     boxes: np.ndarray
 
     @classmethod
-    def from_list(cls, detections: Iterable[Detection]) -> Detections:
-        d = list(detections)
-        return cls(
-            np.array([x.image_id for x in d], dtype=object),
-            np.array([int(x.label) for x in d], dtype=np.int64),
-            np.array([float(x.score) for x in d], dtype=float),
-            np.array([list(x.box) for x in d], dtype=float).reshape(-1, 4),
-        )
-
-    @classmethod
     def concat(cls, parts: list[Detections]) -> Detections:
         if not parts:
-            return cls.from_list([])
+            return cls(np.array([], dtype=object), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 4)))
         return cls(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("image_ids", "labels", "scores", "boxes"))
         )
@@ -115,15 +97,13 @@ class Detections:
 
 
 def voc07_map(
-    detections: Detections | Iterable[Detection],
+    detections: Detections,
     ground_truth: Iterable[GroundTruth],
     class_names: Sequence[str],
     iou_threshold: float = 0.5,
 ) -> dict:
     """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"}; labels index
     `class_names` (0 = background, never evaluated)."""
-    if not isinstance(detections, Detections):
-        detections = Detections.from_list(detections)
     gt_by_class: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
     n_positive: dict[int, int] = defaultdict(int)
     for g in ground_truth:
