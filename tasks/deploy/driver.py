@@ -22,7 +22,7 @@ from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_r
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
 from tasks.deploy.worker import worker_main
 from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # no torch there: workers run in venvs without it
+from tasks.grid.paths import RESULTS_DIR, repo_relative  # no torch there: workers run in venvs without it
 
 DEPLOY_DIR = RESULTS_DIR / "deploy"
 
@@ -82,9 +82,7 @@ def deploy_cifar(
         "top1_diff_points": {k: v - top1(ref) for k, v in onnx_top1.items()},
         "max_abs_diff": {k: float(np.abs(v - ref).max()) for k, v in outputs.items()},
         "prediction_disagreements": {k: int((v.argmax(1) != ref.argmax(1)).sum()) for k, v in outputs.items()},
-        "files": {
-            k: str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for k, p in paths.items()
-        },
+        "files": {k: repo_relative(p) for k, p in paths.items()},
         "file_bytes": file_sizes(paths),
         "peak_memory_onnxruntime": memory,
     }

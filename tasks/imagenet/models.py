@@ -43,14 +43,6 @@ def _reachable(host: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def _hub_offline() -> None:
-    """Make huggingface_hub use its cache only (it reads HF_HUB_OFFLINE at import, so set both)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import huggingface_hub.constants
-
-    huggingface_hub.constants.HF_HUB_OFFLINE = True
-
-
 def architecture(name: str, num_classes: int = 1000) -> nn.Module:
     """The model without pretrained weights (random initialisation)."""
     spec = get_spec(name)
@@ -98,8 +90,11 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
         return model.eval(), {"source": f"torchvision {w}", "url": w.url}
     import timm
 
-    if not online(host):
-        _hub_offline()  # use the cache only; fail at once when it is empty
+    if not online(host):  # the hub's cache only, failing at once when it is empty (it reads the variable at import)
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
     try:
         model = timm.create_model(spec.arch, pretrained=True)
     except Exception as e:  # hub errors differ by version; all mean "weights not available"

@@ -62,10 +62,7 @@ class Layout:
 
     def dataset_cfg(self, split: str, pipeline: list, limit: int | None = None) -> dict:
         """An mmdet dataset config for one split (test mode: every image, in the split's order)."""
-        cfg = {**self.source(split), "test_mode": True, "pipeline": copy.deepcopy(pipeline)}
-        if limit is not None:
-            cfg["indices"] = limit  # mmengine's first-N subset
-        return cfg
+        return point_at({"test_mode": True, "pipeline": pipeline}, self, split, limit)
 
     def evaluator_cfg(self, coco_ann_file: str | None = None) -> dict:
         if self.kind == "voc":
@@ -119,7 +116,7 @@ def point_at(dataset_cfg: dict, layout: Layout, split: str, limit: int | None = 
         inner.pop(key, None)
     inner.update(layout.source(split))
     if limit is not None:
-        inner["indices"] = limit
+        inner["indices"] = limit  # mmengine's first-N subset
     return out
 
 
