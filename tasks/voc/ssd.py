@@ -351,7 +351,7 @@ def postprocess(
     regression: torch.Tensor,
     priors: torch.Tensor,
     config: SSDConfig,
-    image_sizes: Sequence[tuple[int, int]],
+    image_sizes: Sequence[Sequence[int]],
 ) -> list[dict[str, torch.Tensor]]:
     """Detections per image: {"boxes" (K, 4) xyxy in original pixels (0-based), "scores", "labels"}.
     `image_sizes` are the original (height, width)."""

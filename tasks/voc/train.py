@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -163,12 +164,12 @@ def train(args: argparse.Namespace) -> dict:
         return loc + cls, torch.stack([loc.detach(), cls.detach()]).double()
 
     def batches(start: int) -> Iterable:
-        # each step's batch made by a worker ahead of time when --workers asks (the same batches)
+        # each step's batch made by a worker ahead of time when --workers asks (the same batches); a range indexes
+        # as a map-style dataset does, which torch's stub does not say
+        steps: Any = range(start, total)
         make = partial(batch_for_step, train_set, batch_size=args.batch_size, seed=args.seed)
         init = _one_thread if args.workers else None
-        return DataLoader(
-            range(start, total), batch_size=None, collate_fn=make, num_workers=args.workers, worker_init_fn=init
-        )
+        return DataLoader(steps, batch_size=None, collate_fn=make, num_workers=args.workers, worker_init_fn=init)
 
     run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
     wall_s = training.train_epochs(
