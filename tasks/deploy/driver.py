@@ -27,14 +27,6 @@ from tasks.grid.paths import RESULTS_DIR, repo_relative  # no torch there: worke
 DEPLOY_DIR = RESULTS_DIR / "deploy"
 
 
-def file_sizes(paths: dict[str, Path]) -> dict[str, int]:
-    from tasks.deploy.sparse_storage import zlib_size
-
-    sizes = {k: p.stat().st_size for k, p in paths.items()}
-    sizes["dense_zlib"] = zlib_size(paths["dense"])
-    return sizes
-
-
 def deploy_cifar(
     checkpoint: Path,
     out_dir: Path,
@@ -50,7 +42,7 @@ def deploy_cifar(
 
     from fcpts.core.masks import sparsity_summary
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
-    from tasks.deploy.sparse_storage import load_any, write_sparse_files
+    from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
     from tasks.grid.cifar_data import load_cifar, normalize_cifar
     from tasks.grid.data import resolve_data_root
 
@@ -66,10 +58,7 @@ def deploy_cifar(
     paths = write_sparse_files(stem.with_suffix(".onnx"))
     with torch.inference_mode():
         ref = torch.cat([model(x[i : i + 500]) for i in range(0, len(x), 500)]).numpy()
-    outputs = {
-        k: ort_predict(ort_session(load_any(p).SerializeToString() if k == "bitmask" else str(p), threads), x)
-        for k, p in paths.items()
-    }
+    outputs = {k: ort_predict(ort_session(str(p), threads), x) for k, p in paths.items()}
     top1 = lambda logits: 100.0 * float((logits.argmax(1) == y).mean())  # noqa: E731
     onnx_top1 = {k: top1(v) for k, v in outputs.items()}
     memory = {k: peak_memory("onnxruntime", p, tuple(x.shape[1:]), threads) for k, p in paths.items()}
@@ -83,7 +72,7 @@ def deploy_cifar(
         "max_abs_diff": {k: float(np.abs(v - ref).max()) for k, v in outputs.items()},
         "prediction_disagreements": {k: int((v.argmax(1) != ref.argmax(1)).sum()) for k, v in outputs.items()},
         "files": {k: repo_relative(p) for k, p in paths.items()},
-        "file_bytes": file_sizes(paths),
+        "file_bytes": {**{k: p.stat().st_size for k, p in paths.items()}, "dense_zlib": zlib_size(paths["dense"])},
         "peak_memory_onnxruntime": memory,
     }
 

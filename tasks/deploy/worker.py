@@ -39,10 +39,14 @@ def _plain_onnx_path(path: str) -> str:
 
 
 def ort_session(model_bytes: bytes | str, threads: int = 1):
-    """A CPU onnxruntime session of a serialized model (or of the path to one) with a fixed thread count (so
-    timings and checks are reproducible)."""
+    """A CPU onnxruntime session of a serialized model or of a file (a bitmask zip expanded in memory,
+    sparse-initializer files load natively) with a fixed thread count, so timings and checks are reproducible."""
     import onnxruntime as ort
 
+    if isinstance(model_bytes, str) and model_bytes.endswith(BITMASK_SUFFIX):
+        from tasks.deploy.sparse_storage import load_any
+
+        model_bytes = load_any(model_bytes).SerializeToString()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -50,12 +54,7 @@ def ort_session(model_bytes: bytes | str, threads: int = 1):
 
 
 def _load_onnxruntime(path: str, batch: int, threads: int):
-    if path.endswith(BITMASK_SUFFIX):  # expanded in memory; sparse-initializer files load natively
-        from tasks.deploy.sparse_storage import load_any
-
-        sess = ort_session(load_any(path).SerializeToString(), threads)
-    else:
-        sess = ort_session(path, threads)
+    sess = ort_session(path, threads)
     name = sess.get_inputs()[0].name
     return (lambda x: sess.run(None, {name: x})[0]), {}
 

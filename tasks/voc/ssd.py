@@ -194,14 +194,8 @@ def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
     """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): sources inside base_net[14] after its
     expansion (576 ch, stride 16) and after base_net[18] (1280 ch); inverted-residual extras;
     depthwise-separable headers except the last (1x1 conv)."""
-    extras = nn.ModuleList(
-        [
-            InvertedResidual(1280, 512, 2, 0.2),
-            InvertedResidual(512, 256, 2, 0.25),
-            InvertedResidual(256, 256, 2, 0.5),
-            InvertedResidual(256, 64, 2, 0.25),
-        ]
-    )
+    layers = [(1280, 512, 0.2), (512, 256, 0.25), (256, 256, 0.5), (256, 64, 0.25)]
+    extras = nn.ModuleList([InvertedResidual(i, o, 2, expand) for i, o, expand in layers])
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
