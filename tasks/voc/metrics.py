@@ -97,10 +97,7 @@ class Detections:
 
 
 def voc07_map(
-    detections: Detections,
-    ground_truth: Iterable[GroundTruth],
-    class_names: Sequence[str],
-    iou_threshold: float = 0.5,
+    detections: Detections, ground_truth: Iterable[GroundTruth], class_names: Sequence[str], iou_threshold: float = 0.5
 ) -> dict:
     """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"}; labels index
     `class_names` (0 = background, never evaluated)."""

@@ -40,12 +40,7 @@ from tasks.grid.help import add_results_dir
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import device_description, write_training_record
 from tasks.voc.mmdet.data import find_layout, point_at
-from tasks.voc.mmdet.detector import (
-    allow_ssd_predict,
-    config_identity,
-    load_config,
-    versions,
-)
+from tasks.voc.mmdet.detector import allow_ssd_predict, config_identity, load_config, versions
 from tasks.voc.mmdet.grid import dataset_name, model_name
 
 # numpy 2 names it numpy._core, numpy 1.26 numpy.core
