@@ -122,12 +122,6 @@ class SessionTimer(Hook):
             write_json_atomic(self.path, [*self.sessions(), session])
 
 
-def export_weights(runner: Runner, path: Path, meta: dict) -> None:
-    """The trained model as the grid loads it: {"state_dict", "meta"} (no optimiser, no message hub)."""
-    state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}
-    save_torch_atomic({"state_dict": state, "meta": meta}, path)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tasks.voc.mmdet.train",
@@ -169,7 +163,8 @@ def main(argv=None) -> int:
         weights = Path(args.results_dir) / dataset / f"{model}.pth"
         meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
                 "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
-        export_weights(runner, weights, meta)
+        state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}  # no optimiser, no message hub
+        save_torch_atomic({"state_dict": state, "meta": meta}, weights)  # what the grid loads
         record = write_training_record(
             weights,
             {
