@@ -10,10 +10,8 @@ from tasks.grid.cifar_data import CIFAR_MEAN, CIFAR_STD
 
 
 class CifarCalibration(Dataset):
-    """Calibration images (labels dropped) with optional weak augmentation: 4-pixel padded random
-    crop and horizontal flip, the standard CIFAR recipe the checkpoints were trained with (`augment=True`);
-    `augment="resized-crop"`: torchvision's random resized crop (scale 0.08-1) and flip, the weak augmentation
-    METHOD.md names for the released code, for measuring the difference."""
+    """Calibration images (labels dropped), `augment=True`: pad-4 random crop and flip (the checkpoints' recipe);
+    "resized-crop": random resized crop (0.08-1) and flip, METHOD.md's weak augmentation of the released code."""
 
     def __init__(self, x_uint8: np.ndarray, augment: bool | str = True):
         import torchvision.transforms.v2 as T

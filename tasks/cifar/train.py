@@ -2,15 +2,10 @@
 
     python -m tasks.cifar.train --dataset cifar100 --model resnet32 --epochs 40
 
-Recipe (He et al. 2016 / akamaster, shortened for a CPU): SGD momentum 0.9 (Nesterov), batch 128,
-lr 0.1 x batch/128 with a linear warm-up over the first epoch then cosine to zero, weight decay 5e-4,
-4-pixel padded random crop + horizontal flip, the ImageNet normalisation the CIFAR-10 checkpoints use.
-The reported accuracy is the final model's on the test split (no checkpoint selection on test data).
-
-Resumable: a checkpoint with model, optimiser, step and history is written atomically every few
-minutes; batches depend only on (seed, step), so a resumed run equals an uninterrupted one. The result
-is `results/weights/<dataset>/<model>.th` (the akamaster format: `state_dict`, `best_prec1`) and its
-training record `<model>.json` beside it, which `tasks.cifar` then finds by default.
+He et al. 2016 / akamaster's recipe shortened for a CPU: Nesterov SGD, batch 128, lr 0.1 x batch/128 after a
+one-epoch warm-up then cosine to 0, weight decay 5e-4, pad-4 crop + flip. Resumable: batches depend only on
+(seed, step). Writes `results/weights/<dataset>/<model>.th` (akamaster's format) and its training record, which
+`tasks.cifar` finds by default; the accuracy is the final model's (no selection on test data).
 """
 
 from __future__ import annotations
@@ -79,8 +74,7 @@ def train(args: argparse.Namespace) -> dict:
     device = resolve_device(default_device(args.device))
     torch.manual_seed(args.seed)
     model = cifar_resnet(args.model, CIFAR_CLASSES[args.dataset])
-    # Before the optimiser sees its parameters. torch's stubs for Module.to lack this (device, memory_format=)
-    # call, which torch accepts: a wrong stub, not a wrong call.
+    # before the optimiser sees its parameters; torch's stub lacks this (device, memory_format=) overload
     model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total, nesterov=True)
 

@@ -1,7 +1,5 @@
-"""The sparse CIFAR model to deploy, with its provenance: run records hold metrics, not weights, so the
-model comes from the state dict the grid saved beside the record or from re-running the record's method.
-Torch is imported inside the functions so that the worker process, which shares this package, never loads it.
-"""
+"""The sparse CIFAR model to deploy, with its provenance: the state dict the grid saved beside the record, or a
+re-run of the record's method. Torch is imported inside the functions: the worker process never loads it."""
 
 from __future__ import annotations
 
@@ -22,9 +20,8 @@ def checkpoint_name(record: dict) -> str:
 def sparse_model_from_record(
     record_path: Path, out_dir: Path, data_root: str | None, progress: bool, device: str = "cpu"
 ) -> Path:
-    """A CIFAR record's sparse model as a deploy checkpoint with its provenance: the state dict the grid
-    saved beside the record when it is here, else a re-run of the record's method (same weights,
-    calibration images, budget and seed) on `device`. Returns the checkpoint path."""
+    """A CIFAR record's sparse model as a deploy checkpoint with its provenance (the saved state dict when it is
+    here, else a re-run of the record's method on `device`); returns the checkpoint path."""
     import torch
 
     from fcpts.core.io import save_torch_atomic
@@ -57,14 +54,8 @@ def sparse_model_from_record(
         except DataNotFoundError as e:
             print(f"{e}\nre-running the record's method instead")
         else:
-            save_torch_atomic(
-                {
-                    "state_dict": model.state_dict(),
-                    **provenance,
-                    "source": f"saved sparse model {record['sparse_model']['path']}",
-                },
-                out,
-            )
+            source = f"saved sparse model {record['sparse_model']['path']}"
+            save_torch_atomic({"state_dict": model.state_dict(), **provenance, "source": source}, out)
             print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
             return out
     scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)

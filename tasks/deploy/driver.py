@@ -3,17 +3,12 @@
     python -m tasks.deploy --record results/runs/cifar/cifar10/resnet56/fcpts-sp90-fast-seed0.json
     python -m tasks.deploy --sparse-weights results/deploy/cifar10-resnet56-fcpts-sp90-fast-seed0.pt
 
-Run records hold metrics, not weights, so `--record` re-runs the record's method with the record's data,
-budget and seed, saves the sparse state dict under results/deploy/ and deploys it; `--sparse-weights` starts
-from such a file (or any CIFAR ResNet state dict: pass --model/--dataset when it carries no metadata).
-Deploying means: export to ONNX (BN folded, opset 17), write the sparse storage files, compare ONNX and
-PyTorch outputs and top-1 on the test split, measure file sizes and the peak resident memory (VmHWM) of
-a fresh inference process per file, and write a JSON record beside the files.
-
-Runtimes live behind one worker (`python -m tasks.deploy worker ...`) that imports only numpy, the
-runtime and, for bitmask files, onnx, so it runs in a runtime's own virtual environment (DeepSparse pins
-onnx 1.14 and numpy 1.26) and its VmHWM is the inference process's own. Torch is never imported here at
-module level for the same reason.
+`--record` takes the sparse model the grid saved beside a CIFAR record (else re-runs the record's method with its
+data, budget and seed) and saves it under results/deploy/; `--sparse-weights` starts from such a file or any CIFAR
+ResNet state dict (--model/--dataset when it carries no metadata). Then: ONNX export (BN folded, opset 17), the
+sparse storage files, ONNX against PyTorch on the test split, file sizes and the peak resident memory (VmHWM) of a
+fresh inference process per file, and a JSON record beside the files. Runtimes run in a worker
+(`python -m tasks.deploy worker ...`) that never imports torch, so it can live in a runtime's own venv.
 """
 
 from __future__ import annotations
@@ -27,17 +22,9 @@ from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_r
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
 from tasks.deploy.worker import worker_main
 from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # no torch there: workers run in venvs without it
+from tasks.grid.paths import RESULTS_DIR, repo_relative  # no torch there: workers run in venvs without it
 
 DEPLOY_DIR = RESULTS_DIR / "deploy"
-
-
-def file_sizes(paths: dict[str, Path]) -> dict[str, int]:
-    from tasks.deploy.sparse_storage import zlib_size
-
-    sizes = {k: p.stat().st_size for k, p in paths.items()}
-    sizes["dense_zlib"] = zlib_size(paths["dense"])
-    return sizes
 
 
 def deploy_cifar(
@@ -55,7 +42,7 @@ def deploy_cifar(
 
     from fcpts.core.masks import sparsity_summary
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
-    from tasks.deploy.sparse_storage import load_any, write_sparse_files
+    from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
     from tasks.grid.cifar_data import load_cifar, normalize_cifar
     from tasks.grid.data import resolve_data_root
 
@@ -71,10 +58,7 @@ def deploy_cifar(
     paths = write_sparse_files(stem.with_suffix(".onnx"))
     with torch.inference_mode():
         ref = torch.cat([model(x[i : i + 500]) for i in range(0, len(x), 500)]).numpy()
-    outputs = {
-        k: ort_predict(ort_session(load_any(p).SerializeToString() if k == "bitmask" else str(p), threads), x)
-        for k, p in paths.items()
-    }
+    outputs = {k: ort_predict(ort_session(str(p), threads), x) for k, p in paths.items()}
     top1 = lambda logits: 100.0 * float((logits.argmax(1) == y).mean())  # noqa: E731
     onnx_top1 = {k: top1(v) for k, v in outputs.items()}
     memory = {k: peak_memory("onnxruntime", p, tuple(x.shape[1:]), threads) for k, p in paths.items()}
@@ -87,29 +71,18 @@ def deploy_cifar(
         "top1_diff_points": {k: v - top1(ref) for k, v in onnx_top1.items()},
         "max_abs_diff": {k: float(np.abs(v - ref).max()) for k, v in outputs.items()},
         "prediction_disagreements": {k: int((v.argmax(1) != ref.argmax(1)).sum()) for k, v in outputs.items()},
-        "files": {
-            k: str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p) for k, p in paths.items()
-        },
-        "file_bytes": file_sizes(paths),
+        "files": {k: repo_relative(p) for k, p in paths.items()},
+        "file_bytes": {**{k: p.stat().st_size for k, p in paths.items()}, "dense_zlib": zlib_size(paths["dense"])},
         "peak_memory_onnxruntime": memory,
     }
 
 
 def provenance(threads: int) -> dict:
-    """Command, commit, device (CPU model, flags), threads, load and date of this run."""
-    from datetime import datetime, timezone
+    """Every record's provenance, plus the device (CPU model, flags), threads and load of this run."""
+    from tasks.grid.records import provenance as record_provenance
 
-    from tasks.grid.records import command_line, environment, git_commit
-
-    return {
-        "command": command_line(),
-        "git_commit": git_commit(),
-        "cpu": cpu_description(),
-        "threads": threads,
-        "loadavg_1_5_15": list(os.getloadavg()),
-        "environment": environment(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    cpu = {"cpu": cpu_description(), "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
+    return {**record_provenance(), **cpu}
 
 
 def cpu_description() -> dict:
@@ -122,19 +95,7 @@ def cpu_description() -> dict:
         flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
     except (OSError, StopIteration):
         pass
-    wanted = (
-        "avx2",
-        "fma",
-        "avx512f",
-        "avx512bw",
-        "avx512vl",
-        "avx512_vnni",
-        "avx_vnni",
-        "avx512_bf16",
-        "amx_tile",
-        "amx_bf16",
-        "amx_int8",
-    )
+    wanted = "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16 amx_int8".split()
     return {
         "model": model,
         "logical_cores": os.cpu_count(),

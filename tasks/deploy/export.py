@@ -1,9 +1,6 @@
-"""Export a (sparse) PyTorch model to ONNX for inference runtimes, and check it against PyTorch.
-
-The exported graph is the inference graph: BatchNorm folded into the convolutions (fewer ops, and what a
-deployment runtime would do anyway), opset 17, a dynamic batch axis. Folding multiplies each conv by its
-BN scale, which keeps zeros zero but turns them into -0.0 under a negative scale; those are written as
-+0.0, so every pruned weight is the bit pattern 0 that sparse storage and sparse kernels look for.
+"""Export a (sparse) PyTorch model to ONNX for inference runtimes (BatchNorm folded, opset 17, a dynamic batch
+axis), and check it against PyTorch. Folding turns zeros under a negative BN scale into -0.0; those are written
+as +0.0, the bit pattern 0 that sparse storage and sparse kernels look for.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from torch import nn
 
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import layer_weight, prunable_layers
+from tasks.deploy.worker import ort_session as ort_session  # the worker's, re-exported
 
 OPSET = 17
 
@@ -57,17 +55,6 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_bytes(data)
     return data
-
-
-def ort_session(model_bytes: bytes | str, threads: int = 1):
-    """A CPU onnxruntime session of a serialized model (or of the path to one) with a fixed thread count (so
-    timings and checks are reproducible)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
 
 
 def ort_predict(session, x: torch.Tensor | np.ndarray, batch_size: int = 500) -> np.ndarray:

@@ -1,7 +1,5 @@
-"""Finding a runtime's python and starting the inference worker in it: each runtime may live in its own
-virtual environment (DeepSparse pins onnx 1.14 and numpy 1.26), and a fresh process per measurement
-makes its peak memory the inference's own. Missing runtimes become errors that say how to install them.
-"""
+"""Finding a runtime's python (each may live in its own venv: DeepSparse pins onnx 1.14 and numpy 1.26) and
+starting the inference worker in it, a fresh process per measurement; a missing runtime says how to install it."""
 
 from __future__ import annotations
 
@@ -15,28 +13,16 @@ from tasks.grid.paths import REPO_ROOT  # no torch there: workers run in venvs w
 
 RESULT_MARK = "FCPTS_WORKER_RESULT "
 
-# runtime -> (import name, environment variable naming its python, default venv folder, install hint)
+# runtime (its import name) -> (default venv folder, install hint); $FCPTS_<RUNTIME>_PYTHON names its python
 RUNTIMES = {
-    "onnxruntime": (
-        "onnxruntime",
-        "FCPTS_ONNXRUNTIME_PYTHON",
-        None,
-        "pip install onnxruntime (a core dependency of this suite)",
-    ),
+    "onnxruntime": (None, "pip install onnxruntime (a core dependency of this suite)"),
     "deepsparse": (
-        "deepsparse",
-        "FCPTS_DEEPSPARSE_PYTHON",
         ".venv-deepsparse",
         "python3.11 -m venv .venv-deepsparse && .venv-deepsparse/bin/pip install deepsparse==1.8.0 "
         "(Python <= 3.11; pins onnx 1.14.1 and numpy 1.26, hence its own environment; Neural Magic "
         "Community License: evaluation use only)",
     ),
-    "openvino": (
-        "openvino",
-        "FCPTS_OPENVINO_PYTHON",
-        ".venv-openvino",
-        "python3 -m venv .venv-openvino && .venv-openvino/bin/pip install openvino",
-    ),
+    "openvino": (".venv-openvino", "python3 -m venv .venv-openvino && .venv-openvino/bin/pip install openvino"),
 }
 
 
@@ -44,14 +30,16 @@ class RuntimeNotInstalled(RuntimeError):
     """A runtime is missing; the message says where we looked and how to install it."""
 
 
-# ----------------------------------------------------------------------------- locating runtimes
+def _spec(runtime: str) -> tuple[str, str, str | None, str]:
+    """(import name, environment variable naming its python, default venv folder, install hint)."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; choose one of {sorted(RUNTIMES)}")
+    return (runtime, f"FCPTS_{runtime.upper()}_PYTHON", *RUNTIMES[runtime])
 
 
 def runtime_python(runtime: str) -> str:
     """The python that has `runtime`: $FCPTS_<RUNTIME>_PYTHON, else <repo>/<default venv>, else this one."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"unknown runtime {runtime!r}; choose one of {sorted(RUNTIMES)}")
-    _, env, venv, _ = RUNTIMES[runtime]
+    _, env, venv, _ = _spec(runtime)
     if os.environ.get(env):
         return os.environ[env]
     if venv and (REPO_ROOT / venv / "bin" / "python").is_file():
@@ -61,9 +49,7 @@ def runtime_python(runtime: str) -> str:
 
 def runtime_version(runtime: str, python: str | None = None) -> str:
     """The runtime's version in its python, or RuntimeNotInstalled saying how to install it."""
-    module, env, _, hint = RUNTIMES[runtime] if runtime in RUNTIMES else (None, None, None, None)
-    if module is None:
-        raise ValueError(f"unknown runtime {runtime!r}; choose one of {sorted(RUNTIMES)}")
+    module, env, _, hint = _spec(runtime)
     python = python or runtime_python(runtime)
     code = f"import {module} as m; print(getattr(m, '__version__', None) or m.get_version())"
     try:
@@ -102,24 +88,8 @@ def run_worker(runtime: str, args: list[str], threads: int = 1, timeout: float =
 
 def peak_memory(runtime: str, path: str | Path, shape: tuple[int, ...], threads: int = 1) -> dict:
     """VmHWM of a fresh process that loads one model file and runs 5 batch-1 inferences."""
-    r = run_worker(
-        runtime,
-        [
-            "--mode",
-            "memory",
-            "--models",
-            str(path),
-            "--shape",
-            *map(str, shape),
-            "--batch",
-            "1",
-            "--warmup",
-            "1",
-            "--runs",
-            "5",
-        ],
-        threads,
-    )
+    runs = "--batch 1 --warmup 1 --runs 5".split()
+    r = run_worker(runtime, ["--mode", "memory", "--models", str(path), "--shape", *map(str, shape), *runs], threads)
     return {
         "vmhwm_mib": r["vmhwm_kib"] / 1024,
         "vmhwm_after_import_mib": r["vmhwm_kib_after_import"] / 1024,

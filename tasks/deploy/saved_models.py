@@ -1,9 +1,5 @@
-"""The dense and sparse models behind a run record, rebuilt from what the runner saved.
-
-Every grid cell saves its sparse state dict (`record["sparse_model"]`, not committed: large and
-re-creatable) beside the record. Deployment and benchmarks start from there instead of re-running the
-method: the dense model comes from the record's weights, the sparse one is the same architecture with the
-saved state dict, checked against the sha256 the record holds.
+"""The dense and sparse models behind a run record: the dense model from the record's weights, the sparse one
+from the state dict the grid saved beside the record (`record["sparse_model"]`, not committed), sha256-checked.
 """
 
 from __future__ import annotations
@@ -21,8 +17,7 @@ from tasks.grid.rerun import get_task
 
 
 def read_finished_record(record_path: str | Path) -> dict:
-    """A run record read whole (its per-layer detail and calibration lists read back); a missing file and a
-    record without metrics are told apart, each with its fix."""
+    """A run record read whole; a missing file and a record without metrics are told apart, each with its fix."""
     record_path = Path(record_path)
     if not record_path.is_file():
         raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")

@@ -1,15 +1,9 @@
-"""Sparse storage for ONNX models whose weights hold exact zeros: files that really shrink.
+"""Sparse storage for ONNX models whose weights hold exact zeros, both formats lossless (zero = all bits zero):
 
-Two formats, both lossless (a weight is "zero" only when all its bits are zero, so -0.0 and NaN survive):
-
-- ONNX `sparse_initializer`s (`to_sparse_initializers`): the standard's own container, built with
-  `onnx.helper.make_sparse_tensor`. Indices are linear INT64 (the ONNX checker rejects anything else), so
-  a tensor only shrinks below 1/3 density for float32; denser tensors stay dense. onnxruntime loads such
-  a file directly (and expands it to dense at load time).
-- Bitmask + values (`pack_bitmask` / `unpack_bitmask`): a deflated zip holding the model with the packed
-  tensors' bytes removed, one bit per weight (np.packbits) and the non-zero values. At most 1/32 + density
-  of the dense size for float32 (deflate takes a little more off the masks and the graph); any runtime
-  gets it back via `unpack_bitmask` -> the exact original model bytes.
+- ONNX `sparse_initializer`s (`to_sparse_initializers`): the standard's container, linear INT64 indices, so a
+  float32 tensor only shrinks below 1/3 density; onnxruntime loads such a file directly.
+- Bitmask + values (`pack_bitmask` / `unpack_bitmask`): a deflated zip of the model without the packed tensors'
+  bytes, one bit per weight and the non-zero values; `unpack_bitmask` restores the exact original bytes.
 
 Only numpy and onnx are imported, so runtimes in their own virtual environments can load these files.
 """
@@ -40,18 +34,6 @@ def _itemsize(tensor: onnx.TensorProto) -> int | None:
         return None
     size = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
     return size if size in (1, 2, 4, 8) else None
-
-
-def tensor_sparsity(tensor: onnx.TensorProto) -> float:
-    """Fraction of elements whose bit pattern is zero (0.0 for tensors this module does not pack)."""
-    size = _itemsize(tensor)
-    if size is None:
-        return 0.0
-    bits = _bits(tensor.raw_data, size)
-    return float((bits == 0).mean()) if bits.size else 0.0
-
-
-# ---------------------------------------------------------------- ONNX sparse_initializer
 
 
 def to_sparse_initializers(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> onnx.ModelProto:
@@ -94,9 +76,6 @@ def from_sparse_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
         out.graph.initializer.append(numpy_helper.from_array(dense.reshape(tuple(sp.dims)), sp.values.name))
     del out.graph.sparse_initializer[:]
     return out
-
-
-# ---------------------------------------------------------------- bitmask + values
 
 
 def pack_bitmask(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> bytes:
@@ -144,9 +123,6 @@ def unpack_bitmask(data: bytes) -> onnx.ModelProto:
             dense[nonzero] = np.frombuffer(z.read(f"values_{k}"), dtype=dtype)
             by_name[entry["name"]].raw_data = dense.tobytes()
     return model
-
-
-# ---------------------------------------------------------------- files
 
 
 def load_any(path: str | Path) -> onnx.ModelProto:

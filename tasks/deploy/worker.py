@@ -1,7 +1,5 @@
-"""The inference process (`python -m tasks.deploy worker ...`): it imports only numpy, the runtime and,
-for bitmask files, onnx (never torch), so it runs in a runtime's own virtual environment and its VmHWM
-is the inference's own.
-"""
+"""The inference process (`python -m tasks.deploy worker ...`): it imports only numpy, the runtime and, for
+bitmask files, onnx (never torch), so it runs in a runtime's own venv and its VmHWM is the inference's own."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import statistics
 import sys
 import time
 
-from tasks.deploy.runtimes import RESULT_MARK, RUNTIMES  # no torch there: workers run in venvs without it
+from tasks.deploy.runtimes import RESULT_MARK  # no torch there: workers run in venvs without it
 
 # sparse_storage's file kinds, by name, so a worker for a plain .onnx never imports onnx (memory, venvs)
 BITMASK_SUFFIX, SPARSE_ONNX_SUFFIX = ".bitmask.zip", ".sparse.onnx"
@@ -40,18 +38,23 @@ def _plain_onnx_path(path: str) -> str:
     return tmp
 
 
-def _load_onnxruntime(path: str, batch: int, threads: int):
+def ort_session(model_bytes: bytes | str, threads: int = 1):
+    """A CPU onnxruntime session of a serialized model or of a file (a bitmask zip expanded in memory,
+    sparse-initializer files load natively) with a fixed thread count, so timings and checks are reproducible."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    if path.endswith(BITMASK_SUFFIX):  # expanded in memory; sparse-initializer files load natively
+    if isinstance(model_bytes, str) and model_bytes.endswith(BITMASK_SUFFIX):
         from tasks.deploy.sparse_storage import load_any
 
-        model = load_any(path).SerializeToString()
-    else:
-        model = path
-    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        model_bytes = load_any(model_bytes).SerializeToString()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def _load_onnxruntime(path: str, batch: int, threads: int):
+    sess = ort_session(path, threads)
     name = sess.get_inputs()[0].name
     return (lambda x: sess.run(None, {name: x})[0]), {}
 
@@ -90,10 +93,8 @@ LOADERS = {"onnxruntime": _load_onnxruntime, "deepsparse": _load_deepsparse, "op
 
 
 def time_interleaved(runners: dict, x, warmup: int, runs: int, min_sample_s: float = 0.05) -> dict[str, list[float]]:
-    """Per-call times (s) of every model, one sample of every model per round, order rotated each round,
-    so slow drift of a shared CPU hits all models alike. A sample repeats the call k times (k from the
-    first model's warm-up, the same k for all) so that it lasts >= min_sample_s: scheduler slices of a
-    busy machine then blur into the mean instead of deciding single millisecond calls."""
+    """Per-call times (s) of every model, one sample of each per round in rotated order (a shared CPU's drift hits
+    all alike), a sample repeating the call k times to last >= min_sample_s (k from the first model's warm-up)."""
     names = list(runners)
     for _ in range(warmup):
         for n in names:
@@ -126,7 +127,7 @@ def worker_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     import numpy as np
 
-    module = __import__(RUNTIMES[a.runtime][0])
+    module = __import__(a.runtime)
     hwm_start = vm_hwm_kib()
     x = np.random.default_rng(0).standard_normal((a.batch, *a.shape), dtype=np.float32)
     runners, applied, load_s = {}, {}, {}

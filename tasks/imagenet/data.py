@@ -1,9 +1,6 @@
-"""ImageNet in the standard folder layout: `<dir>/train/<wnid>/*.JPEG`, `<dir>/val/<wnid>/*.JPEG`.
-
-`<dir>` is `<data-root>/imagenet` when that exists (this workplace), else the data root itself (a user's
-ImageNet folder). Class index = position of the wnid among the 1,000 classes: `classes.txt` (one
-`<wnid>[\\t<name>]` per line) when present, else the sorted wnids of `train/` (which then must have all
-1,000). This keeps labels right when `val/` holds only some classes, as the sample here does.
+"""ImageNet in the standard folder layout, `<dir>/{train,val}/<wnid>/*.JPEG`, `<dir>` = `<data-root>/imagenet` or the
+data root. Class index = the wnid's position in `classes.txt` (`<wnid>[\\t<name>]` per line), else among the
+sorted wnids of `train/`: labels stay right when `val/` holds only some classes.
 """
 
 from __future__ import annotations

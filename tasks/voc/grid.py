@@ -4,30 +4,16 @@
     python -m tasks.voc --data-root data/voc-cifar --models mb2-ssd-lite --image-size 160 --all-methods
                                                                  # the CPU substitute (tasks.voc.make_set)
 
-Detectors: pytorch-ssd's MobileNetV1-SSD (`mb1-ssd`) and MobileNetV2-SSD-Lite (`mb2-ssd-lite`), see
-tasks/voc/ssd/. Weights: `--weights PATH`, else pytorch-ssd's released files
-(`mobilenet-v1-ssd-mp-0_675.pth`, `mb2-ssd-lite-mp-0_686.pth`) looked up in `<data-root>/weights/voc/`
-and `<data-root>/models/`; for a substitute set, this suite's own `results/weights/<dataset>/<model>-<size>.pth`
-(tasks.voc.train). Data: `VOCdevkit/VOC2007` (tasks/voc/data.py); calibration images come from `trainval`
-(images only, no boxes), mAP is VOC07 11-point mAP@0.5 on `test` with difficult boxes ignored
-(tasks/voc/metrics.py).
-
-What the methods see: the detector wrapped in `DistillView`, whose forward returns one tensor, the
-per-prior class log-probabilities at temperature T (= FCPTS's 4): FCPTS's output KL is then the mean
-per-prior KL of the class distributions. Box offsets, and by default the rest of the network, enter
-through FCPTS's block MSE (`--reconstruction`):
+Detectors: pytorch-ssd's (tasks/voc/ssd.py); weights `--weights PATH`, else its released files in
+`<data-root>/weights/voc/` or `<data-root>/models/`, for a substitute set `results/weights/<dataset>/<model>-<size>.pth`
+(tasks.voc.train). Calibration images from `trainval` (no boxes); VOC07 11-point mAP@0.5 on `test`.
+The methods see the detector's per-prior class log-probabilities at T = 4 (`DistillView`); box offsets and by
+default the rest of the network enter through FCPTS's block MSE (`--reconstruction`):
   kl-box      KL(class distributions) + MSE on the regression-header outputs (the box offsets)
   mse-heads   kl-box + MSE on the classification-header outputs (MSE on all head outputs)
-  mse-blocks  mse-heads + MSE on every backbone block and extra layer (default; FCPTS's measured CIFAR
-              default, the released code's layer loss)
-Records of a non-default reconstruction carry it in the profile name (e.g. `cpu-kl-box`). POT and the
-magnitude methods ignore the output; BN folding traces the wrapper with torch.fx. POT folds BN before it
-prunes (msbench's procedure); `--pot-option fold_bn=false` measures it without (profile `cpu-pot-fold_bnFalse`).
-
-Profiles: `paper` (1,024 images, 1,600 iterations of 64; POT 10,240 images capped at trainval's 5,011 and
-20,000 iterations per layer: a GPU protocol), `cpu` (1,024 images, 400 iterations of 32; POT 1,000
-iterations per layer on the same images, as the classification tasks' CPU profiles), `quick` (smoke test,
-not a result).
+  mse-blocks  mse-heads + MSE on every backbone block and extra layer (default)
+A non-default reconstruction names the profile (e.g. `cpu-kl-box`). Profiles: `paper` (a GPU protocol), `cpu`,
+`quick` (smoke test, not a result).
 """
 
 from __future__ import annotations
@@ -97,11 +83,8 @@ def evaluate_detector(
     detections: list[Detections] = []
     for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
         logits, regression = ssd(x.to(device, non_blocking=True))
-        sizes: list[tuple[int, int]] = []
-        for i in idx:
-            a = data.annotations[i]
-            height, width = (a.height, a.width) if a.height and a.width else data.image(i).shape[-2:]
-            sizes.append((height, width))
+        annotations = [(i, data.annotations[i]) for i in idx]
+        sizes = [(a.height, a.width) if a.height and a.width else data.image(i).shape[-2:] for i, a in annotations]
         for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
             n = len(det["scores"])
             detections.append(
@@ -113,9 +96,7 @@ def evaluate_detector(
                 )
             )
     ssd.train(was_training)
-    result = voc07_map(
-        Detections.concat(detections), [data.annotations[i].ground_truth() for i in images.indices], data.class_names
-    )
+    result = voc07_map(Detections.concat(detections), [data.annotations[i] for i in images.indices], data.class_names)
     return {
         "map50": result["map"],
         "ap50_per_class": result["ap"],
@@ -126,9 +107,9 @@ def evaluate_detector(
     }
 
 
-def default_weights(arch: str, image_size: int, data_root: Path, dataset: str, substitute: bool) -> Path:
-    if substitute:
-        candidates = [RESULTS_DIR / "weights" / dataset / f"{arch}-{image_size}.pth"]
+def default_weights(arch: str, image_size: int, data_root: Path, manifest: dict | None) -> Path:
+    if manifest:
+        candidates = [RESULTS_DIR / "weights" / manifest["dataset"] / f"{arch}-{image_size}.pth"]
         hint = f"train it with `python -m tasks.voc.train --data-root <set> --model {arch} --image-size {image_size}`"
     else:
         name = RELEASED[arch][0]
@@ -151,8 +132,7 @@ def model_name(arch: str, image_size: int) -> str:
 
 
 def dataset_name(folder: Path, eval_limit: int | None) -> str:
-    """voc2007 or the substitute set's name; a partial test set is named by its size, so its results never pass
-    for the full set's. Reads the set's manifest and image list, not its images."""
+    """voc2007 or the substitute set's name; a partial test set is named by its size."""
     manifest = read_substitute_manifest(folder)  # its dataset name checked: it names the records' folder
     base = manifest["dataset"] if manifest else "voc2007"
     n_test_all = len(read_image_ids(folder, "test"))
@@ -162,8 +142,7 @@ def dataset_name(folder: Path, eval_limit: int | None) -> str:
 
 
 def planned_plan(args: argparse.Namespace, profile: Profile, arch: str) -> cli.GridPlan:
-    """A dry run's grid: the dataset named from the folder when it is here (else VOC2007, said so), the profile
-    as the run names it; no detector is built, no image read."""
+    """A dry run's grid: the dataset named from the folder when it is here (else VOC2007, said so)."""
     where, note = cli.where(args), ""
     try:
         folder = voc2007_dir(resolve_data_root(where.data_root, holding=VOC_DATA))
@@ -191,17 +170,9 @@ def build_grid(
     trainval = VOCDetection(folder, "trainval")
     manifest = test.manifest()
     substitute = manifest is not None
-    base = manifest["dataset"] if manifest is not None else "voc2007"
-    dataset = dataset_name(folder, profile.eval_limit)
-
     probe = create_ssd(arch, len(test.class_names))
     profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
-
-    weights_path = (
-        Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, base, substitute)
-    )
-    if not weights_path.is_file():
-        raise DataNotFoundError(f"--weights {weights_path} does not exist")
+    weights_path = Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, manifest)
     load_info = load_ssd_weights(probe, weights_path)
     config = SSDConfig.for_model(probe, image_size)
     build_ssd = dense_factory(lambda: create_ssd(arch, len(test.class_names)), probe, where.device)
@@ -211,14 +182,12 @@ def build_grid(
             len(trainval), n, where.seed, "trainval", "horizontal flip" if augment else "none"
         )
         info.update(image_ids=[trainval.ids[i] for i in idx], labels_used=False)
-        return DetectionImages(
-            trainval, image_size, idx, cache=len(idx) * image_size**2 * 12 < 2**31, flip=augment
-        ), info
+        return DetectionImages(trainval, image_size, idx, flip=augment), info
 
-    eval_images = DetectionImages(test, image_size, cache=len(test) * image_size**2 * 12 < 2**31)
+    eval_images = DetectionImages(test, image_size)
     return Grid(
         task="voc",
-        dataset=dataset,
+        dataset=dataset_name(folder, profile.eval_limit),
         model=model_name(arch, image_size),
         build_model=lambda: DistillView(cast(SSD, build_ssd())),  # dense_factory copies create_ssd's SSD
         make_calibration=make_calibration,
@@ -305,8 +274,7 @@ def plans(args: argparse.Namespace):
     parse_args=parse_args, plans=plans, table=partial(format_table, columns=VOC_COLUMNS),
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
-    """The grid a record came from, for re-running its cell (the record's profile already carries the
-    reconstruction's options). Records of mmdet detectors (`framework: mmdet`) are rebuilt by tasks.voc.mmdet."""
+    """The grid a record came from, for re-running its cell (mmdet records: tasks.voc.mmdet's)."""
     if record.get("framework") == "mmdet":
         from tasks.voc.mmdet.grid import grid_for_record as mmdet_grid_for_record
 

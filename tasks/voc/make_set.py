@@ -2,18 +2,10 @@
 
     python -m tasks.voc.make_set --out data/voc-cifar          # 4,000 trainval + 500 test images
 
-There is no VOC here; this set stands in for it on a CPU (Table 5's substitute row). Each image is a
-canvas of random size (160-240 x 120-200 px) cut from a CIFAR-100 scene photograph (cloud, forest,
-mountain, plain, sea, road), upscaled and lightly jittered, with 1-3 CIFAR-10 images (10 classes) pasted
-at known boxes (side 20-80 px, aspect 0.8-1.25, overlapping earlier objects by at most IoU 0.1). Objects
-smaller than 28 px are flagged `difficult` (the metric ignores them, training skips them, as in VOC).
-Trainval objects and backgrounds come from the CIFAR training splits, test ones from the test splits, so
-no pixel of a test object was seen in training.
-
-Written as VOC: `<out>/VOCdevkit/VOC2007/{JPEGImages/*.jpg (quality 90), Annotations/*.xml,
-ImageSets/Main/{trainval,test}.txt, labels.txt}` plus `substitute.json` (how it was made: seed, sources,
-counts). Deterministic: image k of a split depends only on (seed, split, k). The images are regenerable
-and are not committed: `<out>/.gitignore` ignores the folder.
+The CPU stand-in for VOC (Table 5's substitute row): canvases of 160-240 x 120-200 px cut from CIFAR-100 scenes,
+1-3 CIFAR-10 objects pasted at known boxes (side 20-80 px, overlapping by IoU <= 0.1), objects under 28 px
+`difficult`; trainval from the CIFAR training splits, test from the test splits. Written as
+`<out>/VOCdevkit/VOC2007/` plus `substitute.json`; image k of a split depends only on (seed, split, k).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """PASCAL VOC2007 detection metric: mAP at IoU 0.5 with the 11-point interpolated AP, difficult boxes ignored.
 
-The rules of the VOC devkit's `VOCevaldet` (and of pytorch-ssd's `eval_ssd.py`, which produced the
-published 67.7 / 68.6 of the paper's detectors), per class:
-- detections of all test images are ranked by score (ties keep their input order: stable sort);
-- each detection takes the ground-truth box of its image and class with the highest IoU; if that IoU is
-  above 0.5 (strictly) and the box is `difficult`, the detection is ignored (neither TP nor FP); if the
-  box is not difficult and not yet matched, it is a true positive (and the box becomes matched); a
-  second detection of a matched box, or an IoU of 0.5 or less, or an image without such a box, is a
-  false positive;
-- recall = TP / (non-difficult ground-truth boxes), precision = TP / (TP + FP) along the ranking;
-- AP = mean over t in {0, 0.1, ..., 1} of the highest precision at recall >= t (0 when unreached);
-  t runs through `np.arange(0, 1.1, 0.1)` as in the devkit's Python ports (0.30000000000000004, ...);
-- mAP = mean AP over the classes that have a non-difficult ground-truth box.
-Boxes are continuous (x1, y1, x2, y2) pixel coordinates and IoU is torchvision's `box_iou` (no +1 on
-widths), as in pytorch-ssd; the reader subtracts 1 from the XML's 1-based coordinates.
+The VOC devkit's `VOCevaldet` rules, as pytorch-ssd's `eval_ssd.py` (which produced the paper's dense numbers)
+applies them: detections ranked by score (stable sort); each takes its image's best-IoU box of its class: above
+0.5 and difficult, ignored; above 0.5 and unmatched, a true positive; else a false positive. AP = mean over
+t in `np.arange(0, 1.1, 0.1)` of the best precision at recall >= t; mAP over classes with a non-difficult box.
+IoU is torchvision's `box_iou` on continuous coordinates (no +1 on widths), as in pytorch-ssd.
 """
 
 from __future__ import annotations
@@ -26,14 +17,12 @@ import numpy as np
 import torch
 from torchvision.ops import box_iou
 
-VOC07_RECALL_POINTS = np.arange(0.0, 1.1, 0.1)
-
 
 def voc07_ap(precision: np.ndarray, recall: np.ndarray) -> float:
     """11-point interpolated average precision (VOC2007)."""
     precision, recall = np.asarray(precision, dtype=float), np.asarray(recall, dtype=float)
     ap = 0.0
-    for t in VOC07_RECALL_POINTS:
+    for t in np.arange(0.0, 1.1, 0.1):
         above = recall >= t
         ap += (precision[above].max() if above.any() else 0.0) / 11.0
     return float(ap)
@@ -47,14 +36,6 @@ class GroundTruth:
     boxes: torch.Tensor
     labels: torch.Tensor
     difficult: torch.Tensor
-
-
-@dataclass
-class Detection:
-    image_id: str
-    label: int
-    score: float
-    box: Sequence[float]
 
 
 def match_class(
@@ -104,19 +85,9 @@ class Detections:
     boxes: np.ndarray
 
     @classmethod
-    def from_list(cls, detections: Iterable[Detection]) -> Detections:
-        d = list(detections)
-        return cls(
-            np.array([x.image_id for x in d], dtype=object),
-            np.array([int(x.label) for x in d], dtype=np.int64),
-            np.array([float(x.score) for x in d], dtype=float),
-            np.array([list(x.box) for x in d], dtype=float).reshape(-1, 4),
-        )
-
-    @classmethod
     def concat(cls, parts: list[Detections]) -> Detections:
         if not parts:
-            return cls.from_list([])
+            return cls(np.array([], dtype=object), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 4)))
         return cls(
             *(np.concatenate([getattr(p, f) for p in parts]) for f in ("image_ids", "labels", "scores", "boxes"))
         )
@@ -126,15 +97,10 @@ class Detections:
 
 
 def voc07_map(
-    detections: Detections | Iterable[Detection],
-    ground_truth: Iterable[GroundTruth],
-    class_names: Sequence[str],
-    iou_threshold: float = 0.5,
+    detections: Detections, ground_truth: Iterable[GroundTruth], class_names: Sequence[str], iou_threshold: float = 0.5
 ) -> dict:
     """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"}; labels index
     `class_names` (0 = background, never evaluated)."""
-    if not isinstance(detections, Detections):
-        detections = Detections.from_list(detections)
     gt_by_class: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
     n_positive: dict[int, int] = defaultdict(int)
     for g in ground_truth:

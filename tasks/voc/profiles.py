@@ -21,20 +21,14 @@ PROFILES = profile_table(
 )
 
 
-def block_distilling_methods() -> list[str]:
-    """The registry's methods that distill block outputs (their options take `block_names`: FCPTS, its
-    fixed-rate ablation, FCPTS+)."""
-    return [m for m in list_methods(trains=True) if "block_names" in get_method(m).options.field_names()]
-
-
 def distill_profile(profile: Profile, blocks: list[str], reconstruction: str) -> Profile:
-    """The profile the distilling methods run with on one detector: block MSE over its `blocks`, the
-    reconstruction named in the profile (a non-default one renames it, so its records never pass for the
-    default's) and in its note."""
+    """The profile the distilling methods run with on one detector: block MSE over its `blocks`; a non-default
+    reconstruction renames the profile, so its records never pass for the default's."""
     default = reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}")
     methods = dict(profile.methods)
-    for m in block_distilling_methods():
-        methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
+    for m in list_methods(trains=True):
+        if "block_names" in get_method(m).options.field_names():  # the methods that distill block outputs
+            methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
     return replace(
         profile,
         name=profile.name + ("" if default else f"-{reconstruction}"),

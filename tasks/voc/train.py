@@ -3,23 +3,11 @@
     python -m tasks.voc.make_set --out data/voc-cifar
     python -m tasks.voc.train --data-root data/voc-cifar --model mb2-ssd-lite --image-size 160 --epochs 60
 
-Recipe (pytorch-ssd's train_ssd.py, from scratch because no ImageNet backbone is available offline; pass
-`--base-net PATH` for a backbone state dict in pytorch-ssd's `base_net` layout):
-- SSD augmentation with torchvision's box-aware transforms: photometric distortion, zoom-out (expand on
-  the mean colour, up to `--max-zoom-out`), SSD's random IoU crop, horizontal flip; then the detector's
-  preprocessing (bilinear resize to the square input, (x - 127) / 128);
-- priors matched to ground truth at IoU 0.5 (each box also claims its best prior), difficult boxes left
-  out (pytorch-ssd's keep_difficult=False);
-- MultiBox loss: cross-entropy with hard-negative mining (3 negatives per positive, per image) plus
-  smooth L1 on the positives' offsets, each divided by the number of positives;
-- SGD momentum 0.9, weight decay 5e-4 (not on BN and biases), peak lr 0.05 x batch/32 after a one-epoch
-  linear warm-up, cosine to 0 (pytorch-ssd: lr 0.01 with a pretrained backbone; from scratch a higher rate).
-
-Resumable: a checkpoint (model, optimiser, scheduler, step, history) is written atomically every epoch and
-every few minutes; batches and their augmentation depend only on (seed, step), so a resumed run repeats
-an uninterrupted one. The result is `results/weights/<dataset>/<model>-<size>.pth` (a plain state dict,
-pytorch-ssd's format) and its training record `.json` beside it; `tasks.voc` finds it by default. The
-test-split mAP is observed every `--eval-every` epochs and at the end, never used to select.
+pytorch-ssd's train_ssd.py recipe, from scratch (`--base-net PATH`: a backbone state dict in its `base_net`
+layout): SSD augmentation (photometric distortion, zoom-out up to `--max-zoom-out`, SSD's IoU crop, flip), priors
+matched at IoU 0.5 without difficult boxes, MultiBox loss, SGD with a one-epoch warm-up to 0.05 x batch/32 and
+cosine to 0. Resumable: batches depend only on (seed, step). Writes `results/weights/<dataset>/<model>-<size>.pth`
+and its training record, which `tasks.voc` finds by default; the test mAP is observed, never used to select.
 """
 
 from __future__ import annotations
@@ -27,10 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from fcpts.core.calibration import to_device
 from fcpts.core.io import save_torch_atomic
@@ -106,24 +96,7 @@ def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, see
     """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
     idx = training.batch_indices(len(train_set), step, batch_size, seed).tolist()
     items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
-    return (
-        torch.stack([x for x, _, _ in items]),
-        torch.stack([t for _, t, _ in items]),
-        torch.stack([lab for _, _, lab in items]),
-    )
-
-
-class _Steps(Dataset):
-    """Batches of steps start..total-1, so DataLoader workers can prepare them ahead (same batches)."""
-
-    def __init__(self, train_set: DetectionTrainSet, start: int, total: int, batch_size: int, seed: int):
-        self.train_set, self.start, self.total, self.batch_size, self.seed = train_set, start, total, batch_size, seed
-
-    def __len__(self) -> int:
-        return self.total - self.start
-
-    def __getitem__(self, k: int):
-        return batch_for_step(self.train_set, self.start + k, self.batch_size, self.seed)
+    return tuple(torch.stack(column) for column in zip(*items))  # images, regression targets, prior labels
 
 
 def _one_thread(_worker_id: int) -> None:
@@ -143,12 +116,11 @@ def train(args: argparse.Namespace) -> dict:
     model = create_ssd(args.model, num_classes)
     base_net = load_checkpoint(model.base_net, args.base_net)["sha256"] if args.base_net else None
     device = resolve_device(default_device(args.device))
-    # Before the optimiser sees its parameters. torch's stubs for Module.to lack this (device, memory_format=)
-    # call, which torch accepts: a wrong stub, not a wrong call.
+    # before the optimiser sees its parameters; torch's stub lacks this (device, memory_format=) overload
     model = model.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     config = SSDConfig.for_model(model, args.image_size)
     train_set = DetectionTrainSet(trainval, config, augment=not args.no_augment, max_zoom_out=args.max_zoom_out)
-    eval_images = DetectionImages(test, args.image_size, cache=len(test) <= 2000)
+    eval_images = DetectionImages(test, args.image_size)
 
     steps_per_epoch, total = training.epoch_steps(len(train_set), args.batch_size, args.epochs)
     lr = args.lr if args.lr is not None else 0.05 * args.batch_size / 32
@@ -192,9 +164,12 @@ def train(args: argparse.Namespace) -> dict:
         return loc + cls, torch.stack([loc.detach(), cls.detach()]).double()
 
     def batches(start: int) -> Iterable:
-        steps = _Steps(train_set, start, total, args.batch_size, args.seed)
+        # each step's batch made by a worker ahead of time when --workers asks (the same batches); a range indexes
+        # as a map-style dataset does, which torch's stub does not say
+        steps: Any = range(start, total)
+        make = partial(batch_for_step, train_set, batch_size=args.batch_size, seed=args.seed)
         init = _one_thread if args.workers else None
-        return torch.utils.data.DataLoader(steps, batch_size=None, num_workers=args.workers, worker_init_fn=init)
+        return DataLoader(steps, batch_size=None, collate_fn=make, num_workers=args.workers, worker_init_fn=init)
 
     run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
     wall_s = training.train_epochs(

@@ -26,24 +26,67 @@ from tasks.voc import make_set as mds  # noqa: E402
 from tasks.voc.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
 from tasks.voc.metrics import Detections, voc07_map  # noqa: E402
 from tasks.voc.mmdet import train as mmdet_train  # noqa: E402
-from tasks.voc.mmdet.agreement import mmdet_voc_map  # noqa: E402
 from tasks.voc.mmdet.data import (  # noqa: E402
     PipelineImages,
     build_dataset,
     config_test_pipeline,
+    evaluate_detector,  # noqa: E402
     find_layout,
     without_annotations,
 )
-from tasks.voc.mmdet.detector import build_detector, load_config, load_weights  # noqa: E402
-from tasks.voc.mmdet.evaluate import evaluate_detector  # noqa: E402
+from tasks.voc.mmdet.detector import (  # noqa: E402  # noqa: E402
+    HeadOutputView,
+    build_detector,
+    load_config,
+    load_weights,
+    quiet_mmengine,
+    reconstruction_blocks,
+)
 from tasks.voc.mmdet.grid import build_grid  # noqa: E402
-from tasks.voc.mmdet.view import HeadOutputView, reconstruction_blocks  # noqa: E402
 from tasks.voc.profiles import PROFILES  # noqa: E402
 from tasks.voc.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
 
 CONFIG = REPO_ROOT / "tasks" / "voc" / "mmdet" / "configs" / "ssdlite_mobilenetv2_voc-cifar10-160.py"
 MEAN, STD = np.array([123.675, 116.28, 103.53]), np.array([58.395, 57.12, 57.375])
+
+
+def _instances(rows: list[dict]) -> dict[str, torch.Tensor]:
+    boxes = torch.tensor([r["bbox"] for r in rows], dtype=torch.float32).reshape(-1, 4)
+    return {"bboxes": boxes, "labels": torch.tensor([r["bbox_label"] for r in rows], dtype=torch.int64)}
+
+
+def mmdet_voc_map(detections: Detections, dataset) -> dict[str, float]:
+    """mmdet's VOC metric on the suite's detections over an mmdet VOCDataset's own ground truth, as fractions:
+    VOCMetric (the devkit's legacy +1 box widths) and `eval_map` without the +1 (the suite's convention)."""
+    from mmdet.evaluation import VOCMetric
+    from mmdet.evaluation.functional import eval_map
+
+    metric = VOCMetric(metric="mAP", eval_mode="11points")
+    metric.dataset_meta = dataset.metainfo
+    image_ids = np.asarray(detections.image_ids).astype(str)
+    samples = []
+    for i in range(len(dataset)):
+        info = dataset.get_data_info(i)
+        sel = image_ids == str(info["img_id"])
+        samples.append(
+            {
+                "gt_instances": _instances([r for r in info["instances"] if not r["ignore_flag"]]),
+                "ignored_instances": _instances([r for r in info["instances"] if r["ignore_flag"]]),
+                "pred_instances": {
+                    "bboxes": torch.as_tensor(detections.boxes[sel], dtype=torch.float32).reshape(-1, 4),
+                    "scores": torch.as_tensor(detections.scores[sel], dtype=torch.float32),
+                    "labels": torch.as_tensor(detections.labels[sel] - 1, dtype=torch.int64),
+                },
+            }
+        )
+    with quiet_mmengine():
+        metric.process({}, samples)
+        legacy = metric.compute_metrics(metric.results)["mAP"]
+        gts, preds = zip(*metric.results)
+        plain, _ = eval_map(list(preds), list(gts), iou_thr=0.5, dataset=list(dataset.metainfo["classes"]),
+                            eval_mode="11points", use_legacy_coordinate=False, logger="silent")  # fmt: skip
+    return {"vocmetric": float(legacy), "no_plus_one": float(plain)}
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +276,7 @@ def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
                     Detections(ids, d["labels"].numpy(), d["scores"].double().numpy(), d["boxes"].double().numpy())
                 )
     detections = Detections.concat(parts)
-    suite = voc07_map(detections, [a.ground_truth() for a in test.annotations], test.class_names)["map"] / 100
+    suite = voc07_map(detections, test.annotations, test.class_names)["map"] / 100
     load_config(CONFIG)  # mmdet's registry scope
     mmdet_map = mmdet_voc_map(detections, build_dataset(find_layout(tmp_path), "test", []))
     assert suite > 0.2 and len(detections) > 500  # real detections, not an empty agreement
@@ -275,7 +318,7 @@ def test_a_checkpoint_of_another_model_is_one_line_naming_it_and_the_model(tiny_
 def test_a_detector_with_a_head_output_the_methods_never_distil_is_refused_naming_its_layers():
     """FCOS's centerness conv feeds neither the class logits nor the box regression: pruned, it would get no
     gradient, its mask never learned."""
-    from tasks.voc.mmdet.view import check_layers_reach_outputs
+    from tasks.voc.mmdet.detector import check_layers_reach_outputs
 
     check_layers_reach_outputs(HeadOutputView(build_detector(load_config(CONFIG))))  # SSDlite: every layer feeds them
     import mmdet

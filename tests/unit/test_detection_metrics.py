@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.voc.metrics import Detection, GroundTruth, voc07_ap, voc07_map
+from tasks.voc.metrics import Detections, GroundTruth, voc07_ap, voc07_map
 
 CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 
@@ -15,6 +15,14 @@ def gt(image_id, boxes, labels, difficult):
         torch.tensor(boxes, dtype=torch.float32),
         torch.tensor(labels),
         torch.tensor(difficult, dtype=torch.bool),
+    )
+
+
+def detections(*rows):
+    """Detections from (image id, label, score, box) rows."""
+    ids, labels, scores, boxes = zip(*rows)
+    return Detections(
+        np.array(ids, dtype=object), np.array(labels), np.array(scores, dtype=float), np.array(boxes, float)
     )
 
 
@@ -31,16 +39,16 @@ def test_voc07_map_hand_worked():
         gt("C", [[50, 50, 60, 60]], [1], [False]),
         gt("D", [[0, 0, 20, 20]], [2], [False]),
     ]
-    dets = [
-        Detection("A", 1, 0.9, [0, 0, 10, 10]),  # d1: IoU 1 with g1                          -> TP
-        Detection("A", 1, 0.8, [20, 20, 30, 30]),  # d2: IoU 1 with difficult g2                -> ignored
-        Detection("A", 1, 0.7, [1, 0, 10, 10]),  # d3: IoU 90/100 = 0.9 with g1, taken by d1  -> FP
-        Detection("B", 1, 0.6, [0, 0, 10, 20]),  # d4: IoU 100/200 = 0.5, not > 0.5          -> FP
-        Detection("C", 1, 0.5, [50, 50, 60, 60]),  # d5: IoU 1 with g4                          -> TP
-        Detection("D", 1, 0.4, [0, 0, 20, 20]),  # d6: no dog in D                            -> FP
-        Detection("D", 2, 0.3, [0, 0, 20, 20]),  # cat: IoU 1                                 -> TP
-        Detection("A", 3, 0.9, [0, 0, 10, 10]),  # bird: no bird anywhere (class left out of the mean)
-    ]
+    dets = detections(
+        ("A", 1, 0.9, [0, 0, 10, 10]),  # d1: IoU 1 with g1                          -> TP
+        ("A", 1, 0.8, [20, 20, 30, 30]),  # d2: IoU 1 with difficult g2                -> ignored
+        ("A", 1, 0.7, [1, 0, 10, 10]),  # d3: IoU 90/100 = 0.9 with g1, taken by d1  -> FP
+        ("B", 1, 0.6, [0, 0, 10, 20]),  # d4: IoU 100/200 = 0.5, not > 0.5          -> FP
+        ("C", 1, 0.5, [50, 50, 60, 60]),  # d5: IoU 1 with g4                          -> TP
+        ("D", 1, 0.4, [0, 0, 20, 20]),  # d6: no dog in D                            -> FP
+        ("D", 2, 0.3, [0, 0, 20, 20]),  # cat: IoU 1                                 -> TP
+        ("A", 3, 0.9, [0, 0, 10, 10]),  # bird: no bird anywhere (class left out of the mean)
+    )
     # Dog, along the ranking d1..d6 (d2 counts as neither): cumulative TP 1 1 1 1 2 2, FP 0 0 1 2 2 3
     #   precision 1, 1, 1/2, 1/3, 1/2, 2/5;   recall 1/3, 1/3, 1/3, 1/3, 2/3, 2/3
     #   11 points: t = 0, .1, .2, .3 -> max precision at recall >= t = 1      (4 points)
@@ -68,9 +76,9 @@ def test_voc07_ap_points_follow_numpy_arange():
 
 def test_detection_order_ties_are_stable_and_duplicates_are_false_positives():
     truth = [gt("A", [[0, 0, 10, 10]], [1], [False])]
-    dets = [Detection("A", 1, 0.5, [0, 0, 10, 10]), Detection("A", 1, 0.5, [0, 0, 10, 10])]
+    dets = detections(("A", 1, 0.5, [0, 0, 10, 10]), ("A", 1, 0.5, [0, 0, 10, 10]))
     # first of the tie is the TP: precision 1 at recall 1, then 1/2 -> AP 1
     assert voc07_map(dets, truth, CLASSES[:2])["map"] == pytest.approx(100.0)
     # a lower-scored exact box after a miss: precision 1/2 at recall 1 -> AP 0.5
-    dets = [Detection("A", 1, 0.9, [30, 30, 40, 40]), Detection("A", 1, 0.1, [0, 0, 10, 10])]
+    dets = detections(("A", 1, 0.9, [30, 30, 40, 40]), ("A", 1, 0.1, [0, 0, 10, 10]))
     assert voc07_map(dets, truth, CLASSES[:2])["map"] == pytest.approx(50.0)

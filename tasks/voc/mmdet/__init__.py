@@ -1,19 +1,6 @@
-"""The detection task on detectors built by mmdet (OpenMMLab's detection toolbox) from the user's config.
-
-    python -m tasks.voc --framework mmdet --config CONFIG --weights FILE --data-root DIR --all-methods
-
-This subpackage is the only place that imports mmdet, mmengine or mmcv; the rest of the suite runs without
-them. Install with the `[mmdet]` extra plus mmcv (docs/tasks.md: a prebuilt CPU wheel here, OpenMMLab's wheels for
-other torch/CUDA pairs). Modules, one job each:
-
-    detector   config -> detector through mmengine's registry, checkpoint loading, versions and hashes
-    view       the detector as one output tensor (per-anchor class log-probabilities) for the methods,
-               its raw class and box head outputs exposed for FCPTS's MSE, and the prunable-layer rule
-    data       VOC- or COCO-layout folders as mmdet datasets; calibration images through the test pipeline
-    evaluate   mmdet's metric for the dataset (VOCMetric 11-point, CocoMetric) through mmengine's test loop
-    grid       the grid of one detector (records in the suite's format), `python -m tasks.voc.mmdet`
-    train      resumable dense training with mmengine's Runner (the substitute set's detector)
-    configs/   mmdet configs of the suite (SSDLite-MobileNetV2 on the VOC-layout substitute set)
+"""The detection task on single-stage detectors built by mmdet from the user's config
+(`python -m tasks.voc --framework mmdet --config CONFIG --weights FILE ...`): the only package that imports mmdet,
+mmengine or mmcv (the `[mmdet]` extra plus mmcv, docs/tasks.md).
 """
 
 import sys
@@ -37,8 +24,7 @@ def missing() -> str | None:
 
 
 def exit_if_missing() -> None:
-    """For this subpackage's commands: without the extra, exit 2 naming what is missing and the fix, before any
-    mmdet import fails with a traceback."""
+    """Without the extra, exit 2 naming what is missing and the fix, before an mmdet import's traceback."""
     why = missing()
     if why is not None:
         print(f"error: {why}", file=sys.stderr)

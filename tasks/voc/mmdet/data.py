@@ -1,29 +1,32 @@
-"""Detection folders as mmdet datasets, and calibration images through the config's own test pipeline.
-
-Two layouts, found from the data root:
-    VOC    <root>/VOCdevkit/VOC2007/ (or <root>/VOC2007/, or <root>): calibration from ImageSets/Main/trainval.txt,
-           evaluation on test.txt; classes from labels.txt (the suite's convention) or VOC's 20;
-           metric: mmdet's VOCMetric, VOC07 11-point mAP@0.5
-    COCO   <root>/annotations/instances_<split>.json with images in <root>/<split>/: calibration from the
-           train* split, evaluation on val* (else test*); classes from the json; metric: mmdet's CocoMetric
-The config supplies the pipeline (its test_dataloader's), never the paths.
+"""Detection folders as mmdet datasets, calibration images through the config's own test pipeline, and mmdet's
+metric for the folder through mmengine's test loop. Two layouts, found from the data root:
+    VOC    <root>/VOCdevkit/VOC2007/ (or <root>/VOC2007/, or <root>): calibration from trainval, evaluation on
+           test, classes from labels.txt or VOC's 20; mmdet's VOCMetric (VOC07 11-point mAP@0.5)
+    COCO   <root>/annotations/instances_<split>.json, images in <root>/<split>/: calibration from train*,
+           evaluation on val* (else test*), classes from the json; mmdet's CocoMetric
+The config supplies the pipeline, never the paths.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
+from mmengine.runner import Runner
 from torch import nn
 from torch.utils.data import Dataset
 
+from fcpts.core.batch_workers import default_workers
 from tasks.grid.data import DataNotFoundError
 from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
+from tasks.voc.mmdet.detector import quiet_mmengine
 
 ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
 
@@ -38,10 +41,6 @@ class Layout:
     calibration_split: str
     eval_split: str
     manifest: dict | None = None  # the substitute set's description (tasks.voc.make_set)
-
-    @property
-    def task(self) -> str:
-        return self.kind
 
     def source(self, split: str) -> dict:
         """The keys of an mmdet dataset config that say what it reads: type, paths, classes."""
@@ -63,10 +62,7 @@ class Layout:
 
     def dataset_cfg(self, split: str, pipeline: list, limit: int | None = None) -> dict:
         """An mmdet dataset config for one split (test mode: every image, in the split's order)."""
-        cfg = {**self.source(split), "test_mode": True, "pipeline": copy.deepcopy(pipeline)}
-        if limit is not None:
-            cfg["indices"] = limit  # mmengine's first-N subset
-        return cfg
+        return point_at({"test_mode": True, "pipeline": pipeline}, self, split, limit)
 
     def evaluator_cfg(self, coco_ann_file: str | None = None) -> dict:
         if self.kind == "voc":
@@ -120,7 +116,7 @@ def point_at(dataset_cfg: dict, layout: Layout, split: str, limit: int | None = 
         inner.pop(key, None)
     inner.update(layout.source(split))
     if limit is not None:
-        inner["indices"] = limit
+        inner["indices"] = limit  # mmengine's first-N subset
     return out
 
 
@@ -147,13 +143,9 @@ def build_dataset(layout: Layout, split: str, pipeline: list, limit: int | None 
 
 
 class PipelineImages(Dataset):
-    """Calibration images as the detector sees them: the test pipeline (without annotations), then the
-    detector's data preprocessor (BGR->RGB, mean/std, padding to its divisor); (3, H, W) float tensors.
-
-    Pipelines that keep aspect ratios give images of different sizes: each is padded at the bottom and right
-    to the largest (with the preprocessor's pad value, as a batch would be), so any two stack. A flipped
-    image (augmentation of the training-loop methods) is flipped before padding. Images are kept in memory
-    once made while they fit in `cache_bytes` (a training-loop method reads each one many times)."""
+    """Calibration images as the detector sees them: the test pipeline without annotations, then the detector's
+    data preprocessor; (3, H, W) float, padded at the bottom and right to the largest (as a batch would be) after
+    an optional flip, kept in memory while they fit in `cache_bytes`."""
 
     def __init__(
         self, dataset, preprocessor: nn.Module, indices: list[int], flip: bool = False, cache_bytes: int = 2**31
@@ -196,3 +188,58 @@ class PipelineImages(Dataset):
         if (h, w) != self.canvas:
             x = F.pad(x, (0, self.canvas[1] - w, 0, self.canvas[0] - h), value=self.pad_value)
         return x, self.indices[k]
+
+
+def coco_subset(layout: Layout, limit: int, folder: Path) -> str:
+    """The evaluation split's annotation file cut to its first `limit` images (CocoMetric scores every
+    image of its file, so a partial evaluation needs a partial file)."""
+    source = json.loads((layout.root / "annotations" / f"instances_{layout.eval_split}.json").read_text())
+    keep = {im["id"] for im in source["images"][:limit]}
+    source["images"] = source["images"][:limit]
+    source["annotations"] = [a for a in source["annotations"] if a["image_id"] in keep]
+    path = folder / "instances_subset.json"
+    path.write_text(json.dumps(source))
+    return str(path)
+
+
+def evaluate_detector(
+    detector: nn.Module,
+    layout: Layout,
+    pipeline: list,
+    limit: int | None = None,
+    batch_size: int = 16,
+    workers: int | None = None,
+) -> dict:
+    """{"map50": %, ("map": % for COCO), "mmdet_metrics": the evaluator's dict, "n_images", "metric"}."""
+    was_training = detector.training
+    device = next(detector.parameters()).device  # mmengine's Runner moves the model to its own choice of device
+    with tempfile.TemporaryDirectory(prefix="fcpts-mmdet-eval-") as work_dir:
+        ann_file = coco_subset(layout, limit, Path(work_dir)) if layout.kind == "coco" and limit else None
+        loader = {
+            "batch_size": batch_size,
+            "num_workers": default_workers() if workers is None else workers,  # as the other tasks' loaders
+            "persistent_workers": False,
+            "drop_last": False,
+            "sampler": {"type": "DefaultSampler", "shuffle": False},
+            "dataset": layout.dataset_cfg(layout.eval_split, pipeline, limit),
+        }
+        with quiet_mmengine():
+            runner = Runner(
+                model=detector,
+                work_dir=work_dir,
+                experiment_name=f"fcpts-eval-{uuid.uuid4().hex[:8]}",
+                test_dataloader=loader,
+                test_evaluator=layout.evaluator_cfg(ann_file),
+                test_cfg={"type": "TestLoop"},
+                default_scope="mmdet",
+                log_level="WARNING",
+                default_hooks={"logger": None, "checkpoint": None},
+            )
+            metrics = dict(runner.test())
+            n_images = len(runner.test_dataloader.dataset)
+    detector.to(device).train(was_training)
+    if layout.kind == "voc":
+        out = {"map50": 100.0 * float(metrics["pascal_voc/mAP"])}
+    else:
+        out = {"map": 100.0 * float(metrics["coco/bbox_mAP"]), "map50": 100.0 * float(metrics["coco/bbox_mAP_50"])}
+    return {**out, "mmdet_metrics": metrics, "n_images": n_images, "metric": layout.metric_description()}

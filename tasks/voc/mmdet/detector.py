@@ -1,5 +1,11 @@
-"""A detector from the user's mmdet config, through mmengine's registry, with its checkpoint; and what a record
-says about both (names, hashes, versions)."""
+"""A detector from the user's mmdet config, through mmengine's registry, with its checkpoint, what a record says
+about both (names, hashes, versions), and the detector as the methods see it (`HeadOutputView`).
+
+The view keeps the suite's SSD contract (`DistillView`): forward(x) returns T * log p(class | anchor) per anchor,
+flattened (a sigmoid head's Bernoulli per anchor and class as its two log-probabilities); the raw head outputs pass
+through the identities `class_logits` and `box_regression` for FCPTS's block MSE. Every Conv2d and Linear is
+prunable, head included, as in the suite's SSD task.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from typing import Any
 import mmcv
 import mmdet
 import mmengine
+import torch
+import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
@@ -22,8 +30,12 @@ from mmengine.runner import load_checkpoint
 from torch import nn
 
 from fcpts.core.io import file_sha256
+from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
+from fcpts.methods.fcpts import default_blocks
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import repo_relative
+from tasks.grid.weights import read_state_dict, state_dict_misfit
+from tasks.voc.ssd import check_reconstruction
 
 
 def load_config(path: str | Path) -> Config:
@@ -52,10 +64,8 @@ def versions() -> dict[str, str]:
 
 
 def build_detector(cfg: Config) -> nn.Module:
-    """The config's model, built by mmdet's registry (weights as constructed; load a checkpoint next).
-
-    Only single-stage detectors with a dense head are supported: the methods distil the head's raw outputs,
-    which a two-stage detector only has per proposal."""
+    """The config's model, built by mmdet's registry: a single-stage detector with a dense head (the methods
+    distil its raw outputs, which a two-stage detector only has per proposal)."""
     from mmdet.registry import MODELS
 
     with quiet_mmengine():
@@ -89,29 +99,8 @@ def quiet_mmengine(level: int = logging.WARNING):
         logger.setLevel(before)
 
 
-def _mismatch(message: str) -> str:
-    """mmengine's strict-load message (a paragraph per kind of mismatch) as one line: each kind, counted, with its
-    first keys."""
-    parts = []
-    shapes = [line.removeprefix("size mismatch for ").split(":")[0] for line in message.splitlines()
-              if line.startswith("size mismatch for ")]  # fmt: skip
-    for what, keys in (
-        ("of another shape", shapes),
-        *(
-            (what, line.split(": ", 1)[1].split(", "))
-            for line in message.splitlines()
-            for prefix, what in (("missing keys in source", "missing"), ("unexpected key in source", "unexpected"))
-            if line.startswith(prefix) and ": " in line
-        ),
-    ):
-        if keys:
-            parts.append(f"{len(keys)} {what} ({', '.join(keys[:2])}{', ...' if len(keys) > 2 else ''})")
-    return "; ".join(parts) or " ".join(message.split())[:300]
-
-
 def load_weights(detector: nn.Module, path: str | Path, model: str | None = None) -> dict:
-    """Load a checkpoint strictly (every key must match) and weights-only; returns what a record keeps about it.
-    A checkpoint of another model is a one-line error naming the checkpoint and the model (`model`: its name)."""
+    """Load a checkpoint strictly and weights-only; returns what a record keeps about it."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"checkpoint {path} does not exist")
@@ -124,9 +113,10 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
             "with its optimiser and message hub? Pass the weights tasks.voc.mmdet.train exports "
             "(results/weights/<dataset>/mmdet-<config>.pth) or another state-dict checkpoint"
         ) from e
-    except RuntimeError as e:  # strict loading: keys or shapes that are not the model's
+    except RuntimeError:  # strict loading: keys or shapes that are not the model's
+        misfit = state_dict_misfit(detector.state_dict(), read_state_dict(path)[0])
         raise ValueError(
-            f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {_mismatch(str(e))}; "
+            f"checkpoint {path} does not fit the model {model or type(detector).__name__}: {misfit}; "
             "pass the checkpoint trained with this config (--weights)"
         ) from None
     meta = checkpoint.get("meta", {}) if isinstance(checkpoint, dict) else {}
@@ -136,4 +126,102 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
         "epoch": meta.get("epoch"),
         "iter": meta.get("iter"),
         "classes": list(meta.get("dataset_meta", {}).get("classes", [])) or None,
+    }
+
+
+class HeadOutputView(nn.Module):
+    """A single-stage mmdet detector whose forward returns per-anchor class log-probabilities at T."""
+
+    detector: Any  # an mmdet detector: its bbox_head and extract_feat are beyond what torch's Module types say
+
+    def __init__(self, detector: nn.Module, temperature: float = 4.0):
+        super().__init__()
+        self.detector = detector
+        self.temperature = temperature
+        head = self.detector.bbox_head
+        self.sigmoid = bool(getattr(head, "use_sigmoid_cls", False))
+        self.class_channels = int(head.cls_out_channels)
+        self.class_logits = nn.Identity()
+        self.box_regression = nn.Identity()
+
+    def head_outputs(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(class logits (B, anchors, C), box regression (B, anchors, code)), mmdet's anchor order."""
+        outputs = self.detector.bbox_head(self.detector.extract_feat(x))
+        cls_scores, bbox_preds = outputs[0], outputs[1]
+        logits = torch.cat([_per_anchor(c, self.class_channels) for c in cls_scores], 1)
+        code = bbox_preds[0].shape[1] * self.class_channels // cls_scores[0].shape[1]
+        boxes = torch.cat([_per_anchor(b, code) for b in bbox_preds], 1)
+        return logits, boxes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits, boxes = self.head_outputs(x)
+        logits = self.class_logits(logits)
+        self.box_regression(boxes)  # seen by forward hooks (FCPTS's MSE), not part of the output
+        t = self.temperature
+        if self.sigmoid:
+            log_p = torch.stack([F.logsigmoid(logits / t), F.logsigmoid(-logits / t)], -1)
+        else:
+            log_p = F.log_softmax(logits / t, dim=-1)
+        return (t * log_p).flatten(1)
+
+
+def _per_anchor(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """(B, A * channels, H, W) -> (B, H * W * A, channels), as mmdet's heads flatten them."""
+    return x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, channels)
+
+
+def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> list[str]:
+    """Module names for FCPTS's block MSE (`block_names`): the suite's SSD choices on an mmdet detector."""
+    check_reconstruction(kind)
+    names = ["box_regression"]
+    if kind in ("mse-heads", "mse-blocks"):
+        names.append("class_logits")
+    if kind == "mse-blocks":
+        backbone = view.detector.backbone
+        stems = [  # stages outside the backbone's Sequentials (MobileNetV2's conv1, conv2)
+            f"detector.backbone.{n}"
+            for n, m in backbone.named_children()
+            if not isinstance(m, (nn.Sequential, nn.ModuleList))
+            and any(isinstance(c, PRUNABLE_TYPES) for c in m.modules())
+        ]
+        names += stems + [n for n in default_blocks(view) if n.startswith(("detector.backbone.", "detector.neck."))]
+    return names
+
+
+def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:
+    """Refuse a detector whose pruned layers do not all feed the distilled outputs (FCOS's centerness: masks chosen
+    and never learned), found by one backward on a zero image."""
+    layers = prunable_layers(view)
+    mode, frozen = view.training, [m.weight for m in layers.values() if not m.weight.requires_grad]
+    try:
+        view.eval()
+        for weight in frozen:  # a frozen backbone stage is pruned too: asked as every other layer
+            weight.requires_grad_(True)
+        with torch.enable_grad():
+            logits, boxes = view.head_outputs(torch.zeros(1, 3, size, size))
+            reached = torch.autograd.grad(
+                logits.sum() + boxes.sum(), [layer_weight(m) for m in layers.values()], allow_unused=True
+            )
+    finally:
+        view.train(mode)
+        for weight in frozen:
+            weight.requires_grad_(False)
+    unreached = [name for (name, _), grad in zip(layers.items(), reached) if grad is None]
+    if unreached:
+        raise ValueError(
+            f"{type(view.detector).__name__}: {', '.join(unreached)} feed no output the methods distil (class "
+            "logits, box regression), so they would be pruned and never reconstructed; detectors with other head "
+            "outputs (FCOS's centerness) are not supported"
+        )
+
+
+def pruned_layers(view: HeadOutputView) -> dict:
+    """What a record says about which layers were pruned."""
+    layers = prunable_layers(view)
+    return {
+        "rule": "every Conv2d and Linear of the detector (backbone, neck, head; the head's last classification and "
+        "regression convs included), as the suite's SSD task",
+        "n_layers": len(layers),
+        "n_weights": sum(layer_weight(m).numel() for m in layers.values()),
+        "excluded": [],
     }

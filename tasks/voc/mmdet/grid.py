@@ -3,22 +3,19 @@
     python -m tasks.voc --framework mmdet --config CONFIG --weights FILE --data-root DIR --all-methods
     python -m tasks.voc.mmdet ...                                      (the same)
 
-The detector is built by mmengine's registry from the config (`mmdet::` bases resolve to the installed mmdet),
-its checkpoint loaded strictly. Calibration images come from the folder's trainval (VOC) or train* (COCO)
-split through the config's own test pipeline, annotation loading removed (labels unused), and the detector's
-data preprocessor. Methods see `HeadOutputView` (view.py): FCPTS distils the dense teacher's per-anchor class
-distributions and, by block MSE, its raw box regression (`--reconstruction`: kl-box, mse-heads, mse-blocks as
-in the suite's SSD task). Every Conv2d/Linear of the detector is pruned, head included (view.py); the exact
-target holds over all of them. Evaluation: mmengine's test loop with mmdet's VOCMetric (VOC07 11-point
-mAP@0.5) or CocoMetric. Profiles are the detection task's (`cpu`, `paper`, `quick`). Records go to
-`results/runs/<voc|coco>/<dataset>/mmdet-<config name>/`, with the config's name and hashes, the
-checkpoint's hash and the mmdet, mmengine and mmcv versions.
+The detector is built by mmengine's registry from the config, its checkpoint loaded strictly. Calibration images:
+the folder's trainval (VOC) or train* (COCO) split through the config's test pipeline without annotations. The
+methods see `HeadOutputView` (view.py), every Conv2d/Linear is pruned, head included; `--reconstruction` as in
+the suite's SSD task. Metric: mmdet's VOCMetric (VOC07 11-point mAP@0.5) or CocoMetric. Records go to
+`results/runs/<voc|coco>/<dataset>/mmdet-<config name>/`.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -31,18 +28,28 @@ from tasks.grid.help import command_parser, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
-from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.grid.runner import Grid, Where, dense_factory, result_columns
+from tasks.grid.runner import format_table as grid_table
 from tasks.voc.mmdet.data import (
     Layout,
     PipelineImages,
     build_dataset,
     config_test_pipeline,
+    evaluate_detector,
     find_layout,
     without_annotations,
 )
-from tasks.voc.mmdet.detector import build_detector, config_identity, load_config, load_weights, versions
-from tasks.voc.mmdet.evaluate import evaluate_detector
-from tasks.voc.mmdet.view import HeadOutputView, check_layers_reach_outputs, pruned_layers, reconstruction_blocks
+from tasks.voc.mmdet.detector import (
+    HeadOutputView,
+    build_detector,
+    check_layers_reach_outputs,
+    config_identity,
+    load_config,
+    load_weights,
+    pruned_layers,
+    reconstruction_blocks,
+    versions,
+)
 from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
@@ -126,7 +133,7 @@ def build_grid(
         )
 
     return Grid(
-        task=layout.task,
+        task=layout.kind,
         dataset=dataset,
         model=model,
         build_model=build_view,
@@ -148,26 +155,12 @@ def build_grid(
     )
 
 
-MOVED = ("tasks/detection/", "tasks/voc/")  # the detection task's package, before it took the task's name
-
-
 def config_path(recorded: str) -> str:
-    """Where a config a record names lives now: records made before the detection task's package took the task's
-    name (tasks/voc/) name it under tasks/detection/."""
-    old, new = MOVED
-    return new + recorded.removeprefix(old) if recorded.startswith(old) else recorded
+    """Where a config a record names lives now: older records name it under tasks/detection/."""
+    return re.sub("^tasks/detection/", "tasks/voc/", recorded)
 
 
-def format_table(records: list[dict]) -> str:
-    head = f"{'method':14s} {'target':>6s} {'achieved':>9s} {'mAP50':>7s} {'dense':>7s} {'drop':>6s} {'time s':>7s}"
-    rows = [head, "-" * len(head)]
-    for r in records:
-        d, m = r["dense_metrics"]["map50"], r["metrics"]["map50"]
-        rows.append(
-            f"{r['method']:14s} {r['target_sparsity']:6.2f} {r['achieved_sparsity']:9.6f} {m:7.2f} {d:7.2f} "
-            f"{d - m:6.2f} {r['wall_s']:7.0f}"
-        )
-    return "\n".join(rows)
+format_table = partial(grid_table, columns=result_columns({"map50": "mAP50"}, method_width=14))
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -3,14 +3,10 @@
     python -m tasks.voc.mmdet.train --data-root data/voc-cifar \\
         --config tasks/voc/mmdet/configs/ssdlite_mobilenetv2_voc-cifar10-160.py
 
-The config says the model, pipelines, schedule, optimiser and hooks; this command points its datasets at a
-VOC- or COCO-layout folder (train on trainval / train*, validate and test on test / val*, with mmdet's metric
-for the layout) and keeps the run in a work folder (default `results/checkpoints/mmdet/<dataset>/<model>/`,
-not committed). The Runner saves a checkpoint after every epoch; running the same command again resumes from
-the last one (an interrupted epoch is redone), and a finished run is not retrained. At the end the weights
-go to `results/weights/<dataset>/mmdet-<config name>.pth` (state dict and meta: what the grid loads by
-default) with a training record beside it (recipe, seconds per iteration of each session, test metric).
-`--epochs`, `--train-limit`, `--eval-limit` and `--batch-size` shorten a run for smoke tests (recorded).
+The config's datasets are pointed at a VOC- or COCO-layout folder; the Runner checkpoints every epoch in a work
+folder (default `results/checkpoints/mmdet/<dataset>/<model>/`) and the same command resumes from the last one.
+The weights go to `results/weights/<dataset>/mmdet-<config name>.pth` (what the grid loads by default) with a
+training record beside it. `--epochs`, `--train-limit`, `--eval-limit`, `--batch-size` shorten a run (recorded).
 """
 
 from __future__ import annotations
@@ -44,12 +40,7 @@ from tasks.grid.help import add_results_dir
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import device_description, write_training_record
 from tasks.voc.mmdet.data import find_layout, point_at
-from tasks.voc.mmdet.detector import (
-    allow_ssd_predict,
-    config_identity,
-    load_config,
-    versions,
-)
+from tasks.voc.mmdet.detector import allow_ssd_predict, config_identity, load_config, versions
 from tasks.voc.mmdet.grid import dataset_name, model_name
 
 # numpy 2 names it numpy._core, numpy 1.26 numpy.core
@@ -78,8 +69,7 @@ def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int 
 
 
 def _history_statistic(owner, name: str):
-    """`getattr` as a pickled HistoryBuffer needs it (HistoryBuffer.min, .max, .mean, .current: its statistics
-    methods), and for nothing else: any other use of getattr in a checkpoint is refused."""
+    """`getattr` as a pickled HistoryBuffer needs it (its statistics methods), and for nothing else."""
     if owner is HistoryBuffer and name in {"min", "max", "mean", "current", *HistoryBuffer._statistics_methods}:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(f"a checkpoint asks for getattr({owner!r}, {name!r}); refused (weights-only)")
@@ -87,9 +77,8 @@ def _history_statistic(owner, name: str):
 
 @contextmanager
 def runner_checkpoints_weights_only():
-    """Resuming reads the Runner's own checkpoints, which pickle its message hub (HistoryBuffers of numpy arrays):
-    those few globals are allowed while training runs, and torch keeps loading weights-only, so a checkpoint a
-    config names (a backbone's `init_cfg`) can never run code when it is loaded."""
+    """Allow the few globals of the Runner's own checkpoints (its message hub's HistoryBuffers of numpy arrays), so
+    torch keeps loading weights-only and a checkpoint a config names can never run code."""
     allowed = [
         HistoryBuffer,
         np.ndarray,
@@ -104,8 +93,7 @@ def runner_checkpoints_weights_only():
 
 
 class SessionTimer(Hook):
-    """Appends each invocation's iterations and wall time (from after resuming to the end of training) to a
-    JSON list in the work folder: the seconds per iteration this machine gave."""
+    """Appends each invocation's iterations and wall time to a JSON list in the work folder."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -126,19 +114,12 @@ class SessionTimer(Hook):
                 "end_iter": runner.iter,
                 "wall_s": round(wall, 1),
                 "s_per_iter": round(wall / iterations, 3),
-                # the main process's CPU time (data-loading workers not included): less dependent on how
-                # busy the machine was than the wall time
+                # the main process's CPU time: less dependent on how busy the machine was
                 "cpu_s_per_iter": round(cpu / iterations, 3),
                 "load_average_1min_at_end": round(os.getloadavg()[0], 2),
                 "device": device_description(next(runner.model.parameters()).device),
             }
             write_json_atomic(self.path, [*self.sessions(), session])
-
-
-def export_weights(runner: Runner, path: Path, meta: dict) -> None:
-    """The trained model as the grid loads it: {"state_dict", "meta"} (no optimiser, no message hub)."""
-    state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}
-    save_torch_atomic({"state_dict": state, "meta": meta}, path)
 
 
 def main(argv=None) -> int:
@@ -182,7 +163,8 @@ def main(argv=None) -> int:
         weights = Path(args.results_dir) / dataset / f"{model}.pth"
         meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
                 "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
-        export_weights(runner, weights, meta)
+        state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}  # no optimiser, no message hub
+        save_torch_atomic({"state_dict": state, "meta": meta}, weights)  # what the grid loads
         record = write_training_record(
             weights,
             {
