@@ -51,3 +51,14 @@ def seed(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
     return value
+
+
+def target(text: str):
+    """A global sparsity target in [0, 1), checked by the library once (a `Sparsity`); torch is imported only here,
+    so --help and other flags' errors answer without it."""
+    from fcpts.core.masks import check_target
+
+    try:
+        return check_target(float(text))
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

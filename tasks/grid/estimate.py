@@ -13,15 +13,17 @@ not a promise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fcpts.methods import get_method
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.records import PROFILE_PREFERENCE, all_records
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, checkpoint_dir_for
+from tasks.grid.records import PROFILE_PREFERENCE, all_records, read_record
+from tasks.grid.runner import cell_budget, cell_path, check_cells
 
 # A grid's start, before its first cell: imports, reading the data and the dense weights; measured here (2 shared
 # CPU cores) for CIFAR-10 ResNet-56: 6 s of imports, 13 s for build_grid (CIFAR's two splits and the weights).
@@ -203,3 +205,50 @@ def duration(seconds: float | None) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None] = print) -> int:
+    """List every planned cell: its record path, whether it has a record, and how long it should take."""
+    known, projected = comparable_records([Path(args.results_dir)]), scale_projections()
+    total, unknown, cells, to_run = 0.0, 0, 0, 0
+    for plan in plans:
+        grid, methods, targets = plan.grid, plan.methods, plan.targets
+        check_cells(grid, list(methods), list(targets))
+        log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
+        if plan.note:
+            log(f"  ({plan.note})")
+        grid_to_run = 0
+        for method in methods:
+            budget = {
+                **cell_budget(grid.profile, method, grid.seed),
+                "n_images": grid.profile.n_calibration_for(method),
+            }
+            for target in targets:
+                cells += 1
+                path = cell_path(grid, method, target).resolve()
+                if not args.force and read_record(path) is not None:
+                    log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
+                    continue
+                to_run += 1
+                grid_to_run += 1
+                guess = estimate(
+                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected, budget
+                )
+                total += guess.seconds or 0.0
+                unknown += guess.seconds is None
+                log(f"  to run   {method:18s} {target:6.2%}  {duration(guess.seconds):>9s}  {path}")
+                log(f"           ({guess.basis})")
+        if grid_to_run:
+            kept = checkpoint_dir_for(grid.runs_dir) if grid.checkpoint_dir is None else grid.checkpoint_dir
+            cached = any((kept / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
+            start = grid_start(known, grid.task, grid.dataset, grid.model, cached)
+            total += start.seconds or 0.0
+            log(f"  + once   {'(grid start)':26s}  {duration(start.seconds):>9s}  ({start.basis})")
+    if to_run == unknown:
+        time = "time unknown (no comparable record)" if to_run else "nothing to run"
+    else:
+        time = f"about {duration(total)} for the {to_run - unknown} with an estimate"
+        time += f", {unknown} of unknown time" if unknown else ""
+        time += " (times of the machines the records or projections ran on)"
+    log(f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, {time}; nothing was run")
+    return 0

@@ -1,12 +1,20 @@
-"""The help format and parser of the suite's commands, in the standard library alone (torch-free commands and
-reporting, which imports no CLI, use it too)."""
+"""The help format and parsers of the suite's commands, in the standard library alone: --help and argument errors
+answer before torch (seconds to import) is loaded."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import importlib.util
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.grid import arg_types
+from tasks.grid.paths import RUNS_DIR
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -45,7 +53,7 @@ def _default_text(action: argparse.Action) -> str:
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
-    option shows its default (a grid's also what its exit status means: add_grid_args)."""
+    option shows its default."""
     return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
 
 
@@ -118,5 +126,172 @@ class _Deprecated(argparse.Action):
 
 
 def deprecated_alias(p: argparse._ActionsContainer, old: str, new: str, dest: str) -> None:
+    names, kwargs = deprecated(old, new, dest)
+    p.add_argument(*names, **kwargs)
+
+
+EXIT_CODES = """exit status:
+  0  every cell has its record, run now or found from before (a run with nothing to do says so)
+  1  a cell failed (cluster jobs)
+  2  bad input: one line on stderr, before any work
+  3  some cells were busy in another process: run the same command again once it is done
+"""
+INSTALL_HINT = "pip install -e '.[cluster]' in the checkout (or: pip install submitit)"
+DEFAULT_TIMEOUT_MIN = 240
+Flag = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def flag(*names: str, **kwargs: Any) -> Flag:
+    """One flag of a task's command, as `add_argument` takes it."""
+    return names, kwargs
+
+
+WORKERS = flag(
+    "--workers",
+    type=arg_types.at_least(int, 0),
+    default=None,
+    help="DataLoader workers for evaluation (default: min(8, CPUs))",
+)
+
+
+def deprecated(old: str, new: str, dest: str) -> Flag:
     """`old` as a hidden, deprecated spelling of `new` (same destination), saying so when used."""
-    p.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)
+    return flag(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class TaskCommand:
+    """A grid command's flags as data (given to register_task), so its parser needs no torch: the shared grid flags
+    with the task's models, profiles and default targets, its own flags before (`first`) and after them."""
+
+    prog: str
+    driver: str  # the module whose docstring is the help, read from its source (importing it imports torch)
+    profiles: tuple[str, ...]  # the names of the driver's profiles, most faithful first
+    default_profile: str
+    method_sets: tuple[str, ...]  # tasks.grid.layout.METHOD_SETS of --all-methods (several: chosen per model)
+    sparsity: tuple[float, ...] | None = None  # None: the driver chooses per model, as `sparsity_help` says
+    sparsity_help: str = ""
+    models: tuple[str, ...] = ()  # the default of --models/--model (none: the task has no such flag)
+    model_help: str = ""
+    model_choices: tuple[str, ...] | None = None
+    first: tuple[Flag, ...] = ()
+    flags: tuple[Flag, ...] = ()
+
+    def parser(self) -> argparse.ArgumentParser:
+        p = command_parser(self.prog, _docstring(self.driver))
+        for names, kwargs in self.first:
+            p.add_argument(*names, **kwargs)
+        if self.models:
+            p.add_argument(
+                "--models", "--model", dest="models", nargs="+", default=list(self.models), metavar="MODEL",
+                choices=self.model_choices, help=self.model_help,
+            )  # fmt: skip
+        self.add_grid_args(p)
+        for names, kwargs in self.flags:
+            p.add_argument(*names, **kwargs)
+        p.epilog = EXIT_CODES
+        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
+        return p
+
+    def add_grid_args(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--methods",
+            nargs="+",
+            default=["fcpts"],
+            help="registered method names (python -m tasks.grid tasks lists them)",
+        )
+        p.add_argument(
+            "--all-methods",
+            action="store_true",
+            help="the methods of this task's table in the paper (each model's where they differ), then the extras "
+            "beyond the paper this task runs (tables label them so): python -m tasks.grid tasks lists them",
+        )
+        p.add_argument(
+            "--sparsity",
+            nargs="+",
+            type=arg_types.target,
+            default=list(self.sparsity) if self.sparsity else None,
+            help="global sparsity targets in [0, 1)"
+            + (f" (default: {self.sparsity_help})" if self.sparsity_help else ""),
+        )
+        p.add_argument("--profile", default=self.default_profile, choices=sorted(self.profiles))
+        p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
+        p.add_argument(
+            "--pot-iterations",
+            type=int,
+            help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)",
+        )
+        p.add_argument(
+            "--option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="option override for the training-loop methods run, for design measurements (renames "
+            "the profile), e.g. lr=0.005",
+        )
+        p.add_argument(
+            "--pot-option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
+        )
+        p.add_argument(
+            "--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"
+        )
+        p.add_argument("--weights", help="dense weights file for the (single) model")
+        add_results_dir(p, str(RUNS_DIR), "where records go")
+        p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
+        add_device(p)
+        p.add_argument(
+            "--force",
+            action="store_true",
+            help="redo cells that already have a record, from a clean start (an interrupted redo resumes with --force)",
+        )
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="list the cells with their record paths and an estimated time from comparable records, run nothing",
+        )
+        p.add_argument("--no-progress", action="store_true")
+        add_launcher_args(p)
+
+
+def _docstring(module: str) -> str | None:
+    """A module's docstring, read from its source without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return None
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False)
+
+
+def add_launcher_args(p: argparse.ArgumentParser) -> None:
+    """The cluster launcher's flags (tasks.grid.launch)."""
+    at_least = arg_types.at_least
+    g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
+    g.add_argument(
+        "--launcher",
+        choices=("none", "submitit"),
+        default="none",
+        help="none: run the cells in this process; submitit: submit one job per cell",
+    )
+    g.add_argument(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit's executor (default slurm; local: processes on this machine)",
+    )
+    g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
+    g.add_argument("--slurm-partition")
+    g.add_argument("--gpus-per-node", type=at_least(int, 0))
+    g.add_argument("--cpus-per-task", type=at_least(int, 1))
+    g.add_argument("--mem-gb", type=at_least(int, 1))
+    g.add_argument(
+        "--timeout-min",
+        type=at_least(int, 1),
+        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
+        "when the command is run again",
+    )
+    g.add_argument(
+        "--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
+    )
+    g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")

@@ -33,6 +33,8 @@ MODELS: dict[str, ModelSpec] = {
         "timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3, std=(0.502,) * 3, interpolation="bilinear"
     ),
 }
+PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]  # Table 3
+PAPER_VITS = ["vit_base", "vit_large"]  # Table 4
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -23,18 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fcpts.core.io import file_sha256
-from fcpts.core.loop import NOT_IDENTITY
-from tasks.grid.data import resolve_data_root
+from tasks.grid.help import TaskCommand
 from tasks.grid.paths import REPO_ROOT
-from tasks.grid.profiles import Profile
-from tasks.grid.record_options import pinned_options
-from tasks.grid.records import record_path
-from tasks.grid.runner import Grid, Where, run_grid
 
-GridForRecord = Callable[..., Grid]
+if TYPE_CHECKING:  # imported where used: the registry is read before torch is (a command's --help)
+    from tasks.grid.profiles import Profile
+    from tasks.grid.runner import Grid, Where
+
+GridForRecord = Callable[..., "Grid"]
 ENTRY_POINT_GROUP = "fcpts.tasks"  # an installed package's task: name = "its.driver.module"
 TASKS_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,13 +44,12 @@ class Task:
     name: str
     grid_for_record: GridForRecord  # (record, profile, where) -> the grid the record came from
     build_grid: Callable[..., Grid]  # the driver's keyword grid builder
-    parse_args: Callable[..., Any] | None = None  # argv -> the command's arguments (argparse.Namespace)
     plans: Callable[..., Any] | None = None  # arguments -> the GridPlans to run (tasks.grid.cli.main runs them)
     table: Callable[[list[dict]], str] | None = None  # the records' table printed at the end (default: format_table)
     dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
     make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
     # What the task declares, for `python -m tasks.grid tasks` (as timm's list_models):
-    command: str = ""  # the one command that runs its grids
+    command: TaskCommand | None = None  # the one command that runs its grids, its flags declared
     datasets: tuple[str, ...] = ()  # what --dataset/--data-root may name
     models: tuple[str, ...] = ()  # the names its model factory builds
     metrics: tuple[str, ...] = ()  # what its evaluator writes into a record's `metrics`
@@ -117,6 +114,10 @@ def get_task(name: str) -> Task:
 def record_profile(record: dict) -> Profile:
     """The record's profile with its method's options pinned to what the record ran with; the options that change
     no result (`NOT_IDENTITY`: how many processes made its batches, where it ran) are the re-run's own."""
+    from fcpts.core.loop import NOT_IDENTITY
+    from tasks.grid.profiles import Profile
+    from tasks.grid.record_options import pinned_options
+
     profile = Profile(**record["profile"])
     methods = {
         name: {**entry, "options": {k: v for k, v in entry["options"].items() if k not in NOT_IDENTITY}}
@@ -136,6 +137,8 @@ def record_profile(record: dict) -> Profile:
 def weights_folders() -> list[tuple[str, Path]]:
     """(anchor, folder): a weights path's part after the anchor is looked for under the folder, this checkout's
     own weights and this machine's shared data's."""
+    from tasks.grid.data import resolve_data_root
+
     return [
         ("results/weights/", REPO_ROOT / "results" / "weights"),
         ("data/weights/", resolve_data_root(None, must_exist=False) / "weights"),
@@ -146,6 +149,8 @@ def local_weights(record: dict) -> dict:
     """The record, its dense weights path moved to the same file here when the path it names does not exist: the
     file under this repository's results/weights/ or the data root's weights/, taken only when its sha256 is the
     one the record names (so a re-run never starts from other weights). Otherwise the record as it is."""
+    from fcpts.core.io import file_sha256
+
     weights = record.get("weights") or {}
     path, sha256 = weights.get("path"), weights.get("sha256")
     if not path or not sha256 or Path(path).exists():
@@ -165,6 +170,9 @@ def grid_for_record(record: dict, where: Where) -> Grid:
 
 def rerun_record(record: dict, where: Where, force: bool = True) -> tuple[dict, Path]:
     """Run the record's cell again into `where.runs_dir`; returns the new record and its path."""
+    from tasks.grid.records import record_path
+    from tasks.grid.runner import run_grid
+
     grid = grid_for_record(record, where)
     (new,) = run_grid(grid, [record["method"]], [record["target_sparsity"]], force=force)
     return new, record_path(

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from tasks.grid.cli import main as task_main
-from tasks.voc.profiles import FRAMEWORKS
+from tasks.voc import FRAMEWORKS
 
 
 def main(argv=None) -> int:
