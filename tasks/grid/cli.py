@@ -1,10 +1,7 @@
 """Every grid command's main (`python -m tasks.<task>`) and the checks that run before any cell does.
 
-A task declares its command line as data (tasks.grid.help.TaskCommand, in its package's `__init__`, given to
-register_task), so the parser, --help and argument errors need no torch; the driver, and torch, are imported once
-the arguments are good. Every argument of a grid is validated before any cell runs, so a typo in the last target
-fails before hours of earlier cells.
-"""
+A task declares its command line as data (tasks.grid.help.TaskCommand), so --help and argument errors need no torch;
+the driver, and torch, are imported once the arguments are good."""
 
 from __future__ import annotations
 
@@ -202,9 +199,8 @@ def run_grids(
     table: Callable[[list[dict]], str],
     argv: Sequence[str] | None = None,
 ) -> int:
-    """A task's main: check the methods, run each (grid, methods, targets) planned here or, with `--launcher
-    submitit`, as one cluster job per cell (`argv`, the command's arguments, is narrowed to each cell), and
-    print the table."""
+    """Check the methods, run each planned grid here or, with `--launcher submitit`, one cluster job per cell
+    (`argv` narrowed to each), and print the table."""
     from fcpts.methods import get_method
     from tasks.grid import estimate, launch
     from tasks.grid.runner import run_grid

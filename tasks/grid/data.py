@@ -1,8 +1,5 @@
-"""The data-root rule every task shares, the error for missing data, and seeded calibration subsets.
-
-Data root, first match wins: `--data-root`, the FCPTS_DATA_ROOT environment variable, then `../shared/data`
-beside the repository when it exists.
-"""
+"""The data-root rule every task shares (`--data-root`, then $FCPTS_DATA_ROOT, then ../shared/data), the error for
+missing data, and seeded calibration subsets."""
 
 from __future__ import annotations
 

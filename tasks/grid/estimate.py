@@ -1,15 +1,7 @@
-"""How long a grid's cells will take, from the records of comparable cells (`--dry-run`).
-
-A cell's estimate is the median time (method + evaluation) of the records of the same task, dataset, model,
-method and profile at the same target; else at any target; else, for an ImageNet cell at the paper's budget, the
-method time the scale benchmark projected for that model and method on a GPU (its committed full-mode output,
-`results/benchmarks/scale_<device>.json`); else the time of one record of the same method on another model,
-dataset or profile (the closest: same model, then same dataset, then same profile, then nearest target), scaled by
-the ratio of parameters x images x iterations (`work`), naming that record; else it is unknown. A grid adds, once,
-its dense evaluation (a record's evaluation time of the same model and data) and its start (`START_S`). Times are
-those of the machines the records or the projection ran on (each names its device), so an estimate is a guide,
-not a promise.
-"""
+"""How long a grid's cells will take (`--dry-run`): the median of records of the same cell (same target first),
+else the scale benchmark's GPU projection (ImageNet, paper budget), else one record of the same method scaled by
+parameters x images x iterations, else unknown; plus, once per grid, its start and dense evaluation. Times are
+those of the machines the records ran on: a guide, not a promise."""
 
 from __future__ import annotations
 
@@ -83,10 +75,8 @@ def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
 
 
 def work(method: str, budget: dict) -> float:
-    """What a cell's method time scales with, but for its model's size: images x iterations. A training-loop
-    method's steps each take a batch; POT's per-layer iterations follow statistics of all the calibration images;
-    a one-shot method reads the calibration images once. `budget`: iterations, batch_size, options (as a record's),
-    n_images (the calibration images)."""
+    """What a cell's method time scales with besides its model's size: steps x batch for a training-loop method, images
+    x per-layer iterations for POT, images for a one-shot method."""
     options = budget.get("options") or {}
     if get_method(method).trains:
         return float(budget["iterations"]) * float(budget["batch_size"])

@@ -1,8 +1,5 @@
-"""The ImageNet models the suite knows, as data: each one's library and architecture name, the paper's dense
-numbers, whether it is a stand-in, and its preprocessing overrides.
-
-Apart from the factory (tasks/imagenet/models.py) because the tables read it too, and they build no model.
-"""
+"""The ImageNet models the suite knows, as data (library, architecture, the paper's dense numbers, stand-ins,
+preprocessing): apart from the factory because the tables read it too."""
 
 from __future__ import annotations
 

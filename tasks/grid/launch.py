@@ -1,11 +1,6 @@
-"""Grids on a cluster through submitit (`--launcher submitit`): each cell without a record becomes one job.
-
-A job runs the task's own command narrowed to its cell (tasks.grid.cell_job), so the record, lock, checkpoint/resume
-and provenance are those of a local run, and the record's command is the per-cell command. Every grid is built and
-every cell checked before anything is submitted. Cells with a record are skipped, cells whose job is still queued or
-running are left to it; the rest are submitted as one job array per grid, and the launcher waits and reports each
-cell (unless --no-wait). Running the same command again submits only what is not done.
-"""
+"""Grids on a cluster through submitit (`--launcher submitit`): each cell without a record or a live job becomes one
+job running the task's command narrowed to that cell (tasks.grid.cell_job); every grid is built and checked
+before anything is submitted, and running the same command again submits only what is not done."""
 
 from __future__ import annotations
 
@@ -18,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.grid.arg_types import at_least
 from tasks.grid.cell_job import CellCommand
-from tasks.grid.job_state import INSTALL_HINT, CellState, cell_states, error_line, import_submitit
+from tasks.grid.help import DEFAULT_TIMEOUT_MIN
+from tasks.grid.job_state import CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
@@ -34,7 +29,6 @@ from tasks.grid.submission import (
     write_cells,
 )
 
-DEFAULT_TIMEOUT_MIN = 240
 # The launcher's own flags: a job's command never carries them.
 LAUNCHER_FLAGS = (
     "--launcher",
@@ -51,36 +45,6 @@ LAUNCHER_FLAGS = (
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
 FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag, dropped with it
-
-
-def add_launcher_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
-    g.add_argument(
-        "--launcher",
-        choices=("none", "submitit"),
-        default="none",
-        help="none: run the cells in this process; submitit: submit one job per cell",
-    )
-    g.add_argument(
-        "--cluster",
-        choices=("slurm", "local", "debug"),
-        help="submitit's executor (default slurm; local: processes on this machine)",
-    )
-    g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
-    g.add_argument("--slurm-partition")
-    g.add_argument("--gpus-per-node", type=at_least(int, 0))
-    g.add_argument("--cpus-per-task", type=at_least(int, 1))
-    g.add_argument("--mem-gb", type=at_least(int, 1))
-    g.add_argument(
-        "--timeout-min",
-        type=at_least(int, 1),
-        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
-        "when the command is run again",
-    )
-    g.add_argument(
-        "--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
-    )
-    g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")
 
 
 def check_launcher_args(args: argparse.Namespace) -> None:

@@ -1,8 +1,5 @@
-"""Which methods a grid's `--all-methods` runs and a table or figure shows, in which order, from two sources only:
-the paper's reference numbers (`results/paper/paper_reference.csv`: the paper's rows, in the paper's order) and the
-method registry (the rows beyond the paper, their labels and styles, what each needs of a model). No method is
-named here, so a new method needs no edit to appear.
-"""
+"""Which methods a grid's `--all-methods` runs and a table or figure shows, from the paper's reference numbers (its
+rows, in its order) and the method registry (the rows beyond the paper): no method is named here."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Where the suite writes: options and environment first, the repository's folders only as the default.
-
-FCPTS_RESULTS_DIR moves everything the suite writes (records, tables, checkpoints, weights it trains) to
-another folder, e.g. for an installed copy; each command's --results-dir / --checkpoint-dir narrows it.
-"""
+"""Where the suite writes: $FCPTS_RESULTS_DIR, else the repository's results/; each command's flags narrow it."""
 
 from __future__ import annotations
 

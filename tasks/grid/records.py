@@ -1,8 +1,5 @@
-"""Run records: one JSON file per (task, dataset, model, method, sparsity, profile, seed).
-
-A record is the only thing that crosses from running to reporting. It is written atomically (temp file
-+ rename), so an interrupted grid never leaves a half record, and a finished cell is skipped on resume.
-"""
+"""Run records: one JSON file per (task, dataset, model, method, sparsity, profile, seed), written atomically; the
+only thing that crosses from running to reporting."""
 
 from __future__ import annotations
 
@@ -88,9 +85,7 @@ def cell_key(record: dict) -> tuple:
 
 
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
-    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell, one made with
-    today's defaults before one made with a default changed since, seed 0 first (the seed every table cell was run
-    with; other seeds measure the spread)."""
+    """cell_key -> the record standing for it: the most faithful profile, today's defaults, then seed 0 first."""
 
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
@@ -120,9 +115,7 @@ def headline(record: dict) -> tuple[str, float]:
 
 
 def stored_numbers(record: dict) -> dict[str, float]:
-    """Every number a record states about its result, by a dotted name: each metric (top-1, top-5, mAP, each
-    class's AP, the image count) and the achieved sparsity. Registered beside the headline, so editing any of
-    them is caught, not only the number tables lead with."""
+    """Every number a record states about its result (each metric, the achieved sparsity), by a dotted name."""
 
     def flatten(prefix: str, value) -> dict[str, float]:
         if isinstance(value, dict):
@@ -175,9 +168,8 @@ def _number(value: float) -> str:
 
 
 def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: tuple[str, ...] = ()) -> list[str]:
-    """Register every record now present with its headline value and its other stored numbers; never removes an
-    entry, never changes a registered number unless its path is in `refresh` (accepting a re-run is a
-    deliberate act); a number not registered yet is added."""
+    """Register every record present with its headline and stored numbers; an entry is never removed, a registered
+    number changed only for paths in `refresh`."""
     entries = read_manifest_entries(path)
     records = all_records(runs_dir)
     unknown = sorted(set(refresh) - {r["_path"] for r in records})
@@ -237,9 +229,7 @@ def moved_records(
 
 
 def checkout_commit() -> str | None:
-    """What this checkout's git folder says: HEAD, with '+dirty' when tracked files outside results/ differ from
-    it; None without one. results/ holds what runs write (records, models) and read by hash (weights): a grid's
-    second command, run after its first wrote records, runs the same code, so its records name the same commit."""
+    """HEAD, with '+dirty' when tracked files outside results/ differ from it; None without a git folder."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -257,11 +247,8 @@ def checkout_commit() -> str | None:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD's hash, with '+dirty' when tracked code differs from it (`checkout_commit`), read once per process: the code
-    that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code sent
-    to another machine names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim: where the copy has
-    no git folder, or one that says otherwise (a device may get the working tree beside an older git folder,
-    which then calls the tree dirty), both are named."""
+    """HEAD (`checkout_commit`), read once per process: the code that runs is the code at start-up. A copy sent
+    elsewhere names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim beside what its git folder says."""
     claimed = os.environ.get("FCPTS_GIT_COMMIT")
     found = checkout_commit()
     if found is None:

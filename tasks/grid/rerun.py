@@ -1,18 +1,7 @@
 """The tasks by name, and re-running a record's cell.
 
-Each driver registers its task: how to rebuild its grid from a record (weights, data, seed), its keyword grid
-builder, and optionally a record's dense model (deploy, the inference benchmarks) and how to write its substitute
-data set (the regression check). Tools that work across tasks look a task up with `get_task`, which imports the
-task's driver the first time it is asked for, as fcpts's registry finds the baselines: so no driver imports
-another, and a driver's import registers it. Drivers are found, not listed (`drivers`): every `grid.py` in a
-package under tasks/ whose source registers a task (read, not imported), and installed packages naming theirs
-under the `fcpts.tasks` entry-point group.
-
-`rerun_record` runs a record's method, target and profile again into a folder, with the method's options pinned
-to those the record ran with (a default changed since does not leak in), and its dense weights found in this
-checkout when the absolute path it names belongs to another (`local_weights`, checked by hash). Used by deploy
-(which re-makes a sparse model it cannot find) and by benchmarks.code.rerun_sample.
-"""
+Drivers are found, not listed (`drivers`), and imported on first use (`get_task`), so none imports another.
+`rerun_record` runs a record's cell again with its method options pinned and its weights found in this checkout."""
 
 from __future__ import annotations
 
@@ -146,9 +135,7 @@ def weights_folders() -> list[tuple[str, Path]]:
 
 
 def local_weights(record: dict) -> dict:
-    """The record, its dense weights path moved to the same file here when the path it names does not exist: the
-    file under this repository's results/weights/ or the data root's weights/, taken only when its sha256 is the
-    one the record names (so a re-run never starts from other weights). Otherwise the record as it is."""
+    """The record with its weights path moved to the same file here (same sha256) when the path it names is absent."""
     from fcpts.core.io import file_sha256
 
     weights = record.get("weights") or {}

@@ -1,8 +1,5 @@
-"""The grid runner every task shares: model x method x sparsity -> one record per cell.
-
-Finished cells are skipped (resume), an unfinished method run continues from its checkpoint, the dense
-model is evaluated once per grid and only if some cell still has to run.
-"""
+"""The grid runner every task shares: model x method x sparsity -> one record per cell; finished cells are skipped,
+an unfinished run resumes from its checkpoint, the dense model is evaluated once per grid."""
 
 from __future__ import annotations
 
@@ -106,10 +103,6 @@ class Grid:
 
 def _show(metrics: dict, names: tuple[str, ...]) -> str:
     return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
-
-
-def indices_hash(indices: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:16]
 
 
 def _thin(history: list[dict], every: int = 10) -> list[dict]:
@@ -239,10 +232,8 @@ def redo_begun(grid: Grid, path: Path) -> bool:
 
 
 def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
-    """--force starts a cell clean, except where a --force redo of the same record was interrupted: that one
-    resumes from its checkpoint, so a long redo (an STR search, a cluster job that timed out and is submitted
-    again with the same command) loses nothing finished. The marker beside the checkpoint names the record the
-    redo replaces; it goes with the checkpoint once the new record is written."""
+    """--force starts a cell clean, unless a --force redo of the same record was interrupted: that one resumes. The
+    marker beside the checkpoint names the record the redo replaces."""
     ckpt = cell_checkpoint(grid, path)
     if redo_begun(grid, path):
         log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")
@@ -252,9 +243,7 @@ def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> 
 
 
 def _devices_of_run(ckpt: Path, here: str) -> list[str]:
-    """The devices a cell's run has worked on, kept beside its checkpoint: a run resumed on another device
-    (a CPU start finished on a GPU, or another GPU model) names each in its record, so its summed wall time is
-    never read as one device's. Written before the method starts, so an interrupted part is counted too."""
+    """The devices a cell's run has worked on (kept beside its checkpoint), so a resumed run names each."""
     side = ckpt.with_name(ckpt.name + ".devices")
     others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, _redo_marker(ckpt)}
     started = ckpt.exists() or bool(others)  # STR: side files only
@@ -273,10 +262,8 @@ def clear_checkpoints(ckpt: Path) -> None:
 
 
 def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
-    """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
-    skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
-    a record names: weights, data, preprocessing, model, environment. `rebuild` (--force) evaluates again
-    and replaces the kept file, a damaged one included."""
+    """The dense model's metrics, kept beside the checkpoints under a key of everything they depend on, so the next
+    run of the grid skips the evaluation; `rebuild` (--force) evaluates again."""
     identity = {
         "task": grid.task,
         "dataset": grid.dataset,

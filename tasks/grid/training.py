@@ -1,9 +1,5 @@
-"""What the suite's dense training recipes (tasks.cifar.train, tasks.voc.train) share: the flags, the batches of a
-step, SGD with a warm-up then cosine schedule, the fingerprint that names a recipe's checkpoint, the resumable
-state, the epoch loop, the record of the trained model.
-
-The recipes call these through the module (`training.add_args(p, ...)`).
-"""
+"""What the dense training recipes (tasks.cifar.train, tasks.voc.train) share: flags, batches, SGD with warm-up
+then cosine, the recipe's fingerprint, resumable state, the epoch loop and the trained model's record."""
 
 from __future__ import annotations
 
@@ -167,12 +163,9 @@ def train_epochs(
     summary: Callable[[list[float], int], dict],
     test_at: Callable[[int], dict | None],
 ) -> float:
-    """Train `run`'s model from where its checkpoint left off to `total` steps; the training time.
-
-    Each step takes the next of `batches(start)` (the batches of steps start..total-1), steps on the loss of
-    `step_loss(batch)` and adds its numbers (float64, read once per epoch). Each epoch's end appends to the history
-    `summary(sums, steps)`, the rate, the time and `test_at(epoch)` when that is not None, prints it and
-    checkpoints; mid-epoch, a checkpoint every --checkpoint-every-s."""
+    """Train `run`'s model from its checkpoint to `total` steps on `step_loss(batch)` of `batches(start)`; each
+    epoch appends `summary`, the rate, the time and `test_at(epoch)` to the history and checkpoints. Returns the
+    training time."""
     model, sched = run.model, run.scheduler
     step = run.start(total, steps_per_epoch)
     bar = tqdm(total=total, initial=step, desc=desc, dynamic_ncols=True, disable=args.no_progress, mininterval=5)
@@ -224,9 +217,7 @@ def write_record(
     where: dict[str, Any],
     score: str,
 ) -> dict:
-    """The training record beside `weights`: what was `trained` (task, dataset, model), its recipe, the final test
-    metrics on `n_eval` images, the history and training time, then `where` it ran; one line says what was
-    trained and its `score`."""
+    """The training record beside `weights`, and one line saying what was trained and its `score`."""
     record = write_training_record(
         weights,
         {

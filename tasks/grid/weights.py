@@ -1,9 +1,5 @@
-"""Dense weights files: reading a state dict with errors that name the file, loading it into a model, and where
-the suite looks for a CIFAR model's pretrained weights.
-
-Shared because a driver, deploy and the figures all read the same files: the figures need one layer's dense
-weights, not the driver that trains or prunes the model.
-"""
+"""Dense weights files: reading a state dict with errors that name the file, loading it, and where a CIFAR model's
+pretrained weights are looked for (a driver, deploy and the figures read the same files)."""
 
 from __future__ import annotations
 
@@ -18,9 +14,7 @@ from tasks.grid.paths import RESULTS_DIR
 
 
 def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """(state dict, the checkpoint's other numbers and strings) from a state dict file or a dict with
-    `state_dict` (or `model`); `module.` prefixes stripped. Missing or corrupt files raise errors that name the
-    file. The suite's one torch.load of a user's weights file."""
+    """(state dict, the checkpoint's other numbers and strings), `module.` prefixes stripped; errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH to a state dict")
@@ -64,9 +58,7 @@ def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> 
 
 
 def load_checkpoint(model: nn.Module, path: str | Path, by_position: bool = False) -> dict:
-    """Load a checkpoint into `model` (see `read_state_dict`); a file that does not fit the model is an error
-    naming both. `by_position`: a file whose names are not the model's is matched by position (`map_state_dict`).
-    Returns the file's path, sha256 and the checkpoint's own numbers and strings."""
+    """Load a weights file into `model` (`by_position`: matched by position); returns its path, sha256 and metadata."""
     path = Path(path)
     state, meta = read_state_dict(path)
     if by_position and set(state) != set(model.state_dict()):
