@@ -194,67 +194,98 @@ class TaskCommand:
         return p
 
     def add_grid_args(self, p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--methods",
-            nargs="+",
-            default=["fcpts"],
-            help="registered method names (python -m tasks.grid tasks lists them)",
-        )
-        p.add_argument(
-            "--all-methods",
-            action="store_true",
-            help="the methods of this task's table in the paper (each model's where they differ), then the extras "
-            "beyond the paper this task runs (tables label them so): python -m tasks.grid tasks lists them",
-        )
+        sparsity_help = f" (default: {self.sparsity_help})" if self.sparsity_help else ""
+        p.add_argument("--methods", nargs="+", default=["fcpts"], help=METHODS_HELP)
+        p.add_argument("--all-methods", action="store_true", help=ALL_METHODS_HELP)
         p.add_argument(
             "--sparsity",
             nargs="+",
             type=arg_types.target,
             default=list(self.sparsity) if self.sparsity else None,
-            help="global sparsity targets in [0, 1)"
-            + (f" (default: {self.sparsity_help})" if self.sparsity_help else ""),
+            help=f"global sparsity targets in [0, 1){sparsity_help}",
         )
         p.add_argument("--profile", default=self.default_profile, choices=sorted(self.profiles))
-        p.add_argument("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)")
-        p.add_argument(
-            "--pot-iterations",
-            type=int,
-            help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)",
-        )
-        p.add_argument(
-            "--option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="option override for the training-loop methods run, for design measurements (renames "
-            "the profile), e.g. lr=0.005",
-        )
-        p.add_argument(
-            "--pot-option",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
-        )
-        p.add_argument(
-            "--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"
-        )
-        p.add_argument("--weights", help="dense weights file for the (single) model")
+        for names, kwargs in GRID_FLAGS:
+            p.add_argument(*names, **kwargs)
         add_results_dir(p, str(RUNS_DIR), "where records go")
         p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
         add_device(p)
-        p.add_argument(
-            "--force",
-            action="store_true",
-            help="redo cells that already have a record, from a clean start (an interrupted redo resumes with --force)",
-        )
-        p.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="list the cells with their record paths and an estimated time from comparable records, run nothing",
-        )
-        p.add_argument("--no-progress", action="store_true")
-        add_launcher_args(p)
+        for names, kwargs in RUN_FLAGS:
+            p.add_argument(*names, **kwargs)
+        cluster = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
+        for names, kwargs in CLUSTER_FLAGS:
+            cluster.add_argument(*names, **kwargs)
+
+
+METHODS_HELP = "registered method names (python -m tasks.grid tasks lists them)"
+ALL_METHODS_HELP = (
+    "the methods of this task's table in the paper (each model's where they differ), then the extras beyond the "
+    "paper this task runs (tables label them so): python -m tasks.grid tasks lists them"
+)
+KEY_VALUE = {"action": "append", "default": [], "metavar": "KEY=VALUE"}
+GRID_FLAGS = (
+    flag("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)"),
+    flag(
+        "--pot-iterations",
+        type=int,
+        help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)",
+    ),
+    flag(
+        "--option",
+        **KEY_VALUE,
+        help="option override for the training-loop methods run, for design measurements (renames the profile), "
+        "e.g. lr=0.005",
+    ),
+    flag(
+        "--pot-option",
+        **KEY_VALUE,
+        help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
+    ),
+    flag("--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
+    flag("--weights", help="dense weights file for the (single) model"),
+)
+RUN_FLAGS = (
+    flag(
+        "--force",
+        action="store_true",
+        help="redo cells that already have a record, from a clean start (an interrupted redo resumes with --force)",
+    ),
+    flag(
+        "--dry-run",
+        action="store_true",
+        help="list the cells with their record paths and an estimated time from comparable records, run nothing",
+    ),
+    flag("--no-progress", action="store_true"),
+)
+CLUSTER_FLAGS = (  # the launcher's (tasks.grid.launch): a job's command never carries them
+    flag(
+        "--launcher",
+        choices=("none", "submitit"),
+        default="none",
+        help="none: run the cells in this process; submitit: submit one job per cell",
+    ),
+    flag(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit's executor (default slurm; local: processes on this machine)",
+    ),
+    flag("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)"),
+    flag("--slurm-partition"),
+    flag("--gpus-per-node", type=arg_types.at_least(int, 0)),
+    flag("--cpus-per-task", type=arg_types.at_least(int, 1)),
+    flag("--mem-gb", type=arg_types.at_least(int, 1)),
+    flag(
+        "--timeout-min",
+        type=arg_types.at_least(int, 1),
+        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint when the command "
+        "is run again",
+    ),
+    flag(
+        "--array-parallelism", type=arg_types.at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
+    ),
+    flag("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)"),
+)
+LAUNCHER_FLAGS = tuple(names[0] for names, _ in CLUSTER_FLAGS)
 
 
 def _docstring(module: str) -> str | None:
@@ -263,35 +294,3 @@ def _docstring(module: str) -> str | None:
     if spec is None or spec.origin is None:
         return None
     return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False)
-
-
-def add_launcher_args(p: argparse.ArgumentParser) -> None:
-    """The cluster launcher's flags (tasks.grid.launch)."""
-    at_least = arg_types.at_least
-    g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
-    g.add_argument(
-        "--launcher",
-        choices=("none", "submitit"),
-        default="none",
-        help="none: run the cells in this process; submitit: submit one job per cell",
-    )
-    g.add_argument(
-        "--cluster",
-        choices=("slurm", "local", "debug"),
-        help="submitit's executor (default slurm; local: processes on this machine)",
-    )
-    g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
-    g.add_argument("--slurm-partition")
-    g.add_argument("--gpus-per-node", type=at_least(int, 0))
-    g.add_argument("--cpus-per-task", type=at_least(int, 1))
-    g.add_argument("--mem-gb", type=at_least(int, 1))
-    g.add_argument(
-        "--timeout-min",
-        type=at_least(int, 1),
-        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
-        "when the command is run again",
-    )
-    g.add_argument(
-        "--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
-    )
-    g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")

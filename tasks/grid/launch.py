@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.grid.cell_job import CellCommand
-from tasks.grid.help import DEFAULT_TIMEOUT_MIN
+from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
 from tasks.grid.job_state import CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
@@ -29,19 +29,6 @@ from tasks.grid.submission import (
     write_cells,
 )
 
-# The launcher's own flags: a job's command never carries them.
-LAUNCHER_FLAGS = (
-    "--launcher",
-    "--cluster",
-    "--jobs-dir",
-    "--slurm-partition",
-    "--gpus-per-node",
-    "--cpus-per-task",
-    "--mem-gb",
-    "--timeout-min",
-    "--array-parallelism",
-    "--no-wait",
-)
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
 FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag, dropped with it
