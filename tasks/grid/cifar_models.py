@@ -30,8 +30,7 @@ def shortcut_b(in_planes: int, planes: int, stride: int) -> nn.Module:
 
 
 class BasicBlock(nn.Module):
-    """conv-BN-ReLU, conv-BN, the shortcut added, ReLU. The ReLUs work in place, as torchvision's do: same values,
-    one activation-sized buffer less each (the batch norm's backward reads its input, not its output)."""
+    """conv-BN-ReLU, conv-BN, the shortcut added, ReLU (in place, as torchvision's: one buffer less each)."""
 
     def __init__(self, in_planes: int, planes: int, stride: int = 1, option: str = "A"):
         super().__init__()

@@ -29,8 +29,7 @@ EXIT_BUSY = 3
 
 
 def task_command(task: str) -> TaskCommand:
-    """The task's declared command line: a task registered at run time carries it; a driver's is its package's
-    `COMMAND`, imported without the driver (tasks.grid.rerun.drivers finds the driver by reading its source)."""
+    """The task's declared command line: a runtime task's own, else its driver package's `COMMAND`."""
     from tasks.grid.rerun import TASKS, drivers, get_task
 
     if task not in TASKS and task in drivers():
@@ -42,8 +41,7 @@ def task_command(task: str) -> TaskCommand:
 
 
 def parse_args(task: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The task's arguments; `--all-methods` of a task with one method set becomes that set's methods (registry
-    order, tasks.grid.layout.all_methods), a task with several chooses per model in its plans."""
+    """The task's arguments; `--all-methods` of a task with one method set becomes its methods."""
     command = task_command(task)
     args = command.parser().parse_args(argv)
     if args.all_methods and len(command.method_sets) == 1:
@@ -65,8 +63,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
         profile = profile.with_pot_iterations(args.pot_iterations)
     if args.option:
         trained = tuple(m for m in methods if m in training_methods())
-        # Else the profile would be renamed for an override that reaches no method. A submitted grid's cell (a job)
-        # runs one method of a grid that was checked whole, whose other methods the override reaches.
+        # Else a renamed profile for nothing; a cluster job's cell belongs to a grid checked whole.
         if not trained and not os.environ.get(JOB_ENV):
             raise ValueError(
                 f"--option {' '.join(args.option)} sets options of the training-loop methods "
@@ -82,8 +79,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
 
 
 def run_main(main: Callable[[], int]) -> int:
-    """Log to stderr, and turn the errors a user can fix into one line and exit status 2. The commit is read
-    first, so a record written hours later names the code that ran, not what was committed meanwhile."""
+    """Log to stderr; an error a user can fix is one line, exit 2. The commit is pinned first."""
     from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import git_commit
 
@@ -99,8 +95,7 @@ def run_main(main: Callable[[], int]) -> int:
 def script_main(
     parse_args: Callable[[Sequence[str] | None], argparse.Namespace], work: Callable[[argparse.Namespace], object]
 ) -> Callable[..., int]:
-    """`main(argv)` of a script that parses its flags and does one job (training a dense model), with `run_main`'s
-    error handling: one way for every script to start and fail."""
+    """`main(argv)` of a script that parses its flags and does one job, with `run_main`'s error handling."""
 
     def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(argv)
@@ -150,8 +145,7 @@ def check_writable(folder: Path, flag: str) -> None:
 
 
 class GridPlan(NamedTuple):
-    """One grid of a command, its methods and targets; `selects` are the flags that narrow the command to this
-    grid alone (e.g. `--models resnet50`), which a command planning several grids must give for cluster jobs."""
+    """One grid of a command, its methods and targets; `selects` narrow the command to it (cluster jobs)."""
 
     grid: Grid
     methods: Sequence[str]
@@ -161,8 +155,7 @@ class GridPlan(NamedTuple):
 
 
 def planned_grid(task: str, dataset: str, model: str, profile: Profile, where: Where) -> Grid:
-    """A grid to list, not to run (--dry-run): what names its cells and nothing more, so a dry run reads no
-    data, no weights and builds no model (and works before the data is downloaded)."""
+    """A grid to list, not to run (--dry-run): it names its cells, reads no data and builds no model."""
 
     def not_built(*_):
         raise RuntimeError("a planned grid is only listed (--dry-run); it builds no model and reads no data")

@@ -17,9 +17,7 @@ from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, checkpoint_dir_for
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, read_record
 from tasks.grid.runner import cell_budget, cell_path, check_cells
 
-# A grid's start, before its first cell: imports, reading the data and the dense weights; measured here (2 shared
-# CPU cores) for CIFAR-10 ResNet-56: 6 s of imports, 13 s for build_grid (CIFAR's two splits and the weights).
-# Not measured for the other tasks: their dry runs say so.
+# A grid's start before its first cell (imports, data, weights), measured for CIFAR-10 ResNet-56 only.
 START_S = {"cifar": 20.0}
 
 
@@ -50,8 +48,7 @@ Projections = dict[tuple[str, str], Estimate]
 
 
 def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
-    """(model, method) -> the scale benchmark's projected method time of one cell at the paper's ImageNet budget,
-    from its full-mode outputs on a GPU; a projection that hit a limit (`clamped`) is no estimate."""
+    """(model, method) -> the scale benchmark's GPU projection of one cell at the paper's ImageNet budget."""
     out: Projections = {}
     for path in sorted(folder.glob("scale_*.json")):
         try:
@@ -93,8 +90,7 @@ def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
 
 
 def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
-    """The closest record of the same task and method (same model first, then dataset, profile, target), its time
-    scaled by parameters x images x iterations to this cell's; None when no record of the method is comparable."""
+    """The closest record of the same method, its time scaled to this cell's work; None when none compares."""
     weights = model_weights(records)
     mine = weights.get((task, model))
     candidates = [
@@ -138,8 +134,7 @@ def estimate(
     projections: Projections | None = None,
     budget: dict | None = None,
 ):
-    """The estimate of one cell from `records`, else from `projections`, else scaled from a comparable record when
-    the cell's `budget` is given (see the module docstring)."""
+    """One cell's estimate (the module docstring says from what)."""
     same = [
         r
         for r in records
@@ -164,8 +159,7 @@ def machines(records: list[dict]) -> str:
 
 
 def grid_start(records: list[dict], task: str, dataset: str, model: str, dense_cached: bool) -> Estimate:
-    """What a grid takes once before its cells: its start (`START_S`) and, unless its dense metrics are kept from an
-    earlier run, the dense model's evaluation, as long as a record's evaluation of the same model and data."""
+    """What a grid takes once before its cells: its start and, unless kept, the dense evaluation."""
     evals = [
         float(r["eval_s"])
         for r in records

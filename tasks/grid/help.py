@@ -18,8 +18,7 @@ from tasks.grid.paths import RUNS_DIR
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The module docstring with its line breaks, and each option's default after its help (unless the help
-    already states it, or there is none to state)."""
+    """The module docstring with its line breaks, and each option's default after its help."""
 
     def _format_action(self, action: argparse.Action) -> str:
         if not action.help and _shows_default(action):  # argparse prints no help line for an option without help
@@ -52,8 +51,7 @@ def _default_text(action: argparse.Action) -> str:
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
-    option shows its default."""
+    """The parser of one of the suite's commands: its module docstring is the help."""
     return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
 
 
@@ -71,8 +69,7 @@ EXTRA_OF = {
 
 
 def run_command(main: Callable[[], int | None]) -> int | None:
-    """Run a command's `main` (its imports inside it): an optional package that is missing is one line naming
-    the extra that installs it, exit status 2, instead of a traceback ending in `No module named ...`."""
+    """Run a command's `main`: a missing optional package is one line naming its extra, exit status 2."""
     try:
         return main()
     except ModuleNotFoundError as e:
@@ -87,22 +84,19 @@ def run_command(main: Callable[[], int | None]) -> int | None:
         return 2
 
 
-# The suite's one vocabulary: --results-dir is the folder a command writes, --weights a dense weights file,
-# --checkpoint-dir resumable state, --device where the work runs (DEVICE_POLICY when not given).
+# --device's default policy, shown in every command's help.
 DEVICE_POLICY = "cuda when available, else cpu"
 
 
 def add_results_dir(p: argparse.ArgumentParser, default: object, what: str, *former: str) -> None:
-    """`--results-dir`: the folder the command writes (`what`); each `former` spelling still works, with a
-    line saying it is deprecated."""
+    """`--results-dir`: the folder the command writes; each `former` spelling still works, deprecated."""
     p.add_argument("--results-dir", default=default, help=f"{what} (default: {default})")
     for old in former:
         deprecated_alias(p, old, "--results-dir", "results_dir")
 
 
 def add_device(p: argparse.ArgumentParser, what: str = "where models, data and every method run") -> None:
-    """`--device`: `what`, cpu, cuda, cuda:1, ...; not given, `default_device()` (torch is imported only then,
-    so --help stays quick)."""
+    """`--device`; not given, `default_device()` (torch is imported only then)."""
     p.add_argument("--device", default=None, help=f"{what}: cpu, cuda, cuda:1, ... (default: {DEVICE_POLICY})")
 
 
@@ -161,8 +155,7 @@ def deprecated(old: str, new: str, dest: str) -> Flag:
 
 @dataclass(frozen=True)
 class TaskCommand:
-    """A grid command's flags as data (given to register_task), so its parser needs no torch: the shared grid flags
-    with the task's models, profiles and default targets, its own flags before (`first`) and after them."""
+    """A grid command's flags as data, so its parser needs no torch: the task's flags around the shared ones."""
 
     prog: str
     driver: str  # the module whose docstring is the help, read from its source (importing it imports torch)

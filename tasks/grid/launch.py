@@ -58,8 +58,7 @@ def check_launcher_args(args: argparse.Namespace) -> None:
 
 
 def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence[str] = ()) -> list[str]:
-    """The command line of one cell: `argv` without the launcher's flags, with the cell's method and target, and
-    narrowed to its grid by `selects` (e.g. `--models resnet50`, which replaces the command's `--models`)."""
+    """One cell's command line: `argv` less the launcher's flags, plus its method and target, narrowed by `selects`."""
     drop = {*LAUNCHER_FLAGS, *CELL_FLAGS, *selects[:1], *(FLAG_ALIASES.get(selects[0], ()) if selects else ())}
     out: list[str] = []
     skip_values = False

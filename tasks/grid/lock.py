@@ -73,8 +73,7 @@ def cell_lock(record: Path):
     fd = _open_locked(lock)
     if fd is None:
         raise _busy(record, lock, _holder(lock))
-    # Ours on this host; what the file says still counts where flock cannot see: another host's job (a shared
-    # file system), or a live process of an older suite that held the file by its name alone.
+    # What the file says still counts where flock cannot see: another host's job on a shared file system.
     try:
         text = os.read(fd, 1 << 16).decode(errors="replace")
         holder = _holder(lock, text)

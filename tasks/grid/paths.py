@@ -11,8 +11,7 @@ RUNS_DIR = RESULTS_DIR / "runs"
 
 
 def checkpoint_dir_for(runs_dir: str | Path) -> Path:
-    """Resumable state of a runs folder's cells: in its hidden `.checkpoints/` (record readers skip hidden
-    folders), or under $FCPTS_CHECKPOINT_DIR."""
+    """A runs folder's resumable state: its hidden `.checkpoints/`, or $FCPTS_CHECKPOINT_DIR."""
     env = os.environ.get("FCPTS_CHECKPOINT_DIR")
     return Path(env) if env else Path(runs_dir) / ".checkpoints"
 

@@ -25,8 +25,7 @@ class Profile:
     batch_size: int = 64
     eval_limit: int | None = None  # None: the whole test split
     note: str = ""
-    # Per-method deviations from the common budget, e.g. POT's per-layer iterations and its own
-    # calibration size: {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
+    # Per-method deviations, e.g. {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
     methods: dict[str, dict] = field(default_factory=dict)
 
     def n_calibration_for(self, method: str) -> int:
@@ -46,8 +45,7 @@ class Profile:
         )
 
     def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
-        """The same profile with `options` merged into each of `methods`' own options, renamed
-        `<name>-<suffix>` so its records never mix with this one's."""
+        """The same profile with `options` merged into `methods`' own, renamed `<name>-<suffix>`."""
         return replace(
             self, name=f"{self.name}-{suffix}", methods=self._merged(methods, options), note=f"{self.note}; {what}"
         )
@@ -119,8 +117,7 @@ def cpu_profile(
     eval_limit: int | None = None,
     methods: dict[str, dict] | None = None,
 ) -> Profile:
-    """A budget for a CPU: POT works on the training-loop methods' own images (the paper gives it 10,240) with its
-    own iterations per layer; `methods` adds other per-method entries. Its note comes with `.with_note(...)`."""
+    """A CPU budget: POT on the training-loop methods' own images, with its own iterations per layer."""
     return Profile(
         name,
         n_calibration=n_calibration,

@@ -20,8 +20,7 @@ DETAIL_KEYS = ("per_layer", "method_report")  # the per-layer rows and the metho
 
 
 def record_text(record: dict) -> str:
-    """JSON of a record: one key per line, nested blocks indented, each row of a list of rows (per-layer,
-    history) and each list of numbers on one line."""
+    """JSON of a record: one key per line, each row of a list of rows and each list of numbers on one line."""
     return _layout(record, 0) + "\n"
 
 
@@ -79,8 +78,7 @@ def _insert_keys(block: dict, key: str, values: dict) -> dict:
 
 
 def compact(record: dict, path: Path) -> dict:
-    """The record as it is written to `path`: its calibration lists and its detail moved to their side files
-    beside it (each written unless a file of its name already holds that content)."""
+    """The record as written to `path`: its calibration lists and detail moved to their side files."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
@@ -96,8 +94,7 @@ def compact(record: dict, path: Path) -> dict:
 
 
 def _write_side(side: Path, text: str) -> None:
-    """Write a side file unless it already holds exactly `text`: a file of the right name left damaged (truncated,
-    edited) by an earlier run is replaced, not trusted for its name."""
+    """Write a side file unless it already holds exactly `text` (a damaged one is replaced)."""
     try:
         if side.read_text() == text:
             return
@@ -115,8 +112,7 @@ class DamagedSideFile(RecordError):
 
 
 def _read_side(side: Path) -> dict:
-    """A side file's content, checked against the hash its name carries; any fault is a DamagedSideFile naming
-    the file and the fix."""
+    """A side file's content, checked against the hash its name carries (else a DamagedSideFile)."""
     fix = "re-run the record's cell with --force, or restore the file from git"
     try:
         content = json.loads(side.read_text())
@@ -141,8 +137,7 @@ def expand(record: dict, folder: Path) -> dict:
 
 
 def write_record(path: Path, record: dict) -> Path:
-    """Write a record compactly: its side files first, so a record never names a side file that is not there;
-    then the detail file of the record it replaces goes, when this one's differs."""
+    """Write a record compactly, its side files first; the replaced record's stale detail file goes."""
     try:
         before = [p for p in side_files(path) if p.suffix == ".detail"]
     except (FileNotFoundError, json.JSONDecodeError, AttributeError):

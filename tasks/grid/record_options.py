@@ -9,8 +9,7 @@ from typing import Any
 from fcpts.core.loop import NOT_IDENTITY
 from fcpts.methods import get_method
 
-# Options a re-run sets itself: those that change no result (where and how a run reports, how many processes make
-# its batches), its seed, and a layer filter (recorded by name, the grid supplies the function).
+# Options a re-run sets itself: those that change no result, its seed, and a layer filter (a function).
 NOT_PINNED = {*NOT_IDENTITY, "seed", "filter_fn"}
 
 
@@ -44,8 +43,7 @@ def pinned_options(record: dict) -> dict[str, Any]:
 
 
 def effective_options(record: dict) -> dict[str, Any]:
-    """What the record's run did, option by option (run-local ones left out): today's defaults where the record
-    is silent, target-dependent defaults ("auto") resolved at its target."""
+    """What the record's run did, option by option: today's defaults where it is silent, "auto" resolved."""
     return _effective(record, todays_options(record["method"]))
 
 

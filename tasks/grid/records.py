@@ -25,8 +25,7 @@ from tasks.grid.record_options import earlier_defaults
 
 
 def sparsity_tag(target: float) -> str:
-    """`sp90` for 0.9, `sp90.4` for 0.904: whole percentages keep their short names, any other target
-    its exact digits, so two targets never share a file."""
+    """`sp90` for 0.9, `sp90.4` for 0.904: two targets never share a file."""
     percent = round(target * 100, 10)
     return f"sp{int(percent):02d}" if percent == int(percent) else f"sp{percent:.10g}"
 
@@ -38,8 +37,7 @@ def record_path(
 
 
 def read_record(path: Path) -> dict | None:
-    """A finished record, whole (its calibration lists read back from their side file), or None when absent or
-    unreadable (then the run is redone)."""
+    """A finished record, whole, or None when absent or unreadable (then the run is redone)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -48,14 +46,12 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
-# What every run record states, whatever reads it (a table, the re-run sample); a JSON with `metrics` in a runs folder
-# that lacks one is a stray file, not a record.
+# What every run record states: a JSON with `metrics` in a runs folder without them is a stray file.
 RECORD_KEYS = ("task", "method", "profile")
 
 
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
-    """Every record under `runs_dir`; a stray JSON there with `metrics` that is no record is a RecordError naming
-    it, never a KeyError later in whatever reads the records."""
+    """Every record under `runs_dir`; a stray JSON with `metrics` there is a RecordError naming it."""
     out = []
     for p in sorted(runs_dir.rglob("*.json")):
         if any(part.startswith(".") for part in p.relative_to(runs_dir).parts):
@@ -73,9 +69,7 @@ def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
-# The record that stands for a cell when several profiles ran it: the most faithful first. Each task uses a
-# subset (cifar: paper, paper-cpu, fast; imagenet, voc: paper, cpu); variants such as `cpu-it400`,
-# `cpu-pot100` or `quick` never stand for a cell. Tables and figures all choose through preferred_records.
+# The profiles whose records stand for a cell, most faithful first; variants (`cpu-it400`, `quick`) never do.
 PROFILE_PREFERENCE = ("paper", "paper-cpu", "cpu", "fast")
 
 
@@ -101,10 +95,9 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
-# A committed record's headline number may differ from the one registered for it by at most this much: records
-# print two decimals, so anything more means the file was edited or re-run without registering the new value.
+# How far a committed headline may be from its registered number (records print two decimals); the other
+# stored numbers are registered to six.
 COMMITTED_TOLERANCE = 0.005
-# Every other stored number (each metric, the achieved sparsity) is registered to six decimals.
 NUMBER_TOLERANCE = 1.5e-6
 
 
@@ -128,21 +121,18 @@ def stored_numbers(record: dict) -> dict[str, float]:
 
 
 def nonfinite_numbers(record: dict) -> list[str]:
-    """The stored numbers (stored_numbers' names) that are NaN or infinite: never a result, always a damaged file
-    or a run that diverged, and invisible to a tolerance check (every comparison with NaN is false)."""
+    """The stored numbers that are NaN or infinite (a tolerance check never sees them)."""
     return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
 
 
 def reaches_target(record: dict) -> bool:
-    """Whether the achieved sparsity is the target's to within one weight of the pruned layers, computed from
-    the record's numbers (never its stored `hit_target` flag, which an edit could leave behind)."""
+    """Whether the achieved sparsity is the target's to one weight, from the numbers (not `hit_target`)."""
     total = sum(layer["numel"] for layer in record["per_layer"])
     return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
 
 
 def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
-    """Record path (relative to the runs folder) -> its registered numbers: `value` (the headline) and the
-    stored_numbers (empty: not registered)."""
+    """Record path (under the runs folder) -> its registered numbers (`value`: the headline)."""
     if not path.is_file():
         return {}
     entries: dict[str, dict[str, float]] = {}
@@ -151,16 +141,6 @@ def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
             rel, *fields = line.split("\t")
             entries[rel.strip()] = {k: float(v) for k, _, v in (f.partition("=") for f in fields if "=" in f)}
     return entries
-
-
-def read_manifest_values(path: Path = MANIFEST) -> dict[str, float | None]:
-    """Record path (relative to the runs folder) -> its registered headline value (None: not registered)."""
-    return {rel: numbers.get("value") for rel, numbers in read_manifest_entries(path).items()}
-
-
-def read_manifest(path: Path = MANIFEST) -> list[str]:
-    """Record paths (relative to the runs folder) that were run before and must stay present."""
-    return list(read_manifest_entries(path))
 
 
 def _number(value: float) -> str:
@@ -200,22 +180,16 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
     return sorted(entries)
 
 
-def moved_records(
-    records: list[dict],
-    registered: Mapping[str, Mapping[str, float] | float | None],
-    tolerance: float = COMMITTED_TOLERANCE,
-) -> list[str]:
-    """Records whose headline number or any other stored number is not the registered one (`registered`:
-    read_manifest_entries, or read_manifest_values for the headline alone)."""
+def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Records whose headline number or any other stored number is not the one registered (read_manifest_entries)."""
     problems = []
     for r in records:
-        expected = registered.get(r["_path"])
-        numbers: Mapping[str, float] = expected if isinstance(expected, Mapping) else {}
-        registered_headline = numbers.get("value") if isinstance(expected, Mapping) else expected
+        numbers = registered.get(r["_path"], {})
+        registered_headline = numbers.get("value")
         problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
         name, value = headline(r)
         # `not <=`, never `>`: a NaN on either side is a move, not a match
-        if registered_headline is not None and not abs(value - registered_headline) <= tolerance:
+        if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
             problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
         stored = stored_numbers(r)
         for key, registered_value in numbers.items():
@@ -300,14 +274,12 @@ def write_training_record(weights: Path, record: dict) -> dict:
     return record
 
 
-# Libraries whose version can move a record's numbers where a task uses them (timm: the ImageNet models; the
-# OpenMMLab stack: the mmdet detectors); recorded when installed.
+# Libraries whose version can move a task's numbers, recorded when installed.
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
 def cpu_identity(cpuinfo: str | None = None) -> str:
-    """The kernels torch picks here and the processor's generation: a lent machine's model name may be masked
-    ('AMD EPYC'), while two generations run other float kernels, so a re-run that differs can be told apart."""
+    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()

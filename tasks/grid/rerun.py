@@ -49,8 +49,7 @@ TASKS: dict[str, Task] = {}
 
 
 def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForRecord]:
-    """`@register_task("cifar", build_grid=build_grid)` on `f(record, profile, where) -> Grid`: the grid a
-    record came from; `parts` are the other fields of `Task`."""
+    """`@register_task(name, ...)` on `f(record, profile, where) -> Grid`; `parts` are `Task`'s other fields."""
 
     def wrap(fn: GridForRecord) -> GridForRecord:
         TASKS[name] = Task(name, fn, **parts)
@@ -66,8 +65,7 @@ def unregister_task(name: str) -> Task:
 
 @functools.cache
 def drivers() -> dict[str, str]:
-    """Task name -> the module that registers it: each `tasks/**/grid.py` calling `register_task("NAME", ...)`
-    (records name their task; "coco": mmdet detectors, `[mmdet]` extra), then the ENTRY_POINT_GROUP entry points."""
+    """Task name -> the module registering it: each tasks/**/grid.py calling `register_task`, then entry points."""
     found = {}
     for path in sorted(TASKS_ROOT.glob("*/**/grid.py")):
         module = ".".join(("tasks", *path.relative_to(TASKS_ROOT).with_suffix("").parts))
@@ -80,8 +78,7 @@ def drivers() -> dict[str, str]:
 
 
 def list_tasks() -> list[Task]:
-    """Every task whose driver imports here, in `drivers()` order (one that needs a missing extra is left out),
-    then those registered at run time."""
+    """Every task whose driver imports here (one missing an extra is left out), then runtime ones."""
     out = []
     for name in dict.fromkeys([*drivers(), *TASKS]):
         try:
@@ -101,8 +98,7 @@ def get_task(name: str) -> Task:
 
 
 def record_profile(record: dict) -> Profile:
-    """The record's profile with its method's options pinned to what the record ran with; the options that change
-    no result (`NOT_IDENTITY`: how many processes made its batches, where it ran) are the re-run's own."""
+    """The record's profile, its method's options pinned to what it ran with (but `NOT_IDENTITY`)."""
     from fcpts.core.loop import NOT_IDENTITY
     from tasks.grid.profiles import Profile
     from tasks.grid.record_options import pinned_options
@@ -124,8 +120,7 @@ def record_profile(record: dict) -> Profile:
 
 
 def weights_folders() -> list[tuple[str, Path]]:
-    """(anchor, folder): a weights path's part after the anchor is looked for under the folder, this checkout's
-    own weights and this machine's shared data's."""
+    """(anchor, folder): where a weights path's tail after the anchor is looked for here."""
     from tasks.grid.data import resolve_data_root
 
     return [

@@ -40,8 +40,7 @@ class DamagedManifest(ValueError):
 
 
 def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
-    """Record path -> its cell entry (empty when nothing was submitted from this folder). A damaged manifest is
-    an error naming it, or with `discard_damaged` (--force) deleted, so the launcher rebuilds it."""
+    """Record path -> its cell entry; a damaged manifest is an error, or deleted with `discard_damaged`."""
     path = folder / MANIFEST
     if not path.is_file():
         return {}

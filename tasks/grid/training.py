@@ -59,8 +59,7 @@ def epoch_steps(n_train: int, batch_size: int, epochs: int) -> tuple[int, int]:
 
 
 def batch_indices(n_train: int, step: int, batch_size: int, seed: int) -> torch.Tensor:
-    """The training examples of a step's batch, a function of (seed, step) only: each epoch's shuffle is seeded by
-    (seed, epoch), so a resumed run draws the batches an uninterrupted one would."""
+    """A step's batch, a function of (seed, step) only: a resumed run draws the same batches."""
     epoch, pos = divmod(step, n_train // batch_size)
     perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
     return perm[pos * batch_size : (pos + 1) * batch_size]
@@ -76,8 +75,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
 def sgd_warmup_cosine(
     model: nn.Module, lr: float, weight_decay: float, warmup: int, total: int, nesterov: bool = False
 ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.LambdaLR]:
-    """SGD with momentum 0.9 and weight decay on the weights only (BN parameters and biases, the 1-d ones, get
-    none), its rate scaled by `lr_factor` each step."""
+    """SGD, momentum 0.9, weight decay on the weights only (not the 1-d ones), scaled by `lr_factor`."""
     decay = [p for p in model.parameters() if p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.dim() <= 1]
     opt = torch.optim.SGD(
@@ -90,14 +88,12 @@ def sgd_warmup_cosine(
 
 
 def recipe_fingerprint(recipe: dict) -> str:
-    """A short hash of everything that shapes the trained weights: it names the run's checkpoint, so only the
-    same recipe resumes it."""
+    """A short hash of the recipe: it names the checkpoint, so only the same recipe resumes it."""
     return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class TrainingState:
-    """Resumable state of a training run (model, optimiser, scheduler, step, history, elapsed time), through the
-    suite's one checkpoint mechanism: saved atomically, resumed only by the run with the same recipe."""
+    """Resumable state of a training run through the suite's one checkpoint mechanism."""
 
     def __init__(
         self,

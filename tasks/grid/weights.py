@@ -34,8 +34,7 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def load_error_reason(error: Exception) -> str:
-    """The gist of a torch.load error on one line: a weights-only refusal's own reason, without the paragraphs
-    around it."""
+    """The gist of a torch.load error on one line."""
     text = str(error)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
@@ -44,8 +43,7 @@ def load_error_reason(error: Exception) -> str:
 
 
 def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> None:
-    """A model saved while torch.nn.utils.prune was on it holds each pruned tensor as `name_orig` and `name_mask`:
-    it fits no model here, and torch's error (or a count of tensors) would not say why. Name it, and the fix."""
+    """A state dict saved with torch.nn.utils.prune on (`*_orig`, `*_mask`): an error naming the fix."""
     bases = (k.removesuffix("_orig") for k in state if k.endswith("_orig"))
     pruned = [base for base in bases if base + "_mask" in state]
     if pruned:
@@ -72,8 +70,7 @@ def load_checkpoint(model: nn.Module, path: str | Path, by_position: bool = Fals
 
 
 def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Match a foreign state dict to `model` by position, checking every shape (EfficientNet-PyTorch
-    and timm register the same tensors in the same order under other names)."""
+    """Match a foreign state dict to `model` by position, checking every shape."""
     ours = model.state_dict()
     if len(ours) != len(state):
         raise ValueError(f"{source}: {len(state)} tensors, the model has {len(ours)}; not the same architecture")
@@ -86,8 +83,7 @@ def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str
 
 
 def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], show: int = 3) -> str:
-    """How a file's state dict differs from the model's, in one line: counts of missing, unexpected and reshaped
-    entries with the first few of each, where torch's error lists every key."""
+    """How a state dict differs from the model's, in one line (torch's error lists every key)."""
 
     def some(keys: list[str]) -> str:
         return ", ".join(keys[:show]) + (", ..." if len(keys) > show else "")
@@ -108,8 +104,7 @@ def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.
 
 
 def default_cifar_weights(data_root: Path, dataset: str, model: str) -> Path:
-    """Where the suite expects pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th,
-    then the suite's own trained checkpoints under results/weights/<dataset>/<model>.th."""
+    """Pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th, then results/weights/."""
     candidates = [
         data_root / "weights" / dataset / f"{model}.th",
         RESULTS_DIR / "weights" / dataset / f"{model}.th",
