@@ -27,10 +27,6 @@ class Estimate:
     basis: str  # what it rests on, said beside it
 
 
-def cell_seconds(record: dict) -> float:
-    return float(record.get("wall_s") or 0.0) + float(record.get("eval_s") or 0.0)
-
-
 def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
     """The records of every folder given (each once), the committed ones included."""
     seen: set[Path] = set()
@@ -80,10 +76,6 @@ def work(method: str, budget: dict) -> float:
     return float(budget["n_images"]) * float(options.get("iterations") or 1)
 
 
-def record_budget(record: dict) -> dict:
-    return {**record["budget"], "n_images": record["calibration"]["n_images"]}
-
-
 def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
     """(task, model) -> its prunable weights, from any record of it (the sum of its per-layer rows)."""
     return {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
@@ -111,7 +103,9 @@ def scaled(records: list[dict], task, dataset, model, method, profile, target, b
 
     chosen = min(candidates, key=closeness)
     factor = (mine or 1) / (weights[(task, chosen["model"])] or 1) if chosen["model"] != model else 1.0
-    factor *= work(method, budget) / max(work(method, record_budget(chosen)), 1.0)
+    factor *= work(method, budget) / max(
+        work(method, {**chosen["budget"], "n_images": chosen["calibration"]["n_images"]}), 1.0
+    )
     seconds = float(chosen["wall_s"]) * factor + float(chosen.get("eval_s") or 0.0)
     where = (
         f"{chosen['dataset']} {chosen['model']} {chosen['target_sparsity']:.0%}, profile {chosen['profile']['name']}"
@@ -144,7 +138,7 @@ def estimate(
     at_target = [r for r in same if round(r["target_sparsity"], 4) == round(target, 4)]
     for chosen, where in ((at_target, "at this target"), (same, "at other targets")):
         if chosen:
-            seconds = statistics.median(cell_seconds(r) for r in chosen)
+            seconds = statistics.median(float(r.get("wall_s") or 0) + float(r.get("eval_s") or 0) for r in chosen)
             return Estimate(seconds, f"median of {len(chosen)} record(s) {where}, made on {machines(chosen)}")
     projected = (projections or {}).get((model, method)) if (task, profile) == PROJECTED_PROFILE else None
     if projected:

@@ -13,21 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.grid import submission
 from tasks.grid.cell_job import CellCommand
 from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
 from tasks.grid.job_state import CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
-from tasks.grid.submission import (
-    cell_entry,
-    grid_folder,
-    grid_identity,
-    jobs_dir_for,
-    read_cells,
-    submitted,
-    write_cells,
-)
 
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
@@ -112,7 +104,7 @@ def launch(
 ) -> int:
     """Submit every cell of the planned grids that has no record and no live job; wait and report (see above)."""
     submitit = import_submitit()
-    jobs_dir = jobs_dir_for(args.results_dir, args.jobs_dir)
+    jobs_dir = submission.jobs_dir_for(args.results_dir, args.jobs_dir)
     if not args.prog.startswith("python -m "):
         raise ValueError(f"a cluster job runs `python -m <task>`; this parser's prog is {args.prog!r}")
     module = args.prog.removeprefix("python -m ")
@@ -120,7 +112,8 @@ def launch(
     grids: list[_GridJobs] = []
     records: list[dict] = []
     for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
-        g = _GridJobs(grid_identity(grid), grid_folder(jobs_dir, grid_identity(grid)), tuple(rest[0]) if rest else ())
+        identity = submission.grid_identity(grid)
+        g = _GridJobs(identity, submission.grid_folder(jobs_dir, identity), tuple(rest[0]) if rest else ())
         if grids and not (g.selects and grids[0].selects):
             raise ValueError(f"{args.prog} planned several grids without saying how to narrow its command to one")
         _collect(g, grid, list(methods), list(targets), argv, module, args, records, log)
@@ -142,7 +135,7 @@ def launch(
 def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
     """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
     check_cells(grid, methods, targets)
-    known = read_cells(g.folder, discard_damaged=args.force)
+    known = submission.read_cells(g.folder, discard_damaged=args.force)
     previous = [e for e in known.values() if e.get("job_id")]
     states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
     for method in methods:
@@ -150,7 +143,10 @@ def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, rec
             path = cell_path(grid, method, target)
             cell = cell_argv(argv, method, target, g.selects)
             job = CellCommand(module, tuple(cell), os.getcwd(), str(path.resolve()))
-            entry = {**known.get(job.record, cell_entry(path, grid.runs_dir, method, target)), "command": job.command}
+            entry = {
+                **known.get(job.record, submission.cell_entry(path, grid.runs_dir, method, target)),
+                "command": job.command,
+            }
             g.entries[job.record] = entry
             done = None if args.force else read_record(path)
             if done is not None:
@@ -191,7 +187,7 @@ def _executor(submitit, args: argparse.Namespace, folder: Path, name: str):
 def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
     """Submit one grid's cells as one job array and record them in its manifest."""
     if not g.to_submit:
-        write_cells(g.folder, g.grid, g.entries)
+        submission.write_cells(g.folder, g.grid, g.entries)
         return []
     for entry, _, stale in g.to_submit:
         if stale and release_lock_of_job(Path(entry["record"]), stale):
@@ -200,10 +196,10 @@ def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
         jobs = [g.executor.submit(job) for _, job, _ in g.to_submit]
     out = []
     for (entry, _, _), job in zip(g.to_submit, jobs):
-        g.entries[entry["record"]] = submitted(entry, cluster, str(job.job_id))
+        g.entries[entry["record"]] = submission.submitted(entry, cluster, str(job.job_id))
         out.append((job, g.entries[entry["record"]], g.folder))
         log(f"[submitted] {entry['cell']} as job {job.job_id}")
-    write_cells(g.folder, g.grid, g.entries)
+    submission.write_cells(g.folder, g.grid, g.entries)
     return out
 
 
