@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tasks.cifar import COMMAND
 from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
 from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
-from tasks.grid.help import command_parser
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
@@ -90,17 +90,6 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, 32, 32)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m tasks.cifar", __doc__)
-    p.add_argument("--dataset", default="cifar10", choices=sorted(CIFAR_CLASSES))
-    cli.add_model_args(p, ["resnet56"], f"from: {', '.join(sorted(CIFAR_MODELS))}", choices=sorted(CIFAR_MODELS))
-    cli.add_grid_args(p, PROFILES, "fast", ["cifar"], default_sparsity=[0.9])
-    p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument("--download", action="store_true", help="download CIFAR with torchvision if missing")
-    args = cli.parse(p, argv, "cifar")
-    return args
-
-
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
     profile = cli.profile_from_args(args, PROFILES, args.methods)
@@ -115,10 +104,9 @@ def plans(args: argparse.Namespace):
 
 
 @register_task(
-    "cifar", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.cifar",
+    "cifar", build_grid=build_grid, dense_model=dense_model, command=COMMAND, plans=plans,
     datasets=tuple(sorted(CIFAR_CLASSES)), models=tuple(sorted(CIFAR_MODELS)), metrics=("top1", "top5"),
     profiles=tuple(PROFILES),
-    parse_args=parse_args, plans=plans,
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (its dataset, model, weights file and seed), for re-running its cell."""

@@ -10,8 +10,7 @@ from typing import Any
 
 
 def at_least(kind: type, low: float) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` that is >= `low` (a recipe with lr 0 or -1 epochs would run for
-    hours, or not at all, and write a record)."""
+    """An argparse type: a number of `kind` >= `low` (lr 0 or -1 epochs would run, and write a record)."""
 
     def parse(text: str):
         try:
@@ -51,3 +50,13 @@ def seed(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
     return value
+
+
+def target(text: str):
+    """A global sparsity target in [0, 1), a library-checked `Sparsity`; torch is imported only here."""
+    from fcpts.core.masks import check_target
+
+    try:
+        return check_target(float(text))
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

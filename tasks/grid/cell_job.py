@@ -1,9 +1,5 @@
-"""One grid cell as a cluster job: the task's own command narrowed to that cell, run in a child process.
-
-The child is exactly what a user would type to run the cell locally (`python -m tasks.cifar ... --methods fcpts
---sparsity 0.7`), so the record, its lock, checkpoint/resume and provenance (the command included) are those of
-a local run. Only the standard library is imported here: the job process that unpickles this stays light.
-"""
+"""One grid cell as a cluster job: the task's own command narrowed to that cell, run in a child process, so the
+record, lock, resume and provenance are a local run's. Standard library only: the job process stays light."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""CIFAR-10/100 readers: the images and labels of a split, their normalisation, the class counts.
-
-Shared: the CIFAR task, its dense training, deploy and the detection substitute set (drawn from CIFAR images) read
-them; the calibration images' augmentation is the CIFAR task's own (tasks/cifar/data.py).
-
-Under the data root (tasks.grid.data), CIFAR is read from either
-- this workplace's lossless archives `cifar10/{train,test}.npz.xz`, `cifar100/{train,test}.npz.xz`, or
-- the standard torchvision layout `cifar-10-batches-py/`, `cifar-100-python/` (created by `--download`).
-"""
+"""CIFAR-10/100 readers (this workplace's `cifar10/{train,test}.npz.xz` archives, or torchvision's layout, which
+`--download` creates), their normalisation and class counts; shared by the CIFAR task, its training, deploy and the
+detection substitute set."""
 
 from __future__ import annotations
 

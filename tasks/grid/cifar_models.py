@@ -1,15 +1,6 @@
-"""The CIFAR ResNets (their weights files are read by tasks/grid/weights.py).
-
-Shared: the CIFAR task, its dense training and deploy build them.
-
-CIFAR ResNet-20/32/44/56 (He et al. 2016, Sec. 4.2): 3 stages of 16/32/64 channels, option-A
-shortcuts (stride-2 subsampling plus zero-padded channels), global average pool, one linear layer.
-Parameter names match the akamaster/pytorch_resnet_cifar10 checkpoints.
-
-`resnet20b` ... `resnet56b`: the same networks with option-B shortcuts (a 1x1 convolution + BatchNorm where the
-shape changes), the architecture of the paper's dense models (chenyaofo/pytorch-cifar-models, whose accuracies the
-paper's Table 2 quotes). No such checkpoint is available here: `python -m tasks.cifar.train` trains them.
-"""
+"""The CIFAR ResNets (He et al. 2016, Sec. 4.2; parameter names of akamaster/pytorch_resnet_cifar10): option-A
+shortcuts, and `resnet20b`...`resnet56b` with option-B shortcuts, the paper's dense models' architecture
+(chenyaofo/pytorch-cifar-models; trained here by `python -m tasks.cifar.train`)."""
 
 from __future__ import annotations
 
@@ -39,8 +30,7 @@ def shortcut_b(in_planes: int, planes: int, stride: int) -> nn.Module:
 
 
 class BasicBlock(nn.Module):
-    """conv-BN-ReLU, conv-BN, the shortcut added, ReLU. The ReLUs work in place, as torchvision's do: same values,
-    one activation-sized buffer less each (the batch norm's backward reads its input, not its output)."""
+    """conv-BN-ReLU, conv-BN, the shortcut added, ReLU (in place, as torchvision's: one buffer less each)."""
 
     def __init__(self, in_planes: int, planes: int, stride: int = 1, option: str = "A"):
         super().__init__()

@@ -1,8 +1,5 @@
-"""The data-root rule every task shares, the error for missing data, and seeded calibration subsets.
-
-Data root, first match wins: `--data-root`, the FCPTS_DATA_ROOT environment variable, then `../shared/data`
-beside the repository when it exists.
-"""
+"""The data-root rule every task shares (`--data-root`, then $FCPTS_DATA_ROOT, then ../shared/data), the error for
+missing data, and seeded calibration subsets."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ def resolve_data_root(
     holding: str = "the command's data (see its --help)",
     download_hint: str | None = None,
 ) -> Path:
-    """Apply the data-root rule; with must_exist, a missing folder is a clear error that says what the folder
-    should hold (`holding`) and, for a command that can fetch it, how (`download_hint`)."""
+    """Apply the data-root rule; a missing folder is an error saying what it should hold and how to get it."""
     if data_root is not None:
         root, source = Path(data_root), "--data-root"
     elif os.environ.get(ENV_DATA_ROOT):
@@ -58,8 +54,7 @@ def calibration_indices(n_available: int, n: int, seed: int) -> list[int]:
 def calibration_subset(
     n_available: int, n: int, seed: int, split: str, augment: str, **extra
 ) -> tuple[list[int], dict]:
-    """A seeded calibration subset (capped at the split's size, which the record then shows) and what a record
-    says about it: split, counts, seed, indices and their hash, augmentation."""
+    """A seeded calibration subset (capped at the split's size) and what a record says about it."""
     idx = calibration_indices(n_available, min(n, n_available), seed)
     digest = hashlib.sha256(",".join(map(str, idx)).encode()).hexdigest()[:16]
     info = {

@@ -1,31 +1,23 @@
-"""How long a grid's cells will take, from the records of comparable cells (`--dry-run`).
-
-A cell's estimate is the median time (method + evaluation) of the records of the same task, dataset, model,
-method and profile at the same target; else at any target; else, for an ImageNet cell at the paper's budget, the
-method time the scale benchmark projected for that model and method on a GPU (its committed full-mode output,
-`results/benchmarks/scale_<device>.json`); else the time of one record of the same method on another model,
-dataset or profile (the closest: same model, then same dataset, then same profile, then nearest target), scaled by
-the ratio of parameters x images x iterations (`work`), naming that record; else it is unknown. A grid adds, once,
-its dense evaluation (a record's evaluation time of the same model and data) and its start (`START_S`). Times are
-those of the machines the records or the projection ran on (each names its device), so an estimate is a guide,
-not a promise.
-"""
+"""How long a grid's cells will take (`--dry-run`): the median of records of the same cell (same target first),
+else the scale benchmark's GPU projection (ImageNet, paper budget), else one record of the same method scaled by
+parameters x images x iterations, else unknown; plus, once per grid, its start and dense evaluation. Times are
+those of the machines the records ran on: a guide, not a promise."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fcpts.methods import get_method
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
-from tasks.grid.records import PROFILE_PREFERENCE, all_records
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, checkpoint_dir_for
+from tasks.grid.records import PROFILE_PREFERENCE, all_records, read_record
+from tasks.grid.runner import cell_budget, cell_path, check_cells
 
-# A grid's start, before its first cell: imports, reading the data and the dense weights; measured here (2 shared
-# CPU cores) for CIFAR-10 ResNet-56: 6 s of imports, 13 s for build_grid (CIFAR's two splits and the weights).
-# Not measured for the other tasks: their dry runs say so.
+# A grid's start before its first cell (imports, data, weights), measured for CIFAR-10 ResNet-56 only.
 START_S = {"cifar": 20.0}
 
 
@@ -33,10 +25,6 @@ START_S = {"cifar": 20.0}
 class Estimate:
     seconds: float | None  # None: no comparable record
     basis: str  # what it rests on, said beside it
-
-
-def cell_seconds(record: dict) -> float:
-    return float(record.get("wall_s") or 0.0) + float(record.get("eval_s") or 0.0)
 
 
 def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
@@ -56,8 +44,7 @@ Projections = dict[tuple[str, str], Estimate]
 
 
 def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
-    """(model, method) -> the scale benchmark's projected method time of one cell at the paper's ImageNet budget,
-    from its full-mode outputs on a GPU; a projection that hit a limit (`clamped`) is no estimate."""
+    """(model, method) -> the scale benchmark's GPU projection of one cell at the paper's ImageNet budget."""
     out: Projections = {}
     for path in sorted(folder.glob("scale_*.json")):
         try:
@@ -81,18 +68,12 @@ def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
 
 
 def work(method: str, budget: dict) -> float:
-    """What a cell's method time scales with, but for its model's size: images x iterations. A training-loop
-    method's steps each take a batch; POT's per-layer iterations follow statistics of all the calibration images;
-    a one-shot method reads the calibration images once. `budget`: iterations, batch_size, options (as a record's),
-    n_images (the calibration images)."""
+    """What a cell's method time scales with besides its model's size: steps x batch for a training-loop method, images
+    x per-layer iterations for POT, images for a one-shot method."""
     options = budget.get("options") or {}
     if get_method(method).trains:
         return float(budget["iterations"]) * float(budget["batch_size"])
     return float(budget["n_images"]) * float(options.get("iterations") or 1)
-
-
-def record_budget(record: dict) -> dict:
-    return {**record["budget"], "n_images": record["calibration"]["n_images"]}
 
 
 def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
@@ -101,8 +82,7 @@ def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
 
 
 def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
-    """The closest record of the same task and method (same model first, then dataset, profile, target), its time
-    scaled by parameters x images x iterations to this cell's; None when no record of the method is comparable."""
+    """The closest record of the same method, its time scaled to this cell's work; None when none compares."""
     weights = model_weights(records)
     mine = weights.get((task, model))
     candidates = [
@@ -123,7 +103,9 @@ def scaled(records: list[dict], task, dataset, model, method, profile, target, b
 
     chosen = min(candidates, key=closeness)
     factor = (mine or 1) / (weights[(task, chosen["model"])] or 1) if chosen["model"] != model else 1.0
-    factor *= work(method, budget) / max(work(method, record_budget(chosen)), 1.0)
+    factor *= work(method, budget) / max(
+        work(method, {**chosen["budget"], "n_images": chosen["calibration"]["n_images"]}), 1.0
+    )
     seconds = float(chosen["wall_s"]) * factor + float(chosen.get("eval_s") or 0.0)
     where = (
         f"{chosen['dataset']} {chosen['model']} {chosen['target_sparsity']:.0%}, profile {chosen['profile']['name']}"
@@ -146,8 +128,7 @@ def estimate(
     projections: Projections | None = None,
     budget: dict | None = None,
 ):
-    """The estimate of one cell from `records`, else from `projections`, else scaled from a comparable record when
-    the cell's `budget` is given (see the module docstring)."""
+    """One cell's estimate (the module docstring says from what)."""
     same = [
         r
         for r in records
@@ -157,7 +138,7 @@ def estimate(
     at_target = [r for r in same if round(r["target_sparsity"], 4) == round(target, 4)]
     for chosen, where in ((at_target, "at this target"), (same, "at other targets")):
         if chosen:
-            seconds = statistics.median(cell_seconds(r) for r in chosen)
+            seconds = statistics.median(float(r.get("wall_s") or 0) + float(r.get("eval_s") or 0) for r in chosen)
             return Estimate(seconds, f"median of {len(chosen)} record(s) {where}, made on {machines(chosen)}")
     projected = (projections or {}).get((model, method)) if (task, profile) == PROJECTED_PROFILE else None
     if projected:
@@ -172,8 +153,7 @@ def machines(records: list[dict]) -> str:
 
 
 def grid_start(records: list[dict], task: str, dataset: str, model: str, dense_cached: bool) -> Estimate:
-    """What a grid takes once before its cells: its start (`START_S`) and, unless its dense metrics are kept from an
-    earlier run, the dense model's evaluation, as long as a record's evaluation of the same model and data."""
+    """What a grid takes once before its cells: its start and, unless kept, the dense evaluation."""
     evals = [
         float(r["eval_s"])
         for r in records
@@ -203,3 +183,50 @@ def duration(seconds: float | None) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None] = print) -> int:
+    """List every planned cell: its record path, whether it has a record, and how long it should take."""
+    known, projected = comparable_records([Path(args.results_dir)]), scale_projections()
+    total, unknown, cells, to_run = 0.0, 0, 0, 0
+    for plan in plans:
+        grid, methods, targets = plan.grid, plan.methods, plan.targets
+        check_cells(grid, list(methods), list(targets))
+        log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
+        if plan.note:
+            log(f"  ({plan.note})")
+        grid_to_run = 0
+        for method in methods:
+            budget = {
+                **cell_budget(grid.profile, method, grid.seed),
+                "n_images": grid.profile.n_calibration_for(method),
+            }
+            for target in targets:
+                cells += 1
+                path = cell_path(grid, method, target).resolve()
+                if not args.force and read_record(path) is not None:
+                    log(f"  done     {method:18s} {target:6.2%}  {'-':>9s}  {path}")
+                    continue
+                to_run += 1
+                grid_to_run += 1
+                guess = estimate(
+                    known, grid.task, grid.dataset, grid.model, method, grid.profile.name, target, projected, budget
+                )
+                total += guess.seconds or 0.0
+                unknown += guess.seconds is None
+                log(f"  to run   {method:18s} {target:6.2%}  {duration(guess.seconds):>9s}  {path}")
+                log(f"           ({guess.basis})")
+        if grid_to_run:
+            kept = checkpoint_dir_for(grid.runs_dir) if grid.checkpoint_dir is None else grid.checkpoint_dir
+            cached = any((kept / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
+            start = grid_start(known, grid.task, grid.dataset, grid.model, cached)
+            total += start.seconds or 0.0
+            log(f"  + once   {'(grid start)':26s}  {duration(start.seconds):>9s}  ({start.basis})")
+    if to_run == unknown:
+        time = "time unknown (no comparable record)" if to_run else "nothing to run"
+    else:
+        time = f"about {duration(total)} for the {to_run - unknown} with an estimate"
+        time += f", {unknown} of unknown time" if unknown else ""
+        time += " (times of the machines the records or projections ran on)"
+    log(f"{cells} cell(s): {cells - to_run} with a record, {to_run} to run, {time}; nothing was run")
+    return 0

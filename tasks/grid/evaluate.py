@@ -41,9 +41,7 @@ def _one_thread(_worker_id: int) -> None:
 
 
 def evaluation_loader(dataset, batch_size: int, workers: int | None, device: torch.device, **kwargs) -> DataLoader:
-    """The dataset in order (so results do not depend on the workers), `workers` processes preparing batches
-    (None: min(8, the CPUs this process may run on): decoding a 50,000-image validation set in the main process
-    would leave a GPU waiting), pinned memory when the model is on a GPU."""
+    """The dataset in order, `workers` processes (None: min(8, CPUs)) preparing batches, pinned for a GPU."""
     workers = default_workers() if workers is None else workers
     return DataLoader(
         dataset,

@@ -1,17 +1,24 @@
-"""The help format and parser of the suite's commands, in the standard library alone (torch-free commands and
-reporting, which imports no CLI, use it too)."""
+"""The help format and parsers of the suite's commands, in the standard library alone: --help and argument errors
+answer before torch (seconds to import) is loaded."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import importlib.util
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.grid import arg_types
+from tasks.grid.paths import RUNS_DIR
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The module docstring with its line breaks, and each option's default after its help (unless the help
-    already states it, or there is none to state)."""
+    """The module docstring with its line breaks, and each option's default after its help."""
 
     def _format_action(self, action: argparse.Action) -> str:
         if not action.help and _shows_default(action):  # argparse prints no help line for an option without help
@@ -44,8 +51,7 @@ def _default_text(action: argparse.Action) -> str:
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """The parser of one of the suite's commands: its module docstring, line breaks kept, is the help; each
-    option shows its default (a grid's also what its exit status means: add_grid_args)."""
+    """The parser of one of the suite's commands: its module docstring is the help."""
     return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter)
 
 
@@ -63,8 +69,7 @@ EXTRA_OF = {
 
 
 def run_command(main: Callable[[], int | None]) -> int | None:
-    """Run a command's `main` (its imports inside it): an optional package that is missing is one line naming
-    the extra that installs it, exit status 2, instead of a traceback ending in `No module named ...`."""
+    """Run a command's `main`: a missing optional package is one line naming its extra, exit status 2."""
     try:
         return main()
     except ModuleNotFoundError as e:
@@ -79,22 +84,19 @@ def run_command(main: Callable[[], int | None]) -> int | None:
         return 2
 
 
-# The suite's one vocabulary: --results-dir is the folder a command writes, --weights a dense weights file,
-# --checkpoint-dir resumable state, --device where the work runs (DEVICE_POLICY when not given).
+# --device's default policy, shown in every command's help.
 DEVICE_POLICY = "cuda when available, else cpu"
 
 
 def add_results_dir(p: argparse.ArgumentParser, default: object, what: str, *former: str) -> None:
-    """`--results-dir`: the folder the command writes (`what`); each `former` spelling still works, with a
-    line saying it is deprecated."""
+    """`--results-dir`: the folder the command writes; each `former` spelling still works, deprecated."""
     p.add_argument("--results-dir", default=default, help=f"{what} (default: {default})")
     for old in former:
         deprecated_alias(p, old, "--results-dir", "results_dir")
 
 
 def add_device(p: argparse.ArgumentParser, what: str = "where models, data and every method run") -> None:
-    """`--device`: `what`, cpu, cuda, cuda:1, ...; not given, `default_device()` (torch is imported only then,
-    so --help stays quick)."""
+    """`--device`; not given, `default_device()` (torch is imported only then)."""
     p.add_argument("--device", default=None, help=f"{what}: cpu, cuda, cuda:1, ... (default: {DEVICE_POLICY})")
 
 
@@ -118,5 +120,170 @@ class _Deprecated(argparse.Action):
 
 
 def deprecated_alias(p: argparse._ActionsContainer, old: str, new: str, dest: str) -> None:
+    names, kwargs = deprecated(old, new, dest)
+    p.add_argument(*names, **kwargs)
+
+
+EXIT_CODES = """exit status:
+  0  every cell has its record, run now or found from before (a run with nothing to do says so)
+  1  a cell failed (cluster jobs)
+  2  bad input: one line on stderr, before any work
+  3  some cells were busy in another process: run the same command again once it is done
+"""
+INSTALL_HINT = "pip install -e '.[cluster]' in the checkout (or: pip install submitit)"
+DEFAULT_TIMEOUT_MIN = 240
+Flag = tuple[tuple[str, ...], dict[str, Any]]
+
+
+def flag(*names: str, **kwargs: Any) -> Flag:
+    """One flag of a task's command, as `add_argument` takes it."""
+    return names, kwargs
+
+
+WORKERS = flag(
+    "--workers",
+    type=arg_types.at_least(int, 0),
+    default=None,
+    help="DataLoader workers for evaluation (default: min(8, CPUs))",
+)
+
+
+def deprecated(old: str, new: str, dest: str) -> Flag:
     """`old` as a hidden, deprecated spelling of `new` (same destination), saying so when used."""
-    p.add_argument(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)
+    return flag(old, dest=dest, action=_Deprecated, new=new, help=argparse.SUPPRESS)
+
+
+@dataclass(frozen=True)
+class TaskCommand:
+    """A grid command's flags as data, so its parser needs no torch: the task's flags around the shared ones."""
+
+    prog: str
+    driver: str  # the module whose docstring is the help, read from its source (importing it imports torch)
+    profiles: tuple[str, ...]  # the names of the driver's profiles, most faithful first
+    default_profile: str
+    method_sets: tuple[str, ...]  # tasks.grid.layout.METHOD_SETS of --all-methods (several: chosen per model)
+    sparsity: tuple[float, ...] | None = None  # None: the driver chooses per model, as `sparsity_help` says
+    sparsity_help: str = ""
+    models: tuple[str, ...] = ()  # the default of --models/--model (none: the task has no such flag)
+    model_help: str = ""
+    model_choices: tuple[str, ...] | None = None
+    first: tuple[Flag, ...] = ()
+    flags: tuple[Flag, ...] = ()
+
+    def parser(self) -> argparse.ArgumentParser:
+        p = command_parser(self.prog, _docstring(self.driver))
+        for names, kwargs in self.first:
+            p.add_argument(*names, **kwargs)
+        if self.models:
+            p.add_argument(
+                "--models", "--model", dest="models", nargs="+", default=list(self.models), metavar="MODEL",
+                choices=self.model_choices, help=self.model_help,
+            )  # fmt: skip
+        self.add_grid_args(p)
+        for names, kwargs in self.flags:
+            p.add_argument(*names, **kwargs)
+        p.epilog = EXIT_CODES
+        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
+        return p
+
+    def add_grid_args(self, p: argparse.ArgumentParser) -> None:
+        sparsity_help = f" (default: {self.sparsity_help})" if self.sparsity_help else ""
+        p.add_argument("--methods", nargs="+", default=["fcpts"], help=METHODS_HELP)
+        p.add_argument("--all-methods", action="store_true", help=ALL_METHODS_HELP)
+        p.add_argument(
+            "--sparsity",
+            nargs="+",
+            type=arg_types.target,
+            default=list(self.sparsity) if self.sparsity else None,
+            help=f"global sparsity targets in [0, 1){sparsity_help}",
+        )
+        p.add_argument("--profile", default=self.default_profile, choices=sorted(self.profiles))
+        for names, kwargs in GRID_FLAGS:
+            p.add_argument(*names, **kwargs)
+        add_results_dir(p, str(RUNS_DIR), "where records go")
+        p.add_argument("--checkpoint-dir", help="where resumable state goes (default: beside --results-dir)")
+        add_device(p)
+        for names, kwargs in RUN_FLAGS:
+            p.add_argument(*names, **kwargs)
+        cluster = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
+        for names, kwargs in CLUSTER_FLAGS:
+            cluster.add_argument(*names, **kwargs)
+
+
+METHODS_HELP = "registered method names (python -m tasks.grid tasks lists them)"
+ALL_METHODS_HELP = (
+    "the methods of this task's table in the paper (each model's where they differ), then the extras beyond the "
+    "paper this task runs (tables label them so): python -m tasks.grid tasks lists them"
+)
+KEY_VALUE = {"action": "append", "default": [], "metavar": "KEY=VALUE"}
+GRID_FLAGS = (
+    flag("--iterations", type=int, help="override the profile's iteration count (recorded; renames it)"),
+    flag(
+        "--pot-iterations",
+        type=int,
+        help="override POT's iterations per layer (recorded; the profile is renamed <name>-pot<N>)",
+    ),
+    flag(
+        "--option",
+        **KEY_VALUE,
+        help="option override for the training-loop methods run, for design measurements (renames the profile), "
+        "e.g. lr=0.005",
+    ),
+    flag(
+        "--pot-option",
+        **KEY_VALUE,
+        help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
+    ),
+    flag("--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
+    flag("--weights", help="dense weights file for the (single) model"),
+)
+RUN_FLAGS = (
+    flag(
+        "--force",
+        action="store_true",
+        help="redo cells that already have a record, from a clean start (an interrupted redo resumes with --force)",
+    ),
+    flag(
+        "--dry-run",
+        action="store_true",
+        help="list the cells with their record paths and an estimated time from comparable records, run nothing",
+    ),
+    flag("--no-progress", action="store_true"),
+)
+CLUSTER_FLAGS = (  # the launcher's (tasks.grid.launch): a job's command never carries them
+    flag(
+        "--launcher",
+        choices=("none", "submitit"),
+        default="none",
+        help="none: run the cells in this process; submitit: submit one job per cell",
+    ),
+    flag(
+        "--cluster",
+        choices=("slurm", "local", "debug"),
+        help="submitit's executor (default slurm; local: processes on this machine)",
+    ),
+    flag("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)"),
+    flag("--slurm-partition"),
+    flag("--gpus-per-node", type=arg_types.at_least(int, 0)),
+    flag("--cpus-per-task", type=arg_types.at_least(int, 1)),
+    flag("--mem-gb", type=arg_types.at_least(int, 1)),
+    flag(
+        "--timeout-min",
+        type=arg_types.at_least(int, 1),
+        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint when the command "
+        "is run again",
+    ),
+    flag(
+        "--array-parallelism", type=arg_types.at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
+    ),
+    flag("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)"),
+)
+LAUNCHER_FLAGS = tuple(names[0] for names, _ in CLUSTER_FLAGS)
+
+
+def _docstring(module: str) -> str | None:
+    """A module's docstring, read from its source without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return None
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False)

@@ -1,8 +1,5 @@
-"""The ImageNet models the suite knows, as data: each one's library and architecture name, the paper's dense
-numbers, whether it is a stand-in, and its preprocessing overrides.
-
-Apart from the factory (tasks/imagenet/models.py) because the tables read it too, and they build no model.
-"""
+"""The ImageNet models the suite knows, as data (library, architecture, the paper's dense numbers, stand-ins,
+preprocessing): apart from the factory because the tables read it too."""
 
 from __future__ import annotations
 
@@ -33,6 +30,8 @@ MODELS: dict[str, ModelSpec] = {
         "timm", "tf_efficientnet_lite0", substitute=True, mean=(0.498,) * 3, std=(0.502,) * 3, interpolation="bilinear"
     ),
 }
+PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]  # Table 3
+PAPER_VITS = ["vit_base", "vit_large"]  # Table 4
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -1,15 +1,12 @@
-"""Where a submitted cell stands: its record first (the only proof of a finished cell), then submitit's result
-pickle of its job (success, or the error it raised), then the scheduler (pending, running, timed out, ...).
-
-States: done (a valid record), running (queued or running), failed (the job is over and left no record),
-missing (no record and no job: never submitted, or its record was removed later).
-"""
+"""Where a submitted cell stands: its record first, then its job's result pickle, then the scheduler.
+States: done, running (queued or running), failed (over, no record), missing (no record and no job)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.grid.help import INSTALL_HINT
 from tasks.grid.lock import pid_alive
 from tasks.grid.records import read_record
 
@@ -17,7 +14,6 @@ from tasks.grid.records import read_record
 SLURM_ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "READY", "RESIZING"}
 SLURM_ACTIVE |= {"PREEMPTED", "UNKNOWN"}
 CELL_ERROR = "tasks.grid.cell_job.CellFailed: "
-INSTALL_HINT = "pip install -e '.[cluster]' in the checkout (or: pip install submitit)"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,6 @@
-"""Grids on a cluster through submitit (`--launcher submitit`): each cell without a record becomes one job.
-
-A job runs the task's own command narrowed to its cell (tasks.grid.cell_job), so the record, lock, checkpoint/resume
-and provenance are those of a local run, and the record's command is the per-cell command. Every grid is built and
-every cell checked before anything is submitted. Cells with a record are skipped, cells whose job is still queued or
-running are left to it; the rest are submitted as one job array per grid, and the launcher waits and reports each
-cell (unless --no-wait). Running the same command again submits only what is not done.
-"""
+"""Grids on a cluster through submitit (`--launcher submitit`): each cell without a record or a live job becomes one
+job running the task's command narrowed to that cell (tasks.grid.cell_job); every grid is built and checked
+before anything is submitted, and running the same command again submits only what is not done."""
 
 from __future__ import annotations
 
@@ -18,69 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.grid.arg_types import at_least
+from tasks.grid import submission
 from tasks.grid.cell_job import CellCommand
-from tasks.grid.job_state import INSTALL_HINT, CellState, cell_states, error_line, import_submitit
+from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
+from tasks.grid.job_state import CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
-from tasks.grid.submission import (
-    cell_entry,
-    grid_folder,
-    grid_identity,
-    jobs_dir_for,
-    read_cells,
-    submitted,
-    write_cells,
-)
 
-DEFAULT_TIMEOUT_MIN = 240
-# The launcher's own flags: a job's command never carries them.
-LAUNCHER_FLAGS = (
-    "--launcher",
-    "--cluster",
-    "--jobs-dir",
-    "--slurm-partition",
-    "--gpus-per-node",
-    "--cpus-per-task",
-    "--mem-gb",
-    "--timeout-min",
-    "--array-parallelism",
-    "--no-wait",
-)
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
 FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag, dropped with it
-
-
-def add_launcher_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
-    g.add_argument(
-        "--launcher",
-        choices=("none", "submitit"),
-        default="none",
-        help="none: run the cells in this process; submitit: submit one job per cell",
-    )
-    g.add_argument(
-        "--cluster",
-        choices=("slurm", "local", "debug"),
-        help="submitit's executor (default slurm; local: processes on this machine)",
-    )
-    g.add_argument("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)")
-    g.add_argument("--slurm-partition")
-    g.add_argument("--gpus-per-node", type=at_least(int, 0))
-    g.add_argument("--cpus-per-task", type=at_least(int, 1))
-    g.add_argument("--mem-gb", type=at_least(int, 1))
-    g.add_argument(
-        "--timeout-min",
-        type=at_least(int, 1),
-        help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint "
-        "when the command is run again",
-    )
-    g.add_argument(
-        "--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
-    )
-    g.add_argument("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)")
 
 
 def check_launcher_args(args: argparse.Namespace) -> None:
@@ -107,8 +50,7 @@ def check_launcher_args(args: argparse.Namespace) -> None:
 
 
 def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence[str] = ()) -> list[str]:
-    """The command line of one cell: `argv` without the launcher's flags, with the cell's method and target, and
-    narrowed to its grid by `selects` (e.g. `--models resnet50`, which replaces the command's `--models`)."""
+    """One cell's command line: `argv` less the launcher's flags, plus its method and target, narrowed by `selects`."""
     drop = {*LAUNCHER_FLAGS, *CELL_FLAGS, *selects[:1], *(FLAG_ALIASES.get(selects[0], ()) if selects else ())}
     out: list[str] = []
     skip_values = False
@@ -162,7 +104,7 @@ def launch(
 ) -> int:
     """Submit every cell of the planned grids that has no record and no live job; wait and report (see above)."""
     submitit = import_submitit()
-    jobs_dir = jobs_dir_for(args.results_dir, args.jobs_dir)
+    jobs_dir = submission.jobs_dir_for(args.results_dir, args.jobs_dir)
     if not args.prog.startswith("python -m "):
         raise ValueError(f"a cluster job runs `python -m <task>`; this parser's prog is {args.prog!r}")
     module = args.prog.removeprefix("python -m ")
@@ -170,7 +112,8 @@ def launch(
     grids: list[_GridJobs] = []
     records: list[dict] = []
     for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
-        g = _GridJobs(grid_identity(grid), grid_folder(jobs_dir, grid_identity(grid)), tuple(rest[0]) if rest else ())
+        identity = submission.grid_identity(grid)
+        g = _GridJobs(identity, submission.grid_folder(jobs_dir, identity), tuple(rest[0]) if rest else ())
         if grids and not (g.selects and grids[0].selects):
             raise ValueError(f"{args.prog} planned several grids without saying how to narrow its command to one")
         _collect(g, grid, list(methods), list(targets), argv, module, args, records, log)
@@ -192,7 +135,7 @@ def launch(
 def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
     """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
     check_cells(grid, methods, targets)
-    known = read_cells(g.folder, discard_damaged=args.force)
+    known = submission.read_cells(g.folder, discard_damaged=args.force)
     previous = [e for e in known.values() if e.get("job_id")]
     states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
     for method in methods:
@@ -200,7 +143,10 @@ def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, rec
             path = cell_path(grid, method, target)
             cell = cell_argv(argv, method, target, g.selects)
             job = CellCommand(module, tuple(cell), os.getcwd(), str(path.resolve()))
-            entry = {**known.get(job.record, cell_entry(path, grid.runs_dir, method, target)), "command": job.command}
+            entry = {
+                **known.get(job.record, submission.cell_entry(path, grid.runs_dir, method, target)),
+                "command": job.command,
+            }
             g.entries[job.record] = entry
             done = None if args.force else read_record(path)
             if done is not None:
@@ -241,7 +187,7 @@ def _executor(submitit, args: argparse.Namespace, folder: Path, name: str):
 def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
     """Submit one grid's cells as one job array and record them in its manifest."""
     if not g.to_submit:
-        write_cells(g.folder, g.grid, g.entries)
+        submission.write_cells(g.folder, g.grid, g.entries)
         return []
     for entry, _, stale in g.to_submit:
         if stale and release_lock_of_job(Path(entry["record"]), stale):
@@ -250,10 +196,10 @@ def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
         jobs = [g.executor.submit(job) for _, job, _ in g.to_submit]
     out = []
     for (entry, _, _), job in zip(g.to_submit, jobs):
-        g.entries[entry["record"]] = submitted(entry, cluster, str(job.job_id))
+        g.entries[entry["record"]] = submission.submitted(entry, cluster, str(job.job_id))
         out.append((job, g.entries[entry["record"]], g.folder))
         log(f"[submitted] {entry['cell']} as job {job.job_id}")
-    write_cells(g.folder, g.grid, g.entries)
+    submission.write_cells(g.folder, g.grid, g.entries)
     return out
 
 

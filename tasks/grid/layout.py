@@ -1,8 +1,5 @@
-"""Which methods a grid's `--all-methods` runs and a table or figure shows, in which order, from two sources only:
-the paper's reference numbers (`results/paper/paper_reference.csv`: the paper's rows, in the paper's order) and the
-method registry (the rows beyond the paper, their labels and styles, what each needs of a model). No method is
-named here, so a new method needs no edit to appear.
-"""
+"""Which methods a grid's `--all-methods` runs and a table or figure shows, from the paper's reference numbers (its
+rows, in its order) and the method registry (the rows beyond the paper): no method is named here."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class PaperLayout:
 
 
 def paper_layout(reference: list[dict], table: str) -> PaperLayout:
-    """`table`'s layout from the reference numbers: datasets and models in the order the transcription lists
-    them (the paper's), the sparsities of its sparse rows ascending."""
+    """`table`'s datasets and models in the paper's order, the sparsities of its sparse rows ascending."""
     rows = [r for r in reference if r["table"] == table]
     return PaperLayout(
         tuple(dict.fromkeys(r["dataset"] for r in rows)),
@@ -45,16 +41,14 @@ def paper_layout(reference: list[dict], table: str) -> PaperLayout:
 
 
 def paper_rows(reference: list[dict], table: str) -> list[str]:
-    """The methods of one of the paper's tables in the order the paper prints them; a family the paper reports
-    as one row (Table 6's `pot`) stands for its registry entries."""
+    """The methods of one of the paper's tables in its order; a family reported as one row stands for its entries."""
     rows = dict.fromkeys(r["method"] for r in reference if r["table"] == table and r["method"] != DENSE)
     return [m for name in rows for m in (list_methods(family=name) if name not in _names() else [name])]
 
 
 @dataclass(frozen=True)
 class MethodSet:
-    """What a grid's `--all-methods` runs: the methods of one of the paper's tables (the paper's set), then, unless
-    `extras` is False, every method beyond the paper that is no ablation and needs nothing its models lack."""
+    """What `--all-methods` runs: a paper table's methods, then (unless not `extras`) the extras its models admit."""
 
     table: str  # the paper's table whose rows are this grid's paper set
     features: frozenset[str] = frozenset()  # what the grid's models have (registry FEATURES)
@@ -66,8 +60,7 @@ class MethodSet:
             raise ValueError(f"unknown feature {', '.join(unknown)}; features: {', '.join(FEATURES)}")
 
 
-# The grids and the paper's table each reproduces. VOC detection runs the paper's Table 5 alone: its cells are the
-# suite's costliest, and the extras' comparisons are made on the classification grids.
+# The grids and the paper's table each reproduces; VOC runs no extras (its cells are the suite's costliest).
 METHOD_SETS = {
     "cifar": MethodSet("table2", frozenset({"batchnorm"})),
     "imagenet-cnn": MethodSet("table3", frozenset({"batchnorm"})),
@@ -87,8 +80,7 @@ def all_methods(grid: str, reference: list[dict] | None = None) -> list[str]:
 
 
 def extra_methods(grid: str | None = None) -> list[str]:
-    """The methods beyond the paper that `--all-methods` runs (on `grid`, or on any grid that runs extras), in
-    registry order: tables add rows and figures lines for them, labelled "(not in the paper)"."""
+    """The methods beyond the paper that `--all-methods` runs (on `grid`, or any grid), in registry order."""
     sets = [METHOD_SETS[grid]] if grid is not None else [s for s in METHOD_SETS.values() if s.extras]
     return [
         m
@@ -98,8 +90,7 @@ def extra_methods(grid: str | None = None) -> list[str]:
 
 
 def extras_with_records(has_record: Callable[[str], bool], task: str | None = None) -> list[str]:
-    """The extras for which `has_record(method)` holds: a table gains rows for these only, so without their
-    records it is the paper's table unchanged."""
+    """The extras with records: a table gains rows for these only."""
     return [m for m in extra_methods(task) if has_record(m)]
 
 

@@ -1,11 +1,6 @@
-"""One process per cell: a lock file beside the record, so two processes (or two cluster jobs) on one results
-folder never run the same cell; the second one skips it and says who holds it.
-
-The file is held by flock for the cell's run: a process that dies lets go of it, and the next one takes it over
-in one atomic step (two processes finding a dead one's lock never both run the cell). A lock from another host
-is respected, and its message says how to remove it if that job is known to be dead. A cluster job's lock names its
-job (JOB_ENV), so the launcher can release the lock of a job the scheduler says is over (timed out, killed).
-"""
+"""One process per cell: a flock-held lock file beside the record, so two processes (or cluster jobs) never run the
+same cell; a dead holder's lock is taken over atomically, another host's respected, a finished job's released by
+the launcher (JOB_ENV names the job)."""
 
 from __future__ import annotations
 
@@ -49,10 +44,8 @@ def _busy(record: Path, lock: Path, holder: dict | None) -> CellBusy:
 
 
 def _open_locked(lock: Path) -> int | None:
-    """A descriptor of the lock file at `lock` holding its exclusive flock, or None when a live process of this
-    host holds it. The kernel drops a dead process's flock, so taking a stale lock over is taking its flock: one
-    atomic step that exactly one of any number of racing processes wins. A file unlinked (by its holder, done)
-    between our open and our flock is not the lock any more: then we open the new one."""
+    """A descriptor holding the lock file's exclusive flock, or None when a live process of this host holds it (a dead
+    one's flock is gone: taking its lock over is one atomic step); a file unlinked meanwhile is opened again."""
     while True:
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -80,8 +73,7 @@ def cell_lock(record: Path):
     fd = _open_locked(lock)
     if fd is None:
         raise _busy(record, lock, _holder(lock))
-    # Ours on this host; what the file says still counts where flock cannot see: another host's job (a shared
-    # file system), or a live process of an older suite that held the file by its name alone.
+    # What the file says still counts where flock cannot see: another host's job on a shared file system.
     try:
         text = os.read(fd, 1 << 16).decode(errors="replace")
         holder = _holder(lock, text)

@@ -1,8 +1,4 @@
-"""Where the suite writes: options and environment first, the repository's folders only as the default.
-
-FCPTS_RESULTS_DIR moves everything the suite writes (records, tables, checkpoints, weights it trains) to
-another folder, e.g. for an installed copy; each command's --results-dir / --checkpoint-dir narrows it.
-"""
+"""Where the suite writes: $FCPTS_RESULTS_DIR, else the repository's results/; each command's flags narrow it."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ RUNS_DIR = RESULTS_DIR / "runs"
 
 
 def checkpoint_dir_for(runs_dir: str | Path) -> Path:
-    """Resumable state of a runs folder's cells: in its hidden `.checkpoints/` (record readers skip hidden
-    folders), or under $FCPTS_CHECKPOINT_DIR."""
+    """A runs folder's resumable state: its hidden `.checkpoints/`, or $FCPTS_CHECKPOINT_DIR."""
     env = os.environ.get("FCPTS_CHECKPOINT_DIR")
     return Path(env) if env else Path(runs_dir) / ".checkpoints"
 

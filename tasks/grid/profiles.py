@@ -1,8 +1,5 @@
-"""Profiles: how much work a run gets. One profile gives every method the same budget and data.
-
-A profile renamed by an override (`--iterations`, `--pot-iterations`, `--option` of a result-changing option)
-never shares records with the profile it came from.
-"""
+"""Profiles: how much work a run gets, the same for every method. A profile renamed by an override never shares
+records with the one it came from."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ class Profile:
     batch_size: int = 64
     eval_limit: int | None = None  # None: the whole test split
     note: str = ""
-    # Per-method deviations from the common budget, e.g. POT's per-layer iterations and its own
-    # calibration size: {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
+    # Per-method deviations, e.g. {"pot-l2norm": {"n_calibration": 10240, "options": {"iterations": 20000}}}.
     methods: dict[str, dict] = field(default_factory=dict)
 
     def n_calibration_for(self, method: str) -> int:
@@ -49,8 +45,7 @@ class Profile:
         )
 
     def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
-        """The same profile with `options` merged into each of `methods`' own options, renamed
-        `<name>-<suffix>` so its records never mix with this one's."""
+        """The same profile with `options` merged into `methods`' own, renamed `<name>-<suffix>`."""
         return replace(
             self, name=f"{self.name}-{suffix}", methods=self._merged(methods, options), note=f"{self.note}; {what}"
         )
@@ -64,10 +59,8 @@ class Profile:
         return entries
 
     def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
-        """`KEY=VALUE` overrides (values read as JSON where they parse: 0.02, false) for `methods`, the
-        profile renamed `<name>-<prefix><key><value>...`, for design measurements that never mix with it. An
-        option that never changes a result (`fcpts.core.loop.NOT_IDENTITY`: where a run computes, how it is
-        watched, how many processes make its batches) applies without a new name: its records are this profile's."""
+        """`KEY=VALUE` overrides (JSON values where they parse) for `methods`, the profile renamed by those that
+        change a result (not `fcpts.core.loop.NOT_IDENTITY`)."""
         options = parse_option_pairs(pairs)
         changing = {k: v for k, v in options.items() if k not in NOT_IDENTITY}
         if not changing:
@@ -105,9 +98,7 @@ def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
 
 
 def paper_profile(split: str = "training") -> Profile:
-    """The paper's protocol (METHOD.md): 1,024 images x 1,600 iterations of 64 for the training-loop methods;
-    POT 10,240 images (capped at the split) and up to 20,000 iterations per layer. `split` names where the
-    calibration images come from, for the note records carry."""
+    """The paper's protocol (METHOD.md); `split` names where calibration images come from."""
     note = (
         f"METHOD.md protocol: training-loop methods 1,024 {split} images x 1,600 iterations of 64; "
         f"POT 10,240 {split} images (capped at the split), up to 20,000 iterations per layer"
@@ -126,8 +117,7 @@ def cpu_profile(
     eval_limit: int | None = None,
     methods: dict[str, dict] | None = None,
 ) -> Profile:
-    """A budget for a CPU: POT works on the training-loop methods' own images (the paper gives it 10,240) with its
-    own iterations per layer; `methods` adds other per-method entries. Its note comes with `.with_note(...)`."""
+    """A CPU budget: POT on the training-loop methods' own images, with its own iterations per layer."""
     return Profile(
         name,
         n_calibration=n_calibration,

@@ -1,21 +1,9 @@
-"""How a record lies on disk: compact, and read back as the whole record.
+"""How a record lies on disk: compact, read back whole.
 
-A record is a few KB of what was run and what it scored, with two kinds of side file beside it, so that a
-folder of records stays readable and a diff of one shows what changed:
-
-- Calibration lists (1,024 CIFAR indices, 1,000 ImageNet file names, VOC image ids) go to
-  `calibration-<sha256[:16]>.lists`, named by the hash of its content and shared by every record of the folder
-  that used the same images; the record keeps the lists' hash (`indices_sha256`, unchanged) and names the side
-  file under `calibration.lists`.
-- The per-layer table and the method's own report (its step history, its extra numbers), most of the rest of
-  the bytes, go to `<record name>.<sha256[:16]>.detail`, the record's own; the record names it under `detail`,
-  where those two keys stood. Its name carries the hash of its content, so a re-run writes a new one before the
-  record that names it, and an interruption between the two never leaves a record naming the wrong detail.
-
-Neither side file ends in `.json`, so no globbing for records meets them. In both, rows of a list of rows (per
-layer, history) stand one per line. `read_record` puts everything back, so every reader sees the same record
-either way; a missing, damaged or edited side file is an error naming it and the fix. Records written before
-(everything inline) read as they are. `python -m tasks.grid.record_format DIR...` rewrites a folder's records compactly.
+Calibration lists go to `calibration-<sha256[:16]>.lists` (shared by the folder's records with the same images),
+the per-layer table and method report to `<record name>.<sha256[:16]>.detail`; each named by its content's hash,
+so an interrupted rewrite never leaves a record naming the wrong file. `read_record` puts everything back; a missing
+or edited side file is an error naming it. `python -m tasks.grid.record_format DIR...` rewrites folders compactly.
 """
 
 from __future__ import annotations
@@ -32,8 +20,7 @@ DETAIL_KEYS = ("per_layer", "method_report")  # the per-layer rows and the metho
 
 
 def record_text(record: dict) -> str:
-    """JSON of a record: one key per line, nested blocks indented, each row of a list of rows (per-layer,
-    history) and each list of numbers on one line."""
+    """JSON of a record: one key per line, each row of a list of rows and each list of numbers on one line."""
     return _layout(record, 0) + "\n"
 
 
@@ -91,8 +78,7 @@ def _insert_keys(block: dict, key: str, values: dict) -> dict:
 
 
 def compact(record: dict, path: Path) -> dict:
-    """The record as it is written to `path`: its calibration lists and its detail moved to their side files
-    beside it (each written unless a file of its name already holds that content)."""
+    """The record as written to `path`: its calibration lists and detail moved to their side files."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
@@ -108,8 +94,7 @@ def compact(record: dict, path: Path) -> dict:
 
 
 def _write_side(side: Path, text: str) -> None:
-    """Write a side file unless it already holds exactly `text`: a file of the right name left damaged (truncated,
-    edited) by an earlier run is replaced, not trusted for its name."""
+    """Write a side file unless it already holds exactly `text` (a damaged one is replaced)."""
     try:
         if side.read_text() == text:
             return
@@ -127,8 +112,7 @@ class DamagedSideFile(RecordError):
 
 
 def _read_side(side: Path) -> dict:
-    """A side file's content, checked against the hash its name carries; any fault is a DamagedSideFile naming
-    the file and the fix."""
+    """A side file's content, checked against the hash its name carries (else a DamagedSideFile)."""
     fix = "re-run the record's cell with --force, or restore the file from git"
     try:
         content = json.loads(side.read_text())
@@ -142,9 +126,7 @@ def _read_side(side: Path) -> dict:
 
 
 def expand(record: dict, folder: Path) -> dict:
-    """The whole record: its calibration lists and its detail read back from the side files it names (a record
-    with them inline is returned as it is). A missing, damaged or altered side file is a DamagedSideFile naming
-    it, never a silent gap."""
+    """The whole record, its side files read back; a missing, damaged or altered one is a DamagedSideFile."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and "lists" in calibration:
         lists = _read_side(folder / calibration["lists"])
@@ -155,8 +137,7 @@ def expand(record: dict, folder: Path) -> dict:
 
 
 def write_record(path: Path, record: dict) -> Path:
-    """Write a record compactly: its side files first, so a record never names a side file that is not there;
-    then the detail file of the record it replaces goes, when this one's differs."""
+    """Write a record compactly, its side files first; the replaced record's stale detail file goes."""
     try:
         before = [p for p in side_files(path) if p.suffix == ".detail"]
     except (FileNotFoundError, json.JSONDecodeError, AttributeError):
@@ -179,9 +160,8 @@ def _records(root: Path) -> list[Path]:
 
 
 def rewrite_compact(root: Path) -> tuple[int, int]:
-    """Rewrite every record under `root` compactly, checking each is the same record read back (every key and
-    value in the same order, the calibration lists and their recorded hash); a record that is not is left as it
-    was and stops the rewrite. Returns (records rewritten, bytes before - bytes after, side files included)."""
+    """Rewrite every record under `root` compactly, each checked to read back the same (else restored, and an error);
+    returns (records rewritten, bytes saved)."""
     count = saved = 0
     for path in _records(root):
         before_text = path.read_text()

@@ -1,6 +1,5 @@
-"""The options a record's method ran with, against today's defaults: what a re-run must pin, whether two records
-ran one setup (seeds of one cell are averaged only then), and which defaults have changed since a record was made
-(a table marks that record, and prefers one made with today's)."""
+"""The options a record's method ran with against today's defaults: what a re-run pins, whether two records ran one
+setup, which defaults changed since a record was made."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from typing import Any
 from fcpts.core.loop import NOT_IDENTITY
 from fcpts.methods import get_method
 
-# Options a re-run sets itself: those that change no result (where and how a run reports, how many processes make
-# its batches), its seed, and a layer filter (recorded by name, the grid supplies the function).
+# Options a re-run sets itself: those that change no result, its seed, and a layer filter (a function).
 NOT_PINNED = {*NOT_IDENTITY, "seed", "filter_fn"}
 
 
@@ -25,9 +23,7 @@ def todays_options(method: str) -> dict[str, Any]:
 
 
 def made_with(record: dict) -> dict[str, Any]:
-    """The record's options; one it lacks (all, in the oldest records) ran as its profile set it (the budget's
-    iterations and batch size, the profile's options for the method), else as the method's `DEFAULTS_BEFORE` says,
-    else as today's default."""
+    """The record's options; one it lacks ran as its profile set it, else as `DEFAULTS_BEFORE` says, else today's."""
     method = get_method(record["method"])
     budget = record.get("budget") or {}
     profile = (record.get("profile") or {}).get("methods", {}).get(record["method"], {}).get("options") or {}
@@ -36,9 +32,7 @@ def made_with(record: dict) -> dict[str, Any]:
 
 
 def pinned_options(record: dict) -> dict[str, Any]:
-    """The record's method options that today's defaults would not give: a default changed since the record
-    was made. Left out: what the method takes from its profile's budget (iterations, batch size), which the re-run's
-    profile sets again."""
+    """The record's options that today's defaults would not give, but for its profile's budget."""
     today = todays_options(record["method"])
     by_budget = set(get_method(record["method"]).granted)
     return {
@@ -49,8 +43,7 @@ def pinned_options(record: dict) -> dict[str, Any]:
 
 
 def effective_options(record: dict) -> dict[str, Any]:
-    """What the record's run did, option by option (run-local ones left out): today's defaults where the record
-    is silent, target-dependent defaults ("auto") resolved at its target."""
+    """What the record's run did, option by option: today's defaults where it is silent, "auto" resolved."""
     return _effective(record, todays_options(record["method"]))
 
 
@@ -66,9 +59,7 @@ def same_setup(a: dict, b: dict) -> bool:
 
 
 def earlier_defaults(record: dict) -> dict[str, Any]:
-    """Options the record ran with a default that has changed since, e.g. {"ramp": 0.5}: what today's defaults
-    would run otherwise. Left out: what its profile sets (its budget, its method options), and options the record
-    predates (a re-run pins how it ran; whether today's profile sets the same cannot be read from the record)."""
+    """Options the record ran with a default changed since, e.g. {"ramp": 0.5}, but for what its profile sets."""
     method = get_method(record["method"])
     by_profile = set(record["profile"].get("methods", {}).get(record["method"], {}).get("options", {}))
     by_profile |= set(record.get("budget", {}))

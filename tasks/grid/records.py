@@ -1,8 +1,5 @@
-"""Run records: one JSON file per (task, dataset, model, method, sparsity, profile, seed).
-
-A record is the only thing that crosses from running to reporting. It is written atomically (temp file
-+ rename), so an interrupted grid never leaves a half record, and a finished cell is skipped on resume.
-"""
+"""Run records: one JSON file per (task, dataset, model, method, sparsity, profile, seed), written atomically; the
+only thing that crosses from running to reporting."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ from tasks.grid.record_options import earlier_defaults
 
 
 def sparsity_tag(target: float) -> str:
-    """`sp90` for 0.9, `sp90.4` for 0.904: whole percentages keep their short names, any other target
-    its exact digits, so two targets never share a file."""
+    """`sp90` for 0.9, `sp90.4` for 0.904: two targets never share a file."""
     percent = round(target * 100, 10)
     return f"sp{int(percent):02d}" if percent == int(percent) else f"sp{percent:.10g}"
 
@@ -41,8 +37,7 @@ def record_path(
 
 
 def read_record(path: Path) -> dict | None:
-    """A finished record, whole (its calibration lists read back from their side file), or None when absent or
-    unreadable (then the run is redone)."""
+    """A finished record, whole, or None when absent or unreadable (then the run is redone)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -51,14 +46,12 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
-# What every run record states, whatever reads it (a table, the re-run sample); a JSON with `metrics` in a runs folder
-# that lacks one is a stray file, not a record.
+# What every run record states: a JSON with `metrics` in a runs folder without them is a stray file.
 RECORD_KEYS = ("task", "method", "profile")
 
 
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
-    """Every record under `runs_dir`; a stray JSON there with `metrics` that is no record is a RecordError naming
-    it, never a KeyError later in whatever reads the records."""
+    """Every record under `runs_dir`; a stray JSON with `metrics` there is a RecordError naming it."""
     out = []
     for p in sorted(runs_dir.rglob("*.json")):
         if any(part.startswith(".") for part in p.relative_to(runs_dir).parts):
@@ -76,9 +69,7 @@ def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
-# The record that stands for a cell when several profiles ran it: the most faithful first. Each task uses a
-# subset (cifar: paper, paper-cpu, fast; imagenet, voc: paper, cpu); variants such as `cpu-it400`,
-# `cpu-pot100` or `quick` never stand for a cell. Tables and figures all choose through preferred_records.
+# The profiles whose records stand for a cell, most faithful first; variants (`cpu-it400`, `quick`) never do.
 PROFILE_PREFERENCE = ("paper", "paper-cpu", "cpu", "fast")
 
 
@@ -88,9 +79,7 @@ def cell_key(record: dict) -> tuple:
 
 
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
-    """cell_key -> the record of the most faithful profile in PROFILE_PREFERENCE that ran the cell, one made with
-    today's defaults before one made with a default changed since, seed 0 first (the seed every table cell was run
-    with; other seeds measure the spread)."""
+    """cell_key -> the record standing for it: the most faithful profile, today's defaults, then seed 0 first."""
 
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
@@ -106,10 +95,9 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
-# A committed record's headline number may differ from the one registered for it by at most this much: records
-# print two decimals, so anything more means the file was edited or re-run without registering the new value.
+# How far a committed headline may be from its registered number (records print two decimals); the other
+# stored numbers are registered to six.
 COMMITTED_TOLERANCE = 0.005
-# Every other stored number (each metric, the achieved sparsity) is registered to six decimals.
 NUMBER_TOLERANCE = 1.5e-6
 
 
@@ -120,9 +108,7 @@ def headline(record: dict) -> tuple[str, float]:
 
 
 def stored_numbers(record: dict) -> dict[str, float]:
-    """Every number a record states about its result, by a dotted name: each metric (top-1, top-5, mAP, each
-    class's AP, the image count) and the achieved sparsity. Registered beside the headline, so editing any of
-    them is caught, not only the number tables lead with."""
+    """Every number a record states about its result (each metric, the achieved sparsity), by a dotted name."""
 
     def flatten(prefix: str, value) -> dict[str, float]:
         if isinstance(value, dict):
@@ -135,21 +121,18 @@ def stored_numbers(record: dict) -> dict[str, float]:
 
 
 def nonfinite_numbers(record: dict) -> list[str]:
-    """The stored numbers (stored_numbers' names) that are NaN or infinite: never a result, always a damaged file
-    or a run that diverged, and invisible to a tolerance check (every comparison with NaN is false)."""
+    """The stored numbers that are NaN or infinite (a tolerance check never sees them)."""
     return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
 
 
 def reaches_target(record: dict) -> bool:
-    """Whether the achieved sparsity is the target's to within one weight of the pruned layers, computed from
-    the record's numbers (never its stored `hit_target` flag, which an edit could leave behind)."""
+    """Whether the achieved sparsity is the target's to one weight, from the numbers (not `hit_target`)."""
     total = sum(layer["numel"] for layer in record["per_layer"])
     return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
 
 
 def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
-    """Record path (relative to the runs folder) -> its registered numbers: `value` (the headline) and the
-    stored_numbers (empty: not registered)."""
+    """Record path (under the runs folder) -> its registered numbers (`value`: the headline)."""
     if not path.is_file():
         return {}
     entries: dict[str, dict[str, float]] = {}
@@ -160,24 +143,13 @@ def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
     return entries
 
 
-def read_manifest_values(path: Path = MANIFEST) -> dict[str, float | None]:
-    """Record path (relative to the runs folder) -> its registered headline value (None: not registered)."""
-    return {rel: numbers.get("value") for rel, numbers in read_manifest_entries(path).items()}
-
-
-def read_manifest(path: Path = MANIFEST) -> list[str]:
-    """Record paths (relative to the runs folder) that were run before and must stay present."""
-    return list(read_manifest_entries(path))
-
-
 def _number(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
 
 
 def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: tuple[str, ...] = ()) -> list[str]:
-    """Register every record now present with its headline value and its other stored numbers; never removes an
-    entry, never changes a registered number unless its path is in `refresh` (accepting a re-run is a
-    deliberate act); a number not registered yet is added."""
+    """Register every record present with its headline and stored numbers; an entry is never removed, a registered
+    number changed only for paths in `refresh`."""
     entries = read_manifest_entries(path)
     records = all_records(runs_dir)
     unknown = sorted(set(refresh) - {r["_path"] for r in records})
@@ -208,22 +180,16 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
     return sorted(entries)
 
 
-def moved_records(
-    records: list[dict],
-    registered: Mapping[str, Mapping[str, float] | float | None],
-    tolerance: float = COMMITTED_TOLERANCE,
-) -> list[str]:
-    """Records whose headline number or any other stored number is not the registered one (`registered`:
-    read_manifest_entries, or read_manifest_values for the headline alone)."""
+def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Records whose headline number or any other stored number is not the one registered (read_manifest_entries)."""
     problems = []
     for r in records:
-        expected = registered.get(r["_path"])
-        numbers: Mapping[str, float] = expected if isinstance(expected, Mapping) else {}
-        registered_headline = numbers.get("value") if isinstance(expected, Mapping) else expected
+        numbers = registered.get(r["_path"], {})
+        registered_headline = numbers.get("value")
         problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
         name, value = headline(r)
         # `not <=`, never `>`: a NaN on either side is a move, not a match
-        if registered_headline is not None and not abs(value - registered_headline) <= tolerance:
+        if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
             problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
         stored = stored_numbers(r)
         for key, registered_value in numbers.items():
@@ -237,9 +203,7 @@ def moved_records(
 
 
 def checkout_commit() -> str | None:
-    """What this checkout's git folder says: HEAD, with '+dirty' when tracked files outside results/ differ from
-    it; None without one. results/ holds what runs write (records, models) and read by hash (weights): a grid's
-    second command, run after its first wrote records, runs the same code, so its records name the same commit."""
+    """HEAD, with '+dirty' when tracked files outside results/ differ from it; None without a git folder."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -257,11 +221,8 @@ def checkout_commit() -> str | None:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD's hash, with '+dirty' when tracked code differs from it (`checkout_commit`), read once per process: the code
-    that runs is the code at start-up, whatever is committed while a long grid runs. A copy of the code sent
-    to another machine names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim: where the copy has
-    no git folder, or one that says otherwise (a device may get the working tree beside an older git folder,
-    which then calls the tree dirty), both are named."""
+    """HEAD (`checkout_commit`), read once per process: the code that runs is the code at start-up. A copy sent
+    elsewhere names its commit in $FCPTS_GIT_COMMIT, recorded as that copy's claim beside what its git folder says."""
     claimed = os.environ.get("FCPTS_GIT_COMMIT")
     found = checkout_commit()
     if found is None:
@@ -313,14 +274,12 @@ def write_training_record(weights: Path, record: dict) -> dict:
     return record
 
 
-# Libraries whose version can move a record's numbers where a task uses them (timm: the ImageNet models; the
-# OpenMMLab stack: the mmdet detectors); recorded when installed.
+# Libraries whose version can move a task's numbers, recorded when installed.
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
 def cpu_identity(cpuinfo: str | None = None) -> str:
-    """The kernels torch picks here and the processor's generation: a lent machine's model name may be masked
-    ('AMD EPYC'), while two generations run other float kernels, so a re-run that differs can be told apart."""
+    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()

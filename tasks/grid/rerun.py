@@ -1,18 +1,7 @@
 """The tasks by name, and re-running a record's cell.
 
-Each driver registers its task: how to rebuild its grid from a record (weights, data, seed), its keyword grid
-builder, and optionally a record's dense model (deploy, the inference benchmarks) and how to write its substitute
-data set (the regression check). Tools that work across tasks look a task up with `get_task`, which imports the
-task's driver the first time it is asked for, as fcpts's registry finds the baselines: so no driver imports
-another, and a driver's import registers it. Drivers are found, not listed (`drivers`): every `grid.py` in a
-package under tasks/ whose source registers a task (read, not imported), and installed packages naming theirs
-under the `fcpts.tasks` entry-point group.
-
-`rerun_record` runs a record's method, target and profile again into a folder, with the method's options pinned
-to those the record ran with (a default changed since does not leak in), and its dense weights found in this
-checkout when the absolute path it names belongs to another (`local_weights`, checked by hash). Used by deploy
-(which re-makes a sparse model it cannot find) and by benchmarks.code.rerun_sample.
-"""
+Drivers are found, not listed (`drivers`), and imported on first use (`get_task`), so none imports another.
+`rerun_record` runs a record's cell again with its method options pinned and its weights found in this checkout."""
 
 from __future__ import annotations
 
@@ -23,18 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fcpts.core.io import file_sha256
-from fcpts.core.loop import NOT_IDENTITY
-from tasks.grid.data import resolve_data_root
+from tasks.grid.help import TaskCommand
 from tasks.grid.paths import REPO_ROOT
-from tasks.grid.profiles import Profile
-from tasks.grid.record_options import pinned_options
-from tasks.grid.records import record_path
-from tasks.grid.runner import Grid, Where, run_grid
 
-GridForRecord = Callable[..., Grid]
+if TYPE_CHECKING:  # imported where used: the registry is read before torch is (a command's --help)
+    from tasks.grid.profiles import Profile
+    from tasks.grid.runner import Grid, Where
+
+GridForRecord = Callable[..., "Grid"]
 ENTRY_POINT_GROUP = "fcpts.tasks"  # an installed package's task: name = "its.driver.module"
 TASKS_ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,13 +33,12 @@ class Task:
     name: str
     grid_for_record: GridForRecord  # (record, profile, where) -> the grid the record came from
     build_grid: Callable[..., Grid]  # the driver's keyword grid builder
-    parse_args: Callable[..., Any] | None = None  # argv -> the command's arguments (argparse.Namespace)
     plans: Callable[..., Any] | None = None  # arguments -> the GridPlans to run (tasks.grid.cli.main runs them)
     table: Callable[[list[dict]], str] | None = None  # the records' table printed at the end (default: format_table)
     dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
     make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
     # What the task declares, for `python -m tasks.grid tasks` (as timm's list_models):
-    command: str = ""  # the one command that runs its grids
+    command: TaskCommand | None = None  # the one command that runs its grids, its flags declared
     datasets: tuple[str, ...] = ()  # what --dataset/--data-root may name
     models: tuple[str, ...] = ()  # the names its model factory builds
     metrics: tuple[str, ...] = ()  # what its evaluator writes into a record's `metrics`
@@ -63,8 +49,7 @@ TASKS: dict[str, Task] = {}
 
 
 def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForRecord]:
-    """`@register_task("cifar", build_grid=build_grid)` on `f(record, profile, where) -> Grid`: the grid a
-    record came from; `parts` are the other fields of `Task`."""
+    """`@register_task(name, ...)` on `f(record, profile, where) -> Grid`; `parts` are `Task`'s other fields."""
 
     def wrap(fn: GridForRecord) -> GridForRecord:
         TASKS[name] = Task(name, fn, **parts)
@@ -80,8 +65,7 @@ def unregister_task(name: str) -> Task:
 
 @functools.cache
 def drivers() -> dict[str, str]:
-    """Task name -> the module that registers it: each `tasks/**/grid.py` calling `register_task("NAME", ...)`
-    (records name their task; "coco": mmdet detectors, `[mmdet]` extra), then the ENTRY_POINT_GROUP entry points."""
+    """Task name -> the module registering it: each tasks/**/grid.py calling `register_task`, then entry points."""
     found = {}
     for path in sorted(TASKS_ROOT.glob("*/**/grid.py")):
         module = ".".join(("tasks", *path.relative_to(TASKS_ROOT).with_suffix("").parts))
@@ -94,8 +78,7 @@ def drivers() -> dict[str, str]:
 
 
 def list_tasks() -> list[Task]:
-    """Every task whose driver imports here, in `drivers()` order (one that needs a missing extra is left out),
-    then those registered at run time."""
+    """Every task whose driver imports here (one missing an extra is left out), then runtime ones."""
     out = []
     for name in dict.fromkeys([*drivers(), *TASKS]):
         try:
@@ -115,8 +98,11 @@ def get_task(name: str) -> Task:
 
 
 def record_profile(record: dict) -> Profile:
-    """The record's profile with its method's options pinned to what the record ran with; the options that change
-    no result (`NOT_IDENTITY`: how many processes made its batches, where it ran) are the re-run's own."""
+    """The record's profile, its method's options pinned to what it ran with (but `NOT_IDENTITY`)."""
+    from fcpts.core.loop import NOT_IDENTITY
+    from tasks.grid.profiles import Profile
+    from tasks.grid.record_options import pinned_options
+
     profile = Profile(**record["profile"])
     methods = {
         name: {**entry, "options": {k: v for k, v in entry["options"].items() if k not in NOT_IDENTITY}}
@@ -134,8 +120,9 @@ def record_profile(record: dict) -> Profile:
 
 
 def weights_folders() -> list[tuple[str, Path]]:
-    """(anchor, folder): a weights path's part after the anchor is looked for under the folder, this checkout's
-    own weights and this machine's shared data's."""
+    """(anchor, folder): where a weights path's tail after the anchor is looked for here."""
+    from tasks.grid.data import resolve_data_root
+
     return [
         ("results/weights/", REPO_ROOT / "results" / "weights"),
         ("data/weights/", resolve_data_root(None, must_exist=False) / "weights"),
@@ -143,9 +130,9 @@ def weights_folders() -> list[tuple[str, Path]]:
 
 
 def local_weights(record: dict) -> dict:
-    """The record, its dense weights path moved to the same file here when the path it names does not exist: the
-    file under this repository's results/weights/ or the data root's weights/, taken only when its sha256 is the
-    one the record names (so a re-run never starts from other weights). Otherwise the record as it is."""
+    """The record with its weights path moved to the same file here (same sha256) when the path it names is absent."""
+    from fcpts.core.io import file_sha256
+
     weights = record.get("weights") or {}
     path, sha256 = weights.get("path"), weights.get("sha256")
     if not path or not sha256 or Path(path).exists():
@@ -165,6 +152,9 @@ def grid_for_record(record: dict, where: Where) -> Grid:
 
 def rerun_record(record: dict, where: Where, force: bool = True) -> tuple[dict, Path]:
     """Run the record's cell again into `where.runs_dir`; returns the new record and its path."""
+    from tasks.grid.records import record_path
+    from tasks.grid.runner import run_grid
+
     grid = grid_for_record(record, where)
     (new,) = run_grid(grid, [record["method"]], [record["target_sparsity"]], force=force)
     return new, record_path(

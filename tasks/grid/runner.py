@@ -1,8 +1,5 @@
-"""The grid runner every task shares: model x method x sparsity -> one record per cell.
-
-Finished cells are skipped (resume), an unfinished method run continues from its checkpoint, the dense
-model is evaluated once per grid and only if some cell still has to run.
-"""
+"""The grid runner every task shares: model x method x sparsity -> one record per cell; finished cells are skipped,
+an unfinished run resumes from its checkpoint, the dense model is evaluated once per grid."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +23,12 @@ from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.record_format import write_record
-from tasks.grid.records import command_line, device_description, environment, git_commit, read_record, record_path
+from tasks.grid.records import device_description, environment, git_commit, provenance, read_record, record_path
 
 
 @dataclass(frozen=True)
 class Where:
-    """What every task's grid takes besides its own data and model: the seed, where data, weights and results
-    are, and what runs it."""
+    """What every task's grid takes besides its data and model: seed, folders, device."""
 
     seed: int = 0
     data_root: str | None = None
@@ -56,8 +51,7 @@ class Where:
 def dense_factory(
     make: Callable[[], nn.Module], dense: nn.Module, device: str, source: str | Path | None = None
 ) -> Callable[[], nn.Module]:
-    """Fresh copies of a dense model for each cell: `make()` with `dense`'s weights, on `device`. Weights
-    holding NaN or Inf are refused here, before any cell: every method would turn them into a garbage record."""
+    """Fresh copies of the dense model on `device`; NaN or Inf weights are refused before any cell."""
     state = {k: v.clone() for k, v in dense.state_dict().items()}
     check_finite_weights(state, source)
 
@@ -87,8 +81,7 @@ class Grid:
     dataset: str
     model: str
     build_model: Callable[[], nn.Module]  # a fresh dense model with its weights
-    # (n_images, augment) -> (tensor or Dataset, info: split, n_images, seed, indices, indices_sha256);
-    # the same n and seed always give the same images, and a smaller set is a prefix-subset of a larger.
+    # (n_images, augment) -> (tensor or Dataset, info); a smaller set of the same seed is a subset of a larger
     make_calibration: Callable[[int, bool], tuple[Any, dict]]
     evaluate: Callable[[nn.Module], dict]
     profile: Profile
@@ -108,17 +101,12 @@ def _show(metrics: dict, names: tuple[str, ...]) -> str:
     return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
 
 
-def indices_hash(indices: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, indices)).encode()).hexdigest()[:16]
-
-
 def _thin(history: list[dict], every: int = 10) -> list[dict]:
     return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
 
 
 class GridRecords(list):
-    """The records of a grid's cells (a list, as callers read it), and which cells were run now and which
-    were left to other processes: what tells a command that ran everything from one that did nothing."""
+    """A grid's records, and which cells ran now and which were left to other processes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -190,8 +178,7 @@ def cell_options(profile: Profile, method: str, seed: int, progress: bool = Fals
 
 
 def check_options(profile: Profile, methods: Sequence[str], seed: int) -> None:
-    """Every method's options built as its cells will build them, so a grid that would fail in its third
-    cell fails before the first writes a record."""
+    """Every method's options built as its cells will build them: a bad one fails before the first cell."""
     for m in methods:
         try:
             cell_options(profile, m, seed)
@@ -239,10 +226,8 @@ def redo_begun(grid: Grid, path: Path) -> bool:
 
 
 def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
-    """--force starts a cell clean, except where a --force redo of the same record was interrupted: that one
-    resumes from its checkpoint, so a long redo (an STR search, a cluster job that timed out and is submitted
-    again with the same command) loses nothing finished. The marker beside the checkpoint names the record the
-    redo replaces; it goes with the checkpoint once the new record is written."""
+    """--force starts a cell clean, unless a --force redo of the same record was interrupted: that one resumes. The
+    marker beside the checkpoint names the record the redo replaces."""
     ckpt = cell_checkpoint(grid, path)
     if redo_begun(grid, path):
         log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")
@@ -252,9 +237,7 @@ def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> 
 
 
 def _devices_of_run(ckpt: Path, here: str) -> list[str]:
-    """The devices a cell's run has worked on, kept beside its checkpoint: a run resumed on another device
-    (a CPU start finished on a GPU, or another GPU model) names each in its record, so its summed wall time is
-    never read as one device's. Written before the method starts, so an interrupted part is counted too."""
+    """The devices a cell's run has worked on (kept beside its checkpoint), so a resumed run names each."""
     side = ckpt.with_name(ckpt.name + ".devices")
     others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, _redo_marker(ckpt)}
     started = ckpt.exists() or bool(others)  # STR: side files only
@@ -266,17 +249,14 @@ def _devices_of_run(ckpt: Path, here: str) -> list[str]:
 
 
 def clear_checkpoints(ckpt: Path) -> None:
-    """The cell's checkpoint and any side files a method keeps beside it: after the record is written, and
-    before a --force run (which starts clean)."""
+    """Remove the cell's checkpoint and its side files (after the record, before a --force run)."""
     for stale in [ckpt, *ckpt.parent.glob(ckpt.name + ".*")]:
         stale.unlink(missing_ok=True)
 
 
 def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
-    """The dense model's metrics, kept beside the checkpoints so the next invocation of the same grid
-    skips the evaluation (minutes on ImageNet here). The key holds everything the number depends on that
-    a record names: weights, data, preprocessing, model, environment. `rebuild` (--force) evaluates again
-    and replaces the kept file, a damaged one included."""
+    """The dense model's metrics, kept beside the checkpoints under a key of everything they depend on, so the next
+    run of the grid skips the evaluation; `rebuild` (--force) evaluates again."""
     identity = {
         "task": grid.task,
         "dataset": grid.dataset,
@@ -351,10 +331,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "process_wall_s": method_wall,
         "eval_s": eval_s,
         "device": "; ".join(devices),  # two when an interrupted run was resumed on another device
-        "git_commit": git_commit(),
-        "command": command_line(),
-        "environment": environment(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **provenance(),
         **grid.provenance,
         "mask_sha256": mask_sha256(model),
         "per_layer": report.per_layer,
@@ -406,8 +383,7 @@ def _metric_of(key: str) -> Callable[[dict], Any]:
 
 
 def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
-    """method, target and achieved sparsity, each metric (record key -> header), then the dense model's first
-    metric, the drop from it and the wall time."""
+    """method, target, achieved, each metric, the dense first metric, the drop and the wall time."""
     first = next(iter(metrics))
     return [
         Column("method", f"{method_width}s", lambda r: r["method"]),

@@ -1,10 +1,6 @@
-"""What the cluster launcher submitted, one manifest per grid beside submitit's pickles and logs of its jobs:
-`<jobs-dir>/<task>/<dataset>/<model>/<profile>-seed<seed>/submission.json`.
-
-It lists every cell of the grid the commands asked for (its record, the per-cell command, the cluster and the
-latest job id), so `python -m tasks.grid status` and a re-run of the same command know which job ran which cell
-without asking the scheduler for names.
-"""
+"""What the cluster launcher submitted: one manifest per grid
+(`<jobs-dir>/<task>/<dataset>/<model>/<profile>-seed<seed>/submission.json`) naming each cell's record, command,
+cluster and latest job, read by `python -m tasks.grid status` and by a re-run of the same command."""
 
 from __future__ import annotations
 
@@ -44,8 +40,7 @@ class DamagedManifest(ValueError):
 
 
 def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
-    """Record path -> its cell entry (empty when nothing was submitted from this folder). A damaged manifest is
-    an error naming it, or with `discard_damaged` (--force) deleted, so the launcher rebuilds it."""
+    """Record path -> its cell entry; a damaged manifest is an error, or deleted with `discard_damaged`."""
     path = folder / MANIFEST
     if not path.is_file():
         return {}

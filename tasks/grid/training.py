@@ -1,9 +1,5 @@
-"""What the suite's dense training recipes (tasks.cifar.train, tasks.voc.train) share: the flags, the batches of a
-step, SGD with a warm-up then cosine schedule, the fingerprint that names a recipe's checkpoint, the resumable
-state, the epoch loop, the record of the trained model.
-
-The recipes call these through the module (`training.add_args(p, ...)`).
-"""
+"""What the dense training recipes (tasks.cifar.train, tasks.voc.train) share: flags, batches, SGD with warm-up
+then cosine, the recipe's fingerprint, resumable state, the epoch loop and the trained model's record."""
 
 from __future__ import annotations
 
@@ -63,8 +59,7 @@ def epoch_steps(n_train: int, batch_size: int, epochs: int) -> tuple[int, int]:
 
 
 def batch_indices(n_train: int, step: int, batch_size: int, seed: int) -> torch.Tensor:
-    """The training examples of a step's batch, a function of (seed, step) only: each epoch's shuffle is seeded by
-    (seed, epoch), so a resumed run draws the batches an uninterrupted one would."""
+    """A step's batch, a function of (seed, step) only: a resumed run draws the same batches."""
     epoch, pos = divmod(step, n_train // batch_size)
     perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
     return perm[pos * batch_size : (pos + 1) * batch_size]
@@ -80,8 +75,7 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
 def sgd_warmup_cosine(
     model: nn.Module, lr: float, weight_decay: float, warmup: int, total: int, nesterov: bool = False
 ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.LambdaLR]:
-    """SGD with momentum 0.9 and weight decay on the weights only (BN parameters and biases, the 1-d ones, get
-    none), its rate scaled by `lr_factor` each step."""
+    """SGD, momentum 0.9, weight decay on the weights only (not the 1-d ones), scaled by `lr_factor`."""
     decay = [p for p in model.parameters() if p.dim() > 1]
     no_decay = [p for p in model.parameters() if p.dim() <= 1]
     opt = torch.optim.SGD(
@@ -94,14 +88,12 @@ def sgd_warmup_cosine(
 
 
 def recipe_fingerprint(recipe: dict) -> str:
-    """A short hash of everything that shapes the trained weights: it names the run's checkpoint, so only the
-    same recipe resumes it."""
+    """A short hash of the recipe: it names the checkpoint, so only the same recipe resumes it."""
     return hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class TrainingState:
-    """Resumable state of a training run (model, optimiser, scheduler, step, history, elapsed time), through the
-    suite's one checkpoint mechanism: saved atomically, resumed only by the run with the same recipe."""
+    """Resumable state of a training run through the suite's one checkpoint mechanism."""
 
     def __init__(
         self,
@@ -167,12 +159,9 @@ def train_epochs(
     summary: Callable[[list[float], int], dict],
     test_at: Callable[[int], dict | None],
 ) -> float:
-    """Train `run`'s model from where its checkpoint left off to `total` steps; the training time.
-
-    Each step takes the next of `batches(start)` (the batches of steps start..total-1), steps on the loss of
-    `step_loss(batch)` and adds its numbers (float64, read once per epoch). Each epoch's end appends to the history
-    `summary(sums, steps)`, the rate, the time and `test_at(epoch)` when that is not None, prints it and
-    checkpoints; mid-epoch, a checkpoint every --checkpoint-every-s."""
+    """Train `run`'s model from its checkpoint to `total` steps on `step_loss(batch)` of `batches(start)`; each
+    epoch appends `summary`, the rate, the time and `test_at(epoch)` to the history and checkpoints. Returns the
+    training time."""
     model, sched = run.model, run.scheduler
     step = run.start(total, steps_per_epoch)
     bar = tqdm(total=total, initial=step, desc=desc, dynamic_ncols=True, disable=args.no_progress, mininterval=5)
@@ -224,9 +213,7 @@ def write_record(
     where: dict[str, Any],
     score: str,
 ) -> dict:
-    """The training record beside `weights`: what was `trained` (task, dataset, model), its recipe, the final test
-    metrics on `n_eval` images, the history and training time, then `where` it ran; one line says what was
-    trained and its `score`."""
+    """The training record beside `weights`, and one line saying what was trained and its `score`."""
     record = write_training_record(
         weights,
         {

@@ -1,9 +1,5 @@
-"""Dense weights files: reading a state dict with errors that name the file, loading it into a model, and where
-the suite looks for a CIFAR model's pretrained weights.
-
-Shared because a driver, deploy and the figures all read the same files: the figures need one layer's dense
-weights, not the driver that trains or prunes the model.
-"""
+"""Dense weights files: reading a state dict with errors that name the file, loading it, and where a CIFAR model's
+pretrained weights are looked for (a driver, deploy and the figures read the same files)."""
 
 from __future__ import annotations
 
@@ -18,9 +14,7 @@ from tasks.grid.paths import RESULTS_DIR
 
 
 def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
-    """(state dict, the checkpoint's other numbers and strings) from a state dict file or a dict with
-    `state_dict` (or `model`); `module.` prefixes stripped. Missing or corrupt files raise errors that name the
-    file. The suite's one torch.load of a user's weights file."""
+    """(state dict, the checkpoint's other numbers and strings), `module.` prefixes stripped; errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"weights file {path} does not exist; pass --weights PATH to a state dict")
@@ -40,8 +34,7 @@ def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def load_error_reason(error: Exception) -> str:
-    """The gist of a torch.load error on one line: a weights-only refusal's own reason, without the paragraphs
-    around it."""
+    """The gist of a torch.load error on one line."""
     text = str(error)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
@@ -50,8 +43,7 @@ def load_error_reason(error: Exception) -> str:
 
 
 def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> None:
-    """A model saved while torch.nn.utils.prune was on it holds each pruned tensor as `name_orig` and `name_mask`:
-    it fits no model here, and torch's error (or a count of tensors) would not say why. Name it, and the fix."""
+    """A state dict saved with torch.nn.utils.prune on (`*_orig`, `*_mask`): an error naming the fix."""
     bases = (k.removesuffix("_orig") for k in state if k.endswith("_orig"))
     pruned = [base for base in bases if base + "_mask" in state]
     if pruned:
@@ -64,9 +56,7 @@ def check_no_pruning_masks(state: dict[str, torch.Tensor], path: str | Path) -> 
 
 
 def load_checkpoint(model: nn.Module, path: str | Path, by_position: bool = False) -> dict:
-    """Load a checkpoint into `model` (see `read_state_dict`); a file that does not fit the model is an error
-    naming both. `by_position`: a file whose names are not the model's is matched by position (`map_state_dict`).
-    Returns the file's path, sha256 and the checkpoint's own numbers and strings."""
+    """Load a weights file into `model` (`by_position`: matched by position); returns its path, sha256 and metadata."""
     path = Path(path)
     state, meta = read_state_dict(path)
     if by_position and set(state) != set(model.state_dict()):
@@ -80,8 +70,7 @@ def load_checkpoint(model: nn.Module, path: str | Path, by_position: bool = Fals
 
 
 def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Match a foreign state dict to `model` by position, checking every shape (EfficientNet-PyTorch
-    and timm register the same tensors in the same order under other names)."""
+    """Match a foreign state dict to `model` by position, checking every shape."""
     ours = model.state_dict()
     if len(ours) != len(state):
         raise ValueError(f"{source}: {len(state)} tensors, the model has {len(ours)}; not the same architecture")
@@ -94,8 +83,7 @@ def map_state_dict(model: nn.Module, state: dict[str, torch.Tensor], source: str
 
 
 def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor], show: int = 3) -> str:
-    """How a file's state dict differs from the model's, in one line: counts of missing, unexpected and reshaped
-    entries with the first few of each, where torch's error lists every key."""
+    """How a state dict differs from the model's, in one line (torch's error lists every key)."""
 
     def some(keys: list[str]) -> str:
         return ", ".join(keys[:show]) + (", ..." if len(keys) > show else "")
@@ -116,8 +104,7 @@ def state_dict_misfit(expected: dict[str, torch.Tensor], found: dict[str, torch.
 
 
 def default_cifar_weights(data_root: Path, dataset: str, model: str) -> Path:
-    """Where the suite expects pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th,
-    then the suite's own trained checkpoints under results/weights/<dataset>/<model>.th."""
+    """Pretrained CIFAR weights: <data-root>/weights/<dataset>/<model>.th, then results/weights/."""
     candidates = [
         data_root / "weights" / dataset / f"{model}.th",
         RESULTS_DIR / "weights" / dataset / f"{model}.th",

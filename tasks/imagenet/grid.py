@@ -19,14 +19,13 @@ from torch.utils.data import Subset
 
 from fcpts.methods import training_methods
 from tasks.grid import cli, layout
-from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
-from tasks.grid.help import command_parser
 from tasks.grid.imagenet_catalogue import MODELS, get_spec
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
+from tasks.imagenet import COMMAND
 from tasks.imagenet.data import IMAGENET_DATA, ImageFiles, imagenet_dir, list_split
 from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
 
@@ -114,35 +113,10 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
     return model, (3, record["preprocessing"]["input_size"], record["preprocessing"]["input_size"])
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m tasks.imagenet", __doc__)
-    cli.add_model_args(
-        p, ["efficientnet_lite0"], f"from: {', '.join(MODELS)}; 'paper' = {' '.join(PAPER_CNNS + PAPER_VITS)}"
-    )
-    cli.add_grid_args(
-        p, PROFILES, "cpu", ["imagenet-cnn", "imagenet-vit"], default_sparsity=None,
-        sparsity_default="the paper's: 0.5 0.6 0.7 0.8 0.9 for CNNs, 0.5 0.6 0.7 for ViTs",
-    )  # fmt: skip
-    p.add_argument(
-        "--data-root",
-        help="ImageNet folder, or a folder holding imagenet/ (default: $FCPTS_DATA_ROOT, then ../shared/data)",
-    )
-    p.add_argument(
-        "--workers",
-        type=at_least(int, 0),
-        default=None,
-        help="DataLoader workers for evaluation (default: min(8, CPUs))",
-    )
-    args = p.parse_args(argv)
-    if args.models == ["paper"]:
-        args.models = PAPER_CNNS + PAPER_VITS
-    return args
-
-
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
-    checked = []
-    for model_name in args.models:  # every model's profile and options are checked before any cell runs
+    checked, models = [], PAPER_CNNS + PAPER_VITS if args.models == ["paper"] else args.models
+    for model_name in models:  # every model's profile and options are checked before any cell runs
         get_spec(model_name)
         methods = all_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
@@ -157,10 +131,9 @@ def plans(args: argparse.Namespace):
 
 
 @register_task(
-    "imagenet", build_grid=build_grid, dense_model=dense_model, command="python -m tasks.imagenet",
+    "imagenet", build_grid=build_grid, dense_model=dense_model, command=COMMAND, plans=plans,
     datasets=("imagenet (the 50,000 val images)", "imagenet-val<N> (a subset of val)"), models=tuple(MODELS),
     metrics=("top1", "top5"), profiles=tuple(PROFILES),
-    parse_args=parse_args, plans=plans,
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from (model, weights file when one was given, seed), for re-running its cell."""

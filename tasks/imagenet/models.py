@@ -18,11 +18,9 @@ import torch
 from torch import nn
 
 from tasks.grid.data import DataNotFoundError
-from tasks.grid.imagenet_catalogue import get_spec
+from tasks.grid.imagenet_catalogue import PAPER_CNNS, PAPER_VITS, get_spec  # noqa: F401  (the paper's models, here too)
 from tasks.grid.weights import load_checkpoint
 
-PAPER_CNNS = ["resnet18", "resnet50", "regnetx_200mf", "regnetx_400mf", "mobilenet_v2"]
-PAPER_VITS = ["vit_base", "vit_large"]
 HUB_HOSTS = {"torchvision": "download.pytorch.org", "timm": "huggingface.co"}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from tasks.grid.cli import main as task_main
-from tasks.voc.profiles import FRAMEWORKS
+from tasks.voc import FRAMEWORKS
 
 
 def main(argv=None) -> int:

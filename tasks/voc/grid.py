@@ -29,14 +29,13 @@ import torch
 
 from fcpts.core.io import file_sha256
 from tasks.grid import cli
-from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
-from tasks.grid.help import command_parser
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
+from tasks.voc import COMMAND
 from tasks.voc.data import (
     DetectionImages,
     VOCDetection,
@@ -47,10 +46,9 @@ from tasks.voc.data import (
 )
 from tasks.voc.make_set import make_set
 from tasks.voc.metrics import Detections, voc07_map
-from tasks.voc.profiles import FRAMEWORKS, PAPER_SPARSITY, PROFILES, distill_profile
+from tasks.voc.profiles import PROFILES, distill_profile
 from tasks.voc.ssd import (
     ARCHITECTURES,
-    RECONSTRUCTIONS,
     RELEASED,
     SSD,
     DistillView,
@@ -216,41 +214,10 @@ def build_grid(
 VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"map50": "mAP"}, method_width=14)]
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m tasks.voc", __doc__)
-    p.add_argument(
-        "--framework",
-        choices=FRAMEWORKS,
-        default="suite",
-        help="suite: the suite's own SSDs (the flags here); mmdet: any single-stage mmdet detector from its config "
-        "and checkpoint (python -m tasks.voc --framework mmdet --help lists its flags)",
-    )
-    cli.add_model_args(p, list(ARCHITECTURES), "detectors", choices=sorted(ARCHITECTURES))
-    cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
-    p.add_argument(
-        "--reconstruction",
-        default="mse-blocks",
-        choices=sorted(RECONSTRUCTIONS),
-        help="FCPTS's reconstruction output on the detector (see above)",
-    )
-    p.add_argument("--image-size", type=int, default=300, help="square input (pytorch-ssd: 300)")
-    p.add_argument(
-        "--data-root", help="folder holding VOCdevkit/VOC2007 (default: $FCPTS_DATA_ROOT, then ../shared/data)"
-    )
-    p.add_argument(
-        "--workers",
-        type=at_least(int, 0),
-        default=None,
-        help="DataLoader workers for evaluation (default: min(8, CPUs))",
-    )
-    args = cli.parse(p, argv, "voc")
-    if args.framework != "suite":
-        p.error(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
-    return args
-
-
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
+    if args.framework != "suite":
+        raise ValueError(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     for arch in args.models:
         if args.dry_run:
@@ -268,10 +235,10 @@ def plans(args: argparse.Namespace):
 
 
 @register_task(
-    "voc", build_grid=build_grid, make_data=make_set, command="python -m tasks.voc",
+    "voc", build_grid=build_grid, make_data=make_set, command=COMMAND, plans=plans,
     datasets=("voc2007", "voc-cifar10 (the substitute set, tasks.voc.make_set)"),
     models=(*ARCHITECTURES, "mmdet-<config> (--framework mmdet)"), metrics=("map50",), profiles=tuple(PROFILES),
-    parse_args=parse_args, plans=plans, table=partial(format_table, columns=VOC_COLUMNS),
+    table=partial(format_table, columns=VOC_COLUMNS),
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (mmdet records: tasks.voc.mmdet's)."""

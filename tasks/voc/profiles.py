@@ -7,8 +7,6 @@ from fcpts.methods import get_method, list_methods
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
-FRAMEWORKS = ("suite", "mmdet")  # who builds the detector: the suite's own SSDs, or mmdet from a config
-
 PAPER_SPARSITY = 0.9
 
 PROFILES = profile_table(

@@ -174,10 +174,10 @@ def test_cli_errors_exit_2(tmp_path, capsys):
 
 def test_option_overrides_reach_the_training_methods_run_and_rename_the_profile():
     from tasks.grid import cli
-    from tasks.imagenet.grid import PROFILES, parse_args
+    from tasks.imagenet.grid import PROFILES
 
     def profile(options, methods):
-        args = parse_args(["--methods", *methods, *[f"--option={o}" for o in options]])
+        args = cli.parse_args("imagenet", ["--methods", *methods, *[f"--option={o}" for o in options]])
         return cli.profile_from_args(args, PROFILES, args.methods)
 
     p = profile(["lr=0.005", "reconstruction=kl"], ["fcpts", "pot-l2norm"])

@@ -370,17 +370,17 @@ def test_resuming_allows_the_message_hub_s_statistics_and_no_other_getattr():
 
 @pytest.mark.parametrize("flag", ["--config", "--model", "--models"])
 def test_the_config_is_named_as_every_task_names_its_model(flag):
-    from tasks.voc.mmdet.grid import parse_args
+    from tasks.grid.cli import parse_args
 
-    assert parse_args([flag, str(CONFIG), "--methods", "fcpts", "--dry-run"]).config == str(CONFIG)
+    assert parse_args("coco", [flag, str(CONFIG), "--methods", "fcpts", "--dry-run"]).config == str(CONFIG)
 
 
 def test_the_evaluation_loader_takes_the_workers_default_of_the_other_tasks():
     """None: min(8, CPUs), as tasks.grid.evaluate's loaders; the task's flag leaves it to that default."""
     import inspect
 
-    from tasks.voc.mmdet.grid import parse_args
+    from tasks.grid.cli import parse_args
 
     assert inspect.signature(evaluate_detector).parameters["workers"].default is None
     assert inspect.signature(build_grid).parameters["workers"].default is None
-    assert parse_args(["--config", str(CONFIG)]).workers is None
+    assert parse_args("coco", ["--config", str(CONFIG)]).workers is None

@@ -19,9 +19,7 @@ from tasks.grid.records import (
     all_records,
     moved_records,
     reaches_target,
-    read_manifest,
     read_manifest_entries,
-    read_manifest_values,
     read_record,
 )
 
@@ -30,14 +28,14 @@ RECORDS = all_records(RUNS_DIR)
 
 
 def test_every_record_run_before_is_present():
-    expected = read_manifest(MANIFEST)
+    expected = list(read_manifest_entries(MANIFEST))
     assert len(expected) >= 11, f"{MANIFEST} lost entries"
     missing = [p for p in expected if read_record(RUNS_DIR / p) is None]
     assert not missing, f"records missing or unreadable (restore them or remove them from {MANIFEST}): {missing}"
 
 
 def test_every_present_record_is_in_the_manifest():
-    listed = set(read_manifest(MANIFEST))
+    listed = set(read_manifest_entries(MANIFEST))
     unlisted = [r["_path"] for r in RECORDS if r["_path"] not in listed]
     assert not unlisted, f"run `python -m tasks.reporting manifest` to register: {unlisted}"
 
@@ -57,7 +55,7 @@ def test_every_committed_number_is_the_registered_one():
 
 def test_moving_a_committed_number_is_caught():
     """A copy of a real record lowered by 5 points (or by 0.01, over the tolerance) fails the check."""
-    registered = read_manifest_values(MANIFEST)
+    registered = read_manifest_entries(MANIFEST)
     record = next(
         r
         for r in RECORDS

@@ -13,24 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from tasks.cifar import grid as cifar
 from tasks.grid import estimate
-from tasks.grid.cli import EXIT_BUSY
+from tasks.grid.cli import EXIT_BUSY, parse_args
 from tasks.grid.cli import main as task_main
-from tasks.imagenet import grid as imagenet
 from tasks.voc import command as voc
-from tasks.voc import grid as detection
 from tests.conftest import require_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_task_takes_model_and_models():
-    assert cifar.parse_args(["--model", "resnet20"]).models == ["resnet20"]
-    assert cifar.parse_args(["--models", "resnet20", "resnet32"]).models == ["resnet20", "resnet32"]
-    assert imagenet.parse_args(["--model", "resnet18"]).models == ["resnet18"]
-    assert detection.parse_args(["--model", "mb1-ssd"]).models == ["mb1-ssd"]
-    assert detection.parse_args(["--models", "mb1-ssd"]).models == ["mb1-ssd"]
+    assert parse_args("cifar", ["--model", "resnet20"]).models == ["resnet20"]
+    assert parse_args("cifar", ["--models", "resnet20", "resnet32"]).models == ["resnet20", "resnet32"]
+    assert parse_args("imagenet", ["--model", "resnet18"]).models == ["resnet18"]
+    assert parse_args("voc", ["--model", "mb1-ssd"]).models == ["mb1-ssd"]
+    assert parse_args("voc", ["--models", "mb1-ssd"]).models == ["mb1-ssd"]
 
 
 @pytest.mark.parametrize(
@@ -288,8 +285,10 @@ def imports_torch(module: str, *argv: str) -> bool:
 @pytest.mark.parametrize(
     "argv",
     [["tasks.reporting", "--help"], *(["tasks.reporting", c, "--help"] for c in ("tables", "figures", "readme"))]
-    + [["tasks.deploy", "--help"]],
-    ids=lambda argv: " ".join(argv[:2]),
+    + [["tasks.deploy", "--help"]]
+    + [[f"tasks.{task}", "--help"] for task in ("cifar", "imagenet", "voc")]
+    + [["tasks.cifar", "--profile", "nope"]],
+    ids=lambda argv: " ".join(argv),
 )
 def test_help_imports_no_torch(argv):
     """--help answers in a fraction of a second: torch (5 s to import here) is imported only by work."""

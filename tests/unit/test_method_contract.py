@@ -84,10 +84,10 @@ def throwaway_method():
 def test_a_method_registered_at_run_time_keeps_the_contract_and_reaches_the_task_commands(
     throwaway_method, tmp_path, capsys
 ):
-    from tasks.cifar import grid as cifar
+    from tasks.grid.cli import parse_args
 
     check_contract(throwaway_method)
-    assert throwaway_method in cifar.parse_args(["--all-methods"]).methods
+    assert throwaway_method in parse_args("cifar", ["--all-methods"]).methods
     argv = ["--model", "resnet20", "--methods", throwaway_method, "--sparsity", "0.5", "--dry-run"]
     assert task_main("cifar", [*argv, "--data-root", str(tmp_path / "absent"), "--results-dir", str(tmp_path)]) == 0
     assert throwaway_method in capsys.readouterr().out
@@ -98,18 +98,17 @@ def throwaway_task():
     """A task declared at run time as a driver declares one: its flags on the shared grid flags, its plans, its
     registration; no other file names it."""
     from tasks.grid import cli
-    from tasks.grid.help import command_parser
+    from tasks.grid.help import TaskCommand, flag
     from tasks.grid.profiles import profile_table, quick_profile
     from tasks.grid.rerun import register_task, unregister_task
 
     profiles = profile_table(quick_profile(16, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2))
 
-    def parse_args(argv):
-        p = command_parser("python -m tasks.throwaway", "A throwaway task.")
-        cli.add_model_args(p, ["toy-net"], "any name")
-        cli.add_grid_args(p, profiles, "quick", ["cifar"], default_sparsity=[0.5])
-        p.add_argument("--data-root")
-        return cli.parse(p, argv, "cifar")
+    command = TaskCommand(
+        prog="python -m tasks.throwaway", driver="tests.unit.test_method_contract", profiles=tuple(profiles),
+        default_profile="quick", method_sets=("cifar",), sparsity=(0.5,), models=("toy-net",), model_help="any name",
+        flags=(flag("--data-root"),),
+    )  # fmt: skip
 
     def plans(args):
         profile = cli.profile_from_args(args, profiles, args.methods)
@@ -117,10 +116,7 @@ def throwaway_task():
             grid = cli.planned_grid("throwaway", "toy-data", model, profile, cli.where(args))
             yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
-    command = "python -m tasks.throwaway"
-    register_task("throwaway", build_grid=lambda **_: None, command=command, parse_args=parse_args, plans=plans)(
-        lambda *_: None
-    )
+    register_task("throwaway", build_grid=lambda **_: None, command=command, plans=plans)(lambda *_: None)
     yield "throwaway"
     unregister_task("throwaway")
 
@@ -130,7 +126,7 @@ def test_a_task_registered_at_run_time_is_listed_and_dry_runs_the_registry_s_met
 ):
     from tasks.grid.rerun import get_task, list_tasks
 
-    assert get_task("throwaway").command == "python -m tasks.throwaway" and "throwaway" in {
+    assert get_task("throwaway").command.prog == "python -m tasks.throwaway" and "throwaway" in {
         t.name for t in list_tasks()
     }
     argv = ["--all-methods", "--dry-run", "--device", "cpu", "--results-dir", str(tmp_path)]

@@ -11,7 +11,7 @@ from fcpts.core.options import MethodOptions
 from fcpts.methods import METHODS, NOT_IN_PAPER, PAPER_BASELINE, PAPER_METHOD, Method, list_methods, register
 from fcpts.methods import registry as registry_module
 from fcpts.methods.registry import ROLES, unregister
-from tasks.cifar import grid as cifar
+from tasks.grid.cli import parse_args
 from tasks.grid.layout import METHOD_SETS, MethodSet, all_methods, extra_methods, paper_rows
 from tasks.reporting import figures
 from tasks.reporting.paper import read_reference, table2
@@ -90,7 +90,7 @@ def toy_method():
 
 def test_a_registered_method_appears_in_all_methods_tables_and_figures(toy_method, tmp_path):
     # Beyond the paper, a comparison: in registry order, before FCPTS's own variants.
-    chosen = cifar.parse_args(["--all-methods"]).methods
+    chosen = parse_args("cifar", ["--all-methods"]).methods
     assert "toy" in chosen and chosen == all_methods("cifar")
     variants = [m for m in chosen if METHODS[m].family == "fcpts" and METHODS[m].role == NOT_IN_PAPER]
     assert all(chosen.index("toy") < chosen.index(v) for v in variants)

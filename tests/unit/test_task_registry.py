@@ -51,6 +51,7 @@ def test_drivers_are_found_by_reading_the_task_folders():
 def test_each_task_declares_what_its_command_takes():
     """The declared datasets, models and profiles are ones the task's own command line accepts."""
     from tasks.cifar import grid as cifar_grid
+    from tasks.grid.cli import parse_args
     from tasks.grid.rerun import list_tasks
     from tasks.imagenet import grid as imagenet_grid
     from tasks.voc import grid as voc_grid
@@ -58,16 +59,31 @@ def test_each_task_declares_what_its_command_takes():
     tasks = {t.name: t for t in list_tasks()}
     assert {"cifar", "imagenet", "voc"} <= set(tasks)
     for dataset in tasks["cifar"].datasets:
-        assert cifar_grid.parse_args(["--dataset", dataset]).dataset == dataset
-    assert cifar_grid.parse_args(["--models", *tasks["cifar"].models]).models == list(tasks["cifar"].models)
-    assert imagenet_grid.parse_args(["--models", *tasks["imagenet"].models]).models == list(tasks["imagenet"].models)
+        assert parse_args("cifar", ["--dataset", dataset]).dataset == dataset
+    assert parse_args("cifar", ["--models", *tasks["cifar"].models]).models == list(tasks["cifar"].models)
+    assert parse_args("imagenet", ["--models", *tasks["imagenet"].models]).models == list(tasks["imagenet"].models)
     for name, driver in (("cifar", cifar_grid), ("imagenet", imagenet_grid), ("voc", voc_grid)):
-        assert tasks[name].profiles == tuple(driver.PROFILES)
-        assert driver.parse_args(["--profile", tasks[name].profiles[0]]).profile == "paper"
-    assert {t.command.split()[2] for t in tasks.values()} <= {"tasks.cifar", "tasks.imagenet", "tasks.voc"}
+        assert tasks[name].profiles == tuple(driver.PROFILES) == tasks[name].command.profiles
+        assert parse_args(name, ["--profile", tasks[name].profiles[0]]).profile == "paper"
+    assert {t.command.prog.split()[2] for t in tasks.values()} <= {"tasks.cifar", "tasks.imagenet", "tasks.voc"}
+
+
+def test_the_declared_command_lines_name_what_the_drivers_build():
+    """A command line is declared without importing torch, so its names are written out: they must be the code's."""
+    from tasks.grid.cifar_data import CIFAR_CLASSES
+    from tasks.grid.cifar_models import CIFAR_MODELS
+    from tasks.grid.cli import task_command
+    from tasks.voc.profiles import PAPER_SPARSITY
+    from tasks.voc.ssd import ARCHITECTURES, RECONSTRUCTIONS
+
+    cifar, voc = task_command("cifar"), task_command("voc")
+    assert cifar.model_choices == tuple(sorted(CIFAR_MODELS)) and cifar.first[0][1]["choices"] == tuple(CIFAR_CLASSES)
+    assert voc.models == tuple(ARCHITECTURES) and voc.sparsity == (PAPER_SPARSITY,)
+    assert voc.flags[0][1]["choices"] == tuple(sorted(RECONSTRUCTIONS))
 
 
 def test_the_task_list_names_every_task():
+    from tasks.grid.layout import extra_methods
     from tasks.grid.task_list import table
 
     text = table()
@@ -76,3 +92,8 @@ def test_the_task_list_names_every_task():
     for name in drivers():
         assert (f"\n{name}: " in f"\n{text}") != (name in missing), name
     assert "cifar: python -m tasks.cifar\n  datasets: cifar10, cifar100\n" in text
+    extras = " ".join(extra_methods("cifar"))
+    assert (
+        f"  --all-methods: the paper's set: pot-l2norm pot-erk fcpts, then beyond the paper (tables label them so): "
+        f"{extras}\n" in text
+    )

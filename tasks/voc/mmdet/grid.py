@@ -22,14 +22,13 @@ from typing import cast
 from torch import nn
 
 from tasks.grid import cli
-from tasks.grid.arg_types import at_least
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
-from tasks.grid.help import command_parser, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, result_columns
 from tasks.grid.runner import format_table as grid_table
+from tasks.voc.mmdet import COMMAND
 from tasks.voc.mmdet.data import (
     Layout,
     PipelineImages,
@@ -50,8 +49,7 @@ from tasks.voc.mmdet.detector import (
     reconstruction_blocks,
     versions,
 )
-from tasks.voc.profiles import PAPER_SPARSITY, PROFILES, distill_profile
-from tasks.voc.ssd import RECONSTRUCTIONS
+from tasks.voc.profiles import PROFILES, distill_profile
 
 LAYOUTS = "a VOC- or COCO-layout dataset"
 
@@ -163,30 +161,6 @@ def config_path(recorded: str) -> str:
 format_table = partial(grid_table, columns=result_columns({"map50": "mAP50"}, method_width=14))
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = command_parser("python -m tasks.voc --framework mmdet", __doc__)
-    p.add_argument(
-        "--config",
-        "--model",
-        "--models",
-        dest="config",
-        required=True,
-        help="an mmdet config file (single-stage detector): this task's model, so --model/--models name it too",
-    )
-    cli.add_grid_args(p, PROFILES, "cpu", ["voc"], default_sparsity=[PAPER_SPARSITY])
-    deprecated_alias(p, "--checkpoint", "--weights", "weights")  # --weights: the detector's mmdet checkpoint
-    p.add_argument("--reconstruction", default="mse-blocks", choices=sorted(RECONSTRUCTIONS))
-    p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
-    p.add_argument(
-        "--workers",
-        type=at_least(int, 0),
-        default=None,
-        help="DataLoader workers for evaluation (default: min(8, CPUs))",
-    )
-    p.add_argument("--eval-batch-size", type=int, default=16)
-    return cli.parse(p, argv, "voc")
-
-
 def plans(args: argparse.Namespace):
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     if args.dry_run:  # without the data, listed as VOC2007's cells (said so); with it, named from it
@@ -209,10 +183,9 @@ def plans(args: argparse.Namespace):
 
 
 @register_task(
-    "coco", build_grid=build_grid, command="python -m tasks.voc --framework mmdet",
+    "coco", build_grid=build_grid, command=COMMAND, plans=plans, table=format_table,
     datasets=("coco-<split>", "a VOC-layout folder"), models=("mmdet-<config>: any single-stage mmdet detector",),
     metrics=("map", "map50"), profiles=tuple(PROFILES),
-    parse_args=parse_args, plans=plans, table=format_table,
 )  # fmt: skip
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid an mmdet record came from, for re-running its cell (VOC records reach it through the
