@@ -141,17 +141,23 @@ def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher
     return torch.sub(student.float(), teacher.float())
 
 
+def all_float32_alike(students: list[torch.Tensor], teachers: list) -> bool:
+    """Whether `block_differences` takes its path of a few operators for all blocks."""
+    return all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in zip(students, teachers))
+
+
 def block_differences(students: list[torch.Tensor], teachers: list, sole: list[bool]) -> list[torch.Tensor]:
-    """`block_difference` of every block, the same values bit for bit: where all are float32 and shaped alike, in
-    three operators for all blocks instead of one each. Those in `sole` are written over their teachers, as s + (-t),
-    after the others have read theirs; two of them sharing memory would be written twice: an error."""
+    """Every block's difference in float32, in two operators for all blocks where `all_float32_alike` (else
+    `block_difference` of each): student - teacher, except that those in `sole` are teacher - student, written over
+    their teachers in one pass once the others have read theirs. Two of those sharing memory would be written
+    twice: an error."""
     reused = [teachers[k] for k, reuse in enumerate(sole) if reuse]
     if len({storage_address(t) for t in reused}) < len(reused):
         raise RuntimeError(
             "a block's difference would be modified by an inplace operation: two teacher block outputs to be written "
             "over share their memory, which `sole` named though something else reads it"
         )
-    if not all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in zip(students, teachers)):
+    if not all_float32_alike(students, teachers):
         return [block_difference(s, t, reuse) for s, t, reuse in zip(students, teachers, sole)]
     diffs: list[torch.Tensor] = list(teachers)
     fresh = [k for k, reuse in enumerate(sole) if not reuse]
@@ -159,14 +165,14 @@ def block_differences(students: list[torch.Tensor], teachers: list, sole: list[b
         for k, d in zip(fresh, torch._foreach_sub([students[k] for k in fresh], [teachers[k] for k in fresh])):
             diffs[k] = d
     if reused:
-        torch._foreach_neg_(reused)
-        torch._foreach_add_(reused, [students[k] for k, reuse in enumerate(sole) if reuse])
+        torch._foreach_sub_(reused, [students[k] for k, reuse in enumerate(sole) if reuse])
     return diffs
 
 
 class _BlocksMSE(torch.autograd.Function):
     """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks:
-    the differences (`block_differences`, written over the teachers' outputs where `sole`), their squared norms
+    the differences (`block_differences`, written over the teachers' outputs where `sole`, their sign then carried
+    by `scales`), their squared norms
     together (`_foreach_norm`), and in the backward every difference scaled at once. The teachers' outputs are let
     go once the differences are made."""
 
@@ -198,12 +204,14 @@ class BlocksMSE:
     def __call__(self, students: dict[str, torch.Tensor], teachers: dict[str, torch.Tensor], sole: set[str]):
         names = list(students)
         device, numels = students[names[0]].device, [students[k].numel() for k in names]
-        key = (device, *numels)
-        if key not in self.scales:
-            rows = [[1.0 / n for n in numels], [2.0 / n for n in numels]]
-            self.scales[key] = torch.tensor(rows, dtype=torch.float32).to(device)
         teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
-        return _BlocksMSE.apply(teacher_list, [k in sole for k in names], self.scales[key], *students.values())
+        reuse = [k in sole for k in names]
+        flipped = all_float32_alike(list(students.values()), teacher_list)  # teacher - student where `reuse`
+        key = (device, *numels, *(flipped and r for r in reuse))
+        if key not in self.scales:  # a flipped difference's gradient scale is negative: -(t - s) = s - t exactly
+            twice = [(-2.0 if flipped and r else 2.0) / n for n, r in zip(numels, reuse)]
+            self.scales[key] = torch.tensor([[1.0 / n for n in numels], twice], dtype=torch.float32).to(device)
+        return _BlocksMSE.apply(teacher_list, reuse, self.scales[key], *students.values())
 
 
 def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool = False) -> torch.Tensor:
