@@ -1,11 +1,10 @@
 """`python -m tasks.grid status|tasks ...`: the grid tools that are not a task (tasks.grid.status,
 tasks.grid.task_list)."""
 
+import importlib
 import sys
 
-from tasks.grid import status, task_list
-
-COMMANDS = {"status": status.main, "tasks": task_list.main}
+COMMANDS = {"status": "tasks.grid.status", "tasks": "tasks.grid.task_list"}  # imported when run: --help needs neither
 USAGE = f"usage: python -m tasks.grid {{{','.join(COMMANDS)}}} ...  (python -m tasks.grid status --help for more)"
 
 if __name__ == "__main__":
@@ -17,4 +16,4 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
-    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))
+    sys.exit(importlib.import_module(COMMANDS[sys.argv[1]]).main(sys.argv[2:]))
