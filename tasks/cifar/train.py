@@ -13,25 +13,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+from tasks.cifar import DATASETS, MODELS
+from tasks.grid import cli
+from tasks.grid.help import add_training_args, command_parser, default_device
 
-from fcpts.core.calibration import to_device
-from fcpts.core.io import save_torch_atomic
-from fcpts.core.options import resolve_device
-from tasks.cifar.grid import DOWNLOAD_HINT
-from tasks.grid import cli, training
-from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
-from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
-from tasks.grid.data import CIFAR_DATA, resolve_data_root
-from tasks.grid.evaluate import classify
-from tasks.grid.help import command_parser, default_device
-from tasks.grid.records import device_description
+if TYPE_CHECKING:  # the work imports torch when it runs: --help needs none of it
+    import torch
 
 
 def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """(B, 32, 32, 3) uint8 -> normalised (B, 3, 32, 32): zero-padded random 32x32 crop and flip."""
+    import torch
+    import torch.nn.functional as F
+
+    from tasks.grid.cifar_data import normalize_cifar
+
     b = x_uint8.shape[0]
     padded = F.pad(x_uint8.permute(0, 3, 1, 2), (4, 4, 4, 4))
     dy, dx = torch.randint(0, 9, (2, b), generator=generator)
@@ -42,6 +40,20 @@ def augment_batch(x_uint8: torch.Tensor, generator: torch.Generator) -> torch.Te
 
 
 def train(args: argparse.Namespace) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from fcpts.core.calibration import to_device
+    from fcpts.core.io import save_torch_atomic
+    from fcpts.core.options import resolve_device
+    from tasks.cifar.grid import DOWNLOAD_HINT
+    from tasks.grid import training
+    from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+    from tasks.grid.cifar_models import cifar_resnet
+    from tasks.grid.data import CIFAR_DATA, resolve_data_root
+    from tasks.grid.evaluate import classify
+    from tasks.grid.records import device_description
+
     root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA, DOWNLOAD_HINT)
     x_train, y_train = map(torch.as_tensor, load_cifar(root, args.dataset, "train", args.download))
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
@@ -130,11 +142,11 @@ def train(args: argparse.Namespace) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.cifar.train", __doc__)
-    p.add_argument("--dataset", default="cifar100", choices=sorted(CIFAR_CLASSES))
-    p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(CIFAR_MODELS))
+    p.add_argument("--dataset", default="cifar100", choices=sorted(DATASETS))
+    p.add_argument("--model", "--models", dest="model", default="resnet32", choices=sorted(MODELS))
     p.add_argument("--data-root", help="folder with CIFAR (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--download", action="store_true")
-    training.add_args(
+    add_training_args(
         p,
         epochs=40,
         batch_size=128,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.grid import arg_types
-from tasks.grid.paths import RUNS_DIR
+from tasks.grid.arg_types import above, at_least
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -142,7 +143,7 @@ def flag(*names: str, **kwargs: Any) -> Flag:
 
 WORKERS = flag(
     "--workers",
-    type=arg_types.at_least(int, 0),
+    type=at_least(int, 0),
     default=None,
     help="DataLoader workers for evaluation (default: min(8, CPUs))",
 )
@@ -264,18 +265,16 @@ CLUSTER_FLAGS = (  # the launcher's (tasks.grid.launch): a job's command never c
     ),
     flag("--jobs-dir", help="job logs, pickles and submission.json (default: <results-dir>/.jobs)"),
     flag("--slurm-partition"),
-    flag("--gpus-per-node", type=arg_types.at_least(int, 0)),
-    flag("--cpus-per-task", type=arg_types.at_least(int, 1)),
-    flag("--mem-gb", type=arg_types.at_least(int, 1)),
+    flag("--gpus-per-node", type=at_least(int, 0)),
+    flag("--cpus-per-task", type=at_least(int, 1)),
+    flag("--mem-gb", type=at_least(int, 1)),
     flag(
         "--timeout-min",
-        type=arg_types.at_least(int, 1),
+        type=at_least(int, 1),
         help=f"per job (default {DEFAULT_TIMEOUT_MIN}); a timed-out cell resumes from its checkpoint when the command "
         "is run again",
     ),
-    flag(
-        "--array-parallelism", type=arg_types.at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"
-    ),
+    flag("--array-parallelism", type=at_least(int, 1), help="at most this many jobs of a grid at once (slurm)"),
     flag("--no-wait", action="store_true", help="submit and exit (then: python -m tasks.grid status)"),
 )
 LAUNCHER_FLAGS = tuple(names[0] for names, _ in CLUSTER_FLAGS)
@@ -287,3 +286,34 @@ def _docstring(module: str) -> str | None:
     if spec is None or spec.origin is None:
         return None
     return ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False)
+
+
+def add_training_args(
+    p: argparse.ArgumentParser,
+    *,
+    epochs: int,
+    batch_size: int,
+    eval_every: int,
+    lr_help: str,
+    epochs_help: str | None = None,
+) -> None:
+    """The flags every dense-training recipe has (tasks.grid.training); a task gives its own defaults and adds its
+    data and model flags."""
+    p.add_argument("--epochs", type=at_least(int, 1), default=epochs, help=epochs_help)
+    p.add_argument("--batch-size", type=at_least(int, 1), default=batch_size)
+    p.add_argument("--lr", type=above(0.0), help=lr_help)
+    p.add_argument("--weight-decay", type=at_least(float, 0.0), default=5e-4)
+    p.add_argument("--seed", type=at_least(int, 0), default=0)
+    p.add_argument(
+        "--eval-every",
+        type=at_least(int, 1),
+        default=eval_every,
+        help="epochs between test-set looks (reported only)",
+    )
+    p.add_argument("--train-limit", type=at_least(int, 1), help="use only the first N training images (tests)")
+    p.add_argument("--eval-limit", type=at_least(int, 1), help="evaluate on the first N test images (tests)")
+    add_results_dir(p, str(RESULTS_DIR / "weights"), "where the trained weights and their record go", "--out-dir")
+    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
+    p.add_argument("--checkpoint-every-s", type=above(0.0), default=180.0)
+    add_device(p, "where the model trains")
+    p.add_argument("--no-progress", action="store_true")

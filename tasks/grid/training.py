@@ -17,37 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from fcpts.core.checkpoint import Checkpoint
-from tasks.grid.arg_types import above, at_least
-from tasks.grid.help import add_device, add_results_dir
-from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.records import write_training_record
-
-
-def add_args(
-    p: argparse.ArgumentParser,
-    *,
-    epochs: int,
-    batch_size: int,
-    eval_every: int,
-    lr_help: str,
-    epochs_help: str | None = None,
-) -> None:
-    """The flags every recipe has; a task gives its own defaults and adds its data and model flags."""
-    p.add_argument("--epochs", type=at_least(int, 1), default=epochs, help=epochs_help)
-    p.add_argument("--batch-size", type=at_least(int, 1), default=batch_size)
-    p.add_argument("--lr", type=above(0.0), help=lr_help)
-    p.add_argument("--weight-decay", type=at_least(float, 0.0), default=5e-4)
-    p.add_argument("--seed", type=at_least(int, 0), default=0)
-    p.add_argument(
-        "--eval-every", type=at_least(int, 1), default=eval_every, help="epochs between test-set looks (reported only)"
-    )
-    p.add_argument("--train-limit", type=at_least(int, 1), help="use only the first N training images (tests)")
-    p.add_argument("--eval-limit", type=at_least(int, 1), help="evaluate on the first N test images (tests)")
-    add_results_dir(p, str(RESULTS_DIR / "weights"), "where the trained weights and their record go", "--out-dir")
-    p.add_argument("--checkpoint-dir", default=str(RESULTS_DIR / "checkpoints"))
-    p.add_argument("--checkpoint-every-s", type=above(0.0), default=180.0)
-    add_device(p, "where the model trains")
-    p.add_argument("--no-progress", action="store_true")
 
 
 def epoch_steps(n_train: int, batch_size: int, epochs: int) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from tasks.grid.help import WORKERS, TaskCommand, flag
 
+MODELS = ("mb1-ssd", "mb2-ssd-lite")  # tasks.voc.ssd.ARCHITECTURES
 FRAMEWORKS = ("suite", "mmdet")  # who builds the detector: the suite's own SSDs, or mmdet from a config
 RECONSTRUCTIONS = ("kl-box", "mse-blocks", "mse-heads")  # tasks.voc.ssd.RECONSTRUCTIONS
 COMMAND = TaskCommand(
@@ -11,9 +12,9 @@ COMMAND = TaskCommand(
     default_profile="cpu",
     method_sets=("voc",),
     sparsity=(0.9,),
-    models=("mb1-ssd", "mb2-ssd-lite"),
+    models=MODELS,
     model_help="detectors",
-    model_choices=("mb1-ssd", "mb2-ssd-lite"),
+    model_choices=MODELS,
     first=(
         flag(
             "--framework",

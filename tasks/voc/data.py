@@ -18,8 +18,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
+from tasks.grid.training import batch_indices
 from tasks.voc.metrics import GroundTruth
-from tasks.voc.ssd import VOC_CLASSES
+from tasks.voc.ssd import VOC_CLASSES, SSDConfig, encode_targets
 
 SUBSTITUTE_MANIFEST = "substitute.json"  # written by tasks.voc.make_set
 
@@ -219,3 +220,72 @@ class DetectionImages(Dataset):
 
 def collate_images(batch):
     return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
+
+
+class DetectionTrainSet(Dataset):
+    """(image (3, S, S) float, regression targets (A, 4), prior labels (A,)) with SSD augmentation."""
+
+    def __init__(self, data: VOCDetection, config: SSDConfig, augment: bool = True, max_zoom_out: float = 2.0):
+        import torchvision.transforms.v2 as T
+
+        self.data, self.config = data, config
+        self.priors = config.priors()
+        self.augment = (
+            T.Compose(
+                [
+                    T.RandomPhotometricDistort(p=0.5),
+                    T.RandomZoomOut(fill=int(config.image_mean), side_range=(1.0, max_zoom_out), p=0.5),
+                    T.RandomIoUCrop(),
+                    T.RandomHorizontalFlip(),
+                    T.SanitizeBoundingBoxes(min_size=1.0),
+                ]
+            )
+            if augment
+            else None
+        )
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def sample(self, i: int, seed: int):
+        from torchvision import tv_tensors
+
+        ann = self.data.annotations[i]
+        keep = ~ann.difficult
+        image = self.data.image(i)
+        h, w = image.shape[-2:]
+        boxes, labels = ann.boxes[keep], ann.labels[keep]
+        if self.augment is not None and len(boxes):
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(seed)  # the host RNG only: a GPU's is not forked
+                out = self.augment(
+                    {
+                        "image": tv_tensors.Image(image),
+                        "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
+                        "labels": labels,
+                    }
+                )
+            image, boxes, labels = (
+                out["image"].as_subclass(torch.Tensor),
+                out["boxes"].as_subclass(torch.Tensor),
+                out["labels"],
+            )
+            h, w = image.shape[-2:]
+        rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
+        targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)
+        return preprocess(image, self.config.image_size), targets, prior_labels
+
+    def __getitem__(self, i: int):
+        return self.sample(i, seed=i)
+
+
+def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, seed: int):
+    """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
+    idx = batch_indices(len(train_set), step, batch_size, seed).tolist()
+    items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
+    return tuple(torch.stack(column) for column in zip(*items))  # images, regression targets, prior labels
+
+
+def one_thread(_worker_id: int) -> None:
+    """A batch worker's torch threads: one, so workers and the training step do not oversubscribe the cores."""
+    torch.set_num_threads(1)

@@ -14,97 +14,36 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import torch
-from torch.utils.data import DataLoader, Dataset
-
-from fcpts.core.calibration import to_device
-from fcpts.core.io import save_torch_atomic
-from fcpts.core.options import resolve_device
-from tasks.grid import cli, training
+from tasks.grid import cli
 from tasks.grid.arg_types import at_least
-from tasks.grid.data import resolve_data_root
-from tasks.grid.help import command_parser, default_device
-from tasks.grid.records import device_description
-from tasks.grid.weights import load_checkpoint
-from tasks.voc.data import DetectionImages, VOCDetection, preprocess, voc2007_dir
-from tasks.voc.ssd import ARCHITECTURES, MultiboxLoss, SSDConfig, create_ssd, encode_targets
+from tasks.grid.help import add_training_args, command_parser, default_device
+from tasks.voc import MODELS
 
-
-class DetectionTrainSet(Dataset):
-    """(image (3, S, S) float, regression targets (A, 4), prior labels (A,)) with SSD augmentation."""
-
-    def __init__(self, data: VOCDetection, config: SSDConfig, augment: bool = True, max_zoom_out: float = 2.0):
-        import torchvision.transforms.v2 as T
-
-        self.data, self.config = data, config
-        self.priors = config.priors()
-        self.augment = (
-            T.Compose(
-                [
-                    T.RandomPhotometricDistort(p=0.5),
-                    T.RandomZoomOut(fill=int(config.image_mean), side_range=(1.0, max_zoom_out), p=0.5),
-                    T.RandomIoUCrop(),
-                    T.RandomHorizontalFlip(),
-                    T.SanitizeBoundingBoxes(min_size=1.0),
-                ]
-            )
-            if augment
-            else None
-        )
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def sample(self, i: int, seed: int):
-        from torchvision import tv_tensors
-
-        ann = self.data.annotations[i]
-        keep = ~ann.difficult
-        image = self.data.image(i)
-        h, w = image.shape[-2:]
-        boxes, labels = ann.boxes[keep], ann.labels[keep]
-        if self.augment is not None and len(boxes):
-            with torch.random.fork_rng(devices=[]):
-                torch.default_generator.manual_seed(seed)  # the host RNG only: a GPU's is not forked
-                out = self.augment(
-                    {
-                        "image": tv_tensors.Image(image),
-                        "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
-                        "labels": labels,
-                    }
-                )
-            image, boxes, labels = (
-                out["image"].as_subclass(torch.Tensor),
-                out["boxes"].as_subclass(torch.Tensor),
-                out["labels"],
-            )
-            h, w = image.shape[-2:]
-        rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
-        targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)
-        return preprocess(image, self.config.image_size), targets, prior_labels
-
-    def __getitem__(self, i: int):
-        return self.sample(i, seed=i)
-
-
-def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, seed: int):
-    """The batch of a step, a function of (seed, step) only: epoch-seeded shuffle, per-sample seeds."""
-    idx = training.batch_indices(len(train_set), step, batch_size, seed).tolist()
-    items = [train_set.sample(i, seed=(seed * 7_919 + step) * 1_000 + k) for k, i in enumerate(idx)]
-    return tuple(torch.stack(column) for column in zip(*items))  # images, regression targets, prior labels
-
-
-def _one_thread(_worker_id: int) -> None:
-    torch.set_num_threads(1)
+if TYPE_CHECKING:  # the work imports torch when it runs: --help needs none of it
+    import torch
 
 
 def train(args: argparse.Namespace) -> dict:
+    from collections.abc import Iterable
+    from functools import partial
+    from typing import Any
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from fcpts.core.calibration import to_device
+    from fcpts.core.io import save_torch_atomic
+    from fcpts.core.options import resolve_device
+    from tasks.grid import training
+    from tasks.grid.data import resolve_data_root
+    from tasks.grid.records import device_description
+    from tasks.grid.weights import load_checkpoint
+    from tasks.voc.data import DetectionImages, DetectionTrainSet, VOCDetection, batch_for_step, one_thread, voc2007_dir
     from tasks.voc.grid import evaluate_detector  # the task's own metric
+    from tasks.voc.ssd import MultiboxLoss, SSDConfig, create_ssd
 
     folder = voc2007_dir(resolve_data_root(args.data_root))
     trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
@@ -168,7 +107,7 @@ def train(args: argparse.Namespace) -> dict:
         # as a map-style dataset does, which torch's stub does not say
         steps: Any = range(start, total)
         make = partial(batch_for_step, train_set, batch_size=args.batch_size, seed=args.seed)
-        init = _one_thread if args.workers else None
+        init = one_thread if args.workers else None
         return DataLoader(steps, batch_size=None, collate_fn=make, num_workers=args.workers, worker_init_fn=init)
 
     run = training.TrainingState(ckpt, fingerprint, model, opt, sched)
@@ -196,7 +135,7 @@ def train(args: argparse.Namespace) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.voc.train", __doc__)
     p.add_argument("--data-root", help="VOC-layout folder (holding VOCdevkit/VOC2007), e.g. data/voc-cifar")
-    p.add_argument("--model", "--models", dest="model", default="mb2-ssd-lite", choices=sorted(ARCHITECTURES))
+    p.add_argument("--model", "--models", dest="model", default="mb2-ssd-lite", choices=sorted(MODELS))
     p.add_argument("--image-size", type=int, default=160, help="square input (300: pytorch-ssd's)")
     p.add_argument("--max-zoom-out", type=float, default=2.0, help="largest zoom-out (SSD's expand; pytorch-ssd 4)")
     p.add_argument("--no-augment", action="store_true")
@@ -205,7 +144,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--workers", type=at_least(int, 0), default=0, help="processes preparing batches ahead (same batches)"
     )
-    training.add_args(
+    add_training_args(
         p, epochs=60, batch_size=32, eval_every=10, lr_help="peak learning rate (default 0.05 x batch/32)"
     )
     return p.parse_args(argv)

@@ -8,6 +8,7 @@ import torch
 
 from tasks.grid.cli import main as task_main
 from tasks.grid.records import read_record
+from tasks.voc import data as voc_data
 from tasks.voc import train as train_ssd
 from tasks.voc.data import VOCDetection
 from tasks.voc.ssd import SSDConfig, create_ssd
@@ -75,8 +76,8 @@ def test_a_base_net_that_is_no_checkpoint_is_named_in_one_line(tiny_set, tmp_pat
 def test_batches_depend_on_seed_and_step_only(tiny_set):
     data = VOCDetection(tiny_set / "VOCdevkit" / "VOC2007", "trainval")
     model = create_ssd("mb2-ssd-lite", 11)
-    ds = train_ssd.DetectionTrainSet(data, SSDConfig.for_model(model, 64))
-    a, b = train_ssd.batch_for_step(ds, 3, 2, 0), train_ssd.batch_for_step(ds, 3, 2, 0)
+    ds = voc_data.DetectionTrainSet(data, SSDConfig.for_model(model, 64))
+    a, b = voc_data.batch_for_step(ds, 3, 2, 0), voc_data.batch_for_step(ds, 3, 2, 0)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert a[0].shape == (2, 3, 64, 64) and a[1].shape == (2, len(ds.priors), 4)
     assert (a[2] > 0).any()  # some priors matched an object

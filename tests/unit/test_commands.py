@@ -285,7 +285,12 @@ def imports_torch(module: str, *argv: str) -> bool:
 @pytest.mark.parametrize(
     "argv",
     [["tasks.reporting", "--help"], *(["tasks.reporting", c, "--help"] for c in ("tables", "figures", "readme"))]
-    + [["tasks.deploy", "--help"], ["tasks.grid", "--help"]]
+    + [
+        ["tasks.deploy", "--help"],
+        ["tasks.grid", "--help"],
+        ["tasks.cifar.train", "--help"],
+        ["tasks.voc.train", "--help"],
+    ]
     + [[f"tasks.{task}", "--help"] for task in ("cifar", "imagenet", "voc")]
     + [["tasks.cifar", "--profile", "nope"]],
     ids=lambda argv: " ".join(argv),
