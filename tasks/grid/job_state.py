@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tasks.grid.help import INSTALL_HINT
 from tasks.grid.lock import pid_alive
-from tasks.grid.records import read_record
 
 # Slurm states of a job that is not over yet (submitit treats UNKNOWN the same: sacct may not know a new job).
 SLURM_ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "READY", "RESIZING"}
@@ -45,6 +44,8 @@ def _job(cluster: str, folder: Path, job_id: str):
 
 
 def _state(entry: dict, job) -> CellState:
+    from tasks.grid.records import read_record  # imports torch: here, so `status --help` needs none
+
     if read_record(Path(entry["record"])) is not None:
         return CellState("done")
     if job is None:

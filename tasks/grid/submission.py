@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fcpts.core.io import write_json_atomic
-from tasks.grid.runner import Grid
+if TYPE_CHECKING:  # `python -m tasks.grid status` reads manifests without torch
+    from tasks.grid.runner import Grid
 
 MANIFEST = "submission.json"
 
@@ -59,6 +60,8 @@ def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
 
 def write_cells(folder: Path, grid: dict, cells: dict[str, dict]) -> Path:
     """Merge `cells` into the folder's manifest (a cell submitted again keeps only its latest job)."""
+    from fcpts.core.io import write_json_atomic
+
     merged = {**read_cells(folder), **cells}
     return write_json_atomic(
         folder / MANIFEST, {"grid": grid, "cells": sorted(merged.values(), key=lambda c: c["record"])}
