@@ -30,11 +30,11 @@ from tasks.voc.mmdet.data import (  # noqa: E402
     PipelineImages,
     build_dataset,
     config_test_pipeline,
-    evaluate_detector,  # noqa: E402
+    evaluate_detector,
     find_layout,
     without_annotations,
 )
-from tasks.voc.mmdet.detector import (  # noqa: E402  # noqa: E402
+from tasks.voc.mmdet.detector import (  # noqa: E402
     HeadOutputView,
     build_detector,
     load_config,
