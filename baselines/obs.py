@@ -44,10 +44,8 @@ class OBSOptions(MethodOptions):
     allocation: str = "error"  # one of ALLOCATIONS
     levels: tuple[float, ...] = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99)
     # ^ "error" allocation: the grid of per-layer sparsities whose errors are measured (the target is added)
-    percdamp: float = 0.01  # dampening: H + percdamp * mean(diag(H)) * I before inversion (SparseGPT's;
-    # ResNet-32 at 90%: 73.6 top-1, 0.1 gives 70.0)
-    block_size: int = 128  # columns per lazy-update block, and per mask decision (ResNet-32 at 90%: 73.6
-    # top-1; one mask decision per layer, 1024, gives 70.0; 32 gives 74.0)
+    percdamp: float = 0.01  # dampening: H + percdamp * mean(diag(H)) * I before inversion (SparseGPT's)
+    block_size: int = 128  # columns per lazy-update block, and per mask decision (SparseGPT's)
     bn_recalibration: bool = False  # re-estimate BN statistics on the calibration set at the end
     dense_targets: bool = True  # reconstruct the dense model's layer outputs (False: SparseGPT's W X_pruned)
     batch_size: int = 128  # images per forward while collecting Hessians (memory only)
