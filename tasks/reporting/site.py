@@ -38,74 +38,10 @@ FIGURES_DIR = REPO_ROOT / "paper_figures"
 # Tables made elsewhere than from records (the deploy benchmark's), shown as committed.
 COMMITTED_TABLES = ("table7_inference.md",)
 
-CSS = """
-body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 0 1.5em 3em; color: #222; }
-nav { position: sticky; top: 0; background: #fff; padding: .6em 0; border-bottom: 1px solid #ddd; z-index: 1; }
-nav a { margin-right: 1em; }
-[id] { scroll-margin-top: 3.2em; }
-table { border-collapse: collapse; margin: .8em 0; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; }
-th { background: #f2f2f2; }
-table.sortable th { cursor: pointer; user-select: none; position: relative; padding-right: 1.2em; }
-th[aria-sort=ascending]::after { content: "\\25B2"; position: absolute; right: 3px; font-size: 9px; }
-th[aria-sort=descending]::after { content: "\\25BC"; position: absolute; right: 3px; font-size: 9px; }
-tr:nth-child(even) td { background: #fafafa; }
-code { background: #f4f4f4; padding: 0 2px; }
-pre { background: #f4f4f4; padding: .6em; overflow-x: auto; font-size: 12px; }
-img { max-width: 100%; border: 1px solid #eee; }
-.scroll { overflow-x: auto; }
-.muted { color: #666; }
-"""
-
-# Sort a table's body on a header click, by each cell's first number; grouped rows (`data-group`: a model's) sort
-# within their group, or move as groups on a grouping column. The runs table filters on the words typed.
-PAGE_JS = """
-function cellKey(text) {
-  const m = text.replace(/\\u2212/g, "-").match(/-?\\d+(?:\\.\\d+)?/);
-  return m ? [0, parseFloat(m[0]), text] : [1, 0, text.trim().toLowerCase()];
-}
-function sortTable(th) {
-  const table = th.closest("table"), body = table.tBodies[0];
-  const col = Array.prototype.indexOf.call(th.parentNode.children, th);
-  const dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
-  table.querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
-  th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
-  const rows = Array.from(body.rows), ofGroup = col < Number(table.dataset.groupColumns || 0);
-  const text = r => (r.cells[col] ? r.cells[col].textContent.trim() : "");
-  const order = new Map(), label = new Map();  // a group's place, and its first filled cell in the column
-  rows.forEach(r => {
-    if (!order.has(r.dataset.group)) order.set(r.dataset.group, order.size);
-    if (!label.get(r.dataset.group)) label.set(r.dataset.group, text(r));
-  });
-  rows.sort((a, b) => {
-    const g = ofGroup ? 0 : order.get(a.dataset.group) - order.get(b.dataset.group);
-    if (g !== 0) return g;
-    const x = cellKey(ofGroup ? label.get(a.dataset.group) : text(a));
-    const y = cellKey(ofGroup ? label.get(b.dataset.group) : text(b));
-    if (x[0] !== y[0]) return x[0] - y[0];
-    if (x[1] !== y[1]) return dir * (x[1] - y[1]);
-    return dir * x[2].localeCompare(y[2]);
-  });
-  rows.forEach(r => body.appendChild(r));
-}
-document.addEventListener("click", e => {
-  const th = e.target.closest("th");
-  if (th && th.closest("table.sortable")) sortTable(th);
-});
-function filterRuns(input) {
-  const words = input.value.toLowerCase().split(/\\s+/).filter(w => w);
-  const rows = Array.from(document.getElementById("runs-table").tBodies[0].rows);
-  rows.forEach(r => {
-    const text = Array.from(r.cells, c => c.textContent).join(" ").toLowerCase();
-    r.hidden = !words.every(w => text.includes(w));
-  });
-  const shown = rows.filter(r => !r.hidden).length;
-  document.getElementById("runs-shown").textContent = `${shown} of ${rows.length} runs`;
-}
-document.addEventListener("input", e => {
-  if (e.target.id === "runs-filter") filterRuns(e.target);
-});
-"""
+# The pages' style and script (a header click sorts a table, grouped rows within their group; the runs table
+# filters on the words typed), inlined into every page so it opens from disk.
+CSS = Path(__file__).with_name("site.css").read_text()
+PAGE_JS = Path(__file__).with_name("site.js").read_text()
 
 
 # An absolute path in a page's text: at its start or after a space, bracket, quote (escaped: `;`), `=`, `,` or `>`.
