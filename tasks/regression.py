@@ -12,6 +12,7 @@ behind each tolerance and the re-runs on other processors (results/regression/sp
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import tempfile
@@ -19,16 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser, deprecated_alias, run_command
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile, cpu_profile, pot_budget
-from tasks.grid.records import read_record, record_path
-from tasks.grid.rerun import get_task
-from tasks.grid.runner import Where, run_grid
+
+if TYPE_CHECKING:  # the subsets, their records and the re-runs import torch when used: --help needs none of it
+    from tasks.grid.profiles import Profile
 
 REFERENCE_DIR = RESULTS_DIR / "regression"
 SPREAD_DIR = REFERENCE_DIR / "spread"  # <machine>/<task>/...: the subsets re-run on other processors
@@ -60,6 +58,8 @@ class Subset:
     grid_args: dict = field(default_factory=dict)
 
     def paths(self, runs_dir: Path) -> list[Path]:
+        from tasks.grid.records import record_path
+
         return [
             record_path(runs_dir, self.task, self.dataset, self.model, m, sp, self.profile.name, SEED)
             for m, sp in self.cells
@@ -76,61 +76,70 @@ def regression_profile(
 ) -> Profile:
     """A subset's budget, named `regression` so its records never pass for a result; POT on its first
     `pot_images` calibration images where its statistics would cost the check more than they tell."""
+    from tasks.grid.profiles import cpu_profile, pot_budget
+
     profile = cpu_profile("regression", n_calibration, iterations, batch_size, pot_iterations, eval_limit)
     if pot_images is not None:
         profile = replace(profile, methods=pot_budget(pot_images, pot_iterations))
     return profile.with_note(NOTE)
 
 
-SUBSETS = (
-    Subset(
-        "Table 2",
-        "cifar",
-        "cifar10",
-        "resnet20",
-        regression_profile(256, iterations=100, batch_size=64, pot_iterations=100, eval_limit=2000),
-        (("fcpts", 0.9), ("pot-l2norm", 0.7), ("pot-erk", 0.7), ("lamp", 0.7)),
-        ("top1", "top5"),
-        {"dataset": "cifar10", "model": "resnet20"},
-    ),
-    Subset(
-        "Table 3",
-        "imagenet",
-        "imagenet-val1300",
-        "efficientnet_lite0",
-        regression_profile(64, iterations=40, batch_size=8, pot_iterations=20, eval_limit=128, pot_images=32),
-        (("global-magnitude", 0.4), ("fcpts", 0.5), ("pot-l2norm", 0.6)),
-        ("top1", "top5"),
-        {"model_name": "efficientnet_lite0"},
-    ),
-    Subset(
-        "Table 5",
-        "voc",
-        "voc-cifar10-test100",
-        "mb2-ssd-lite-160",
-        regression_profile(64, iterations=20, batch_size=16, pot_iterations=20, eval_limit=100),
-        (("fcpts", 0.5), ("pot-l2norm", 0.2)),
-        ("map50",),
-        {"arch": "mb2-ssd-lite", "image_size": 160},
-    ),
-)
+TABLES = ("2", "3", "5")  # the tables `all_subsets` covers, for --tables without building them
+
+
+@functools.cache
+def all_subsets() -> tuple[Subset, ...]:
+    return (
+        Subset(
+            "Table 2",
+            "cifar",
+            "cifar10",
+            "resnet20",
+            regression_profile(256, iterations=100, batch_size=64, pot_iterations=100, eval_limit=2000),
+            (("fcpts", 0.9), ("pot-l2norm", 0.7), ("pot-erk", 0.7), ("lamp", 0.7)),
+            ("top1", "top5"),
+            {"dataset": "cifar10", "model": "resnet20"},
+        ),
+        Subset(
+            "Table 3",
+            "imagenet",
+            "imagenet-val1300",
+            "efficientnet_lite0",
+            regression_profile(64, iterations=40, batch_size=8, pot_iterations=20, eval_limit=128, pot_images=32),
+            (("global-magnitude", 0.4), ("fcpts", 0.5), ("pot-l2norm", 0.6)),
+            ("top1", "top5"),
+            {"model_name": "efficientnet_lite0"},
+        ),
+        Subset(
+            "Table 5",
+            "voc",
+            "voc-cifar10-test100",
+            "mb2-ssd-lite-160",
+            regression_profile(64, iterations=20, batch_size=16, pot_iterations=20, eval_limit=100),
+            (("fcpts", 0.5), ("pot-l2norm", 0.2)),
+            ("map50",),
+            {"arch": "mb2-ssd-lite", "image_size": 160},
+        ),
+    )
 
 
 def _record_pairs(subset: Subset, new_dir: Path, reference_dir: Path):
     """(reference path, new path, reference record, new record) per cell of the subset; a missing record is None."""
+    from tasks.grid.records import read_record
+
     for ref_path, new_path in zip(subset.paths(reference_dir), subset.paths(new_dir)):
         yield ref_path, new_path, read_record(ref_path), read_record(new_path)
 
 
 def measured_spread(
-    subsets: tuple[Subset, ...] = SUBSETS, reference_dir: Path = REFERENCE_DIR, spread_dir: Path = SPREAD_DIR
+    subsets: tuple[Subset, ...] | None = None, reference_dir: Path = REFERENCE_DIR, spread_dir: Path = SPREAD_DIR
 ) -> dict[str, dict[str, tuple[float, str]]]:
     """task -> metric -> (largest |move| against the references, where it was seen) over the re-runs kept under
     spread_dir/<machine>/ (a metric and its dense model's both count; a cell missing there is skipped)."""
     spread: dict[str, dict[str, tuple[float, str]]] = {}
     machines = sorted(p for p in spread_dir.iterdir() if p.is_dir()) if spread_dir.is_dir() else []
     for machine in machines:
-        for subset in subsets:
+        for subset in subsets or all_subsets():
             for ref_path, new_path, ref, new in _record_pairs(subset, machine, reference_dir):
                 if ref is None or new is None:
                     continue
@@ -165,12 +174,30 @@ def derive_tolerances(
     return tolerances, why
 
 
-TOLERANCE, TOLERANCE_BASIS = derive_tolerances(measured_spread())
+@functools.cache
+def tolerance_table() -> tuple[Tolerances, list[str]]:
+    """The tolerances and what decided each, from the re-runs kept under SPREAD_DIR (read once)."""
+    return derive_tolerances(measured_spread())
+
+
+def __getattr__(name: str) -> Any:
+    """SUBSETS, TOLERANCE and TOLERANCE_BASIS, made when first read (they read records, which imports torch)."""
+    if name == "SUBSETS":
+        return all_subsets()
+    if name in ("TOLERANCE", "TOLERANCE_BASIS"):
+        return tolerance_table()[name == "TOLERANCE_BASIS"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[str], None] = print) -> float:
     """Run one subset's cells into runs_dir on `threads` threads; its wall time in seconds, data and dense
     evaluation included."""
+    import torch
+
+    from tasks.grid.data import resolve_data_root
+    from tasks.grid.rerun import get_task
+    from tasks.grid.runner import Where, run_grid
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     tic = time.perf_counter()
@@ -199,10 +226,10 @@ def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[
 
 
 def compare_subset(
-    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances | None = None
 ) -> list[str]:
     """Problems in one subset (empty: no regression). A missing record on either side is a problem too."""
-    tolerance = tolerances[subset.task]
+    tolerance = (tolerances or tolerance_table()[0])[subset.task]
     problems = []
     for ref_path, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir):
         name = f"{subset.table} {ref_path.relative_to(reference_dir)}"
@@ -232,7 +259,7 @@ def _moves(subset: Subset, ref: dict, new: dict, tolerance: dict[str, float]):
 
 
 def margins(
-    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances | None = None
 ) -> list[tuple[float, str]]:
     """(margin, what) for every metric and dense metric of every re-run cell with a reference: how many points
     of its tolerance a move leaves (negative: a regression)."""
@@ -240,21 +267,22 @@ def margins(
         (limit - abs(move), f"{subset.table} {new_path.stem} {what}{m} {move:+.2f} of ±{limit:.2f}")
         for _, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir)
         if ref is not None and new is not None
-        for what, m, _, _, move, limit in _moves(subset, ref, new, tolerances[subset.task])
+        for what, m, _, _, move, limit in _moves(subset, ref, new, (tolerances or tolerance_table()[0])[subset.task])
     ]
 
 
 def cell_lines(
-    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances = TOLERANCE
+    subset: Subset, new_dir: Path, reference_dir: Path = REFERENCE_DIR, tolerances: Tolerances | None = None
 ) -> list[str]:
     """One line per re-run cell: each metric beside the reference's, its move and the margin its tolerance leaves,
     the dense model's, and the times; then the processors of the references and of this run."""
+    tolerance = (tolerances or tolerance_table()[0])[subset.task]
     lines, devices = [], set()
     for _, new_path, ref, new in _record_pairs(subset, new_dir, reference_dir):
         if new is None:
             continue
         devices.add(((ref or {}).get("device"), new.get("device")))
-        shown = "  ".join(_metric_line(m, new, ref, tolerances[subset.task][m]) for m in subset.metrics)
+        shown = "  ".join(_metric_line(m, new, ref, tolerance[m]) for m in subset.metrics)
         lines.append(f"{subset.table} {new_path.stem:34s} {shown}  {new['wall_s']:5.1f}s + eval {new['eval_s']:4.1f}s")
     for ref_device, new_device in sorted(devices, key=str):
         lines.append(f"{subset.table} references ran on {ref_device}; this run on {new_device}")
@@ -294,8 +322,7 @@ def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str
 def main(argv=None) -> int:
     p = command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
-    numbers = [s.table.removeprefix("Table ") for s in SUBSETS]
-    p.add_argument("--tables", nargs="+", choices=numbers, help="only these tables' subsets")
+    p.add_argument("--tables", nargs="+", choices=TABLES, help="only these tables' subsets")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the check and its references use 1)")
     p.add_argument(
         "--results-dir",
@@ -309,13 +336,15 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
     if args.tolerances:
-        print("\n".join(TOLERANCE_BASIS))
+        print("\n".join(tolerance_table()[1]))
         return 0
     if args.update and (args.threads != 1 or args.no_onednn):
         p.error("references are made on one thread with oneDNN, as the check runs")
     if args.no_onednn:
+        import torch
+
         torch.backends.mkldnn.set_flags(False)
-    subsets = tuple(s for s, n in zip(SUBSETS, numbers) if n in (args.tables or numbers))
+    subsets = tuple(s for s in all_subsets() if s.table.removeprefix("Table ") in (args.tables or TABLES))
     if args.update:
         rerun(subsets, REFERENCE_DIR, args.threads)
         print(f"reference records written to {REFERENCE_DIR}")
@@ -326,7 +355,7 @@ def main(argv=None) -> int:
         print("REGRESSION:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
     cells = sum(len(s.cells) for s in subsets)
-    print(f"no regression: {cells} cells within {TOLERANCE} points of their references, same sparsity")
+    print(f"no regression: {cells} cells within {tolerance_table()[0]} points of their references, same sparsity")
     return 0
 
 

@@ -136,3 +136,9 @@ def test_an_unknown_table_is_a_usage_error():
     with pytest.raises(SystemExit) as exit_:
         main(["--tables", "4", "--tolerances"])
     assert exit_.value.code == 2
+
+
+def test_the_tables_help_offers_are_the_subsets():
+    from tasks.regression import TABLES
+
+    assert TABLES == tuple(s.table.removeprefix("Table ") for s in SUBSETS)
