@@ -172,9 +172,8 @@ def block_differences(students: list[torch.Tensor], teachers: list, sole: list[b
 class _BlocksMSE(torch.autograd.Function):
     """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks:
     the differences (`block_differences`, written over the teachers' outputs where `sole`, their sign then carried
-    by `scales`), their squared norms
-    together (`_foreach_norm`), and in the backward every difference scaled at once. The teachers' outputs are let
-    go once the differences are made."""
+    by `scales`), their squared norms together (`_foreach_norm`), and in the backward every difference scaled at
+    once. The teachers' outputs are let go once the differences are made."""
 
     @staticmethod
     def forward(ctx, teachers: list, sole: list[bool], scales: torch.Tensor, *students: torch.Tensor) -> torch.Tensor:
@@ -372,7 +371,8 @@ def _exact_step(thr: _Thresholds, target: float, method: str) -> tuple[dict, dic
         log.warning(
             "%s: the learned masks held %.2f%% sparsity against the %.2f%% target at the last step; the exact-target "
             "step changed %d weights at once, which usually costs accuracy. The control loss did not hold the level "
-            "(a threshold gradient outpaced it): more iterations or a larger control_weight keep it on target.",
+            "(a threshold gradient outpaced it, or a ramp ended short of the target): more iterations, a larger "
+            "control_weight or a shorter ramp keep it on target.",
             method,
             100 * sparsity_before,
             100 * target,
