@@ -5,7 +5,7 @@ Each change is an option (fields below): an ERK exponent for the start (`erk_pow
 a cubic sparsity ramp as in gradual magnitude pruning (Zhu & Gupta 2017; "auto": from 90% on), and the blocks'
 MSE weighed against the output KL by their gradients at the first step (`block_weight="auto"`,
 block_balance.py). The defaults were chosen by the ablation and on held-out training images
-(docs/notebook/beyond-the-paper.md, heldout-choices.md); the changes it did not keep left the code at 3e09272.
+(docs/notebook/beyond-the-paper.md, heldout-choices.md); the changes it did not keep left the code after 3e09272.
 Every change reaches the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
 """
 
