@@ -7,8 +7,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import torch
-
 from tasks.grid.paths import REPO_ROOT
 
 DEFAULT_DATA_ROOT = REPO_ROOT.parent / "shared" / "data"
@@ -47,6 +45,8 @@ def calibration_indices(n_available: int, n: int, seed: int) -> list[int]:
     """A seeded random subset of the training split (sorted, so records read naturally)."""
     if not 0 < n <= n_available:
         raise ValueError(f"need 1..{n_available} calibration images, asked for {n}")
+    import torch  # here: the data roots are read by commands that need no torch (tasks.voc.make_set --help)
+
     g = torch.Generator().manual_seed(seed)
     return sorted(torch.randperm(n_available, generator=g)[:n].tolist())
 

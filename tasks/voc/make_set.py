@@ -14,18 +14,16 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torchvision.ops import box_iou
 
-from fcpts.core.io import write_text_atomic
-from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
-from tasks.voc.data import SUBSTITUTE_MANIFEST, write_jpeg
+
+if TYPE_CHECKING:  # the generator imports torch when it runs: --help needs none of it
+    import torch
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 # CIFAR-100 fine labels used as backgrounds (official label order): cloud, forest, mountain, plain, sea, road.
@@ -36,6 +34,9 @@ GENERATOR_VERSION = 1
 
 def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
     """(3, H, W) uint8 -> (3, h, w) uint8, bilinear (antialiased when shrinking)."""
+    import torch
+    import torch.nn.functional as F
+
     out = F.interpolate(img[None].float(), size=(h, w), mode="bilinear", align_corners=False, antialias=True)
     return out[0].round().clamp(0, 255).to(torch.uint8)
 
@@ -51,6 +52,9 @@ def make_image(
 ):
     """One canvas with 1-3 pasted objects: (image (3, H, W) uint8, [(label, x1, y1, x2, y2, difficult)])
     with boxes in pixel coordinates, x2/y2 exclusive."""
+    import torch
+    from torchvision.ops import box_iou
+
     width, height = int(rng.integers(160, 241)), int(rng.integers(120, 201))
     scene = torch.as_tensor(scenes[rng.integers(len(scenes))]).permute(2, 0, 1)
     # a random crop of the scene (at least half of it), upscaled to the canvas, with a brightness jitter
@@ -109,6 +113,8 @@ def annotation_xml(image_id: str, width: int, height: int, objects, class_names)
 
 
 def _scenes(root: Path, split: str) -> np.ndarray:
+    from tasks.grid.cifar_data import load_cifar
+
     x, y = load_cifar(root, "cifar100", split)
     return x[np.isin(y, list(SCENE_LABELS.values()))]
 
@@ -127,6 +133,9 @@ def write_split(
     log=print,
 ) -> dict:
     """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
+    from fcpts.core.io import write_text_atomic
+    from tasks.voc.data import write_jpeg
+
     ids, n_obj, n_difficult = [], np.zeros(len(CIFAR10_CLASSES), dtype=int), 0
     for k in range(n):
         image, objs = make_image(np.random.default_rng([seed, tag, k]), objects, labels, scenes)
@@ -151,6 +160,8 @@ def write_split(
 
 
 def prepare_folder(out: Path) -> Path:
+    from fcpts.core.io import write_text_atomic
+
     folder = out / "VOCdevkit" / "VOC2007"
     for sub in ("JPEGImages", "Annotations", "ImageSets/Main"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -171,6 +182,10 @@ def make_set(
 ) -> Path:
     """The set; `trainval_prefix` writes only the first that many trainval images, the test split and every
     image id as in the whole set, for a check that calibrates on a few images but evaluates on real test ones."""
+    from fcpts.core.io import write_text_atomic
+    from tasks.grid.cifar_data import load_cifar
+    from tasks.voc.data import SUBSTITUTE_MANIFEST
+
     folder = prepare_folder(out)
     counts, first_id = {}, 1
     for split, n, cifar_split, tag in (("trainval", n_trainval, "train", 1), ("test", n_test, "test", 2)):
