@@ -177,6 +177,9 @@ def assumed_dataset(name: str, error: Exception) -> str:
 def main(task: str, argv: Sequence[str] | None = None) -> int:
     """Every grid command's main (`python -m tasks.<task>`): the task's arguments, then its driver's plans run."""
     args = parse_args(task, argv)  # --help and argument errors answer here, before torch is imported
+    before_driver = task_command(task).before_driver
+    if before_driver is not None:
+        before_driver()
     from tasks.grid.rerun import get_task
     from tasks.grid.runner import format_table
 

@@ -170,6 +170,8 @@ class TaskCommand:
     model_choices: tuple[str, ...] | None = None
     first: tuple[Flag, ...] = ()
     flags: tuple[Flag, ...] = ()
+    # run once the arguments parse, before the driver is imported: e.g. a missing extra named on one line
+    before_driver: Callable[[], None] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
         p = command_parser(self.prog, _docstring(self.driver))

@@ -17,9 +17,6 @@ def main(argv=None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--framework", choices=FRAMEWORKS, default="suite")
     known, rest = pre.parse_known_args(argv)
-    if known.framework == "mmdet":
-        from tasks.voc.mmdet import exit_if_missing
-
-        exit_if_missing()
+    if known.framework == "mmdet":  # its extra is checked once its arguments parse (its COMMAND's before_driver)
         return task_main("coco", rest)
     return task_main("voc", rest)

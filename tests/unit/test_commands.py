@@ -152,6 +152,16 @@ def test_a_missing_optional_package_is_one_line_naming_its_extra(packages, argv,
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def test_the_mmdet_task_reads_its_flags_without_mmdet_and_names_the_extra_once_they_parse(tmp_path):
+    mmdet = ["mmdet", "mmengine", "mmcv"]
+    helped = without(mmdet, "tasks.voc", "--framework", "mmdet", "--help")
+    assert helped.returncode == 0 and "usage: python -m tasks.voc --framework mmdet" in helped.stdout
+    done = without(mmdet, "tasks.voc", "--framework", "mmdet", "--config", "c.py", "--results-dir", str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ") and "pip install -e '.[mmdet]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_figures_help_needs_no_matplotlib():
     done = without(["matplotlib"], "tasks.reporting", "figures", "--help")
     assert done.returncode == 0 and "usage: python -m tasks.reporting figures" in done.stdout
@@ -288,6 +298,11 @@ def imports_torch(module: str, *argv: str) -> bool:
     + [
         ["tasks.deploy", "--help"],
         ["tasks.grid", "--help"],
+        ["tasks.grid", "status", "--help"],
+        ["tasks.regression", "--help"],
+        ["tasks.voc.make_set", "--help"],
+        ["tasks.voc", "--framework", "mmdet", "--help"],
+        ["tasks.voc.mmdet", "--help"],
         ["tasks.cifar.train", "--help"],
         ["tasks.voc.train", "--help"],
     ]

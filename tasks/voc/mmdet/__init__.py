@@ -38,6 +38,7 @@ COMMAND = replace(  # its command line (the detection task's profiles), declared
         flag("--eval-batch-size", type=int, default=16),
     ),
     models=(),
+    before_driver=lambda: exit_if_missing(),
 )
 
 

@@ -1,8 +1,5 @@
 import sys
 
-from tasks.voc.mmdet import exit_if_missing
+from tasks.grid.cli import main
 
-exit_if_missing()
-from tasks.grid.cli import main  # noqa: E402  (after the check: the task imports mmdet)
-
-sys.exit(main("coco"))
+sys.exit(main("coco"))  # the extra is checked once the arguments parse, before mmdet is imported
