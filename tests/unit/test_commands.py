@@ -156,10 +156,14 @@ def test_the_mmdet_task_reads_its_flags_without_mmdet_and_names_the_extra_once_t
     mmdet = ["mmdet", "mmengine", "mmcv"]
     helped = without(mmdet, "tasks.voc", "--framework", "mmdet", "--help")
     assert helped.returncode == 0 and "usage: python -m tasks.voc --framework mmdet" in helped.stdout
-    done = without(mmdet, "tasks.voc", "--framework", "mmdet", "--config", "c.py", "--results-dir", str(tmp_path))
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.startswith("error: ") and "pip install -e '.[mmdet]'" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for argv in (
+        ["tasks.voc", "--framework", "mmdet", "--config", "c.py"],
+        ["tasks.voc.mmdet.train", "--config", "c.py"],
+    ):
+        done = without(mmdet, *argv, "--results-dir", str(tmp_path))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith("error: ") and "pip install -e '.[mmdet]'" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_figures_help_needs_no_matplotlib():
@@ -303,6 +307,7 @@ def imports_torch(module: str, *argv: str) -> bool:
         ["tasks.voc.make_set", "--help"],
         ["tasks.voc", "--framework", "mmdet", "--help"],
         ["tasks.voc.mmdet", "--help"],
+        ["tasks.voc.mmdet.train", "--help"],
         ["tasks.cifar.train", "--help"],
         ["tasks.voc.train", "--help"],
     ]

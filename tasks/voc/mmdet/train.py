@@ -22,26 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import torch
 
-if __name__ == "__main__":  # as a command: say what is missing instead of an import traceback
-    from tasks.voc.mmdet import exit_if_missing
-
-    exit_if_missing()
-
-from mmengine.hooks import Hook  # noqa: E402
-from mmengine.logging import HistoryBuffer  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-
-from fcpts.core.io import save_torch_atomic, write_json_atomic
 from tasks.grid import cli
-from tasks.grid.data import resolve_data_root
 from tasks.grid.help import add_results_dir
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.records import device_description, write_training_record
-from tasks.voc.mmdet.data import find_layout, point_at
-from tasks.voc.mmdet.detector import allow_ssd_predict, config_identity, load_config, versions
-from tasks.voc.mmdet.grid import dataset_name, model_name
+
+# mmdet, mmengine and torch are imported by the work, once the arguments parse and the extra is found there:
+# --help needs none of them, and a missing extra is one line naming it instead of an import traceback.
 
 # numpy 2 names it numpy._core, numpy 1.26 numpy.core
 np_multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
@@ -51,6 +38,8 @@ SESSIONS = "fcpts-sessions.json"  # beside the Runner's checkpoints: wall time a
 
 def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int | None, eval_limit: int | None = None):
     """The config pointed at the folder, its schedule shortened when asked, resuming when a checkpoint exists."""
+    from tasks.voc.mmdet.data import point_at
+
     cfg.work_dir = str(work_dir)
     cfg.train_dataloader.dataset = point_at(cfg.train_dataloader.dataset, layout, layout.calibration_split, train_limit)
     for part in ("val", "test"):
@@ -70,6 +59,8 @@ def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int 
 
 def _history_statistic(owner, name: str):
     """`getattr` as a pickled HistoryBuffer needs it (its statistics methods), and for nothing else."""
+    from mmengine.logging import HistoryBuffer
+
     if owner is HistoryBuffer and name in {"min", "max", "mean", "current", *HistoryBuffer._statistics_methods}:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(f"a checkpoint asks for getattr({owner!r}, {name!r}); refused (weights-only)")
@@ -79,6 +70,9 @@ def _history_statistic(owner, name: str):
 def runner_checkpoints_weights_only():
     """Allow the few globals of the Runner's own checkpoints (its message hub's HistoryBuffers of numpy arrays), so
     torch keeps loading weights-only and a checkpoint a config names can never run code."""
+    import torch
+    from mmengine.logging import HistoryBuffer
+
     allowed = [
         HistoryBuffer,
         np.ndarray,
@@ -92,34 +86,43 @@ def runner_checkpoints_weights_only():
         yield
 
 
-class SessionTimer(Hook):
-    """Appends each invocation's iterations and wall time to a JSON list in the work folder."""
+def session_timer(path: Path):
+    """A Runner hook that appends each invocation's iterations and wall time to a JSON list at `path`."""
+    from mmengine.hooks import Hook
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.start_iter, self.start, self.start_cpu = 0, 0.0, 0.0
+    from fcpts.core.io import write_json_atomic
+    from tasks.grid.records import device_description
 
-    def sessions(self) -> list[dict]:
-        return json.loads(self.path.read_text()) if self.path.is_file() else []
+    class SessionTimer(Hook):
+        """Appends each invocation's iterations and wall time to a JSON list in the work folder."""
 
-    def before_train(self, runner) -> None:
-        self.start_iter, self.start, self.start_cpu = runner.iter, time.perf_counter(), time.process_time()
+        def __init__(self, path: Path):
+            self.path = path
+            self.start_iter, self.start, self.start_cpu = 0, 0.0, 0.0
 
-    def after_train(self, runner) -> None:
-        iterations = runner.iter - self.start_iter
-        if iterations > 0:
-            wall, cpu = time.perf_counter() - self.start, time.process_time() - self.start_cpu
-            session = {
-                "start_iter": self.start_iter,
-                "end_iter": runner.iter,
-                "wall_s": round(wall, 1),
-                "s_per_iter": round(wall / iterations, 3),
-                # the main process's CPU time: less dependent on how busy the machine was
-                "cpu_s_per_iter": round(cpu / iterations, 3),
-                "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-                "device": device_description(next(runner.model.parameters()).device),
-            }
-            write_json_atomic(self.path, [*self.sessions(), session])
+        def sessions(self) -> list[dict]:
+            return json.loads(self.path.read_text()) if self.path.is_file() else []
+
+        def before_train(self, runner) -> None:
+            self.start_iter, self.start, self.start_cpu = runner.iter, time.perf_counter(), time.process_time()
+
+        def after_train(self, runner) -> None:
+            iterations = runner.iter - self.start_iter
+            if iterations > 0:
+                wall, cpu = time.perf_counter() - self.start, time.process_time() - self.start_cpu
+                session = {
+                    "start_iter": self.start_iter,
+                    "end_iter": runner.iter,
+                    "wall_s": round(wall, 1),
+                    "s_per_iter": round(wall / iterations, 3),
+                    # the main process's CPU time: less dependent on how busy the machine was
+                    "cpu_s_per_iter": round(cpu / iterations, 3),
+                    "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+                    "device": device_description(next(runner.model.parameters()).device),
+                }
+                write_json_atomic(self.path, [*self.sessions(), session])
+
+    return SessionTimer(path)
 
 
 def main(argv=None) -> int:
@@ -139,6 +142,18 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def run() -> int:
+        from tasks.voc.mmdet import exit_if_missing
+
+        exit_if_missing()
+        from mmengine.runner import Runner
+
+        from fcpts.core.io import save_torch_atomic
+        from tasks.grid.data import resolve_data_root
+        from tasks.grid.records import device_description, write_training_record
+        from tasks.voc.mmdet.data import find_layout
+        from tasks.voc.mmdet.detector import allow_ssd_predict, config_identity, load_config, versions
+        from tasks.voc.mmdet.grid import dataset_name, model_name
+
         cfg = load_config(args.config)
         layout = find_layout(resolve_data_root(args.data_root))
         dataset, model = dataset_name(layout, 0, None), model_name(args.config)
@@ -148,7 +163,7 @@ def main(argv=None) -> int:
             cfg.train_dataloader.batch_size = args.batch_size
         runner = Runner.from_cfg(cfg)
         allow_ssd_predict(runner.model)  # validation and test predict with it
-        timer = SessionTimer(work_dir / SESSIONS)
+        timer = session_timer(work_dir / SESSIONS)
         runner.register_hook(timer, priority="VERY_LOW")
         try:
             with runner_checkpoints_weights_only():
