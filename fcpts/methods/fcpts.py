@@ -142,22 +142,24 @@ def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher
 
 
 def all_float32_alike(students: list[torch.Tensor], teachers: list) -> bool:
-    """Whether `block_differences` takes its path of a few operators for all blocks."""
+    """Whether `block_differences` may take its path of a few operators for all blocks."""
     return all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in zip(students, teachers))
 
 
-def block_differences(students: list[torch.Tensor], teachers: list, sole: list[bool]) -> list[torch.Tensor]:
-    """Every block's difference in float32, in two operators for all blocks where `all_float32_alike` (else
-    `block_difference` of each): student - teacher, except that those in `sole` are teacher - student, written over
-    their teachers in one pass once the others have read theirs. Two of those sharing memory would be written
-    twice: an error."""
+def block_differences(
+    students: list[torch.Tensor], teachers: list, sole: list[bool], together: bool
+) -> list[torch.Tensor]:
+    """Every block's difference in float32: with `together` (`all_float32_alike`, decided by the caller, whose
+    gradient scales carry the sign) in two operators for all blocks, student - teacher except that those in `sole`
+    are teacher - student, written over their teachers in one pass once the others have read theirs; else
+    `block_difference` of each. Two of those in `sole` sharing memory would be written twice: an error."""
     reused = [teachers[k] for k, reuse in enumerate(sole) if reuse]
     if len({storage_address(t) for t in reused}) < len(reused):
         raise RuntimeError(
             "a block's difference would be modified by an inplace operation: two teacher block outputs to be written "
             "over share their memory, which `sole` named though something else reads it"
         )
-    if not all_float32_alike(students, teachers):
+    if not together:
         return [block_difference(s, t, reuse) for s, t, reuse in zip(students, teachers, sole)]
     diffs: list[torch.Tensor] = list(teachers)
     fresh = [k for k, reuse in enumerate(sole) if not reuse]
@@ -176,8 +178,10 @@ class _BlocksMSE(torch.autograd.Function):
     once. The teachers' outputs are let go once the differences are made."""
 
     @staticmethod
-    def forward(ctx, teachers: list, sole: list[bool], scales: torch.Tensor, *students: torch.Tensor) -> torch.Tensor:
-        diffs = [d.detach() for d in block_differences(list(students), teachers, sole)]
+    def forward(
+        ctx, teachers: list, sole: list[bool], together: bool, scales: torch.Tensor, *students: torch.Tensor
+    ) -> torch.Tensor:
+        diffs = [d.detach() for d in block_differences(list(students), teachers, sole, together)]
         teachers[:] = [None] * len(teachers)  # the teachers' objects let go too
         ctx.save_for_backward(scales, *diffs)
         ctx.student_dtypes = [s.dtype for s in students]
@@ -189,7 +193,7 @@ class _BlocksMSE(torch.autograd.Function):
         scales, *diffs = ctx.saved_tensors  # read once: a second backward through this graph fails on its version
         _, twice_inverse_numels = scales
         torch._foreach_mul_(diffs, list((grad * twice_inverse_numels).unbind()))
-        return None, None, None, *(d.to(dtype) for d, dtype in zip(diffs, ctx.student_dtypes))
+        return None, None, None, None, *(d.to(dtype) for d, dtype in zip(diffs, ctx.student_dtypes))
 
 
 class BlocksMSE:
@@ -205,12 +209,12 @@ class BlocksMSE:
         device, numels = students[names[0]].device, [students[k].numel() for k in names]
         teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
         reuse = [k in sole for k in names]
-        flipped = all_float32_alike(list(students.values()), teacher_list)  # teacher - student where `reuse`
-        key = (device, *numels, *(flipped and r for r in reuse))
+        together = all_float32_alike(list(students.values()), teacher_list)  # then teacher - student where `reuse`
+        key = (device, *numels, *(together and r for r in reuse))
         if key not in self.scales:  # a flipped difference's gradient scale is negative: -(t - s) = s - t exactly
-            twice = [(-2.0 if flipped and r else 2.0) / n for n, r in zip(numels, reuse)]
+            twice = [(-2.0 if together and r else 2.0) / n for n, r in zip(numels, reuse)]
             self.scales[key] = torch.tensor([[1.0 / n for n in numels], twice], dtype=torch.float32).to(device)
-        return _BlocksMSE.apply(teacher_list, reuse, self.scales[key], *students.values())
+        return _BlocksMSE.apply(teacher_list, reuse, together, self.scales[key], *students.values())
 
 
 def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool = False) -> torch.Tensor:

@@ -257,9 +257,9 @@ def test_each_sole_teacher_block_output_holds_its_difference(monkeypatch):
     seen = []
     real = fcpts_method.block_differences
 
-    def differences(students, teachers, sole):
+    def differences(students, teachers, sole, together):
         addresses = [t.data_ptr() for t in teachers]
-        diffs = real(students, teachers, sole)
+        diffs = real(students, teachers, sole, together)
         seen.append([(d.data_ptr() == a, reuse) for d, a, reuse in zip(diffs, addresses, sole)])
         return diffs
 
