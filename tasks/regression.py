@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tasks.grid.help import command_parser, deprecated_alias, run_command
 from tasks.grid.paths import RESULTS_DIR
@@ -178,15 +178,6 @@ def derive_tolerances(
 def tolerance_table() -> tuple[Tolerances, list[str]]:
     """The tolerances and what decided each, from the re-runs kept under SPREAD_DIR (read once)."""
     return derive_tolerances(measured_spread())
-
-
-def __getattr__(name: str) -> Any:
-    """SUBSETS, TOLERANCE and TOLERANCE_BASIS, made when first read (they read records, which imports torch)."""
-    if name == "SUBSETS":
-        return all_subsets()
-    if name in ("TOLERANCE", "TOLERANCE_BASIS"):
-        return tolerance_table()[name == "TOLERANCE_BASIS"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[str], None] = print) -> float:

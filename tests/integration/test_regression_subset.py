@@ -10,9 +10,8 @@ from tasks.grid.record_format import side_files
 from tasks.grid.records import read_record
 from tasks.regression import (
     REFERENCE_DIR,
-    SUBSETS,
     SUMMATION_TOLERANCE,
-    TOLERANCE,
+    all_subsets,
     cell_lines,
     compare_subset,
     derive_tolerances,
@@ -20,8 +19,12 @@ from tasks.regression import (
     margins,
     measured_spread,
     run_subset,
+    tolerance_table,
 )
 from tests.conftest import require_data
+
+SUBSETS = all_subsets()
+TOLERANCE, _ = tolerance_table()
 
 DATA = {  # what each subset reads under the data root (the detection set is made from CIFAR)
     "cifar": [("cifar10", "CIFAR-10"), ("weights/cifar10/resnet20.th", "the CIFAR-10 ResNet-20 checkpoint")],

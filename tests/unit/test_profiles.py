@@ -106,10 +106,10 @@ def test_every_profile_gives_each_method_its_iterations_not_the_librarys_default
     from tasks.cifar.grid import PROFILES as CIFAR
     from tasks.grid.runner import cell_options
     from tasks.imagenet.grid import PROFILES as IMAGENET
-    from tasks.regression import SUBSETS
+    from tasks.regression import all_subsets
     from tasks.voc.profiles import PROFILES as VOC
 
-    profiles = [*CIFAR.values(), *IMAGENET.values(), *VOC.values(), *(s.profile for s in SUBSETS)]
+    profiles = [*CIFAR.values(), *IMAGENET.values(), *VOC.values(), *(s.profile for s in all_subsets())]
     for profile in profiles:
         for m in METHODS:
             options = cell_options(profile, m, seed=0)
