@@ -16,6 +16,26 @@ INSTALL_HINT = (
     "elsewhere OpenMMLab's wheel for your torch/CUDA pair (`mim install mmcv==2.1.0`)"
 )
 
+
+def missing() -> str | None:
+    """Why the mmdet task cannot run here (None: it can): a missing package or mmcv without its ops."""
+    try:
+        import mmcv.ops  # noqa: F401  (the compiled ops: nms)
+        import mmdet  # noqa: F401
+        import mmengine  # noqa: F401
+    except ImportError as e:
+        return f"{e}; {INSTALL_HINT}"
+    return None
+
+
+def exit_if_missing() -> None:
+    """Without the extra, exit 2 naming what is missing and the fix, before an mmdet import's traceback."""
+    why = missing()
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 COMMAND = replace(  # its command line (the detection task's profiles), declared without importing torch or mmdet
     SUITE_COMMAND,
     prog="python -m tasks.voc --framework mmdet",
@@ -38,24 +58,5 @@ COMMAND = replace(  # its command line (the detection task's profiles), declared
         flag("--eval-batch-size", type=int, default=16),
     ),
     models=(),
-    before_driver=lambda: exit_if_missing(),
+    before_driver=exit_if_missing,
 )
-
-
-def missing() -> str | None:
-    """Why the mmdet task cannot run here (None: it can): a missing package or mmcv without its ops."""
-    try:
-        import mmcv.ops  # noqa: F401  (the compiled ops: nms)
-        import mmdet  # noqa: F401
-        import mmengine  # noqa: F401
-    except ImportError as e:
-        return f"{e}; {INSTALL_HINT}"
-    return None
-
-
-def exit_if_missing() -> None:
-    """Without the extra, exit 2 naming what is missing and the fix, before an mmdet import's traceback."""
-    why = missing()
-    if why is not None:
-        print(f"error: {why}", file=sys.stderr)
-        raise SystemExit(2)
