@@ -1,13 +1,7 @@
-"""POT: post-training sparsity by layer-wise reconstruction (Lazarevich et al. 2021), as the FCPTS authors ran it
-through msbench (configs pst_res18_sp50_pot*.yaml; the protocol: docs/METHOD.md): BN folded, an L2Norm or ERK
-allocation, per-channel weight and bias correction, then each layer's masked weights fitted by Adam to the dense
-outputs on fixed batches of 64, at most 20,000 steps, stopping below a loss of 1e-5.
-
-How it runs here: the loss is quadratic in the weights, so where cheaper it is computed from each batch's input
-Gram matrix (pot_objective.py: same batches, same loss up to rounding), with its gradient written down; layers
-whose statistics share a shape take their steps together, stacked; each layer draws its batches from a generator
-of its own, so its result does not depend on which layers run with it. Every layer logs its error relative to the
-dense output's energy after masking, bias correction, reconstruction and inside the finished network.
+"""POT: post-training sparsity by layer-wise reconstruction (Lazarevich et al. 2021) as msbench runs it (the
+protocol: docs/METHOD.md): BN folded, an L2Norm or ERK allocation, weight and bias correction, then each layer's
+masked weights fitted by Adam to the dense outputs; where cheaper from Gram statistics (pot_objective.py), layers of
+one shape stacked.
 """
 
 from __future__ import annotations
@@ -55,7 +49,6 @@ from .pot_objective import (
 class POTOptions(MethodOptions):
     allocation: str = "l2norm"  # or "erk"
     # per layer, upper bound; None: EPOCHS passes over the calibration set's batches, at most PAPER_ITERATIONS
-    # (msbench's 20,000 steps on 10,240 images): 250 on 128 images (fit_budget)
     iterations: int | None = None
     batch_size: int = 64
     lr_weight: float = 1e-5
@@ -64,26 +57,18 @@ class POTOptions(MethodOptions):
     weight_correction: bool = True
     bias_correction: bool = True
     fold_bn: bool = True
-    # Buffers of `cache_bytes` held at once at the peak (docs/memory.md): cached inputs while concatenated (2C)
-    # and pending Gram statistics (2C); what the scale benchmark bounds its memory line by.
+    # Buffers of `cache_bytes` held at once at the peak (docs/memory.md)
     CACHE_COPIES: ClassVar[int] = 4
-    cache_bytes: float = 4e9  # dense layer inputs cached for all images (more layers share one forward), on
-    # the model's device; a layer whose inputs alone exceed it is streamed: its inputs recomputed from the dense
-    # model for each batch it reads. Gram statistics may take as much again (docs/memory.md)
+    cache_bytes: float = 4e9  # dense layer inputs cached for all images; a layer whose inputs alone exceed it
+    # has them recomputed for each batch it reads. Gram statistics may take as much again (docs/memory.md)
     gram: bool = True  # same loss from per-image input Gram matrices where cheaper (pot_objective.py)
-    sampling: str = "batches"  # each step one of the fixed batches the calibration set is cut into once, as
-    # msbench's cached loader batches; "random": a fresh random draw of batch_size images (with replacement)
-    concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked;
-    # each layer's result equals its sequential one up to float rounding
-    cuda_graphs: bool = True  # on a GPU, replay each group's steps from a CUDA graph (its kernels launched at
-    # once): eager steps there are bound by Python launching them
-    gram_gradient: str = "closed-form"  # a Gram objective's gradient written down (one product with each Gram
-    # matrix a step) or "autograd" (two: forward and backward); the same up to float rounding
+    sampling: str = "batches"  # each step one of fixed batches (msbench's); "random": a fresh draw of batch_size
+    concurrent: bool = True  # layers whose Gram statistics share a shape take their steps together, stacked
+    cuda_graphs: bool = True  # on a GPU, replay each group's steps from a CUDA graph
+    gram_gradient: str = "closed-form"  # a Gram objective's gradient written down, or "autograd"
     DEFAULTS_BEFORE: ClassVar[dict[str, Any]] = {"gram_gradient": "autograd"}  # what records before it ran with
-    choose_for: dict | None = None  # {"images": N, "iterations": T}: make the size choices (inputs cached or
-    # recomputed, Gram statistics or the layer's forward, layers sharing a pass) as a run of N images and T
-    # iterations would, against the same cache_bytes: a probe on a few images that runs what the full set would
-    # (the scale benchmark's); None: the run's own sizes
+    choose_for: dict | None = None  # {"images": N, "iterations": T}: make the size choices as a run of that size
+    # would (the scale benchmark's probe); None: the run's own sizes
 
     def validate(self) -> None:
         super().validate()
@@ -116,11 +101,9 @@ class POTOptions(MethodOptions):
 
 
 def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
-    if how == "l2norm":
-        return allocation.global_keep_masks(allocation.l2norm_scores(layers), target)
     if how == "erk":
         return allocation.keep_masks_for_rates(layers, allocation.erk_rates(layers, target), target)
-    raise ValueError(f"POT allocation must be 'l2norm' or 'erk', got {how!r}")
+    return allocation.global_keep_masks(allocation.l2norm_scores(layers), target)  # "l2norm", as validated
 
 
 @torch.no_grad()
@@ -134,8 +117,7 @@ def correct_weight(weight: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def fixed_batches(n: int, batch_size: int, seed: int) -> torch.Tensor:
-    """(n // batch_size, batch_size) image indices: one seeded shuffle cut into batches, fixed for every layer
-    (msbench caches its calibration loader's batches and draws one of them per step); a tail is dropped."""
+    """(n // batch_size, batch_size) image indices: one seeded shuffle cut into batches (msbench's cached ones)."""
     size = min(batch_size, n)
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + 1))
     return perm[: n // size * size].view(-1, size)
@@ -177,9 +159,8 @@ def collect_inputs(
 
 
 class RecomputedInputs:
-    """A layer's dense inputs for any of the calibration images, recomputed by an early-stopped forward of the
-    dense model whenever they are read: the memory of one read instead of a tensor over every image. Indexed
-    like that tensor would be (an index tensor, a list or a slice of images)."""
+    """A layer's dense inputs, recomputed by an early-stopped forward whenever they are read; indexed like a tensor
+    over every image would be."""
 
     def __init__(self, dense: nn.Module, name: str, images: torch.Tensor, chunk: int = 64):
         self.dense, self.name, self.images, self.chunk = dense, name, images, chunk
@@ -197,8 +178,7 @@ class RecomputedInputs:
 def network_errors(
     dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
 ) -> dict[str, float | None]:
-    """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks (the sparse
-    layer on the sparse model's own inputs): what the layer-wise errors add up to."""
+    """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks."""
 
     def outputs(net):
         mods, got = dict(net.named_modules()), {}
@@ -223,8 +203,7 @@ def network_errors(
 
 
 def relative_error(error: float, energy: float) -> float | None:
-    """Squared error over the dense output's energy; None where the dense output is all zeros (a dead layer
-    of an untrained network), where no ratio exists."""
+    """Squared error over the dense output's energy; None where that is zero."""
     return error / energy if energy > 0 else None
 
 
@@ -243,18 +222,11 @@ def _output_bytes_per_image(model: nn.Module, names: list[str], images: torch.Te
     return sum(total)
 
 
-def _bytes_per_image(model: nn.Module, names: list[str], sample: torch.Tensor) -> dict[str, int]:
-    got = collect_inputs(model, names, sample[:1])
-    return {n: t.numel() * t.element_size() for n, t in got.items()}
-
-
 def takes_gram(
     layer: nn.Module, sample: torch.Tensor, n_images: int, options: POTOptions, unit_size: int, recomputed: bool
 ) -> bool:
-    """Whether the layer's objective is its Gram statistics: where the whole reconstruction is estimated cheaper with
-    them and they fit in cache_bytes (on top of the cached inputs). Recomputed inputs take the statistics whenever
-    they fit: a forward objective would recompute a batch's inputs for every step. The estimate counts a Gram step's
-    work as the gradient takes it (`gram_gradient`)."""
+    """Whether the layer's objective is its Gram statistics: where they fit in cache_bytes and are estimated cheaper
+    (recomputed inputs: whenever they fit)."""
     if not (options.gram and gram_candidate(layer)):
         return False
     n_images, iterations = options.sizes_for_choices(n_images)
@@ -277,9 +249,8 @@ def layer_objective(
 
 
 def input_groups(bytes_per_image: list[int], n_images: int, options: POTOptions) -> list[tuple[int, int, bool]]:
-    """(start, end, recomputed) of consecutive layers whose dense inputs over all images fit in cache_bytes together
-    (collected by one forward and cached); a layer whose inputs alone exceed it is a group of its own, recomputed
-    wherever they are read (`RecomputedInputs`). At the sizes choices are made for (`choose_for`)."""
+    """(start, end, recomputed) of consecutive layers whose inputs fit in cache_bytes together; a layer whose inputs
+    alone exceed it is a group of its own, recomputed wherever they are read."""
     planned = options.sizes_for_choices(n_images)[0]
     groups, start = [], 0
     while start < len(bytes_per_image):
@@ -293,8 +264,7 @@ def input_groups(bytes_per_image: list[int], n_images: int, options: POTOptions)
 
 
 def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
-    """(iterations, per_step) unit indices of one layer's steps, from a generator of its own: a layer's
-    result depends only on the seed and its name, whichever layers run with it or before it."""
+    """(iterations, per_step) unit indices of one layer's steps, from a generator seeded by the seed and its name."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
     return torch.randint(units, (iterations, per_step), generator=gen)
 
@@ -363,8 +333,7 @@ def _bias(layer: nn.Module) -> torch.Tensor:
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
-    """Problems whose Gram statistics share a signature and whose weights share a shape form one group (in order
-    of first appearance); equal statistics alone do not make equal weights (1x1 convs of one input width)."""
+    """Problems whose Gram statistics share a signature and whose weights share a shape form one group."""
     if not concurrent:
         return [[p] for p in problems]
     groups: dict[object, list[LayerProblem]] = {}
@@ -375,8 +344,7 @@ def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[
 
 
 def group_gradients(group: list[LayerProblem], gram_gradient: str):
-    """losses(sel, W, B) -> (L,) for stacked weights W (L, ...) and biases B (L, o), their gradients left in W.grad
-    and B.grad: in closed form for Gram statistics where `gram_gradient` says so, else by autograd."""
+    """losses(sel, W, B) -> (L,) for stacked weights and biases, their gradients left in W.grad and B.grad."""
     w_dense = torch.stack([p.w_dense for p in group])
     b_dense = torch.stack([p.b_dense for p in group])
     if isinstance(group[0].objective, GramObjective):
@@ -399,17 +367,14 @@ def _by_autograd(losses_of):
 
 
 def graph_capturable(group: list[LayerProblem]) -> bool:
-    """A group's steps can be one CUDA graph where they read only device tensors: not where inputs are recomputed
-    from the dense model (that reads images from the host)."""
+    """A group's steps can be one CUDA graph where they read only device tensors (no recomputed inputs)."""
     held = [getattr(p.objective, "inputs", None) for p in group]
     return group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
 
 
 def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
-    """`len(draws)` steps; every `check_every` steps the host reads whether any layer is still active. With
-    `graphs`: replays of the step captured after `step_graph.WARMUP` eager ones (a POT step is a few tiny matrix
-    products, launch-bound when eager); Adam's bias correction is then rounded on the device, the one difference
-    from eager steps. Where the capture fails the steps go on eagerly. Returns how the steps ran."""
+    """`len(draws)` steps, eager or (`graphs`) replayed from a CUDA graph, stopping once no layer is active (read
+    every `check_every` steps); returns how the steps ran."""
     runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
     for it in range(len(draws)):
         runner.run(it, draws[it], then=lambda: None)
@@ -419,11 +384,8 @@ def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every:
 
 
 def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 50) -> None:
-    """Adam on each layer's own loss with its mask held fixed, the group's layers stacked into one tensor
-    (Adam is elementwise and the losses independent: each layer follows its sequential trajectory). A layer
-    stops after the step whose loss is below early_stop_loss (msbench); its weights are then held while
-    the others go on. The host learns the losses only every `check_every` steps. On a GPU the steps are
-    replayed from a CUDA graph (`run_steps`) where `options.cuda_graphs` and the group allow it."""
+    """Adam on each layer's own loss with its mask fixed, the group's layers stacked; a layer's weights are held
+    after the step whose loss is below early_stop_loss (msbench)."""
     tic = time.perf_counter()
     losses_and_gradients = group_gradients(group, options.gram_gradient)
     weight = torch.stack([layer_weight(p.layer).detach() for p in group]).requires_grad_(True)
@@ -517,7 +479,8 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
         model.load_state_dict(state["model"])
         per_layer_log, elapsed_before = state["log"], state["elapsed_s"]
     names = [n for n in layers if n not in per_layer_log]
-    per_image = _bytes_per_image(dense, names, images) if names else {}
+    sample = collect_inputs(dense, names, images[:1]) if names else {}
+    per_image = {n: t.numel() * t.element_size() for n, t in sample.items()}
     bar = tqdm(
         total=len(layers),
         initial=len(per_layer_log),

@@ -1,12 +1,6 @@
-"""POT's per-layer objective: squared output error, summed over channels, averaged over the rest.
-
-The error of a linear layer is linear in (W - W_dense, b - b_dense), so a batch's loss needs only its
-input statistics: the Gram matrix of its patches (im2col columns) and their sum. With POT's fixed batches
-(msbench's cached loader batches) each batch's statistics are summed once, and a step costs a few matrix
-products of the weight's size instead of three passes over 64 feature maps: same batches, same loss up to
-float rounding. Layers whose statistics have one shape can then be optimised together as one stacked
-problem (GramStack). Where the statistics would be too large, or where a layer's forward is not linear in
-its weight (checked on one image), the loss is computed from the layer's own forward."""
+"""POT's per-layer objective: squared output error, summed over channels, averaged over the rest. A linear layer's
+error is linear in (W - W_dense, b - b_dense), so a batch's loss needs only the Gram matrix of its input patches and
+their sum (the same loss up to rounding, a few small products a step); else it comes from the layer's forward."""
 
 from __future__ import annotations
 
@@ -23,8 +17,7 @@ RECOMPUTED_READ = 64  # images per read where a pass over all images recomputes 
 
 
 class ImageInputs(Protocol):
-    """What an objective reads per image: a tensor over the images, or POT's inputs recomputed on every read,
-    indexed as that tensor would be."""
+    """What an objective reads per image: a tensor over the images, or POT's inputs recomputed on every read."""
 
     def __getitem__(self, idx: Any) -> torch.Tensor: ...
 
@@ -40,13 +33,8 @@ def channel_dim(layer: nn.Module) -> int:
     return -1 if isinstance(layer, nn.Linear) else 1
 
 
-def squared_error(layer: nn.Module, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return (out - target).pow(2).sum(dim=channel_dim(layer)).mean()
-
-
 class _Units:
-    """The images an objective sums over, grouped into units: single images, or the fixed batches POT draws
-    one of per step. `loss(idx)` averages over the images of the units `idx` (repeats counted)."""
+    """The images an objective sums over, grouped into units (single images, or POT's fixed batches)."""
 
     units: torch.Tensor | None  # (k, m) image indices per unit; None: each image is a unit
 
@@ -63,8 +51,7 @@ class _Units:
         return torch.arange(len(self), device=device)
 
     def _per_read(self, cached: int) -> int:
-        """Units per read in a pass over all of them: `cached` from cached inputs; inputs recomputed on every read
-        (pot.RecomputedInputs) are read RECOMPUTED_READ images at a time, which bounds the memory of the pass."""
+        """Units per read in a pass over all of them: `cached`, or RECOMPUTED_READ images of recomputed inputs."""
         if isinstance(getattr(self, "inputs", None), torch.Tensor):
             return cached
         return max(1, RECOMPUTED_READ // (1 if self.units is None else self.units.shape[1]))
@@ -94,7 +81,7 @@ class ForwardObjective(_Units):
         x = self.inputs[self._images(idx)]
         with torch.no_grad():
             target = layer_output(self.layer, x, w_dense, b_dense)
-        return squared_error(self.layer, layer_output(self.layer, x, weight, bias), target)
+        return (layer_output(self.layer, x, weight, bias) - target).pow(2).sum(dim=channel_dim(self.layer)).mean()
 
     @torch.no_grad()
     def mean_error(self, weight, bias, w_dense, b_dense, chunk: int = 512) -> torch.Tensor:
@@ -145,18 +132,8 @@ def gram_plan(
     unit_size: int = 1,
     gradient: str = "autograd",
 ) -> dict:
-    """Memory of the Gram statistics and rough CPU seconds of both objectives for a whole reconstruction.
-
-    `unit_size` images share one set of statistics (POT's fixed batches: a step reads one batch's Gram matrix
-    instead of gathering and summing `batch` per-image ones). Both objectives are mostly memory-bound on a
-    CPU: a forward iteration moves the batch's inputs and four output-sized tensors, a Gram iteration reads
-    its Gram matrices, and the set-up unfolds every image once. With autograd's `gradient` a Gram iteration reads
-    them twice (forward and backward), as this estimate was first made: kept so, POT's runs with that gradient
-    (every record made before the closed form) choose as they did. In closed form it reads them once, and the
-    product of the weight change with them (out x D^2) is counted too: what dominates where a layer has many
-    outputs and few positions (a classifier). The rates were measured on the 2-core reference machine (see the test
-    and benchmarks/speed/pot_objective.py at 9c9d2d1); a wrong pick costs time, never accuracy.
-    """
+    """Memory of the Gram statistics and rough CPU seconds of both objectives for a whole reconstruction, with
+    `unit_size` images sharing one set of statistics; a wrong pick costs time, never accuracy."""
     p = _patches(layer, sample[:1])
     groups, d, positions = p.shape[1:]
     c_in, c_out = sample.shape[channel_dim(layer)], layer_weight(layer).shape[0]
@@ -183,9 +160,7 @@ def gram_loss(dw, db, gram, s, count) -> torch.Tensor:
 
 
 def batch_gram(u: torch.Tensor) -> torch.Tensor:
-    """(g, D, D) sum of the images' patch Gram matrices, u: (m, g, D, P). With few long patch rows one product
-    per image and a sum is fastest; with many short ones, one product over all images' positions (measured on
-    CIFAR ResNet and Lite0 shapes, the other order took 1.5-5x as long)."""
+    """(g, D, D) sum of the images' patch Gram matrices, u: (m, g, D, P), in the faster order for its shape."""
     if u.shape[2] < u.shape[3]:
         return (u @ u.transpose(-1, -2)).sum(0)
     v = u.permute(1, 2, 0, 3).flatten(2)  # (g, D, m * P)
@@ -193,8 +168,7 @@ def batch_gram(u: torch.Tensor) -> torch.Tensor:
 
 
 class GramObjective(_Units):
-    """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit (an image, or one
-    of POT's fixed batches, whose statistics are the sums of its images')."""
+    """The same loss from patch Gram matrices G = U U^T and sums s = U 1, one pair per unit."""
 
     def __init__(self, layer: nn.Module, inputs: ImageInputs, units: torch.Tensor | None = None, chunk: int = 64):
         if not gram_candidate(layer):
@@ -268,8 +242,7 @@ def stack_signature(objective) -> tuple | None:
 
 
 class GramStack:
-    """L Gram objectives of one signature as one problem: weights stacked (L, ...); each step reads one set of
-    units per layer. The layers' losses are independent, so the stacked gradients are the layers' own."""
+    """L Gram objectives of one signature as one problem, weights stacked (L, ...); the losses are independent."""
 
     def __init__(self, objectives: list[GramObjective]):
         self.first = objectives[0]
@@ -291,10 +264,7 @@ class GramStack:
     @torch.no_grad()
     def losses_and_gradients(self, sel: torch.Tensor, weight, bias, w_dense, b_dense) -> torch.Tensor:
         """The L losses of `losses`, their gradients written to weight.grad and bias.grad in closed form:
-        2 (dW G + db s^T) / count and 2 (dW s + count db) / count. One product with each Gram matrix a step where
-        autograd takes two (forward and backward), and no graph: these products are most of a step on
-        ImageNet-sized layers. Equal to autograd's up to float rounding: G = U U^T is symmetric up to rounding,
-        and its gradient 2 dW G stands for autograd's dW (G + G^T)."""
+        2 (dW G + db s^T) / count and 2 (dW s + count db) / count (one product with each Gram matrix)."""
         dw, db = self.first.deltas(weight, bias, w_dense, b_dense)  # (L, g, o, D), (L, g, o)
         if sel.shape[1] == 1:  # POT's fixed batches: one unit a step, read without a sum
             gram, s = self.grams[self.rows[:, 0], sel[:, 0]], self.sums[self.rows[:, 0], sel[:, 0]]

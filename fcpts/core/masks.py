@@ -1,8 +1,5 @@
-"""Which layers are prunable, the threshold mask, and sparsity accounting.
-
-These are the sparsity tools shared by FCPTS and every baseline: a layer list, a mask that is a
-step function of |W| with a straight-through gradient, and exact counting of zeros.
-"""
+"""The sparsity tools FCPTS and every baseline share: which layers are prunable, the threshold mask, the input
+checks and exact counting of zeros."""
 
 from __future__ import annotations
 
@@ -46,15 +43,9 @@ def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
 def prunable_layers(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> PrunableLayers:
-    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` (one name or several, kept dense)
-    and minus those for which `filter_fn(module, name)` is False (torchao's convention).
-
-    The first conv, depthwise convs, 1x1 downsamples and the classifier are all included by default, as in
-    the released code and msbench. A weight shared by several layers (one Parameter in two modules) is one
-    layer, named by its first module: counted once and pruned with one mask that every module sharing it sees;
-    it stays dense when any of those modules is excluded or filtered out. Raises a clear error when nothing is
-    left to prune.
-    """
+    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` and those `filter_fn(module, name)`
+    rejects. A weight shared by several modules is one layer, named by its first module, kept dense when any of
+    them is excluded."""
     exclude = {exclude} if isinstance(exclude, str) else set(exclude)
     names = {name for name, module in model.named_modules() if isinstance(module, PRUNABLE_TYPES)}
     unknown = exclude - names
@@ -87,11 +78,8 @@ def prunable_layers(
 
 
 def unprunable_weights(model: nn.Module) -> dict[str, tuple[str, int]]:
-    """Weights of layers that no method here prunes, {parameter name: (where, numel)}: other convolutions
-    (Conv1d, Conv3d, transposed), attention's packed projections (nn.MultiheadAttention's in_proj_weight; its
-    out_proj is a Linear and pruned), Bilinear and recurrent layers. They stay dense and outside the global
-    sparsity, which a user of a model built from them must be told (torchvision's ViT keeps a quarter of its
-    encoder's weights in in_proj_weight). Embeddings and tokens are not layers and are not listed."""
+    """Weights of layers no method here prunes, {parameter name: (where, numel)}: they stay dense and outside the
+    global sparsity, which the user must be told."""
     found: dict[str, tuple[str, int]] = {}
     for module_name, module in model.named_modules():
         if isinstance(module, PRUNABLE_TYPES) or not isinstance(module, UNPRUNABLE_TYPES):
@@ -115,8 +103,7 @@ def weights_in_tensors(numels: list[int]) -> str:
 
 
 def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
-    """The Conv2d/Linear modules of `model` grouped by the weight Parameter they hold, keyed by the first one's
-    name (in module order)."""
+    """The Conv2d/Linear modules grouped by the weight Parameter they hold, keyed by the first one's name."""
     groups: dict[int, list[tuple[str, nn.Module]]] = {}
     for name, module in model.named_modules():
         if isinstance(module, PRUNABLE_TYPES):
@@ -125,25 +112,22 @@ def _weight_users(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
 
 
 def layer_weight(layer: nn.Module) -> torch.Tensor:
-    """A prunable layer's weight as the Tensor it is: torch types every module attribute as `Tensor | Module`,
-    and Conv/Linear (plain or parametrized) always hold a Tensor there."""
+    """A prunable layer's weight, typed as the Tensor it is (torch types module attributes `Tensor | Module`)."""
     return cast(torch.Tensor, layer.weight)
 
 
 def layer_bias(layer: nn.Module) -> torch.Tensor | None:
-    """A prunable layer's bias (None when it has none), typed as `layer_weight` is, for the same reason."""
+    """A prunable layer's bias (None when it has none), typed as `layer_weight` is."""
     return cast("torch.Tensor | None", layer.bias)
 
 
 def weight_parametrizations(layer: nn.Module) -> parametrize.ParametrizationList:
-    """What remakes a parametrized layer's weight: torch's parametrize keeps it in the ModuleDict
-    `layer.parametrizations`, which torch types as `Tensor | Module` as it does every module attribute."""
+    """What remakes a parametrized layer's weight (`layer.parametrizations["weight"]`), typed."""
     return cast(parametrize.ParametrizationList, cast(nn.ModuleDict, layer.parametrizations)["weight"])
 
 
 def _stored_weight(module: nn.Module) -> torch.Tensor:
-    """The weight tensor a module holds: under a parametrization its original (`module.weight` would be a fresh
-    tensor on every access, whose id can be reused)."""
+    """The weight tensor a module holds: under a parametrization its original (`module.weight` is new each time)."""
     if parametrize.is_parametrized(module, "weight"):
         made_from = weight_parametrizations(module)  # `original`; `original0`, ... for weight_norm's (g, v)
         original = getattr(made_from, "original", None)
@@ -152,10 +136,8 @@ def _stored_weight(module: nn.Module) -> torch.Tensor:
 
 
 def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> None:
-    """Masks only add zeros: a model whose layers already hold more zero weights than round(target * N) (a
-    pruned model asked for a lower target) cannot end at the target. Refuse before any work, rather than
-    return a sparser model than asked, which FCPTS's loop would blame on its control loss. Target 0 asks for no
-    pruning and keeps the few zeros a pretrained model holds."""
+    """Masks only add zeros: layers already holding more zeros than round(target * N) cannot end at the target,
+    so refuse before any work (target 0 asks for no pruning and keeps them)."""
     if target == 0:
         return
     zeros = total = 0
@@ -179,11 +161,8 @@ def shared_weights(model: nn.Module) -> dict[str, list[str]]:
 
 
 class Sparsity(float):
-    """A global sparsity target that has been checked: a fraction of zero weights in [0, 1).
-
-    Why a type: a target passes through the command line, the grid, the method and the allocation on its way to
-    the masks; each of them accepts a plain number and checks it, and a `Sparsity` it passes on unchecked, so a
-    target is checked once, where it enters. Arithmetic on it gives plain floats, as before."""
+    """A checked global sparsity target in [0, 1): each stage checks a plain number and passes this on unchecked,
+    so a target is checked once, where it enters."""
 
     __slots__ = ()
 
@@ -192,10 +171,8 @@ class Sparsity(float):
 
 
 def check_target(target: Any) -> Sparsity:
-    """A global sparsity target as a checked `Sparsity`: one already checked as it is, a number checked now.
-
-    Any real number is accepted: int, float, fractions.Fraction, decimal.Decimal, a NumPy scalar, a 0-d tensor
-    or array. Booleans, strings, complex numbers and NaN are refused."""
+    """A target as a checked `Sparsity`: any real number (a 0-d tensor or array too); bool, str, complex and NaN
+    are refused."""
     return target if isinstance(target, Sparsity) else Sparsity(target)
 
 
@@ -224,8 +201,7 @@ def _describe(value: Any) -> str:
 
 
 def check_finite_weights(model: nn.Module) -> None:
-    """NaN or Inf in the dense model's parameters or buffers (BN statistics) would give a garbage sparse model
-    or a misleading failure deep inside a method: refuse it before any work, naming the tensor."""
+    """Refuse NaN or Inf in the dense model's parameters or buffers before any work, naming the tensor."""
     for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
         for name, tensor, bad in _non_finite(named):
             raise ValueError(
@@ -245,9 +221,7 @@ COMPUTE_DTYPES = (torch.float32, torch.float64)
 
 
 def check_weight_dtype(model: nn.Module) -> None:
-    """The methods compute in the model's own dtype and are made for float32: a float16 model's statistics and
-    optimiser steps overflow (POT's went to NaN), so a half-precision model is refused before any work, with the
-    way round it."""
+    """The methods compute in the model's dtype and are made for float32 (half precision overflows): refuse others."""
     for name, p in model.named_parameters():
         if p.is_floating_point() and p.dtype not in COMPUTE_DTYPES:
             raise TypeError(
@@ -258,8 +232,7 @@ def check_weight_dtype(model: nn.Module) -> None:
 
 
 def check_finite_result(model: nn.Module, method: str) -> None:
-    """A method that leaves NaN or Inf in the weights has failed, whatever sparsity it reports: say so rather
-    than hand back a model whose NaNs count as kept weights."""
+    """A method that leaves NaN or Inf in the weights has failed, whatever sparsity it reports."""
     for name, _, bad in _non_finite(model.named_parameters()):
         raise FloatingPointError(
             f"{method} left {bad} NaN/Inf value(s) in {name!r} of the sparse model: the run diverged; a "
@@ -282,11 +255,7 @@ class _BinActive(torch.autograd.Function):
 
 
 def threshold_mask(weight: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
-    """M = 0.5 * sgn(|W| - t) + 0.5 (paper Eq. 1), with a straight-through gradient into t.
-
-    Weights exactly at the threshold get 0.5 from sgn(0) = 0; `hard_mask` resolves ties as kept.
-    Only the threshold receives gradient: |W| is detached, so the mask never moves weights.
-    """
+    """M = 0.5 * sgn(|W| - t) + 0.5 (paper Eq. 1), with a straight-through gradient into t only (|W| detached)."""
     return 0.5 * _BinActive.apply(weight.detach().abs() - threshold) + 0.5
 
 
@@ -298,13 +267,8 @@ def hard_mask(weight: torch.Tensor, threshold: torch.Tensor | float) -> torch.Te
 def sparsity_summary(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> tuple[float, list[dict]]:
-    """Global sparsity (zeros / all prunable weights) and a per-layer list (name, type, numel, sparsity).
-
-        sparsity, per_layer = fcpts.sparsity_summary(model)
-
-    Biases and BN parameters are not counted, as in METHOD.md. A weight shared by several modules is counted
-    once; its row names the others under "shared_with".
-    """
+    """Global sparsity (zeros / all prunable weights) and a per-layer list (name, type, numel, sparsity,
+    "shared_with" for a shared weight, counted once)."""
     layers = prunable_layers(model, exclude, filter_fn)
     shared = shared_weights(model)
     zeros = total = 0

@@ -1,10 +1,5 @@
-"""The FCPTS optimisation loop: reconstruction + control loss, then the exact-target step.
-
-Net-wise: a frozen dense teacher and the masked student see the same calibration batch; the student's
-weights, biases, BN affine parameters and per-layer thresholds are trained together with SGD
-(released-code defaults), then every threshold is scaled by one global factor so the model has
-exactly round(target * N) zeros, and the masks are folded into plain weights.
-"""
+"""FCPTS: the student's weights and per-layer thresholds trained against a frozen teacher (reconstruction + control
+loss), then every threshold scaled by one factor so exactly round(target * N) weights are zero."""
 
 from __future__ import annotations
 
@@ -45,9 +40,7 @@ DRIFT_WARNING = 0.01
 
 @dataclass
 class FCPTSOptions(TrainingOptions):
-    """Every knob of FCPTS (docs/api.md). Defaults follow the paper, else the released code (METHOD.md); where
-    the two differ (`threshold_grad`, `reconstruction`, `teacher_mode`) the released code's, chosen by the
-    ablations in docs/notebook/results.md."""
+    """Every knob of FCPTS (docs/api.md): the paper's defaults, else the released code's (METHOD.md)."""
 
     reconstruction: Literal["kl", "mse-blocks"] = "mse-blocks"
     block_names: list[str] | None = None  # for "mse-blocks"; None: detected automatically
@@ -77,9 +70,8 @@ class FCPTSOptions(TrainingOptions):
 
 
 def default_blocks(model: nn.Module) -> list[str]:
-    """Block outputs for MSE reconstruction: each non-Sequential child that holds a prunable layer of an
-    nn.Sequential (ResNet BasicBlocks, MobileNet inverted residuals, ViT blocks, ...) or of a timm-style stage
-    (a class named `...Stage`, e.g. RegNet's RegStage, whose blocks are plain attributes b1, b2, ...)."""
+    """Block outputs for MSE reconstruction: each non-Sequential child holding a prunable layer of an nn.Sequential
+    or of a timm-style stage (a class named `...Stage`)."""
     names = []
     for parent_name, parent in model.named_modules():
         if isinstance(parent, nn.Sequential) or type(parent).__name__.endswith("Stage"):
@@ -114,12 +106,8 @@ class _Taps:
 
 
 class _BlockMSE(torch.autograd.Function):
-    """F.mse_loss(student, teacher) with the teacher held fixed, in float32 whatever the inputs' precision.
-    The gradient is mse_loss's, 2 (student - teacher) / n, from the one saved difference; the value is
-    ||student - teacher||^2 / n (equal to rounding). One temporary instead of mse_loss's three: on a CPU,
-    where every fresh block-sized buffer costs page faults, forward and backward take a third of the time.
-    With `reuse_teacher` (a float32 teacher tensor its caller gives up) not even that one: the difference is
-    written over the teacher's output, and the gradient over the difference (same values, bit for bit)."""
+    """F.mse_loss(student, teacher) in float32 with the teacher fixed, from one saved difference instead of
+    mse_loss's three temporaries; with `reuse_teacher` written over the teacher's output."""
 
     @staticmethod
     def forward(ctx, student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
@@ -149,10 +137,8 @@ def all_float32_alike(students: list[torch.Tensor], teachers: list) -> bool:
 def block_differences(
     students: list[torch.Tensor], teachers: list, sole: list[bool], together: bool
 ) -> list[torch.Tensor]:
-    """Every block's difference in float32: with `together` (`all_float32_alike`, decided by the caller, whose
-    gradient scales carry the sign) in two operators for all blocks, student - teacher except that those in `sole`
-    are teacher - student, written over their teachers in one pass once the others have read theirs; else
-    `block_difference` of each. Two of those in `sole` sharing memory would be written twice: an error."""
+    """Every block's difference in float32: with `together`, in two operators for all blocks (those in `sole` as
+    teacher - student, written over their teachers; the caller's gradient scales carry the sign); else one by one."""
     reused = [teachers[k] for k, reuse in enumerate(sole) if reuse]
     if len({storage_address(t) for t in reused}) < len(reused):
         raise RuntimeError(
@@ -172,10 +158,8 @@ def block_differences(
 
 
 class _BlocksMSE(torch.autograd.Function):
-    """The sum of every block's `block_mse`, with the same gradient bit for bit, in a few kernels for all blocks:
-    the differences (`block_differences`, written over the teachers' outputs where `sole`, their sign then carried
-    by `scales`), their squared norms together (`_foreach_norm`), and in the backward every difference scaled at
-    once. The teachers' outputs are let go once the differences are made."""
+    """The sum of every block's `block_mse`, with the same gradient, in a few kernels for all blocks; the teachers'
+    outputs are let go once the differences are made."""
 
     @staticmethod
     def forward(
@@ -197,9 +181,8 @@ class _BlocksMSE(torch.autograd.Function):
 
 
 class BlocksMSE:
-    """sum_k block_mse(students[k], teachers[k]) over a step's block outputs (`_BlocksMSE`); the teachers' outputs
-    are popped from their dict. Holds each set of block sizes' 1/n and 2/n on the device, made once (a step
-    replayed from a CUDA graph cannot copy them there)."""
+    """sum_k block_mse(students[k], teachers[k]), the teachers popped from their dict; each set of block sizes'
+    1/n and 2/n is made on the device once (a CUDA graph replay cannot copy them there)."""
 
     def __init__(self) -> None:
         self.scales: dict[tuple, torch.Tensor] = {}
@@ -224,15 +207,12 @@ def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool 
 
 
 def storage_address(t: torch.Tensor) -> int:
-    """The address of a tensor's storage, read off the tensor: `t.untyped_storage()` would leave a storage object
-    alive beside it, and a gradient buffer whose storage has two users is not accumulated in place."""
+    """The address of a tensor's storage, without making a storage object (one would keep it shared)."""
     return t.data_ptr() - int(t.storage_offset()) * t.element_size()
 
 
 def sole_tensors(blocks: dict[str, torch.Tensor], output: torch.Tensor) -> set[str]:
-    """The block outputs that share their memory with no other block output nor the model's output, and cover
-    it densely: the ones a block MSE may overwrite once it has read them."""
-
+    """The block outputs that alone cover their memory densely: the ones a block MSE may overwrite."""
     users = collections.Counter(storage_address(t) for t in [*blocks.values(), output])
     return {
         name for name, t in blocks.items()
@@ -242,8 +222,7 @@ def sole_tensors(blocks: dict[str, torch.Tensor], output: torch.Tensor) -> set[s
 
 
 class Variant:
-    """The points at which a variant of FCPTS changes its loop, each default FCPTS's own. `distill` reads a variant
-    only here; FCPTS+ keeps all its changes in one subclass (`fcpts_plus.Plan`)."""
+    """The points at which a variant of FCPTS (`fcpts_plus.Plan`) changes its loop, each default FCPTS's own."""
 
     block_weight = 1.0  # the factor of the blocks' MSE sum against the output KL
     block_balance: float | None = None  # instead: the weight whose blocks' gradient is this times the KL's at step 0
@@ -316,9 +295,6 @@ class _Reconstruction:
         if self.taps is not None:
             s, t = self.taps[0].outputs, self.taps[1].outputs
             sole = sole_tensors(t, y_t)
-            # each teacher block output is let go once its MSE holds the difference (where nothing else reads it,
-            # the difference is written over it): held through the step they would add a set of block outputs
-            # to its peak memory
             if s:
                 rec = rec + self.weight * self.at_once(s, t, sole)
         return rec
@@ -344,8 +320,8 @@ class _Reconstruction:
 
 
 def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib: Calibration):
-    """SGD on the weights, biases and BN affine parameters (with weight decay) and the thresholds (without), with
-    its learning-rate schedule; returns the scheduler, the non-threshold parameters and the rates for the report."""
+    """SGD on the other parameters (with weight decay) and the thresholds (without): the scheduler, the other
+    parameters and the rates for the report."""
     score_ids = {id(s) for s in thr.scores}
     other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
     lr = options.resolved_lr(calib.batch_size)
@@ -362,8 +338,8 @@ def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib:
 
 @torch.no_grad()
 def _exact_step(thr: _Thresholds, target: float, method: str) -> tuple[dict, dict, dict]:
-    """Rank |W| / t_l globally, i.e. scale every threshold by one common factor, so exactly round(target * N) weights
-    are pruned; returns the final thresholds, the keep masks and how far the learned masks were from them."""
+    """Rank |W| / t_l globally (one factor on every threshold) so exactly round(target * N) weights are pruned: the
+    thresholds, the keep masks and how far the learned masks were from them."""
     t_final = dict(zip(thr.names, thr.values().tolist()))
     weights = {n: thresholds.original_weight(m).detach() for n, m in thr.layers.items()}
     before = {n: hard_mask(weights[n], t_final[n]) for n in thr.names}
@@ -394,8 +370,7 @@ def run(model: nn.Module, calibration, target: float, options: FCPTSOptions) -> 
 def distill(
     model: nn.Module, setup: RunSetup, options: FCPTSOptions, method: str, variant: Variant | None = None
 ) -> tuple[nn.Module, SparsityReport]:
-    """The FCPTS loop on an opened run (`open_run`), changed where `variant` says (default: FCPTS itself); the
-    exact-target step is always the final one."""
+    """The FCPTS loop on an opened run, changed where `variant` says; the exact-target step always ends it."""
     variant = variant if variant is not None else Variant()
     target, device, layers, calib = setup
     assert calib is not None
