@@ -1,11 +1,5 @@
-"""ProbMask's budget projection: s <- clamp(s - v, 0, 1) over every layer's keep-scores, with the shift v >= 0
-chosen so that sum(clamp(s - v, 0, 1)) is the budget (v = 0 when the scores are within it already).
-
-f(v) falls as v grows, so v is bisected until a halving no longer moves it in float64. `project_scores_binned`
-(the one used) first brackets v from one histogram of the scores, then bisects over the few scores not yet
-settled on that bracket: the same v as evaluating f over every score (`project_scores_bisection`) up to the
-rounding of float64 sums, at a fraction of its cost.
-"""
+"""ProbMask's budget projection: s <- clamp(s - v, 0, 1) over every layer's keep-scores, the shift v >= 0 bisected
+so that f(v) = sum(clamp(s - v, 0, 1)) is the budget; `project_scores_binned` brackets v from a histogram first."""
 
 from __future__ import annotations
 
@@ -20,10 +14,8 @@ PER_UNIT = 2**BIN_BITS  # bins in a unit of score
 
 
 def bisect_shift(f: Callable[[torch.Tensor], torch.Tensor], lo: torch.Tensor, hi: torch.Tensor, budget: float):
-    """The hi of the bracket (lo, hi], f(lo) > budget >= f(hi), halved until it stops moving. Every decision is a
-    torch.where on the device; the bracket is read back every FIXED_POINT_CHECK_EVERY halvings, and the halving
-    stops once one left it as it was: from then on every halving repeats that one (the midpoint is an end of the
-    bracket in float64), so stopping gives the hi that all PROJECTION_BISECTIONS would, in about 60 passes."""
+    """The hi of the bracket (lo, hi], f(lo) > budget >= f(hi), halved on the device until a halving leaves it as
+    it was (read every FIXED_POINT_CHECK_EVERY): the hi all PROJECTION_BISECTIONS would give."""
     for halving in range(1, PROJECTION_BISECTIONS + 1):
         v = 0.5 * (lo + hi)
         over = f(v) > budget
@@ -42,8 +34,7 @@ def shift_scores(scores: list[torch.Tensor], v: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def project_scores_bisection(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
-    """In place; returns v (0-dim, float64). f is summed layer by layer in float64, so the extra memory is one
-    layer's scores in float64, never all of them (on ViT-L a flat float64 copy and its two temporaries were 7 GB)."""
+    """In place; returns v (0-dim, float64). f is summed layer by layer in float64."""
     budget = kept * sum(s.numel() for s in scores)
 
     def kept_sum(v: torch.Tensor) -> torch.Tensor:

@@ -1,10 +1,5 @@
-"""Per-layer sparsity allocations and exact magnitude masks.
-
-Each allocation returns per-layer rates {name: fraction of zeros}; `keep_masks_for_rates` turns rates
-into masks whose zero count totals exactly round(target * N). Global cuts (global magnitude, L2Norm,
-LAMP, and FCPTS's final exact step) share one routine, `global_keep_masks`, that ranks a score per
-weight over all layers and prunes exactly the lowest ones.
-"""
+"""Per-layer sparsity allocations (rates {name: fraction of zeros}) and exact masks: `keep_masks_for_rates` per layer,
+`global_keep_masks` for a score ranked over all layers; both prune exactly round(target * N) weights."""
 
 from __future__ import annotations
 
@@ -17,17 +12,9 @@ from torch import nn
 from .masks import check_target, layer_weight
 
 
-def _numels(layers: dict[str, nn.Module]) -> dict[str, int]:
-    return {name: layer_weight(m).numel() for name, m in layers.items()}
-
-
 def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -> dict[str, float]:
-    """Erdos-Renyi-Kernel allocation (RigL): density_l proportional to (sum(shape) / prod(shape))^power.
-
-    Kernel dims are included. A layer whose density would exceed 1 is made dense and epsilon is
-    recomputed so the other layers carry its share of zeros (the released code's loop). Target 0: every layer
-    dense (the loop would make them all dense one by one and find nothing left to carry the zeros).
-    """
+    """Erdos-Renyi-Kernel allocation (RigL): density_l proportional to (sum(shape) / prod(shape))^power, kernel dims
+    included; a layer whose density would exceed 1 is made dense and the others carry its zeros (released code)."""
     target = check_target(target)
     if target == 0:
         return {name: 0.0 for name in layers}
@@ -60,14 +47,9 @@ def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, floa
 def rates_to_counts(
     rates: dict[str, float], numels: dict[str, int], target: float, zeros: dict[str, int] | None = None
 ) -> dict[str, int]:
-    """Per-layer prune counts from rates, adjusted so the model ends with exactly round(target * N) zeros.
-
-    floor(r_l * n_l) first (the released code's rounding), then the remainder goes to the layers
-    with the largest fractional parts; a layer at rate 0 (forced dense) is never touched. `zeros`: weights
-    already exactly zero per layer (pretrained models have some); magnitude masks prune those first, so a
-    layer ends with max(count, zeros) zeros, and the counts are balanced on that (a target below the zeros already
-    there keeps them and prunes nothing more).
-    """
+    """Per-layer prune counts from rates, floor(r_l * n_l) (released code) then the remainder by largest fractional
+    part, so the model ends with exactly round(target * N) zeros; a layer at rate 0 is never touched. `zeros`: weights
+    already zero per layer, pruned first, so a layer ends with max(count, zeros)."""
     zeros = zeros or {}
     # a target below the zeros already there (target 0 on a model with some) prunes nothing more
     total_zeros = max(round(target * sum(numels.values())), sum(zeros.get(n, 0) for n in rates))
@@ -110,10 +92,8 @@ _RADIX_BITS = 17  # bins of one counting pass: 131,072 counters, so two passes c
 
 
 def _smallest_key_covering(keys_of: Callable[[int], torch.Tensor], n_parts: int, k: int) -> int:
-    """The smallest key K with at least k keys <= K over all parts (1 <= k <= their count), by radix selection:
-    each pass counts the keys still in the candidate range into bins and keeps the bin that holds the k-th key
-    (a bisection on the value took 33 passes). One part's keys at a time, computed again each pass, never all at
-    once."""
+    """The smallest key K with at least k keys <= K over all parts (1 <= k <= their count), by radix selection over
+    one part's keys at a time."""
     lo, width = _KEY_RANGE
     below = 0  # keys < lo
     while width > 1:
@@ -135,13 +115,8 @@ def _smallest_key_covering(keys_of: Callable[[int], torch.Tensor], n_parts: int,
 
 
 def lowest_k_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-    """Keep-masks (one per tensor, same shapes) that prune exactly the k lowest scores of all tensors together,
-    in the order of (score, `tiebreak`, position: tensor by tensor, then flat index), compared as float32.
-
-    The same masks as stable sorts of the concatenated scores, without concatenating them: the k-th score is
-    found by counting the scores into bins (radix selection), then the ties at it by tiebreak and position, so the
-    extra memory is two boolean masks (kept, tied) and one tensor's temporaries, where the sorts held several
-    weight-sized copies."""
+    """Keep-masks (one per tensor) that prune exactly the k lowest scores of all tensors together, in the order of
+    (score, `tiebreak`, position), compared as float32: a stable sort's masks without concatenating the scores."""
     keep = [torch.ones(s.shape, dtype=torch.bool, device=s.device) for s in scores]
     total = sum(s.numel() for s in scores)
     if not 0 <= k <= total:
@@ -175,29 +150,19 @@ def lowest_k_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tenso
     return keep
 
 
-def _lowest_k_mask(scores: torch.Tensor, k: int, tiebreak: torch.Tensor | None = None) -> torch.Tensor:
-    """Keep-mask that prunes exactly the k lowest scores of one tensor; ties broken by the lower `tiebreak`
-    value, then by position."""
-    (keep,) = lowest_k_keep([scores], k, None if tiebreak is None else [tiebreak])
-    return keep
-
-
 @torch.no_grad()
 def keep_masks_for_rates(
     layers: dict[str, nn.Module], rates: dict[str, float], target: float | None = None
 ) -> dict[str, torch.Tensor]:
-    """Magnitude masks with the given per-layer rates; with `target`, counts total it exactly.
-
-    Weights already exactly zero are always outside the mask (pruned), also in a layer whose count is lower:
-    a method that rewrites kept weights (POT's weight correction shifts them) must not revive them.
-    """
-    numels = _numels(layers)
+    """Magnitude masks with the given per-layer rates (with `target`, totalling it exactly); weights already zero are
+    always pruned, so a method that rewrites kept weights cannot revive them."""
+    numels = {n: layer_weight(m).numel() for n, m in layers.items()}
     zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
     if target is None:
         counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
     else:
         counts = rates_to_counts(rates, numels, target, zeros)
-    return {n: _lowest_k_mask(layer_weight(m).abs(), max(counts[n], zeros[n])) for n, m in layers.items()}
+    return {n: lowest_k_keep([layer_weight(m).abs()], max(counts[n], zeros[n]))[0] for n, m in layers.items()}
 
 
 @torch.no_grad()
@@ -230,8 +195,7 @@ def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Ten
 
 
 def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    """POT's "L2Norm" ranking: |W| divided by the layer's Frobenius norm; 0 for a layer of zeros (torchvision's
-    ViT starts its head so), whose 0/0 would rank its weights last: kept, so zeros beyond the target."""
+    """POT's "L2Norm" ranking: |W| over the layer's Frobenius norm; 0 for a layer of zeros (not 0/0)."""
     scores = {}
     for n, m in layers.items():
         weight = layer_weight(m).detach()

@@ -1,11 +1,6 @@
-"""nn.MultiheadAttention as modules every method can prune: its q/k/v projection in an nn.Linear.
-
-nn.MultiheadAttention keeps the q/k/v projection as one bare Parameter (`in_proj_weight`) and applies its
-`out_proj` Linear's weight itself, never calling that Linear: so no method here prunes the first (a quarter of
-torchvision's ViT encoder), and the layer-wise methods, which read each layer's inputs from its own forward,
-cannot reconstruct the second. `attention_as_linear` swaps each one for `LinearAttention`, the same computation
-with both projections called as nn.Linear modules and the same Parameters; `attention_as_mha` swaps back.
-"""
+"""nn.MultiheadAttention as modules every method can prune: `attention_as_linear` swaps each for `LinearAttention`, the
+same computation with its bare `in_proj_weight` and its `out_proj` called as nn.Linear modules; `attention_as_mha`
+swaps back."""
 
 from __future__ import annotations
 

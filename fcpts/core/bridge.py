@@ -1,17 +1,8 @@
 """The bridge function r(t) = P(|w| < t) with a density-estimate derivative (paper Eq. 9-11).
 
-Forward returns the exact fraction of a layer's weights below the threshold. Backward returns
-dr/dt = p(t) + p(-t), where p is a density estimate of the layer's signed weights:
-- "kde" (paper): Gaussian kernel on n sampled weights. The paper's h = 0.5 has no stated unit; we use
-  h = bandwidth_scale * std(W) with bandwidth_scale = 0.5 by default, so the estimate is the same for a
-  layer whatever its weight scale. For n = 100, Silverman's rule gives 1.06 * n^(-1/5) = 0.42 std, so
-  0.5 std is a near-standard, slightly smoother choice.
-- "histogram" (released code): a 100-bin histogram density over [min W, max W].
-
-FCPTS needs the size-weighted mean of r_l(t_l) over all layers (the global sparsity), every step.
-`LayerBridges` computes it for all layers together: the counts on all weights as one flat tensor
-(`flat_weights`), a standard deviation per layer, and one batched density estimate in the backward, with nothing
-read back to the host, so a GPU step is not held up by it.
+Forward: the exact fraction of a layer's weights below the threshold; backward: dr/dt = p(t) + p(-t), p a density
+estimate of the signed weights: "kde" (paper; bandwidth in units of std(W)) or "histogram" (released code).
+`LayerBridges` gives the global sparsity of all layers together, nothing read back to the host.
 """
 
 from __future__ import annotations

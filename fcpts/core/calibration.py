@@ -1,9 +1,5 @@
-"""Calibration data as deterministic, resumable batches.
-
-A step's batch depends only on (seed, step): the epoch's shuffle is seeded by (seed, epoch) and any
-random transform in a Dataset runs under a forked RNG seeded by (seed, step). So a run restarted from
-a checkpoint at step k sees exactly the batches it would have seen, and the caller's RNG is untouched.
-"""
+"""Calibration data as deterministic, resumable batches: a step's batch (and any random transform, under a forked
+RNG) depends only on (seed, step), so a resumed run sees the batches it would have seen."""
 
 from __future__ import annotations
 
@@ -27,7 +23,7 @@ from torch.utils.data import (
 
 
 def _length(data: torch.Tensor | Dataset) -> int:
-    """How many images `data` holds: a Dataset has a length here, as Calibration checks before it keeps one."""
+    """How many images `data` holds (Calibration keeps only a Dataset with a length)."""
     return len(cast(Sized, data))
 
 
@@ -112,11 +108,8 @@ def _item_fix(item: Any) -> str:
 
 
 def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor | Dataset:
-    """What the batches are drawn from. A DataLoader over a whole map-style Dataset gives that Dataset (its
-    transforms still run per item; its batch size and shuffling do not: a run's batches depend only on its seed,
-    so it is reproducible and resumable). Any other DataLoader (an IterableDataset, a sampler that picks a
-    subset) is read once and its inputs kept as one tensor (labels dropped). A NumPy array of inputs is taken
-    as the tensor it holds."""
+    """What the batches are drawn from: a DataLoader over a whole map-style Dataset gives that Dataset (batches
+    depend on the run's seed, not the loader's), any other is read once into one tensor; an array is a tensor."""
     if isinstance(data, np.ndarray):
         return torch.as_tensor(data)
     if not isinstance(data, DataLoader):
@@ -143,18 +136,14 @@ def calibration_data(data: torch.Tensor | Dataset | DataLoader) -> torch.Tensor 
 
 
 def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host batch on `device` without making the host wait: to a GPU it goes from pinned memory,
-    asynchronously (a plain `.to("cuda")` waits for the copy, and so for all work queued before it)."""
+    """A host batch on `device` without making the host wait (to a GPU from pinned memory, asynchronously)."""
     if device.type != "cuda" or batch.is_cuda:
         return batch.to(device)
     return batch.pin_memory().to(device, non_blocking=True)
 
 
 def check_input_dtype(data: torch.Tensor | Dataset, dtype: torch.dtype) -> None:
-    """A calibration tensor of floats in another dtype than the model's weights (float64 from NumPy, float16)
-    fails in the first convolution with a message about its bias: name the conversion instead, before any work.
-    Integer inputs may be a model's own (token ids into an embedding), and uint8 pixels are
-    `check_not_raw_pixels`'s to explain, so only floats are checked."""
+    """Float inputs in another dtype than the weights fail deep in the first layer: name the conversion first."""
     if isinstance(data, torch.Tensor) and data.is_floating_point() and data.dtype != dtype:
         raise TypeError(
             f"the calibration inputs are {data.dtype} and the model's weights {dtype}: give inputs of the weights' "
@@ -163,10 +152,8 @@ def check_input_dtype(data: torch.Tensor | Dataset, dtype: torch.dtype) -> None:
 
 
 def check_inputs_fit(model: torch.nn.Module, data: torch.Tensor | Dataset) -> None:
-    """A calibration tensor whose inputs the model cannot take (another shape, channel count or dtype) fails deep
-    inside a method, in torch's words about some layer: run the model on its first input now, in eval mode and
-    without gradients (no state changes), and name the tensor's shape and the model's complaint instead. The
-    user's forward hooks do not see this probe, unless the model fails without them (hooks it needs to run)."""
+    """Run the model on the first input now (eval, no gradients, the user's forward hooks set aside unless it needs
+    them), so inputs it cannot take fail before any work with their shape named."""
     if not isinstance(data, torch.Tensor) or data.dtype == torch.uint8:  # raw pixels: check_not_raw_pixels says
         return
     param = next(model.parameters(), None)
@@ -206,9 +193,7 @@ def _forward_hooks_set_aside(model: torch.nn.Module) -> Iterator[None]:
 
 
 def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:
-    """uint8 inputs are undecoded pixels (PILToTensor, read_image): a model trained on normalised floats would
-    run on them only after a cast that no method should guess, so name the conversion instead of failing in the
-    first convolution with a dtype mismatch."""
+    """uint8 inputs are undecoded pixels, whose conversion no method should guess: name it."""
     if x.dtype == torch.uint8:
         raise TypeError(
             f"{what} is torch.uint8 (raw pixels): give the inputs the model was trained on, e.g. "
@@ -218,16 +203,13 @@ def check_not_raw_pixels(x: torch.Tensor, what: str) -> None:
 
 
 def all_finite(x: torch.Tensor) -> bool:
-    """Whether every element is finite, from one sum: a NaN or Inf anywhere makes the sum NaN or Inf (IEEE
-    arithmetic), and a sum of finite values that overflows falls back to the element-wise test. At 224 px a
-    batch of 64 is 9.6 million floats: the sum reads them once, the element-wise test also writes a mask as large
-    (results/benchmarks/batch_fetch_cpu.txt)."""
+    """Whether every element is finite, from one sum (NaN/Inf propagate; an overflow falls back to the element-wise
+    test), cheaper than writing a mask as large as the batch."""
     return bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
 
 
 def check_finite(x: torch.Tensor, what: str | Callable[[], str]) -> None:
-    """NaN or Inf in inputs would silently give a NaN model: stop before any work instead. `what` may be a
-    function, so a batch's description is only built when it is needed."""
+    """Refuse inputs holding NaN or Inf (they give a NaN model); `what` may be a function, called only then."""
     if x.is_floating_point() and not all_finite(x):
         what = what() if callable(what) else what
         bad = int((~torch.isfinite(x)).flatten(1).any(1).sum()) if x.dim() > 1 else 1

@@ -1,10 +1,5 @@
-"""Several layers' weights as one flat tensor, each in its own memory order, and back.
-
-Why: FCPTS works on every layer's weights each step; done layer by layer those are a few tiny kernels per layer,
-on one flat tensor one kernel for all. Element-wise operations and exact copies give the same values bit for bit.
-Layers are taken in runs of at most `MAX_FLAT` elements, and each weight is flattened in its memory order (a
-channels-last conv's NHWC), so flattening is a view and each result views back with the weight's own strides.
-"""
+"""Several layers' weights as one flat tensor, each in its own memory order, and back: one kernel for all layers
+instead of a few per layer, with the same values bit for bit."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""A layer's inputs over the calibration batches, layer after layer in forward order, without a forward
-from the image for every layer.
-
-Why: layer-wise methods (OBS) need each layer's inputs from a model whose earlier layers just changed. Inside a
-chain of nn.Sequential units a unit's output is the next one's input, so the inputs of the current unit are
-kept for every batch and the layer's input is taken by running that unit alone: the same computation as the
-forward from the image, in the same order (a test checks it). A layer in no chain, or a unit whose kept inputs
-would exceed `max_bytes`, is reached from the image instead.
-"""
+"""A layer's inputs over the calibration batches, layer after layer in forward order, for a layer-wise method (OBS):
+inside a chain of nn.Sequential units the current unit's inputs are kept and run on, instead of a forward from the
+image for every layer (the same computation)."""
 
 from __future__ import annotations
 
@@ -55,12 +49,8 @@ def unit_of(layer: str, units: dict[str, tuple[str, int]]) -> str | None:
 
 
 def forward_order(model: nn.Module, layers: dict[str, nn.Module], sample: torch.Tensor, method: str) -> list[str]:
-    """The names of `layers` in the order a forward of `sample` first reaches them (in eval mode, without gradients:
-    no state changes), for a layer-wise method, which reads each layer's inputs from the layer's own forward.
-
-    A parent that applies a layer's weight itself never calls it (nn.MultiheadAttention its out_proj; torchvision's
-    Swin attention its qkv and proj Linears), and the method would find no inputs after minutes of work: such
-    layers are an error here, before any work, that names them and the ways round."""
+    """The names of `layers` in the order a forward of `sample` (eval, no gradients) first reaches them; a layer it
+    never calls (its parent applies the weight itself) is an error naming the ways round."""
     called: list[str] = []
     handles = [
         m.register_forward_pre_hook(lambda _m, _i, n=n: called.append(n) if n not in called else None)
@@ -123,11 +113,8 @@ def _fresh(x):
 
 
 class LayerInputs:
-    """Calling it with a layer's name yields, batch by batch, that layer's input in each of `nets`
-    (networks of the same structure: the model being pruned and, for dense targets, its dense copy).
-    Layers must be asked for in forward order; `reuse=False` runs every forward from the image, and so does a
-    unit whose inputs over all batches (in all nets) would exceed `max_bytes`; with `planned_batches`, over that
-    many batches like the first (a probe that chooses as a run on more images would; it may be fractional)."""
+    """Called with a layer's name (in forward order), yields batch by batch that layer's input in each of `nets`.
+    `reuse=False`, or a unit whose kept inputs over `planned_batches` would exceed `max_bytes`: from the image."""
 
     def __init__(
         self,
@@ -195,9 +182,7 @@ class LayerInputs:
         return True
 
     def _chains_as_assumed(self, unit: str) -> bool:
-        """Whether the first batch's input of `unit`, reached through the units before it, is the one a
-        forward from the image gives (it is not where a model's forward changes the values between two
-        units of a Sequential it calls piece by piece)."""
+        """Whether the first batch's input of `unit`, reached through the units before it, is a forward's."""
         reached = self.kept[0][0]
         direct = input_of(self.nets[0], unit, self.batch(0))
         if not isinstance(reached, torch.Tensor) or not isinstance(direct, torch.Tensor):

@@ -1,10 +1,6 @@
-"""The net-wise distillation loop shared by every training-loop method (FCPTS, STR, ProbMask).
-
-A frozen dense teacher and the student see the same calibration batch each step; the caller supplies the
-loss on (student output, teacher output, step). The loop owns progress, history, the finiteness checks and
-the checkpoint: everything needed to resume (student, teacher, optimisers, schedulers, step, history,
-elapsed time) is saved through `fcpts.core.checkpoint` by time and by steps and at the end.
-"""
+"""The net-wise distillation loop shared by every training-loop method (FCPTS, STR, ProbMask): the student against a
+frozen dense teacher on the same batches, with the caller's loss; the loop owns progress, history, the finiteness
+checks and the checkpoint it resumes from."""
 
 from __future__ import annotations
 
@@ -76,12 +72,8 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
-    """A copy of the dense model that never trains; mode "train" normalises with batch statistics.
-
-    In "train" mode its BatchNorm layers track no running statistics, which nothing reads: the same outputs, and a
-    step without the per-layer updates of statistics and counters. In "eval" mode BatchNorm is folded into the convs
-    where torch.fx can trace the model: the same outputs (to float rounding) for less work per step.
-    """
+    """A copy of the dense model that never trains: "train" normalises with batch statistics (tracking none, which
+    nothing reads), "eval" folds BatchNorm where torch.fx can trace the model (less work a step)."""
     teacher = copy.deepcopy(model)
     teacher.train(mode == "train")
     if mode == "train":
@@ -142,12 +134,8 @@ def _finite_or_raise(value: float, what: str, step: int, desc: str, detail: str 
 
 
 class StepLog:
-    """Each step's loss terms stay on the device; every `log_every` steps they are read back at once, checked
-    for NaN/Inf (naming the first bad step) and appended to the history. One host synchronisation per
-    interval instead of one per step, so a GPU never waits for the host between steps.
-
-    `step_s` of a history row is the wall time of its interval divided by its steps (the interval ends with
-    the read-back, so on a GPU it includes the device's work)."""
+    """Each step's loss terms stay on the device; every `log_every` steps they are read back at once (one host
+    synchronisation), checked for NaN/Inf and appended to the history (`step_s`: the interval's time per step)."""
 
     def __init__(self, history: list[dict], desc: str, log_every: int):
         self.history, self.desc, self.log_every = history, desc, log_every
@@ -166,8 +154,7 @@ class StepLog:
         self.steps.append((step, lr))
 
     def flush(self) -> dict[str, float]:
-        """Read the pending steps back (the one synchronisation), check them, append them to the history;
-        returns the last step's loss terms (empty when nothing was pending)."""
+        """Read the pending steps back, check them, append them to the history; returns the last step's terms."""
         if not self.rows:
             return {}
         table = torch.stack(self.rows).cpu().tolist()
@@ -201,17 +188,14 @@ def autocast(amp: str | None, device: torch.device, cache: bool = True) -> conte
     forward is captured in a CUDA graph (a capture cannot hold autocast's cache of cast weights)."""
     if amp is None:
         return contextlib.nullcontext()
-    if amp != "bf16":
-        raise ValueError(f"amp must be None or 'bf16', got {amp!r}")
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError(f"amp='bf16' needs bfloat16 support, which {torch.cuda.get_device_name(device)} lacks")
     return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
 class StepBatches:
-    """step -> that step's calibration batch as teacher and student see it: on the device, in NHWC when the models
-    run channels-last. The host's part, `calib.batch`,
-    is made in this process, or by worker processes while `from_workers` is open (the same values)."""
+    """step -> that step's calibration batch on the device (NHWC for channels-last models), its host part made here
+    or by worker processes while `from_workers` is open (the same values)."""
 
     def __init__(self, calib: Calibration, device: torch.device, channels_last: bool = False):
         self.calib, self.device, self.channels_last = calib, device, channels_last
@@ -242,13 +226,8 @@ class StepBatches:
 
 
 class Prefetched:
-    """`batches` one step ahead on a GPU: step k+1's batch is fetched (indexed, stacked, checked, pinned and copied)
-    right after step k's work is queued, so the host prepares it while the device computes instead of the device
-    waiting for it. On a GPU (`device`) that fetch's device work, the copy and the conversion to channels-last,
-    runs on a stream of its own, so it overlaps step k's kernels instead of queueing behind them; step k+1 waits
-    for it. A batch depends on its step alone, so the values are those of fetching each at its step. A fetch that
-    fails ahead is dropped and made again at its own step, where its error belongs (after the previous step's
-    checkpoint)."""
+    """`batches` one step ahead on a GPU, its copy on a stream of its own, so the host prepares step k+1's batch while
+    the device computes step k; a fetch that fails ahead is made again at its own step, where its error belongs."""
 
     def __init__(self, batches: Callable[[int], torch.Tensor], ahead: bool, device: torch.device | None = None):
         self.batches, self.ahead = batches, ahead
@@ -305,15 +284,9 @@ def train_loop(
     after_step: Callable[[int], None] | None = None,
     cuda_graphs: bool = False,
 ) -> LoopResult:
-    """`options.iterations` steps of the student against the frozen teacher on `batches(step)` (`StepBatches`),
-    resumed from `checkpoint`; each scheduler steps its own optimiser.
-
-    Nothing in a step waits for the device: losses are read back every `options.log_every` steps (StepLog), and
-    before every checkpoint, so a saved state never holds a NaN the checks have not seen. On a GPU the next
-    step's batch is fetched while the device runs this one (`Prefetched`), its host part made ahead by worker
-    processes (`StepBatches.from_workers`, option `calibration_workers`), and with `cuda_graphs` (for a loop
-    whose forward and backward do the same work at every step) they are replayed from a CUDA graph
-    (`step_graph.StepRunner`; `result.steps_on` says how the steps ran)."""
+    """`options.iterations` steps of the student against the frozen teacher on `batches(step)`, resumed from
+    `checkpoint`; nothing in a step waits for the device, and with `cuda_graphs` (a loop whose steps do the same
+    work) the steps are replayed from a CUDA graph."""
     iterations, device = fitted_iterations(options.iterations), resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()

@@ -1,8 +1,5 @@
-"""Option bases shared by every method: layer choice, seed, progress, checkpoint; and the training budget.
-
-Each method's options are one dataclass derived from `MethodOptions` (one-shot methods) or `TrainingOptions`
-(methods that run the shared distillation loop). Unknown keyword options are an error naming the known ones.
-"""
+"""Option bases every method's options dataclass derives from: `MethodOptions` (layer choice, seed, progress,
+checkpoint) and `TrainingOptions` (the distillation loop's budget)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ FilterFn = Callable[[nn.Module, str], bool]
 
 
 class OptionTypeError(TypeError, ValueError):
-    """An option value of the wrong type (e.g. lr="abc"): a TypeError to a library caller, a ValueError to a
-    grid, which turns it into its one-line error before any cell runs."""
+    """An option value of the wrong type: a TypeError to a library caller, a ValueError to a grid."""
 
 
 @dataclass
@@ -64,15 +60,13 @@ class MethodOptions:
         return device
 
     def validate(self) -> None:
-        """Raise a clear error for a value the method cannot use (before any work): the type of every option
-        first, then its range. Subclasses extend it and call it first."""
+        """Raise a clear error for a value the method cannot use: every option's type, then its range."""
         self.check_types()
         check_at_least(self, "checkpoint_every_s", 0.0)  # 0: at every step
         check_at_least(self, "checkpoint_every_steps", 1)
 
     def check_types(self) -> None:
-        """Every option of the type its field declares, so a mistyped value ("abc" for a rate) is a named
-        error here, not a comparison failing deep inside a run."""
+        """Every option of the type its field declares (a Literal's choices included)."""
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -82,13 +76,11 @@ class MethodOptions:
                 )
 
     def target_tolerance(self) -> float:
-        """How far from the target this method may land (its report says so when further): 0, exact to one weight,
-        for a method with an exact step."""
+        """How far from the target this method may land: 0 (to one weight) for a method with an exact step."""
         return 0.0
 
     def fit_budget(self, n_images: int) -> None:
-        """Set the budget options left at None to what `n_images` calibration images call for (in place; the
-        registry runs every method on a copy of the caller's options). Here there are none."""
+        """Set the budget options left at None to what `n_images` calibration images call for (here none)."""
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -105,8 +97,7 @@ class MethodOptions:
 
     @classmethod
     def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
-        """`values` (a `to_dict` of these options) with any default that depends on the target resolved for
-        `target`: what a run at that target ran with. Here none does."""
+        """`values` (a `to_dict`) with any target-dependent default resolved for `target` (here none)."""
         return values
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,21 +162,19 @@ class TrainingOptions(MethodOptions):
 
 
 def fitted_iterations(iterations: int | None) -> int:
-    """An `iterations` option as the int it is once `fit_budget` has run, which every method does before it trains."""
+    """An `iterations` option as the int it is once `fit_budget` has run."""
     if iterations is None:
         raise TypeError("iterations is None: options.fit_budget(n_images) must run before training")
     return iterations
 
 
 def epochs_budget(n_images: int, batch_size: int, epochs: int, most: int) -> int:
-    """Steps of `epochs` passes over `n_images` in batches of `batch_size` (one batch when fewer images), at most
-    `most`: a default budget that scales with the calibration set and reaches the paper's on the paper's data."""
+    """Steps of `epochs` passes over `n_images` in batches of `batch_size`, at most `most` (the paper's budget)."""
     return max(1, min(most, epochs * (n_images // min(batch_size, max(n_images, 1)))))
 
 
 def resolve_device(device: str | torch.device | None, model: nn.Module | None = None) -> torch.device:
-    """`device` (e.g. "cuda", "cuda:1", "cpu"), else the device of the model's first parameter (CPU without
-    one). Asking for CUDA on a machine without it is a clear error, not a crash deep inside a step."""
+    """`device`, else the model's first parameter's (CPU without one); CUDA asked for where there is none: an error."""
     if device is None:
         first = next(model.parameters(), None) if model is not None else None
         return first.device if first is not None else torch.device("cpu")
@@ -211,8 +200,7 @@ def check_at_least(options: MethodOptions, name: str, bound: float, inclusive: b
 
 
 def check_choose_for(value: dict | None, keys: tuple[str, ...]) -> None:
-    """A method's `choose_for` is None or a dict of exactly `keys`, each a positive integer: the sizes a method that
-    compares sizes growing with the calibration set against its cache makes those choices for."""
+    """A method's `choose_for` is None or a dict of exactly `keys`, each a positive integer."""
     if value is not None and not (
         isinstance(value, dict)
         and set(value) == set(keys)
@@ -223,8 +211,7 @@ def check_choose_for(value: dict | None, keys: tuple[str, ...]) -> None:
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    """Whether `value` has the declared type; only what a user can mistype is checked (numbers, flags, named
-    choices, None); callables, paths and devices pass."""
+    """Whether `value` has the declared type (numbers, flags, named choices, None; anything else passes)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):
         return any(_fits(value, arm) for arm in args)

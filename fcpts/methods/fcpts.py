@@ -25,7 +25,7 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
-from fcpts.core.options import TrainingOptions, check_choice, fitted_iterations
+from fcpts.core.options import TrainingOptions, fitted_iterations
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import RunSetup, open_run
 
@@ -57,14 +57,7 @@ class FCPTSOptions(TrainingOptions):
     cuda_graphs: bool = True  # on a GPU, replay each step's forward and backward from a CUDA graph (step_graph.py)
 
     def validate(self) -> None:
-        super().validate()
-        for name, allowed in (
-            ("reconstruction", ("kl", "mse-blocks")),
-            ("bridge", ("kde", "histogram")),
-            ("control_loss", ("abs", "squared")),
-            ("threshold_grad", ("ste", "control-only")),
-        ):
-            check_choice(self, name, allowed)
+        super().validate()  # the Literal options' choices are checked with the types
         if self.kde_points < 1 or self.kde_bandwidth <= 0:
             raise ValueError("kde_points must be >= 1 and kde_bandwidth > 0")
 

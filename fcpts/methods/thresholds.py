@@ -1,8 +1,4 @@
-"""Learnable per-layer thresholds as weight parametrizations (torchao style).
-
-Each prunable layer's weight becomes `W * M(|W|, t)` with `t = sigmoid(s)` on raw |W| (released code),
-`s` a learnable scalar. Removing the parametrization leaves the plain layer with its original weight.
-"""
+"""Learnable per-layer thresholds as weight parametrizations: W -> W * M(|W|, sigmoid(s)), one score s a layer."""
 
 from __future__ import annotations
 
@@ -43,12 +39,8 @@ def masked_weight(weight: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor
 
 
 class MaskedTogether:
-    """Inside each forward of `model`, every layer's masked weight computed at once on one flat tensor of all the
-    weights (`flat_weights`): the same element-wise operations as each layer's `ThresholdSparsity`, so the same
-    values bit for bit, in a few kernels instead of a few per layer. Outside a forward (a weight read elsewhere)
-    each layer masks its own. Only where each element's value and gradient are unchanged by it: thresholds that
-    take no gradient from the mask and no weight shared by two modules (their gradients would be summed before
-    the mask, not after)."""
+    """Inside each forward of `model`, every layer's masked weight computed at once on one flat tensor (the same
+    values bit for bit, in a few kernels); only where thresholds take no gradient and no weight is shared."""
 
     def __init__(self, model: nn.Module, layers: dict[str, nn.Module], params: dict[str, ThresholdSparsity]):
         self.layers, self.params = layers, params
@@ -102,24 +94,18 @@ class MaskedTogether:
 
 
 def each_threshold(scores: list[torch.Tensor]) -> torch.Tensor:
-    """sigmoid of each 0-dim score, as one kernel, each value bit for bit its own `ThresholdSparsity.threshold()`.
-    The scores are stacked in every other place of a buffer: a CPU computes the sigmoid of such a strided vector
-    element by element, with the formula a single score gets; a contiguous one would be vectorised, off in the last
-    bit for some scores, and a mask might then differ at a weight on its threshold. A GPU's is the same either way."""
+    """sigmoid of each 0-dim score in one kernel, bit for bit each `ThresholdSparsity.threshold()`: strided, so a
+    CPU takes the scalar formula (a contiguous vector's vectorised one can differ in the last bit)."""
     return torch.sigmoid(torch.stack([s.expand(2) for s in scores])[:, 0])
 
 
 def initial_score(weight: torch.Tensor, rate: float) -> float:
-    """Score whose threshold prunes exactly floor(rate * n) weights of this layer.
-
-    The threshold sits midway between the k-th and (k+1)-th smallest |W|, so neither is a tie.
-    """
+    """Score whose threshold (midway between the k-th and (k+1)-th smallest |W|) prunes floor(rate * n) weights."""
     return float(initial_score_on_device(weight, rate))
 
 
 def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
-    """`initial_score` as a 0-dim float64 tensor where the weight is: nothing is read back, so a step that
-    re-sets thresholds (fixed rates) does not wait for the device."""
+    """`initial_score` as a 0-dim float64 tensor on the weight's device (nothing read back)."""
     mags = weight.detach().abs().flatten().double()
     k = math.floor(rate * mags.numel() + 1e-9)
     if k <= 0:
