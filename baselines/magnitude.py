@@ -1,8 +1,5 @@
-"""Magnitude pruning with a chosen per-layer allocation: no data, no training (context baselines).
-
-`uniform` (the same rate everywhere), `erk` (FCPTS's starting point), `global-magnitude` (one cut over all
-layers by |W|), `lamp` (LAMP scores, one global cut). Each lands on exactly round(target * N) zeros.
-"""
+"""Magnitude pruning with a chosen per-layer allocation (uniform, ERK, global magnitude, LAMP): no data, no training,
+exactly round(target * N) zeros."""
 
 from __future__ import annotations
 

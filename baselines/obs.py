@@ -1,16 +1,8 @@
 """OBS: second-order one-shot pruning of Conv2d/Linear weights (Optimal Brain Surgeon in SparseGPT's blocked
 column-wise form; Frantar & Alistarh 2022, 2023). No training: a few forwards and small linear solves per layer.
 
-Per layer, H = X X^T / n over the layer's inputs (a conv's unfolded into patches, one Hessian per group); columns
-are visited left to right in blocks, each block's pruned weights chosen by the lowest w^2 / U_qq^2 (U: the upper
-Cholesky factor of H^-1) and their removal's update applied to the columns not yet visited. Steps (docs/METHOD.md):
-1. allocation: per-layer zero counts summing to exactly round(target * N); "error" (default) spends the budget where
-   the summed relative output error, measured at a grid of levels, grows least; or a magnitude allocation's counts;
-2. layers pruned in forward order on the inputs of the already pruned model, aiming at the dense outputs
-   (`dense_targets`) or at SparseGPT's own; surplus zeros are taken off the next layer's count;
-3. optionally BatchNorm statistics re-estimated (`bn_recalibration`).
-The defaults were chosen on held-out CIFAR runs: results/investigations/obs-design/README.md.
-Dead inputs (diag(H) = 0) are pruned first and their diagonal set to 1 so H inverts (SparseGPT's treatment).
+Per layer H = X X^T / n over its inputs; per-layer zero counts from an allocation ("error": where the measured
+output error grows least), then layers pruned in forward order on the pruned model's inputs (docs/METHOD.md).
 """
 
 from __future__ import annotations
@@ -42,21 +34,17 @@ GRAM_CHUNK_BYTES = 64 * 2**20  # the most unfolded inputs a Hessian update copie
 @dataclass
 class OBSOptions(MethodOptions):
     allocation: str = "error"  # one of ALLOCATIONS
+    # "error" allocation: the per-layer sparsities whose errors are measured (the target is added)
     levels: tuple[float, ...] = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.925, 0.95, 0.97, 0.98, 0.99)
-    # ^ "error" allocation: the grid of per-layer sparsities whose errors are measured (the target is added)
     percdamp: float = 0.01  # dampening: H + percdamp * mean(diag(H)) * I before inversion (SparseGPT's)
     block_size: int = 128  # columns per lazy-update block, and per mask decision (SparseGPT's)
     bn_recalibration: bool = False  # re-estimate BN statistics on the calibration set at the end
     dense_targets: bool = True  # reconstruct the dense model's layer outputs (False: SparseGPT's W X_pruned)
     batch_size: int = 128  # images per forward while collecting Hessians (memory only)
-    reuse_inputs: bool = True  # start each layer's forward at its nn.Sequential unit from kept inputs (the
-    # same values as a forward from the image, which False runs; fcpts.core.layer_inputs)
+    reuse_inputs: bool = True  # start each layer's forward at its nn.Sequential unit (fcpts.core.layer_inputs)
     CACHE_COPIES: ClassVar[int] = 1  # buffers of `cache_bytes` held at once: the kept inputs (docs/memory.md)
-    cache_bytes: float = 4e9  # the most kept inputs (over all images, both models): a unit whose inputs would
-    # take more is reached from the image, so memory does not grow with the calibration set
-    choose_for: dict | None = None  # {"images": N}: keep a unit's inputs or reach it from the image as a run of
-    # N images would, against the same cache_bytes: a probe on a few images that runs what the full set would
-    # (the scale benchmark's); None: the run's own size
+    cache_bytes: float = 4e9  # the most kept inputs; a unit whose inputs would take more is reached from the image
+    choose_for: dict | None = None  # {"images": N}: choose as a run of N images would (a probe); None: the run's own
     # seed: calibration order only, OBS itself draws nothing at random; checkpoint: unused, a run takes minutes
 
     def validate(self) -> None:
@@ -70,11 +58,7 @@ class OBSOptions(MethodOptions):
 
 
 class LayerOBS:
-    """One layer's Hessian (running average over images) and its SparseGPT pruning.
-
-    Weights are handled as (groups, rows per group, columns) and the Hessian as (groups, columns,
-    columns); a dense layer is one group.
-    """
+    """One layer's Hessian (running average over images) and its SparseGPT pruning, per group of a conv."""
 
     def __init__(self, layer: nn.Module):
         if not isinstance(layer, (nn.Conv2d, nn.Linear)):
@@ -105,9 +89,7 @@ class LayerOBS:
         return patches.view(b, g, d // g, n).permute(1, 2, 0, 3).reshape(g, d // g, b * n)
 
     def gram(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Sum over images and positions of columns(b) columns(a)^T, per group, in float64. A few images at a
-        time: a depthwise conv's inputs unfolded at 112 px are 9x their size (gigabytes for a batch of 128),
-        and copies that large cost more than the products."""
+        """Sum over images and positions of columns(b) columns(a)^T, per group, in float64, a few images at a time."""
         k = 1 if isinstance(self.layer, nn.Linear) else self.layer.kernel_size[0] * self.layer.kernel_size[1]
         step = max(1, GRAM_CHUNK_BYTES // (4 * k * a[0].numel()))
         total = torch.zeros_like(self.H)
@@ -160,9 +142,8 @@ class LayerOBS:
     def prune(
         self, count: int, block_size: int = 128, percdamp: float = 0.01, keep: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict]:
-        """The pruned weight (layer's shape, float64) with exactly `count` weights set to zero by the mask,
-        the rest updated optimally; or with the given keep-mask instead of choosing one. The layer itself
-        is not changed."""
+        """The pruned weight (float64) with exactly `count` zeros (or the given keep-mask), the rest updated optimally;
+        the layer itself is not changed."""
         Hinv, U, dead, damp = self.inverse_factor(percdamp)
         W = self.weight().clone()  # never a view of a float64 layer's own weight
         if self.C is not None:  # the dense outputs W X_dense, best reached from these inputs: W C H^-1
@@ -174,9 +155,7 @@ class LayerOBS:
 
     @torch.no_grad()
     def error_curve(self, counts: list[int], block_size: int = 128, percdamp: float = 0.01) -> list[float]:
-        """The relative output errors of pruning `counts` weights each, from one factorisation of H: the levels
-        differ only in their masks, so they run as one batch through the column sweep (what `prune` gives for
-        each count alone)."""
+        """The relative output errors of pruning `counts` weights each, in one batched column sweep."""
         _Hinv, U, dead, _damp = self.inverse_factor(percdamp)
         return self._sweep(self.weight().clone(), U, dead, counts, block_size)[1]
 
@@ -221,8 +200,7 @@ class LayerOBS:
 
 
 def _rounded(numerator: torch.Tensor, denominator: int) -> torch.Tensor:
-    """round(numerator / denominator) elementwise as Python computes it for ints: a correctly rounded float64
-    quotient, then half to even."""
+    """round(numerator / denominator) elementwise as Python rounds ints (half to even)."""
     return torch.round(numerator.double() / denominator).long()
 
 
@@ -253,9 +231,8 @@ def calibration_batch(calib: Calibration, batch_size: int, b: int, device) -> to
 
 
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
-    """Prune counts adding up to `total` that minimise the summed error over the lower convex hulls of
-    the curves {name: [(count, error), ...]} (each must include (0, 0)): the hull segments of all layers,
-    cheapest error per zero first, the last one taken partly."""
+    """Prune counts adding up to `total` along the lower convex hulls of the curves {name: [(count, error), ...]},
+    cheapest error per zero first."""
     segments = []
     for idx, (name, pts) in enumerate(curves.items()):
         hull: list[tuple[int, float]] = []

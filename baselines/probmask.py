@@ -1,11 +1,5 @@
-"""ProbMask (Zhou et al. 2021) under the post-training budget (docs/METHOD.md).
-
-A keep-probability s in [0, 1] per weight (init 1), a binary-concrete training mask with its inverse temperature
-annealed from 1 to 33, the scores projected onto a cubic kept-fraction schedule after every step
-(score_projection.py); scores by Adam, weights by FCPTS's SGD on the same KL distillation.
-Export (a documented choice): exactly the round((1 - target) * N) highest scores over all layers are kept, ties
-by |W|, instead of the paper's random Bernoulli(s) mask, so the model is reproducible and exactly on target.
-"""
+"""ProbMask (Zhou et al. 2021) under the post-training budget (docs/METHOD.md): a keep-probability per weight trained
+through a binary-concrete mask and projected onto a kept-fraction schedule; exported as exactly the highest scores."""
 
 from __future__ import annotations
 
@@ -57,9 +51,7 @@ class ProbMaskOptions(TrainingOptions):
 
 
 EPS = 1e-6  # scores and noise are kept this far from 0 and 1, where the logit is infinite
-# A mask this small is zero: as T grows most masks fall below float32's normal range, and the denormal weights they
-# make run the CPU's convolutions 4-7x slower (the Quickstart's whole run: 40.0 s against 24.6 s beside a busy
-# process), for a contribution no float32 sum can hold.
+# A mask this small is zero: denormal weights run the CPU's convolutions several times slower, for nothing.
 NEGLIGIBLE_MASK = 1e-20
 
 
@@ -85,15 +77,8 @@ def uniform_noise(scores: torch.Tensor, noise: torch.Generator | None) -> torch.
 
 
 class ProbMaskParam(nn.Module):
-    """Parametrization W -> W * m(s): relaxed Bernoulli sample while training, hard s > 0.5 in eval. The noise
-    comes from `noise`, a generator on the scores' device (never the global RNG).
-
-    The sample is recomputed in the backward pass rather than kept: autograd would otherwise hold three more
-    tensors the size of every weight through the step (the clamped scores, their negation, the mask), 3.6 GB on
-    ViT-L. So is the noise u: the generator's state before the draw is kept (a few bytes to 5 kB) and the draw
-    repeated, where keeping u held one more weight-sized tensor (1.2 GB on ViT-L). Recomputing runs the same
-    operations on the same numbers, so the gradients are bit-identical. (Each step reseeds the generator first,
-    so the backward's draws leave the next step's noise as it was.)"""
+    """Parametrization W -> W * m(s): relaxed Bernoulli sample from `noise` while training, hard s > 0.5 in eval.
+    The sample and its noise are recomputed in the backward (from the generator's state), not kept: same values."""
 
     def __init__(self, shape: torch.Size, noise: torch.Generator | None = None):
         super().__init__()
@@ -121,16 +106,13 @@ def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: 
 
 
 def noise_seed(seed: int, step: int) -> int:
-    """The relaxed masks' noise of a step depends on (seed, step) only, so a resumed run draws what an
-    uninterrupted one would."""
+    """A step's noise depends on (seed, step) only, so a resumed run draws what an uninterrupted one would."""
     return seed * 1_000_003 + 500_009 + step
 
 
 @torch.no_grad()
 def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], target: float) -> dict:
-    """Keep the round((1 - target) * N) highest scores; equal scores by |W|. A weight that is already zero
-    spends no budget when pruned and wastes it when kept (a pretrained model can hold exact zeros in dead
-    filters, which get no gradient: EfficientNet-Lite0's TF port has 0.13%), so it goes first."""
+    """Keep the round((1 - target) * N) highest scores, equal ones by |W|; a weight already zero goes first."""
     magnitudes = {n: w.detach().abs() for n, w in weights.items()}
     ranked = {n: torch.where(magnitudes[n] == 0, torch.full_like(s, -1.0), s) for n, s in scores.items()}
     return global_keep_masks(ranked, target, tiebreak=magnitudes)
@@ -156,9 +138,8 @@ def probmask_sparsify(
 def train_scores(
     model: nn.Module, layers: dict[str, nn.Module], calib, target: float, device, options: ProbMaskOptions
 ) -> tuple[dict[str, torch.Tensor], LoopResult]:
-    """Weights and scores trained together; returns each layer's final scores, with the layers plain again.
-    Its own function so that the training state (the teacher, the optimisers' moments: four weight-sized
-    copies, 5 GB on ViT-L) is gone before the export ranks every score."""
+    """Weights and scores trained together; each layer's final scores, the layers plain again (and the training
+    state gone before the export)."""
     identity = run_identity(target, options, calib, model)
     teacher = frozen_teacher(model, options.teacher_mode)
     noise = torch.Generator(device=device)

@@ -48,9 +48,7 @@ def project_scores_bisection(scores: list[torch.Tensor], kept: float) -> torch.T
 
 @torch.no_grad()
 def project_scores_binned(scores: list[torch.Tensor], kept: float) -> torch.Tensor:
-    """In place; returns v (0-dim, float64). Four sweeps over the scores, some twenty elementwise operations a
-    score, instead of ~60 of four (`score_projection`'s docstring). Extra memory: one layer's scaled scores and
-    their bins (float32, int32), and the unsettled scores."""
+    """In place; returns v (0-dim, float64), from a histogram bracket and the few scores it leaves unsettled."""
     budget = kept * sum(s.numel() for s in scores)
     f_at_zero = torch.stack([s.clamp(0, 1).sum(dtype=torch.float64) for s in scores]).sum()
     if bool(f_at_zero <= budget):
@@ -67,9 +65,8 @@ def project_scores_binned(scores: list[torch.Tensor], kept: float) -> torch.Tens
 
 
 def bin_counts(scores: list[torch.Tensor]) -> torch.Tensor:
-    """Counts of the scores in bins [b w, (b + 1) w), w = 2^-BIN_BITS, at index b + 1; index 0 counts the scores at
-    or below -w, and bin 0 also holds those in (-w, 0) (for those the bounds below hold too: they add 0 at every
-    v >= 0). s * 2^BIN_BITS is exact in float32 and truncation is floor from 0 up, so each score's bin is exact."""
+    """Counts of the scores in bins [b w, (b + 1) w), w = 2^-BIN_BITS, at index b + 1 (index 0: at or below -w);
+    each score's bin is exact (s * 2^BIN_BITS is exact in float32)."""
     n_bins = int(torch.stack([s.max() for s in scores]).max().mul(PER_UNIT).floor().item()) + 1
     counts = torch.zeros(n_bins + 1, dtype=torch.int64, device=scores[0].device)
     for s in scores:
@@ -79,9 +76,7 @@ def bin_counts(scores: list[torch.Tensor]) -> torch.Tensor:
 
 
 def bracket_from_histogram(counts: torch.Tensor, budget: float) -> tuple[int, int]:
-    """(j_lo, j_hi), with f(j_lo w) > budget >= f(j_hi w). At v = j w a score in bin b adds 0 to f when b < j, 1
-    when b >= j + 2^BIN_BITS, and between (b - j) w and (b + 1 - j) w otherwise: f(j w) lies between two sums of
-    counts, exact in float64 (integers under 2^53 times powers of two)."""
+    """(j_lo, j_hi), with f(j_lo w) > budget >= f(j_hi w), from bounds on f(j w) that are exact sums of counts."""
     device = counts.device
     binned = counts[1:].double()
     n_bins = binned.numel()
@@ -101,11 +96,8 @@ def bracket_from_histogram(counts: torch.Tensor, budget: float) -> tuple[int, in
 
 
 def settled_sum(scores: list[torch.Tensor], counts: torch.Tensor, j_lo: int, j_hi: int):
-    """f on [lo, hi] = [j_lo w, j_hi w] as n_one + sum_lin - n_lin * v + the sum over the unsettled scores of
-    clamp(a - v, 0, 1): a score below lo adds 0 there, one at or above hi + 1 adds 1, one in [hi, lo + 1) adds s - v;
-    only those in [lo, hi) and [lo + 1, hi + 1) are kept (float64). The counts are the histogram's (whole bins);
-    sum_lin is the sum of clamp(s, hi, lo + 1) less hi for each score below hi and lo + 1 for each at or above it,
-    one pass; every comparison with a float32 score is exact (multiples of w)."""
+    """f on [lo, hi] = [j_lo w, j_hi w] as n_one + sum_lin - n_lin * v + the sum over the unsettled scores (those in
+    [lo, hi) and [lo + 1, hi + 1), kept in float64) of clamp(a - v, 0, 1); every comparison is exact."""
     lo, hi = j_lo / PER_UNIT, j_hi / PER_UNIT
     binned = counts.double()  # index b + 1: bin b
     n_one = binned[j_hi + PER_UNIT + 1 :].sum()

@@ -1,11 +1,7 @@
 """STR: Soft Threshold Reparameterization (Kusupati et al. 2020) under the post-training budget.
 
-W_s = sign(W) * relu(|W| - sigmoid(s_l)), one learnable scalar per layer; weight decay on s raises the
-thresholds. STR cannot aim at a target, so the decay is bisected in log space over `search_runs` full trials
-(each with FCPTS's distillation budget; with `iterations=None` they share one) and the trial closest to the
-target is kept; there is no exact-target step, so a miss stays a miss (the report's summary says so first).
-A trial never looks at the target, so with a checkpoint path finished trials are kept in `str-trials/` and
-reused by runs that differ only in their target. Target 0 returns the dense model; `iterations=0` is an error.
+W_s = sign(W) * relu(|W| - sigmoid(s_l)); STR cannot aim at a target, so the weight decay on s is bisected over
+`search_runs` trials and the closest kept (a miss stays a miss). Finished trials are reused across targets.
 """
 
 from __future__ import annotations
@@ -49,9 +45,7 @@ class STROptions(TrainingOptions):
     tolerance: float = 0.005  # stop searching once |sparsity - target| is below this
 
     def fit_budget(self, n_images: int) -> None:
-        """Left at None, the iterations of one trial: the training-loop budget for `n_images` shared by the
-        `search_runs` trials, so the search takes the time of one FCPTS run (a task's profile gives each trial
-        FCPTS's whole budget, as the paper did)."""
+        """Left at None, the iterations of one trial: the training-loop budget shared by the `search_runs` trials."""
         if self.iterations is None:
             super().fit_budget(n_images)
             self.iterations = max(1, fitted_iterations(self.iterations) // self.search_runs)
@@ -130,8 +124,7 @@ def _trial(
 
 
 def _trial_cache(options: STROptions, identity: dict, decay: float) -> Checkpoint:
-    """Where the finished trial at `decay` is kept, shared by runs at other targets (a trial never looks
-    at the target or the search settings, so they are not part of its identity)."""
+    """Where the finished trial at `decay` is kept, shared by runs at other targets and search settings."""
     trial_identity = {
         **identity,
         "target": None,

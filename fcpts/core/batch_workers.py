@@ -1,9 +1,5 @@
-"""Calibration batches made by worker processes, in step order, ahead of the steps that use them.
-
-Why: on a GPU the host's work for a batch (decoding, crops, the stack, the finiteness check) would otherwise sit
-between two steps while the device waits. A step's batch is a function of (seed, step) alone, so the values, and
-the run's result, do not depend on how many workers made them.
-"""
+"""Calibration batches made by worker processes ahead of the steps that use them, so a GPU does not wait for the host
+(a batch depends on (seed, step) alone: the result does not depend on the workers)."""
 
 from __future__ import annotations
 
@@ -31,9 +27,8 @@ def default_workers() -> int:
 
 
 def calibration_workers(asked: int | None, calib: Calibration, device: torch.device) -> int:
-    """The workers a run's batches come from: `asked`, or unasked (None) `default_workers()` for host data on a
-    GPU and none on a CPU (the step's own arithmetic needs the cores there). A calibration tensor already on
-    the device is indexed there, where no worker can reach it."""
+    """The workers a run's batches come from: `asked`, else `default_workers()` for host data on a GPU, none on a
+    CPU or for a calibration tensor already on the device."""
     data_device = calib.data.device if isinstance(calib.data, torch.Tensor) else None  # None: a Dataset's items
     on_device = data_device is not None and data_device.type != "cpu"
     if asked is None:
@@ -57,9 +52,8 @@ class _StepBatch(Dataset):
 
 
 class WorkerBatches:
-    """step -> `calib.batch(step)`, made by `workers` processes for the steps `start`..`stop - 1`, asked in that
-    order. From a step asked out of that order, or one whose worker failed, on, the batches are made in this
-    process, so an error in a batch (NaN images, an unreadable file) is raised here with its own type and message."""
+    """step -> `calib.batch(step)`, made by `workers` processes for the steps `start`..`stop - 1` in order; after a
+    step asked out of order or a failed worker, made here (so a batch's error is raised as itself)."""
 
     def __init__(self, calib: Calibration, start: int, stop: int, workers: int, pin: bool):
         self.calib, self.next_step = calib, start

@@ -1,13 +1,5 @@
-"""BatchNorm and sparsity: fold BN into the convolution that feeds it, re-estimate BN statistics.
-
-Folding (eval-mode statistics, in place):
-
-Pairs are found with torch.fx: a BatchNorm2d whose input is the output of a Conv2d used nowhere else.
-Subclasses count (timm's Conv2dSame, BatchNormAct2d): they are traced as leaves, so shape-dependent
-padding code does not break tracing. The conv gains a bias; the BN module is replaced by nn.Identity, or
-by its own dropout + activation when it carries them (timm's BatchNormAct2d). Module names stay
-unchanged, so per-layer reports of a folded model line up with the original's.
-"""
+"""BatchNorm and sparsity: fold BN into the Conv2d that alone feeds it (found with torch.fx; module names unchanged),
+re-estimate BN statistics."""
 
 from __future__ import annotations
 

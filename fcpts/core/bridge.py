@@ -121,9 +121,7 @@ class LayerBridges:
         return self._moved[device]
 
     def flat(self, weights: list[torch.Tensor]) -> list[tuple[range, FlatLayout, torch.Tensor]]:
-        """Runs of layers (`flat_weights.runs_of`), each with its flat layout and the positions of its layers'
-        samples in it ((layers, P), padded with each layer's first weight); made once for each device and set of
-        shapes and memory formats."""
+        """Runs of layers, each with its flat layout and its layers' sample positions in it, made once per layout."""
         key = (weights[0].device, *((tuple(w.shape), w.stride()) for w in weights))
         if key not in self._flat:
             sample = self.tensors(weights[0].device)["sample"]

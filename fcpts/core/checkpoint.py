@@ -1,10 +1,5 @@
-"""One checkpoint mechanism for every resumable run (training loops, POT's layers, STR's trials, dense training).
-
-A checkpoint carries the identity of the run that wrote it: everything that changes the result (the dense
-weights' hash, the options, the calibration indices, the target). It is resumed only by the same run;
-another run, a corrupt file or an unreadable one is a clear error naming the file and the fix. Files are
-written atomically and read with `weights_only=True` (tensors, numbers, strings, lists, dicts only).
-"""
+"""One checkpoint mechanism for every resumable run: a checkpoint carries the identity of the run that wrote it and
+is resumed only by the same run; written atomically, read with `weights_only=True`."""
 
 from __future__ import annotations
 

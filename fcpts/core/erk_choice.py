@@ -1,10 +1,5 @@
-"""Choose the exponent of the ERK allocation by what one-shot pruning with it loses, before any training.
-
-Why: ERK (density proportional to (sum(shape) / prod(shape))^power, power 1 in FCPTS) spares small layers so much
-that on a depthwise-separable network the large 1x1 convs carry nearly all the zeros. Without labels: prune at the
-target with each exponent's magnitude masks, re-estimate BN on a few calibration images, and keep the exponent
-whose output KL to the dense model is lowest.
-"""
+"""Choose the exponent of the ERK allocation, before any training, as the one whose one-shot magnitude pruning (BN
+re-estimated) gives the lowest output KL to the dense model."""
 
 from __future__ import annotations
 

@@ -57,9 +57,7 @@ class FlatLayout:
         ]
 
     def stds(self, flat: torch.Tensor) -> torch.Tensor:
-        """Each weight's standard deviation (unbiased, as `Tensor.std`) from a flat tensor of them: a few kernels for
-        all weights instead of one reduction a weight. Summed in float64, as a CPU's `Tensor.std` of float32
-        accumulates, so the values agree with it to the last bit but for rare roundings."""
+        """Each weight's standard deviation (unbiased, as `Tensor.std`, summed in float64) from a flat tensor."""
         if flat.device not in self._lengths:  # made once (a step replayed from a CUDA graph cannot copy it there)
             self._lengths[flat.device] = torch.tensor(self.numels, device=flat.device)
         lengths = self._lengths[flat.device]

@@ -1,9 +1,4 @@
-"""Files that are never half written: the one atomic writer of the suite, and content hashes.
-
-A write goes to a unique temporary file in the target's folder, is flushed to disk, then renamed over the
-target. An interrupted run leaves either the old file or the new one, and two processes writing the same
-path never share a temporary name.
-"""
+"""Files that are never half written (a unique temporary file, fsynced, renamed over the target), and content hashes."""
 
 from __future__ import annotations
 
@@ -19,9 +14,7 @@ import torch
 
 
 class WriteFailed(OSError, ValueError):
-    """A file could not be written (a full disk, a folder on its path that is a file, no permission), named with
-    the likely cause: torch's own message for a full disk ("unexpected pos") names neither. A ValueError too, so a
-    command prints it as its one-line error."""
+    """A file could not be written, named with the likely cause; a ValueError too, so a command prints one line."""
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
@@ -60,10 +53,8 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 
 
 def append_json_line(path: str | Path, row: Any) -> Path:
-    """One more line of a JSON-lines file (a benchmark's rows), appended in one write to a file opened with
-    O_APPEND: the file is never rewritten (a long run's rows cost one line each), and two writers' lines never
-    mix. A line a crash cut short has no newline: it is dropped here before the next line goes on, and by
-    read_json_lines, so a resume redoes that row and never chokes on half of it."""
+    """One more line of a JSON-lines file, appended in one O_APPEND write (writers never mix); a line a crash cut
+    short is dropped first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(row) + "\n").encode()

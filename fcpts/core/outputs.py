@@ -1,11 +1,5 @@
-"""A model's output as the one tensor of logits the methods distil.
-
-Every method compares the student's output with the dense teacher's, so it needs one tensor. Models that return
-more are common: segmentation models return {'out': ..., 'aux': ...}, GoogLeNet and Inception return a named
-tuple with auxiliary heads in train mode, Hugging Face models return an output object with `.logits`. During a
-run the model's output goes through an adapter (a forward hook, removed afterwards, so the returned model answers
-as before): a tensor as it is, else the 'logits' or 'out' entry, a `.logits` field, or a tuple's first element.
-Anything else is refused with the way out: `output_fn=lambda out: ...` returning the tensor to distil.
+"""A model's output as the one tensor of logits the methods distil: during a run a forward hook takes a tensor as it
+is, else the 'logits' or 'out' entry, a `.logits` field or a tuple's first element; else `output_fn` must say.
 """
 
 from __future__ import annotations

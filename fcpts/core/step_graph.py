@@ -1,11 +1,5 @@
-"""A training step replayed from one CUDA graph: FCPTS's forward and backward, POT's whole step.
-
-Why: those steps are thousands of small operators, and on a GPU launching them from Python costs more than their
-arithmetic (results/benchmarks/step_time_cuda.txt, pot_step_time_cuda.txt); a replay launches them at once.
-What changes on the host between steps (the optimiser's learning rate, pinned thresholds, the batch's fetch)
-stays eager. `StepRunner.run` does one step: `WARMUP` eager steps on a side stream, the capture, then replays,
-each rewriting the same output tensors (the caller copies them); where the capture fails the steps go on eagerly
-and `how` says why.
+"""A training step replayed from one CUDA graph (FCPTS's forward and backward, POT's whole step): thousands of small
+operators launched at once instead of from Python; where the capture fails the steps go on eagerly.
 """
 
 from __future__ import annotations
@@ -46,10 +40,8 @@ def side_stream() -> Iterator[None]:
 
 
 class StepRunner(Generic[Out]):
-    """Runs each step's `work(step, batch)` (gradients left in `.grad`) then `then` (eager optimisers, if any),
-    eagerly, or with `graphs` (a GPU only) from a CUDA graph after `WARMUP` eager steps. `work` sets its gradients
-    to None before its backward (FCPTS's and POT's do), so the captured backward allocates the ones each replay
-    rewrites, and an eager step after a failed capture drops what that capture left."""
+    """Runs each step's `work(step, batch)` then `then`, eagerly or (`graphs`) from a CUDA graph after `WARMUP` eager
+    steps; `work` sets its gradients to None before its backward, so the capture allocates what replays rewrite."""
 
     def __init__(self, work: Callable[[int, torch.Tensor], Out], graphs: bool):
         self.work, self.graphs = work, graphs

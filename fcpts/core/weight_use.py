@@ -1,10 +1,6 @@
-"""Whether each layer computes with the weight it stores, so that the zeros a method stores are zeros it computes with.
-
-Every method writes its zeros into `module.weight` and counts them there. Two kinds of layer break that silently:
-one whose forward remakes its weight from other tensors (torch.nn.utils.prune's weight_orig * weight_mask,
-weight_norm, spectral_norm, any parametrization), which undoes the zeros at its next forward; and one whose forward
-transforms the stored weight (timm's StdConv2d and ScaledStdConv2d standardise it: BiT, NFNet, the hybrid ViTs),
-which computes with dense weights whatever zeros are stored. Both are refused before any work.
+"""Whether each layer computes with the weight it stores, so that the zeros a method stores are zeros it computes with:
+a layer whose forward remakes its weight (prune, weight_norm, parametrizations) or transforms it (timm's StdConv2d)
+is refused before any work.
 """
 
 from __future__ import annotations
@@ -55,9 +51,7 @@ def _weight_maker(module: nn.Module) -> str:
 
 
 def check_weight_used_as_stored(layers: dict[str, nn.Module]) -> None:
-    """Refuse a chosen layer whose forward transforms its stored weight. A layer that computes with the weight as
-    stored is linear in it: with the weight halved, its output less the bias term halves. Standardisation is not
-    (it undoes the halving). One probe per layer, on a copy, with a tiny seeded input."""
+    """Refuse a chosen layer whose forward transforms its stored weight (its output is not linear in it)."""
     transformed = [name for name, module in layers.items() if _transforms_weight(module)]
     if transformed:
         kinds = sorted({type(layers[name]).__name__ for name in transformed})
@@ -73,9 +67,8 @@ def check_weight_used_as_stored(layers: dict[str, nn.Module]) -> None:
 
 @torch.no_grad()
 def _transforms_weight(module: nn.Module) -> bool:
-    """True when halving the stored weight does not halve the output's weight term. The probe runs `forward` of
-    a copy in eval mode, so the layer, its mode and its hooks (a user's, collecting activations) see nothing. A
-    probe the layer cannot take (an input shape of its own) or whose output overflows says nothing: False."""
+    """True when halving the stored weight does not halve the output's weight term (probed on an eval copy; a probe
+    the layer cannot take says nothing: False)."""
     x = _probe_input(module)
     probe = copy.deepcopy(module).eval()  # eval: a layer that drops weights in training would not repeat itself
     weight = cast(torch.Tensor, probe.weight)  # the copy's, scaled in place: as stored, halved (exact), zero

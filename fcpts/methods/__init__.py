@@ -1,9 +1,5 @@
-"""FCPTS's methods (FCPTS, its fixed-rate ablation, FCPTS+): one module each, registering itself; every module
-of this package is imported here. The re-implemented baselines live in the top-level `baselines` package and
-register into the same registry (`registry.py` imports them on first use).
-
-Adding a method is one module (with its `register(Method(...))`) and its test; nothing else lists methods.
-"""
+"""FCPTS's methods: one module each, registering itself, every one imported here (the baselines register from the
+top-level `baselines` package). Adding a method is one module and its test; nothing else lists methods."""
 
 from __future__ import annotations
 

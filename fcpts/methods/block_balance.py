@@ -1,9 +1,5 @@
-"""How strongly the blocks' MSE pulls on the weights against the output KL, measured before the first step.
-
-Why: FCPTS adds the two as they come, so their balance is set by the network's activation scale and block count,
-not by choice (results/benchmarks/block_balance_cpu.txt). Measuring both gradients on a few calibration batches
-and choosing the weight that sets their ratio makes the balance the same on every network.
-"""
+"""How strongly the blocks' MSE pulls on the weights against the output KL, measured before the first step, so their
+balance is chosen rather than set by the network's activation scale and block count."""
 
 from __future__ import annotations
 
@@ -45,12 +41,8 @@ def balanced_block_weight(
     channels_last: bool = False,
 ) -> tuple[float, dict]:
     """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
-    calibration batches (gradients w.r.t. `params`, the weights the optimiser steps), and what was measured.
-
-    When one gradient is zero the ratio says nothing (zero or infinite weight): the weight is then
-    UNBALANCED_WEIGHT and the reason is in what was measured. A NaN/Inf gradient is an error.
-    `student_blocks` / `teacher_blocks` are filled by forward hooks on the block outputs. Both models' state
-    (BN running statistics) is restored afterwards, so the run that follows is the same as without the probe."""
+    calibration batches, and what was measured (UNBALANCED_WEIGHT where a gradient is zero); both models' state is
+    restored afterwards."""
     t0 = time.perf_counter()
     saved = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
     was_training = student.training

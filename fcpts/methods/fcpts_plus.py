@@ -1,12 +1,6 @@
-"""FCPTS+: FCPTS with changes that may help under the same post-training contract (no labels, the same
-calibration images, no more than FCPTS's iterations), kept apart from `fcpts`, the faithful reproduction.
-
-Each change is an option (fields below): an ERK exponent for the start (`erk_power`, "auto" probes a few),
-a cubic sparsity ramp as in gradual magnitude pruning (Zhu & Gupta 2017; "auto": from 90% on), and the blocks'
-MSE weighed against the output KL by their gradients at the first step (`block_weight="auto"`,
-block_balance.py). The defaults were chosen by the ablation and on held-out training images
-(docs/notebook/beyond-the-paper.md, heldout-choices.md); the changes it did not keep left the code after 3e09272.
-Every change reaches the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
+"""FCPTS+: FCPTS with changes that may help under the same post-training contract, each an option (an ERK exponent,
+a cubic sparsity ramp, the blocks' MSE balanced against the KL), kept apart from `fcpts`, the faithful reproduction.
+They reach the FCPTS loop through one object, `Plan`, at the points `fcpts.Variant` names.
 """
 
 from __future__ import annotations
