@@ -21,9 +21,10 @@ from fcpts.core import allocation as alloc
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs, forward_order
-from fcpts.core.masks import layer_weight, sparsity_summary
+from fcpts.core.loop import LoopResult
+from fcpts.core.masks import layer_weight
 from fcpts.core.options import MethodOptions, check_choice, check_choose_for
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
@@ -352,20 +353,11 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
     if options.bn_recalibration:
         recalibrate_bn(model, calib, device, options.batch_size)
         model.eval()
-    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-    for row in per_layer:
+    extra = {"allocation_s": round(allocation_s, 3), "layer_order": order, "error_curves": curves}
+    report = loop_report("obs", target, model, options, calib, LoopResult(wall_s=time.perf_counter() - t0), extra)
+    for row in report.per_layer:
         row.update(log[row["name"]])
-    return model, SparsityReport(
-        method="obs",
-        target_sparsity=target,
-        achieved_sparsity=achieved,
-        per_layer=per_layer,
-        wall_s=time.perf_counter() - t0,
-        seed=options.seed,
-        calibration_indices=calib.indices,
-        options=options.to_dict(),
-        extra={"allocation_s": round(allocation_s, 3), "layer_order": order, "error_curves": curves},
-    )
+    return model, report
 
 
 register(

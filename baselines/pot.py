@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.layer_inputs import forward_order
-from fcpts.core.loop import run_checkpoint, run_identity
-from fcpts.core.masks import apply_keep_masks, layer_bias, layer_weight, sparsity_summary
+from fcpts.core.loop import LoopResult, run_checkpoint, run_identity
+from fcpts.core.masks import apply_keep_masks, layer_bias, layer_weight
 from fcpts.core.options import (
     MethodOptions,
     check_at_least,
@@ -30,7 +30,7 @@ from fcpts.core.options import (
     epochs_budget,
     fitted_iterations,
 )
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
@@ -532,24 +532,16 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     for n, error in network_errors(dense, model, list(layers), images, chunk).items():
         per_layer_log[n]["error_in_network"] = None if error is None else round(error, 6)
     model.requires_grad_(True)
-    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-    for row in per_layer:
+    extra = {
+        "folded_bn": [list(p) for p in folded],
+        "resumed_layers": len(layers) - len(names),
+        "input_collection_s": round(collect_s, 3),  # this process's share
+    }
+    timed = LoopResult(wall_s=elapsed_before + time.perf_counter() - t0)
+    report = loop_report(f"pot-{options.allocation}", target, model, options, calib, timed, extra)
+    for row in report.per_layer:
         row.update(per_layer_log[row["name"]])
-    return model, SparsityReport(
-        method=f"pot-{options.allocation}",
-        target_sparsity=target,
-        achieved_sparsity=achieved,
-        per_layer=per_layer,
-        wall_s=elapsed_before + time.perf_counter() - t0,
-        seed=options.seed,
-        calibration_indices=calib.indices,
-        options=options.to_dict(),
-        extra={
-            "folded_bn": [list(p) for p in folded],
-            "resumed_layers": len(layers) - len(names),
-            "input_collection_s": round(collect_s, 3),
-        },  # this process's share
-    )
+    return model, report
 
 
 for allocation_name, label, style in (("l2norm", "L2Norm", ("tab:blue", "s")), ("erk", "ERK", ("tab:green", "^"))):

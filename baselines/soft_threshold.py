@@ -20,6 +20,7 @@ from torch.nn.utils import parametrize
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import (
+    LoopResult,
     StepBatches,
     frozen_teacher,
     kl_loss,
@@ -30,7 +31,7 @@ from fcpts.core.loop import (
 )
 from fcpts.core.masks import sharing_modules, sparsity_summary
 from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
@@ -145,19 +146,10 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
     calib = setup.required_calib()
     if target == 0:  # a zero threshold: the dense model is the trial closest to the target
         model.eval()
-        achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-        converged = abs(achieved - target) < options.tolerance  # weights that were zero already stay zero
-        extra: dict = {"trials": [], "chosen_decay": None, "converged_to_target": converged, "reused_trials": 0}
-        return model, SparsityReport(
-            "str",
-            target,
-            achieved,
-            per_layer,
-            seed=options.seed,
-            calibration_indices=calib.indices,
-            options=options.to_dict(),
-            extra=extra,
-        )
+        report = loop_report("str", target, model, options, calib, LoopResult(), {"trials": [], "chosen_decay": None})
+        report.extra["converged_to_target"] = report.achieved_sparsity < options.tolerance  # zeros already there
+        report.extra["reused_trials"] = 0
+        return model, report
     dense = copy.deepcopy(model)
     identity = run_identity(target, options, calib, dense)
     search = run_checkpoint(
@@ -192,25 +184,12 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
         lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
     model.load_state_dict(state["best"]["state"])
     model.eval()
-    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-    best = state["best"]["row"]
-    return model, SparsityReport(
-        method="str",
-        target_sparsity=target,
-        achieved_sparsity=achieved,
-        per_layer=per_layer,
-        history=state["best"]["history"],
-        wall_s=sum(t["wall_s"] for t in state["trials"]),
-        seed=options.seed,
-        calibration_indices=calib.indices,
-        options=options.to_dict(),
-        extra={
-            "trials": state["trials"],
-            "chosen_decay": best["decay"],
-            "converged_to_target": abs(achieved - target) < options.tolerance,
-            "reused_trials": sum(bool(t.get("reused")) for t in state["trials"]),
-        },
-    )
+    best = LoopResult(state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]))
+    extra = {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
+    report = loop_report("str", target, model, options, calib, best, extra)
+    report.extra["converged_to_target"] = abs(report.achieved_sparsity - target) < options.tolerance
+    report.extra["reused_trials"] = sum(bool(t.get("reused")) for t in state["trials"])
+    return model, report
 
 
 register(
