@@ -263,12 +263,6 @@ def input_groups(bytes_per_image: list[int], n_images: int, options: POTOptions)
     return groups
 
 
-def layer_draws(seed: int, name: str, iterations: int, units: int, per_step: int) -> torch.Tensor:
-    """(iterations, per_step) unit indices of one layer's steps, from a generator seeded by the seed and its name."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-    return torch.randint(units, (iterations, per_step), generator=gen)
-
-
 @dataclass
 class LayerProblem:
     """One layer, corrected and ready for its Adam steps."""
@@ -316,9 +310,9 @@ def prepare_layer(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
     )
     per_step = 1 if units is not None else min(options.batch_size, len(objective))
-    draws = layer_draws(options.seed, name, fitted_iterations(options.iterations), len(objective), per_step).to(
-        w_dense.device
-    )
+    gen = torch.Generator().manual_seed(options.seed * 1_000_003 + zlib.crc32(name.encode()))  # the layer's own
+    draws = torch.randint(len(objective), (fitted_iterations(options.iterations), per_step), generator=gen)
+    draws = draws.to(w_dense.device)
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
     keep_f = keep.to(layer_weight(layer).dtype)

@@ -105,11 +105,6 @@ def kept_fraction(step: int, iterations: int, target: float, schedule_fraction: 
     return (1 - target) + target * (1 - progress) ** 3
 
 
-def noise_seed(seed: int, step: int) -> int:
-    """A step's noise depends on (seed, step) only, so a resumed run draws what an uninterrupted one would."""
-    return seed * 1_000_003 + 500_009 + step
-
-
 @torch.no_grad()
 def export_masks(scores: dict[str, torch.Tensor], weights: dict[str, torch.Tensor], target: float) -> dict:
     """Keep the round((1 - target) * N) highest scores, equal ones by |W|; a weight already zero goes first."""
@@ -166,7 +161,7 @@ def train_scores(
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
 
     def before(step: int) -> None:
-        noise.manual_seed(noise_seed(options.seed, step))
+        noise.manual_seed(options.seed * 1_000_003 + 500_009 + step)  # (seed, step) alone: resumable
         inv_t = options.t_start * (options.t_end / options.t_start) ** (step / max(1, iterations - 1))
         for p in params.values():
             p.inv_temperature = inv_t

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import torch
 
-# Elements of one flat tensor at most (16 MB of float32): what flattening adds to a step's memory is bounded by a few
-# of these, not a few copies of the model; a layer larger than this is a flat tensor of its own. Under 32 MB, glibc's
-# largest mmap threshold: a larger block is mapped afresh at each allocation and every page of it faults on first
-# touch, each step, for each flat temporary (runs of 64 MB made FCPTS's CPU steps on 4M-weight layers 2.4 times
-# slower: benchmarks/speed/flat_runs.py at 9c9d2d1).
+# Elements of one flat tensor at most (16 MB of float32): bounds what flattening adds to memory, and stays under
+# glibc's mmap threshold, above which every allocation faults its pages afresh.
 MAX_FLAT = 2**22
 
 

@@ -155,11 +155,6 @@ def check_zeros_within_target(layers: dict[str, nn.Module], target: float) -> No
         )
 
 
-def shared_weights(model: nn.Module) -> dict[str, list[str]]:
-    """{layer name: the other modules that hold the same weight Parameter}, for the weights that are shared."""
-    return {owner: [n for n, _ in users[1:]] for owner, users in _weight_users(model).items() if len(users) > 1}
-
-
 class Sparsity(float):
     """A checked global sparsity target in [0, 1): each stage checks a plain number and passes this on unchecked,
     so a target is checked once, where it enters."""
@@ -270,7 +265,7 @@ def sparsity_summary(
     """Global sparsity (zeros / all prunable weights) and a per-layer list (name, type, numel, sparsity,
     "shared_with" for a shared weight, counted once)."""
     layers = prunable_layers(model, exclude, filter_fn)
-    shared = shared_weights(model)
+    shared = {owner: [n for n, _ in users[1:]] for owner, users in _weight_users(model).items() if len(users) > 1}
     zeros = total = 0
     per_layer = []
     for name, module in layers.items():

@@ -117,11 +117,10 @@ class MethodOptions:
 class TrainingOptions(MethodOptions):
     """The budget and optimiser every distillation-loop method shares (FCPTS's released defaults)."""
 
-    # None: EPOCHS passes over the calibration set, at most PAPER_ITERATIONS (the released code's 100 epochs of 1,024
-    # images): 1,600 steps on the paper's data, 200 on 128 images (fit_budget)
+    # None: EPOCHS passes over the calibration set, at most PAPER_ITERATIONS (fit_budget)
     iterations: int | None = None
     batch_size: int = 64
-    lr: float | None = None  # None: default_lr(batch_size)
+    lr: float | None = None  # None: the released code's 0.04 x batch / 256
     momentum: float = 0.9
     weight_decay: float = 3e-4
     warmup_iterations: int | None = None  # None: one epoch over the calibration set
@@ -139,7 +138,7 @@ class TrainingOptions(MethodOptions):
             self.iterations = epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
 
     def resolved_lr(self, batch_size: int) -> float:
-        return self.lr if self.lr is not None else default_lr(batch_size)
+        return self.lr if self.lr is not None else 0.04 * batch_size / 256
 
     def validate(self) -> None:
         super().validate()
@@ -246,8 +245,3 @@ def _describe(hint: Any) -> str:
     if hint is int:
         return "a whole number"
     return getattr(hint, "__name__", str(hint))
-
-
-def default_lr(batch_size: int) -> float:
-    """The released code's SGD learning rate: 0.04 x batch / 256."""
-    return 0.04 * batch_size / 256

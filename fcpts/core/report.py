@@ -28,13 +28,11 @@ class SparsityReport:
     calibration_indices: list[int] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
-    # How far the achieved sparsity may lie from the target: 0 for a method with an exact step (one weight off at
-    # most), a method's own tolerance otherwise (STR's); set by the registry from the run's options.
+    # How far the achieved sparsity may lie from the target (`MethodOptions.target_tolerance`), set by the registry
     tolerance: float = 0.0
 
     def missed_target(self) -> str:
-        """'' when the achieved sparsity is the target (to one weight, or within the method's tolerance); else one
-        line saying by how much it missed, the first line of `summary()`."""
+        """'' when the achieved sparsity is the target (to one weight, or within the tolerance); else one line."""
         total = sum(r["numel"] for r in self.per_layer)
         off = abs(self.achieved_sparsity - self.target_sparsity)
         if off * total <= 1 or off <= self.tolerance:
@@ -47,16 +45,14 @@ class SparsityReport:
 
     @property
     def steps(self) -> int:
-        """The optimisation steps run: the loop's (a history row each), else the layers' own (POT's Adam steps,
-        `iterations` of each per-layer row), else 0 (the magnitude methods take none)."""
+        """The optimisation steps run: the loop's, else the layers' own (POT's), else 0."""
         return len(self.history) or sum(int(r.get("iterations") or 0) for r in self.per_layer)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def __repr__(self) -> str:
-        """One line: the full report (per-layer rows, history, calibration indices) runs to thousands of
-        characters; `summary()` is the readable view, `to_dict()` the complete one."""
+        """One line (`summary()` is the readable view, `to_dict()` the complete one)."""
         return (
             f"SparsityReport(method={self.method!r}, target={self.target_sparsity:.4f}, "
             f"achieved={self.achieved_sparsity:.4f}, layers={len(self.per_layer)}, steps={self.steps}, "
@@ -64,9 +60,7 @@ class SparsityReport:
         )
 
     def summary(self, per_layer: bool = False) -> str:
-        """A short table: method, target, achieved sparsity (and zeros of all weights), layers with their lowest
-        and highest sparsity, the weights of layers no method prunes (if any), steps, time, seed; `per_layer=True`
-        adds a row per layer. A run that missed its target says so first (`missed_target`)."""
+        """A short table of the run (`per_layer=True`: a row per layer too); a missed target is said first."""
         total = sum(r["numel"] for r in self.per_layer)
         zeros = sum(round(r["sparsity"] * r["numel"]) for r in self.per_layer)
         missed = self.missed_target()
@@ -103,8 +97,7 @@ class SparsityReport:
 
 
 def layer_label(row: dict) -> str:
-    """A per-layer row as a reader finds the layer: its module path and type (`6 (Linear)`, `layer1.0.conv1
-    (Conv2d)`), since a bare `6` of an nn.Sequential names nothing on its own; rows of older records lack the type."""
+    """A per-layer row as a reader finds the layer: its module path and type, e.g. `6 (Linear)`."""
     return f"{row['name']} ({row['type']})" if row.get("type") else row["name"]
 
 
@@ -117,9 +110,8 @@ def loop_report(
     loop: LoopResult,
     extra: dict[str, Any],
 ) -> SparsityReport:
-    """The report of a training-loop method: the sparsity measured on the finished `model`, the loop's history,
-    time and how its steps ran (`LoopResult.steps_on`, in `extra`), and the options, seed and calibration images
-    that reproduce the run."""
+    """A run's report: the sparsity measured on the finished `model`, the loop's history, time and how its steps
+    ran, and what reproduces the run."""
     achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     return SparsityReport(
         method=method,

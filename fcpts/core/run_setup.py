@@ -1,6 +1,4 @@
-"""The opening every method's run shares: the target and the options checked, the model placed, the layers
-chosen and the calibration batches seeded, in that order and before any work, so a bad input fails the same way
-in every method and a method's own code starts from what it needs."""
+"""The opening every method's run shares, before any work, so a bad input fails the same way in every method."""
 
 from __future__ import annotations
 
@@ -28,9 +26,8 @@ class RunSetup(NamedTuple):
 
 
 def open_run(model: nn.Module, calibration: Any, target: float, options: MethodOptions) -> RunSetup:
-    """Check `target` and `options`, move `model` to its device, choose its layers and (unless `calibration` is
-    None) seed its calibration batches with the options' `batch_size` and `seed`, and fill the budget options left
-    at None for that many images (`MethodOptions.fit_budget`, in place)."""
+    """Check `target` and `options`, place `model`, choose its layers, seed its calibration batches (unless None)
+    and fit the budget options left at None to them."""
     target = check_target(target)
     options.validate()
     device = options.place(model)

@@ -30,8 +30,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     erk_power: float | Literal["auto"] = 1.0  # exponent of the start's (and a ramp's) ERK rates; 1: FCPTS's ERK
     erk_powers: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)  # what "auto" chooses from, in order of preference
     probe_images: int = 256  # calibration images "auto" prunes one-shot and compares on
-    # fraction of the iterations over which the sparsity rises (0: FCPTS's target throughout); "auto": AUTO_RAMP at
-    # targets from AUTO_RAMP_FROM on (from a magnitude start), none below
+    # fraction of the iterations over which the sparsity rises (0: none); "auto": AUTO_RAMP from AUTO_RAMP_FROM on
     ramp: float | Literal["auto"] = "auto"
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
     block_weight: float | Literal["auto"] = "auto"  # the blocks' MSE sum against the output KL (FCPTS: 1)
@@ -90,8 +89,7 @@ def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float
 
 
 class Plan(Variant):
-    """FCPTS+'s changes to the FCPTS loop, in the one object the loop calls at the points `Variant` names. Made
-    before the loop: it runs the ERK exponent's probe."""
+    """FCPTS+'s changes to the FCPTS loop at the points `Variant` names; made before the loop (it runs the probe)."""
 
     def __init__(self, model: nn.Module, calibration, setup: RunSetup, options: FCPTSPlusOptions):
         self.options, self.layers, self.target = options, setup.layers, setup.target
@@ -130,8 +128,7 @@ class Plan(Variant):
         return None
 
     def annotate(self, report: SparsityReport) -> None:
-        """The ramp and the ERK exponent in the report, and their time in its wall time (with the loop's, and
-        any earlier, resumed part of it)."""
+        """The ramp and the ERK exponent in the report, and their time in its wall time."""
         report.extra["ramp"] = self.ramp
         report.extra["erk_power"] = self.probe if self.probe is not None else {"chosen": self.power}
         balance = report.extra.get("block_weight", {})

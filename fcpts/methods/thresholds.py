@@ -112,12 +112,7 @@ def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
         return mags.new_tensor(MIN_SCORE)
     lower = torch.kthvalue(mags, k).values
     upper = torch.kthvalue(mags, k + 1).values if k < mags.numel() else lower * 2 + 1e-12
-    return score_of(0.5 * (lower + upper))
-
-
-def score_of(threshold: torch.Tensor) -> torch.Tensor:
-    """The score whose sigmoid is `threshold`, kept inside sigmoid's open range and above MIN_SCORE."""
-    t = threshold.clamp(1e-13, 1 - 1e-7)
+    t = (0.5 * (lower + upper)).clamp(1e-13, 1 - 1e-7)  # the score whose sigmoid is t, inside sigmoid's range
     return (torch.log(t) - torch.log1p(-t)).clamp_min(MIN_SCORE)
 
 
