@@ -212,23 +212,13 @@ def collect_hessians(
     """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
     modules = dict(model.named_modules())
     handles = [modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])) for n in obs]
-    batches = calibration_batches(calib, batch_size)
+    batches = -(-len(calib) // batch_size)
     try:
         for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
-            model(calibration_batch(calib, batch_size, b, next(model.parameters()).device))
+            model(calib.in_order(b, batch_size).to(next(model.parameters()).device))
     finally:
         for h in handles:
             h.remove()
-
-
-def calibration_batches(calib: Calibration, batch_size: int) -> int:
-    return -(-len(calib) // batch_size)
-
-
-def calibration_batch(calib: Calibration, batch_size: int, b: int, device) -> torch.Tensor:
-    """The b-th batch of the calibration images in their order (the same one in every pass)."""
-    i = b * batch_size
-    return calib.take(list(range(i, min(i + batch_size, len(calib)))), seed=calib.seed + i).to(device)
 
 
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
@@ -306,8 +296,8 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
     nets = [model] + ([copy.deepcopy(model)] if options.dense_targets else [])
     inputs = LayerInputs(
         nets,
-        lambda b: calibration_batch(calib, options.batch_size, b, device),
-        calibration_batches(calib, options.batch_size),
+        lambda b: calib.in_order(b, options.batch_size).to(device),
+        -(-len(calib) // options.batch_size),
         reuse=options.reuse_inputs,
         max_bytes=options.cache_bytes,
         # sized by the first batch, which holds min(batch_size, images) images

@@ -120,10 +120,8 @@ def _additive_mask(
 
 
 def attention_as_linear(model: nn.Module, filter_fn: Callable[[nn.Module, str], bool] | None = None) -> nn.Module:
-    """Swap every nn.MultiheadAttention of `model` (for which `filter_fn(module, name)` is not False) for a
-    `LinearAttention` holding the same Parameters, in place; returns `model` (a new module where `model` itself
-    is one). Its layers are then named `<attention>.in_proj` and `<attention>.out_proj` and pruned like any
-    Linear."""
+    """Swap every nn.MultiheadAttention of `model` that `filter_fn` keeps for a `LinearAttention` holding the same
+    Parameters (`<attention>.in_proj`, `.out_proj`), in place; returns `model` (a new one where it is one itself)."""
     chosen = [
         (name, module)
         for name, module in model.named_modules()

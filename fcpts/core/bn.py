@@ -85,8 +85,7 @@ def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, b
         m.reset_running_stats()
         m.momentum = None  # cumulative moving average
     model.train()
-    for i in range(0, len(calib), batch_size):
-        idx = list(range(i, min(i + batch_size, len(calib))))
-        model(to_device(calib.take(idx, seed=calib.seed + i), device))
+    for b in range(-(-len(calib) // batch_size)):
+        model(to_device(calib.in_order(b, batch_size), device))
     for m, mom in zip(bns, saved):
         m.momentum = mom

@@ -70,6 +70,11 @@ class Calibration:
         idx = self._perm(epoch)[pos * self.batch_size : (pos + 1) * self.batch_size]
         return self.take(idx.tolist(), seed=self.seed * 7_919 + step)
 
+    def in_order(self, b: int, batch_size: int) -> torch.Tensor:
+        """The b-th batch of `batch_size` images in their order, unshuffled (the same one in every pass)."""
+        i = b * batch_size
+        return self.take(list(range(i, min(i + batch_size, len(self)))), seed=self.seed + i)
+
     def take(self, idx: list[int], seed: int = 0) -> torch.Tensor:
         if isinstance(self.data, torch.Tensor):
             if self.data.is_cuda:  # index on the device, so the index list is not a blocking copy

@@ -72,13 +72,8 @@ class SparsityReport:
         if self.per_layer:
             low = min(self.per_layer, key=lambda r: r["sparsity"])
             high = max(self.per_layer, key=lambda r: r["sparsity"])
-            rows.append(
-                (
-                    "layers",
-                    f"{len(self.per_layer)} pruned, per-layer sparsity {low['sparsity']:.1%} ({layer_label(low)}) "
-                    f"to {high['sparsity']:.1%} ({layer_label(high)})",
-                )
-            )
+            spread = f"{low['sparsity']:.1%} ({layer_label(low)}) to {high['sparsity']:.1%} ({layer_label(high)})"
+            rows.append(("layers", f"{len(self.per_layer)} pruned, per-layer sparsity {spread}"))
         unprunable = self.extra.get("unprunable_weights", {})
         if unprunable:
             held = f"{weights_in_tensors(list(unprunable.values()))} of layers no method here prunes"

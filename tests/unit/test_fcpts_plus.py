@@ -114,7 +114,7 @@ def test_erk_power_sets_the_starting_rates_and_the_rates_a_ramp_holds(power, mon
 
 def test_auto_erk_power_starts_from_the_exponent_whose_one_shot_pruning_loses_least():
     from fcpts.core.calibration import Calibration
-    from fcpts.core.erk_choice import one_shot_kl, probe_calibration
+    from fcpts.methods.fcpts_plus import one_shot_kl, probe_calibration
 
     dense = net()
     before = copy.deepcopy(dense.state_dict())
