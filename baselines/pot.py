@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from fcpts.core import allocation, step_graph
 from fcpts.core.bn import fold_batchnorm
-from fcpts.core.layer_inputs import forward_order
+from fcpts.core.layer_inputs import StopForward, forward_order
 from fcpts.core.loop import LoopResult, run_checkpoint, run_identity
 from fcpts.core.masks import apply_keep_masks, layer_bias, layer_weight
 from fcpts.core.options import (
@@ -123,10 +123,6 @@ def fixed_batches(n: int, batch_size: int, seed: int) -> torch.Tensor:
     return perm[: n // size * size].view(-1, size)
 
 
-class _Stop(Exception):
-    pass
-
-
 @torch.no_grad()
 def collect_inputs(
     model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 256
@@ -140,7 +136,7 @@ def collect_inputs(
         def fn(_m, inp):
             store[name].append(inp[0].detach().clone())
             if name == last:
-                raise _Stop
+                raise StopForward
 
         return fn
 
@@ -150,7 +146,7 @@ def collect_inputs(
         for i in range(0, len(images), chunk):
             try:
                 model(images[i : i + chunk].to(device, non_blocking=True))
-            except _Stop:
+            except StopForward:
                 pass
     finally:
         for h in handles:

@@ -145,19 +145,13 @@ def train_scores(
             parametrize.register_parametrization(user, "weight", params[name])
     scores: list[torch.Tensor] = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
+    weights = [p for p in model.parameters() if id(p) not in ids]
     lr = options.resolved_lr(calib.batch_size)
-    sgd = torch.optim.SGD(
-        [p for p in model.parameters() if id(p) not in ids],
-        lr=lr,
-        momentum=options.momentum,
-        weight_decay=options.weight_decay,
-    )
+    sgd = torch.optim.SGD(weights, lr=lr, momentum=options.momentum, weight_decay=options.weight_decay)
     adam = torch.optim.Adam(scores, lr=options.score_lr)
     iterations = fitted_iterations(options.iterations)
-    factor = warmup_cosine(
-        options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch,
-        iterations,
-    )
+    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
+    factor = warmup_cosine(warmup, iterations)
     scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
 
     def before(step: int) -> None:

@@ -92,15 +92,9 @@ def _trial(
             parametrize.register_parametrization(user, "weight", p)
         scores.append(p.score)
     ids = {id(s) for s in scores}
-    lr = options.resolved_lr(calib.batch_size)
-    opt = torch.optim.SGD(
-        [
-            {"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": options.weight_decay},
-            {"params": scores, "weight_decay": decay},
-        ],
-        lr=lr,
-        momentum=options.momentum,
-    )
+    weights = [p for p in model.parameters() if id(p) not in ids]
+    groups = [{"params": weights, "weight_decay": options.weight_decay}, {"params": scores, "weight_decay": decay}]
+    opt = torch.optim.SGD(groups, lr=options.resolved_lr(calib.batch_size), momentum=options.momentum)
     warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, fitted_iterations(options.iterations)))
 

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 
-class _Stop(Exception):
-    pass
+class StopForward(Exception):
+    """Raised by a hook that has what it needs from a forward."""
 
 
 def sequential_units(model: nn.Module) -> dict[str, tuple[str, int]]:
@@ -93,12 +93,12 @@ def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
 
     def hook(_module, args):
         captured.append(args[0])
-        raise _Stop
+        raise StopForward
 
     handle = net.get_submodule(name).register_forward_pre_hook(hook)
     try:
         net(x)
-    except _Stop:
+    except StopForward:
         pass
     finally:
         handle.remove()

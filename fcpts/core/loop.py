@@ -179,9 +179,6 @@ class StepLog:
         self.restart_clock()
         return logs
 
-    def due(self, steps_done: int) -> bool:
-        return steps_done % self.log_every == 0
-
 
 def autocast(amp: str | None, device: torch.device, cache: bool = True) -> contextlib.AbstractContextManager:
     """The forwards' precision: float32 (None) or bfloat16 under torch.autocast ("bf16"); `cache=False` where the
@@ -344,7 +341,7 @@ def train_loop(
                 after_step(step)
             fetch.fetch_after(step, iterations)
             log.add(step, loss, logs, cast(float, schedulers[0].get_last_lr()[0]))  # a Tensor only for a Tensor lr
-            if log.due(step + 1 - start) or step + 1 == iterations:
+            if (step + 1 - start) % options.log_every == 0 or step + 1 == iterations:
                 bar.set_postfix({k: f"{v:.4g}" for k, v in log.flush().items()})
             if checkpoint.due(step + 1):
                 log.flush()

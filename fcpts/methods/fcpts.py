@@ -122,11 +122,6 @@ def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher
     return torch.sub(student.float(), teacher.float())
 
 
-def all_float32_alike(students: list[torch.Tensor], teachers: list) -> bool:
-    """Whether `block_differences` may take its path of a few operators for all blocks."""
-    return all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in zip(students, teachers))
-
-
 def block_differences(
     students: list[torch.Tensor], teachers: list, sole: list[bool], together: bool
 ) -> list[torch.Tensor]:
@@ -185,7 +180,9 @@ class BlocksMSE:
         device, numels = students[names[0]].device, [students[k].numel() for k in names]
         teacher_list = [teachers.pop(k) for k in names]  # no gradient: read inside the forward only
         reuse = [k in sole for k in names]
-        together = all_float32_alike(list(students.values()), teacher_list)  # then teacher - student where `reuse`
+        # all float32 and of one shape: `block_differences` takes its few operators, teacher - student where `reuse`
+        pairs = zip(students.values(), teacher_list)
+        together = all(s.dtype == t.dtype == torch.float32 and s.shape == t.shape for s, t in pairs)
         key = (device, *numels, *(together and r for r in reuse))
         if key not in self.scales:  # a flipped difference's gradient scale is negative: -(t - s) = s - t exactly
             twice = [(-2.0 if together and r else 2.0) / n for n, r in zip(numels, reuse)]
