@@ -356,12 +356,6 @@ def _by_autograd(losses_of):
     return losses_and_gradients
 
 
-def graph_capturable(group: list[LayerProblem]) -> bool:
-    """A group's steps can be one CUDA graph where they read only device tensors (no recomputed inputs)."""
-    held = [getattr(p.objective, "inputs", None) for p in group]
-    return group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
-
-
 def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
     """`len(draws)` steps, eager or (`graphs`) replayed from a CUDA graph, stopping once no layer is active (read
     every `check_every` steps); returns how the steps ran."""
@@ -382,9 +376,9 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
     bias = torch.stack([_bias(p.layer).detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
-    graphs = (
-        options.cuda_graphs and graph_capturable(group) and fitted_iterations(options.iterations) > step_graph.WARMUP
-    )
+    held = [getattr(p.objective, "inputs", None) for p in group]  # a graph reads device tensors: none recomputed
+    capturable = group[0].w_dense.is_cuda and all(t is None or isinstance(t, torch.Tensor) for t in held)
+    graphs = options.cuda_graphs and capturable and fitted_iterations(options.iterations) > step_graph.WARMUP
     params = [{"params": [weight], "lr": options.lr_weight}, {"params": [bias], "lr": options.lr_bias}]
     opt = torch.optim.Adam(params, capturable=graphs)  # capturable: Adam's step count stays on the device
     active = torch.ones(len(group), dtype=torch.bool, device=weight.device)
@@ -447,7 +441,6 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     model.requires_grad_(False)
     layers = options.layers(model)
     dense = copy.deepcopy(model)
-    dense_layers = {n: dict(dense.named_modules())[n] for n in layers}
     masks = pot_masks(layers, target, options.allocation)
     with torch.no_grad():
         for n, m in layers.items():
@@ -508,7 +501,7 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
             inputs = dict(collect_inputs(dense, names[start:end], images))
         collect_s += time.perf_counter() - tic
         for n in names[start:end]:
-            pending.append(prepare_layer(n, dense_layers[n], layers[n], masks[n], inputs.pop(n), options, units))
+            pending.append(prepare_layer(n, dense.get_submodule(n), layers[n], masks[n], inputs.pop(n), options, units))
             statistics = sum(p.objective.grams.numel() * 4 for p in pending if isinstance(p.objective, GramObjective))
             over = statistics * planned_images > options.cache_bytes * len(images)  # at the size choices are made for
             if not isinstance(pending[-1].objective, GramObjective) or over:

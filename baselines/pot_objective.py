@@ -47,9 +47,6 @@ class _Units:
     def _images(self, idx: torch.Tensor) -> torch.Tensor:
         return idx if self.units is None else self.units[idx].flatten()
 
-    def all_units(self, device: torch.device) -> torch.Tensor:
-        return torch.arange(len(self), device=device)
-
     def _per_read(self, cached: int) -> int:
         """Units per read in a pass over all of them: `cached`, or RECOMPUTED_READ images of recomputed inputs."""
         if isinstance(getattr(self, "inputs", None), torch.Tensor):
@@ -87,7 +84,7 @@ class ForwardObjective(_Units):
     def mean_error(self, weight, bias, w_dense, b_dense, chunk: int = 512) -> torch.Tensor:
         """Per output channel, mean of (dense - sparse) output over the units' images and positions."""
         dim = channel_dim(self.layer)
-        images = self._images(self.all_units(bias.device))
+        images = self._images(torch.arange(len(self), device=bias.device))
         chunk = chunk if isinstance(self.inputs, torch.Tensor) else RECOMPUTED_READ
         total, count = torch.zeros_like(bias), 0
         for i in range(0, len(images), chunk):

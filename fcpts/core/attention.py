@@ -18,12 +18,8 @@ class LinearAttention(nn.Module):
     def __init__(self, mha: nn.MultiheadAttention):
         super().__init__()
         refuse_unsupported(mha)
-        self.embed_dim, self.num_heads, self.dropout, self.batch_first = (
-            mha.embed_dim,
-            mha.num_heads,
-            mha.dropout,
-            mha.batch_first,
-        )
+        self.embed_dim, self.num_heads = mha.embed_dim, mha.num_heads
+        self.dropout, self.batch_first = mha.dropout, mha.batch_first
         weight = mha.in_proj_weight
         self.in_proj = nn.Linear(
             self.embed_dim, 3 * self.embed_dim, bias=mha.in_proj_bias is not None, device="meta", dtype=weight.dtype

@@ -252,16 +252,6 @@ class _Thresholds:
     def global_sparsity(self) -> torch.Tensor:
         return self.bridges(self.values(), [thresholds.original_weight(self.layers[n]) for n in self.names])
 
-    def finish(self) -> None:
-        """The layers mask themselves again (their weights are read elsewhere from now on)."""
-        if self.together is not None:
-            self.together.remove()
-
-    def hold(self, rates: dict[str, float] | None) -> None:
-        """Pin every layer to `rates`, if any."""
-        if rates is not None:
-            thresholds.pin_rates(self.params, self.layers, rates)
-
 
 class _Reconstruction:
     """The reconstruction loss: the output KL, plus the weighted sum of the blocks' MSE with "mse-blocks"."""
@@ -384,7 +374,9 @@ def distill(
 
     def pin(step: int) -> None:
         """Before a step: ERK rates held (without learned thresholds), a variant's rates, or nothing."""
-        thr.hold(rates if not learn_t else variant.rates_at(step))
+        held = rates if not learn_t else variant.rates_at(step)
+        if held is not None:
+            thresholds.pin_rates(thr.params, layers, held)
 
     balance = None
     if variant.block_balance is not None:
@@ -401,7 +393,8 @@ def distill(
         cuda_graphs=options.cuda_graphs,
     )  # fmt: skip
     reconstruction.remove()
-    thr.finish()
+    if thr.together is not None:  # the layers mask themselves again: their weights are read elsewhere from now on
+        thr.together.remove()
     t_final, masks, exact = _exact_step(thr, target, method)
     thresholds.detach_all(layers)
     apply_keep_masks(layers, masks)
