@@ -224,18 +224,15 @@ def collect_hessians(
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
     """Prune counts adding up to `total` along the lower convex hulls of the curves {name: [(count, error), ...]},
     cheapest error per zero first."""
+
+    def cross(a: tuple[int, float], b: tuple[int, float], c: tuple[int, float]) -> float:  # <= 0: b is not below a-c
+        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
     segments = []
     for idx, (name, pts) in enumerate(curves.items()):
         hull: list[tuple[int, float]] = []
         for p in sorted(set(pts)):
-            while (
-                len(hull) >= 2
-                and (
-                    (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1])
-                    - (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0])
-                )
-                <= 0
-            ):
+            while len(hull) >= 2 and cross(hull[-2], hull[-1], p) <= 0:
                 hull.pop()
             hull.append(p)
         segments += [((e1 - e0) / (z1 - z0), idx, z0, z1, name) for (z0, e0), (z1, e1) in zip(hull, hull[1:])]

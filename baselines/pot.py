@@ -84,8 +84,7 @@ class POTOptions(MethodOptions):
     PAPER_ITERATIONS: ClassVar[int] = 20_000
 
     def fit_budget(self, n_images: int) -> None:
-        if self.iterations is None:
-            self.iterations = self.iterations_for(n_images)
+        self.iterations = self.iterations_for(n_images)
 
     def iterations_for(self, n_images: int) -> int:
         """The iterations per layer a run on `n_images` takes: the option, else the budget fitted to them."""
@@ -144,10 +143,8 @@ def collect_inputs(
     handles = [modules[n].register_forward_pre_hook(hook(n)) for n in names]
     try:
         for i in range(0, len(images), chunk):
-            try:
+            with contextlib.suppress(StopForward):
                 model(images[i : i + chunk].to(device, non_blocking=True))
-            except StopForward:
-                pass
     finally:
         for h in handles:
             h.remove()

@@ -47,9 +47,8 @@ def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, floa
 def rates_to_counts(
     rates: dict[str, float], numels: dict[str, int], target: float, zeros: dict[str, int] | None = None
 ) -> dict[str, int]:
-    """Per-layer prune counts from rates, floor(r_l * n_l) (released code) then the remainder by largest fractional
-    part, so the model ends with exactly round(target * N) zeros; a layer at rate 0 is never touched. `zeros`: weights
-    already zero per layer, pruned first, so a layer ends with max(count, zeros)."""
+    """Per-layer prune counts from rates (floor, then the remainder by largest fractional part) that end with exactly
+    round(target * N) zeros, a layer ending with max(count, `zeros` already there); rate 0 is never touched."""
     zeros = zeros or {}
     # a target below the zeros already there (target 0 on a model with some) prunes nothing more
     total_zeros = max(round(target * sum(numels.values())), sum(zeros.get(n, 0) for n in rates))

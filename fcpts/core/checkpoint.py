@@ -9,7 +9,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -20,10 +19,6 @@ log = logging.getLogger("fcpts")
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: corrupt, unreadable, or written by another run."""
-
-
-def identity_key(identity: Any) -> str:
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -40,7 +35,7 @@ class Checkpoint:
 
     def __post_init__(self) -> None:
         self.path = Path(self.path) if self.path else None
-        self.key = identity_key(self.identity)
+        self.key = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def load(self) -> dict | None:
         """The saved state of this run, or None when there is none. Logs what is resumed."""
@@ -83,7 +78,3 @@ class Checkpoint:
             self.path,
         )
         self._last_time, self.last_step = time.perf_counter(), step
-
-    def clear(self) -> None:
-        if self.path is not None:
-            Path(self.path).unlink(missing_ok=True)

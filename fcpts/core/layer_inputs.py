@@ -4,6 +4,7 @@ image for every layer (the same computation)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
@@ -97,9 +98,8 @@ def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
 
     handle = net.get_submodule(name).register_forward_pre_hook(hook)
     try:
-        net(x)
-    except StopForward:
-        pass
+        with contextlib.suppress(StopForward):
+            net(x)
     finally:
         handle.remove()
     if not captured:

@@ -81,10 +81,8 @@ def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 module.track_running_stats = False
     if mode == "eval":
-        try:
+        with contextlib.suppress(ValueError):  # not traceable: keep BN, same results
             fold_batchnorm(teacher)
-        except ValueError:
-            pass  # not traceable: keep BN, same results
     teacher.requires_grad_(False)
     return teacher
 
@@ -281,9 +279,8 @@ def train_loop(
     after_step: Callable[[int], None] | None = None,
     cuda_graphs: bool = False,
 ) -> LoopResult:
-    """`options.iterations` steps of the student against the frozen teacher on `batches(step)`, resumed from
-    `checkpoint`; nothing in a step waits for the device, and with `cuda_graphs` (a loop whose steps do the same
-    work) the steps are replayed from a CUDA graph."""
+    """`options.iterations` steps of the student against the frozen teacher, resumed from `checkpoint`; nothing in a
+    step waits for the device, and with `cuda_graphs` the steps are replayed from a CUDA graph."""
     iterations, device = fitted_iterations(options.iterations), resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
     result = LoopResult()

@@ -43,9 +43,8 @@ def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
 def prunable_layers(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> PrunableLayers:
-    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` and those `filter_fn(module, name)`
-    rejects. A weight shared by several modules is one layer, named by its first module, kept dense when any of
-    them is excluded."""
+    """Every Conv2d and Linear of `model` by qualified name, minus `exclude` and those `filter_fn` rejects; a weight
+    shared by several modules is one layer, named by its first, kept dense when any of them is excluded."""
     exclude = {exclude} if isinstance(exclude, str) else set(exclude)
     names = {name for name, module in model.named_modules() if isinstance(module, PRUNABLE_TYPES)}
     unknown = exclude - names

@@ -40,9 +40,8 @@ def balanced_block_weight(
     block_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     channels_last: bool = False,
 ) -> tuple[float, dict]:
-    """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
-    calibration batches, and what was measured (UNBALANCED_WEIGHT where a gradient is zero); both models' state is
-    restored afterwards."""
+    """The block weight w with ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches` calibration
+    batches (UNBALANCED_WEIGHT where a gradient is zero), and what was measured; both models are left as they were."""
     t0 = time.perf_counter()
     saved = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
     was_training = student.training

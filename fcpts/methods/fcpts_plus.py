@@ -144,13 +144,12 @@ def choose_erk_power(
     start = time.perf_counter()
     losses = one_shot_kl(model, layers_of, probe_calibration(calib, n_images), target, powers, device)
     best = min(powers, key=lambda p: losses[p])
-    probe = {
+    return best, {
         "chosen": best,
         "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
         "images": min(n_images, len(calib)),
         "wall_s": round(time.perf_counter() - start, 1),
     }
-    return best, probe
 
 
 class Plan(Variant):
