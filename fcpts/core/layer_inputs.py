@@ -72,15 +72,12 @@ def forward_order(model: nn.Module, layers: dict[str, nn.Module], sample: torch.
     attention = {name for name, m in model.named_modules() if isinstance(m, nn.MultiheadAttention)}
     swap = any(n.rpartition(".")[0] in attention and n.endswith("out_proj") for n in missing)
     ways = [
-        *(
-            ["swap nn.MultiheadAttention for Linear layers it calls first: fcpts.attention_as_linear(model)"]
-            if swap
-            else []
-        ),
         "keep them dense (exclude=[...])",
         "use a method that trains the whole model (fcpts, fcpts-plus, str, probmask): it masks a weight wherever it "
         "is read",
     ]
+    if swap:
+        ways.insert(0, "swap nn.MultiheadAttention for Linear layers it calls first: fcpts.attention_as_linear(model)")
     raise ValueError(
         f"{method} reads each layer's inputs from the layer's own forward, and a forward of {type(model).__name__} "
         f"never calls {len(missing)} of its layers (e.g. {missing[:3]}): their parent applies their weights itself; "

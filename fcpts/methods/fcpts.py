@@ -281,12 +281,8 @@ class _Reconstruction:
 
     def balance(self, model, teacher, setup: RunSetup, params, options: FCPTSOptions, variant: Variant) -> dict:
         """Set the block weight so the blocks' gradient is `variant.block_balance` times the KL's; what was measured."""
-        if self.taps is None:
-            raise ValueError(
-                "block_weight='auto' balances the blocks' MSE against the KL: use reconstruction='mse-blocks'"
-            )
         balance = variant.block_balance
-        assert balance is not None  # distill balances only a variant with a block_balance
+        assert balance is not None and self.taps is not None  # a variant balances only with "mse-blocks"
         self.weight, measured = balanced_block_weight(
             model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
             temperature=options.temperature, balance=balance, batches=variant.balance_batches,
