@@ -33,6 +33,8 @@ class Calibration:
         if isinstance(data, torch.Tensor):
             if data.dim() < 2 or data.shape[0] == 0:
                 raise ValueError(f"calibration tensor must be (N, ...) with N >= 1, got shape {tuple(data.shape)}")
+            check_finite(data, "calibration images")
+            check_not_raw_pixels(data, "the calibration tensor")
         elif not hasattr(data, "__getitem__") or not hasattr(data, "__len__"):
             raise TypeError(
                 "calibration must be a tensor of inputs, a map-style Dataset or a DataLoader (of inputs or "
@@ -40,9 +42,6 @@ class Calibration:
             )
         if _length(data) == 0:
             raise ValueError("calibration data is empty: pass at least one image")
-        if isinstance(data, torch.Tensor):
-            check_finite(data, "calibration images")
-            check_not_raw_pixels(data, "the calibration tensor")
         self.data, self.seed = data, seed
         self.batch_size = min(batch_size, _length(data))
         self.steps_per_epoch = _length(data) // self.batch_size
