@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_record
-from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
-from tasks.deploy.worker import worker_main
+from tasks.deploy.runtimes import RuntimeNotInstalled, ort_session, peak_memory, worker_main
 from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR, repo_relative  # no torch there: workers run in venvs without it
 
@@ -41,7 +40,7 @@ def deploy_cifar(
     import torch
 
     from fcpts.core.masks import sparsity_summary
-    from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
+    from tasks.deploy.export import export_onnx, inference_copy, ort_predict
     from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
     from tasks.grid.cifar_data import load_cifar, normalize_cifar
     from tasks.grid.data import resolve_data_root
@@ -170,7 +169,3 @@ def main(argv=None) -> int:
     print_summary(rec)
     print(f"record: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
