@@ -18,7 +18,7 @@ from pathlib import Path
 from tasks.grid.paths import REPO_ROOT  # no torch there: workers run in venvs without it
 
 RESULT_MARK = "FCPTS_WORKER_RESULT "
-# sparse_storage's file kinds, named here so that a worker for a plain .onnx never imports onnx (memory, venvs)
+# sparse_storage's file kinds, by name, so a worker for a plain .onnx never imports onnx (memory, venvs)
 BITMASK_SUFFIX, SPARSE_ONNX_SUFFIX = ".bitmask.zip", ".sparse.onnx"
 
 # runtime (its import name) -> (default venv folder, install hint); $FCPTS_<RUNTIME>_PYTHON names its python

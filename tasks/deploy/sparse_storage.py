@@ -19,8 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from tasks.deploy.runtimes import BITMASK_SUFFIX, SPARSE_ONNX_SUFFIX
-
+BITMASK_SUFFIX = ".bitmask.zip"
 MIN_ELEMENTS = 64  # tensors smaller than this (biases, scalars) are never worth packing
 
 
@@ -140,7 +139,7 @@ def write_sparse_files(dense_path: str | Path) -> dict[str, Path]:
     dense_path = Path(dense_path)
     model = onnx.load(str(dense_path))
     stem = dense_path.with_suffix("")
-    sparse_path = stem.with_name(stem.name + SPARSE_ONNX_SUFFIX)
+    sparse_path = stem.with_name(stem.name + ".sparse.onnx")
     onnx.save(to_sparse_initializers(model), str(sparse_path))
     bitmask_path = stem.with_name(stem.name + BITMASK_SUFFIX)
     bitmask_path.write_bytes(pack_bitmask(model))
