@@ -77,30 +77,24 @@ def deploy_cifar(
 
 
 def provenance(threads: int) -> dict:
-    """Every record's provenance, plus the device (CPU model, flags), threads and load of this run."""
+    """Every record's provenance, plus this run's threads, load and CPU: its model, logical cores and the SIMD flags
+    that decide which sparse kernels can run."""
     from tasks.grid.records import provenance as record_provenance
 
-    cpu = {"cpu": cpu_description(), "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
-    return {**record_provenance(), **cpu}
-
-
-def cpu_description() -> dict:
-    """CPU model, logical cores and the SIMD flags that decide which sparse kernels can run."""
-    model, flags = "unknown", []
     try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        model = next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name"))
-        flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
+        first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        first_cpu = ""
+    fields = {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+    flags = fields.get("flags", "").split()
     wanted = "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16 amx_int8".split()
-    return {
-        "model": model,
+    cpu = {
+        "model": fields.get("model name", "unknown"),
         "logical_cores": os.cpu_count(),
         "flags": [f for f in wanted if f in flags],
         "amx": any(f.startswith("amx") for f in flags),
     }
+    return {**record_provenance(), "cpu": cpu, "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
 
 
 def print_summary(rec: dict) -> None:
