@@ -302,7 +302,13 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         "device column names two processors compares runs on different machines. "
         + _pot_cut_note(records)
         + "Only `paper` rows measure the paper's comparison. "
-        + _gpu_check_note(groups)
+        + (
+            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
+            "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 "
+            "images capped there), evaluated on 2,000 test images. "
+            if any("(GPU check" in profile for *_, profile in groups)
+            else ""
+        )
         + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
@@ -320,16 +326,6 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
                 ),
             )
         ),
-    )
-
-
-def _gpu_check_note(groups: dict[tuple, dict[str, dict]]) -> str:
-    if not any("(GPU check" in profile for _ds, _m, _sp, profile in groups):
-        return ""
-    return (
-        "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
-        "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 images "
-        "capped there), evaluated on 2,000 test images. "
     )
 
 
