@@ -133,6 +133,10 @@ def all_methods(model: str) -> list[str]:
     return layout.all_methods("imagenet-vit" if model in PAPER_VITS else "imagenet-cnn")
 
 
+def paper_sparsities(model: str) -> list[float]:
+    return [0.5, 0.6, 0.7] if model in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
+
+
 def dataset_name(n_val: int) -> str:
     """A partial validation set is named by its size, so its results never pass for full ImageNet's."""
     return "imagenet" if n_val == 50000 else f"imagenet-val{n_val}"
@@ -197,8 +201,7 @@ def plans(args: argparse.Namespace):
         methods = all_methods(model_name) if args.all_methods else args.methods
         checked.append((model_name, methods, cli.profile_from_args(args, PROFILES, methods)))
     for model_name, methods, profile in checked:
-        paper_targets = [0.5, 0.6, 0.7] if model_name in PAPER_VITS else [0.5, 0.6, 0.7, 0.8, 0.9]
-        targets, where, note = args.sparsity or paper_targets, cli.where(args), ""
+        targets, where, note = args.sparsity or paper_sparsities(model_name), cli.where(args), ""
         if args.dry_run:
             dataset, note = planned_dataset(where)
             grid = cli.planned_grid("imagenet", dataset, model_name, profile, where)
