@@ -11,15 +11,10 @@ import os
 import sys
 import time
 
-ADAPTIVE_THREADS = True  # the default of every command (module docstring)
-
 
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity, which containers and `taskset` narrow), else all."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -50,10 +45,10 @@ def adaptive_threads(cpus: int, idle: float | None) -> int:
     return max(1, min(cpus, int(idle + 0.5)))
 
 
-def thread_settings(environ: dict, adaptive_default: bool = ADAPTIVE_THREADS) -> dict[str, str]:
-    """The variables to set before torch starts: the PASSIVE wait policy and, when adaptive threads are on
-    (FCPTS_THREADS, else `adaptive_default`), OMP_NUM_THREADS; never one the user set."""
-    chosen = environ.get("FCPTS_THREADS", "adaptive" if adaptive_default else "default")
+def thread_settings(environ: dict) -> dict[str, str]:
+    """The variables to set before torch starts: the PASSIVE wait policy and, unless FCPTS_THREADS=default,
+    OMP_NUM_THREADS; never one the user set."""
+    chosen = environ.get("FCPTS_THREADS", "adaptive")
     if chosen not in ("adaptive", "default"):
         print(f"error: FCPTS_THREADS={chosen!r}: use 'adaptive' or 'default' (or set OMP_NUM_THREADS)", file=sys.stderr)
         raise SystemExit(2)

@@ -67,21 +67,16 @@ class Subset:
 
 
 def regression_profile(
-    n_calibration: int,
-    iterations: int,
-    batch_size: int,
-    pot_iterations: int,
-    eval_limit: int,
-    pot_images: int | None = None,
+    n_calibration: int, iterations: int, batch_size: int, pot_iterations: int, eval_limit: int, pot_images: int = 0
 ) -> Profile:
     """A subset's budget, named `regression` so its records never pass for a result; POT on its first
     `pot_images` calibration images where its statistics would cost the check more than they tell."""
     from tasks.grid.profiles import cpu_profile, pot_budget
 
-    profile = cpu_profile("regression", n_calibration, iterations, batch_size, pot_iterations, eval_limit)
-    if pot_images is not None:
-        profile = replace(profile, methods=pot_budget(pot_images, pot_iterations))
-    return profile.with_note(NOTE)
+    pot = pot_budget(pot_images, pot_iterations) if pot_images else None
+    return cpu_profile("regression", n_calibration, iterations, batch_size, pot_iterations, eval_limit, pot).with_note(
+        NOTE
+    )
 
 
 TABLES = ("2", "3", "5")  # the tables `all_subsets` covers, for --tables without building them
@@ -301,15 +296,6 @@ def rerun(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> None:
     print(f"all subsets: {total:.0f}s")
 
 
-def check(subsets: tuple[Subset, ...], runs_dir: Path, threads: int) -> list[str]:
-    """Re-run `subsets` into runs_dir, print each cell and time and the smallest margin, return the problems."""
-    rerun(subsets, runs_dir, threads)
-    left = sorted(m for s in subsets for m in margins(s, runs_dir))
-    if left:
-        print(f"smallest margin: {left[0][0]:.2f} points ({left[0][1]})")
-    return [p for s in subsets for p in compare_subset(s, runs_dir)]
-
-
 def main(argv=None) -> int:
     p = command_parser("python -m tasks.regression", __doc__)
     p.add_argument("--update", action="store_true", help="rewrite the committed reference records")
@@ -341,7 +327,11 @@ def main(argv=None) -> int:
         print(f"reference records written to {REFERENCE_DIR}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:  # the re-run's folder unless --results-dir keeps it
-        problems = check(subsets, Path(args.results_dir or tmp), args.threads)
+        runs_dir = Path(args.results_dir or tmp)
+        rerun(subsets, runs_dir, args.threads)
+        if left := sorted(m for s in subsets for m in margins(s, runs_dir)):
+            print(f"smallest margin: {left[0][0]:.2f} points ({left[0][1]})")
+        problems = [p for s in subsets for p in compare_subset(s, runs_dir)]
     if problems:
         print("REGRESSION:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

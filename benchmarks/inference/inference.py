@@ -24,10 +24,16 @@ from fcpts.core.io import write_json_atomic
 from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
 from tasks.deploy.checkpoints import load_sparse_checkpoint
 from tasks.deploy.driver import DEPLOY_DIR, provenance
-from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
-from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory, run_worker, runtime_version
+from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff
+from tasks.deploy.runtimes import (
+    RuntimeNotInstalled,
+    ort_session,
+    peak_memory,
+    run_worker,
+    runtime_version,
+    time_interleaved,
+)
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
-from tasks.deploy.worker import time_interleaved
 from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
@@ -101,7 +107,7 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
 
 def record_families(paths: list[Path]) -> list[Family]:
     """Real sparse models of run records, one family per task/dataset/model with the dense weights they began from."""
-    from tasks.deploy.saved_models import models_from_record
+    from tasks.deploy.checkpoints import models_from_record
     from tasks.grid.data import DataNotFoundError
 
     fams: dict[tuple, Family] = {}

@@ -13,13 +13,14 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from tasks.cifar import COMMAND
-from tasks.cifar.data import CifarCalibration
 from tasks.grid import cli
-from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
+from tasks.grid.cifar_data import CIFAR_CLASSES, CIFAR_MEAN, CIFAR_STD, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
 from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
@@ -40,6 +41,23 @@ PROFILES = profile_table(
     quick_profile(128, iterations=10, batch_size=32, eval_limit=1000, pot_iterations=5),
 )
 DOWNLOAD_HINT = "add --download to fetch CIFAR there with torchvision"
+
+
+class CifarCalibration(Dataset):
+    """Calibration images (labels dropped), `augment=True`: pad-4 random crop and flip (the checkpoints' recipe)."""
+
+    def __init__(self, x_uint8: np.ndarray, augment: bool = True):
+        import torchvision.transforms.v2 as T
+
+        self.images = torch.as_tensor(np.asarray(x_uint8)).permute(0, 3, 1, 2).contiguous()
+        steps = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if augment else []
+        self.transform = T.Compose(steps + [T.ToDtype(torch.float32, scale=True), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.transform(self.images[i])
 
 
 def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, download: bool = False) -> Grid:

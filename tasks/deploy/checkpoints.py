@@ -1,11 +1,67 @@
-"""The sparse CIFAR model to deploy, with its provenance: the state dict the grid saved beside the record, or a
-re-run of the record's method. Torch is imported inside the functions: the worker process never loads it."""
+"""The sparse model behind a run record (the state dict the grid saved beside it, not committed, sha256-checked) and
+the CIFAR checkpoint to deploy, with its provenance (that state dict, or a re-run of the record's method). Torch is
+imported inside the functions: the worker process never loads it."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.data import DataNotFoundError
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def read_finished_record(record_path: str | Path) -> dict:
+    """A run record read whole; a missing file and a record without metrics are told apart, each with its fix."""
+    from tasks.grid.records import read_record
+
+    record_path = Path(record_path)
+    if not record_path.is_file():
+        raise DataNotFoundError(f"run record {record_path} does not exist; run its grid cell first")
+    record = read_record(record_path)
+    if record is None:
+        raise DataNotFoundError(f"{record_path} is not a finished run record (no metrics); run its grid cell first")
+    return record
+
+
+def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, tuple[int, ...], dict]:
+    """(dense model, sparse model, input shape without batch, record), both models in eval mode."""
+    import torch
+
+    from fcpts.core.io import file_sha256
+    from tasks.grid.rerun import get_task
+
+    record_path = Path(record_path)
+    record = read_finished_record(record_path)
+    try:  # the record's task driver builds its dense model (registered as `dense_model`)
+        builder = get_task(record.get("task", "")).dense_model  # no task: unknown, as None was
+    except (ValueError, ImportError):  # an unknown task, or one whose extra is not installed
+        builder = None
+    if builder is None:
+        raise ValueError(f"{record_path}: task {record.get('task')!r} has no model builder here")
+    # relabelled records: today's spelling; --force because the finished cell would otherwise be skipped
+    command = record.get("equivalent_command", record["command"]) + " --force  # re-runs the cell, rewrites its record"
+    saved = record.get("sparse_model")
+    if not saved:
+        raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n  {command}")
+    path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
+    if not path.is_file():
+        raise DataNotFoundError(
+            f"sparse model {path} of {record_path} is missing (models are not committed); "
+            f"re-create it with:\n  {command}"
+        )
+    if file_sha256(path) != saved["sha256"]:
+        raise ValueError(
+            f"sparse model {path} does not match the sha256 in {record_path}; it was overwritten "
+            f"by another run. Re-create it with:\n  {command}"
+        )
+    dense, shape = builder(record)
+    sparse, _ = builder(record)
+    sparse.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return dense.eval(), sparse.eval(), shape, record
 
 
 def checkpoint_name(record: dict) -> str:
@@ -25,8 +81,6 @@ def sparse_model_from_record(
     import torch
 
     from fcpts.core.io import save_torch_atomic
-    from tasks.deploy.saved_models import models_from_record, read_finished_record
-    from tasks.grid.data import DataNotFoundError
     from tasks.grid.records import command_line, git_commit
     from tasks.grid.rerun import rerun_record
     from tasks.grid.runner import Where

@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 from tasks.deploy.checkpoints import load_sparse_checkpoint, sparse_model_from_record
-from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory
-from tasks.deploy.worker import worker_main
+from tasks.deploy.runtimes import RuntimeNotInstalled, ort_session, peak_memory, worker_main
 from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
 from tasks.grid.paths import RESULTS_DIR, repo_relative  # no torch there: workers run in venvs without it
 
@@ -41,7 +40,7 @@ def deploy_cifar(
     import torch
 
     from fcpts.core.masks import sparsity_summary
-    from tasks.deploy.export import export_onnx, inference_copy, ort_predict, ort_session
+    from tasks.deploy.export import export_onnx, inference_copy, ort_predict
     from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
     from tasks.grid.cifar_data import load_cifar, normalize_cifar
     from tasks.grid.data import resolve_data_root
@@ -78,30 +77,24 @@ def deploy_cifar(
 
 
 def provenance(threads: int) -> dict:
-    """Every record's provenance, plus the device (CPU model, flags), threads and load of this run."""
+    """Every record's provenance, plus this run's threads, load and CPU: its model, logical cores and the SIMD flags
+    that decide which sparse kernels can run."""
     from tasks.grid.records import provenance as record_provenance
 
-    cpu = {"cpu": cpu_description(), "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
-    return {**record_provenance(), **cpu}
-
-
-def cpu_description() -> dict:
-    """CPU model, logical cores and the SIMD flags that decide which sparse kernels can run."""
-    model, flags = "unknown", []
     try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-        model = next(ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name"))
-        flags = next(ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        pass
+        first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        first_cpu = ""
+    fields = {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+    flags = fields.get("flags", "").split()
     wanted = "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16 amx_int8".split()
-    return {
-        "model": model,
+    cpu = {
+        "model": fields.get("model name", "unknown"),
         "logical_cores": os.cpu_count(),
         "flags": [f for f in wanted if f in flags],
         "amx": any(f.startswith("amx") for f in flags),
     }
+    return {**record_provenance(), "cpu": cpu, "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
 
 
 def print_summary(rec: dict) -> None:
@@ -170,7 +163,3 @@ def main(argv=None) -> int:
     print_summary(rec)
     print(f"record: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,6 @@ from torch import nn
 
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import layer_weight, prunable_layers
-from tasks.deploy.worker import ort_session as ort_session  # the worker's, re-exported
 
 OPSET = 17
 

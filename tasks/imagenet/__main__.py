@@ -1,12 +1,6 @@
 import sys
 
+from tasks.grid.cli import main
 from tasks.grid.help import run_command
 
-
-def main() -> int:
-    from tasks.grid.cli import main
-
-    return main("imagenet")
-
-
-sys.exit(run_command(main))
+sys.exit(run_command(lambda: main("imagenet")))

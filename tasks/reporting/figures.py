@@ -34,8 +34,8 @@ def figure1_lines() -> list[str]:
 
 
 # The paper's Figure 5: ResNet-18/50 on ImageNet (left), ResNet-32/56 on CIFAR-100 (right).
-FIGURE4_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
-FIGURE4_HINT = {
+FIGURE5_MODELS = {"cifar": ("resnet32", "resnet56"), "imagenet": ("resnet18", "resnet50")}
+FIGURE5_HINT = {
     "cifar": "python -m tasks.cifar --dataset {dataset} --model {model} --all-methods --sparsity {target} "
     "--profile paper-cpu",
     "imagenet": "python -m tasks.imagenet --data-root IMAGENET --models {model} --all-methods "
@@ -54,7 +54,7 @@ def allocation_panels(records: list[dict], task: str, dataset: str, target: floa
         and "per_layer" in r
     ]
     # The paper's models get a panel even before they run, except on a partial ImageNet (never run there).
-    paper = FIGURE4_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
+    paper = FIGURE5_MODELS.get(task, ()) if task == "cifar" or dataset == "imagenet" else ()
     models = list(paper) + sorted({r["model"] for r in chosen} - set(paper))
     # Figure 1's paper methods (not fcpts-fixed: its allocation is ERK's, drawn over POT (ERK)'s line and hiding it).
     order = [m for m in figure1_lines() if get_method(m).in_paper]
@@ -113,7 +113,7 @@ def figure5(records: list[dict], task: str, dataset: str, out: Path, target: flo
             )
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: no layer hidden
         else:
-            hint = FIGURE4_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
+            hint = FIGURE5_HINT.get(task, "").format(dataset=dataset, model=model, target=target)
             ax.text(0.5, 0.5, f"no record yet: {hint}", ha="center", va="center", transform=ax.transAxes, fontsize=9)
             ax.set_xticks([])
         ax.grid(alpha=0.3)

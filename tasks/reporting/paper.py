@@ -30,16 +30,6 @@ BENCHMARKS = RESULTS_DIR / "benchmarks"
 WEIGHTS_DIR = RESULTS_DIR / "weights"
 # Table 2's CSV columns, a row a cell with a record
 TABLE2_FIELDS = "dataset model method sparsity top1 top5 dense_top1 drop profile paper_top1 paper_top5 record".split()
-# Modules renamed since a record was made: a table quotes the command that runs today.
-RENAMED_MODULES = {"tasks.train": "tasks.cifar.train"}
-
-
-def runnable_command(command: str) -> str:
-    """A record's `python -m <module> ...` with the module's current name."""
-    for old, new in RENAMED_MODULES.items():
-        if command.startswith(f"python -m {old} "):
-            return f"python -m {new} " + command.removeprefix(f"python -m {old} ")
-    return command
 
 
 def training_record(weights_dir: Path, dataset: str, model: str) -> dict | None:
@@ -140,7 +130,7 @@ def table2(
     trained_lines = [
         f"- {ds} {model}: {t['final_test']['top1']:.2f}/{t['final_test']['top5']:.2f} after "
         f"{t['recipe']['epochs']} epochs ({t['wall_s'] / 3600:.1f} h on {t['device']}), "
-        f"`{runnable_command(t['command'])}`"
+        f"`{t['command'].replace('python -m tasks.train ', 'python -m tasks.cifar.train ', 1)}`"  # renamed since
         for (ds, model), t in sorted(trained_notes.items())
     ]
     text = render.page(
@@ -276,12 +266,6 @@ def has_paper_budget(record: dict) -> bool:
     return same_loop and not budget.get("options") and images == paper.n_calibration
 
 
-def equal_load_times(benchmark: str) -> list[str]:
-    """The method-time benchmark's header and ratio lines (its provenance stays in its file)."""
-    lines = benchmark.splitlines()
-    return [lines[0], *(line for line in lines[1:] if "ratio to " in line)] if lines else []
-
-
 def table6(records: list[dict], reference: list[dict], method_times: dict[str, str] | None = None) -> str:
     """Table 6 from the records' wall times; below it, the method-time benchmark's equal-load ratios (file name ->
     text) where methods beyond the paper are shown."""
@@ -318,7 +302,13 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         "device column names two processors compares runs on different machines. "
         + _pot_cut_note(records)
         + "Only `paper` rows measure the paper's comparison. "
-        + _gpu_check_note(groups)
+        + (
+            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
+            "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 "
+            "images capped there), evaluated on 2,000 test images. "
+            if any("(GPU check" in profile for *_, profile in groups)
+            else ""
+        )
         + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
         "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
@@ -331,19 +321,11 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             for block in (
                 "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
                 f"(`python -m benchmarks.speed.method_time`, {name}):",
-                "\n".join(["```", *equal_load_times(text), "```"]),
+                "\n".join(
+                    ["```", *(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln), "```"]
+                ),
             )
         ),
-    )
-
-
-def _gpu_check_note(groups: dict[tuple, dict[str, dict]]) -> str:
-    if not any("(GPU check" in profile for _ds, _m, _sp, profile in groups):
-        return ""
-    return (
-        "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
-        "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 images "
-        "capped there), evaluated on 2,000 test images. "
     )
 
 

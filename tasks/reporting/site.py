@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 
 from fcpts.core.io import write_text_atomic
 from fcpts.methods import label
-from tasks.grid.layout import REFERENCE, read_reference
+from tasks.grid.layout import read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
 from tasks.reporting.paper import TABLES, WEIGHTS_DIR, gpu_check_records, render_tables
@@ -347,24 +347,16 @@ def _table_link(url: str) -> str:
     return f"#{url[:-3]}" if re.fullmatch(r"[\w.-]+\.md", url) else url
 
 
-def build_site(
-    out_dir: Path = SITE_DIR,
-    runs_dir: Path = RUNS_DIR,
-    figures_dir: Path = FIGURES_DIR,
-    tables_dir: Path = TABLES,
-    reference_path: Path = REFERENCE,
-    weights_dir: Path = WEIGHTS_DIR,
-) -> list[Path]:
-    records, reference = all_records(runs_dir), read_reference(reference_path)
+def build_site(out_dir: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> None:
+    records, reference = all_records(runs_dir), read_reference()
     plots = clear_but_plots(out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    written = []
     tables = render_tables(
-        records, reference, weights_dir, gpu_check_records(), record_link=lambda r: f"runs/{run_slug(r)}.html"
+        records, reference, WEIGHTS_DIR, gpu_check_records(), record_link=lambda r: f"runs/{run_slug(r)}.html"
     )
     for name in COMMITTED_TABLES:
-        if (tables_dir / name).is_file():
-            tables[name] = (tables_dir / name).read_text()
+        if (TABLES / name).is_file():
+            tables[name] = (TABLES / name).read_text()
     md_tables = sorted((n for n in tables if n.endswith(".md")), key=lambda n: (not n.startswith("table"), n))
     heading = {
         n: next((line.lstrip("# ") for line in tables[n].splitlines() if line.startswith("#")), "table")
@@ -375,7 +367,7 @@ def build_site(
         f"<section id='{n[:-3]}'>{markdown_to_html(tables[n], _table_link)}</section><hr>" for n in md_tables
     )
     (out_dir / "figures").mkdir()
-    figures = sorted(figures_dir.glob("*.png"))
+    figures = sorted(FIGURES_DIR.glob("*.png"))
     for f in figures:
         shutil.copyfile(f, out_dir / "figures" / f.name)
     figure_html = "".join(
@@ -384,16 +376,14 @@ def build_site(
         for f in figures
     )
     paper = paper_numbers(reference)
-    rows = []
+    rows, drawn = [], set()
     for r in records:
         row = {**index_row(r, paper), "slug": run_slug(r)}
         plot = out_dir / "runs" / plot_name(r)
         if plot not in plots:
             draw_run_plot(plot_inputs(r), plot)
-        written.append(plot)
-        path = out_dir / "runs" / f"{row['slug']}.html"
-        write_text_atomic(path, run_page(r, row, plot.name))
-        written.append(path)
+        drawn.add(plot)
+        write_text_atomic(out_dir / "runs" / f"{row['slug']}.html", run_page(r, row, plot.name))
         rows.append(row)
     write_text_atomic(out_dir / "records.csv", csv_text(INDEX_FIELDS, rows))
     body = (
@@ -409,9 +399,8 @@ def build_site(
         f"<span id='runs-shown' class='muted'>{len(rows)} runs</span></p>{runs_table(rows)}"
     )
     write_text_atomic(out_dir / "index.html", page("FCPTS results", body))
-    for stale in plots - set(written):
+    for stale in plots - drawn:
         stale.unlink()
-    return [out_dir / "index.html", out_dir / "records.csv", *written]
 
 
 def clear_but_plots(out_dir: Path) -> set[Path]:

@@ -12,7 +12,8 @@ from onnx import numpy_helper
 from torch import nn
 
 from tasks.deploy import checkpoints, driver, runtimes
-from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict, ort_session
+from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict
+from tasks.deploy.runtimes import ort_session
 from tasks.deploy.sparse_storage import (
     from_sparse_initializers,
     load_any,
