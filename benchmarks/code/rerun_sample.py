@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from benchmarks.report import parser
+from benchmarks import parser
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
 from tasks.grid.data import DataNotFoundError, resolve_data_root
@@ -30,8 +30,6 @@ from tasks.grid.runner import Where
 RECORD_DIRS = (RUNS_DIR, RESULTS_DIR / "regression")
 LEFT_OUT = ("spread",)  # under results/regression: the references re-run on other processors
 STAND_IN_TASKS = ("cifar", "imagenet")  # preferred: their data is here and their cells are cheap
-DEFAULT_MAX_WALL_S = 1200.0  # a cell whose record took longer is skipped (the run's CPU budget is about an hour)
-DEFAULT_OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 
 
 def committed_records(dirs: Iterable[Path] = RECORD_DIRS, with_spread: bool = False) -> list[dict]:
@@ -374,16 +372,7 @@ def still_current(row: dict, records: list[dict], this_processor: Processor | No
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, out=None)
-    p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON output; a .md table is written beside it")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
-    p.add_argument("--max-wall-s", type=float, default=DEFAULT_MAX_WALL_S, help="skip a cell whose record took longer")
-    p.add_argument("--this-processor", action="store_true", help="only records made on this machine's processor")
-    p.add_argument("--work-dir", type=Path, help="run each cell in WORK_DIR/<method>, resuming what this commit began")
-    p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
-    forget = "drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)"
-    p.add_argument("--forget-note", action="append", default=[], metavar="TEXT", help=forget)
+    p = parser("rerun-sample")
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
     if args.out.suffix != ".json":

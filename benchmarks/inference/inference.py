@@ -19,27 +19,19 @@ from typing import Any
 import torch
 from torch import nn
 
+from benchmarks import parser
 from benchmarks.inference.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
 from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
 from tasks.deploy.checkpoints import load_sparse_checkpoint
-from tasks.deploy.driver import DEPLOY_DIR, provenance
+from tasks.deploy.driver import provenance
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_session
 from tasks.deploy.runtimes import RuntimeNotInstalled, peak_memory, run_worker, runtime_version
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
 from tasks.deploy.worker import time_interleaved
-from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
 
-TABLE = REPO_ROOT / "results" / "tables" / "table7_inference.md"
-RAW = DEPLOY_DIR / "table7_inference.json"
-CIFAR_CHECKPOINT = DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
-DEFAULT_RECORDS = [  # real sparse models of grid cells: EfficientNet-Lite0
-    REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
-    for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")
-]
-EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
 TORCH_RUNTIMES = ["torch", "torch-csr"]
 
 
@@ -297,7 +289,9 @@ def measure_family(fam: Family, runtimes: list[str], args, merging: bool, result
     }
     for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
         timed = {
-            rt: time_external(rt, fam, int(batch), runs, args.warmup, args.threads) for rt in runtimes if rt in EXTERNAL
+            rt: time_external(rt, fam, int(batch), runs, args.warmup, args.threads)
+            for rt in runtimes
+            if rt not in TORCH_RUNTIMES
         }
         if set(TORCH_RUNTIMES) & set(runtimes):
             timed |= {rt: r for rt, r in time_torch(fam, int(batch), runs, args.warmup).items() if rt in runtimes}
@@ -312,30 +306,8 @@ def measure_family(fam: Family, runtimes: list[str], args, merging: bool, result
     return fr
 
 
-def parse_args(argv=None):
-    p = command_parser("python -m benchmarks inference", __doc__)
-    p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
-    p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.9], help="rates of random models")
-    p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
-    p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
-    p.add_argument("--records", nargs="+", default=[str(r) for r in DEFAULT_RECORDS], help="family 'records'")
-    p.add_argument("--merge", action="store_true", help="keep the raw file's other families; measure only --families")
-    p.add_argument("--data-root")
-    p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
-    p.add_argument("--runs-b1", type=int, default=30)
-    p.add_argument("--runs-b32", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-memory", action="store_true")
-    p.add_argument("--quick", action="store_true", help="smoke run: 64x64 inputs, 3 runs, table to a temp dir")
-    p.add_argument("--table", default=str(TABLE))
-    p.add_argument("--raw", default=str(RAW))
-    p.add_argument("--render", metavar="RAW_JSON", help="measure nothing: rewrite the table from a raw file")
-    return p.parse_args(argv)
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parser("inference").parse_args(argv)
     if args.render:
         result = json.loads(Path(args.render).read_text())
         result["rendered_by"] = command_line()

@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.report import parser
+from benchmarks import parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import checkout_commit
 
-DEFAULT_DATA = REPO_ROOT / "gpu_data"
 TRAVEL_LIMIT = 64 * 2**20  # what travels to the device: the tracked files and gpu_data/ together
 # The archives' own filter chain (../shared/data/README.md): small enough to travel.
 XZ_FILTERS = [
@@ -330,21 +329,7 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, out=None)
-    sub = p.add_subparsers(dest="command", required=True)
-    pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
-    pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
-    pr.add_argument("--dest", default=str(DEFAULT_DATA))
-    pr.add_argument("--train", type=int, default=2000, help="training images (calibration; POT takes them all)")
-    pr.add_argument("--test", type=int, default=2000, help="test images (evaluation)")
-    rn = sub.add_parser("run", help="run every part")
-    rn.add_argument("--out", required=True, help="everything goes under this folder (on the device: $OUT)")
-    rn.add_argument("--data-root", default=str(DEFAULT_DATA))
-    rn.add_argument("--device", help="default: cuda, cpu for --dry-run")
-    rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 1500: a bound on a hang)")
-    rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
-    rn.add_argument("--only", nargs="+", help="run only these parts")
-    rn.add_argument("--continue-from", help="an earlier call's gpu_check.tar.gz (in gpu_data/) or OUT/work: finish it")
+    p = parser("gpu-check")
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)

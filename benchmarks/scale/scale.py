@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.report import parser
+from benchmarks import parser
 from benchmarks.scale.scale_cell import makes_size_choices, method_kind
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
@@ -387,22 +387,7 @@ def finish(result: dict, sizes: dict) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = parser(__doc__, out=None)
-    p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
-    p.add_argument("--models", nargs="+", help="default: the paper's seven (tasks/imagenet/models.py)")
-    p.add_argument("--methods", nargs="+", help="default: every registered method")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--small", action="store_true", help="tiny probes (a couple of images and steps) for a CPU")
-    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take")
-    p.add_argument("--budget-s", type=float, help="start no cell after this many seconds (the rest: 'skipped')")
-    p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
-    p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
-    p.add_argument("--paper-grid", action="store_true", help="the pairs of the paper's ImageNet tables, kept cells too")
-    p.add_argument("--resume", action="store_true", help="keep the finished cells of an earlier --out (same probes)")
-    p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
-    p.add_argument("--again", nargs="+", default=[], metavar="METHOD", help="measure these again, --merge or not")
-    p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
-    p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
+    p = parser("scale")
     args = p.parse_args(argv)
     if args.reproject:
         if not args.out or not Path(args.out).is_file():

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import fcpts
-from benchmarks.report import measure_then_emit, parser
+from benchmarks import parser
+from benchmarks.report import measure_then_emit
 from tasks.grid.cifar_models import cifar_resnet
 
 # Operators that only make a new view or an empty buffer: no kernel on a GPU.
@@ -111,11 +112,7 @@ def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--model", default="resnet56")
-    p.add_argument("--batch-size", type=int, default=2, help="does not change the count; small is quick")
-    p.add_argument("--steps", type=int, default=2)
-    args = p.parse_args(argv)
+    args = parser("step-ops").parse_args(argv)
     measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps), args.out)
 
 
