@@ -33,6 +33,7 @@ from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
 
 TORCH_RUNTIMES = ["torch", "torch-csr"]
+PLAIN_1X1 = ((1, 1), 1, (0, 0), (1, 1))  # kernel, groups, padding, dilation
 
 
 @dataclass
@@ -147,32 +148,23 @@ def export_family(fam: Family, work: Path) -> None:
 
 
 class CSRLinear(nn.Module):
-    """y = x W^T + b with W as a CSR matrix (torch.sparse, MKL on CPU)."""
+    """A Linear, or a 1x1 ungrouped unpadded Conv2d (`stride` given), as y = W x + b with W a CSR matrix (out, in)
+    (torch.sparse, MKL on CPU)."""
 
-    def __init__(self, layer: nn.Linear):
+    def __init__(self, layer: nn.Linear | nn.Conv2d, stride: tuple[int, ...] | None = None):
         super().__init__()
-        self.weight = layer.weight.detach().to_sparse_csr()
+        self.stride = stride
+        self.weight = layer.weight.detach().flatten(1).to_sparse_csr()
         self.bias = None if layer.bias is None else layer.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = (self.weight @ x.t()).t()
-        return y if self.bias is None else y + self.bias
-
-
-class CSRConv1x1(nn.Module):
-    """A 1x1, ungrouped, unpadded conv as CSR W (out, in) @ X (in, N*H*W)."""
-
-    def __init__(self, conv: nn.Conv2d):
-        super().__init__()
-        self.stride = conv.stride
-        self.weight = conv.weight.detach().flatten(1).to_sparse_csr()
-        self.bias = None if conv.bias is None else conv.bias.detach().view(1, -1, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride is None:
+            y = (self.weight @ x.t()).t()
+            return y if self.bias is None else y + self.bias
         x = x[:, :, :: self.stride[0], :: self.stride[1]]
         n, c, h, w = x.shape
         y = (self.weight @ x.transpose(0, 1).reshape(c, n * h * w)).view(-1, n, h, w).transpose(0, 1)
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
 
 
 def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
@@ -185,13 +177,8 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
         total += layer_weight(m).numel()
         if isinstance(m, nn.Linear):
             model.set_submodule(name, CSRLinear(m))
-        elif isinstance(m, nn.Conv2d) and (m.kernel_size, m.groups, m.padding, m.dilation) == (
-            (1, 1),
-            1,
-            (0, 0),
-            (1, 1),
-        ):
-            model.set_submodule(name, CSRConv1x1(m))
+        elif isinstance(m, nn.Conv2d) and (m.kernel_size, m.groups, m.padding, m.dilation) == PLAIN_1X1:
+            model.set_submodule(name, CSRLinear(m, m.stride))
         else:
             continue
         moved += layer_weight(m).numel()
@@ -238,14 +225,8 @@ def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dic
     for (rt, label), res in speedups(time_interleaved(runners, x, warmup, runs), ("torch", "dense")).items():
         out[rt][label] = res
     out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels
-    return {
-        "torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
-        "torch-csr": {
-            "version": torch.__version__,
-            "options": {"csr_weight_share": moved},
-            "results": out["torch-csr"],
-        },
-    }
+    options = {"torch": {}, "torch-csr": {"csr_weight_share": moved}}
+    return {rt: {"version": torch.__version__, "options": options[rt], "results": out[rt]} for rt in out}
 
 
 def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:

@@ -275,8 +275,7 @@ def run(
     parts = [p for p in parts if not only or p.name in only]
     earlier = out / "work" / "summary.json"  # an earlier call's, when continuing
     parts_before = json.loads(earlier.read_text())["parts"] if earlier.is_file() else []
-    passed = {r["part"]: r for r in parts_before}
-    passed = {name: r for name, r in passed.items() if r["status"].startswith("passed")}
+    passed = {r["part"]: r for r in parts_before if r["status"].startswith("passed")}
     todo = [p for p in parts if p.name not in passed]
     deadline = time.perf_counter() + total_s
     results = []
@@ -309,17 +308,14 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
     import torch
 
     where = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+    passed = sum(r["status"].startswith("passed") for r in results)
+    left = "; what is left: run again with --continue-from this gpu_check.tar.gz (carried inside gpu_data/)"
     lines = [
         f"GPU check{' (CPU dry run, tiny sizes: no result)' if dry_run else ''} on {where}, torch {torch.__version__}, "
         f"commit {commit or 'unknown'}",
         *(f"{r['part']:10s} {r['status']:28s} {r['seconds']:7.1f} s (limit {r['limit_s']} s)" for r in results),
-        f"{sum(r['status'].startswith('passed') for r in results)} of {len(results)} parts passed; "
-        "logs and records in gpu_check.tar.gz"
-        + (
-            ""
-            if all(r["status"].startswith("passed") for r in results)
-            else "; what is left: run again with --continue-from this gpu_check.tar.gz (carried inside gpu_data/)"
-        ),
+        f"{passed} of {len(results)} parts passed; logs and records in gpu_check.tar.gz"
+        + (left if passed < len(results) else ""),
     ]
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     summary = {"git_commit": commit, "device": where, "torch": torch.__version__, "dry_run": dry_run, "parts": results}

@@ -133,15 +133,10 @@ def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool
     return intercept, slope, False
 
 
-def timed_steps(probe: dict, warmup: int) -> list[float]:
-    steps = probe.get("step_s") or []
-    return steps[warmup:] or steps[-1:]
-
-
 def project_training(cell: dict, paper: dict, warmup: int) -> dict:
     """Per-step seconds at the paper's batch, setup seconds and the cell's projected seconds."""
     probes = sorted(cell["probes"], key=lambda p: p["batch_size"])
-    step = {p["batch_size"]: statistics.median(timed_steps(p, warmup)) for p in probes}
+    step = {p["batch_size"]: statistics.median(p["step_s"][warmup:] or p["step_s"][-1:]) for p in probes}
     batch = paper["batch_size"]
     clamped = False
     if batch in step:
@@ -460,18 +455,11 @@ def main(argv=None) -> dict:
             )
         for c in earlier["cells"]:
             c.setdefault("git_commit", earlier["git_commit"])  # a kept cell names the code that measured it
-        failed.update(
-            {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] in ("crashed", "timeout", "error")}
-        )
-        done.update(
-            {
-                (c["model"], c["method"]): c
-                for c in earlier["cells"]
-                if c["status"] == "ok"
-                and same_probes(c["kind"], earlier["sizes"], sizes, c["method"])
-                and c["method"] not in again
-            }
-        )
+            if c["status"] in ("crashed", "timeout", "error"):
+                failed[c["model"], c["method"]] = c
+            elif c["status"] == "ok" and c["method"] not in again:
+                if same_probes(c["kind"], earlier["sizes"], sizes, c["method"]):
+                    done[c["model"], c["method"]] = c
     t0 = time.perf_counter()
     result = {
         "mode": "small" if args.small else "full",
