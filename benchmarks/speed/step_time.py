@@ -69,10 +69,6 @@ class PlainStep:
             if runner.graphs and runner.how != "cuda-graph":
                 raise RuntimeError(f"the {what} was to replay from a CUDA graph but runs {runner.how}")
 
-    def clear(self) -> None:
-        self.times.clear()
-        self.teacher_times.clear()
-
 
 class PairedImages(Images):
     """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
@@ -96,7 +92,8 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     for _ in range(WARMUP):
         plain()
     plain.check_replayed()
-    plain.clear()
+    plain.times.clear()
+    plain.teacher_times.clear()
     on_gpu = device.type == "cuda"
     if on_gpu:
         for _ in range(WARMUP + steps):
