@@ -67,12 +67,11 @@ def paper_budget(method: str) -> dict:
 
 def cache_bound_gb(method: str, budget: dict) -> float | None:
     """The most a method's cache adds to its memory (GB): `cache_bytes` times CACHE_COPIES; None without one."""
-    options = get_method(method).options
-    copies = getattr(options, "CACHE_COPIES", None)
+    m = get_method(method)
+    copies = getattr(m.options, "CACHE_COPIES", None)
     if copies is None:
         return None
-    cache = budget["options"].get("cache_bytes", vars(get_method(method).make_options())["cache_bytes"])
-    return copies * cache / 1e9
+    return copies * budget["options"].get("cache_bytes", vars(m.make_options())["cache_bytes"]) / 1e9
 
 
 def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float, threads: int | None) -> dict:

@@ -190,12 +190,11 @@ def run_cell(spec: dict) -> dict:
     result: dict[str, Any] = {"kind": kind, "build_s": round(build_s, 2), "layers_total": len(costs), "probes": []}
     result["macs_total"] = sum(c["macs"] for c in costs.values())
     result["params_total"] = sum(c["params"] for c in costs.values())
-    defaults = method.make_options({}, {})
     if kind == "training":
         overrides = {**base, "log_every": 1, **spec.get("small_options", {})}
         overrides = {k: v for k, v in overrides.items() if k in method.options.field_names()}
         if "search_runs" in method.options.field_names():  # a search of whole runs: time one, count the rest
-            result["runs_per_cell"] = overrides.get("search_runs", vars(defaults)["search_runs"])
+            result["runs_per_cell"] = overrides.get("search_runs", vars(method.make_options({}, {}))["search_runs"])
             overrides["search_runs"] = 1
         iterations = spec["warmup"] + spec["steps"]
         for batch in spec["batch_sizes"]:
