@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from benchmarks import BENCHMARKS
+from benchmarks import BENCHMARKS, parser
 
 
 def listing() -> str:
@@ -17,20 +17,20 @@ def listing() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
+    top = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Run one of the suite's measurements; `python -m benchmarks NAME --help` for its options.",
         epilog="measurements:\n" + listing(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--list", action="store_true", help="name each measurement and what it guards, then exit")
-    parser.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), metavar="NAME", help="the measurement to run")
-    args = parser.parse_args(argv[:1])
+    top.add_argument("--list", action="store_true", help="name each measurement and what it guards, then exit")
+    top.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), metavar="NAME", help="the measurement to run")
+    args = top.parse_args(argv[:1])
     if args.list or args.name is None:
         print(listing())
         return 0 if args.list else 2
-    sys.argv[0] = f"python -m benchmarks {args.name}"  # its usage line; argv[1:] stays as typed for the records
-    # The module's own parser reads the rest; records name the command as typed (`python -m benchmarks NAME ...`).
+    parser(args.name).parse_args(argv[1:])  # --help and bad flags answer here, before torch is imported
+    # The module parses the same flags with the same parser; records name the command as typed.
     result = importlib.import_module(BENCHMARKS[args.name].module).main(argv[1:])
     return result if isinstance(result, int) else 0
 

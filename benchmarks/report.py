@@ -1,8 +1,7 @@
-"""What the benchmarks share: their parser, and a text output's measured lines followed by its provenance."""
+"""What the benchmarks share: a text output's measured lines followed by its provenance."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -11,16 +10,6 @@ import torch
 
 from fcpts.core.io import write_text_atomic
 from tasks.grid.records import command_line, git_commit
-
-
-def parser(doc: str | None, device: bool = False, out: str | None = "--out") -> argparse.ArgumentParser:
-    """A benchmark's parser: its module docstring as help, `out` (the text is written there too), `--device`."""
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    if out:
-        p.add_argument(out, help="also write the output (with its provenance) to this file")
-    if device:
-        p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    return p
 
 
 def synchronize(device: str | torch.device) -> None:

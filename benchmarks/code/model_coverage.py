@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 import fcpts
-from benchmarks.report import measure_then_emit, parser
+from benchmarks import parser
+from benchmarks.report import measure_then_emit
 from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
@@ -143,10 +144,7 @@ def measure(models: tuple[Model, ...], methods: list[str], limit_s: int) -> list
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--models", nargs="+", help="names from MODELS (default: all)")
-    p.add_argument("--methods", nargs="+", help="registered methods (default: all)")
-    p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
+    p = parser("model-coverage")
     args = p.parse_args(argv)
     known = {m.name: m for m in MODELS}
     unknown = sorted(set(args.models or ()) - set(known))

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from benchmarks.report import parser
+from benchmarks import parser
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
 from tasks.grid.data import DataNotFoundError, resolve_data_root
@@ -30,8 +31,6 @@ from tasks.grid.runner import Where
 RECORD_DIRS = (RUNS_DIR, RESULTS_DIR / "regression")
 LEFT_OUT = ("spread",)  # under results/regression: the references re-run on other processors
 STAND_IN_TASKS = ("cifar", "imagenet")  # preferred: their data is here and their cells are cheap
-DEFAULT_MAX_WALL_S = 1200.0  # a cell whose record took longer is skipped (the run's CPU budget is about an hour)
-DEFAULT_OUT = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
 
 
 def committed_records(dirs: Iterable[Path] = RECORD_DIRS, with_spread: bool = False) -> list[dict]:
@@ -66,10 +65,6 @@ class Processor(NamedTuple):
     kernels: str
 
 
-def this_machine() -> Processor:
-    return Processor(processor(device_description("cpu")), cpu_identity())
-
-
 def recorded_kernels(record: dict) -> str | None:
     """The kernels and generation the record's machine ran (None: the record predates them)."""
     return record.get("environment", {}).get("cpu")
@@ -85,38 +80,31 @@ def why_another_processor(record: dict, here: Processor) -> str | None:
     return None
 
 
-def preference(record: dict) -> tuple[bool, bool, float]:
-    """The picking order: records with a mask hash, then CIFAR/ImageNet stand-in cells, then the cheapest."""
-    return "mask_sha256" not in record, record["task"] not in STAND_IN_TASKS, float(record["wall_s"])
-
-
 def pick_record(
     records: list[dict],
     method: str,
     runnable: Callable[[dict], str | None] = why_not_runnable,
     this_processor: Processor | None = None,
 ):
-    """(the record to re-run for `method` or None, why none); given `this_processor`, only records made on it."""
+    """(the record to re-run for `method` or None, why none); given `this_processor`, only records made on it.
+    Preferred: a record naming this processor's generation, with a mask hash, a stand-in task's, the cheapest."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
         return None, "no committed record of this method"
-    reasons: dict[str, int] = {}
-    usable = []
-    for r in mine:
-        why = runnable(r)
-        if why is None and this_processor is not None:
-            why = why_another_processor(r, this_processor)
-        if why is None:
-            usable.append(r)
-        else:
-            reasons[why] = reasons.get(why, 0) + 1
+    why = {id(r): runnable(r) or (why_another_processor(r, this_processor) if this_processor else None) for r in mine}
+    usable = [r for r in mine if not why[id(r)]]
     if not usable:
-        return None, "; ".join(f"{n} record(s): {why}" for why, n in reasons.items())
-
-    def unknown_generation(r: dict) -> bool:
-        return this_processor is not None and recorded_kernels(r) is None
-
-    return min(usable, key=lambda r: (unknown_generation(r), preference(r), r["_path"])), None
+        return None, "; ".join(f"{n} record(s): {w}" for w, n in Counter(why.values()).items())
+    return min(
+        usable,
+        key=lambda r: (
+            this_processor is not None and recorded_kernels(r) is None,
+            "mask_sha256" not in r,
+            r["task"] not in STAND_IN_TASKS,
+            float(r["wall_s"]),
+            r["_path"],
+        ),
+    ), None
 
 
 def _voc_substitute(record: dict, scratch: Path) -> str | None:
@@ -140,50 +128,41 @@ def same_numbers(old: dict, new: dict) -> bool:
             return round(value, 9) if math.isfinite(value) else str(value)
         if isinstance(value, dict):
             return {k: flat(v) for k, v in value.items()}
-        if isinstance(value, list):
+        if isinstance(value, (list, tuple)):
             return [flat(v) for v in value]
         return value
 
-    def layers(record: dict) -> list:  # each layer's sparsity: the allocation, where a record has no mask hash
-        return [(layer["name"], flat(layer["sparsity"])) for layer in record["per_layer"]]
+    def numbers(record: dict) -> Any:  # each layer's sparsity: the allocation, where a record has no mask hash
+        layers = [(layer["name"], layer["sparsity"]) for layer in record["per_layer"]]
+        return flat([record["achieved_sparsity"], record["metrics"], record["dense_metrics"], layers])
 
-    keys = ("achieved_sparsity", "metrics", "dense_metrics")
-    return all(flat(old[k]) == flat(new[k]) for k in keys) and layers(old) == layers(new)
+    return numbers(old) == numbers(new)
 
 
-def compare(old: dict, new: dict) -> dict:
-    """The row's comparison: hashes (the old one may be missing), headline metric, and whether they match."""
-    metric, old_value = headline(old)
-    old_hash, new_hash = old.get("mask_sha256"), new["mask_sha256"]
-    numbers = same_numbers(old, new)
+def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
+    """Re-run one record's cell on one thread into scratch (`resume`: from what an earlier re-run left there);
+    the comparison: hashes (none recorded: the numbers alone decide, as `compared` says), headline, numbers."""
+    torch.set_num_threads(1)
+    where = Where(runs_dir=scratch / "runs", checkpoint_dir=scratch / "checkpoints", progress=False)
+    if data_root := _voc_substitute(record, scratch):
+        where = replace(where, data_root=data_root)
+    wall, cpu = time.perf_counter(), time.process_time()
+    new, _ = rerun_record(record, where, force=not resume)
+    metric, old_value = headline(record)
+    old_hash, new_hash = record.get("mask_sha256"), new["mask_sha256"]
+    numbers = same_numbers(record, new)
     return {
         "metric": metric,
         "old_value": old_value,
         "new_value": headline(new)[1],
-        "old_achieved_sparsity": old["achieved_sparsity"],
+        "old_achieved_sparsity": record["achieved_sparsity"],
         "new_achieved_sparsity": new["achieved_sparsity"],
         "old_mask_sha256": old_hash,
         "new_mask_sha256": new_hash,
         "hash_match": None if old_hash is None else old_hash == new_hash,
         "numbers_match": numbers,
-        # No hash recorded: the numbers alone decide (a weaker check, said in the row's `compared`).
         "match": numbers and (old_hash is None or old_hash == new_hash),
         "compared": "mask hash and numbers" if old_hash else "numbers only (the record predates its mask hash)",
-    }
-
-
-def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
-    """Re-run one record's cell on one thread into scratch (`resume`: from what an earlier re-run left there)."""
-    torch.set_num_threads(1)
-    runs = scratch / "runs"
-    where = Where(runs_dir=runs, checkpoint_dir=scratch / "checkpoints", progress=False)
-    data_root = _voc_substitute(record, scratch)
-    if data_root:
-        where = replace(where, data_root=data_root)
-    wall, cpu = time.perf_counter(), time.process_time()
-    new, _ = rerun_record(record, where, force=not resume)
-    row = {
-        **compare(record, new),
         "cell_wall_s": time.perf_counter() - wall,  # data, dense evaluation, method and evaluation
         "cell_cpu_s": time.process_time() - cpu,
         "old_wall_s": record["wall_s"],
@@ -196,7 +175,6 @@ def run_cell(record: dict, scratch: Path, resume: bool = False) -> dict:
         "new_git_commit": new["git_commit"],
         "old_created": record.get("created"),
     }
-    return row
 
 
 def same_code_as_before(scratch: Path) -> bool:
@@ -281,29 +259,23 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
-def short_commit(commit: str, length: int = 7) -> str:
-    """`eb96463+dirty` of a full hash with or without '+dirty': enough to find it, and whether the tree was clean."""
-    return commit[:length] + ("+dirty" if "+dirty" in commit else "")
-
-
-def _kernels(kernels: str | None) -> str:
-    return f" ({kernels})" if kernels else ""
-
-
-def recorded_on(row: dict) -> str:
-    """The record's machine, with its kernels and generation where the record names them."""
-    if row.get("old_kernels") or not row.get("new_kernels"):
-        return row["old_device"] + _kernels(row.get("old_kernels"))
-    return f"{row['old_device']} (generation not recorded)"
-
-
-def match_cell(row: dict) -> str:
-    """yes / NO, saying where the difference may be the processor's (the record names no generation)."""
-    if row["match"]:
-        return "yes"
-    unknown = not row.get("old_kernels") and row.get("new_kernels")
-    same_name = processor(row["old_device"]) == processor(row["new_device"])
-    return "NO (the record names no generation: perhaps the processor's)" if unknown and same_name else "NO"
+def table_row(r: dict) -> str:
+    """A re-run's row: where it differs and the record names no generation, the processor's may be why."""
+    old_kernels, new_kernels = r.get("old_kernels"), r.get("new_kernels")
+    unplaced = not old_kernels and new_kernels
+    recorded_on = f"{r['old_device']} ({old_kernels})" if old_kernels else r["old_device"]
+    if unplaced:
+        recorded_on = f"{r['old_device']} (generation not recorded)"
+    match = "yes" if r["match"] else "NO"
+    if not r["match"] and unplaced and processor(r["old_device"]) == processor(r["new_device"]):
+        match = "NO (the record names no generation: perhaps the processor's)"
+    commit = r["new_git_commit"][:7] + ("+dirty" if "+dirty" in r["new_git_commit"] else "")
+    return (
+        f"| {r['method']} | {r['record']} | {r['compared']} | {r['metric']} {r['old_value']:.2f} → "
+        f"{r['new_value']:.2f} | {str(r['old_mask_sha256'])[:12]} → {r['new_mask_sha256'][:12]} | {match} | "
+        f"{r['cell_wall_s']:.0f} | {recorded_on} | {processor(r['new_device'])}"
+        f"{f' ({new_kernels})' if new_kernels else ''}, {commit} |"
+    )
 
 
 def markdown(output: dict) -> str:
@@ -320,16 +292,8 @@ def markdown(output: dict) -> str:
         "|---|---|---|---|---|---|---:|---|---|",
     ]
     for r in output["rows"]:
-        if r["status"] != "ran":
-            lines.append(f"| {r['method']} | {r.get('record', '-')} | skipped: {r['reason']} | | | | | | |")
-            continue
-        hashes = f"{str(r['old_mask_sha256'])[:12]} → {r['new_mask_sha256'][:12]}"
-        lines.append(
-            f"| {r['method']} | {r['record']} | {r['compared']} | {r['metric']} {r['old_value']:.2f} → "
-            f"{r['new_value']:.2f} | {hashes} | {match_cell(r)} | {r['cell_wall_s']:.0f} | "
-            f"{recorded_on(r)} | {processor(r['new_device'])}{_kernels(r.get('new_kernels'))}, "
-            f"{short_commit(r['new_git_commit'])} |"
-        )
+        skipped = f"| {r['method']} | {r.get('record', '-')} | skipped: {r.get('reason')} | | | | | | |"
+        lines.append(table_row(r) if r["status"] == "ran" else skipped)
     return "\n".join(lines) + "\n"
 
 
@@ -374,16 +338,7 @@ def still_current(row: dict, records: list[dict], this_processor: Processor | No
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, out=None)
-    p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON output; a .md table is written beside it")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
-    p.add_argument("--max-wall-s", type=float, default=DEFAULT_MAX_WALL_S, help="skip a cell whose record took longer")
-    p.add_argument("--this-processor", action="store_true", help="only records made on this machine's processor")
-    p.add_argument("--work-dir", type=Path, help="run each cell in WORK_DIR/<method>, resuming what this commit began")
-    p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
-    forget = "drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)"
-    p.add_argument("--forget-note", action="append", default=[], metavar="TEXT", help=forget)
+    p = parser("rerun-sample")
     args = p.parse_args(argv)
     methods = check_methods(args.methods)
     if args.out.suffix != ".json":
@@ -396,7 +351,7 @@ def main(argv=None) -> int:
     earlier = [n for n in earlier if not any(text in n for text in args.forget_note)]
     notes = [*earlier, *(n for n in args.note if n not in earlier)]
     git_commit()  # pin the commit of the code that runs
-    here = this_machine() if args.this_processor else None
+    here = Processor(processor(device_description("cpu")), cpu_identity()) if args.this_processor else None
     records = committed_records(with_spread=args.this_processor)
     for method in [m for m in kept if not still_current(kept[m], records, here)]:
         then = "running it again" if method in methods else "its row is dropped (name it in --methods to re-run it)"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import tomllib
 
-from benchmarks.report import emit, parser
-from tasks.grid.paths import REPO_ROOT
+from benchmarks import parser
+from benchmarks.report import emit
 
 CODE = ("fcpts", "baselines", "tasks", "benchmarks", "paper_figures", "results")
 TYPED = ("fcpts", "baselines", "tasks", "benchmarks")  # what mypy should cover
@@ -72,9 +72,7 @@ def shape(root: Path, suites: dict[str, Path]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, out="--output")
-    p.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to measure (default: this one)")
-    p.add_argument("--suite", nargs="*", default=[], metavar="NAME=LOG", help="pytest logs to read wall times from")
+    p = parser("code-shape")
     args = p.parse_args(argv)
     suites = {}
     for item in args.suite:

@@ -19,11 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from benchmarks import parser
 from benchmarks.inference.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
 from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
 from tasks.deploy.checkpoints import load_sparse_checkpoint
-from tasks.deploy.driver import DEPLOY_DIR, provenance
+from tasks.deploy.driver import provenance
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff
 from tasks.deploy.runtimes import (
     RuntimeNotInstalled,
@@ -34,19 +35,11 @@ from tasks.deploy.runtimes import (
     time_interleaved,
 )
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
-from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
 
-TABLE = REPO_ROOT / "results" / "tables" / "table7_inference.md"
-RAW = DEPLOY_DIR / "table7_inference.json"
-CIFAR_CHECKPOINT = DEPLOY_DIR / "cifar10-resnet56-fcpts-sp90-fast-seed0.pt"
-DEFAULT_RECORDS = [  # real sparse models of grid cells: EfficientNet-Lite0
-    REPO_ROOT / "results/runs/imagenet/imagenet-val1300/efficientnet_lite0" / f
-    for f in ("fcpts-sp50-cpu-seed0.json", "fcpts-sp60-cpu-seed0.json", "fcpts-sp70-cpu-seed0.json")
-]
-EXTERNAL = ["onnxruntime", "deepsparse", "openvino"]
 TORCH_RUNTIMES = ["torch", "torch-csr"]
+PLAIN_1X1 = ((1, 1), 1, (0, 0), (1, 1))  # kernel, groups, padding, dilation
 
 
 @dataclass
@@ -161,32 +154,23 @@ def export_family(fam: Family, work: Path) -> None:
 
 
 class CSRLinear(nn.Module):
-    """y = x W^T + b with W as a CSR matrix (torch.sparse, MKL on CPU)."""
+    """A Linear, or a 1x1 ungrouped unpadded Conv2d (`stride` given), as y = W x + b with W a CSR matrix (out, in)
+    (torch.sparse, MKL on CPU)."""
 
-    def __init__(self, layer: nn.Linear):
+    def __init__(self, layer: nn.Linear | nn.Conv2d, stride: tuple[int, ...] | None = None):
         super().__init__()
-        self.weight = layer.weight.detach().to_sparse_csr()
+        self.stride = stride
+        self.weight = layer.weight.detach().flatten(1).to_sparse_csr()
         self.bias = None if layer.bias is None else layer.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = (self.weight @ x.t()).t()
-        return y if self.bias is None else y + self.bias
-
-
-class CSRConv1x1(nn.Module):
-    """A 1x1, ungrouped, unpadded conv as CSR W (out, in) @ X (in, N*H*W)."""
-
-    def __init__(self, conv: nn.Conv2d):
-        super().__init__()
-        self.stride = conv.stride
-        self.weight = conv.weight.detach().flatten(1).to_sparse_csr()
-        self.bias = None if conv.bias is None else conv.bias.detach().view(1, -1, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride is None:
+            y = (self.weight @ x.t()).t()
+            return y if self.bias is None else y + self.bias
         x = x[:, :, :: self.stride[0], :: self.stride[1]]
         n, c, h, w = x.shape
         y = (self.weight @ x.transpose(0, 1).reshape(c, n * h * w)).view(-1, n, h, w).transpose(0, 1)
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.view(1, -1, 1, 1)
 
 
 def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
@@ -199,13 +183,8 @@ def to_torch_csr(model: nn.Module) -> tuple[nn.Module, float]:
         total += layer_weight(m).numel()
         if isinstance(m, nn.Linear):
             model.set_submodule(name, CSRLinear(m))
-        elif isinstance(m, nn.Conv2d) and (m.kernel_size, m.groups, m.padding, m.dilation) == (
-            (1, 1),
-            1,
-            (0, 0),
-            (1, 1),
-        ):
-            model.set_submodule(name, CSRConv1x1(m))
+        elif isinstance(m, nn.Conv2d) and (m.kernel_size, m.groups, m.padding, m.dilation) == PLAIN_1X1:
+            model.set_submodule(name, CSRLinear(m, m.stride))
         else:
             continue
         moved += layer_weight(m).numel()
@@ -252,14 +231,8 @@ def time_torch(fam: Family, batch: int, runs: int, warmup: int) -> dict[str, dic
     for (rt, label), res in speedups(time_interleaved(runners, x, warmup, runs), ("torch", "dense")).items():
         out[rt][label] = res
     out["torch-csr"]["dense"] = out["torch"]["dense"]  # CSR's own dense reference: dense kernels
-    return {
-        "torch": {"version": torch.__version__, "options": {}, "results": out["torch"]},
-        "torch-csr": {
-            "version": torch.__version__,
-            "options": {"csr_weight_share": moved},
-            "results": out["torch-csr"],
-        },
-    }
+    options = {"torch": {}, "torch-csr": {"csr_weight_share": moved}}
+    return {rt: {"version": torch.__version__, "options": options[rt], "results": out[rt]} for rt in out}
 
 
 def measure_memory(fam: Family, runtimes: list[str], threads: int) -> dict:
@@ -303,7 +276,9 @@ def measure_family(fam: Family, runtimes: list[str], args, merging: bool, result
     }
     for batch, runs in (("1", args.runs_b1), ("32", args.runs_b32)):
         timed = {
-            rt: time_external(rt, fam, int(batch), runs, args.warmup, args.threads) for rt in runtimes if rt in EXTERNAL
+            rt: time_external(rt, fam, int(batch), runs, args.warmup, args.threads)
+            for rt in runtimes
+            if rt not in TORCH_RUNTIMES
         }
         if set(TORCH_RUNTIMES) & set(runtimes):
             timed |= {rt: r for rt, r in time_torch(fam, int(batch), runs, args.warmup).items() if rt in runtimes}
@@ -318,30 +293,8 @@ def measure_family(fam: Family, runtimes: list[str], args, merging: bool, result
     return fr
 
 
-def parse_args(argv=None):
-    p = command_parser("python -m benchmarks inference", __doc__)
-    p.add_argument("--families", nargs="+", default=["resnet18", "mobilenet_v2", "cifar", "records"])
-    p.add_argument("--sparsity", nargs="+", type=float, default=[0.5, 0.6, 0.7, 0.9], help="rates of random models")
-    p.add_argument("--runtimes", nargs="+", default=EXTERNAL + TORCH_RUNTIMES)
-    p.add_argument("--cifar-checkpoint", default=str(CIFAR_CHECKPOINT))
-    p.add_argument("--records", nargs="+", default=[str(r) for r in DEFAULT_RECORDS], help="family 'records'")
-    p.add_argument("--merge", action="store_true", help="keep the raw file's other families; measure only --families")
-    p.add_argument("--data-root")
-    p.add_argument("--size", type=int, default=224, help="input size of the ImageNet-shaped models")
-    p.add_argument("--runs-b1", type=int, default=30)
-    p.add_argument("--runs-b32", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--no-memory", action="store_true")
-    p.add_argument("--quick", action="store_true", help="smoke run: 64x64 inputs, 3 runs, table to a temp dir")
-    p.add_argument("--table", default=str(TABLE))
-    p.add_argument("--raw", default=str(RAW))
-    p.add_argument("--render", metavar="RAW_JSON", help="measure nothing: rewrite the table from a raw file")
-    return p.parse_args(argv)
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parser("inference").parse_args(argv)
     if args.render:
         result = json.loads(Path(args.render).read_text())
         result["rendered_by"] = command_line()

@@ -54,33 +54,21 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
     """Per model, sparsity and batch: the runtimes where sparsity pays (see `faster`), or none."""
     lines = []
     for name, fam in result["families"].items():
-        for label in fam["sparsity"]:
-            if label == "dense":
+        for label, batch in ((label, b) for label in fam["sparsity"] if label != "dense" for b in ("1", "32")):
+            results = {rt: pb.get(batch, {}).get("results", {}) for rt, pb in fam["latency"].items()}
+            cells = {rt: r[label] for rt, r in results.items() if label in r}
+            if not cells:
                 continue
-            for batch in ("1", "32"):
-                cells = {
-                    rt: pb[batch]["results"][label]
-                    for rt, pb in fam["latency"].items()
-                    if batch in pb and label in pb[batch]["results"]
-                }
-                if not cells:
-                    continue
-                wins = sorted(
-                    (rt for rt in cells if faster(cells[rt], threshold)), key=lambda rt: -cells[rt]["speedup"]
-                )
-                best = max(cells, key=lambda rt: cells[rt]["speedup"])
-                ort = fam["latency"].get("onnxruntime", {}).get(batch, {}).get("results", {}).get("dense")
-                vs_ort = lambda rt: (
-                    f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"
-                    if ort and rt != "onnxruntime"
-                    else ""
-                )
-                verdict = (
-                    ", ".join(f"**{rt} {cells[rt]['speedup']:.2f}x**{vs_ort(rt)}" for rt in wins)
-                    if wins
-                    else f"none (largest: {best} {cells[best]['speedup']:.2f}x)"
-                )
-                lines.append(f"| {model_label(name, fam)} | {label} | {batch} | {verdict} |")
+            ort = results.get("onnxruntime", {}).get("dense")
+
+            def shown(rt: str) -> str:
+                vs_ort = f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"
+                return f"**{rt} {cells[rt]['speedup']:.2f}x**" + (vs_ort if ort and rt != "onnxruntime" else "")
+
+            wins = sorted((rt for rt in cells if faster(cells[rt], threshold)), key=lambda rt: -cells[rt]["speedup"])
+            best = max(cells, key=lambda rt: cells[rt]["speedup"])
+            verdict = ", ".join(map(shown, wins)) or f"none (largest: {best} {cells[best]['speedup']:.2f}x)"
+            lines.append(f"| {model_label(name, fam)} | {label} | {batch} | {verdict} |")
     return lines
 
 

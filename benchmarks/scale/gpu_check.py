@@ -24,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.report import parser
+from benchmarks import parser
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import checkout_commit
 
-DEFAULT_DATA = REPO_ROOT / "gpu_data"
 TRAVEL_LIMIT = 64 * 2**20  # what travels to the device: the tracked files and gpu_data/ together
 # The archives' own filter chain (../shared/data/README.md): small enough to travel.
 XZ_FILTERS = [
@@ -276,8 +275,7 @@ def run(
     parts = [p for p in parts if not only or p.name in only]
     earlier = out / "work" / "summary.json"  # an earlier call's, when continuing
     parts_before = json.loads(earlier.read_text())["parts"] if earlier.is_file() else []
-    passed = {r["part"]: r for r in parts_before}
-    passed = {name: r for name, r in passed.items() if r["status"].startswith("passed")}
+    passed = {r["part"]: r for r in parts_before if r["status"].startswith("passed")}
     todo = [p for p in parts if p.name not in passed]
     deadline = time.perf_counter() + total_s
     results = []
@@ -310,17 +308,14 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
     import torch
 
     where = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+    passed = sum(r["status"].startswith("passed") for r in results)
+    left = "; what is left: run again with --continue-from this gpu_check.tar.gz (carried inside gpu_data/)"
     lines = [
         f"GPU check{' (CPU dry run, tiny sizes: no result)' if dry_run else ''} on {where}, torch {torch.__version__}, "
         f"commit {commit or 'unknown'}",
         *(f"{r['part']:10s} {r['status']:28s} {r['seconds']:7.1f} s (limit {r['limit_s']} s)" for r in results),
-        f"{sum(r['status'].startswith('passed') for r in results)} of {len(results)} parts passed; "
-        "logs and records in gpu_check.tar.gz"
-        + (
-            ""
-            if all(r["status"].startswith("passed") for r in results)
-            else "; what is left: run again with --continue-from this gpu_check.tar.gz (carried inside gpu_data/)"
-        ),
+        f"{passed} of {len(results)} parts passed; logs and records in gpu_check.tar.gz"
+        + (left if passed < len(results) else ""),
     ]
     (out / "summary.txt").write_text("\n".join(lines) + "\n")
     summary = {"git_commit": commit, "device": where, "torch": torch.__version__, "dry_run": dry_run, "parts": results}
@@ -330,21 +325,7 @@ def write_summary(out: Path, results: list[dict], device: str, commit: str | Non
 
 
 def main(argv=None) -> int:
-    p = parser(__doc__, out=None)
-    sub = p.add_subparsers(dest="command", required=True)
-    pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
-    pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
-    pr.add_argument("--dest", default=str(DEFAULT_DATA))
-    pr.add_argument("--train", type=int, default=2000, help="training images (calibration; POT takes them all)")
-    pr.add_argument("--test", type=int, default=2000, help="test images (evaluation)")
-    rn = sub.add_parser("run", help="run every part")
-    rn.add_argument("--out", required=True, help="everything goes under this folder (on the device: $OUT)")
-    rn.add_argument("--data-root", default=str(DEFAULT_DATA))
-    rn.add_argument("--device", help="default: cuda, cpu for --dry-run")
-    rn.add_argument("--total-s", type=float, help="time for all parts (default 465; dry run 1500: a bound on a hang)")
-    rn.add_argument("--dry-run", action="store_true", help="tiny sizes on a CPU: checks the plumbing, measures nothing")
-    rn.add_argument("--only", nargs="+", help="run only these parts")
-    rn.add_argument("--continue-from", help="an earlier call's gpu_check.tar.gz (in gpu_data/) or OUT/work: finish it")
+    p = parser("gpu-check")
     args = p.parse_args(argv)
     if args.command == "prepare":
         info = prepare(Path(args.source), Path(args.dest), args.train, args.test)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.report import parser
+from benchmarks import parser
 from benchmarks.scale.scale_cell import makes_size_choices, method_kind
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
@@ -67,12 +67,11 @@ def paper_budget(method: str) -> dict:
 
 def cache_bound_gb(method: str, budget: dict) -> float | None:
     """The most a method's cache adds to its memory (GB): `cache_bytes` times CACHE_COPIES; None without one."""
-    options = get_method(method).options
-    copies = getattr(options, "CACHE_COPIES", None)
+    m = get_method(method)
+    copies = getattr(m.options, "CACHE_COPIES", None)
     if copies is None:
         return None
-    cache = budget["options"].get("cache_bytes", vars(get_method(method).make_options())["cache_bytes"])
-    return copies * cache / 1e9
+    return copies * budget["options"].get("cache_bytes", vars(m.make_options())["cache_bytes"]) / 1e9
 
 
 def run_cell(model: str, method: str, sizes: dict, device: str, timeout_s: float, threads: int | None) -> dict:
@@ -133,15 +132,10 @@ def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool
     return intercept, slope, False
 
 
-def timed_steps(probe: dict, warmup: int) -> list[float]:
-    steps = probe.get("step_s") or []
-    return steps[warmup:] or steps[-1:]
-
-
 def project_training(cell: dict, paper: dict, warmup: int) -> dict:
     """Per-step seconds at the paper's batch, setup seconds and the cell's projected seconds."""
     probes = sorted(cell["probes"], key=lambda p: p["batch_size"])
-    step = {p["batch_size"]: statistics.median(timed_steps(p, warmup)) for p in probes}
+    step = {p["batch_size"]: statistics.median(p["step_s"][warmup:] or p["step_s"][-1:]) for p in probes}
     batch = paper["batch_size"]
     clamped = False
     if batch in step:
@@ -387,22 +381,7 @@ def finish(result: dict, sizes: dict) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = parser(__doc__, out=None)
-    p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
-    p.add_argument("--models", nargs="+", help="default: the paper's seven (tasks/imagenet/models.py)")
-    p.add_argument("--methods", nargs="+", help="default: every registered method")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--small", action="store_true", help="tiny probes (a couple of images and steps) for a CPU")
-    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take")
-    p.add_argument("--budget-s", type=float, help="start no cell after this many seconds (the rest: 'skipped')")
-    p.add_argument("--threads", type=int, help="torch threads a cell (default: torch's)")
-    p.add_argument("--note", default="", help="a line printed with the table (e.g. the machine's load)")
-    p.add_argument("--paper-grid", action="store_true", help="the pairs of the paper's ImageNet tables, kept cells too")
-    p.add_argument("--resume", action="store_true", help="keep the finished cells of an earlier --out (same probes)")
-    p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
-    p.add_argument("--again", nargs="+", default=[], metavar="METHOD", help="measure these again, --merge or not")
-    p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
-    p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
+    p = parser("scale")
     args = p.parse_args(argv)
     if args.reproject:
         if not args.out or not Path(args.out).is_file():
@@ -475,18 +454,11 @@ def main(argv=None) -> dict:
             )
         for c in earlier["cells"]:
             c.setdefault("git_commit", earlier["git_commit"])  # a kept cell names the code that measured it
-        failed.update(
-            {(c["model"], c["method"]): c for c in earlier["cells"] if c["status"] in ("crashed", "timeout", "error")}
-        )
-        done.update(
-            {
-                (c["model"], c["method"]): c
-                for c in earlier["cells"]
-                if c["status"] == "ok"
-                and same_probes(c["kind"], earlier["sizes"], sizes, c["method"])
-                and c["method"] not in again
-            }
-        )
+            if c["status"] in ("crashed", "timeout", "error"):
+                failed[c["model"], c["method"]] = c
+            elif c["status"] == "ok" and c["method"] not in again:
+                if same_probes(c["kind"], earlier["sizes"], sizes, c["method"]):
+                    done[c["model"], c["method"]] = c
     t0 = time.perf_counter()
     result = {
         "mode": "small" if args.small else "full",

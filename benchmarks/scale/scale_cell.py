@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import resource
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from dataclasses import fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -54,9 +56,7 @@ class PeakRSS:
     (VmHWM, reset through /proc/self/clear_refs) where Linux offers it, else sampled."""
 
     def __init__(self, every_s: float = 0.02):
-        self.every_s, self.peak = every_s, 0
-        self._stop = threading.Event()
-        self._exact = False
+        self.every_s, self.peak, self._exact, self._stop = every_s, 0, False, threading.Event()
 
     @staticmethod
     def now() -> int:
@@ -67,16 +67,13 @@ class PeakRSS:
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     @staticmethod
-    def high_water_mark() -> int | None:
-        """VmHWM of /proc/self/status in bytes (None where there is none)."""
+    def high_water_mark() -> int:
+        """VmHWM of /proc/self/status in bytes (0 where there is none)."""
         try:
             with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
+                return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
         except (OSError, ValueError):
-            pass
-        return None
+            return 0
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -87,9 +84,9 @@ class PeakRSS:
         try:
             with open("/proc/self/clear_refs", "w") as f:
                 f.write("5")  # resets VmHWM to the current RSS
-            self._exact = self.high_water_mark() is not None
+            self._exact = self.high_water_mark() > 0
         except OSError:
-            self._exact = False
+            pass
         self.peak = self.now()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
@@ -98,7 +95,7 @@ class PeakRSS:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.now(), (self.high_water_mark() or 0) if self._exact else 0)
+        self.peak = max(self.peak, self.now(), self.high_water_mark() if self._exact else 0)
 
 
 def layer_costs(model: nn.Module) -> dict[str, dict[str, int]]:
@@ -188,21 +185,16 @@ def run_cell(spec: dict) -> dict:
     build_s = time.perf_counter() - t
     costs = layer_costs(template)
 
-    def build() -> nn.Module:
-        import copy
-
-        return copy.deepcopy(template)
-
+    build = partial(copy.deepcopy, template)
     base = dict(spec.get("options") or {})  # the profile's own options for this method (e.g. POT's iterations)
     result: dict[str, Any] = {"kind": kind, "build_s": round(build_s, 2), "layers_total": len(costs), "probes": []}
     result["macs_total"] = sum(c["macs"] for c in costs.values())
     result["params_total"] = sum(c["params"] for c in costs.values())
-    defaults = method.make_options({}, {})
     if kind == "training":
         overrides = {**base, "log_every": 1, **spec.get("small_options", {})}
         overrides = {k: v for k, v in overrides.items() if k in method.options.field_names()}
         if "search_runs" in method.options.field_names():  # a search of whole runs: time one, count the rest
-            result["runs_per_cell"] = overrides.get("search_runs", vars(defaults)["search_runs"])
+            result["runs_per_cell"] = overrides.get("search_runs", vars(method.make_options({}, {}))["search_runs"])
             overrides["search_runs"] = 1
         iterations = spec["warmup"] + spec["steps"]
         for batch in spec["batch_sizes"]:

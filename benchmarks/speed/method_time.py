@@ -12,10 +12,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.report import measure_then_emit, parser
+from benchmarks import parser
+from benchmarks.report import measure_then_emit
 from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method
 from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.help import default_device
 from tasks.grid.records import device_description
 
 BASELINE = "fcpts"
@@ -50,7 +52,7 @@ def ramp_steps(method: str, iterations: int, target: float) -> int:
 
 
 def run(args) -> list[str]:
-    device = resolve_device(args.device)
+    device = resolve_device(default_device(args.device))
     torch.manual_seed(0)
     model = cifar_resnet(args.model).to(device)
     images = Images(torch.randn(args.images, 3, 32, 32))
@@ -108,16 +110,7 @@ def quickstart() -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__, device=True)
-    p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help=f"methods to time against {BASELINE}")
-    p.add_argument("--model", default="resnet32")
-    p.add_argument("--images", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--iterations", type=int, default=40)
-    p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--quickstart", action="store_true", help="every method on the README Quickstart, its defaults")
-    args = p.parse_args(argv)
+    args = parser("method-time").parse_args(argv)
     if args.quickstart:
         measure_then_emit(quickstart, args.out)
         return

@@ -10,9 +10,11 @@ import time
 import torch
 
 import fcpts
-from benchmarks.report import measure_then_emit, parser, synchronize
+from benchmarks import parser
+from benchmarks.report import measure_then_emit, synchronize
 from benchmarks.speed.step_time import model_and_images
 from fcpts.core.options import resolve_device
+from tasks.grid.help import default_device
 from tasks.grid.records import device_description
 
 GRADIENTS = ("closed-form", "autograd")
@@ -40,7 +42,7 @@ def ways(device: torch.device) -> dict[str, bool]:
 
 
 def run(args) -> list[str]:
-    device = resolve_device(args.device)
+    device = resolve_device(default_device(args.device))
     torch.manual_seed(0)
     model, size, _ = model_and_images(args.model)
     x = torch.randn(args.images, 3, size, size)
@@ -71,12 +73,7 @@ def run(args) -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__, device=True)
-    p.add_argument("--model", default="resnet32", help="a CIFAR ResNet (32 px) or an ImageNet architecture (224 px)")
-    p.add_argument("--layers", default="layer1.", help="the layers whose names start with this are reconstructed")
-    p.add_argument("--images", type=int, default=512)
-    p.add_argument("--steps", type=int, default=500, help="the shorter run's steps (the longer runs twice as many)")
-    p.add_argument("--rounds", type=int, default=3)
+    p = parser("pot-step-time")
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.images < 64:
         p.error("--steps and --rounds must be at least 1, --images at least 64 (one batch)")

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import fcpts
-from benchmarks.report import measure_then_emit, parser
+from benchmarks import parser
+from benchmarks.report import measure_then_emit
 from tasks.grid.cifar_models import cifar_resnet
 
 # Operators that only make a new view or an empty buffer: no kernel on a GPU.
@@ -68,20 +69,11 @@ def plain_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None
     return run
 
 
-def fcpts_steps(model: torch.nn.Module, x: torch.Tensor, **options) -> Callable[[int], None]:
-    def run(steps: int) -> None:
-        fcpts.sparsify(copy.deepcopy(model), x, 0.9, iterations=steps, batch_size=len(x), progress=False, **options)
-
-    return run
-
-
-def pot_steps(model: torch.nn.Module, x: torch.Tensor) -> Callable[[int], None]:
-    """POT's Adam steps on the first stage's layers (one stacked group)."""
+def sparsify_steps(model: torch.nn.Module, x: torch.Tensor, **overrides) -> Callable[[int], None]:
+    """A method's steps (FCPTS's unless `method` is given), one batch of all of x each."""
 
     def run(steps: int) -> None:
-        pot = fcpts.get_method("pot-l2norm")
-        first_stage = lambda module, name: name.startswith("layer1.")  # noqa: E731
-        pot(copy.deepcopy(model), x, 0.9, iterations=steps, batch_size=len(x), progress=False, filter_fn=first_stage)
+        fcpts.sparsify(copy.deepcopy(model), x, 0.9, iterations=steps, batch_size=len(x), progress=False, **overrides)
 
     return run
 
@@ -98,24 +90,21 @@ def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[
         f"plain step                        : {n_plain:7.0f} operators",
     ]
     for label, options in (("mse-blocks (defaults)", {}), ("kl", {"reconstruction": "kl"})):
-        ops = per_step(fcpts_steps(model, x, **options), steps)
+        ops = per_step(sparsify_steps(model, x, **options), steps)
         total = sum(ops.values())
         added = Counter({k: ops[k] - plain.get(k, 0) for k in ops})
         most = ", ".join(f"{k.removeprefix('aten::')} {v:+.0f}" for k, v in added.most_common(top))
         ratio = total / n_plain
         lines.append(f"fcpts step, {label:22s}: {total:7.0f} operators, ratio {ratio:.2f}; most added: {most}")
-    pot = per_step(pot_steps(model, x), 50 * steps)  # the Adam steps of its layer group (check every 50 steps)
+    first_stage = lambda module, name: name.startswith("layer1.")  # noqa: E731 - one stacked group of POT's
+    pot = per_step(sparsify_steps(model, x, method="pot-l2norm", filter_fn=first_stage), 50 * steps)  # checks every 50
     most = ", ".join(f"{k.removeprefix('aten::')} {v:.0f}" for k, v in pot.most_common(top))
     lines.append(f"pot step, layer1 stacked group     : {sum(pot.values()):7.0f} operators; most: {most}")
     return lines
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--model", default="resnet56")
-    p.add_argument("--batch-size", type=int, default=2, help="does not change the count; small is quick")
-    p.add_argument("--steps", type=int, default=2)
-    args = p.parse_args(argv)
+    args = parser("step-ops").parse_args(argv)
     measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps), args.out)
 
 

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 import fcpts
-from benchmarks.report import measure_then_emit, parser, synchronize
+from benchmarks import parser
+from benchmarks.report import measure_then_emit, synchronize
 from benchmarks.speed.method_time import Images
 from fcpts.core import step_graph
 from fcpts.core.loop import frozen_teacher
 from fcpts.core.options import resolve_device
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
+from tasks.grid.help import default_device
 from tasks.grid.records import device_description
 
 WARMUP = step_graph.WARMUP + 1  # FCPTS's eager steps before its CUDA graph, and the step that captures it
@@ -67,10 +69,6 @@ class PlainStep:
             if runner.graphs and runner.how != "cuda-graph":
                 raise RuntimeError(f"the {what} was to replay from a CUDA graph but runs {runner.how}")
 
-    def clear(self) -> None:
-        self.times.clear()
-        self.teacher_times.clear()
-
 
 class PairedImages(Images):
     """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
@@ -94,7 +92,8 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     for _ in range(WARMUP):
         plain()
     plain.check_replayed()
-    plain.clear()
+    plain.times.clear()
+    plain.teacher_times.clear()
     on_gpu = device.type == "cuda"
     if on_gpu:
         for _ in range(WARMUP + steps):
@@ -137,7 +136,7 @@ def model_and_images(name: str) -> tuple[nn.Module, int, int]:
 
 
 def run(args) -> list[str]:
-    device = resolve_device(args.device)
+    device = resolve_device(default_device(args.device))
     torch.manual_seed(0)
     model, size, classes = model_and_images(args.model)
     model = model.to(device)
@@ -185,14 +184,7 @@ def run(args) -> list[str]:
 
 
 def main(argv=None) -> None:
-    p = parser(__doc__, device=True)
-    p.add_argument("--model", default="resnet56")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=10, help="timed step pairs per round and configuration")
-    p.add_argument("--rounds", type=int, default=3, help="FCPTS runs per configuration, interleaved")
-    p.add_argument("--amp", choices=["bf16"], help="also time FCPTS with this training precision")
-    p.add_argument("--threads", type=int, default=None)
-    args = p.parse_args(argv)
+    args = parser("step-time").parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     measure_then_emit(lambda: run(args), args.out)

@@ -1,5 +1,5 @@
-"""`python -m benchmarks`: every declared measurement's module has a `main(argv)`, and `--list` names them all
-without importing torch (it answers at once)."""
+"""`python -m benchmarks`: every declared measurement's module has a `main(argv)`, and `--list` and each one's `--help`
+answer without importing torch (at once)."""
 
 import importlib
 import subprocess
@@ -16,10 +16,23 @@ def test_each_declared_measurement_has_a_main(name):
     assert callable(importlib.import_module(BENCHMARKS[name].module).main)
 
 
+def imports_torch(*argv: str) -> tuple[str, bool]:
+    """(what `python -m benchmarks *argv` prints, whether it imported torch), in a fresh Python."""
+    probe = f"from benchmarks.__main__ import main\ntry:\n    main({list(argv)!r})\nexcept SystemExit:\n    pass"
+    probe += "\nimport sys\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
+    return out, out.strip().endswith("True")
+
+
 def test_list_names_every_measurement_and_imports_no_torch():
-    probe = "import sys\nfrom benchmarks.__main__ import main\nmain(['--list'])\nprint('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert all(name in out for name in BENCHMARKS) and out.strip().endswith("False")
+    out, torch = imports_torch("--list")
+    assert all(name in out for name in BENCHMARKS) and not torch
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_each_measurement_answers_help_without_torch(name):
+    out, torch = imports_torch(name, "--help")
+    assert f"usage: python -m benchmarks {name}" in out and not torch
 
 
 def test_an_unknown_name_is_refused_by_argparse(capsys):

@@ -31,5 +31,5 @@ def test_views_and_no_op_casts_are_not_counted_but_real_work_is():
 def test_an_fcpts_step_dispatches_more_operators_than_a_plain_step():
     x = torch.randn(2, 3, 8, 8)
     plain = sum(step_ops.per_step(step_ops.plain_steps(tiny(), x), 1).values())
-    fcpts = sum(step_ops.per_step(step_ops.fcpts_steps(tiny(), x), 1).values())
+    fcpts = sum(step_ops.per_step(step_ops.sparsify_steps(tiny(), x), 1).values())
     assert fcpts > plain
