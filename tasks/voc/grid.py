@@ -24,7 +24,6 @@ from functools import partial
 from pathlib import Path
 from typing import cast
 
-import numpy as np
 import torch
 
 from fcpts.core.io import file_sha256
@@ -45,7 +44,7 @@ from tasks.voc.data import (
     voc2007_dir,
 )
 from tasks.voc.make_set import make_set
-from tasks.voc.metrics import Detections, voc07_map
+from tasks.voc.metrics import voc07_map
 from tasks.voc.profiles import PROFILES, distill_profile
 from tasks.voc.ssd import (
     ARCHITECTURES,
@@ -78,23 +77,15 @@ def evaluate_detector(
     ssd.eval()
     device = next(ssd.parameters()).device
     priors = config.priors().to(device)
-    detections: list[Detections] = []
+    detections = {}
     for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
         logits, regression = ssd(x.to(device, non_blocking=True))
         annotations = [(i, data.annotations[i]) for i in idx]
         sizes = [(a.height, a.width) if a.height and a.width else data.image(i).shape[-2:] for i, a in annotations]
         for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
-            n = len(det["scores"])
-            detections.append(
-                Detections(
-                    np.full(n, data.ids[i], dtype=object),
-                    det["labels"].cpu().numpy(),
-                    det["scores"].cpu().double().numpy(),
-                    det["boxes"].cpu().double().numpy(),
-                )
-            )
+            detections[data.ids[i]] = {k: v.cpu() for k, v in det.items()}
     ssd.train(was_training)
-    result = voc07_map(Detections.concat(detections), [data.annotations[i] for i in images.indices], data.class_names)
+    result = voc07_map(detections, [data.annotations[i] for i in images.indices], data.class_names)
     return {
         "map50": result["map"],
         "ap50_per_class": result["ap"],

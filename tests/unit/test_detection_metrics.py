@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.voc.metrics import Detections, GroundTruth, voc07_ap, voc07_map
+from tasks.voc.metrics import GroundTruth, voc07_ap, voc07_map
 
 CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 
@@ -19,11 +19,12 @@ def gt(image_id, boxes, labels, difficult):
 
 
 def detections(*rows):
-    """Detections from (image id, label, score, box) rows."""
-    ids, labels, scores, boxes = zip(*rows)
-    return Detections(
-        np.array(ids, dtype=object), np.array(labels), np.array(scores, dtype=float), np.array(boxes, float)
-    )
+    """Detections per image from (image id, label, score, box) rows."""
+    out = {}
+    for image_id in dict.fromkeys(r[0] for r in rows):
+        _, labels, scores, boxes = zip(*(r for r in rows if r[0] == image_id))
+        out[image_id] = {"labels": torch.tensor(labels), "scores": torch.tensor(scores), "boxes": torch.tensor(boxes)}
+    return out
 
 
 def test_voc07_map_hand_worked():
