@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -105,12 +105,11 @@ def separable_conv(inp: int, oup: int) -> nn.Sequential:
 
 @dataclass(frozen=True)
 class Source:
-    """Where a header reads the backbone: the output of base_net[:index], or inside base_net[index] after
-    `sub_split` modules of its `sub` Sequential (pytorch-ssd's GraphPath)."""
+    """Where a header reads the backbone: the output of base_net[:index], or with `split` inside base_net[index]
+    after that many modules of its `conv` (pytorch-ssd's GraphPath)."""
 
     index: int
-    sub: str | None = None
-    sub_split: int = 0
+    split: int = 0
 
 
 class SSD(nn.Module):
@@ -137,21 +136,16 @@ class SSD(nn.Module):
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         feats, start = [], 0
         for src in self.sources:
-            for layer in self.base_net[start : src.index]:
-                x = layer(x)
+            x = self.base_net[start : src.index](x)
             start = src.index
-            if src.sub is not None:  # tap inside a block that has no residual connection (pytorch-ssd)
-                sub = getattr(self.base_net[src.index], src.sub)
-                for layer in sub[: src.sub_split]:
-                    x = layer(x)
-                feats.append(x)
-                for layer in sub[src.sub_split :]:
-                    x = layer(x)
-                start = src.index + 1
+            if src.split:  # tap inside a block that has no residual connection (pytorch-ssd)
+                block = self.base_net[src.index].conv
+                feats.append(block[: src.split](x))
+                x = block[src.split :](feats[-1])
+                start += 1
             else:
                 feats.append(x)
-        for layer in self.base_net[start:]:
-            x = layer(x)
+        x = self.base_net[start:](x)
         for layer in self.extras:
             x = layer(x)
             feats.append(x)
@@ -199,9 +193,7 @@ def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
-    return SSD(
-        num_classes, mobilenet_v2_features(), [Source(14, "conv", 3), Source(19)], extras, cls, reg, arch="mb2-ssd-lite"
-    )
+    return SSD(num_classes, mobilenet_v2_features(), [Source(14, 3), Source(19)], extras, cls, reg, arch="mb2-ssd-lite")
 
 
 ARCHITECTURES = {"mb1-ssd": create_mb1_ssd, "mb2-ssd-lite": create_mb2_ssd_lite}
@@ -269,21 +261,21 @@ class SSDConfig:
     match_iou: float = 0.5  # training: prior <-> ground-truth matching
 
     @classmethod
-    def for_size(cls, image_size: int, feature_map_sizes: Sequence[int], **kw) -> SSDConfig:
+    def for_size(cls, image_size: int, feature_map_sizes: Sequence[int]) -> SSDConfig:
         """pytorch-ssd's priors at another input size: box sizes scaled by image_size/300, one prior grid
         per feature map (shrinkage = image_size / map size). At 300 it is the published configuration."""
         if image_size == 300 and tuple(feature_map_sizes) == tuple(s.feature_map_size for s in VOC300_SPECS):
-            return cls(**kw)
+            return cls()
         scale = image_size / 300
         specs = tuple(
             PriorSpec(int(n), image_size / n, _VOC300_SIZES[i] * scale, _VOC300_SIZES[i + 1] * scale)
             for i, n in enumerate(feature_map_sizes)
         )
-        return cls(image_size=image_size, specs=specs, **kw)
+        return cls(image_size=image_size, specs=specs)
 
     @classmethod
-    def for_model(cls, model: SSD, image_size: int, **kw) -> SSDConfig:
-        return cls.for_size(image_size, model.feature_map_sizes(image_size), **kw)
+    def for_model(cls, model: SSD, image_size: int) -> SSDConfig:
+        return cls.for_size(image_size, model.feature_map_sizes(image_size))
 
     def priors(self) -> torch.Tensor:
         """(A, 4) priors (cx, cy, w, h) relative to the image, clamped to [0, 1], pytorch-ssd's order:
@@ -313,10 +305,8 @@ class SSDConfig:
 def decode_boxes(regression: torch.Tensor, priors_cxcywh: torch.Tensor, config: SSDConfig) -> torch.Tensor:
     """(..., A, 4) regressions -> (..., A, 4) corner-form boxes relative to the image."""
     anchors = box_convert(priors_cxcywh.to(regression), "cxcywh", "xyxy")
-    shape = regression.shape
-    flat = regression.reshape(-1, shape[-2], 4)
-    boxes = [config.box_coder().decode_single(r, anchors) for r in flat]
-    return torch.stack(boxes).reshape(shape)
+    anchors = anchors.repeat(regression.numel() // anchors.numel(), 1)
+    return config.box_coder().decode_single(regression.reshape(-1, 4), anchors).reshape(regression.shape)
 
 
 def encode_targets(
@@ -367,30 +357,21 @@ def postprocess(
     return out
 
 
-@dataclass
-class MultiboxLoss:
-    """SSD's loss (pytorch-ssd MultiboxLoss): cross-entropy on the positives and the hardest negatives
-    (ranked by background loss, `neg_pos_ratio` negatives per positive, per image) plus smooth L1 on the
+def multibox_loss(
+    logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor, neg_pos_ratio: int = 3
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SSD's loss (pytorch-ssd MultiboxLoss), (box, class): cross-entropy on the positives and the hardest
+    negatives (ranked by background loss, `neg_pos_ratio` negatives per positive, per image) plus smooth L1 on the
     positives' box offsets, both summed and divided by the number of positives."""
-
-    neg_pos_ratio: int = 3
-    stats: dict = field(default_factory=dict)
-
-    def __call__(
-        self, logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        num_classes = logits.shape[-1]
-        with torch.no_grad():
-            bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]
-            pos = labels > 0
-            num_neg = pos.sum(1, keepdim=True) * self.neg_pos_ratio
-            bg_loss.masked_fill_(pos, -math.inf)
-            rank = bg_loss.argsort(1, descending=True).argsort(1)
-            mask = pos | (rank < num_neg)
-        num_pos = max(1, int(pos.sum()))
-        cls = F.cross_entropy(logits[mask].reshape(-1, num_classes), labels[mask], reduction="sum") / num_pos
-        loc = F.smooth_l1_loss(regression[pos], targets[pos], reduction="sum") / num_pos
-        return loc, cls
+    with torch.no_grad():
+        bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]
+        pos = labels > 0
+        bg_loss.masked_fill_(pos, -math.inf)
+        rank = bg_loss.argsort(1, descending=True).argsort(1)
+        mask = pos | (rank < pos.sum(1, keepdim=True) * neg_pos_ratio)
+    num_pos = max(1, int(pos.sum()))
+    cls = F.cross_entropy(logits[mask].reshape(-1, logits.shape[-1]), labels[mask], reduction="sum") / num_pos
+    return F.smooth_l1_loss(regression[pos], targets[pos], reduction="sum") / num_pos, cls
 
 
 class DistillView(nn.Module):
