@@ -5,7 +5,7 @@
 
 The detector is built by mmengine's registry from the config, its checkpoint loaded strictly. Calibration images:
 the folder's trainval (VOC) or train* (COCO) split through the config's test pipeline without annotations. The
-methods see `HeadOutputView` (view.py), every Conv2d/Linear is pruned, head included; `--reconstruction` as in
+methods see `HeadOutputView` (detector.py), every Conv2d/Linear is pruned, head included; `--reconstruction` as in
 the suite's SSD task. Metric: mmdet's VOCMetric (VOC07 11-point mAP@0.5) or CocoMetric. Records go to
 `results/runs/<voc|coco>/<dataset>/mmdet-<config name>/`.
 """
@@ -67,24 +67,6 @@ def dataset_name(layout: Layout, n_eval: int, limit: int | None) -> str:
     return base if limit is None or limit >= n_eval else f"{base}-test{min(limit, n_eval)}"
 
 
-def default_checkpoint(dataset: str, model: str) -> Path:
-    path = RESULTS_DIR / "weights" / dataset / f"{model}.pth"
-    if not path.is_file():
-        raise DataNotFoundError(
-            f"no checkpoint given and none at {path}: pass --weights FILE (an mmdet checkpoint for this config)"
-        )
-    return path
-
-
-def check_classes(detector, layout: Layout) -> None:
-    head = detector.bbox_head
-    if head.num_classes != len(layout.classes):
-        raise ValueError(
-            f"the config's head has {head.num_classes} classes, the data at {layout.root} {len(layout.classes)} "
-            f"({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the config"
-        )
-
-
 def build_grid(
     *, config: str | Path, profile: Profile, where: Where, reconstruction: str = "mse-blocks",
     workers: int | None = None, eval_batch_size: int = 16
@@ -104,9 +86,18 @@ def build_grid(
     model = model_name(config)
 
     probe = build_detector(cfg)
-    check_classes(probe, layout)
+    if probe.bbox_head.num_classes != len(layout.classes):
+        raise ValueError(
+            f"the config's head has {probe.bbox_head.num_classes} classes, the data at {layout.root} "
+            f"{len(layout.classes)} ({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the "
+            "config"
+        )
     check_layers_reach_outputs(HeadOutputView(probe))  # FCOS's centerness: refused before any work
-    checkpoint = Path(where.weights) if where.weights else default_checkpoint(dataset_name(layout, 0, None), model)
+    checkpoint = Path(where.weights or RESULTS_DIR / "weights" / dataset_name(layout, 0, None) / f"{model}.pth")
+    if not where.weights and not checkpoint.is_file():
+        raise DataNotFoundError(
+            f"no checkpoint given and none at {checkpoint}: pass --weights FILE (an mmdet checkpoint for this config)"
+        )
     weights_info = load_weights(probe, checkpoint, model)
     probe_view = HeadOutputView(probe)
 
@@ -153,11 +144,6 @@ def build_grid(
     )
 
 
-def config_path(recorded: str) -> str:
-    """Where a config a record names lives now: older records name it under tasks/detection/."""
-    return re.sub("^tasks/detection/", "tasks/voc/", recorded)
-
-
 format_table = partial(grid_table, columns=result_columns({"map50": "mAP50"}, method_width=14))
 
 
@@ -192,7 +178,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     detection driver's "voc" registration)."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
     return build_grid(
-        config=config_path(record["mmdet"]["config"]["path"]),
+        config=re.sub("^tasks/detection/", "tasks/voc/", record["mmdet"]["config"]["path"]),  # older records' path
         profile=profile,
         where=where,
         reconstruction=record.get("reconstruction", "mse-blocks"),
