@@ -103,23 +103,16 @@ def separable_conv(inp: int, oup: int) -> nn.Sequential:
     )
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where a header reads the backbone: the output of base_net[:index], or with `split` inside base_net[index]
-    after that many modules of its `conv` (pytorch-ssd's GraphPath)."""
-
-    index: int
-    split: int = 0
-
-
 class SSD(nn.Module):
-    """Backbone `base_net`, `extras`, one classification and one regression header per feature map."""
+    """Backbone `base_net`, `extras`, one classification and one regression header per feature map. The headers
+    read the backbone at `sources`, (index, split): the output of base_net[:index], or with a split inside
+    base_net[index] after that many modules of its `conv` (pytorch-ssd's GraphPath)."""
 
     def __init__(
         self,
         num_classes: int,
         base_net: nn.Sequential,
-        sources: Sequence[Source],
+        sources: Sequence[tuple[int, int]],
         extras: nn.ModuleList,
         classification_headers: nn.ModuleList,
         regression_headers: nn.ModuleList,
@@ -135,13 +128,13 @@ class SSD(nn.Module):
 
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         feats, start = [], 0
-        for src in self.sources:
-            x = self.base_net[start : src.index](x)
-            start = src.index
-            if src.split:  # tap inside a block that has no residual connection (pytorch-ssd)
-                block = self.base_net[src.index].conv
-                feats.append(block[: src.split](x))
-                x = block[src.split :](feats[-1])
+        for index, split in self.sources:
+            x = self.base_net[start:index](x)
+            start = index
+            if split:  # tap inside a block that has no residual connection (pytorch-ssd)
+                block = self.base_net[index].conv
+                feats.append(block[:split](x))
+                x = block[split:](feats[-1])
                 start += 1
             else:
                 feats.append(x)
@@ -154,10 +147,8 @@ class SSD(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         confidences, locations = [], []
         for feat, cls_head, reg_head in zip(self.feature_maps(x), self.classification_headers, self.regression_headers):
-            c = cls_head(feat).permute(0, 2, 3, 1)
-            confidences.append(c.reshape(c.shape[0], -1, self.num_classes))
-            r = reg_head(feat).permute(0, 2, 3, 1)
-            locations.append(r.reshape(r.shape[0], -1, 4))
+            confidences.append(cls_head(feat).permute(0, 2, 3, 1).reshape(len(feat), -1, self.num_classes))
+            locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(len(feat), -1, 4))
         return torch.cat(confidences, 1), torch.cat(locations, 1)
 
     @torch.no_grad()
@@ -181,7 +172,7 @@ def create_mb1_ssd(num_classes: int = 21) -> SSD:
     chans = [512, 1024, 512, 256, 256, 256]
     cls = nn.ModuleList([nn.Conv2d(c, 6 * num_classes, 3, padding=1) for c in chans])
     reg = nn.ModuleList([nn.Conv2d(c, 6 * 4, 3, padding=1) for c in chans])
-    return SSD(num_classes, mobilenet_v1_features(), [Source(12), Source(14)], extras, cls, reg, arch="mb1-ssd")
+    return SSD(num_classes, mobilenet_v1_features(), [(12, 0), (14, 0)], extras, cls, reg, arch="mb1-ssd")
 
 
 def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
@@ -193,7 +184,7 @@ def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
-    return SSD(num_classes, mobilenet_v2_features(), [Source(14, 3), Source(19)], extras, cls, reg, arch="mb2-ssd-lite")
+    return SSD(num_classes, mobilenet_v2_features(), [(14, 3), (19, 0)], extras, cls, reg, arch="mb2-ssd-lite")
 
 
 ARCHITECTURES = {"mb1-ssd": create_mb1_ssd, "mb2-ssd-lite": create_mb2_ssd_lite}
@@ -350,9 +341,7 @@ def postprocess(
         keep = top > config.score_threshold
         scores, prior_idx, labels = top[keep], idx[keep], cls[keep]
         boxes = b[prior_idx] * torch.tensor([w, h, w, h], dtype=b.dtype, device=b.device)
-        kept = batched_nms(boxes, scores, labels, config.nms_iou)
-        if config.max_detections is not None:
-            kept = kept[: config.max_detections]
+        kept = batched_nms(boxes, scores, labels, config.nms_iou)[: config.max_detections]  # None: all
         out.append({"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]})
     return out
 
