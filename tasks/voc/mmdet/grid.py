@@ -42,12 +42,11 @@ from tasks.voc.mmdet.detector import (
     HeadOutputView,
     build_detector,
     check_layers_reach_outputs,
-    config_identity,
     load_config,
     load_weights,
+    mmdet_identity,
     pruned_layers,
     reconstruction_blocks,
-    versions,
 )
 from tasks.voc.profiles import PROFILES, distill_profile
 
@@ -131,7 +130,7 @@ def build_grid(
         profile=profile,
         provenance={
             "framework": "mmdet",
-            "mmdet": {**versions(), "config": config_identity(config, cfg)},
+            "mmdet": mmdet_identity(config, cfg),
             "weights": weights_info,
             "pruned_layers": pruned_layers(probe_view),
             "substitute": layout.manifest is not None,
