@@ -103,6 +103,13 @@ def separable_conv(inp: int, oup: int) -> nn.Sequential:
     )
 
 
+def _through(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """x through each layer (a slice of a Sequential would be a module torch.fx cannot trace: POT's BN folding)."""
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
 class SSD(nn.Module):
     """Backbone `base_net`, `extras`, one classification and one regression header per feature map. The headers
     read the backbone at `sources`, (index, split): the output of base_net[:index], or with a split inside
@@ -129,16 +136,15 @@ class SSD(nn.Module):
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         feats, start = [], 0
         for index, split in self.sources:
-            x = self.base_net[start:index](x)
+            x = _through(self.base_net[start:index], x)
             start = index
             if split:  # tap inside a block that has no residual connection (pytorch-ssd)
-                block = self.base_net[index].conv
-                feats.append(block[:split](x))
-                x = block[split:](feats[-1])
+                feats.append(_through(self.base_net[index].conv[:split], x))
+                x = _through(self.base_net[index].conv[split:], feats[-1])
                 start += 1
             else:
                 feats.append(x)
-        x = self.base_net[start:](x)
+        x = _through(self.base_net[start:], x)
         for layer in self.extras:
             x = layer(x)
             feats.append(x)
@@ -147,8 +153,8 @@ class SSD(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         confidences, locations = [], []
         for feat, cls_head, reg_head in zip(self.feature_maps(x), self.classification_headers, self.regression_headers):
-            confidences.append(cls_head(feat).permute(0, 2, 3, 1).reshape(len(feat), -1, self.num_classes))
-            locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(len(feat), -1, 4))
+            confidences.append(cls_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, self.num_classes))
+            locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, 4))
         return torch.cat(confidences, 1), torch.cat(locations, 1)
 
     @torch.no_grad()
