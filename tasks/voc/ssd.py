@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -139,8 +140,9 @@ class SSD(nn.Module):
             x = _through(self.base_net[start:index], x)
             start = index
             if split:  # tap inside a block that has no residual connection (pytorch-ssd)
-                feats.append(_through(self.base_net[index].conv[:split], x))
-                x = _through(self.base_net[index].conv[split:], feats[-1])
+                block = cast(nn.Sequential, self.base_net[index].conv)
+                feats.append(_through(block[:split], x))
+                x = _through(block[split:], feats[-1])
                 start += 1
             else:
                 feats.append(x)

@@ -15,15 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
 from tasks.grid.help import add_training_args, command_parser, default_device
 from tasks.voc import MODELS
-
-if TYPE_CHECKING:  # the work imports torch when it runs: --help needs none of it
-    import torch
 
 
 def train(args: argparse.Namespace) -> dict:

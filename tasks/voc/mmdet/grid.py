@@ -84,21 +84,20 @@ def build_grid(
     dataset = dataset_name(layout, n_eval_all, profile.eval_limit)
     model = model_name(config)
 
-    probe = build_detector(cfg)
-    if probe.bbox_head.num_classes != len(layout.classes):
+    probe_view = HeadOutputView(build_detector(cfg))
+    probe, classes = probe_view.detector, probe_view.detector.bbox_head.num_classes
+    if classes != len(layout.classes):
         raise ValueError(
-            f"the config's head has {probe.bbox_head.num_classes} classes, the data at {layout.root} "
-            f"{len(layout.classes)} ({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the "
-            "config"
+            f"the config's head has {classes} classes, the data at {layout.root} {len(layout.classes)} "
+            f"({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the config"
         )
-    check_layers_reach_outputs(HeadOutputView(probe))  # FCOS's centerness: refused before any work
+    check_layers_reach_outputs(probe_view)  # FCOS's centerness: refused before any work
     checkpoint = Path(where.weights or RESULTS_DIR / "weights" / dataset_name(layout, 0, None) / f"{model}.pth")
     if not where.weights and not checkpoint.is_file():
         raise DataNotFoundError(
             f"no checkpoint given and none at {checkpoint}: pass --weights FILE (an mmdet checkpoint for this config)"
         )
     weights_info = load_weights(probe, checkpoint, model)
-    probe_view = HeadOutputView(probe)
 
     profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
     build_view = dense_factory(lambda: HeadOutputView(build_detector(cfg)), probe_view, where.device)
