@@ -66,11 +66,6 @@ class Layout:
         ann = coco_ann_file or str(self.root / "annotations" / f"instances_{self.eval_split}.json")
         return {"type": "CocoMetric", "ann_file": ann, "metric": "bbox"}
 
-    def metric_description(self) -> str:
-        if self.kind == "voc":
-            return "mmdet VOCMetric: VOC07 11-point AP at IoU >= 0.5, difficult ignored, legacy +1 box widths"
-        return "mmdet CocoMetric (pycocotools): bbox AP at IoU 0.50:0.95 and 0.50"
-
     def describe(self) -> dict:
         return {
             "root": str(self.root),
@@ -228,6 +223,8 @@ def evaluate_detector(
     detector.to(device).train(was_training)
     if layout.kind == "voc":
         out = {"map50": 100.0 * float(metrics["pascal_voc/mAP"])}
+        metric = "mmdet VOCMetric: VOC07 11-point AP at IoU >= 0.5, difficult ignored, legacy +1 box widths"
     else:
         out = {"map": 100.0 * float(metrics["coco/bbox_mAP"]), "map50": 100.0 * float(metrics["coco/bbox_mAP_50"])}
-    return {**out, "mmdet_metrics": metrics, "n_images": n_images, "metric": layout.metric_description()}
+        metric = "mmdet CocoMetric (pycocotools): bbox AP at IoU 0.50:0.95 and 0.50"
+    return {**out, "mmdet_metrics": metrics, "n_images": n_images, "metric": metric}
