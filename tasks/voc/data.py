@@ -199,10 +199,6 @@ class DetectionImages(Dataset):
         return x, i
 
 
-def collate_images(batch):
-    return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
-
-
 class DetectionTrainSet:
     """(image (3, S, S) float, regression targets (A, 4), prior labels (A,)) with SSD augmentation."""
 
@@ -246,11 +242,7 @@ class DetectionTrainSet:
                         "labels": labels,
                     }
                 )
-            image, boxes, labels = (
-                out["image"].as_subclass(torch.Tensor),
-                out["boxes"].as_subclass(torch.Tensor),
-                out["labels"],
-            )
+            image, boxes, labels = out["image"], out["boxes"], out["labels"]  # tv_tensors: plain tensors' results
             h, w = image.shape[-2:]
         rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
         targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)

@@ -37,7 +37,6 @@ from tasks.voc import COMMAND
 from tasks.voc.data import (
     DetectionImages,
     VOCDetection,
-    collate_images,
     read_image_ids,
     read_substitute_manifest,
     voc2007_dir,
@@ -76,7 +75,7 @@ def evaluate_detector(
     device = next(ssd.parameters()).device
     priors = config.priors().to(device)
     detections = {}
-    for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
+    for x, idx in evaluation_loader(images, batch_size, workers, device):
         logits, regression = ssd(x.to(device, non_blocking=True))
         annotations = [(i, data.annotations[i]) for i in idx]
         sizes = [(a.height, a.width) if a.height and a.width else data.image(i).shape[-2:] for i, a in annotations]

@@ -23,7 +23,7 @@ from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
 from tasks.voc import command as voc_cli  # noqa: E402
 from tasks.voc import make_set as mds  # noqa: E402
-from tasks.voc.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
+from tasks.voc.data import DetectionImages, VOCDetection  # noqa: E402
 from tasks.voc.metrics import voc07_map  # noqa: E402
 from tasks.voc.mmdet import train as mmdet_train  # noqa: E402
 from tasks.voc.mmdet.data import (  # noqa: E402
@@ -263,7 +263,7 @@ def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
     config = SSDConfig.for_model(ssd, 160)
     detections = {}
     with torch.inference_mode():
-        for x, idx in torch.utils.data.DataLoader(DetectionImages(test, 160), batch_size=50, collate_fn=collate_images):
+        for x, idx in torch.utils.data.DataLoader(DetectionImages(test, 160), batch_size=50):
             sizes = [(test.annotations[i].height, test.annotations[i].width) for i in idx]
             for i, d in zip(idx, postprocess(*ssd(x), config.priors(), config, sizes)):
                 detections[test.ids[i]] = d
