@@ -37,6 +37,8 @@ def match_class(
     detections: Mapping[str, Mapping[str, torch.Tensor]], truth: Mapping[str, GroundTruth], c: int, iou_threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """TP and FP flags along the score ranking of class `c`'s detections."""
+    if not detections:
+        return np.zeros(0), np.zeros(0)
     image_ids, scores, best_iou, best_gt, difficult = [], [], [], [], []
     for image_id, det in detections.items():  # IoUs of all of an image's detections at once
         keep = det["labels"] == c
@@ -53,7 +55,7 @@ def match_class(
             best_gt.append(index)
             difficult.append(g.difficult[g.labels == c][index])
     order = torch.cat(scores).neg().numpy().argsort(kind="stable")
-    ious, boxes, hard = (torch.cat(x).numpy() for x in (best_iou, best_gt, difficult))
+    ious, gt_index, hard = (torch.cat(x).numpy() for x in (best_iou, best_gt, difficult))
     tp, fp = np.zeros(len(order)), np.zeros(len(order))
     matched: set[tuple[str, int]] = set()
     for rank, i in enumerate(order.tolist()):
@@ -61,11 +63,11 @@ def match_class(
             fp[rank] = 1  # no box of this class in the image, or IoU <= threshold
         elif hard[i]:
             continue  # a difficult box: ignored
-        elif (image_ids[i], int(boxes[i])) in matched:
+        elif (image_ids[i], int(gt_index[i])) in matched:
             fp[rank] = 1
         else:
             tp[rank] = 1
-            matched.add((image_ids[i], int(boxes[i])))
+            matched.add((image_ids[i], int(gt_index[i])))
     return tp, fp
 
 

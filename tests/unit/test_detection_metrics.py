@@ -65,6 +65,7 @@ def test_voc07_map_hand_worked():
     assert res["map"] == pytest.approx(75.0)
     assert res["n_gt"] == {"dog": 3, "cat": 1, "bird": 0}
     assert res["n_detections"] == 8
+    assert voc07_map({}, truth, CLASSES)["map"] == 0.0  # no detections at all: AP 0 for every class
 
 
 def test_voc07_ap_points_follow_numpy_arange():
