@@ -41,16 +41,6 @@ def _conv_dw(inp: int, oup: int, stride: int) -> nn.Sequential:
     )
 
 
-def mobilenet_v1_features() -> nn.Sequential:
-    """MobileNetV1's 14 conv stages (`MobileNetV1(1001).model` in pytorch-ssd)."""
-    cfg = (
-        [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)]
-        + [(512, 512, 1)] * 5
-        + [(512, 1024, 2), (1024, 1024, 1)]
-    )
-    return nn.Sequential(_conv_bn(3, 32, 2), *[_conv_dw(i, o, s) for i, o, s in cfg])
-
-
 class InvertedResidual(nn.Module):
     """MobileNetV2 block, pytorch-ssd's layout: `conv` = [pw, BN, ReLU6,] dw, BN, ReLU6, pw-linear, BN."""
 
@@ -72,29 +62,6 @@ class InvertedResidual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
-
-
-def mobilenet_v2_features() -> nn.Sequential:
-    """MobileNetV2 (width 1.0) `features`: conv_bn, 17 inverted residuals, 1x1 conv to 1280 (19 modules)."""
-    setting = [
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ]
-    layers: list[nn.Module] = [_conv_bn(3, 32, 2, nn.ReLU6)]
-    inp = 32
-    for t, c, n, s in setting:
-        for i in range(n):
-            layers.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
-            inp = c
-    layers.append(
-        nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True))
-    )
-    return nn.Sequential(*layers)
 
 
 def separable_conv(inp: int, oup: int) -> nn.Sequential:
@@ -170,7 +137,8 @@ class SSD(nn.Module):
 
 
 def create_mb1_ssd(num_classes: int = 21) -> SSD:
-    """pytorch-ssd `create_mobilenetv1_ssd`: sources after base_net[11] (512 ch, stride 16) and [13]."""
+    """pytorch-ssd `create_mobilenetv1_ssd`: base_net is MobileNetV1's 14 conv stages (`MobileNetV1(1001).model`),
+    sources after base_net[11] (512 ch, stride 16) and [13]."""
     extras = nn.ModuleList(
         [
             nn.Sequential(nn.Conv2d(i, m, 1), nn.ReLU(), nn.Conv2d(m, o, 3, stride=2, padding=1), nn.ReLU())
@@ -180,19 +148,44 @@ def create_mb1_ssd(num_classes: int = 21) -> SSD:
     chans = [512, 1024, 512, 256, 256, 256]
     cls = nn.ModuleList([nn.Conv2d(c, 6 * num_classes, 3, padding=1) for c in chans])
     reg = nn.ModuleList([nn.Conv2d(c, 6 * 4, 3, padding=1) for c in chans])
-    return SSD(num_classes, mobilenet_v1_features(), [(12, 0), (14, 0)], extras, cls, reg, arch="mb1-ssd")
+    stages = (
+        [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)]
+        + [(512, 512, 1)] * 5
+        + [(512, 1024, 2), (1024, 1024, 1)]
+    )
+    base_net = nn.Sequential(_conv_bn(3, 32, 2), *[_conv_dw(i, o, s) for i, o, s in stages])
+    return SSD(num_classes, base_net, [(12, 0), (14, 0)], extras, cls, reg, arch="mb1-ssd")
 
 
 def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
-    """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): sources inside base_net[14] after its
-    expansion (576 ch, stride 16) and after base_net[18] (1280 ch); inverted-residual extras;
-    depthwise-separable headers except the last (1x1 conv)."""
+    """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): base_net is MobileNetV2's `features` (conv_bn, 17
+    inverted residuals, 1x1 conv to 1280: 19 modules), sources inside base_net[14] after its expansion (576 ch,
+    stride 16) and after base_net[18] (1280 ch); inverted-residual extras; depthwise-separable headers except the
+    last (1x1 conv)."""
     layers = [(1280, 512, 0.2), (512, 256, 0.25), (256, 256, 0.5), (256, 64, 0.25)]
     extras = nn.ModuleList([InvertedResidual(i, o, 2, expand) for i, o, expand in layers])
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
-    return SSD(num_classes, mobilenet_v2_features(), [(14, 3), (19, 0)], extras, cls, reg, arch="mb2-ssd-lite")
+    setting = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]
+    base_net: list[nn.Module] = [_conv_bn(3, 32, 2, nn.ReLU6)]
+    inp = 32
+    for t, c, n, s in setting:
+        for i in range(n):
+            base_net.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
+            inp = c
+    base_net.append(
+        nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True))
+    )
+    return SSD(num_classes, nn.Sequential(*base_net), [(14, 3), (19, 0)], extras, cls, reg, arch="mb2-ssd-lite")
 
 
 ARCHITECTURES = {"mb1-ssd": create_mb1_ssd, "mb2-ssd-lite": create_mb2_ssd_lite}
