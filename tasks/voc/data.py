@@ -88,8 +88,7 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
         return float(el.text)
 
     size = root.find("size")
-    width = int(number(size, "width")) if size is not None else 0
-    height = int(number(size, "height")) if size is not None else 0
+    width, height = (int(number(size, t)) for t in ("width", "height")) if size is not None else (0, 0)
     boxes, labels, difficult = [], [], []
     for obj in root.findall("object"):
         name = (obj.findtext("name") or "").strip().lower()
@@ -103,8 +102,7 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
             raise ValueError(f"{path}: object {name!r} has no <bndbox>")
         boxes.append([number(bb, t) - 1.0 for t in ("xmin", "ymin", "xmax", "ymax")])
         labels.append(class_index[name])
-        diff = (obj.findtext("difficult") or "0").strip()
-        difficult.append(diff not in ("", "0"))
+        difficult.append((obj.findtext("difficult") or "0").strip() not in ("", "0"))
     return Annotation(
         path.stem,
         torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
@@ -124,11 +122,8 @@ class VOCDetection:
         index = {n.lower(): i for i, n in enumerate(self.class_names) if i > 0}
         self.ids = read_image_ids(self.folder, split)[:limit]
         self.annotations = [parse_annotation(self.folder / "Annotations" / f"{i}.xml", index) for i in self.ids]
-        missing = [i for i in self.ids[:1] if not (self.folder / "JPEGImages" / f"{i}.jpg").is_file()]
-        if missing:
-            raise DataNotFoundError(
-                f"{self.folder / 'JPEGImages' / (missing[0] + '.jpg')} is missing; check --data-root"
-            )
+        if self.ids and not (self.folder / "JPEGImages" / f"{self.ids[0]}.jpg").is_file():
+            raise DataNotFoundError(f"{self.folder / 'JPEGImages' / self.ids[0]}.jpg is missing; check --data-root")
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -175,32 +170,18 @@ def write_jpeg(image: torch.Tensor, path: Path, quality: int = 90) -> None:
 
 
 def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: float = 128.0) -> torch.Tensor:
-    """(3, H, W) or (B, 3, H, W) uint8 RGB -> float (.., 3, size, size): bilinear resize, (x - 127) / 128."""
-    x = image_uint8.float()
-    batched = x.dim() == 4
-    x = F.interpolate(
-        x if batched else x[None], size=(size, size), mode="bilinear", align_corners=False, antialias=False
-    )
-    x = (x - mean) / std
-    return x if batched else x[0]
+    """(3, H, W) uint8 RGB -> float (3, size, size): bilinear resize, (x - 127) / 128."""
+    x = F.interpolate(image_uint8[None].float(), size=(size, size), mode="bilinear", align_corners=False)
+    return (x[0] - mean) / std
 
 
 class DetectionImages(Dataset):
-    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB (or as told)."""
+    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB."""
 
-    def __init__(
-        self,
-        data: VOCDetection,
-        size: int,
-        indices: list[int] | None = None,
-        cache: bool | None = None,
-        flip: bool = False,
-    ):
-        self.data, self.size = data, size
+    def __init__(self, data: VOCDetection, size: int, indices: list[int] | None = None, flip: bool = False):
+        self.data, self.size, self.flip = data, size, flip
         self.indices = list(range(len(data))) if indices is None else list(indices)
-        self.flip = flip
-        cache = len(self.indices) * size**2 * 12 < 2**31 if cache is None else cache
-        self._cache: dict[int, torch.Tensor] | None = {} if cache else None
+        self._cache: dict[int, torch.Tensor] | None = {} if len(self.indices) * size**2 * 12 < 2**31 else None
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -218,11 +199,7 @@ class DetectionImages(Dataset):
         return x, i
 
 
-def collate_images(batch):
-    return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
-
-
-class DetectionTrainSet(Dataset):
+class DetectionTrainSet:
     """(image (3, S, S) float, regression targets (A, 4), prior labels (A,)) with SSD augmentation."""
 
     def __init__(self, data: VOCDetection, config: SSDConfig, augment: bool = True, max_zoom_out: float = 2.0):
@@ -265,18 +242,11 @@ class DetectionTrainSet(Dataset):
                         "labels": labels,
                     }
                 )
-            image, boxes, labels = (
-                out["image"].as_subclass(torch.Tensor),
-                out["boxes"].as_subclass(torch.Tensor),
-                out["labels"],
-            )
+            image, boxes, labels = out["image"], out["boxes"], out["labels"]  # tv_tensors: plain tensors' results
             h, w = image.shape[-2:]
         rel = boxes / torch.tensor([w, h, w, h], dtype=torch.float32)
         targets, prior_labels = encode_targets(rel, labels, self.priors, self.config)
         return preprocess(image, self.config.image_size), targets, prior_labels
-
-    def __getitem__(self, i: int):
-        return self.sample(i, seed=i)
 
 
 def batch_for_step(train_set: DetectionTrainSet, step: int, batch_size: int, seed: int):

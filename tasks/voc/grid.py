@@ -22,9 +22,7 @@ import argparse
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import cast
 
-import numpy as np
 import torch
 
 from fcpts.core.io import file_sha256
@@ -39,18 +37,16 @@ from tasks.voc import COMMAND
 from tasks.voc.data import (
     DetectionImages,
     VOCDetection,
-    collate_images,
     read_image_ids,
     read_substitute_manifest,
     voc2007_dir,
 )
 from tasks.voc.make_set import make_set
-from tasks.voc.metrics import Detections, voc07_map
+from tasks.voc.metrics import voc07_map
 from tasks.voc.profiles import PROFILES, distill_profile
 from tasks.voc.ssd import (
     ARCHITECTURES,
     RELEASED,
-    SSD,
     DistillView,
     SSDConfig,
     create_ssd,
@@ -78,23 +74,15 @@ def evaluate_detector(
     ssd.eval()
     device = next(ssd.parameters()).device
     priors = config.priors().to(device)
-    detections: list[Detections] = []
-    for x, idx in evaluation_loader(images, batch_size, workers, device, collate_fn=collate_images):
+    detections = {}
+    for x, idx in evaluation_loader(images, batch_size, workers, device):
         logits, regression = ssd(x.to(device, non_blocking=True))
         annotations = [(i, data.annotations[i]) for i in idx]
         sizes = [(a.height, a.width) if a.height and a.width else data.image(i).shape[-2:] for i, a in annotations]
         for i, det in zip(idx, postprocess(logits, regression, priors, config, sizes)):
-            n = len(det["scores"])
-            detections.append(
-                Detections(
-                    np.full(n, data.ids[i], dtype=object),
-                    det["labels"].cpu().numpy(),
-                    det["scores"].cpu().double().numpy(),
-                    det["boxes"].cpu().double().numpy(),
-                )
-            )
+            detections[data.ids[i]] = {k: v.cpu() for k, v in det.items()}
     ssd.train(was_training)
-    result = voc07_map(Detections.concat(detections), [data.annotations[i] for i in images.indices], data.class_names)
+    result = voc07_map(detections, [data.annotations[i] for i in images.indices], data.class_names)
     return {
         "map50": result["map"],
         "ap50_per_class": result["ap"],
@@ -139,19 +127,6 @@ def dataset_name(folder: Path, eval_limit: int | None) -> str:
     return base if full else f"{base}-test{n_test}"
 
 
-def planned_plan(args: argparse.Namespace, profile: Profile, arch: str) -> cli.GridPlan:
-    """A dry run's grid: the dataset named from the folder when it is here (else VOC2007, said so)."""
-    where, note = cli.where(args), ""
-    try:
-        folder = voc2007_dir(resolve_data_root(where.data_root, holding=VOC_DATA))
-        dataset = dataset_name(folder, profile.eval_limit)
-    except DataNotFoundError as e:
-        dataset, note = "voc2007", cli.assumed_dataset("voc2007", e)
-    profile = distill_profile(profile, [], args.reconstruction)
-    grid = cli.planned_grid("voc", dataset, model_name(arch, args.image_size), profile, where)
-    return cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch), note)
-
-
 def build_grid(
     *,
     arch: str,
@@ -173,7 +148,9 @@ def build_grid(
     weights_path = Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, manifest)
     load_info = load_ssd_weights(probe, weights_path)
     config = SSDConfig.for_model(probe, image_size)
-    build_ssd = dense_factory(lambda: create_ssd(arch, len(test.class_names)), probe, where.device)
+    build_view = dense_factory(
+        lambda: DistillView(create_ssd(arch, len(test.class_names))), DistillView(probe), where.device
+    )
 
     def make_calibration(n: int, augment: bool):
         idx, info = calibration_subset(
@@ -187,7 +164,7 @@ def build_grid(
         task="voc",
         dataset=dataset_name(folder, profile.eval_limit),
         model=model_name(arch, image_size),
-        build_model=lambda: DistillView(cast(SSD, build_ssd())),  # dense_factory copies create_ssd's SSD
+        build_model=build_view,
         make_calibration=make_calibration,
         evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
         profile=profile,
@@ -219,19 +196,29 @@ def plans(args: argparse.Namespace):
     if args.framework != "suite":
         raise ValueError(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
     profile = cli.profile_from_args(args, PROFILES, args.methods)
+    where = cli.where(args)
     for arch in args.models:
-        if args.dry_run:
-            yield planned_plan(args, profile, arch)
+        if not args.dry_run:
+            grid = build_grid(
+                arch=arch,
+                profile=profile,
+                image_size=args.image_size,
+                reconstruction=args.reconstruction,
+                workers=args.workers,
+                where=where,
+            )
+            yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch))
             continue
-        grid = build_grid(
-            arch=arch,
-            profile=profile,
-            image_size=args.image_size,
-            reconstruction=args.reconstruction,
-            workers=args.workers,
-            where=cli.where(args),
-        )
-        yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch))
+        note = ""  # a dry run: the dataset named from the folder when it is here (else VOC2007, said so)
+        try:
+            dataset = dataset_name(
+                voc2007_dir(resolve_data_root(where.data_root, holding=VOC_DATA)), profile.eval_limit
+            )
+        except DataNotFoundError as e:
+            dataset, note = "voc2007", cli.assumed_dataset("voc2007", e)
+        planned = distill_profile(profile, [], args.reconstruction)
+        grid = cli.planned_grid("voc", dataset, model_name(arch, args.image_size), planned, where)
+        yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", arch), note)
 
 
 @register_task(

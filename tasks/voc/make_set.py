@@ -10,6 +10,7 @@ The CPU stand-in for VOC (Table 5's substitute row): canvases of 160-240 x 120-2
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid import cli
+from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser
 from tasks.grid.paths import REPO_ROOT
 
@@ -41,15 +43,7 @@ def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
     return out[0].round().clamp(0, 255).to(torch.uint8)
 
 
-def make_image(
-    rng: np.random.Generator,
-    objects: np.ndarray,
-    labels: np.ndarray,
-    scenes: np.ndarray,
-    min_side: int = 20,
-    max_side: int = 80,
-    difficult_below: int = 28,
-):
+def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray, scenes: np.ndarray):
     """One canvas with 1-3 pasted objects: (image (3, H, W) uint8, [(label, x1, y1, x2, y2, difficult)])
     with boxes in pixel coordinates, x2/y2 exclusive."""
     import torch
@@ -68,7 +62,7 @@ def make_image(
     out = []
     for _ in range(int(rng.integers(1, 4))):
         for _attempt in range(20):
-            side = float(np.exp(rng.uniform(np.log(min_side), np.log(max_side))))
+            side = float(np.exp(rng.uniform(np.log(20), np.log(80))))
             aspect = float(np.exp(rng.uniform(np.log(0.8), np.log(1.25))))
             w = round(min(side * float(np.sqrt(aspect)), width))
             h = round(min(side / float(np.sqrt(aspect)), height))
@@ -84,7 +78,7 @@ def make_image(
             obj = obj.flip(-1)
         canvas[:, y : y + h, x : x + w] = _resize(obj, h, w).float()
         placed.append([float(v) for v in box])
-        out.append((int(labels[k]), x, y, x + w, y + h, min(w, h) < difficult_below))
+        out.append((int(labels[k]), x, y, x + w, y + h, min(w, h) < 28))
     return canvas.round().clamp(0, 255).to(torch.uint8), out
 
 
@@ -129,7 +123,6 @@ def write_split(
     seed: int,
     tag: int,
     first_id: int,
-    quality: int = 90,
     log=print,
 ) -> dict:
     """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
@@ -140,7 +133,7 @@ def write_split(
     for k in range(n):
         image, objs = make_image(np.random.default_rng([seed, tag, k]), objects, labels, scenes)
         image_id = f"{first_id + k:06d}"
-        write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg", quality)
+        write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg")
         (folder / "Annotations" / f"{image_id}.xml").write_bytes(
             annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES)
         )
@@ -176,7 +169,6 @@ def make_set(
     n_trainval: int = 4000,
     n_test: int = 500,
     seed: int = 0,
-    quality: int = 90,
     log=print,
     trainval_prefix: int | None = None,
 ) -> Path:
@@ -192,7 +184,7 @@ def make_set(
         written = n if split == "test" or trainval_prefix is None else min(trainval_prefix, n)
         objects, labels = load_cifar(data_root, "cifar10", cifar_split)
         counts[split] = write_split(
-            folder, split, written, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, quality, log
+            folder, split, written, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, log
         )
         counts[split].update(object_source=f"cifar10/{cifar_split}", background_source=f"cifar100/{cifar_split}")
         if written < n:
@@ -203,7 +195,7 @@ def make_set(
         "generator": "tasks.make_detection_set",  # the set's name as first published: part of its identity
         "version": GENERATOR_VERSION,
         "seed": seed,
-        "jpeg_quality": quality,
+        "jpeg_quality": 90,
         "classes": list(CIFAR10_CLASSES),
         "background_classes": list(SCENE_LABELS),
         "data_root": str(data_root),
@@ -215,7 +207,7 @@ def make_set(
     return folder
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = command_parser("python -m tasks.voc.make_set", __doc__)
     p.add_argument("--out", default=str(DEFAULT_OUT), help=f"output folder (default {DEFAULT_OUT})")
     p.add_argument(
@@ -224,13 +216,12 @@ def main(argv=None) -> int:
     p.add_argument("--trainval", type=int, default=4000)
     p.add_argument("--test", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    try:
-        make_set(Path(args.out), resolve_data_root(args.data_root), args.trainval, args.test, args.seed)
-    except DataNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return p.parse_args(argv)
+
+
+main = cli.script_main(
+    parse_args, lambda a: make_set(Path(a.out), resolve_data_root(a.data_root), a.trainval, a.test, a.seed)
+)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ IoU is torchvision's `box_iou` on continuous coordinates (no +1 on widths), as i
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,16 +20,12 @@ from torchvision.ops import box_iou
 def voc07_ap(precision: np.ndarray, recall: np.ndarray) -> float:
     """11-point interpolated average precision (VOC2007)."""
     precision, recall = np.asarray(precision, dtype=float), np.asarray(recall, dtype=float)
-    ap = 0.0
-    for t in np.arange(0.0, 1.1, 0.1):
-        above = recall >= t
-        ap += (precision[above].max() if above.any() else 0.0) / 11.0
-    return float(ap)
+    return float(sum(precision[recall >= t].max(initial=0.0) / 11.0 for t in np.arange(0.0, 1.1, 0.1)))
 
 
 @dataclass
 class GroundTruth:
-    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) difficult flags."""
+    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) bool difficult flags."""
 
     image_id: str
     boxes: torch.Tensor
@@ -39,92 +34,68 @@ class GroundTruth:
 
 
 def match_class(
-    image_ids: np.ndarray,
-    scores: np.ndarray,
-    boxes: np.ndarray,
-    gt: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    iou_threshold: float = 0.5,
+    detections: Mapping[str, Mapping[str, torch.Tensor]], truth: Mapping[str, GroundTruth], c: int, iou_threshold: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """TP and FP flags along the score ranking for one class's detections (arrays of image ids, scores,
-    (N, 4) boxes); gt: image_id -> (boxes, difficult)."""
-    n = len(scores)
-    best_iou, best_gt = np.full(n, -1.0), np.zeros(n, dtype=np.int64)
-    by_image: dict[str, list[int]] = defaultdict(list)
-    for i, image_id in enumerate(image_ids.tolist()):
-        by_image[image_id].append(i)
-    for image_id, rows in by_image.items():  # IoUs of all of an image's detections at once
-        if image_id in gt:
-            ious = box_iou(torch.as_tensor(boxes[rows], dtype=torch.float64), gt[image_id][0].double())
-            value, index = ious.max(1)
-            best_iou[rows], best_gt[rows] = value.numpy(), index.numpy()
-    order = np.argsort(-scores, kind="stable")
-    tp, fp = np.zeros(n), np.zeros(n)
+    """TP and FP flags along the score ranking of class `c`'s detections."""
+    if not detections:
+        return np.zeros(0), np.zeros(0)
+    image_ids, scores, best_iou, best_gt, difficult = [], [], [], [], []
+    for image_id, det in detections.items():  # IoUs of all of an image's detections at once
+        keep = det["labels"] == c
+        n, g = int(keep.sum()), truth.get(image_id)
+        image_ids += [image_id] * n
+        scores.append(det["scores"][keep].double())
+        if g is None or not (g.labels == c).any():  # every detection a false positive
+            best_iou.append(torch.full((n,), -1.0, dtype=torch.float64))
+            best_gt.append(torch.zeros(n, dtype=torch.int64))
+            difficult.append(torch.zeros(n, dtype=torch.bool))
+        else:
+            value, index = box_iou(det["boxes"][keep].double(), g.boxes[g.labels == c].double()).max(1)
+            best_iou.append(value)
+            best_gt.append(index)
+            difficult.append(g.difficult[g.labels == c][index])
+    order = torch.cat(scores).neg().numpy().argsort(kind="stable")
+    ious, gt_index, hard = (torch.cat(x).numpy() for x in (best_iou, best_gt, difficult))
+    tp, fp = np.zeros(len(order)), np.zeros(len(order))
     matched: set[tuple[str, int]] = set()
     for rank, i in enumerate(order.tolist()):
-        if best_iou[i] > iou_threshold:
-            image_id, j = image_ids[i], int(best_gt[i])
-            if bool(gt[image_id][1][j]):
-                continue  # a difficult box: ignored
-            if (image_id, j) in matched:
-                fp[rank] = 1
-            else:
-                tp[rank] = 1
-                matched.add((image_id, j))
-        else:
+        if not ious[i] > iou_threshold:
             fp[rank] = 1  # no box of this class in the image, or IoU <= threshold
+        elif hard[i]:
+            continue  # a difficult box: ignored
+        elif (image_ids[i], int(gt_index[i])) in matched:
+            fp[rank] = 1
+        else:
+            tp[rank] = 1
+            matched.add((image_ids[i], int(gt_index[i])))
     return tp, fp
 
 
-@dataclass
-class Detections:
-    """Detections as arrays: image ids (N,) str, labels (N,) int, scores (N,) float, boxes (N, 4) xyxy."""
-
-    image_ids: np.ndarray
-    labels: np.ndarray
-    scores: np.ndarray
-    boxes: np.ndarray
-
-    @classmethod
-    def concat(cls, parts: list[Detections]) -> Detections:
-        if not parts:
-            return cls(np.array([], dtype=object), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 4)))
-        return cls(
-            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("image_ids", "labels", "scores", "boxes"))
-        )
-
-    def __len__(self) -> int:
-        return len(self.scores)
-
-
 def voc07_map(
-    detections: Detections, ground_truth: Iterable[GroundTruth], class_names: Sequence[str], iou_threshold: float = 0.5
+    detections: Mapping[str, Mapping[str, torch.Tensor]],
+    ground_truth: Iterable[GroundTruth],
+    class_names: Sequence[str],
+    iou_threshold: float = 0.5,
 ) -> dict:
-    """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"}; labels index
-    `class_names` (0 = background, never evaluated)."""
-    gt_by_class: dict[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = defaultdict(dict)
-    n_positive: dict[int, int] = defaultdict(int)
-    for g in ground_truth:
-        for c in torch.unique(g.labels).tolist():
-            sel = g.labels == c
-            gt_by_class[c][g.image_id] = (g.boxes[sel].float(), g.difficult[sel].bool())
-            n_positive[c] += int((~g.difficult[sel].bool()).sum())
+    """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"} of detections per image id
+    ({"boxes", "scores", "labels"}, as `tasks.voc.ssd.postprocess` gives them); labels index `class_names`
+    (0 = background, never evaluated)."""
+    truth = {g.image_id: g for g in ground_truth}
     ap: dict[str, float | None] = {}
-    for c in range(1, len(class_names)):
-        if n_positive[c] == 0:
-            ap[class_names[c]] = None  # no non-difficult box: undefined, left out of the mean
+    n_gt = {}
+    for c, name in enumerate(class_names[1:], 1):
+        n_gt[name] = sum(int((~g.difficult[g.labels == c]).sum()) for g in truth.values())
+        if n_gt[name] == 0:
+            ap[name] = None  # no non-difficult box: undefined, left out of the mean
             continue
-        sel = detections.labels == c
-        tp, fp = match_class(
-            detections.image_ids[sel], detections.scores[sel], detections.boxes[sel], gt_by_class[c], iou_threshold
-        )
+        tp, fp = match_class(detections, truth, c, iou_threshold)
         tp, fp = np.cumsum(tp), np.cumsum(fp)
-        recall = tp / n_positive[c]
         precision = tp / np.maximum(tp + fp, np.finfo(float).eps)
-        ap[class_names[c]] = 100.0 * voc07_ap(precision, recall)
+        ap[name] = 100.0 * voc07_ap(precision, tp / n_gt[name])
     defined = [v for v in ap.values() if v is not None]
     return {
         "map": float(np.mean(defined)) if defined else 0.0,
         "ap": ap,
-        "n_gt": {class_names[c]: n_positive[c] for c in range(1, len(class_names))},
-        "n_detections": len(detections),
+        "n_gt": n_gt,
+        "n_detections": sum(len(d["scores"]) for d in detections.values()),
     }

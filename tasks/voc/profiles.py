@@ -7,8 +7,6 @@ from fcpts.methods import get_method, list_methods
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.voc.ssd import RECONSTRUCTIONS
 
-PAPER_SPARSITY = 0.9
-
 PROFILES = profile_table(
     paper_profile("trainval"),
     cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(

@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -40,16 +41,6 @@ def _conv_dw(inp: int, oup: int, stride: int) -> nn.Sequential:
     )
 
 
-def mobilenet_v1_features() -> nn.Sequential:
-    """MobileNetV1's 14 conv stages (`MobileNetV1(1001).model` in pytorch-ssd)."""
-    cfg = (
-        [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)]
-        + [(512, 512, 1)] * 5
-        + [(512, 1024, 2), (1024, 1024, 1)]
-    )
-    return nn.Sequential(_conv_bn(3, 32, 2), *[_conv_dw(i, o, s) for i, o, s in cfg])
-
-
 class InvertedResidual(nn.Module):
     """MobileNetV2 block, pytorch-ssd's layout: `conv` = [pw, BN, ReLU6,] dw, BN, ReLU6, pw-linear, BN."""
 
@@ -73,29 +64,6 @@ class InvertedResidual(nn.Module):
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
 
 
-def mobilenet_v2_features() -> nn.Sequential:
-    """MobileNetV2 (width 1.0) `features`: conv_bn, 17 inverted residuals, 1x1 conv to 1280 (19 modules)."""
-    setting = [
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ]
-    layers: list[nn.Module] = [_conv_bn(3, 32, 2, nn.ReLU6)]
-    inp = 32
-    for t, c, n, s in setting:
-        for i in range(n):
-            layers.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
-            inp = c
-    layers.append(
-        nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True))
-    )
-    return nn.Sequential(*layers)
-
-
 def separable_conv(inp: int, oup: int) -> nn.Sequential:
     """SSD-Lite header (pytorch-ssd's SeperableConv2d): 3x3 depthwise (with bias), BN, ReLU6, 1x1 conv."""
     return nn.Sequential(
@@ -103,24 +71,23 @@ def separable_conv(inp: int, oup: int) -> nn.Sequential:
     )
 
 
-@dataclass(frozen=True)
-class Source:
-    """Where a header reads the backbone: the output of base_net[:index], or inside base_net[index] after
-    `sub_split` modules of its `sub` Sequential (pytorch-ssd's GraphPath)."""
-
-    index: int
-    sub: str | None = None
-    sub_split: int = 0
+def _through(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """x through each layer (a slice of a Sequential would be a module torch.fx cannot trace: POT's BN folding)."""
+    for layer in layers:
+        x = layer(x)
+    return x
 
 
 class SSD(nn.Module):
-    """Backbone `base_net`, `extras`, one classification and one regression header per feature map."""
+    """Backbone `base_net`, `extras`, one classification and one regression header per feature map. The headers
+    read the backbone at `sources`, (index, split): the output of base_net[:index], or with a split inside
+    base_net[index] after that many modules of its `conv` (pytorch-ssd's GraphPath)."""
 
     def __init__(
         self,
         num_classes: int,
         base_net: nn.Sequential,
-        sources: Sequence[Source],
+        sources: Sequence[tuple[int, int]],
         extras: nn.ModuleList,
         classification_headers: nn.ModuleList,
         regression_headers: nn.ModuleList,
@@ -136,22 +103,17 @@ class SSD(nn.Module):
 
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         feats, start = [], 0
-        for src in self.sources:
-            for layer in self.base_net[start : src.index]:
-                x = layer(x)
-            start = src.index
-            if src.sub is not None:  # tap inside a block that has no residual connection (pytorch-ssd)
-                sub = getattr(self.base_net[src.index], src.sub)
-                for layer in sub[: src.sub_split]:
-                    x = layer(x)
-                feats.append(x)
-                for layer in sub[src.sub_split :]:
-                    x = layer(x)
-                start = src.index + 1
+        for index, split in self.sources:
+            x = _through(self.base_net[start:index], x)
+            start = index
+            if split:  # tap inside a block that has no residual connection (pytorch-ssd)
+                block = cast(nn.Sequential, self.base_net[index].conv)
+                feats.append(_through(block[:split], x))
+                x = _through(block[split:], feats[-1])
+                start += 1
             else:
                 feats.append(x)
-        for layer in self.base_net[start:]:
-            x = layer(x)
+        x = _through(self.base_net[start:], x)
         for layer in self.extras:
             x = layer(x)
             feats.append(x)
@@ -160,10 +122,8 @@ class SSD(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         confidences, locations = [], []
         for feat, cls_head, reg_head in zip(self.feature_maps(x), self.classification_headers, self.regression_headers):
-            c = cls_head(feat).permute(0, 2, 3, 1)
-            confidences.append(c.reshape(c.shape[0], -1, self.num_classes))
-            r = reg_head(feat).permute(0, 2, 3, 1)
-            locations.append(r.reshape(r.shape[0], -1, 4))
+            confidences.append(cls_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, self.num_classes))
+            locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, 4))
         return torch.cat(confidences, 1), torch.cat(locations, 1)
 
     @torch.no_grad()
@@ -177,7 +137,8 @@ class SSD(nn.Module):
 
 
 def create_mb1_ssd(num_classes: int = 21) -> SSD:
-    """pytorch-ssd `create_mobilenetv1_ssd`: sources after base_net[11] (512 ch, stride 16) and [13]."""
+    """pytorch-ssd `create_mobilenetv1_ssd`: base_net is MobileNetV1's 14 conv stages (`MobileNetV1(1001).model`),
+    sources after base_net[11] (512 ch, stride 16) and [13]."""
     extras = nn.ModuleList(
         [
             nn.Sequential(nn.Conv2d(i, m, 1), nn.ReLU(), nn.Conv2d(m, o, 3, stride=2, padding=1), nn.ReLU())
@@ -187,21 +148,44 @@ def create_mb1_ssd(num_classes: int = 21) -> SSD:
     chans = [512, 1024, 512, 256, 256, 256]
     cls = nn.ModuleList([nn.Conv2d(c, 6 * num_classes, 3, padding=1) for c in chans])
     reg = nn.ModuleList([nn.Conv2d(c, 6 * 4, 3, padding=1) for c in chans])
-    return SSD(num_classes, mobilenet_v1_features(), [Source(12), Source(14)], extras, cls, reg, arch="mb1-ssd")
+    stages = (
+        [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1), (256, 512, 2)]
+        + [(512, 512, 1)] * 5
+        + [(512, 1024, 2), (1024, 1024, 1)]
+    )
+    base_net = nn.Sequential(_conv_bn(3, 32, 2), *[_conv_dw(i, o, s) for i, o, s in stages])
+    return SSD(num_classes, base_net, [(12, 0), (14, 0)], extras, cls, reg, arch="mb1-ssd")
 
 
 def create_mb2_ssd_lite(num_classes: int = 21) -> SSD:
-    """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): sources inside base_net[14] after its
-    expansion (576 ch, stride 16) and after base_net[18] (1280 ch); inverted-residual extras;
-    depthwise-separable headers except the last (1x1 conv)."""
+    """pytorch-ssd `create_mobilenetv2_ssd_lite` (width 1.0): base_net is MobileNetV2's `features` (conv_bn, 17
+    inverted residuals, 1x1 conv to 1280: 19 modules), sources inside base_net[14] after its expansion (576 ch,
+    stride 16) and after base_net[18] (1280 ch); inverted-residual extras; depthwise-separable headers except the
+    last (1x1 conv)."""
     layers = [(1280, 512, 0.2), (512, 256, 0.25), (256, 256, 0.5), (256, 64, 0.25)]
     extras = nn.ModuleList([InvertedResidual(i, o, 2, expand) for i, o, expand in layers])
     chans = [576, 1280, 512, 256, 256]
     cls = nn.ModuleList([separable_conv(c, 6 * num_classes) for c in chans] + [nn.Conv2d(64, 6 * num_classes, 1)])
     reg = nn.ModuleList([separable_conv(c, 6 * 4) for c in chans] + [nn.Conv2d(64, 6 * 4, 1)])
-    return SSD(
-        num_classes, mobilenet_v2_features(), [Source(14, "conv", 3), Source(19)], extras, cls, reg, arch="mb2-ssd-lite"
+    setting = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]
+    base_net: list[nn.Module] = [_conv_bn(3, 32, 2, nn.ReLU6)]
+    inp = 32
+    for t, c, n, s in setting:
+        for i in range(n):
+            base_net.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
+            inp = c
+    base_net.append(
+        nn.Sequential(nn.Conv2d(inp, 1280, 1, 1, 0, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True))
     )
+    return SSD(num_classes, nn.Sequential(*base_net), [(14, 3), (19, 0)], extras, cls, reg, arch="mb2-ssd-lite")
 
 
 ARCHITECTURES = {"mb1-ssd": create_mb1_ssd, "mb2-ssd-lite": create_mb2_ssd_lite}
@@ -269,21 +253,21 @@ class SSDConfig:
     match_iou: float = 0.5  # training: prior <-> ground-truth matching
 
     @classmethod
-    def for_size(cls, image_size: int, feature_map_sizes: Sequence[int], **kw) -> SSDConfig:
+    def for_size(cls, image_size: int, feature_map_sizes: Sequence[int]) -> SSDConfig:
         """pytorch-ssd's priors at another input size: box sizes scaled by image_size/300, one prior grid
         per feature map (shrinkage = image_size / map size). At 300 it is the published configuration."""
         if image_size == 300 and tuple(feature_map_sizes) == tuple(s.feature_map_size for s in VOC300_SPECS):
-            return cls(**kw)
+            return cls()
         scale = image_size / 300
         specs = tuple(
             PriorSpec(int(n), image_size / n, _VOC300_SIZES[i] * scale, _VOC300_SIZES[i + 1] * scale)
             for i, n in enumerate(feature_map_sizes)
         )
-        return cls(image_size=image_size, specs=specs, **kw)
+        return cls(image_size=image_size, specs=specs)
 
     @classmethod
-    def for_model(cls, model: SSD, image_size: int, **kw) -> SSDConfig:
-        return cls.for_size(image_size, model.feature_map_sizes(image_size), **kw)
+    def for_model(cls, model: SSD, image_size: int) -> SSDConfig:
+        return cls.for_size(image_size, model.feature_map_sizes(image_size))
 
     def priors(self) -> torch.Tensor:
         """(A, 4) priors (cx, cy, w, h) relative to the image, clamped to [0, 1], pytorch-ssd's order:
@@ -313,10 +297,8 @@ class SSDConfig:
 def decode_boxes(regression: torch.Tensor, priors_cxcywh: torch.Tensor, config: SSDConfig) -> torch.Tensor:
     """(..., A, 4) regressions -> (..., A, 4) corner-form boxes relative to the image."""
     anchors = box_convert(priors_cxcywh.to(regression), "cxcywh", "xyxy")
-    shape = regression.shape
-    flat = regression.reshape(-1, shape[-2], 4)
-    boxes = [config.box_coder().decode_single(r, anchors) for r in flat]
-    return torch.stack(boxes).reshape(shape)
+    anchors = anchors.repeat(regression.numel() // anchors.numel(), 1)
+    return config.box_coder().decode_single(regression.reshape(-1, 4), anchors).reshape(regression.shape)
 
 
 def encode_targets(
@@ -360,37 +342,26 @@ def postprocess(
         keep = top > config.score_threshold
         scores, prior_idx, labels = top[keep], idx[keep], cls[keep]
         boxes = b[prior_idx] * torch.tensor([w, h, w, h], dtype=b.dtype, device=b.device)
-        kept = batched_nms(boxes, scores, labels, config.nms_iou)
-        if config.max_detections is not None:
-            kept = kept[: config.max_detections]
+        kept = batched_nms(boxes, scores, labels, config.nms_iou)[: config.max_detections]  # None: all
         out.append({"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]})
     return out
 
 
-@dataclass
-class MultiboxLoss:
-    """SSD's loss (pytorch-ssd MultiboxLoss): cross-entropy on the positives and the hardest negatives
-    (ranked by background loss, `neg_pos_ratio` negatives per positive, per image) plus smooth L1 on the
+def multibox_loss(
+    logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor, neg_pos_ratio: int = 3
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SSD's loss (pytorch-ssd MultiboxLoss), (box, class): cross-entropy on the positives and the hardest
+    negatives (ranked by background loss, `neg_pos_ratio` negatives per positive, per image) plus smooth L1 on the
     positives' box offsets, both summed and divided by the number of positives."""
-
-    neg_pos_ratio: int = 3
-    stats: dict = field(default_factory=dict)
-
-    def __call__(
-        self, logits: torch.Tensor, regression: torch.Tensor, labels: torch.Tensor, targets: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        num_classes = logits.shape[-1]
-        with torch.no_grad():
-            bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]
-            pos = labels > 0
-            num_neg = pos.sum(1, keepdim=True) * self.neg_pos_ratio
-            bg_loss.masked_fill_(pos, -math.inf)
-            rank = bg_loss.argsort(1, descending=True).argsort(1)
-            mask = pos | (rank < num_neg)
-        num_pos = max(1, int(pos.sum()))
-        cls = F.cross_entropy(logits[mask].reshape(-1, num_classes), labels[mask], reduction="sum") / num_pos
-        loc = F.smooth_l1_loss(regression[pos], targets[pos], reduction="sum") / num_pos
-        return loc, cls
+    with torch.no_grad():
+        bg_loss = -F.log_softmax(logits, dim=-1)[..., 0]
+        pos = labels > 0
+        bg_loss.masked_fill_(pos, -math.inf)
+        rank = bg_loss.argsort(1, descending=True).argsort(1)
+        mask = pos | (rank < pos.sum(1, keepdim=True) * neg_pos_ratio)
+    num_pos = max(1, int(pos.sum()))
+    cls = F.cross_entropy(logits[mask].reshape(-1, logits.shape[-1]), labels[mask], reduction="sum") / num_pos
+    return F.smooth_l1_loss(regression[pos], targets[pos], reduction="sum") / num_pos, cls
 
 
 class DistillView(nn.Module):

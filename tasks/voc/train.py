@@ -15,15 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tasks.grid import cli
 from tasks.grid.arg_types import at_least
 from tasks.grid.help import add_training_args, command_parser, default_device
 from tasks.voc import MODELS
-
-if TYPE_CHECKING:  # the work imports torch when it runs: --help needs none of it
-    import torch
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -43,7 +39,7 @@ def train(args: argparse.Namespace) -> dict:
     from tasks.grid.weights import load_checkpoint
     from tasks.voc.data import DetectionImages, DetectionTrainSet, VOCDetection, batch_for_step, one_thread, voc2007_dir
     from tasks.voc.grid import evaluate_detector  # the task's own metric
-    from tasks.voc.ssd import MultiboxLoss, SSDConfig, create_ssd
+    from tasks.voc.ssd import SSDConfig, create_ssd, multibox_loss
 
     folder = voc2007_dir(resolve_data_root(args.data_root))
     trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
@@ -86,7 +82,6 @@ def train(args: argparse.Namespace) -> dict:
     }
     fingerprint = training.recipe_fingerprint(recipe)
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)
-    loss_fn = MultiboxLoss()
 
     name = f"{args.model}-{args.image_size}"
     out_dir = Path(args.results_dir) / dataset
@@ -99,7 +94,7 @@ def train(args: argparse.Namespace) -> dict:
     def step_loss(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         x, targets, labels = (to_device(t, device) for t in batch)
         logits, regression = model(x.contiguous(memory_format=torch.channels_last))
-        loc, cls = loss_fn(logits, regression, labels, targets)
+        loc, cls = multibox_loss(logits, regression, labels, targets)
         return loc + cls, torch.stack([loc.detach(), cls.detach()]).double()
 
     def batches(start: int) -> Iterable:

@@ -23,8 +23,8 @@ from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
 from tasks.voc import command as voc_cli  # noqa: E402
 from tasks.voc import make_set as mds  # noqa: E402
-from tasks.voc.data import DetectionImages, VOCDetection, collate_images  # noqa: E402
-from tasks.voc.metrics import Detections, voc07_map  # noqa: E402
+from tasks.voc.data import DetectionImages, VOCDetection  # noqa: E402
+from tasks.voc.metrics import voc07_map  # noqa: E402
 from tasks.voc.mmdet import train as mmdet_train  # noqa: E402
 from tasks.voc.mmdet.data import (  # noqa: E402
     PipelineImages,
@@ -56,7 +56,7 @@ def _instances(rows: list[dict]) -> dict[str, torch.Tensor]:
     return {"bboxes": boxes, "labels": torch.tensor([r["bbox_label"] for r in rows], dtype=torch.int64)}
 
 
-def mmdet_voc_map(detections: Detections, dataset) -> dict[str, float]:
+def mmdet_voc_map(detections: dict[str, dict[str, torch.Tensor]], dataset) -> dict[str, float]:
     """mmdet's VOC metric on the suite's detections over an mmdet VOCDataset's own ground truth, as fractions:
     VOCMetric (the devkit's legacy +1 box widths) and `eval_map` without the +1 (the suite's convention)."""
     from mmdet.evaluation import VOCMetric
@@ -64,20 +64,15 @@ def mmdet_voc_map(detections: Detections, dataset) -> dict[str, float]:
 
     metric = VOCMetric(metric="mAP", eval_mode="11points")
     metric.dataset_meta = dataset.metainfo
-    image_ids = np.asarray(detections.image_ids).astype(str)
     samples = []
     for i in range(len(dataset)):
         info = dataset.get_data_info(i)
-        sel = image_ids == str(info["img_id"])
+        det = detections[str(info["img_id"])]
         samples.append(
             {
                 "gt_instances": _instances([r for r in info["instances"] if not r["ignore_flag"]]),
                 "ignored_instances": _instances([r for r in info["instances"] if r["ignore_flag"]]),
-                "pred_instances": {
-                    "bboxes": torch.as_tensor(detections.boxes[sel], dtype=torch.float32).reshape(-1, 4),
-                    "scores": torch.as_tensor(detections.scores[sel], dtype=torch.float32),
-                    "labels": torch.as_tensor(detections.labels[sel] - 1, dtype=torch.int64),
-                },
+                "pred_instances": {"bboxes": det["boxes"], "scores": det["scores"], "labels": det["labels"] - 1},
             }
         )
     with quiet_mmengine():
@@ -266,20 +261,17 @@ def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
     ssd = create_ssd("mb2-ssd-lite", len(test.class_names)).eval()
     load_ssd_weights(ssd, RESULTS_DIR / "weights" / "voc-cifar10" / "mb2-ssd-lite-160.pth")
     config = SSDConfig.for_model(ssd, 160)
-    parts = []
+    detections = {}
     with torch.inference_mode():
-        for x, idx in torch.utils.data.DataLoader(DetectionImages(test, 160), batch_size=50, collate_fn=collate_images):
+        for x, idx in torch.utils.data.DataLoader(DetectionImages(test, 160), batch_size=50):
             sizes = [(test.annotations[i].height, test.annotations[i].width) for i in idx]
             for i, d in zip(idx, postprocess(*ssd(x), config.priors(), config, sizes)):
-                ids = np.full(len(d["scores"]), test.ids[i], dtype=object)
-                parts.append(
-                    Detections(ids, d["labels"].numpy(), d["scores"].double().numpy(), d["boxes"].double().numpy())
-                )
-    detections = Detections.concat(parts)
-    suite = voc07_map(detections, test.annotations, test.class_names)["map"] / 100
+                detections[test.ids[i]] = d
+    result = voc07_map(detections, test.annotations, test.class_names)
+    suite = result["map"] / 100
     load_config(CONFIG)  # mmdet's registry scope
     mmdet_map = mmdet_voc_map(detections, build_dataset(find_layout(tmp_path), "test", []))
-    assert suite > 0.2 and len(detections) > 500  # real detections, not an empty agreement
+    assert suite > 0.2 and result["n_detections"] > 500  # real detections, not an empty agreement
     # mmdet's eval_map without the VOC devkit's +1 on box widths is the suite's rule: the same number
     assert mmdet_map["no_plus_one"] == pytest.approx(suite, abs=1e-6)
     # VOCMetric (+1 widths, IoU >= 0.5) agrees to the third decimal

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tasks.voc.metrics import Detections, GroundTruth, voc07_ap, voc07_map
+from tasks.voc.metrics import GroundTruth, voc07_ap, voc07_map
 
 CLASSES = ("BACKGROUND", "dog", "cat", "bird")
 
@@ -19,11 +19,12 @@ def gt(image_id, boxes, labels, difficult):
 
 
 def detections(*rows):
-    """Detections from (image id, label, score, box) rows."""
-    ids, labels, scores, boxes = zip(*rows)
-    return Detections(
-        np.array(ids, dtype=object), np.array(labels), np.array(scores, dtype=float), np.array(boxes, float)
-    )
+    """Detections per image from (image id, label, score, box) rows."""
+    out = {}
+    for image_id in dict.fromkeys(r[0] for r in rows):
+        _, labels, scores, boxes = zip(*(r for r in rows if r[0] == image_id))
+        out[image_id] = {"labels": torch.tensor(labels), "scores": torch.tensor(scores), "boxes": torch.tensor(boxes)}
+    return out
 
 
 def test_voc07_map_hand_worked():
@@ -64,6 +65,7 @@ def test_voc07_map_hand_worked():
     assert res["map"] == pytest.approx(75.0)
     assert res["n_gt"] == {"dog": 3, "cat": 1, "bird": 0}
     assert res["n_detections"] == 8
+    assert voc07_map({}, truth, CLASSES)["map"] == 0.0  # no detections at all: AP 0 for every class
 
 
 def test_voc07_ap_points_follow_numpy_arange():

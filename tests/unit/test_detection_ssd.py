@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from fcpts.core.loop import kl_distill
 from tasks.voc.ssd import (
     DistillView,
-    MultiboxLoss,
     SSDConfig,
     create_ssd,
     decode_boxes,
     encode_targets,
     load_ssd_weights,
+    multibox_loss,
     postprocess,
     reconstruction_blocks,
 )
@@ -204,7 +204,7 @@ def test_multibox_loss_hard_negative_mining():
     labels = torch.tensor([[1, 0, 0, 0, 0, 0]])
     reg, tgt = torch.zeros(1, 6, 4), torch.zeros(1, 6, 4)
     reg[0, 0] = torch.tensor([0.5, -2.0, 0.0, 0.0])
-    loc, cls = MultiboxLoss()(logits, reg, labels, tgt)
+    loc, cls = multibox_loss(logits, reg, labels, tgt)
     chosen = [0, 2, 4, 5]
     expected_cls = F.cross_entropy(logits[0, chosen], torch.tensor([1, 0, 0, 0]), reduction="sum")
     assert cls.item() == pytest.approx(expected_cls.item())

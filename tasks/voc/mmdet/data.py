@@ -60,20 +60,11 @@ class Layout:
             }
         return {**paths, "metainfo": {"classes": self.classes}}
 
-    def dataset_cfg(self, split: str, pipeline: list, limit: int | None = None) -> dict:
-        """An mmdet dataset config for one split (test mode: every image, in the split's order)."""
-        return point_at({"test_mode": True, "pipeline": pipeline}, self, split, limit)
-
     def evaluator_cfg(self, coco_ann_file: str | None = None) -> dict:
         if self.kind == "voc":
             return {"type": "VOCMetric", "metric": "mAP", "eval_mode": "11points"}
         ann = coco_ann_file or str(self.root / "annotations" / f"instances_{self.eval_split}.json")
         return {"type": "CocoMetric", "ann_file": ann, "metric": "bbox"}
-
-    def metric_description(self) -> str:
-        if self.kind == "voc":
-            return "mmdet VOCMetric: VOC07 11-point AP at IoU >= 0.5, difficult ignored, legacy +1 box widths"
-        return "mmdet CocoMetric (pycocotools): bbox AP at IoU 0.50:0.95 and 0.50"
 
     def describe(self) -> dict:
         return {
@@ -137,43 +128,35 @@ def without_annotations(pipeline: list) -> list:
 
 
 def build_dataset(layout: Layout, split: str, pipeline: list, limit: int | None = None):
+    """One split as an mmdet dataset in test mode: every image, in the split's order."""
     from mmdet.registry import DATASETS
 
-    return DATASETS.build(layout.dataset_cfg(split, pipeline, limit))
+    return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split, limit))
 
 
 class PipelineImages(Dataset):
     """Calibration images as the detector sees them: the test pipeline without annotations, then the detector's
     data preprocessor; (3, H, W) float, padded at the bottom and right to the largest (as a batch would be) after
-    an optional flip, kept in memory while they fit in `cache_bytes`."""
+    an optional flip, kept in memory while they fit in 2 GiB."""
 
-    def __init__(
-        self, dataset, preprocessor: nn.Module, indices: list[int], flip: bool = False, cache_bytes: int = 2**31
-    ):
+    def __init__(self, dataset, preprocessor: nn.Module, indices: list[int], flip: bool = False):
         self.dataset, self.preprocessor = dataset, preprocessor
         self.indices, self.flip = list(indices), flip
         self.pad_value = float(getattr(preprocessor, "pad_value", 0))
-        self._cache: dict[int, torch.Tensor] = {}
-        self._cache_on = False  # the canvas first, then the cache if the set fits
-        fixed = self._fixed_size()
-        self.canvas = tuple(self._image(self.indices[0]).shape[-2:]) if fixed else self._largest()
-        self._cache_on = len(self.indices) * 3 * self.canvas[0] * self.canvas[1] * 4 < cache_bytes
-
-    def _fixed_size(self) -> bool:
-        """A resize that ignores the aspect ratio: every image comes out the same size."""
-        return any(getattr(t, "keep_ratio", True) is False for t in self.dataset.pipeline.transforms)
-
-    def _largest(self) -> tuple[int, int]:
-        sizes = [self._image(i).shape[-2:] for i in self.indices]
-        return max(s[0] for s in sizes), max(s[1] for s in sizes)
+        self._cache: dict[int, torch.Tensor] | None = None  # the canvas first, then the cache if the set fits
+        # a resize that ignores the aspect ratio makes every image the same size: the first one's
+        fixed = any(getattr(t, "keep_ratio", True) is False for t in dataset.pipeline.transforms)
+        sizes = [self._image(i).shape[-2:] for i in (self.indices[:1] if fixed else self.indices)]
+        self.canvas = max(h for h, _ in sizes), max(w for _, w in sizes)
+        self._cache = {} if len(self.indices) * 3 * self.canvas[0] * self.canvas[1] * 4 < 2**31 else None
 
     @torch.no_grad()
     def _image(self, i: int) -> torch.Tensor:
-        if i in self._cache:
+        if self._cache is not None and i in self._cache:
             return self._cache[i]
         item = self.dataset[i]
         x = self.preprocessor({"inputs": [item["inputs"]], "data_samples": None}, False)["inputs"][0].cpu()
-        if self._cache_on:
+        if self._cache is not None:
             self._cache[i] = x
         return x
 
@@ -221,7 +204,7 @@ def evaluate_detector(
             "persistent_workers": False,
             "drop_last": False,
             "sampler": {"type": "DefaultSampler", "shuffle": False},
-            "dataset": layout.dataset_cfg(layout.eval_split, pipeline, limit),
+            "dataset": point_at({"test_mode": True, "pipeline": pipeline}, layout, layout.eval_split, limit),
         }
         with quiet_mmengine():
             runner = Runner(
@@ -240,6 +223,8 @@ def evaluate_detector(
     detector.to(device).train(was_training)
     if layout.kind == "voc":
         out = {"map50": 100.0 * float(metrics["pascal_voc/mAP"])}
+        metric = "mmdet VOCMetric: VOC07 11-point AP at IoU >= 0.5, difficult ignored, legacy +1 box widths"
     else:
         out = {"map": 100.0 * float(metrics["coco/bbox_mAP"]), "map50": 100.0 * float(metrics["coco/bbox_mAP_50"])}
-    return {**out, "mmdet_metrics": metrics, "n_images": n_images, "metric": layout.metric_description()}
+        metric = "mmdet CocoMetric (pycocotools): bbox AP at IoU 0.50:0.95 and 0.50"
+    return {**out, "mmdet_metrics": metrics, "n_images": n_images, "metric": metric}

@@ -48,19 +48,17 @@ def load_config(path: str | Path) -> Config:
     return cfg
 
 
-def config_identity(path: str | Path, cfg: Config) -> dict:
-    """Name, file hash, and the hash of the resolved config (its `_base_` files included)."""
+def mmdet_identity(path: str | Path, cfg: Config) -> dict:
+    """What a record says of the detector's making: the OpenMMLab versions, the config's name, file hash, and the
+    hash of the resolved config (its `_base_` files included)."""
     resolved = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
-    return {
+    config = {
         "name": Path(path).stem,
         "path": repo_relative(path),
         "sha256": file_sha256(path),
         "resolved_sha256": hashlib.sha256(resolved.encode()).hexdigest(),
     }
-
-
-def versions() -> dict[str, str]:
-    return {"mmdet": mmdet.__version__, "mmengine": mmengine.__version__, "mmcv": mmcv.__version__}
+    return {"mmdet": mmdet.__version__, "mmengine": mmengine.__version__, "mmcv": mmcv.__version__, "config": config}
 
 
 def build_detector(cfg: Config) -> nn.Module:

@@ -5,7 +5,7 @@
 
 The detector is built by mmengine's registry from the config, its checkpoint loaded strictly. Calibration images:
 the folder's trainval (VOC) or train* (COCO) split through the config's test pipeline without annotations. The
-methods see `HeadOutputView` (view.py), every Conv2d/Linear is pruned, head included; `--reconstruction` as in
+methods see `HeadOutputView` (detector.py), every Conv2d/Linear is pruned, head included; `--reconstruction` as in
 the suite's SSD task. Metric: mmdet's VOCMetric (VOC07 11-point mAP@0.5) or CocoMetric. Records go to
 `results/runs/<voc|coco>/<dataset>/mmdet-<config name>/`.
 """
@@ -42,12 +42,11 @@ from tasks.voc.mmdet.detector import (
     HeadOutputView,
     build_detector,
     check_layers_reach_outputs,
-    config_identity,
     load_config,
     load_weights,
+    mmdet_identity,
     pruned_layers,
     reconstruction_blocks,
-    versions,
 )
 from tasks.voc.profiles import PROFILES, distill_profile
 
@@ -65,24 +64,6 @@ def dataset_name(layout: Layout, n_eval: int, limit: int | None) -> str:
     else:
         base = f"coco-{layout.eval_split}"
     return base if limit is None or limit >= n_eval else f"{base}-test{min(limit, n_eval)}"
-
-
-def default_checkpoint(dataset: str, model: str) -> Path:
-    path = RESULTS_DIR / "weights" / dataset / f"{model}.pth"
-    if not path.is_file():
-        raise DataNotFoundError(
-            f"no checkpoint given and none at {path}: pass --weights FILE (an mmdet checkpoint for this config)"
-        )
-    return path
-
-
-def check_classes(detector, layout: Layout) -> None:
-    head = detector.bbox_head
-    if head.num_classes != len(layout.classes):
-        raise ValueError(
-            f"the config's head has {head.num_classes} classes, the data at {layout.root} {len(layout.classes)} "
-            f"({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the config"
-        )
 
 
 def build_grid(
@@ -103,12 +84,20 @@ def build_grid(
     dataset = dataset_name(layout, n_eval_all, profile.eval_limit)
     model = model_name(config)
 
-    probe = build_detector(cfg)
-    check_classes(probe, layout)
-    check_layers_reach_outputs(HeadOutputView(probe))  # FCOS's centerness: refused before any work
-    checkpoint = Path(where.weights) if where.weights else default_checkpoint(dataset_name(layout, 0, None), model)
+    probe_view = HeadOutputView(build_detector(cfg))
+    probe, classes = probe_view.detector, probe_view.detector.bbox_head.num_classes
+    if classes != len(layout.classes):
+        raise ValueError(
+            f"the config's head has {classes} classes, the data at {layout.root} {len(layout.classes)} "
+            f"({', '.join(layout.classes[:5])}, ...): set model.bbox_head.num_classes in the config"
+        )
+    check_layers_reach_outputs(probe_view)  # FCOS's centerness: refused before any work
+    checkpoint = Path(where.weights or RESULTS_DIR / "weights" / dataset_name(layout, 0, None) / f"{model}.pth")
+    if not where.weights and not checkpoint.is_file():
+        raise DataNotFoundError(
+            f"no checkpoint given and none at {checkpoint}: pass --weights FILE (an mmdet checkpoint for this config)"
+        )
     weights_info = load_weights(probe, checkpoint, model)
-    probe_view = HeadOutputView(probe)
 
     profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
     build_view = dense_factory(lambda: HeadOutputView(build_detector(cfg)), probe_view, where.device)
@@ -140,7 +129,7 @@ def build_grid(
         profile=profile,
         provenance={
             "framework": "mmdet",
-            "mmdet": {**versions(), "config": config_identity(config, cfg)},
+            "mmdet": mmdet_identity(config, cfg),
             "weights": weights_info,
             "pruned_layers": pruned_layers(probe_view),
             "substitute": layout.manifest is not None,
@@ -151,11 +140,6 @@ def build_grid(
         metric_names=("map50",) if layout.kind == "voc" else ("map", "map50"),
         **where.grid_fields(),
     )
-
-
-def config_path(recorded: str) -> str:
-    """Where a config a record names lives now: older records name it under tasks/detection/."""
-    return re.sub("^tasks/detection/", "tasks/voc/", recorded)
 
 
 format_table = partial(grid_table, columns=result_columns({"map50": "mAP50"}, method_width=14))
@@ -192,7 +176,7 @@ def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     detection driver's "voc" registration)."""
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])
     return build_grid(
-        config=config_path(record["mmdet"]["config"]["path"]),
+        config=re.sub("^tasks/detection/", "tasks/voc/", record["mmdet"]["config"]["path"]),  # older records' path
         profile=profile,
         where=where,
         reconstruction=record.get("reconstruction", "mse-blocks"),

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.grid import cli
-from tasks.grid.help import add_results_dir
+from tasks.grid.help import add_results_dir, command_parser
 from tasks.grid.paths import RESULTS_DIR
 
 # mmdet, mmengine and torch are imported by the work, once the arguments parse and the extra is found there:
@@ -34,27 +34,6 @@ from tasks.grid.paths import RESULTS_DIR
 np_multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
 
 SESSIONS = "fcpts-sessions.json"  # beside the Runner's checkpoints: wall time and iterations of each invocation
-
-
-def configure(cfg, layout, work_dir: Path, epochs: int | None, train_limit: int | None, eval_limit: int | None = None):
-    """The config pointed at the folder, its schedule shortened when asked, resuming when a checkpoint exists."""
-    from tasks.voc.mmdet.data import point_at
-
-    cfg.work_dir = str(work_dir)
-    cfg.train_dataloader.dataset = point_at(cfg.train_dataloader.dataset, layout, layout.calibration_split, train_limit)
-    for part in ("val", "test"):
-        cfg[f"{part}_dataloader"].dataset = point_at(
-            cfg[f"{part}_dataloader"].dataset, layout, layout.eval_split, eval_limit
-        )
-        cfg[f"{part}_evaluator"] = layout.evaluator_cfg()
-    if epochs is not None:
-        cfg.train_cfg.max_epochs = epochs
-        for scheduler in cfg.param_scheduler:
-            if scheduler.get("by_epoch", True):
-                scheduler.update(T_max=epochs, end=epochs) if "T_max" in scheduler else scheduler.update(end=epochs)
-    cfg.load_from = None
-    cfg.resume = (work_dir / "last_checkpoint").is_file()
-    return cfg
 
 
 def _history_statistic(owner, name: str):
@@ -94,11 +73,8 @@ def session_timer(path: Path):
     from tasks.grid.records import device_description
 
     class SessionTimer(Hook):
-        """Appends each invocation's iterations and wall time to a JSON list in the work folder."""
-
         def __init__(self, path: Path):
             self.path = path
-            self.start_iter, self.start, self.start_cpu = 0, 0.0, 0.0
 
         def sessions(self) -> list[dict]:
             return json.loads(self.path.read_text()) if self.path.is_file() else []
@@ -125,12 +101,8 @@ def session_timer(path: Path):
     return SessionTimer(path)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.voc.mmdet.train",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def parse_args(argv=None) -> argparse.Namespace:
+    p = command_parser("python -m tasks.voc.mmdet.train", __doc__)
     p.add_argument("--config", required=True)
     p.add_argument("--data-root", help="a VOC- or COCO-layout folder (default: $FCPTS_DATA_ROOT, then ../shared/data)")
     p.add_argument("--work-dir", help="the Runner's folder (checkpoints, logs); default under results/checkpoints/")
@@ -139,75 +111,92 @@ def main(argv=None) -> int:
     p.add_argument("--train-limit", type=int, help="train on the first N images only (smoke tests; recorded)")
     p.add_argument("--eval-limit", type=int, help="validate and test on the first N images only (smoke tests)")
     p.add_argument("--batch-size", type=int, help="override the config's training batch (smoke tests; recorded)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    def run() -> int:
-        from tasks.voc.mmdet import exit_if_missing
 
-        exit_if_missing()
-        from mmengine.runner import Runner
+def train(args: argparse.Namespace) -> None:
+    from tasks.voc.mmdet import exit_if_missing
 
-        from fcpts.core.io import save_torch_atomic
-        from tasks.grid.data import resolve_data_root
-        from tasks.grid.records import device_description, write_training_record
-        from tasks.voc.mmdet.data import find_layout
-        from tasks.voc.mmdet.detector import allow_ssd_predict, config_identity, load_config, versions
-        from tasks.voc.mmdet.grid import dataset_name, model_name
+    exit_if_missing()
+    from mmengine.runner import Runner
 
-        cfg = load_config(args.config)
-        layout = find_layout(resolve_data_root(args.data_root))
-        dataset, model = dataset_name(layout, 0, None), model_name(args.config)
-        work_dir = Path(args.work_dir) if args.work_dir else RESULTS_DIR / "checkpoints" / "mmdet" / dataset / model
-        configure(cfg, layout, work_dir, args.epochs, args.train_limit, args.eval_limit)
-        if args.batch_size:
-            cfg.train_dataloader.batch_size = args.batch_size
-        runner = Runner.from_cfg(cfg)
-        allow_ssd_predict(runner.model)  # validation and test predict with it
-        timer = session_timer(work_dir / SESSIONS)
-        runner.register_hook(timer, priority="VERY_LOW")
-        try:
-            with runner_checkpoints_weights_only():
-                runner.train()
-        except pickle.UnpicklingError as e:
-            why = str(e).strip().splitlines()[0]
-            raise ValueError(
-                f"a checkpoint {args.config} names (init_cfg, load_from) or one in {work_dir} holds more than weights, "
-                f"so it is refused (torch loads checkpoints weights-only: {why}); use a state-dict checkpoint"
-            ) from None
-        test = dict(runner.test())
-        weights = Path(args.results_dir) / dataset / f"{model}.pth"
-        meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
-                "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
-        state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}  # no optimiser, no message hub
-        save_torch_atomic({"state_dict": state, "meta": meta}, weights)  # what the grid loads
-        record = write_training_record(
-            weights,
-            {
-                "task": "train_mmdet",
-                "dataset": dataset,
-                "model": model,
-                "mmdet": {**versions(), "config": config_identity(args.config, cfg)},
-                "recipe": {
-                    "epochs": cfg.train_cfg.max_epochs,
-                    "train_limit": args.train_limit,
-                    "eval_limit": args.eval_limit,
-                    "batch_size": cfg.train_dataloader.batch_size,
-                    "iterations": runner.train_loop.iter,
-                    "optimizer": cfg.optim_wrapper.optimizer.to_dict(),
-                    "param_scheduler": [s.to_dict() if hasattr(s, "to_dict") else dict(s) for s in cfg.param_scheduler],
-                    "seed": cfg.get("randomness", {}).get("seed"),
-                },
-                "data": layout.describe(),
-                "work_dir": str(work_dir),
-                "sessions": timer.sessions(),
-                "final_test": {k: float(v) for k, v in test.items()},
-                "device": device_description(next(runner.model.parameters()).device),  # mmengine picks it
-            },
+    from fcpts.core.io import save_torch_atomic
+    from tasks.grid.data import resolve_data_root
+    from tasks.grid.records import device_description, write_training_record
+    from tasks.voc.mmdet.data import find_layout, point_at
+    from tasks.voc.mmdet.detector import allow_ssd_predict, load_config, mmdet_identity
+    from tasks.voc.mmdet.grid import dataset_name, model_name
+
+    cfg = load_config(args.config)
+    layout = find_layout(resolve_data_root(args.data_root))
+    dataset, model = dataset_name(layout, 0, None), model_name(args.config)
+    work_dir = Path(args.work_dir) if args.work_dir else RESULTS_DIR / "checkpoints" / "mmdet" / dataset / model
+    # the config pointed at the folder, its schedule shortened when asked, resuming when a checkpoint exists
+    cfg.work_dir = str(work_dir)
+    cfg.train_dataloader.dataset = point_at(
+        cfg.train_dataloader.dataset, layout, layout.calibration_split, args.train_limit
+    )
+    for part in ("val", "test"):
+        cfg[f"{part}_dataloader"].dataset = point_at(
+            cfg[f"{part}_dataloader"].dataset, layout, layout.eval_split, args.eval_limit
         )
-        print(f"{model} on {dataset}: {record['final_test']} -> {weights}")
-        return 0
+        cfg[f"{part}_evaluator"] = layout.evaluator_cfg()
+    if args.epochs is not None:
+        cfg.train_cfg.max_epochs = args.epochs
+        for scheduler in cfg.param_scheduler:
+            if scheduler.get("by_epoch", True):
+                scheduler.update({"T_max": args.epochs} if "T_max" in scheduler else {}, end=args.epochs)
+    if args.batch_size:
+        cfg.train_dataloader.batch_size = args.batch_size
+    cfg.load_from = None
+    cfg.resume = (work_dir / "last_checkpoint").is_file()
+    runner = Runner.from_cfg(cfg)
+    allow_ssd_predict(runner.model)  # validation and test predict with it
+    timer = session_timer(work_dir / SESSIONS)
+    runner.register_hook(timer, priority="VERY_LOW")
+    try:
+        with runner_checkpoints_weights_only():
+            runner.train()
+    except pickle.UnpicklingError as e:
+        why = str(e).strip().splitlines()[0]
+        raise ValueError(
+            f"a checkpoint {args.config} names (init_cfg, load_from) or one in {work_dir} holds more than weights, "
+            f"so it is refused (torch loads checkpoints weights-only: {why}); use a state-dict checkpoint"
+        ) from None
+    test = dict(runner.test())
+    weights = Path(args.results_dir) / dataset / f"{model}.pth"
+    meta = {"dataset_meta": {"classes": list(layout.classes)}, "epoch": runner.train_loop.epoch,
+            "iter": runner.train_loop.iter, "config": Path(args.config).name}  # fmt: skip
+    state = {k: v.detach().cpu() for k, v in runner.model.state_dict().items()}  # no optimiser, no message hub
+    save_torch_atomic({"state_dict": state, "meta": meta}, weights)  # what the grid loads
+    record = write_training_record(
+        weights,
+        {
+            "task": "train_mmdet",
+            "dataset": dataset,
+            "model": model,
+            "mmdet": mmdet_identity(args.config, cfg),
+            "recipe": {
+                "epochs": cfg.train_cfg.max_epochs,
+                "train_limit": args.train_limit,
+                "eval_limit": args.eval_limit,
+                "batch_size": cfg.train_dataloader.batch_size,
+                "iterations": runner.train_loop.iter,
+                "optimizer": cfg.optim_wrapper.optimizer.to_dict(),
+                "param_scheduler": [s.to_dict() if hasattr(s, "to_dict") else dict(s) for s in cfg.param_scheduler],
+                "seed": cfg.get("randomness", {}).get("seed"),
+            },
+            "data": layout.describe(),
+            "work_dir": str(work_dir),
+            "sessions": timer.sessions(),
+            "final_test": {k: float(v) for k, v in test.items()},
+            "device": device_description(next(runner.model.parameters()).device),  # mmengine picks it
+        },
+    )
+    print(f"{model} on {dataset}: {record['final_test']} -> {weights}")
 
-    return cli.run_main(run)
+
+main = cli.script_main(parse_args, train)
 
 
 if __name__ == "__main__":
