@@ -51,9 +51,11 @@ def sparsify(
     output_fn: OutputFn | None = None,
     **overrides: Any,
 ) -> tuple[nn.Module, SparsityReport]:
-    """Sparsify `model` in place to global sparsity `target` in [0, 1) with `method` (any name in `fcpts.METHODS`).
+    """Sparsify `model` in place to global sparsity `target` in [0, 1) with `method` (default FCPTS; any name in
+    `fcpts.METHODS`).
 
-    `options`: an options object of the method's class, keyword options (`iterations=400`, `exclude="fc"`, ...) merged
-    into it or making it alone; `output_fn(output) -> tensor`: the logits of a model that returns more than one tensor.
+    `options`: an options object of the method's class, keyword options (`iterations=400`, `exclude="fc"`,
+    `filter_fn=lambda module, name: ...`, ...) merged into it or making it alone; `output_fn(output) -> tensor`: the
+    logits of a model that returns more than one tensor.
     """
     return get_method(method)(model, calibration, target, options, output_fn=output_fn, **overrides)
