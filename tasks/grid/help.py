@@ -35,20 +35,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _shows_default(action: argparse.Action) -> bool:
-    default = action.default
-    return bool(action.option_strings) and not (
-        default is None
-        or default is False
-        or default is argparse.SUPPRESS
-        or default == []
-        or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
-    )
+    default = action.default  # --help's and --version's are SUPPRESS
+    return bool(action.option_strings) and default is not False and default not in (None, argparse.SUPPRESS, [])
 
 
 def _default_text(action: argparse.Action) -> str:
     default = action.default
-    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
-    return f"default: {shown}"
+    return f"default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else '%(default)s'}"
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:

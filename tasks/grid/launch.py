@@ -1,5 +1,5 @@
 """Grids on a cluster through submitit (`--launcher submitit`): each cell without a record or a live job becomes one
-job running the task's command narrowed to that cell (tasks.grid.cell_job); every grid is built and checked
+job running the task's command narrowed to that cell (tasks.grid.status.CellCommand); every grid is built and checked
 before anything is submitted, and running the same command again submits only what is not done."""
 
 from __future__ import annotations
@@ -14,12 +14,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tasks.grid.cell_job import CellCommand
 from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
-from tasks.grid.status import CellState, cell_states, error_line, import_submitit, jobs_dir_for, read_cells, write_cells
+from tasks.grid.status import (
+    CellCommand,
+    CellState,
+    cell_states,
+    error_line,
+    import_submitit,
+    jobs_dir_for,
+    read_cells,
+    write_cells,
+)
 
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
@@ -109,7 +117,7 @@ def launch(
     cell_argv(argv, "-", 0.0)  # an abbreviated flag fails here, before any grid is built
     grids: list[_GridJobs] = []
     records: list[dict] = []
-    for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
+    for grid, methods, targets, selects, _ in plans:  # each grid is built, checked and dropped before the next
         identity = {
             "task": grid.task,
             "dataset": grid.dataset,
@@ -119,7 +127,7 @@ def launch(
             "results_dir": str(Path(grid.runs_dir).resolve()),
         }
         folder = jobs_dir / grid.task / grid.dataset / grid.model / f"{grid.profile.name}-seed{grid.seed}"
-        g = _GridJobs(identity, folder, tuple(rest[0]) if rest else ())
+        g = _GridJobs(identity, folder, tuple(selects))
         if grids and not (g.selects and grids[0].selects):
             raise ValueError(f"{args.prog} planned several grids without saying how to narrow its command to one")
         _collect(g, grid, list(methods), list(targets), argv, args, records, log)

@@ -236,12 +236,7 @@ def device_description(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = _first_processor().get("model name") or platform.processor() or "cpu"
     return f"cpu: {cpu}, {torch.get_num_threads()} threads"
 
 
@@ -278,19 +273,20 @@ def write_training_record(weights: Path, record: dict) -> dict:
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
-def cpu_identity(cpuinfo: str | None = None) -> str:
-    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
+def _first_processor(cpuinfo: str | None = None) -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo (or of `cpuinfo`), field by field; empty where there is none."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if not line.strip():
-            break  # the first processor's block is enough
-        fields.setdefault(key.strip(), value.strip())
+    block = cpuinfo.split("\n\n", 1)[0]
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+
+
+def cpu_identity(cpuinfo: str | None = None) -> str:
+    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
+    fields = _first_processor(cpuinfo)
     generation = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
     return ", ".join(x for x in (torch.backends.cpu.get_cpu_capability(), generation) if x)
 

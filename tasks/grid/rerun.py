@@ -152,18 +152,8 @@ def grid_for_record(record: dict, where: Where) -> Grid:
 
 def rerun_record(record: dict, where: Where, force: bool = True) -> tuple[dict, Path]:
     """Run the record's cell again into `where.runs_dir`; returns the new record and its path."""
-    from tasks.grid.records import record_path
-    from tasks.grid.runner import run_grid
+    from tasks.grid.runner import cell_path, run_grid
 
     grid = grid_for_record(record, where)
     (new,) = run_grid(grid, [record["method"]], [record["target_sparsity"]], force=force)
-    return new, record_path(
-        grid.runs_dir,
-        grid.task,
-        grid.dataset,
-        grid.model,
-        record["method"],
-        record["target_sparsity"],
-        grid.profile.name,
-        grid.seed,
-    )
+    return new, cell_path(grid, record["method"], record["target_sparsity"])
