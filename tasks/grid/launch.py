@@ -37,7 +37,7 @@ FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag
 def check_launcher_args(args: argparse.Namespace) -> None:
     """Launcher flags that do not fit together fail before any grid is built."""
     given = [
-        flag for flag in LAUNCHER_FLAGS if flag != "--launcher" and getattr(args, _dest(flag)) not in (None, False)
+        f for f in LAUNCHER_FLAGS if f != "--launcher" and getattr(args, f[2:].replace("-", "_")) not in (None, False)
     ]
     if args.launcher == "none":
         if given:
@@ -78,17 +78,11 @@ def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence
 
 
 def _is_flag(token: str) -> bool:
-    if not token.startswith("-"):
-        return False
     try:
         float(token)
         return False  # a negative number is a value
     except ValueError:
-        return True
-
-
-def _dest(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_")
+        return token.startswith("-")
 
 
 @dataclass

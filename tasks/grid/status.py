@@ -136,10 +136,13 @@ def import_submitit():
 def cell_states(entries: list[dict], folder: Path) -> list[CellState]:
     """The state of each cell entry of one grid's manifest (one scheduler query for all of them)."""
     submitted = [e for e in entries if e.get("job_id")]
-    submitit = import_submitit() if submitted else None
-    kinds = {"slurm": submitit.SlurmJob, "local": submitit.LocalJob} if submitit else {}
-    # a slurm job registers with the watcher: one sacct for all
-    jobs = {e["record"]: kinds.get(e["cluster"], submitit.Job)(folder=folder, job_id=e["job_id"]) for e in submitted}
+    jobs = {}
+    if submitted:  # a slurm job registers with the watcher: one sacct for all
+        submitit = import_submitit()
+        kinds = {"slurm": submitit.SlurmJob, "local": submitit.LocalJob}
+        jobs = {
+            e["record"]: kinds.get(e["cluster"], submitit.Job)(folder=folder, job_id=e["job_id"]) for e in submitted
+        }
     return [_state(e, jobs.get(e["record"])) for e in entries]
 
 
