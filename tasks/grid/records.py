@@ -84,14 +84,11 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
 
-    best: dict[tuple, tuple[tuple[int, bool, int], dict]] = {}  # cell_key -> (rank, record): each ranked once
+    cells: dict[tuple, list[dict]] = {}
     for r in records:
-        if r["profile"]["name"] not in PROFILE_PREFERENCE:
-            continue
-        key, r_rank = cell_key(r), rank(r)
-        if key not in best or r_rank < best[key][0]:
-            best[key] = (r_rank, r)
-    return {key: r for key, (_, r) in best.items()}
+        if r["profile"]["name"] in PROFILE_PREFERENCE:
+            cells.setdefault(cell_key(r), []).append(r)
+    return {key: min(candidates, key=rank) for key, candidates in cells.items()}
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
