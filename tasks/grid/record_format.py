@@ -183,13 +183,10 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    from tasks.grid.help import command_parser
     from tasks.grid.paths import RESULTS_DIR
 
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.grid.record_format", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    p = command_parser("python -m tasks.grid.record_format", __doc__)
     p.add_argument(
         "folders", nargs="*", type=Path, default=[RESULTS_DIR / "runs", RESULTS_DIR / "regression"],
         help="folders whose records (every *.json with metrics, at any depth) are rewritten compactly "

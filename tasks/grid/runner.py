@@ -54,10 +54,8 @@ def dense_factory(
     """Fresh copies of the dense model on `device`; NaN or Inf weights are refused before any cell."""
     try:
         check_finite_weights(dense)
-    except ValueError as e:
-        raise ValueError(
-            f"{e}" + (f" (from {source}: use another weights file, --weights)" if source else "")
-        ) from None
+    except ValueError as e:  # name the file it came from
+        raise ValueError(f"{source}: {e}" if source else str(e)) from None
     state = {k: v.clone() for k, v in dense.state_dict().items()}
 
     def build() -> nn.Module:
