@@ -29,14 +29,8 @@ class Estimate:
 
 def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
     """The records of every folder given (each once), the committed ones included."""
-    seen: set[Path] = set()
-    out: list[dict] = []
-    for folder in [RUNS_DIR, *runs_dirs]:
-        folder = Path(folder).resolve()
-        if folder not in seen and folder.is_dir():
-            seen.add(folder)
-            out += [r for r in all_records(folder) if r.get("wall_s")]
-    return out
+    folders = dict.fromkeys(Path(folder).resolve() for folder in [RUNS_DIR, *runs_dirs])
+    return [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
 
 
 PROJECTED_PROFILE = ("imagenet", "paper")  # the task and profile whose budget the scale benchmark projects to

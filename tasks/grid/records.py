@@ -201,16 +201,13 @@ def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, flo
 
 def checkout_commit() -> str | None:
     """HEAD, with '+dirty' when tracked files outside results/ differ from it; None without a git folder."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")
