@@ -9,47 +9,34 @@ from collections.abc import Callable
 from typing import Any
 
 
-def at_least(kind: type, low: float) -> Callable[[str], Any]:
-    """An argparse type: a number of `kind` >= `low` (lr 0 or -1 epochs would run, and write a record)."""
+def _number(kind: type, fits: Callable[[Any], bool], rule: str, refusal: str | None = None) -> Callable[[str], Any]:
+    """An argparse type: a `kind` that `fits`, else an error saying the `rule` (or `refusal`, whatever is wrong)."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected {'a whole number' if kind is int else 'a number'}, got {text!r}"
-            ) from None
-        if not value >= low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text}")
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{refusal or f'expected {what}'}, got {text!r}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{refusal or f'must be {rule}'}, got {text}")
         return value
 
     return parse
+
+
+def at_least(kind: type, low: float) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` >= `low` (lr 0 or -1 epochs would run, and write a record)."""
+    return _number(kind, lambda value: value >= low, f">= {low}")
 
 
 def above(low: float) -> Callable[[str], float]:
     """An argparse type: a finite float > `low`."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not (low < value < math.inf):
-            raise argparse.ArgumentTypeError(f"must be > {low}, got {text}")
-        return value
-
-    return parse
+    return _number(float, lambda value: low < value < math.inf, f"> {low}")
 
 
-def seed(text: str) -> int:
-    """A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is a whole number >= 0, got {value}")
-    return value
+# A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer.
+seed = _number(int, lambda value: value >= 0, ">= 0", "a seed is a whole number >= 0")
 
 
 def target(text: str):

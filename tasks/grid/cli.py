@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -23,9 +23,7 @@ if TYPE_CHECKING:
     from tasks.grid.profiles import Profile
     from tasks.grid.runner import Grid, Where
 
-# What a task's exit status tells a script (tasks.grid.help.EXIT_CODES, shown at the end of every task's --help).
-EXIT_OK = 0
-EXIT_BUSY = 3
+EXIT_BUSY = 3  # some cells were busy (tasks.grid.help.EXIT_CODES, shown at the end of every task's --help)
 
 
 def task_command(task: str) -> TaskCommand:
@@ -175,31 +173,21 @@ def assumed_dataset(name: str, error: Exception) -> str:
 
 
 def main(task: str, argv: Sequence[str] | None = None) -> int:
-    """Every grid command's main (`python -m tasks.<task>`): the task's arguments, then its driver's plans run."""
+    """Every grid command's main (`python -m tasks.<task>`): the task's arguments, then each grid its driver plans is
+    checked and run here or, with `--launcher submitit`, one cluster job per cell (`argv` narrowed to each)."""
     args = parse_args(task, argv)  # --help and argument errors answer here, before torch is imported
     before_driver = task_command(task).before_driver
     if before_driver is not None:
         before_driver()
+    from fcpts.methods import get_method
+    from tasks.grid import estimate, launch
     from tasks.grid.rerun import get_task
-    from tasks.grid.runner import format_table
+    from tasks.grid.runner import format_table, run_grid
 
     declared = get_task(task)
     if declared.plans is None:
         raise ValueError(f"task {task!r} registers no plans")
-    return run_grids(args, declared.plans, declared.table or format_table, argv)
-
-
-def run_grids(
-    args: argparse.Namespace,
-    plans: Callable[[argparse.Namespace], Iterable[GridPlan]],
-    table: Callable[[list[dict]], str],
-    argv: Sequence[str] | None = None,
-) -> int:
-    """Check the methods, run each planned grid here or, with `--launcher submitit`, one cluster job per cell
-    (`argv` narrowed to each), and print the table."""
-    from fcpts.methods import get_method
-    from tasks.grid import estimate, launch
-    from tasks.grid.runner import run_grid
+    plans, table = declared.plans, declared.table or format_table
 
     def run() -> int:
         launch.check_launcher_args(args)
@@ -227,6 +215,6 @@ def run_grids(
             return EXIT_BUSY
         if not ran:
             print(f"nothing to do: all {len(records)} cell(s) already have records (--force redoes them)")
-        return EXIT_OK
+        return 0
 
     return run_main(run)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fcpts.methods import get_method
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, checkpoint_dir_for
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, read_record
 from tasks.grid.runner import cell_budget, cell_path, check_cells
 
@@ -29,14 +29,8 @@ class Estimate:
 
 def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
     """The records of every folder given (each once), the committed ones included."""
-    seen: set[Path] = set()
-    out: list[dict] = []
-    for folder in [RUNS_DIR, *runs_dirs]:
-        folder = Path(folder).resolve()
-        if folder not in seen and folder.is_dir():
-            seen.add(folder)
-            out += [r for r in all_records(folder) if r.get("wall_s")]
-    return out
+    folders = dict.fromkeys(Path(folder).resolve() for folder in [RUNS_DIR, *runs_dirs])
+    return [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
 
 
 PROJECTED_PROFILE = ("imagenet", "paper")  # the task and profile whose budget the scale benchmark projects to
@@ -57,12 +51,10 @@ def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
             or not str(scale.get("device")).startswith("cuda")
         ):
             continue
+        basis = f"projected by the scale benchmark on {scale.get('device_description')} ({path.name}), method only"
         for cell in scale.get("cells", []):
             projection = cell.get("projection") or {}
             if cell.get("status") == "ok" and projection.get("projected_s") and not projection.get("clamped"):
-                basis = (
-                    f"projected by the scale benchmark on {scale.get('device_description')} ({path.name}), method only"
-                )
                 out[(cell["model"], cell["method"])] = Estimate(float(projection["projected_s"]), basis)
     return out
 
@@ -70,20 +62,14 @@ def scale_projections(folder: Path = RESULTS_DIR / "benchmarks") -> Projections:
 def work(method: str, budget: dict) -> float:
     """What a cell's method time scales with besides its model's size: steps x batch for a training-loop method, images
     x per-layer iterations for POT, images for a one-shot method."""
-    options = budget.get("options") or {}
     if get_method(method).trains:
         return float(budget["iterations"]) * float(budget["batch_size"])
-    return float(budget["n_images"]) * float(options.get("iterations") or 1)
-
-
-def model_weights(records: list[dict]) -> dict[tuple[str, str], int]:
-    """(task, model) -> its prunable weights, from any record of it (the sum of its per-layer rows)."""
-    return {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
+    return float(budget["n_images"]) * float((budget.get("options") or {}).get("iterations") or 1)
 
 
 def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
     """The closest record of the same method, its time scaled to this cell's work; None when none compares."""
-    weights = model_weights(records)
+    weights = {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
     mine = weights.get((task, model))
     candidates = [
         r
@@ -103,18 +89,14 @@ def scaled(records: list[dict], task, dataset, model, method, profile, target, b
 
     chosen = min(candidates, key=closeness)
     factor = (mine or 1) / (weights[(task, chosen["model"])] or 1) if chosen["model"] != model else 1.0
-    factor *= work(method, budget) / max(
-        work(method, {**chosen["budget"], "n_images": chosen["calibration"]["n_images"]}), 1.0
+    chosen_work = work(method, {**chosen["budget"], "n_images": chosen["calibration"]["n_images"]})
+    factor *= work(method, budget) / max(chosen_work, 1.0)
+    return Estimate(
+        float(chosen["wall_s"]) * factor + float(chosen.get("eval_s") or 0.0),
+        f"scaled from the record of {chosen['dataset']} {chosen['model']} {chosen['target_sparsity']:.0%}, profile "
+        f"{chosen['profile']['name']} ({chosen.get('_path', 'a record')}): its method time x{factor:.3g} (parameters "
+        f"x images x iterations), plus its evaluation, made on {machines([chosen])}",
     )
-    seconds = float(chosen["wall_s"]) * factor + float(chosen.get("eval_s") or 0.0)
-    where = (
-        f"{chosen['dataset']} {chosen['model']} {chosen['target_sparsity']:.0%}, profile {chosen['profile']['name']}"
-    )
-    basis = (
-        f"scaled from the record of {where} ({chosen.get('_path', 'a record')}): its method time "
-        f"x{factor:.3g} (parameters x images x iterations), plus its evaluation, made on {machines([chosen])}"
-    )
-    return Estimate(seconds, basis)
 
 
 def estimate(
@@ -189,12 +171,11 @@ def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
     known, projected = comparable_records([Path(args.results_dir)]), scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
-    for plan in plans:
-        grid, methods, targets = plan.grid, plan.methods, plan.targets
+    for grid, methods, targets, _, note in plans:
         check_cells(grid, list(methods), list(targets))
         log(f"{grid.task} {grid.dataset} {grid.model}, profile {grid.profile.name}, seed {grid.seed}:")
-        if plan.note:
-            log(f"  ({plan.note})")
+        if note:
+            log(f"  ({note})")
         grid_to_run = 0
         for method in methods:
             budget = {
@@ -217,8 +198,7 @@ def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None
                 log(f"  to run   {method:18s} {target:6.2%}  {duration(guess.seconds):>9s}  {path}")
                 log(f"           ({guess.basis})")
         if grid_to_run:
-            kept = checkpoint_dir_for(grid.runs_dir) if grid.checkpoint_dir is None else grid.checkpoint_dir
-            cached = any((kept / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
+            cached = any((grid.checkpoints() / grid.task / grid.dataset / grid.model).glob("dense-*.json"))
             start = grid_start(known, grid.task, grid.dataset, grid.model, cached)
             total += start.seconds or 0.0
             log(f"  + once   {'(grid start)':26s}  {duration(start.seconds):>9s}  ({start.basis})")

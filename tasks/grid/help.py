@@ -35,20 +35,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _shows_default(action: argparse.Action) -> bool:
-    default = action.default
-    return bool(action.option_strings) and not (
-        default is None
-        or default is False
-        or default is argparse.SUPPRESS
-        or default == []
-        or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
-    )
+    default = action.default  # --help's and --version's are SUPPRESS
+    return bool(action.option_strings) and default is not False and default not in (None, argparse.SUPPRESS, [])
 
 
 def _default_text(action: argparse.Action) -> str:
     default = action.default
-    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
-    return f"default: {shown}"
+    return f"default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else '%(default)s'}"
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
@@ -85,10 +78,6 @@ def run_command(main: Callable[[], int | None]) -> int | None:
         return 2
 
 
-# --device's default policy, shown in every command's help.
-DEVICE_POLICY = "cuda when available, else cpu"
-
-
 def add_results_dir(p: argparse.ArgumentParser, default: object, what: str, *former: str) -> None:
     """`--results-dir`: the folder the command writes; each `former` spelling still works, deprecated."""
     p.add_argument("--results-dir", default=default, help=f"{what} (default: {default})")
@@ -98,7 +87,9 @@ def add_results_dir(p: argparse.ArgumentParser, default: object, what: str, *for
 
 def add_device(p: argparse.ArgumentParser, what: str = "where models, data and every method run") -> None:
     """`--device`; not given, `default_device()` (torch is imported only then)."""
-    p.add_argument("--device", default=None, help=f"{what}: cpu, cuda, cuda:1, ... (default: {DEVICE_POLICY})")
+    p.add_argument(
+        "--device", default=None, help=f"{what}: cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)"
+    )
 
 
 def default_device(device: str | None) -> str:

@@ -1,5 +1,5 @@
 """Grids on a cluster through submitit (`--launcher submitit`): each cell without a record or a live job becomes one
-job running the task's command narrowed to that cell (tasks.grid.cell_job); every grid is built and checked
+job running the task's command narrowed to that cell (tasks.grid.status.CellCommand); every grid is built and checked
 before anything is submitted, and running the same command again submits only what is not done."""
 
 from __future__ import annotations
@@ -10,16 +10,24 @@ import shlex
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tasks.grid import submission
-from tasks.grid.cell_job import CellCommand
 from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
-from tasks.grid.job_state import CellState, cell_states, error_line, import_submitit
 from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
+from tasks.grid.status import (
+    CellCommand,
+    CellState,
+    cell_states,
+    error_line,
+    import_submitit,
+    jobs_dir_for,
+    read_cells,
+    write_cells,
+)
 
 SLURM_ONLY = {"slurm_partition": "--slurm-partition", "array_parallelism": "--array-parallelism"}
 CELL_FLAGS = ("--methods", "--all-methods", "--sparsity")  # replaced by the cell's own method and target
@@ -29,7 +37,7 @@ FLAG_ALIASES = {"--models": ("--model",)}  # other spellings of a narrowing flag
 def check_launcher_args(args: argparse.Namespace) -> None:
     """Launcher flags that do not fit together fail before any grid is built."""
     given = [
-        flag for flag in LAUNCHER_FLAGS if flag != "--launcher" and getattr(args, _dest(flag)) not in (None, False)
+        f for f in LAUNCHER_FLAGS if f != "--launcher" and getattr(args, f[2:].replace("-", "_")) not in (None, False)
     ]
     if args.launcher == "none":
         if given:
@@ -70,29 +78,22 @@ def cell_argv(argv: Sequence[str], method: str, target: float, selects: Sequence
 
 
 def _is_flag(token: str) -> bool:
-    if not token.startswith("-"):
-        return False
     try:
         float(token)
         return False  # a negative number is a value
     except ValueError:
-        return True
-
-
-def _dest(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_")
+        return token.startswith("-")
 
 
 @dataclass
 class _GridJobs:
     """One grid's cells for this command: manifest entries, and the cells to submit as one job array."""
 
-    grid: dict  # submission.grid_identity
+    grid: dict  # what names the grid in its manifest and its jobs folder
     folder: Path
     selects: tuple[str, ...]
     entries: dict[str, dict] = field(default_factory=dict)
     to_submit: list[tuple[dict, CellCommand, str | None]] = field(default_factory=list)  # entry, job, stale job
-    executor: Any = None
 
 
 def launch(
@@ -104,24 +105,28 @@ def launch(
 ) -> int:
     """Submit every cell of the planned grids that has no record and no live job; wait and report (see above)."""
     submitit = import_submitit()
-    jobs_dir = submission.jobs_dir_for(args.results_dir, args.jobs_dir)
+    jobs_dir = jobs_dir_for(args.results_dir, args.jobs_dir)
     if not args.prog.startswith("python -m "):
         raise ValueError(f"a cluster job runs `python -m <task>`; this parser's prog is {args.prog!r}")
-    module = args.prog.removeprefix("python -m ")
     cell_argv(argv, "-", 0.0)  # an abbreviated flag fails here, before any grid is built
     grids: list[_GridJobs] = []
     records: list[dict] = []
-    for grid, methods, targets, *rest in plans:  # each grid is built, checked and dropped before the next
-        identity = submission.grid_identity(grid)
-        g = _GridJobs(identity, submission.grid_folder(jobs_dir, identity), tuple(rest[0]) if rest else ())
+    for grid, methods, targets, selects, _ in plans:  # each grid is built, checked and dropped before the next
+        identity = {
+            "task": grid.task,
+            "dataset": grid.dataset,
+            "model": grid.model,
+            "profile": grid.profile.name,
+            "seed": grid.seed,
+            "results_dir": str(Path(grid.runs_dir).resolve()),
+        }
+        folder = jobs_dir / grid.task / grid.dataset / grid.model / f"{grid.profile.name}-seed{grid.seed}"
+        g = _GridJobs(identity, folder, tuple(selects))
         if grids and not (g.selects and grids[0].selects):
             raise ValueError(f"{args.prog} planned several grids without saying how to narrow its command to one")
-        _collect(g, grid, list(methods), list(targets), argv, module, args, records, log)
+        _collect(g, grid, list(methods), list(targets), argv, args, records, log)
         grids.append(g)
-    for g in grids:
-        if g.to_submit:
-            g.executor = _executor(submitit, args, g.folder, f"{g.grid['task']}-{g.grid['model']}")
-    jobs = [job for g in grids for job in _submit(g, args.cluster, log)]
+    jobs = [job for g in grids for job in _submit(submitit, g, args, log)]
     if not jobs:
         log("nothing to submit: every cell has a record or a live job")
         print(table(records))
@@ -132,22 +137,20 @@ def launch(
     return _wait(submitit, jobs, args.cluster, records, table, jobs_dir, log)
 
 
-def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, records, log) -> None:
+def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, args, records, log) -> None:
     """Check the grid's cells and sort them: recorded (skipped), running (left to their job), to submit."""
     check_cells(grid, methods, targets)
-    known = submission.read_cells(g.folder, discard_damaged=args.force)
+    known = read_cells(g.folder, discard_damaged=args.force)
     previous = [e for e in known.values() if e.get("job_id")]
-    states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder))) if previous else {}
+    states = dict(zip([e["record"] for e in previous], cell_states(previous, g.folder)))
     for method in methods:
         for target in targets:
             path = cell_path(grid, method, target)
             cell = cell_argv(argv, method, target, g.selects)
-            job = CellCommand(module, tuple(cell), os.getcwd(), str(path.resolve()))
-            entry = {
-                **known.get(job.record, submission.cell_entry(path, grid.runs_dir, method, target)),
-                "command": job.command,
-            }
-            g.entries[job.record] = entry
+            job = CellCommand(args.prog.removeprefix("python -m "), tuple(cell), os.getcwd(), str(path.resolve()))
+            new = {"record": job.record, "cell": str(path.relative_to(grid.runs_dir)), "method": method}
+            new |= {"target": target, "cluster": None, "job_id": None, "submitted": None}
+            entry = g.entries[job.record] = {**known.get(job.record, new), "command": job.command}
             done = None if args.force else read_record(path)
             if done is not None:
                 check_same_cell(done, path, target, grid)
@@ -161,45 +164,39 @@ def _collect(g: _GridJobs, grid: Grid, methods, targets, argv, module, args, rec
             g.to_submit.append((entry, job, entry.get("job_id") if state is not None else None))
 
 
-def _executor(submitit, args: argparse.Namespace, folder: Path, name: str):
-    """submitit's executor for one grid's jobs, with the command's resources (checked by submitit here)."""
-    wanted = {
-        "gpus_per_node": args.gpus_per_node,
-        "cpus_per_task": args.cpus_per_task,
-        "mem_gb": args.mem_gb,
-        "slurm_partition": args.slurm_partition,
-        "slurm_array_parallelism": args.array_parallelism,
-    }
-    try:
-        executor = submitit.AutoExecutor(folder=folder, cluster=args.cluster)
-    except RuntimeError as e:  # e.g. no srun on this machine
-        raise ValueError(f"--cluster {args.cluster}: {e} (--cluster local runs the jobs on this machine)") from None
-    executor.update_parameters(
-        name=name,
-        timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN,
-        nodes=1,
-        tasks_per_node=1,
-        **{k: v for k, v in wanted.items() if v is not None},
-    )
-    return executor
-
-
-def _submit(g: _GridJobs, cluster: str, log) -> list[tuple[Any, dict, Path]]:
-    """Submit one grid's cells as one job array and record them in its manifest."""
-    if not g.to_submit:
-        submission.write_cells(g.folder, g.grid, g.entries)
-        return []
-    for entry, _, stale in g.to_submit:
-        if stale and release_lock_of_job(Path(entry["record"]), stale):
-            log(f"[unlock] {entry['cell']}: removed the lock left by job {stale}, which is over")
-    with g.executor.batch():
-        jobs = [g.executor.submit(job) for _, job, _ in g.to_submit]
+def _submit(submitit, g: _GridJobs, args: argparse.Namespace, log) -> list[tuple[Any, dict, Path]]:
+    """Submit one grid's cells as one job array, with the command's resources, and record them in its manifest."""
     out = []
-    for (entry, _, _), job in zip(g.to_submit, jobs):
-        g.entries[entry["record"]] = submission.submitted(entry, cluster, str(job.job_id))
-        out.append((job, g.entries[entry["record"]], g.folder))
-        log(f"[submitted] {entry['cell']} as job {job.job_id}")
-    submission.write_cells(g.folder, g.grid, g.entries)
+    if g.to_submit:
+        try:
+            executor = submitit.AutoExecutor(folder=g.folder, cluster=args.cluster)
+        except RuntimeError as e:  # e.g. no srun on this machine
+            raise ValueError(f"--cluster {args.cluster}: {e} (--cluster local runs the jobs on this machine)") from None
+        wanted = {
+            "gpus_per_node": args.gpus_per_node,
+            "cpus_per_task": args.cpus_per_task,
+            "mem_gb": args.mem_gb,
+            "slurm_partition": args.slurm_partition,
+            "slurm_array_parallelism": args.array_parallelism,
+        }
+        executor.update_parameters(
+            name=f"{g.grid['task']}-{g.grid['model']}",
+            timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN,
+            nodes=1,
+            tasks_per_node=1,
+            **{k: v for k, v in wanted.items() if v is not None},
+        )
+        for entry, _, stale in g.to_submit:
+            if stale and release_lock_of_job(Path(entry["record"]), stale):
+                log(f"[unlock] {entry['cell']}: removed the lock left by job {stale}, which is over")
+        with executor.batch():
+            jobs = [executor.submit(job) for _, job, _ in g.to_submit]
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for (entry, _, _), job in zip(g.to_submit, jobs):
+            g.entries[entry["record"]] = {**entry, "cluster": args.cluster, "job_id": str(job.job_id), "submitted": now}
+            out.append((job, g.entries[entry["record"]], g.folder))
+            log(f"[submitted] {entry['cell']} as job {job.job_id}")
+    write_cells(g.folder, g.grid, g.entries)
     return out
 
 
@@ -210,7 +207,9 @@ def _wait(submitit, jobs, cluster, records, table, jobs_dir, log) -> int:
     try:
         for job, error in _finished(submitit, [job for job, _, _ in jobs], cluster):
             entry, folder = by_job[id(job)]
-            state = _debug_state(job, entry, error) if cluster == "debug" else cell_states([entry], folder)[0]
+            state = cell_states([entry], folder)[0]
+            if cluster == "debug" and state.state != "done":  # its error is here, not in a result pickle
+                state = CellState("failed", error_line(str(error)), state.log)
             if state.state == "done":
                 records.append(read_record(Path(entry["record"])))
                 log(f"[done] {entry['cell']} (job {entry['job_id']})")
@@ -245,10 +244,3 @@ def _finished(submitit, jobs: list, cluster: str):
             yield job, None
         except Exception as e:  # the cell's failure, already shown by the debug executor
             yield job, e
-
-
-def _debug_state(job, entry: dict, error: Exception | None) -> CellState:
-    """The debug executor ran the job in this process: its error is here, not in a result pickle."""
-    if read_record(Path(entry["record"])) is not None:
-        return CellState("done")
-    return CellState("failed", error_line(str(error)), str(job.paths.stderr))

@@ -43,7 +43,8 @@ def paper_layout(reference: list[dict], table: str) -> PaperLayout:
 def paper_rows(reference: list[dict], table: str) -> list[str]:
     """The methods of one of the paper's tables in its order; a family reported as one row stands for its entries."""
     rows = dict.fromkeys(r["method"] for r in reference if r["table"] == table and r["method"] != DENSE)
-    return [m for name in rows for m in (list_methods(family=name) if name not in _names() else [name])]
+    names = set(list_methods())
+    return [m for name in rows for m in ([name] if name in names else list_methods(family=name))]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,3 @@ def compared_methods(reference: list[dict]) -> list[str]:
     in_paper = {m for table in {r["table"] for r in reference} for m in paper_rows(reference, table)}
     methods = [m for m in list_methods() if m in in_paper or m in extra_methods()]
     return sorted(methods, key=lambda m: get_method(m).role != PAPER_METHOD)  # stable: registry order otherwise
-
-
-def _names() -> set[str]:
-    return set(list_methods())

@@ -11,7 +11,7 @@ import socket
 from contextlib import contextmanager
 from pathlib import Path
 
-JOB_ENV = "FCPTS_JOB_ID"  # set by a cluster job (tasks.grid.cell_job) for the process that runs its cell
+JOB_ENV = "FCPTS_JOB_ID"  # set by a cluster job (tasks.grid.status.CellCommand) for the process that runs its cell
 
 
 class CellBusy(RuntimeError):

@@ -38,44 +38,34 @@ class Profile:
         """The same budget described by `note` (what it is for, how it departs from the paper's protocol)."""
         return replace(self, note=note)
 
-    def with_iterations(self, iterations: int, what: str = "iterations") -> Profile:
+    def with_iterations(self, iterations: int) -> Profile:
         """The same profile with another iteration count, renamed so its records never mix with this one's."""
         return replace(
-            self, name=f"{self.name}-it{iterations}", iterations=iterations, note=f"{self.note}; {what} overridden"
+            self, name=f"{self.name}-it{iterations}", iterations=iterations, note=f"{self.note}; iterations overridden"
         )
 
-    def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str, what: str) -> Profile:
-        """The same profile with `options` merged into `methods`' own, renamed `<name>-<suffix>`."""
-        return replace(
-            self, name=f"{self.name}-{suffix}", methods=self._merged(methods, options), note=f"{self.note}; {what}"
-        )
-
-    def _merged(self, methods: tuple[str, ...], options: dict) -> dict[str, dict]:
-        """The per-method entries with `options` merged into each of `methods`' own options."""
+    def with_method_options(self, methods: tuple[str, ...], options: dict, suffix: str = "", what: str = "") -> Profile:
+        """The same profile with `options` merged into `methods`' own, renamed `<name>-<suffix>` when a `suffix`."""
         entries = dict(self.methods)
         for m in methods:
             entry = entries.get(m, {})
             entries[m] = {**entry, "options": {**entry.get("options", {}), **options}}
-        return entries
+        if not suffix:
+            return replace(self, methods=entries)
+        return replace(self, name=f"{self.name}-{suffix}", methods=entries, note=f"{self.note}; {what}")
 
     def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
         """`KEY=VALUE` overrides (JSON values where they parse) for `methods`, the profile renamed by those that
         change a result (not `fcpts.core.loop.NOT_IDENTITY`)."""
         options = parse_option_pairs(pairs)
         changing = {k: v for k, v in options.items() if k not in NOT_IDENTITY}
-        if not changing:
-            return replace(self, methods=self._merged(methods, options))
-        suffix = prefix + "-".join(f"{k}{v}" for k, v in changing.items())
+        suffix = prefix + "-".join(f"{k}{v}" for k, v in changing.items()) if changing else ""
         return self.with_method_options(methods, options, suffix, f"{what} {changing}")
 
     def with_pot_iterations(self, iterations: int) -> Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
-        return self.with_method_options(
-            pot_methods(),
-            {"iterations": iterations},
-            f"pot{iterations}",
-            f"POT iterations per layer overridden to {iterations}",
-        )
+        what = f"POT iterations per layer overridden to {iterations}"
+        return self.with_method_options(pot_methods(), {"iterations": iterations}, f"pot{iterations}", what)
 
 
 def parse_option_pairs(pairs: list[str]) -> dict:

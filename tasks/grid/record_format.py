@@ -38,16 +38,12 @@ def _layout(value: Any, depth: int) -> str:
     return _one_line(value)
 
 
+def _sha16(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _digest(value: Any) -> str:
-    return hashlib.sha256(_one_line(value).encode()).hexdigest()[:16]
-
-
-def lists_name(lists: dict) -> str:
-    return f"calibration-{_digest(lists)}.lists"
-
-
-def detail_name(record_path: Path, detail: dict) -> str:
-    return f"{record_path.stem}.{_digest(detail)}.detail"
+    return _sha16(_one_line(value))
 
 
 def side_files(path: Path) -> list[Path]:
@@ -82,12 +78,12 @@ def compact(record: dict, path: Path) -> dict:
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
-        name = lists_name(lists)
+        name = f"calibration-{_digest(lists)}.lists"
         _write_side(path.parent / name, _one_line(lists) + "\n")
         record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
     if any(k in record for k in DETAIL_KEYS):
         detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
-        name = detail_name(path, detail)
+        name = f"{path.stem}.{_digest(detail)}.detail"
         _write_side(path.parent / name, record_text(detail))
         record = _replace_keys(record, DETAIL_KEYS, "detail", name)
     return record
@@ -171,13 +167,10 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
         size_before = len(before_text) + sum(len(t) for p, t in before_sides.items() if p.suffix == ".detail")
         write_record(path, before)
         after = expand(json.loads(path.read_text()), path.parent)  # as records.read_record reads it
-        calibration = (after or {}).get("calibration") or {}
-        same_hash = (
-            "indices" not in calibration
-            or calibration.get("indices_sha256")
-            == (hashlib.sha256(",".join(map(str, calibration["indices"])).encode()).hexdigest()[:16])
-        )
-        if after != before or json.dumps(after) != json.dumps(before) or not same_hash:
+        calibration = after.get("calibration") or {}
+        indices = ",".join(map(str, calibration.get("indices", [])))
+        same_hash = "indices" not in calibration or calibration.get("indices_sha256") == _sha16(indices)
+        if json.dumps(after) != json.dumps(before) or not same_hash:
             write_text_atomic(path, before_text)
             for side, text in before_sides.items():
                 write_text_atomic(side, text)
@@ -190,13 +183,10 @@ def rewrite_compact(root: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    from tasks.grid.help import command_parser
     from tasks.grid.paths import RESULTS_DIR
 
-    p = argparse.ArgumentParser(
-        prog="python -m tasks.grid.record_format", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    p = command_parser("python -m tasks.grid.record_format", __doc__)
     p.add_argument(
         "folders", nargs="*", type=Path, default=[RESULTS_DIR / "runs", RESULTS_DIR / "regression"],
         help="folders whose records (every *.json with metrics, at any depth) are rewritten compactly "

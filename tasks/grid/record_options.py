@@ -42,13 +42,9 @@ def pinned_options(record: dict) -> dict[str, Any]:
     }
 
 
-def effective_options(record: dict) -> dict[str, Any]:
-    """What the record's run did, option by option: today's defaults where it is silent, "auto" resolved."""
-    return _effective(record, todays_options(record["method"]))
-
-
-def _effective(record: dict, today: dict[str, Any]) -> dict[str, Any]:
-    """effective_options, given the method's defaults today."""
+def effective_options(record: dict, today: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the record's run did, option by option: `today`'s defaults where it is silent, "auto" resolved."""
+    today = todays_options(record["method"]) if today is None else today
     values = get_method(record["method"]).options.effective({**today, **made_with(record)}, record["target_sparsity"])
     return {k: _json(values[k]) for k in today if k not in NOT_PINNED}
 
@@ -65,6 +61,6 @@ def earlier_defaults(record: dict) -> dict[str, Any]:
     by_profile |= set(record.get("budget", {}))
     defaults = todays_options(record["method"])
     today = method.options.effective(defaults, record["target_sparsity"])
-    ran = _effective(record, defaults)
+    ran = effective_options(record, defaults)
     recorded = record.get("method_options", {})
     return {k: v for k, v in ran.items() if k in recorded and k not in by_profile and v != _json(today[k])}

@@ -84,14 +84,11 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
 
-    best: dict[tuple, tuple[tuple[int, bool, int], dict]] = {}  # cell_key -> (rank, record): each ranked once
+    cells: dict[tuple, list[dict]] = {}
     for r in records:
-        if r["profile"]["name"] not in PROFILE_PREFERENCE:
-            continue
-        key, r_rank = cell_key(r), rank(r)
-        if key not in best or r_rank < best[key][0]:
-            best[key] = (r_rank, r)
-    return {key: r for key, (_, r) in best.items()}
+        if r["profile"]["name"] in PROFILE_PREFERENCE:
+            cells.setdefault(cell_key(r), []).append(r)
+    return {key: min(candidates, key=rank) for key, candidates in cells.items()}
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
@@ -204,16 +201,13 @@ def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, flo
 
 def checkout_commit() -> str | None:
     """HEAD, with '+dirty' when tracked files outside results/ differ from it; None without a git folder."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")
@@ -236,12 +230,7 @@ def device_description(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = platform.processor() or "cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = _first_processor().get("model name") or platform.processor() or "cpu"
     return f"cpu: {cpu}, {torch.get_num_threads()} threads"
 
 
@@ -278,19 +267,20 @@ def write_training_record(weights: Path, record: dict) -> dict:
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
-def cpu_identity(cpuinfo: str | None = None) -> str:
-    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
+def _first_processor(cpuinfo: str | None = None) -> dict[str, str]:
+    """The first processor's block of /proc/cpuinfo (or of `cpuinfo`), field by field; empty where there is none."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             cpuinfo = ""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if not line.strip():
-            break  # the first processor's block is enough
-        fields.setdefault(key.strip(), value.strip())
+    block = cpuinfo.split("\n\n", 1)[0]
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+
+
+def cpu_identity(cpuinfo: str | None = None) -> str:
+    """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
+    fields = _first_processor(cpuinfo)
     generation = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
     return ", ".join(x for x in (torch.backends.cpu.get_cpu_capability(), generation) if x)
 

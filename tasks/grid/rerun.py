@@ -119,27 +119,20 @@ def record_profile(record: dict) -> Profile:
     return replace(profile, methods={**profile.methods, method: {**entry, "options": options}})
 
 
-def weights_folders() -> list[tuple[str, Path]]:
-    """(anchor, folder): where a weights path's tail after the anchor is looked for here."""
-    from tasks.grid.data import resolve_data_root
-
-    return [
-        ("results/weights/", REPO_ROOT / "results" / "weights"),
-        ("data/weights/", resolve_data_root(None, must_exist=False) / "weights"),
-    ]
-
-
 def local_weights(record: dict) -> dict:
-    """The record with its weights path moved to the same file here (same sha256) when the path it names is absent."""
+    """The record with its weights path moved to the same file here (same sha256) when the path it names is absent:
+    its tail after `results/weights/` or `data/weights/` looked for in those folders of this checkout."""
     from fcpts.core.io import file_sha256
+    from tasks.grid.data import resolve_data_root
 
     weights = record.get("weights") or {}
     path, sha256 = weights.get("path"), weights.get("sha256")
     if not path or not sha256 or Path(path).exists():
         return record
-    for anchor, folder in weights_folders():
+    anchors = {"results/weights/": REPO_ROOT / "results", "data/weights/": resolve_data_root(None, must_exist=False)}
+    for anchor, root in anchors.items():
         _, found, tail = str(path).rpartition(anchor)
-        candidate = folder / tail
+        candidate = root / "weights" / tail
         if found and candidate.is_file() and file_sha256(candidate) == sha256:
             return {**record, "weights": {**weights, "path": str(candidate)}}
     return record
@@ -152,18 +145,8 @@ def grid_for_record(record: dict, where: Where) -> Grid:
 
 def rerun_record(record: dict, where: Where, force: bool = True) -> tuple[dict, Path]:
     """Run the record's cell again into `where.runs_dir`; returns the new record and its path."""
-    from tasks.grid.records import record_path
-    from tasks.grid.runner import run_grid
+    from tasks.grid.runner import cell_path, run_grid
 
     grid = grid_for_record(record, where)
     (new,) = run_grid(grid, [record["method"]], [record["target_sparsity"]], force=force)
-    return new, record_path(
-        grid.runs_dir,
-        grid.task,
-        grid.dataset,
-        grid.model,
-        record["method"],
-        record["target_sparsity"],
-        grid.profile.name,
-        grid.seed,
-    )
+    return new, cell_path(grid, record["method"], record["target_sparsity"])

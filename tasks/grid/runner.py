@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, write_text_atomic
-from fcpts.core.masks import check_target, layer_weight, prunable_layers
+from fcpts.core.masks import check_finite_weights, check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
 from tasks.grid.lock import CellBusy, cell_lock
@@ -52,8 +52,11 @@ def dense_factory(
     make: Callable[[], nn.Module], dense: nn.Module, device: str, source: str | Path | None = None
 ) -> Callable[[], nn.Module]:
     """Fresh copies of the dense model on `device`; NaN or Inf weights are refused before any cell."""
+    try:
+        check_finite_weights(dense)
+    except ValueError as e:  # name the file it came from
+        raise ValueError(f"{source}: {e}" if source else str(e)) from None
     state = {k: v.clone() for k, v in dense.state_dict().items()}
-    check_finite_weights(state, source)
 
     def build() -> nn.Module:
         model = make()
@@ -61,18 +64,6 @@ def dense_factory(
         return model.to(torch.device(device))
 
     return build
-
-
-def check_finite_weights(state: dict[str, torch.Tensor], source: str | Path | None = None) -> None:
-    """A clear error naming the tensors when a dense state dict holds NaN or Inf."""
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        where = f" from {source}" if source else ""
-        raise ValueError(
-            f"the dense weights{where} hold NaN or Inf values (in {shown}); the file is damaged or the model "
-            "diverged: use another weights file (--weights) or re-create this one"
-        )
 
 
 @dataclass
@@ -211,11 +202,11 @@ def cell_checkpoint(grid: Grid, path: Path) -> Path:
 
 
 def _redo_marker(ckpt: Path) -> Path:
+    """Beside a --force redo's checkpoint: the sha256 of the record it replaces ('none'), so only that redo resumes."""
     return ckpt.with_name(ckpt.name + ".redo")
 
 
 def _replaced(path: Path) -> str:
-    """What a --force redo replaces: the sha256 of the record there when it began, or 'none'."""
     return file_sha256(path) if path.is_file() else "none"
 
 
@@ -226,8 +217,7 @@ def redo_begun(grid: Grid, path: Path) -> bool:
 
 
 def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
-    """--force starts a cell clean, unless a --force redo of the same record was interrupted: that one resumes. The
-    marker beside the checkpoint names the record the redo replaces."""
+    """--force starts a cell clean, unless a --force redo of the same record was interrupted: that one resumes."""
     ckpt = cell_checkpoint(grid, path)
     if redo_begun(grid, path):
         log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")

@@ -65,6 +65,8 @@ def recipe_fingerprint(recipe: dict) -> str:
 class TrainingState:
     """Resumable state of a training run through the suite's one checkpoint mechanism."""
 
+    PARTS = ("model", "optimizer", "scheduler")
+
     def __init__(
         self,
         path: Path,
@@ -74,8 +76,7 @@ class TrainingState:
         scheduler: torch.optim.lr_scheduler.LRScheduler,
     ):
         self.checkpoint = Checkpoint(path, {"recipe": fingerprint}, label=f"training {Path(path).stem}")
-        self.path, self.fingerprint = path, fingerprint
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.path, self.model, self.optimizer, self.scheduler = path, model, optimizer, scheduler
         self.history: list[dict] = []
         self.step, self._elapsed_before = 0, 0.0
         self._t0 = self._last_save = time.perf_counter()
@@ -84,9 +85,8 @@ class TrainingState:
         """Resume from the checkpoint when there is one, saying where; the step training goes on from."""
         state = self.checkpoint.load()
         if state is not None:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
+            for part in self.PARTS:
+                getattr(self, part).load_state_dict(state[part])
             self.step, self.history, self._elapsed_before = state["step"], state["history"], state["elapsed_s"]
             self._t0 = self._last_save = time.perf_counter()
             print(f"resuming {self.path} at step {self.step}/{total} (epoch {self.step // steps_per_epoch})")
@@ -95,26 +95,15 @@ class TrainingState:
     def elapsed_s(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._t0
 
-    def save(self, step: int) -> None:
-        """Checkpoint the run as it stands after `step` optimiser steps."""
+    def save(self, step: int, every_s: float = 0.0) -> None:
+        """Checkpoint the run as it stands after `step` optimiser steps, once `every_s` seconds have passed since the
+        last save (or the start)."""
+        if time.perf_counter() - self._last_save < every_s:
+            return
         self.step = step
-        self.checkpoint.save(
-            {
-                "step": self.step,
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "history": self.history,
-                "elapsed_s": self.elapsed_s(),
-            },
-            step,
-        )
+        state = {part: getattr(self, part).state_dict() for part in self.PARTS}
+        self.checkpoint.save({"step": step, **state, "history": self.history, "elapsed_s": self.elapsed_s()}, step)
         self._last_save = time.perf_counter()
-
-    def save_if_due(self, step: int, every_s: float) -> None:
-        """Checkpoint between epochs once `every_s` seconds have passed since the last save (or the start)."""
-        if time.perf_counter() - self._last_save > every_s:
-            self.save(step)
 
 
 def train_epochs(
@@ -148,7 +137,7 @@ def train_epochs(
         sums, seen = sums + numbers, seen + 1
         bar.update(1)
         if step % steps_per_epoch:  # mid-epoch: resumed here, only the epoch's running numbers restart
-            run.save_if_due(step, args.checkpoint_every_s)
+            run.save(step, args.checkpoint_every_s)
             continue
         epoch, stats = step // steps_per_epoch, summary(sums.tolist(), seen)
         bar.set_postfix(stats, refresh=False)

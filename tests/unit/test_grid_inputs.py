@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import fcpts
-from tasks.grid import status, submission
+from tasks.grid import status
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.cli import main as task_main
 from tasks.grid.profiles import Profile
@@ -83,7 +83,7 @@ def test_nan_dense_weights_are_refused_before_any_cell(tmp_path):
     broken = net()
     with torch.no_grad():
         broken[0].weight[0, 0, 0, 0] = float("nan")
-    with pytest.raises(ValueError, match=r"NaN or Inf values \(in 0.weight\)"):
+    with pytest.raises(ValueError, match=r"parameter .0.weight. holds 1 NaN/Inf"):
         grid(tmp_path, dense=broken)
 
 
@@ -121,14 +121,14 @@ def test_a_nan_in_the_dense_metrics_cache_is_refused_naming_it(tmp_path):
 
 def test_a_damaged_submission_manifest_is_named_and_force_discards_it(tmp_path, capsys):
     folder = tmp_path / ".jobs/t/d/m/tiny-seed0"
-    submission.write_cells(folder, {"task": "t"}, {"r": {"record": "r", "cell": "c", "command": None, "job_id": None}})
+    status.write_cells(folder, {"task": "t"}, {"r": {"record": "r", "cell": "c", "command": None, "job_id": None}})
     manifest = folder / "submission.json"
     manifest.write_text(manifest.read_text()[:40])
-    with pytest.raises(submission.DamagedManifest, match=re.escape(str(manifest)) + ".*--force"):
-        submission.read_cells(folder)
+    with pytest.raises(status.DamagedManifest, match=re.escape(str(manifest)) + ".*--force"):
+        status.read_cells(folder)
     assert status.main(["--results-dir", str(tmp_path)]) == 2
     assert str(manifest) in capsys.readouterr().err
-    assert submission.read_cells(folder, discard_damaged=True) == {} and not manifest.exists()
+    assert status.read_cells(folder, discard_damaged=True) == {} and not manifest.exists()
 
 
 @pytest.mark.parametrize("value", ["-1", "1.5", "x"])

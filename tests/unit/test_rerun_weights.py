@@ -16,7 +16,8 @@ def _folders(tmp_path, monkeypatch):
     repo, data = tmp_path / "repo" / "results" / "weights", tmp_path / "data" / "weights"
     for folder in (repo / "cifar100", data / "cifar10"):
         folder.mkdir(parents=True)
-    monkeypatch.setattr(rerun, "weights_folders", lambda: [("results/weights/", repo), ("data/weights/", data)])
+    monkeypatch.setattr(rerun, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setenv("FCPTS_DATA_ROOT", str(tmp_path / "data"))
     return repo, data
 
 
