@@ -55,7 +55,8 @@ def dense_factory(
     try:
         check_finite_weights(dense)
     except ValueError as e:  # name the file it came from
-        raise ValueError(f"{source}: {e}" if source else str(e)) from None
+        fix = "; use another weights file (--weights) or re-create this one"
+        raise ValueError(f"{source}: {e}{fix}" if source else str(e)) from None
     state = {k: v.clone() for k, v in dense.state_dict().items()}
 
     def build() -> nn.Module:

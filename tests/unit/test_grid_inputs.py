@@ -96,7 +96,7 @@ def test_the_cifar_task_refuses_a_nan_checkpoint_with_exit_2(tmp_path, capsys):
     argv = ["--model", "resnet20", "--profile", "quick", "--methods", "lamp", "--weights", str(weights)]
     code = task_main("cifar", [*argv, "--results-dir", str(tmp_path / "runs"), "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 2 and "linear.bias" in err and str(weights) in err, err
+    assert code == 2 and "linear.bias" in err and str(weights) in err and "--weights" in err, err
     assert not list((tmp_path / "runs").rglob("*.json"))
 
 
