@@ -212,7 +212,7 @@ def collect_hessians(
     """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
     modules = dict(model.named_modules())
     handles = [modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])) for n in obs]
-    batches = -(-len(calib) // batch_size)
+    batches = calib.in_order_batches(batch_size)
     try:
         for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
             model(calib.in_order(b, batch_size).to(next(model.parameters()).device))
@@ -294,7 +294,7 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
     inputs = LayerInputs(
         nets,
         lambda b: calib.in_order(b, options.batch_size).to(device),
-        -(-len(calib) // options.batch_size),
+        calib.in_order_batches(options.batch_size),
         reuse=options.reuse_inputs,
         max_bytes=options.cache_bytes,
         # sized by the first batch, which holds min(batch_size, images) images

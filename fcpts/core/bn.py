@@ -85,7 +85,7 @@ def recalibrate_bn(model: nn.Module, calib: Calibration, device: torch.device, b
         m.reset_running_stats()
         m.momentum = None  # cumulative moving average
     model.train()
-    for b in range(-(-len(calib) // batch_size)):
+    for b in range(calib.in_order_batches(batch_size)):
         model(to_device(calib.in_order(b, batch_size), device))
     for m, mom in zip(bns, saved):
         m.momentum = mom

@@ -69,6 +69,10 @@ class Calibration:
         idx = self._perm(epoch)[pos * self.batch_size : (pos + 1) * self.batch_size]
         return self.take(idx.tolist(), seed=self.seed * 7_919 + step)
 
+    def in_order_batches(self, batch_size: int) -> int:
+        """How many `in_order` batches of `batch_size` cover every image (the last one may be short)."""
+        return -(-len(self) // batch_size)
+
     def in_order(self, b: int, batch_size: int) -> torch.Tensor:
         """The b-th batch of `batch_size` images in their order, unshuffled (the same one in every pass)."""
         i = b * batch_size
