@@ -28,11 +28,13 @@ STATES = ("done", "running", "failed", "missing")
 # Slurm states of a job that is not over yet (submitit treats UNKNOWN the same: sacct may not know a new job).
 SLURM_ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "READY", "RESIZING"}
 SLURM_ACTIVE |= {"PREEMPTED", "UNKNOWN"}
-CELL_ERROR = "tasks.grid.status.CellFailed: "
 
 
 class CellFailed(RuntimeError):
     """The cell's command failed or left no record; the message ends with its last line of stderr."""
+
+
+CELL_ERROR = f"{CellFailed.__module__}.{CellFailed.__qualname__}: "  # how submitit's error pickle starts the message
 
 
 @dataclass(frozen=True)
