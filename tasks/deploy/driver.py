@@ -79,13 +79,10 @@ def deploy_cifar(
 def provenance(threads: int) -> dict:
     """Every record's provenance, plus this run's threads, load and CPU: its model, logical cores and the SIMD flags
     that decide which sparse kernels can run."""
+    from tasks.grid.records import first_processor
     from tasks.grid.records import provenance as record_provenance
 
-    try:
-        first_cpu = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        first_cpu = ""
-    fields = {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+    fields = first_processor()
     flags = fields.get("flags", "").split()
     wanted = "avx2 fma avx512f avx512bw avx512vl avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16 amx_int8".split()
     cpu = {

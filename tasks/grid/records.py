@@ -230,7 +230,7 @@ def device_description(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = _first_processor().get("model name") or platform.processor() or "cpu"
+    cpu = first_processor().get("model name") or platform.processor() or "cpu"
     return f"cpu: {cpu}, {torch.get_num_threads()} threads"
 
 
@@ -267,7 +267,7 @@ def write_training_record(weights: Path, record: dict) -> dict:
 PROVENANCE_PACKAGES = ("timm", "mmdet", "mmcv", "mmengine")
 
 
-def _first_processor(cpuinfo: str | None = None) -> dict[str, str]:
+def first_processor(cpuinfo: str | None = None) -> dict[str, str]:
     """The first processor's block of /proc/cpuinfo (or of `cpuinfo`), field by field; empty where there is none."""
     if cpuinfo is None:
         try:
@@ -280,7 +280,7 @@ def _first_processor(cpuinfo: str | None = None) -> dict[str, str]:
 
 def cpu_identity(cpuinfo: str | None = None) -> str:
     """torch's CPU kernels and the processor's generation (a lent machine may mask its model name)."""
-    fields = _first_processor(cpuinfo)
+    fields = first_processor(cpuinfo)
     generation = " ".join(f"{k.split()[-1]} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
     return ", ".join(x for x in (torch.backends.cpu.get_cpu_capability(), generation) if x)
 
