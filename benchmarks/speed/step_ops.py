@@ -29,10 +29,6 @@ NO_KERNEL = {
 COPY_IF_NEEDED = {"aten::to", "aten::contiguous", "aten::type_as"}
 
 
-def launches(event) -> bool:
-    return event.name not in NO_KERNEL and (event.name not in COPY_IF_NEEDED or bool(event.cpu_children))
-
-
 def top_level_ops(fn: Callable[[], None]) -> Counter:
     """The aten operators `fn` dispatches that no other aten operator called and that do work, by name."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -42,7 +38,8 @@ def top_level_ops(fn: Callable[[], None]) -> Counter:
         for e in prof.events()
         if e.name.startswith("aten::")
         and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
-        and launches(e)
+        and e.name not in NO_KERNEL
+        and (e.name not in COPY_IF_NEEDED or bool(e.cpu_children))
     )
 
 
