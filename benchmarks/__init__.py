@@ -171,7 +171,6 @@ def inference(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-memory", action="store_true")
-    p.add_argument("--quick", action="store_true", help="smoke run: 64x64 inputs, 3 runs, table to a temp dir")
     p.add_argument("--table", default=str(RESULTS_DIR / "tables" / "table7_inference.md"))
     p.add_argument("--raw", default=str(DEPLOY_DIR / "table7_inference.json"))
     p.add_argument("--render", metavar="RAW_JSON", help="measure nothing: rewrite the table from a raw file")

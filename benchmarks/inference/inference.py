@@ -301,10 +301,6 @@ def main(argv=None) -> int:
         write_table(result, Path(args.table))
         print(Path(args.table).read_text())
         return 0
-    if args.quick:
-        args.size, args.runs_b1, args.runs_b32, args.warmup = 64, 3, 3, 1
-        quick_dir = Path(tempfile.mkdtemp(prefix="fcpts-inference-quick-"))
-        args.table, args.raw = str(quick_dir / "table7.md"), str(quick_dir / "table7.json")
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     t0 = time.perf_counter()
