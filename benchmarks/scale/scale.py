@@ -133,22 +133,13 @@ def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool
 
 
 def project_training(cell: dict, paper: dict, warmup: int) -> dict:
-    """Per-step seconds at the paper's batch, setup seconds and the cell's projected seconds."""
-    probes = sorted(cell["probes"], key=lambda p: p["batch_size"])
-    step = {p["batch_size"]: statistics.median(p["step_s"][warmup:] or p["step_s"][-1:]) for p in probes}
-    batch = paper["batch_size"]
-    clamped = False
-    if batch in step:
-        per_step = step[batch]
-    elif len(probes) >= 2:
-        (b1, t1), (b2, t2) = list(step.items())[0], list(step.items())[-1]
-        c0, c1, clamped = line(b1, t1, b2, t2)
-        per_step = c0 + c1 * batch
-    else:
-        (b1, t1) = next(iter(step.items()))
-        per_step = t1 * batch / b1
-    last = probes[-1]
-    setup = max(0.0, last["wall_s"] - sum(last.get("step_s") or [])) * paper["n_calibration"] / last["images"]
+    """Per-step seconds at the paper's batch (in proportion from the probe's one batch size), setup seconds and the
+    cell's projected seconds."""
+    (probe,) = cell["probes"]
+    per_step = statistics.median(probe["step_s"][warmup:] or probe["step_s"][-1:])
+    if probe["batch_size"] != paper["batch_size"]:
+        per_step = per_step * paper["batch_size"] / probe["batch_size"]
+    setup = max(0.0, probe["wall_s"] - sum(probe.get("step_s") or [])) * paper["n_calibration"] / probe["images"]
     runs = cell.get("runs_per_cell", 1)
     return {
         "unit": "step",
@@ -156,7 +147,7 @@ def project_training(cell: dict, paper: dict, warmup: int) -> dict:
         "setup_s": setup,
         "runs": runs,
         "projected_s": runs * (setup + paper["iterations"] * per_step),
-        "clamped": clamped,
+        "clamped": False,
         "memory_x": "batch_size",
     }
 
