@@ -123,8 +123,6 @@ def same_probes(kind: str, a: dict, b: dict, method: str | None = None) -> bool:
 def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool]:
     """(intercept, slope, clamped) of the line through two points; where noise makes either negative, the line
     through the origin and the larger point, flagged as clamped."""
-    if x2 == x1:
-        return (y1 + y2) / 2, 0.0, False
     slope = (y2 - y1) / (x2 - x1)
     intercept = y1 - slope * x1
     if slope < 0 or intercept < 0:
@@ -208,7 +206,7 @@ def project_memory(
         if at_size:  # measured at the paper's size (a GPU run at the paper's batch)
             out[key + "_at_paper"] = max(at_size)
             continue
-        if extrapolate and len(points) >= 2 and points[1][0] != points[0][0]:
+        if extrapolate and len(points) >= 2:
             c0, c1, _ = line(*points[0], *points[1])
             out[key + "_at_paper"] = c0 + c1 * x_paper
             if bound_gb is not None and c0 + bound_gb < out[key + "_at_paper"]:
