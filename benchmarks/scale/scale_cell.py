@@ -130,15 +130,6 @@ def spread(names: list[str], k: int) -> list[str]:
 PASSES_FOR_LAYERS = ("input_collection_s", "allocation_s")
 
 
-def layers_seconds(report) -> float | None:
-    """The seconds a layer-wise run spent on its layers (their rows' `wall_s` and PASSES_FOR_LAYERS); None where the
-    rows hold no times."""
-    rows = [row["wall_s"] for row in report.per_layer if row.get("wall_s") is not None]
-    if not rows:
-        return None
-    return sum(rows) + sum(report.extra.get(k) or 0.0 for k in PASSES_FOR_LAYERS)
-
-
 def run_probe(
     method: Method, build, n_images: int, budget: dict, overrides: dict, device: str, layer_wise: bool = False
 ) -> dict:
@@ -159,7 +150,9 @@ def run_probe(
     if device.startswith("cuda"):
         out["peak_cuda_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 3)
     out["step_s"] = [row["step_s"] for row in report.history if "step_s" in row]
-    if layer_wise and (layers_s := layers_seconds(report)) is not None:
+    rows = [row["wall_s"] for row in report.per_layer if row.get("wall_s") is not None]
+    if layer_wise and rows:  # the time on its layers: their rows and its passes for them
+        layers_s = sum(rows) + sum(report.extra.get(k) or 0.0 for k in PASSES_FOR_LAYERS)
         out["layers_s"] = round(min(layers_s, wall), 4)  # the rows' rounding can pass the wall time
     if report.extra.get("batch_workers"):  # their memory is theirs: peak_rss_gb is this process's alone
         out["batch_workers"] = report.extra["batch_workers"]
