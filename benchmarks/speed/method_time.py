@@ -45,12 +45,6 @@ def timed_run(method: str, model, images: Dataset, target: float, **options) -> 
     return time.perf_counter() - t, [row["step_s"] for row in report.history]
 
 
-def ramp_steps(method: str, iterations: int, target: float) -> int:
-    """Steps of the method's ramp at this target with its default options (0 for a method without one)."""
-    ramp_for = getattr(get_method(method).options(), "ramp_for", None)
-    return round(ramp_for(target) * iterations) if ramp_for else 0
-
-
 def run(args) -> list[str]:
     device = resolve_device(default_device(args.device))
     torch.manual_seed(0)
@@ -74,7 +68,8 @@ def run(args) -> list[str]:
     ]
     for method in methods:
         ratio = statistics.median(w / b for w, b in zip(walls[method], walls[BASELINE]))
-        ramp = ramp_steps(method, args.iterations, args.target)
+        ramp_for = getattr(get_method(method).options(), "ramp_for", None)  # steps of its ramp at this target
+        ramp = round(ramp_for(args.target) * args.iterations) if ramp_for else 0
         per_step = [s for run_steps in steps[method] for s in run_steps[ramp:]]
         line = (
             f"{method:12s}: run {statistics.median(walls[method]):8.1f} s, ratio to {BASELINE} {ratio:.2f}; "
