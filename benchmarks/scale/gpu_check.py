@@ -50,15 +50,6 @@ class Part:
 SCALE_CUDA = REPO_ROOT / "results" / "benchmarks" / "scale_cuda.json"
 
 
-def measured_again() -> list[str]:
-    """The methods whose committed GPU cells predate what made them faster: the training-loop methods and those whose
-    probes choose as at the paper's size."""
-    from benchmarks.scale.scale_cell import makes_size_choices, method_kind
-    from fcpts.methods import METHODS
-
-    return [name for name, m in METHODS.items() if method_kind(m) == "training" or makes_size_choices(m)]
-
-
 def same_gpu(scale_output: Path, device: str) -> bool:
     """Whether a committed scale output was measured on this machine's GPU (its cells then need no re-run)."""
     import torch
@@ -168,8 +159,13 @@ def part_list(out: Path, dry_run: bool, device: str) -> list[Part]:
         step_r50 += "--steps 5 --rounds 2".split()
         pot_step_r18 += "--model resnet18 --layers layer4. --images 256 --steps 100 --rounds 2".split()
         scale += ["--paper-grid", "--cell-timeout", str(SCALE_CELL_TIMEOUT_S)]
-        if same_gpu(SCALE_CUDA, device):
-            scale += ["--merge", str(SCALE_CUDA), "--again", *measured_again()]
+        if same_gpu(SCALE_CUDA, device):  # its cells kept, but for those that predate what made their method faster
+            from benchmarks.scale.scale_cell import makes_size_choices, method_kind
+            from fcpts.methods import METHODS
+
+            # the training-loop methods and those whose probes choose as at the paper's size
+            again = [name for name, m in METHODS.items() if method_kind(m) == "training" or makes_size_choices(m)]
+            scale += ["--merge", str(SCALE_CUDA), "--again", *again]
     # Budgets: what each part took on an H200 (results/benchmarks/gpu_check_h200_*), rounded up; pot-step-r18-224's
     # is an estimate.
     return [
