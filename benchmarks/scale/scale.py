@@ -219,8 +219,6 @@ def project_cell(
     cell: dict, paper: dict, warmup: int, memory_line: bool = True, cache_bound_gb: float | None = None
 ) -> dict:
     """The projection of one measured cell; `cache_bound_gb` bounds a layer-wise method's memory line."""
-    if cell.get("status") != "ok":
-        return {}
     kind = cell["kind"]
     if kind == "training":
         out = project_training(cell, paper, warmup)
