@@ -111,11 +111,11 @@ SIZES_OF_KIND = {
 }
 
 
-def same_probes(kind: str, a: dict, b: dict, method: str | None = None) -> bool:
+def same_probes(kind: str, a: dict, b: dict, method: str) -> bool:
     """Whether cells of this kind probed with sizes `a` count as probed with `b` (`paper_choices` only where the
     method makes such choices)."""
     knobs = SIZES_OF_KIND[kind]
-    if method is not None and not makes_size_choices(get_method(method)):
+    if not makes_size_choices(get_method(method)):
         knobs = tuple(k for k in knobs if k != "paper_choices")
     return all(a.get(k) == b.get(k) for k in knobs)
 

@@ -156,7 +156,6 @@ def run_probe(
         out["layers_s"] = round(min(layers_s, wall), 4)  # the rows' rounding can pass the wall time
     if report.extra.get("batch_workers"):  # their memory is theirs: peak_rss_gb is this process's alone
         out["batch_workers"] = report.extra["batch_workers"]
-    del model, report
     return out
 
 

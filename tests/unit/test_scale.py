@@ -183,10 +183,10 @@ def test_grid_counts_the_papers_tables_and_each_cell_once(tmp_path):
 
 def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
     other_batch = {**scale.SMALL, "batch_sizes": [4]}
-    assert scale.same_probes("one-shot", scale.SMALL, other_batch)
-    assert scale.same_probes("layer-wise", scale.SMALL, other_batch)
-    assert not scale.same_probes("training", scale.SMALL, other_batch)
-    assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3})
+    assert scale.same_probes("one-shot", scale.SMALL, other_batch, "erk")
+    assert scale.same_probes("layer-wise", scale.SMALL, other_batch, "obs")
+    assert not scale.same_probes("training", scale.SMALL, other_batch, "fcpts")
+    assert not scale.same_probes("layer-wise", scale.SMALL, {**scale.SMALL, "layers": 3}, "obs")
     # cells made before the probes chose as at the paper's size: POT's and obs's measured again, those of a method
     # with no such choices (magnitude-bn) kept
     before = {k: v for k, v in scale.SMALL.items() if k != "paper_choices"}
