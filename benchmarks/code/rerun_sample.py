@@ -80,18 +80,16 @@ def why_another_processor(record: dict, here: Processor) -> str | None:
     return None
 
 
-def pick_record(
-    records: list[dict],
-    method: str,
-    runnable: Callable[[dict], str | None] = why_not_runnable,
-    this_processor: Processor | None = None,
-):
+def pick_record(records: list[dict], method: str, this_processor: Processor | None = None):
     """(the record to re-run for `method` or None, why none); given `this_processor`, only records made on it.
     Preferred: a record naming this processor's generation, with a mask hash, a stand-in task's, the cheapest."""
     mine = [r for r in records if r["method"] == method]
     if not mine:
         return None, "no committed record of this method"
-    why = {id(r): runnable(r) or (why_another_processor(r, this_processor) if this_processor else None) for r in mine}
+    why = {
+        id(r): why_not_runnable(r) or (why_another_processor(r, this_processor) if this_processor else None)
+        for r in mine
+    }
     usable = [r for r in mine if not why[id(r)]]
     if not usable:
         return None, "; ".join(f"{n} record(s): {w}" for w, n in Counter(why.values()).items())

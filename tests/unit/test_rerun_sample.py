@@ -98,8 +98,9 @@ def test_a_method_with_only_old_records_still_gets_one(records):
     assert record["_path"].endswith("old-only.json") and "mask_sha256" not in record
 
 
-def test_a_method_held_back_says_why_and_how_many(records):
-    record, why = pick_record(records, "lamp", runnable=lambda r: "needs the [mmdet] extra")
+def test_a_method_held_back_says_why_and_how_many(records, monkeypatch):
+    monkeypatch.setattr(rerun_sample, "why_not_runnable", lambda r: "needs the [mmdet] extra")
+    record, why = pick_record(records, "lamp")
     assert record is None and why == "1 record(s): needs the [mmdet] extra"
     assert pick_record(records, "obs") == (None, "no committed record of this method")
 
