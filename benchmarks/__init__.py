@@ -51,7 +51,6 @@ def step_time(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=10, help="timed step pairs per round and configuration")
     p.add_argument("--rounds", type=int, default=3, help="FCPTS runs per configuration, interleaved")
     p.add_argument("--amp", choices=["bf16"], help="also time FCPTS with this training precision")
-    p.add_argument("--threads", type=int, default=None)
 
 
 def step_ops(p: argparse.ArgumentParser) -> None:

@@ -185,8 +185,6 @@ def run(args) -> list[str]:
 
 def main(argv=None) -> None:
     args = parser("step-time").parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     measure_then_emit(lambda: run(args), args.out)
 
 
