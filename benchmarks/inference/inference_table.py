@@ -31,11 +31,6 @@ def _speedup(r: dict) -> str:
     return f"{r['speedup']:.2f}x ({q25:.2f}-{q75:.2f})"
 
 
-def faster(r: dict, threshold: float) -> bool:
-    """Sparsity pays: >= threshold on medians, and sparse won at least three rounds in four."""
-    return r["speedup"] >= threshold and r["round_ratio_q25_q50_q75"][0] > 1.0
-
-
 def storage_rows(name: str, fam_result: dict) -> list[str]:
     rows, name = [], model_label(name, fam_result)
     ref = fam_result["file_bytes"]["dense"]["dense"]
@@ -51,7 +46,8 @@ def storage_rows(name: str, fam_result: dict) -> list[str]:
 
 
 def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
-    """Per model, sparsity and batch: the runtimes where sparsity pays (see `faster`), or none."""
+    """Per model, sparsity and batch: the runtimes where sparsity pays (>= threshold on medians, and sparse won at
+    least three rounds in four), or none."""
     lines = []
     for name, fam in result["families"].items():
         for label, batch in ((label, b) for label in fam["sparsity"] if label != "dense" for b in ("1", "32")):
@@ -65,7 +61,8 @@ def verdicts(result: dict, threshold: float = 1.1) -> list[str]:
                 vs_ort = f" ({ort['median_ms'] / cells[rt]['median_ms']:.2f}x vs onnxruntime dense)"
                 return f"**{rt} {cells[rt]['speedup']:.2f}x**" + (vs_ort if ort and rt != "onnxruntime" else "")
 
-            wins = sorted((rt for rt in cells if faster(cells[rt], threshold)), key=lambda rt: -cells[rt]["speedup"])
+            pays = [rt for rt, r in cells.items() if r["speedup"] >= threshold and r["round_ratio_q25_q50_q75"][0] > 1]
+            wins = sorted(pays, key=lambda rt: -cells[rt]["speedup"])
             best = max(cells, key=lambda rt: cells[rt]["speedup"])
             verdict = ", ".join(map(shown, wins)) or f"none (largest: {best} {cells[best]['speedup']:.2f}x)"
             lines.append(f"| {model_label(name, fam)} | {label} | {batch} | {verdict} |")
