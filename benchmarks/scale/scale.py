@@ -50,8 +50,7 @@ def paper_models() -> list[str]:
 
 
 def paper_budget(method: str) -> dict:
-    """The ImageNet task's `paper` profile for one method: calibration size, iterations and batch or per-layer
-    iterations, and the profile's options."""
+    """The ImageNet task's `paper` profile for one method: calibration size, iterations, batch and options."""
     from tasks.imagenet.grid import PROFILES
 
     profile = PROFILES["paper"]
@@ -131,8 +130,7 @@ def line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float, bool
 
 
 def project_training(cell: dict, paper: dict, warmup: int) -> dict:
-    """Per-step seconds at the paper's batch (in proportion from the probe's one batch size), setup seconds and the
-    cell's projected seconds."""
+    """Per-step seconds at the paper's batch (in proportion from its one probe's), setup and projected seconds."""
     (probe,) = cell["probes"]
     per_step = statistics.median(probe["step_s"][warmup:] or probe["step_s"][-1:])
     if probe["batch_size"] != paper["batch_size"]:
@@ -243,8 +241,7 @@ def paper_grid_cells(reference_csv: Path) -> dict[str, set[tuple[str, str, float
 
 
 def grid_hours(cells_by_table: dict[str, set], minutes: dict[tuple[str, str], float]) -> dict:
-    """Projected hours of each table and of the grid (a cell in two tables counted once); cells without a projection
-    listed as missing."""
+    """Projected hours of each table and of the grid (a cell in two tables counted once); the missing cells."""
     out: dict = {"tables": {}, "missing": []}
     seen: set = set()
     total = 0.0
