@@ -21,10 +21,12 @@ from benchmarks import parser
 from benchmarks.scale.scale_cell import makes_size_choices, method_kind
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
+from tasks.grid.imagenet_catalogue import PAPER_CNNS, PAPER_VITS, get_spec
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line, device_description, git_commit
 
 PAPER_REFERENCE = REPO_ROOT / "results" / "paper" / "paper_reference.csv"
+PAPER_MODELS = PAPER_CNNS + PAPER_VITS
 GRID_TABLES = {"table3": "CNNs (Table 3)", "table4": "ViTs (Table 4)", "table1": "learned masks (Table 1)"}
 # Probe sizes: each knob's value on a GPU beside its `--small` value on a CPU.
 PROBE_SIZES = {
@@ -41,12 +43,6 @@ PROBE_SIZES = {
 SMALL = {knob: small for knob, (_, small) in PROBE_SIZES.items()} | {"paper_choices": True}
 # On a GPU a layer-wise cell's first call (untimed) pays the device's one-time costs.
 FULL = {knob: full for knob, (full, _) in PROBE_SIZES.items()} | {"warmup_probe": True, "paper_choices": True}
-
-
-def paper_models() -> list[str]:
-    from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS
-
-    return PAPER_CNNS + PAPER_VITS
 
 
 def paper_budget(method: str) -> dict:
@@ -373,14 +369,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         return args
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda asked for, but CUDA is not available here; use --device cpu")
-    from tasks.imagenet.models import get_spec
-
     missing = [m for m in args.merge if not Path(m).is_file()]
     if missing:
         p.error(f"--merge: no such file {', '.join(missing)}")
     if args.paper_grid and (args.models or args.methods):
         p.error("--paper-grid chooses the cells itself: leave out --models and --methods")
-    args.models = args.models or paper_models()
+    args.models = args.models or PAPER_MODELS
     args.methods = args.methods or list(METHODS)
     try:
         for name in args.models:
@@ -403,7 +397,7 @@ def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
         return [(model, method) for model in args.models for method in args.methods]
     pairs = {(model, method) for cells in paper_grid_cells(PAPER_REFERENCE).values() for model, method, _ in cells}
     pairs |= set(done)
-    models, methods = paper_models(), list(METHODS)
+    models, methods = PAPER_MODELS, list(METHODS)
     rank = {(m, meth): (models.index(m) if m in models else len(models), methods.index(meth)) for m, meth in pairs}
     return sorted(pairs, key=rank.__getitem__)
 

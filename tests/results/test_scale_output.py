@@ -44,9 +44,9 @@ def table_before():
 
 def test_every_paper_model_and_method_has_a_row_measured_or_said_not_to_be(result, table_before):
     cells = {(c["model"], c["method"]): c for c in result["cells"]}
-    assert set(cells) == {(m, meth) for m in scale.paper_models() for meth in result["budgets"]}
+    assert set(cells) == {(m, meth) for m in scale.PAPER_MODELS for meth in result["budgets"]}
     assert {c["status"] for c in cells.values()} <= {"ok", "not measured", "crashed", "timeout", "error"}
-    assert {m for (m, _), c in cells.items() if c["status"] == "ok"} == set(scale.paper_models())
+    assert {m for (m, _), c in cells.items() if c["status"] == "ok"} == set(scale.PAPER_MODELS)
     assert (
         result["mode"] == "small" and result["sizes"] == scale.SMALL
     )  # the layer-wise cells chose as at the paper's size
