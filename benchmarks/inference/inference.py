@@ -23,7 +23,7 @@ from benchmarks import parser
 from benchmarks.inference.inference_table import _speedup, write_table
 from fcpts.core.io import write_json_atomic
 from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
-from tasks.deploy.checkpoints import load_sparse_checkpoint
+from tasks.deploy.checkpoints import load_sparse_checkpoint, models_from_record
 from tasks.deploy.driver import provenance
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff
 from tasks.deploy.runtimes import (
@@ -35,8 +35,11 @@ from tasks.deploy.runtimes import (
     time_interleaved,
 )
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
+from tasks.grid.cifar_models import cifar_resnet
+from tasks.grid.data import DataNotFoundError, resolve_data_root
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line
+from tasks.grid.weights import default_cifar_weights, load_checkpoint
 
 TORCH_RUNTIMES = ["torch", "torch-csr"]
 PLAIN_1X1 = ((1, 1), 1, (0, 0), (1, 1))  # kernel, groups, padding, dilation
@@ -85,10 +88,6 @@ def random_family(name: str, sparsities: list[float], size: int, seed: int) -> F
 
 def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
     """The real sparse CIFAR model of a deploy checkpoint beside the dense weights it started from."""
-    from tasks.grid.cifar_models import cifar_resnet
-    from tasks.grid.data import resolve_data_root
-    from tasks.grid.weights import default_cifar_weights, load_checkpoint
-
     sparse, meta = load_sparse_checkpoint(checkpoint, None, None)
     dense = cifar_resnet(meta["model"])
     load_checkpoint(dense, default_cifar_weights(resolve_data_root(data_root), meta["dataset"], meta["model"]))
@@ -100,9 +99,6 @@ def cifar_family(checkpoint: Path, data_root: str | None) -> Family:
 
 def record_families(paths: list[Path]) -> list[Family]:
     """Real sparse models of run records, one family per task/dataset/model with the dense weights they began from."""
-    from tasks.deploy.checkpoints import models_from_record
-    from tasks.grid.data import DataNotFoundError
-
     fams: dict[tuple, Family] = {}
     for path in paths:
         try:
