@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, TensorDataset
 
 from benchmarks import parser
 from benchmarks.report import measure_then_emit
@@ -25,19 +25,6 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 QUICKSTART_LIMIT_S = 30.0
 
 
-class Images(Dataset):
-    """Calibration images held in one tensor (timing does not depend on their content)."""
-
-    def __init__(self, x: torch.Tensor):
-        self.x = x
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.x[i]
-
-
 def timed_run(method: str, model, images: Dataset, target: float, **options) -> tuple[float, list[float]]:
     """(wall seconds of the whole call, each step's seconds) of one run of `method`."""
     t = time.perf_counter()
@@ -49,7 +36,7 @@ def run(args) -> list[str]:
     device = resolve_device(default_device(args.device))
     torch.manual_seed(0)
     model = cifar_resnet(args.model).to(device)
-    images = Images(torch.randn(args.images, 3, 32, 32))
+    images = TensorDataset(torch.randn(args.images, 3, 32, 32))  # not a tensor: fetched item by item, as datasets are
     budget = {"iterations": args.iterations, "batch_size": args.batch_size, "device": str(device)}
     methods = [BASELINE, *[m for m in args.methods if m != BASELINE]]
     walls: dict[str, list[float]] = {m: [] for m in methods}

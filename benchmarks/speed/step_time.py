@@ -10,11 +10,11 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import TensorDataset
 
 import fcpts
 from benchmarks import parser
 from benchmarks.report import measure_then_emit, synchronize
-from benchmarks.speed.method_time import Images
 from fcpts.core import step_graph
 from fcpts.core.loop import frozen_teacher
 from fcpts.core.options import resolve_device
@@ -70,17 +70,18 @@ class PlainStep:
                 raise RuntimeError(f"the {what} was to replay from a CUDA graph but runs {runner.how}")
 
 
-class PairedImages(Images):
+class PairedImages(TensorDataset):
     """Calibration images that run one plain step each time a whole batch (all of them) has been fetched."""
 
     def __init__(self, x: torch.Tensor, plain: PlainStep):
-        self.x, self.plain, self.fetched = x.cpu(), plain, 0
+        super().__init__(x.cpu())
+        self.plain, self.fetched = plain, 0
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
         self.fetched += 1
-        if self.fetched % len(self.x) == 0:
+        if self.fetched % len(self) == 0:
             self.plain()
-        return self.x[i]
+        return super().__getitem__(i)
 
 
 def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], list[float], list[float]]:
@@ -98,7 +99,7 @@ def paired_step_times(model, x, y, steps: int, **options) -> tuple[list[float], 
     if on_gpu:
         for _ in range(WARMUP + steps):
             plain()
-    images = Images(x) if on_gpu else PairedImages(x, plain)
+    images = TensorDataset(x) if on_gpu else PairedImages(x, plain)
     _, report = fcpts.sparsify(
         copy.deepcopy(model), images, 0.9, iterations=WARMUP + steps, batch_size=len(x), progress=False,
         log_every=1, **options,
