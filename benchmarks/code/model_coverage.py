@@ -19,9 +19,9 @@ import fcpts
 from benchmarks import parser
 from benchmarks.report import measure_then_emit
 from fcpts.core.masks import describe_unprunable, layer_weight, prunable_layers, unprunable_weights
+from tasks.grid.paths import REPO_ROOT
 
 TARGET, IMAGES, ITERATIONS, BATCH = 0.7, 8, 2, 4
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def refused_by_the_suite(error: BaseException) -> bool:
     """Whether `error` is one of the suite's own refusals: a `raise` statement in fcpts/ or baselines/."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
     path = Path(frame.filename).resolve()
-    ours = any(path.is_relative_to(REPO / package) for package in ("fcpts", "baselines"))
+    ours = any(path.is_relative_to(REPO_ROOT / package) for package in ("fcpts", "baselines"))
     return ours and (frame.line or "").lstrip().startswith("raise")
 
 

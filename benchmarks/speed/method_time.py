@@ -7,7 +7,6 @@ import copy
 import re
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset, TensorDataset
@@ -18,10 +17,11 @@ from fcpts.core.options import resolve_device
 from fcpts.methods import METHODS, get_method
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.help import default_device
+from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import device_description
 
 BASELINE = "fcpts"
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO_ROOT / "README.md"
 QUICKSTART_LIMIT_S = 30.0
 
 
