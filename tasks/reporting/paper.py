@@ -13,7 +13,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
-from fcpts.methods import label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
@@ -147,63 +146,11 @@ def table2(
                 *(trained_lines or ["- none trained yet"]),
             ]
         ),
-        "POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS. msbench's POT (the code the "
-        "paper's POT numbers came from) was read step by step against this suite's, not run; on CIFAR-10 ResNet-32 at "
-        "80%, seed 0, no difference found was measured to move the cell (batch sampling is now msbench's; its "
-        "sparse-input setting, measured at be385e8, was worse there)."
-        + pot_full_budget_gap(records, ref)
-        + pot_unfolded_gain(records)
-        + " The paper's dense accuracies are those of another checkpoint family (chenyaofo/pytorch-cifar-models: "
-        "1x1-conv shortcuts), not available here and never run; two networks trained here on 10,000 images (83-84% "
-        "dense, one seed, the `paper-cpu` budget) say nothing settled about it. "
-        "See docs/notebook/pot-vs-msbench.md.",
+        "Why POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS (msbench's code read "
+        "against this suite's, the paper's full budget, BatchNorm folding, the paper's dense checkpoints): "
+        "docs/notebook/pot-vs-msbench.md.",
     )
     return text, rows
-
-
-def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
-    """POT at the paper's own budget (`paper` profile records) against the paper's POT."""
-    found = sorted(
-        (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], float(p["top1"]))
-        for r in records
-        if r["task"] == "cifar" and r["method"] in pot_methods() and r["profile"]["name"] == "paper"
-        for p in [ref.get((r["dataset"], r["model"], r["method"], r["target_sparsity"]))]
-        if p and p["top1"]
-    )
-    return _versus(
-        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: ", found
-    )
-
-
-def _versus(sentence: str, found: list[tuple]) -> str:
-    """`sentence` then 'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity,
-    method, ours, other); "" when nothing is found."""
-    pairs = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
-        for ds, model, sp, method, ours, other in found
-    )
-    return f"{sentence}{pairs}." if found else ""
-
-
-def pot_unfolded_gain(records: list[dict]) -> str:
-    """POT without BatchNorm folding at the paper's budget against the folded record of the same cell."""
-    paper = {
-        cell_key(r): r
-        for r in records
-        if r["task"] == "cifar" and r["profile"]["name"] == "paper" and not r.get("seed")
-    }
-    found = sorted(
-        (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], folded["metrics"]["top1"])
-        for r in records
-        if r["task"] == "cifar" and r["profile"]["name"] == "paper-pot-fold_bnFalse"
-        for folded in [paper.get(cell_key(r))]
-        if folded and r["method_options"].get("fold_bn") is False
-    )
-    return _versus(
-        " Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        "runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: ",
-        found,
-    )
 
 
 def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -303,9 +250,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         + _pot_cut_note(records)
         + "Only `paper` rows measure the paper's comparison. "
         + (
-            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
-            "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 "
-            "images capped there), evaluated on 2,000 test images. "
+            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records): the paper's "
+            "budget on the check's own, smaller data (docs/notebook/benchmarks.md). "
             if any("(GPU check" in profile for *_, profile in groups)
             else ""
         )
