@@ -56,7 +56,6 @@ def table2(
         lambda m: any((ds, model, m, sp) in best for model in layout.models for ds, sp in cells), "cifar"
     )
     table, rows, trained_notes, cell_records = [], [], {}, []
-    missing = trained_only = spread = also = earlier = False
     beside: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
     for model in layout.models:
         dense_cells = []
@@ -68,10 +67,8 @@ def table2(
                 ours = f"**{rec['dense_metrics']['top1']:.2f}/{rec['dense_metrics']['top5']:.2f}**"
             elif trained:
                 ours = f"**{trained['final_test']['top1']:.2f}/{trained['final_test']['top5']:.2f}** (trained here)"
-                trained_only = True
             else:
                 ours = "no record"
-                missing = True
             if trained:
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {render.paper_numbers(p)}" if p else ours)
@@ -81,15 +78,10 @@ def table2(
             for ds, sp in cells:
                 rec, p = best.get((ds, model, method, sp)), ref.get((ds, model, method, sp))
                 note = ""
-                if rec is None:
-                    missing = True
-                else:
+                if rec is not None:
                     cell_records.append(rec)
-                    extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
-                    note = render.earlier_default_note(rec) + render.left_out_seeds(rec, runs.get(cell_key(rec), []))
-                    spread, earlier, also = spread or "seeds:" in extra, earlier or bool(note), also or bool(others)
+                    note, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
                     beside += others
-                    note += extra
                     m, dense = rec["metrics"], rec["dense_metrics"]["top1"]
                     cell = (ds, model, method, sp, m["top1"], m["top5"], dense, round(dense - m["top1"], 2))
                     paper = (p["top1"], p["top5"]) if p else ("", "")
@@ -98,6 +90,7 @@ def table2(
             table.append([model, render.row_label(method), *out])
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
     on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
+    body = render.md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table)
     markers = render.legend(
         [
             *render.cell_markers(
@@ -109,20 +102,20 @@ def table2(
             ),
             f"  - for comparison, {render.paper_protocol()}.",
         ],
-        (spread, render.SEED_SPREAD_LEGEND),
-        (earlier, render.EARLIER_DEFAULT_LEGEND),
+        (" seeds: " in body, render.SEED_SPREAD_LEGEND),
+        ("(earlier default" in body or "another setup left out" in body, render.EARLIER_DEFAULT_LEGEND),
         (
-            also,
+            " · also " in body,
             "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
             "beside its full `paper` one).",
         ),
         (
-            trained_only,
+            "(trained here)" in body,
             "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
             "(no sparse record of it yet).",
         ),
         (bool(extras), render.extras_legend("`—` stands after its `·`")),
-        (missing, "- `no record`: no run of this cell is committed."),
+        ("no record" in body, "- `no record`: no run of this cell is committed."),
     )
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
@@ -135,7 +128,7 @@ def table2(
     text = render.page(
         "Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         render.CELL_INTRO,
-        render.md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
+        body,
         markers,
         "\n".join(
             [
@@ -163,10 +156,10 @@ def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
-    """What a cell adds after its shown record: ' · 3 seeds: mean ± sd · also x [paper-cpu]' (its seeds' spread,
-    the same seed under the other budgets), and those other records."""
+    """What a cell adds after its shown record: ' (earlier default: ...) · 3 seeds: mean ± sd · also x [paper-cpu]'
+    (its seeds' spread, the same seed under the other budgets), and those other records."""
     profile = shown["profile"]["name"]
-    text = render.seed_spread(shown, runs)
+    text = render.earlier_default_note(shown) + render.left_out_seeds(shown, runs) + render.seed_spread(shown, runs)
     others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
