@@ -255,15 +255,11 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         if extras
         else "",
         *(
-            block
+            "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
+            f"(`python -m benchmarks.speed.method_time`, {name}):\n\n```\n"
+            + "\n".join(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln)
+            + "\n```"
             for name, text in quoted.items()
-            for block in (
-                "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-                f"(`python -m benchmarks.speed.method_time`, {name}):",
-                "\n".join(
-                    ["```", *(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln), "```"]
-                ),
-            )
         ),
     )
 
