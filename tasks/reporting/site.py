@@ -18,7 +18,6 @@ import time
 import types
 from itertools import takewhile
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -142,18 +141,15 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
             ]
             out.append(sortable(f" data-group-columns='{columns}'", head, "".join(rows)))
         elif re.match(r"\s*- ", line):
-            items: list[list[Any]] = []  # [depth, text], the text grown by its continuation lines
-            while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
-                text = lines[i].strip()
-                if text.startswith("- "):
-                    depth = (len(lines[i]) - len(lines[i].lstrip())) // 2
-                    items.append([depth, text[2:]])
-                else:
-                    items[-1][1] += " " + text
-                i += 1
+            items = list(takewhile(lambda item: re.match(r"\s*- ", item), lines[i:]))
+            i += len(items)
+            depths = [item.index("-") // 2 for item in items]  # two spaces a level
             out.append(
                 "<ul>"
-                + "".join(f"<li style='margin-left:{1.5 * d}em'>{inline(t, link)}</li>" for d, t in items)
+                + "".join(
+                    f"<li style='margin-left:{1.5 * d}em'>{inline(t.strip()[2:], link)}</li>"
+                    for d, t in zip(depths, items)
+                )
                 + "</ul>"
             )
         elif line.strip():
