@@ -17,6 +17,7 @@ from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
+from tasks.grid.record_options import same_setup
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
 from tasks.reporting import render
 from tasks.reporting.drops import drops_table
@@ -156,10 +157,13 @@ def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
-    """What a cell adds after its shown record: ' (earlier default: ...) · 3 seeds: mean ± sd · also x [paper-cpu]'
-    (its seeds' spread, the same seed under the other budgets), and those other records."""
+    """What a cell adds after its shown record: ' (earlier default: ...) · 2 seeds of another setup left out · 3 seeds:
+    mean ± sd · also x [paper-cpu]' from the cell's `runs`, and the records of its other budgets it names."""
     profile = shown["profile"]["name"]
-    text = render.earlier_default_note(shown) + render.left_out_seeds(shown, runs) + render.seed_spread(shown, runs)
+    text = render.earlier_default_note(shown)
+    if left_out := sum(r["profile"]["name"] == profile and not same_setup(r, shown) for r in runs):
+        text += f" · {left_out} seed{'s' if left_out > 1 else ''} of another setup left out"
+    text += render.seed_spread(shown, runs)
     others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"

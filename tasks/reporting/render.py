@@ -210,16 +210,6 @@ def earlier_default_note(record: dict | None) -> str:
     return f" (earlier default: {', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else ""
 
 
-def left_out_seeds(shown: dict, records: list[dict]) -> str:
-    """' · 2 seeds of another setup left out' when records of the shown record's cell and profile ran other options
-    (an earlier default) and so are not among its seeds; else ''."""
-    profile = shown["profile"]["name"]
-    n = sum(
-        cell_key(r) == cell_key(shown) and r["profile"]["name"] == profile and not same_setup(r, shown) for r in records
-    )
-    return f" · {n} seed{'s' if n > 1 else ''} of another setup left out" if n else ""
-
-
 def seed_spread(shown: dict, records: list[dict]) -> str:
     """' · n seeds: mean ± sd' of top-1 over the records of the shown record's cell and profile, when more
     than one seed ran it; else ''."""

@@ -354,11 +354,8 @@ def build_site(out_dir: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> None:
         if (TABLES / name).is_file():
             tables[name] = (TABLES / name).read_text()
     md_tables = sorted((n for n in tables if n.endswith(".md")), key=lambda n: (not n.startswith("table"), n))
-    heading = {
-        n: next((line.lstrip("# ") for line in tables[n].splitlines() if line.startswith("#")), "table")
-        for n in md_tables
-    }
-    toc = "".join(f"<li><a href='#{n[:-3]}'>{html.escape(heading[n])}</a></li>" for n in md_tables)
+    titles = [html.escape(tables[n].splitlines()[0].lstrip("# ")) for n in md_tables]  # each starts "# title"
+    toc = "".join(f"<li><a href='#{n[:-3]}'>{title}</a></li>" for n, title in zip(md_tables, titles))
     sections = "".join(
         f"<section id='{n[:-3]}'>{markdown_to_html(tables[n], _table_link)}</section><hr>" for n in md_tables
     )
