@@ -232,6 +232,8 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
     header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
     header += [*(f"{render.extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
     quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
+    cut = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pots), None)
+    full = paper_profile().methods[cut["method"]] if cut else {}  # POT's budget in the paper's protocol
     return render.page(
         "Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
         render.md_table(header, table, "llll" + "r" * (len(timed) + 1)),
@@ -244,7 +246,13 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
         "jobs are slower than they would be alone (records name the device and thread count), and a row whose "
         "device column names two processors compares runs on different machines. "
-        + _pot_cut_note(records)
+        + (
+            f"The `paper-cpu` profile cuts POT to {cut['budget']['options']['iterations']:,} of its "
+            f"{full['options']['iterations']:,} iterations per layer and {cut['calibration']['n_images']:,} of its "
+            f"{full['n_calibration']:,} images, so its POT times are far below the paper protocol's. "
+            if cut
+            else ""
+        )
         + "Only `paper` rows measure the paper's comparison. "
         + (
             "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records): the paper's "
@@ -265,19 +273,6 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             + "\n```"
             for name, text in quoted.items()
         ),
-    )
-
-
-def _pot_cut_note(records: list[dict]) -> str:
-    """How far the `paper-cpu` records cut POT's budget against the `paper` profile's ("" without such a record)."""
-    pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pot_methods()), None)
-    if pot is None:
-        return ""
-    paper = paper_profile().methods[pot["method"]]
-    return (
-        f"The `paper-cpu` profile cuts POT to {pot['budget']['options']['iterations']:,} of its "
-        f"{paper['options']['iterations']:,} iterations per layer and {pot['calibration']['n_images']:,} of its "
-        f"{paper['n_calibration']:,} images, so its POT times are far below the paper protocol's. "
     )
 
 
