@@ -14,13 +14,11 @@ SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict | None, list[float]]:
-    """The record Table 2 shows for `row` among the cell's runs, and the drop of every seed that ran the cell under
-    its profile and options (the row's own drop alone if the record is not among them)."""
-    cell = runs.get(("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4)), [])
-    shown = next((r for r in cell if r["_path"] == row["record"]), None)
-    same = render.seeds_of(shown, cell) if shown is not None else []
-    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
+def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict, list[float]]:
+    """The record Table 2 shows for `row`, and the drop of each seed that ran its cell under its profile and options."""
+    cell = runs[("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))]
+    shown = next(r for r in cell if r["_path"] == row["record"])
+    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in render.seeds_of(shown, cell)]
 
 
 def ours(drops: list[float], profile: str) -> str:
@@ -41,7 +39,7 @@ def against_paper(drops: list[float], paper: float) -> str:
     return f"{verdict}, {seeds}"
 
 
-def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]] | None = None) -> str:
+def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]]) -> str:
     """Per 80/90% cell, the paper's FCPTS drop and ours (FCPTS, then this suite's variants of it), each against the
     paper's; `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
@@ -63,7 +61,7 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec, drops = seed_drops(row, runs or {})
+                shown_rec, drops = seed_drops(row, runs)
                 note = render.earlier_default_note(shown_rec)
                 cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
             body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
