@@ -1,11 +1,5 @@
-"""The paper's figures, drawn from run records alone (never from the paper's numbers).
-
-    python -m tasks.reporting figures  # writes every figure into paper_figures/
-
-Figure 5: per-layer sparsity at 90% per method; Figure 1: accuracy against sparsity; Figure 4: FCPTS with ERK rates
-fixed vs learned; Figure 3: the bridge r(t) on one layer's dense weights, skipped (its committed file kept)
-without the uncommitted dense checkpoint. A panel without a record says which command makes it.
-"""
+"""The paper's figures (`python -m tasks.reporting figures`, into paper_figures/), drawn from run records alone,
+never from the paper's numbers; a panel without a record says which command makes it."""
 
 from __future__ import annotations
 

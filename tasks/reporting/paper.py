@@ -1,10 +1,6 @@
-"""Paper tables from run records, beside the paper's own numbers (reference data, never results).
-
-    python -m tasks.reporting tables     # writes results/tables/ (Tables 1 to 6, drops_vs_paper.md)
-
-A cell shows the record of the most faithful profile available and names that profile. Reads only records, the
-paper's reference numbers and, for Table 6 alone, the GPU check's records; runs nothing.
-"""
+"""The paper's tables (`python -m tasks.reporting tables`, into results/tables/) from run records, beside the paper's
+own numbers: a cell shows the record of the most faithful profile and names it. Reads records, the paper's reference
+numbers and, for Table 6 alone, the GPU check's records; runs nothing."""
 
 from __future__ import annotations
 
