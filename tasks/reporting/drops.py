@@ -21,12 +21,6 @@ def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict, list[flo
     return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in render.seeds_of(shown, cell)]
 
 
-def ours(drops: list[float], profile: str) -> str:
-    """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
-    seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
-    return f"{render.mean_sd(drops)}{seeds} [{profile}]"
-
-
 def against_paper(drops: list[float], paper: float) -> str:
     """Within noise of the paper's drop (several seeds whose range holds it), or short of it / meeting it, saying
     whether that rests on one seed or on several all on that side."""
@@ -61,9 +55,10 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec, drops = seed_drops(row, runs)
-                note = render.earlier_default_note(shown_rec)
-                cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
+                shown_rec, drops = seed_drops(row, runs)  # ours: '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]'
+                seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
+                ours = f"{render.mean_sd(drops)}{seeds} [{row['profile']}]" + render.earlier_default_note(shown_rec)
+                cells += [ours, against_paper(drops, ref) if ref is not None else "—"]
             body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
     header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
     markdown = render.md_table(header, body, "lrr" + "rl" * len(names))

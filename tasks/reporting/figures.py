@@ -142,9 +142,8 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     lines = figure1_lines()
     for r in preferred_records(records).values():
-        if r["method"] not in lines:
-            continue
-        groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
+        if r["method"] in lines:
+            groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
 
