@@ -187,19 +187,15 @@ def shared_legend(fig, axes, order: list[str]) -> float:
 
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
-    """Figure 4's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    """Figure 4's bars: each record of a registered variant of the studied method that pins its rates (fcpts-fixed)
+    with the studied method's record of the same cell and profile."""
 
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
 
     learned = {cell(r): r for r in records if r["method"] == STUDIED_FAMILY}
-    fixed = fixed_rates_methods()
+    fixed = [n for n in list_methods(family=STUDIED_FAMILY) if METHODS[n].fixed.get("learn_thresholds") is False]
     return [(r, learned[cell(r)]) for r in records if r["method"] in fixed and cell(r) in learned]
-
-
-def fixed_rates_methods() -> list[str]:
-    """The studied method's registered variants that pin its rates (its Figure 4 ablation)."""
-    return [n for n in list_methods(family=STUDIED_FAMILY) if METHODS[n].fixed.get("learn_thresholds") is False]
 
 
 def figure4(records: list[dict], out: Path) -> Path:
