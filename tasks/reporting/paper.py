@@ -226,7 +226,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             [ds, model, f"{sp:.0%}", prof, *(f"{t[m]:.1f}" if m in t else "—" for m in timed), ratio, loss, devices]
         )
     header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
-    header += [*(f"{render.extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
+    header += [*(f"{render.row_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
     quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
     cut = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pots), None)
     full = paper_profile().methods[cut["method"]] if cut else {}  # POT's budget in the paper's protocol

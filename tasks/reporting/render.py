@@ -82,14 +82,10 @@ def record_cell(
     return f"{shown} (−{drop:.{digits}f}{reached}) [{record['profile']['name']}]{note}{beside}"
 
 
-def extra_label(method: str) -> str:
-    """An extra method's label with the marker, so its row or line is never read as one of the paper's."""
-    return f"{label(method)} {NOT_IN_PAPER}"
-
-
 def row_label(method: str) -> str:
-    """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper."""
-    return extra_label(method) if method in extra_methods() else label(method)
+    """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper so that
+    one is never read as the paper's."""
+    return f"{label(method)} {NOT_IN_PAPER}" if method in extra_methods() else label(method)
 
 
 def extras_legend(paper_number: str) -> str:
@@ -204,9 +200,9 @@ def seeds_of(shown: dict, records: list[dict]) -> list[dict]:
     return [r for r in records if cell_key(r) == cell_key(shown) and same_setup(r, shown)]
 
 
-def earlier_default_note(record: dict | None) -> str:
+def earlier_default_note(record: dict) -> str:
     """' (earlier default: ramp 0.5)' for a record run with a default changed since; else ''."""
-    changed = earlier_defaults(record) if record else {}
+    changed = earlier_defaults(record)
     return f" (earlier default: {', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else ""
 
 
