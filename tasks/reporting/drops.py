@@ -14,13 +14,6 @@ SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict, list[float]]:
-    """The record Table 2 shows for `row`, and the drop of each seed that ran its cell under its profile and options."""
-    cell = runs[("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4))]
-    shown = next(r for r in cell if r["_path"] == row["record"])
-    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in render.seeds_of(shown, cell)]
-
-
 def against_paper(drops: list[float], paper: float) -> str:
     """Within noise of the paper's drop (several seeds whose range holds it), or short of it / meeting it, saying
     whether that rests on one seed or on several all on that side."""
@@ -55,7 +48,10 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec, drops = seed_drops(row, runs)  # ours: '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]'
+                cell = runs[("cifar", ds, model, method, round(sp, 4))]
+                shown_rec = next(r for r in cell if r["_path"] == row["record"])  # the record Table 2 shows
+                drops = [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in render.seeds_of(shown_rec, cell)]
+                # ours: '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]', every seed of the shown record's setup
                 seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
                 ours = f"{render.mean_sd(drops)}{seeds} [{row['profile']}]" + render.earlier_default_note(shown_rec)
                 cells += [ours, against_paper(drops, ref) if ref is not None else "—"]
