@@ -55,42 +55,36 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "tables":
-        from tasks.grid.record_format import RecordError
-        from tasks.reporting.paper import write_tables
+    try:
+        if args.command == "tables":
+            from tasks.reporting.paper import write_tables
 
-        try:
-            written = write_tables()
-        except RecordError as e:
-            print(f"{PROG} tables: error: {e}", file=sys.stderr)
-            return 2
-        for path in written:
-            print(f"wrote {path.relative_to(REPO_ROOT)}")
-        return 0
-    if args.command == "manifest":
-        from tasks.grid.records import MANIFEST, update_manifest
+            for path in write_tables():
+                print(f"wrote {path.relative_to(REPO_ROOT)}")
+        elif args.command == "manifest":
+            from tasks.grid.records import MANIFEST, update_manifest
 
-        try:
             entries = update_manifest(refresh=tuple(args.refresh))
-        except ValueError as e:
-            print(f"{PROG} manifest: error: {e}", file=sys.stderr)
-            return 2
-        print(f"{len(entries)} records in {MANIFEST.relative_to(REPO_ROOT)}")
-        return 0
-    if args.command == "figures":
-        from tasks.reporting.figures import write_figures
+            print(f"{len(entries)} records in {MANIFEST.relative_to(REPO_ROOT)}")
+        elif args.command == "figures":
+            from tasks.reporting.figures import write_figures
 
-        for path in write_figures(out_dir=Path(args.results_dir), skipped=lambda line: print(line, file=sys.stderr)):
-            print(f"wrote {path}")
-        return 0
-    if args.command == "site":
-        from tasks.reporting import site
+            for path in write_figures(
+                out_dir=Path(args.results_dir), skipped=lambda line: print(line, file=sys.stderr)
+            ):
+                print(f"wrote {path}")
+        elif args.command == "site":
+            from tasks.reporting import site
 
-        print(site.write_site(Path(args.results_dir), Path(args.runs_dir)))
-        return 0
-    from tasks.reporting.readme import update
+            print(site.write_site(Path(args.results_dir), Path(args.runs_dir)))
+        else:
+            from tasks.reporting.readme import update
 
-    return update(check=args.check)
+            return update(check=args.check)
+    except ValueError as e:  # a damaged record (RecordError), a --refresh naming no record: one line
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

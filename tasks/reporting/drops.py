@@ -14,21 +14,6 @@ SPARSITIES = (0.8, 0.9)  # of Table 2's: where the methods part
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}
 
 
-def seed_drops(row: dict, runs: dict[tuple, list[dict]]) -> tuple[dict | None, list[float]]:
-    """The record Table 2 shows for `row` among the cell's runs, and the drop of every seed that ran the cell under
-    its profile and options (the row's own drop alone if the record is not among them)."""
-    cell = runs.get(("cifar", row["dataset"], row["model"], row["method"], round(row["sparsity"], 4)), [])
-    shown = next((r for r in cell if r["_path"] == row["record"]), None)
-    same = render.seeds_of(shown, cell) if shown is not None else []
-    return shown, [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in same] or [row["drop"]]
-
-
-def ours(drops: list[float], profile: str) -> str:
-    """'1.79 [paper-cpu]' for one seed, '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]' for several."""
-    seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
-    return f"{render.mean_sd(drops)}{seeds} [{profile}]"
-
-
 def against_paper(drops: list[float], paper: float) -> str:
     """Within noise of the paper's drop (several seeds whose range holds it), or short of it / meeting it, saying
     whether that rests on one seed or on several all on that side."""
@@ -41,14 +26,14 @@ def against_paper(drops: list[float], paper: float) -> str:
     return f"{verdict}, {seeds}"
 
 
-def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]] | None = None) -> str:
+def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple, list[dict]]) -> str:
     """Per 80/90% cell, the paper's FCPTS drop and ours (FCPTS, then this suite's variants of it), each against the
     paper's; `runs`: cell_key -> every record of the cell (all seeds), for the spread."""
     shown = {(r["dataset"], r["model"], r["method"], r["sparsity"]): r for r in table2_rows}
     table, layout = render.paper_cells(reference, "table2"), paper_layout(reference, "table2")
     methods = [STUDIED_FAMILY, *(m for m in extra_methods("cifar") if get_method(m).family == STUDIED_FAMILY)]
     names = [label(m).split(" (")[0] for m in methods]  # header names; the intro line says whose each is
-    body, earlier = [], False
+    body = []
     for ds, model in ((ds, model) for ds in layout.datasets for model in layout.models):
         dense = table.get((ds, model, "dense", 0.0))
         for sp in SPARSITIES:
@@ -63,12 +48,16 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
                 if row is None:
                     cells += ["no record", "—"]
                     continue
-                shown_rec, drops = seed_drops(row, runs or {})
-                note = render.earlier_default_note(shown_rec)
-                earlier |= bool(note)
-                cells += [ours(drops, row["profile"]) + note, against_paper(drops, ref) if ref is not None else "—"]
+                cell = runs[("cifar", ds, model, method, round(sp, 4))]
+                shown_rec = next(r for r in cell if r["_path"] == row["record"])  # the record Table 2 shows
+                drops = [r["dense_metrics"]["top1"] - r["metrics"]["top1"] for r in render.seeds_of(shown_rec, cell)]
+                # ours: '1.85 ± 0.10 (3 seeds, 1.74-1.93) [paper-cpu]', every seed of the shown record's setup
+                seeds = f" ({len(drops)} seeds, {min(drops):.2f}-{max(drops):.2f})" if len(drops) > 1 else ""
+                ours = f"{render.mean_sd(drops)}{seeds} [{row['profile']}]" + render.earlier_default_note(shown_rec)
+                cells += [ours, against_paper(drops, ref) if ref is not None else "—"]
             body.append([f"{DATASET_NAMES[ds]} {model} {sp:.0%}", *cells])
     header = ["cell", "paper FCPTS", "dense, ours − paper", *(c for n in names for c in (n, f"{n} vs paper"))]
+    markdown = render.md_table(header, body, "lrr" + "rl" * len(names))
     return render.page(
         "Drop from dense on Table 2's 80% and 90% cells: this suite's FCPTS and FCPTS+ vs the paper's FCPTS",
         "Top-1 points lost from each one's own dense model (the paper's: its Table 2; ours: every seed of the "
@@ -78,6 +67,6 @@ def drops_table(table2_rows: list[dict], reference: list[dict], runs: dict[tuple
         "seeds' range. Each `vs paper` column compares the mean drop with the paper's FCPTS drop: `within noise of "
         "the paper` when the paper's drop lies inside the seeds' range (the signed difference after it), else how far "
         "short of it or better, and whether that rests on one seed or on several, all on that side.",
-        render.md_table(header, body, "lrr" + "rl" * len(names)),
-        render.EARLIER_DEFAULT_LEGEND.removeprefix("- ") if earlier else "",
+        markdown,
+        render.EARLIER_DEFAULT_LEGEND.removeprefix("- ") if "(earlier default" in markdown else "",
     )

@@ -1,11 +1,5 @@
-"""The paper's figures, drawn from run records alone (never from the paper's numbers).
-
-    python -m tasks.reporting figures  # writes every figure into paper_figures/
-
-Figure 5: per-layer sparsity at 90% per method; Figure 1: accuracy against sparsity; Figure 4: FCPTS with ERK rates
-fixed vs learned; Figure 3: the bridge r(t) on one layer's dense weights, skipped (its committed file kept)
-without the uncommitted dense checkpoint. A panel without a record says which command makes it.
-"""
+"""The paper's figures (`python -m tasks.reporting figures`, into paper_figures/), drawn from run records alone,
+never from the paper's numbers; a panel without a record says which command makes it."""
 
 from __future__ import annotations
 
@@ -148,9 +142,8 @@ def accuracy_curves(records: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     lines = figure1_lines()
     for r in preferred_records(records).values():
-        if r["method"] not in lines:
-            continue
-        groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
+        if r["method"] in lines:
+            groups.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
     return {k: v for k, v in sorted(groups.items()) if len({r["target_sparsity"] for r in v}) >= 2}
 
 
@@ -194,19 +187,15 @@ def shared_legend(fig, axes, order: list[str]) -> float:
 
 
 def fixed_learned_pairs(records: list[dict]) -> list[tuple[dict, dict]]:
-    """Figure 4's bars: each fcpts-fixed record with the fcpts record of the same cell and profile."""
+    """Figure 4's bars: each record of a registered variant of the studied method that pins its rates (fcpts-fixed)
+    with the studied method's record of the same cell and profile."""
 
     def cell(r):
         return r["task"], r["dataset"], r["model"], round(r["target_sparsity"], 4), r["profile"]["name"]
 
     learned = {cell(r): r for r in records if r["method"] == STUDIED_FAMILY}
-    fixed = fixed_rates_methods()
+    fixed = [n for n in list_methods(family=STUDIED_FAMILY) if METHODS[n].fixed.get("learn_thresholds") is False]
     return [(r, learned[cell(r)]) for r in records if r["method"] in fixed and cell(r) in learned]
-
-
-def fixed_rates_methods() -> list[str]:
-    """The studied method's registered variants that pin its rates (its Figure 4 ablation)."""
-    return [n for n in list_methods(family=STUDIED_FAMILY) if METHODS[n].fixed.get("learn_thresholds") is False]
 
 
 def figure4(records: list[dict], out: Path) -> Path:

@@ -1,10 +1,6 @@
-"""Paper tables from run records, beside the paper's own numbers (reference data, never results).
-
-    python -m tasks.reporting tables     # writes results/tables/ (Tables 1 to 6, drops_vs_paper.md)
-
-A cell shows the record of the most faithful profile available and names that profile. Reads only records, the
-paper's reference numbers and, for Table 6 alone, the GPU check's records; runs nothing.
-"""
+"""The paper's tables (`python -m tasks.reporting tables`, into results/tables/) from run records, beside the paper's
+own numbers: a cell shows the record of the most faithful profile and names it. Reads records, the paper's reference
+numbers and, for Table 6 alone, the GPU check's records; runs nothing."""
 
 from __future__ import annotations
 
@@ -13,11 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from fcpts.core.io import write_text_atomic
-from fcpts.methods import label
 from fcpts.methods.registry import STUDIED_FAMILY
 from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, read_reference
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
+from tasks.grid.record_options import same_setup
 from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
 from tasks.reporting import render
 from tasks.reporting.drops import drops_table
@@ -57,7 +53,6 @@ def table2(
         lambda m: any((ds, model, m, sp) in best for model in layout.models for ds, sp in cells), "cifar"
     )
     table, rows, trained_notes, cell_records = [], [], {}, []
-    missing = trained_only = spread = also = earlier = False
     beside: list[dict] = []  # records a cell names beside its shown one: their profiles need a legend
     for model in layout.models:
         dense_cells = []
@@ -69,10 +64,8 @@ def table2(
                 ours = f"**{rec['dense_metrics']['top1']:.2f}/{rec['dense_metrics']['top5']:.2f}**"
             elif trained:
                 ours = f"**{trained['final_test']['top1']:.2f}/{trained['final_test']['top5']:.2f}** (trained here)"
-                trained_only = True
             else:
                 ours = "no record"
-                missing = True
             if trained:
                 trained_notes[(ds, model)] = trained
             dense_cells.append(f"{ours} · {render.paper_numbers(p)}" if p else ours)
@@ -82,15 +75,10 @@ def table2(
             for ds, sp in cells:
                 rec, p = best.get((ds, model, method, sp)), ref.get((ds, model, method, sp))
                 note = ""
-                if rec is None:
-                    missing = True
-                else:
+                if rec is not None:
                     cell_records.append(rec)
-                    extra, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
-                    note = render.earlier_default_note(rec) + render.left_out_seeds(rec, runs.get(cell_key(rec), []))
-                    spread, earlier, also = spread or "seeds:" in extra, earlier or bool(note), also or bool(others)
+                    note, others = beside_the_shown(rec, runs.get(cell_key(rec), []))
                     beside += others
-                    note += extra
                     m, dense = rec["metrics"], rec["dense_metrics"]["top1"]
                     cell = (ds, model, method, sp, m["top1"], m["top5"], dense, round(dense - m["top1"], 2))
                     paper = (p["top1"], p["top5"]) if p else ("", "")
@@ -99,6 +87,7 @@ def table2(
             table.append([model, render.row_label(method), *out])
     n_test = sorted({r["metrics"]["n_images"] for r in cell_records if "n_images" in r["metrics"]})
     on = f", on the {' / '.join(f'{n:,}' for n in n_test)} test images" if n_test else ""
+    body = render.md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table)
     markers = render.legend(
         [
             *render.cell_markers(
@@ -110,20 +99,20 @@ def table2(
             ),
             f"  - for comparison, {render.paper_protocol()}.",
         ],
-        (spread, render.SEED_SPREAD_LEGEND),
-        (earlier, render.EARLIER_DEFAULT_LEGEND),
+        (" seeds: " in body, render.SEED_SPREAD_LEGEND),
+        ("(earlier default" in body or "another setup left out" in body, render.EARLIER_DEFAULT_LEGEND),
         (
-            also,
+            " · also " in body,
             "- `also x [profile]`: the same cell and seed under another budget (e.g. POT's cut `paper-cpu` budget "
             "beside its full `paper` one).",
         ),
         (
-            trained_only,
+            "(trained here)" in body,
             "- `(trained here)`: the dense accuracy of a model this suite trained, from its training record "
             "(no sparse record of it yet).",
         ),
         (bool(extras), render.extras_legend("`—` stands after its `·`")),
-        (missing, "- `no record`: no run of this cell is committed."),
+        ("no record" in body, "- `no record`: no run of this cell is committed."),
     )
     dense_keys = [("cifar10", m, "dense", 0.0) for m in layout.models]
     paper_dense = " / ".join(ref[k]["top1"] for k in dense_keys if k in ref)
@@ -136,7 +125,7 @@ def table2(
     text = render.page(
         "Table 2: CIFAR-10/100, top-1/top-5 (%) — ours (this suite's records) vs paper",
         render.CELL_INTRO,
-        render.md_table(["model", "method", *(f"{ds} {int(sp * 100)}%" for ds, sp in cells)], table),
+        body,
         markers,
         "\n".join(
             [
@@ -147,63 +136,11 @@ def table2(
                 *(trained_lines or ["- none trained yet"]),
             ]
         ),
-        "POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS. msbench's POT (the code the "
-        "paper's POT numbers came from) was read step by step against this suite's, not run; on CIFAR-10 ResNet-32 at "
-        "80%, seed 0, no difference found was measured to move the cell (batch sampling is now msbench's; its "
-        "sparse-input setting, measured at be385e8, was worse there)."
-        + pot_full_budget_gap(records, ref)
-        + pot_unfolded_gain(records)
-        + " The paper's dense accuracies are those of another checkpoint family (chenyaofo/pytorch-cifar-models: "
-        "1x1-conv shortcuts), not available here and never run; two networks trained here on 10,000 images (83-84% "
-        "dense, one seed, the `paper-cpu` budget) say nothing settled about it. "
-        "See docs/notebook/pot-vs-msbench.md.",
+        "Why POT here trails the paper's POT by far more than FCPTS trails the paper's FCPTS (msbench's code read "
+        "against this suite's, the paper's full budget, BatchNorm folding, the paper's dense checkpoints): "
+        "docs/notebook/pot-vs-msbench.md.",
     )
     return text, rows
-
-
-def pot_full_budget_gap(records: list[dict], ref: dict) -> str:
-    """POT at the paper's own budget (`paper` profile records) against the paper's POT."""
-    found = sorted(
-        (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], float(p["top1"]))
-        for r in records
-        if r["task"] == "cifar" and r["method"] in pot_methods() and r["profile"]["name"] == "paper"
-        for p in [ref.get((r["dataset"], r["model"], r["method"], r["target_sparsity"]))]
-        if p and p["top1"]
-    )
-    return _versus(
-        " At the paper's full POT budget (`paper` profile, seed 0; only these cells ran it) the gap stays: ", found
-    )
-
-
-def _versus(sentence: str, found: list[tuple]) -> str:
-    """`sentence` then 'cifar10 resnet32 POT (ERK) 80%: 61.00 vs 70.00 (-9.00); ...' from (dataset, model, sparsity,
-    method, ours, other); "" when nothing is found."""
-    pairs = "; ".join(
-        f"{ds} {model} {label(method)} {sp:.0%}: {ours:.2f} vs {other:.2f} ({ours - other:+.2f})"
-        for ds, model, sp, method, ours, other in found
-    )
-    return f"{sentence}{pairs}." if found else ""
-
-
-def pot_unfolded_gain(records: list[dict]) -> str:
-    """POT without BatchNorm folding at the paper's budget against the folded record of the same cell."""
-    paper = {
-        cell_key(r): r
-        for r in records
-        if r["task"] == "cifar" and r["profile"]["name"] == "paper" and not r.get("seed")
-    }
-    found = sorted(
-        (r["dataset"], r["model"], r["target_sparsity"], r["method"], r["metrics"]["top1"], folded["metrics"]["top1"])
-        for r in records
-        if r["task"] == "cifar" and r["profile"]["name"] == "paper-pot-fold_bnFalse"
-        for folded in [paper.get(cell_key(r))]
-        if folded and r["method_options"].get("fold_bn") is False
-    )
-    return _versus(
-        " Not folding BatchNorm into the convs (`--pot-option fold_bn=false`; msbench's code folds, so the paper's "
-        "runs likely did: an inference, no CIFAR config of msbench was read) gives, at that budget: ",
-        found,
-    )
 
 
 def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
@@ -216,10 +153,13 @@ def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:
-    """What a cell adds after its shown record: ' · 3 seeds: mean ± sd · also x [paper-cpu]' (its seeds' spread,
-    the same seed under the other budgets), and those other records."""
+    """What a cell adds after its shown record: ' (earlier default: ...) · 2 seeds of another setup left out · 3 seeds:
+    mean ± sd · also x [paper-cpu]' from the cell's `runs`, and the records of its other budgets it names."""
     profile = shown["profile"]["name"]
-    text = render.seed_spread(shown, runs)
+    text = render.earlier_default_note(shown)
+    if left_out := sum(r["profile"]["name"] == profile and not same_setup(r, shown) for r in runs):
+        text += f" · {left_out} seed{'s' if left_out > 1 else ''} of another setup left out"
+    text += render.seed_spread(shown, runs)
     others = [r for r in runs if r["profile"]["name"] != profile and r.get("seed", 0) == shown.get("seed", 0)]
     for r in sorted(others, key=lambda r: PROFILE_PREFERENCE.index(r["profile"]["name"])):
         text += f" · also {r['metrics']['top1']:.2f} [{r['profile']['name']}]"
@@ -286,8 +226,10 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
             [ds, model, f"{sp:.0%}", prof, *(f"{t[m]:.1f}" if m in t else "—" for m in timed), ratio, loss, devices]
         )
     header = ["dataset", "model", "sparsity", "profile", "POT (L2Norm) min", "POT (ERK) min", "FCPTS min"]
-    header += [*(f"{render.extra_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
+    header += [*(f"{render.row_label(m)} min" for m in extras), "FCPTS / POT", "POT layer loss", "device"]
     quoted = (method_times or {}) if extras else {}  # the ratios concern the methods beyond the paper
+    cut = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pots), None)
+    full = paper_profile().methods[cut["method"]] if cut else {}  # POT's budget in the paper's protocol
     return render.page(
         "Table 6: time to produce a sparse model (POT vs FCPTS), same machine, same cell",
         render.md_table(header, table, "llll" + "r" * (len(timed) + 1)),
@@ -300,12 +242,17 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         "Times are the method's own wall-clock time from its record; runs that shared the CPU with other "
         "jobs are slower than they would be alone (records name the device and thread count), and a row whose "
         "device column names two processors compares runs on different machines. "
-        + _pot_cut_note(records)
+        + (
+            f"The `paper-cpu` profile cuts POT to {cut['budget']['options']['iterations']:,} of its "
+            f"{full['options']['iterations']:,} iterations per layer and {cut['calibration']['n_images']:,} of its "
+            f"{full['n_calibration']:,} images, so its POT times are far below the paper protocol's. "
+            if cut
+            else ""
+        )
         + "Only `paper` rows measure the paper's comparison. "
         + (
-            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records, "
-            "docs/notebook/benchmarks.md): the paper's budget with its 3,000-image calibration pool (POT's 10,240 "
-            "images capped there), evaluated on 2,000 test images. "
+            "A `(GPU check ...)` row is the GPU check's (results/benchmarks/gpu_check_*/records): the paper's "
+            "budget on the check's own, smaller data (docs/notebook/benchmarks.md). "
             if any("(GPU check" in profile for *_, profile in groups)
             else ""
         )
@@ -316,29 +263,12 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         if extras
         else "",
         *(
-            block
+            "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
+            f"(`python -m benchmarks.speed.method_time`, {name}):\n\n```\n"
+            + "\n".join(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln)
+            + "\n```"
             for name, text in quoted.items()
-            for block in (
-                "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-                f"(`python -m benchmarks.speed.method_time`, {name}):",
-                "\n".join(
-                    ["```", *(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln), "```"]
-                ),
-            )
         ),
-    )
-
-
-def _pot_cut_note(records: list[dict]) -> str:
-    """How far the `paper-cpu` records cut POT's budget against the `paper` profile's ("" without such a record)."""
-    pot = next((r for r in records if r["profile"]["name"] == "paper-cpu" and r["method"] in pot_methods()), None)
-    if pot is None:
-        return ""
-    paper = paper_profile().methods[pot["method"]]
-    return (
-        f"The `paper-cpu` profile cuts POT to {pot['budget']['options']['iterations']:,} of its "
-        f"{paper['options']['iterations']:,} iterations per layer and {pot['calibration']['n_images']:,} of its "
-        f"{paper['n_calibration']:,} images, so its POT times are far below the paper protocol's. "
     )
 
 

@@ -49,11 +49,9 @@ def _value(record: dict | None, records: list[dict]) -> str:
     """The cell's headline number; with several seeds under the shown profile, their mean ± sd (n seeds)."""
     if record is None:
         return "—"
-    seeds, note = seeds_of(record, records), earlier_default_note(record)
-    if len(seeds) < 2:
-        return f"{headline(record)[1]:.2f}{note}"
-    values = [headline(r)[1] for r in seeds]
-    return f"{mean_sd(values)} ({len(values)}){note}"
+    values = [headline(r)[1] for r in seeds_of(record, records)]
+    seeds = f" ({len(values)})" if len(values) > 1 else ""
+    return f"{mean_sd(values)}{seeds}{earlier_default_note(record)}"
 
 
 def results_block(runs_dir: Path = RUNS_DIR) -> str:

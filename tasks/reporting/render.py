@@ -82,14 +82,10 @@ def record_cell(
     return f"{shown} (−{drop:.{digits}f}{reached}) [{record['profile']['name']}]{note}{beside}"
 
 
-def extra_label(method: str) -> str:
-    """An extra method's label with the marker, so its row or line is never read as one of the paper's."""
-    return f"{label(method)} {NOT_IN_PAPER}"
-
-
 def row_label(method: str) -> str:
-    """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper."""
-    return extra_label(method) if method in extra_methods() else label(method)
+    """The label a table row or figure line shows: the registry's, marked for the extras beyond the paper so that
+    one is never read as the paper's."""
+    return f"{label(method)} {NOT_IN_PAPER}" if method in extra_methods() else label(method)
 
 
 def extras_legend(paper_number: str) -> str:
@@ -204,20 +200,10 @@ def seeds_of(shown: dict, records: list[dict]) -> list[dict]:
     return [r for r in records if cell_key(r) == cell_key(shown) and same_setup(r, shown)]
 
 
-def earlier_default_note(record: dict | None) -> str:
+def earlier_default_note(record: dict) -> str:
     """' (earlier default: ramp 0.5)' for a record run with a default changed since; else ''."""
-    changed = earlier_defaults(record) if record else {}
+    changed = earlier_defaults(record)
     return f" (earlier default: {', '.join(f'{k} {v}' for k, v in changed.items())})" if changed else ""
-
-
-def left_out_seeds(shown: dict, records: list[dict]) -> str:
-    """' · 2 seeds of another setup left out' when records of the shown record's cell and profile ran other options
-    (an earlier default) and so are not among its seeds; else ''."""
-    profile = shown["profile"]["name"]
-    n = sum(
-        cell_key(r) == cell_key(shown) and r["profile"]["name"] == profile and not same_setup(r, shown) for r in records
-    )
-    return f" · {n} seed{'s' if n > 1 else ''} of another setup left out" if n else ""
 
 
 def seed_spread(shown: dict, records: list[dict]) -> str:

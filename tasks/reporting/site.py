@@ -18,7 +18,6 @@ import time
 import types
 from itertools import takewhile
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -82,13 +81,14 @@ def followable(url: str) -> bool:
     return scheme is None or scheme.group(1).lower() in ("http", "https")
 
 
-def inline(text: str, link=lambda url: url) -> str:
+def inline(text: str) -> str:
     out = html.escape(text, quote=False)
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
 
     def anchor(m: re.Match) -> str:
-        url = link(html.unescape(m.group(2)))
+        url = html.unescape(m.group(2))
+        url = f"#{url[:-3]}" if re.fullmatch(r"[\w.-]+\.md", url) else url  # another table: its section of the index
         return f"<a href='{html.escape(url)}'>{m.group(1)}</a>" if followable(url) else m.group(0)
 
     return re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", anchor, out)
@@ -118,7 +118,7 @@ def row_groups(titles: list[str], rows: list[list[str]]) -> tuple[int, list[int]
     return columns, groups
 
 
-def markdown_to_html(md: str, link=lambda url: url) -> str:
+def markdown_to_html(md: str) -> str:
     lines, out, i = md.splitlines(), [], 0
     while i < len(lines):
         line = lines[i]
@@ -128,32 +128,28 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
             i = j + 1
         elif m := re.match(r"(#{1,4}) (.*)", line):
             level = len(m.group(1)) + 1  # the page's own title is the h1
-            out.append(f"<h{level}>{inline(m.group(2), link)}</h{level}>")
+            out.append(f"<h{level}>{inline(m.group(2))}</h{level}>")
             i += 1
         elif line.startswith("|") and i + 1 < len(lines) and re.match(r"\|[\s:|-]+\|?$", lines[i + 1]):
             titles = _cells(line)
-            head = "".join(f"<th>{inline(c, link)}</th>" for c in titles)
+            head = "".join(f"<th>{inline(c)}</th>" for c in titles)
             body = [_cells(row) for row in takewhile(lambda row: row.startswith("|"), lines[i + 2 :])]
             i += 2 + len(body)
             columns, groups = row_groups(titles, body)
             rows = [
-                f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c, link)}</td>" for c in cells) + "</tr>"
+                f"<tr data-group='{g}'>" + "".join(f"<td>{inline(c)}</td>" for c in cells) + "</tr>"
                 for g, cells in zip(groups, body)
             ]
             out.append(sortable(f" data-group-columns='{columns}'", head, "".join(rows)))
         elif re.match(r"\s*- ", line):
-            items: list[list[Any]] = []  # [depth, text], the text grown by its continuation lines
-            while i < len(lines) and re.match(r"\s*- |\s{2,}\S", lines[i]):
-                text = lines[i].strip()
-                if text.startswith("- "):
-                    depth = (len(lines[i]) - len(lines[i].lstrip())) // 2
-                    items.append([depth, text[2:]])
-                else:
-                    items[-1][1] += " " + text
-                i += 1
+            items = list(takewhile(lambda item: re.match(r"\s*- ", item), lines[i:]))
+            i += len(items)
+            depths = [item.index("-") // 2 for item in items]  # two spaces a level
             out.append(
                 "<ul>"
-                + "".join(f"<li style='margin-left:{1.5 * d}em'>{inline(t, link)}</li>" for d, t in items)
+                + "".join(
+                    f"<li style='margin-left:{1.5 * d}em'>{inline(t.strip()[2:])}</li>" for d, t in zip(depths, items)
+                )
                 + "</ul>"
             )
         elif line.strip():
@@ -162,7 +158,7 @@ def markdown_to_html(md: str, link=lambda url: url) -> str:
                 *takewhile(lambda next_: next_.strip() and not re.match(r"(#|\||```|\s*- )", next_), lines[i + 1 :]),
             ]
             i += len(para)
-            out.append(f"<p>{inline(' '.join(para), link)}</p>")
+            out.append(f"<p>{inline(' '.join(para))}</p>")
         else:
             i += 1
     return "\n".join(out)
@@ -342,11 +338,6 @@ def run_page(record: dict, row: dict, plot: str) -> str:
 # --- The whole site
 
 
-def _table_link(url: str) -> str:
-    """A table's link as seen from the site: another table is a section of the index (other paths resolve alike)."""
-    return f"#{url[:-3]}" if re.fullmatch(r"[\w.-]+\.md", url) else url
-
-
 def build_site(out_dir: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> None:
     records, reference = all_records(runs_dir), read_reference()
     plots = clear_but_plots(out_dir)
@@ -358,14 +349,9 @@ def build_site(out_dir: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> None:
         if (TABLES / name).is_file():
             tables[name] = (TABLES / name).read_text()
     md_tables = sorted((n for n in tables if n.endswith(".md")), key=lambda n: (not n.startswith("table"), n))
-    heading = {
-        n: next((line.lstrip("# ") for line in tables[n].splitlines() if line.startswith("#")), "table")
-        for n in md_tables
-    }
-    toc = "".join(f"<li><a href='#{n[:-3]}'>{html.escape(heading[n])}</a></li>" for n in md_tables)
-    sections = "".join(
-        f"<section id='{n[:-3]}'>{markdown_to_html(tables[n], _table_link)}</section><hr>" for n in md_tables
-    )
+    titles = [html.escape(tables[n].splitlines()[0].lstrip("# ")) for n in md_tables]  # each starts "# title"
+    toc = "".join(f"<li><a href='#{n[:-3]}'>{title}</a></li>" for n, title in zip(md_tables, titles))
+    sections = "".join(f"<section id='{n[:-3]}'>{markdown_to_html(tables[n])}</section><hr>" for n in md_tables)
     (out_dir / "figures").mkdir()
     figures = sorted(FIGURES_DIR.glob("*.png"))
     for f in figures:

