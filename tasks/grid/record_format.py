@@ -144,25 +144,21 @@ def write_record(path: Path, record: dict) -> Path:
     return written
 
 
-def _records(root: Path) -> list[Path]:
-    paths = []
-    for path in sorted(root.rglob("*.json")):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue  # a runs folder's own checkpoints and caches
-        raw = json.loads(path.read_text())
-        if isinstance(raw, dict) and "metrics" in raw:
-            paths.append(path)
-    return paths
+def json_files(root: Path) -> list[Path]:
+    """The JSON files under `root` but in its hidden folders (a runs folder's own checkpoints and caches)."""
+    return [p for p in sorted(root.rglob("*.json")) if not any(s.startswith(".") for s in p.relative_to(root).parts)]
 
 
 def rewrite_compact(root: Path) -> tuple[int, int]:
     """Rewrite every record under `root` compactly, each checked to read back the same (else restored, and an error);
     returns (records rewritten, bytes saved)."""
     count = saved = 0
-    for path in _records(root):
+    for path in json_files(root):
         before_text = path.read_text()
+        if not isinstance(raw := json.loads(before_text), dict) or "metrics" not in raw:
+            continue
         before_sides = {p: p.read_text() for p in side_files(path) if p.is_file()}
-        before = expand(json.loads(before_text), path.parent)  # a record already compact is rewritten as the same
+        before = expand(raw, path.parent)  # a record already compact is rewritten as the same
         sides_in_folder = set(path.parent.glob("calibration-*.lists")) | set(before_sides)
         size_before = len(before_text) + sum(len(t) for p, t in before_sides.items() if p.suffix == ".detail")
         write_record(path, before)

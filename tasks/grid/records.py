@@ -20,7 +20,7 @@ import torch
 
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
-from tasks.grid.record_format import RecordError, expand
+from tasks.grid.record_format import RecordError, expand, json_files
 from tasks.grid.record_options import earlier_defaults
 
 
@@ -53,9 +53,7 @@ RECORD_KEYS = ("task", "method", "profile")
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     """Every record under `runs_dir`; a stray JSON with `metrics` there is a RecordError naming it."""
     out = []
-    for p in sorted(runs_dir.rglob("*.json")):
-        if any(part.startswith(".") for part in p.relative_to(runs_dir).parts):
-            continue  # checkpoints and caches
+    for p in json_files(runs_dir):
         rec = read_record(p)
         if rec is not None:
             lacking = [key for key in RECORD_KEYS if key not in rec]
