@@ -9,7 +9,6 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import metadata
@@ -90,10 +89,6 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
-# How far a committed headline may be from its registered number (records print two decimals); the other
-# stored numbers are registered to six.
-COMMITTED_TOLERANCE = 0.005
-NUMBER_TOLERANCE = 1.5e-6
 
 
 def headline(record: dict) -> tuple[str, float]:
@@ -118,12 +113,6 @@ def stored_numbers(record: dict) -> dict[str, float]:
 def nonfinite_numbers(record: dict) -> list[str]:
     """The stored numbers that are NaN or infinite (a tolerance check never sees them)."""
     return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
-
-
-def reaches_target(record: dict) -> bool:
-    """Whether the achieved sparsity is the target's to one weight, from the numbers (not `hit_target`)."""
-    total = sum(layer["numel"] for layer in record["per_layer"])
-    return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
 
 
 def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
@@ -173,28 +162,6 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
         lines.append("\t".join([rel, *fields]))
     write_text_atomic(path, header + "".join(f"{line}\n" for line in lines))
     return sorted(entries)
-
-
-def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """Records whose headline number or any other stored number is not the one registered (read_manifest_entries)."""
-    problems = []
-    for r in records:
-        numbers = registered.get(r["_path"], {})
-        registered_headline = numbers.get("value")
-        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
-        name, value = headline(r)
-        # `not <=`, never `>`: a NaN on either side is a move, not a match
-        if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
-            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
-        stored = stored_numbers(r)
-        for key, registered_value in numbers.items():
-            if key == "value":
-                continue
-            if key not in stored:
-                problems.append(f"{r['_path']}: {key} registered {_number(registered_value)}, absent from the record")
-            elif not abs(stored[key] - registered_value) <= NUMBER_TOLERANCE:
-                problems.append(f"{r['_path']}: {key} {_number(stored[key])}, registered {_number(registered_value)}")
-    return problems
 
 
 def checkout_commit() -> str | None:

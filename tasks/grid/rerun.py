@@ -58,11 +58,6 @@ def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForR
     return wrap
 
 
-def unregister_task(name: str) -> Task:
-    """Take a task out again (tests that register a throwaway task)."""
-    return TASKS.pop(name)
-
-
 @functools.cache
 def drivers() -> dict[str, str]:
     """Task name -> the module registering it: each tasks/**/grid.py calling `register_task`, then entry points."""
