@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tasks.grid.arg_types import target  # noqa: F401  (the --sparsity type, where callers look for it)
 from tasks.grid.help import TaskCommand, default_device
-from tasks.grid.lock import JOB_ENV
+from tasks.grid.status import JOB_ENV
 
 if TYPE_CHECKING:
     from tasks.grid.profiles import Profile

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
-from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
 from tasks.grid.status import (
@@ -26,6 +25,7 @@ from tasks.grid.status import (
     import_submitit,
     jobs_dir_for,
     read_cells,
+    release_lock_of_job,
     write_cells,
 )
 

@@ -19,11 +19,11 @@ from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, wri
 from fcpts.core.masks import check_finite_weights, check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
-from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.record_format import write_record
 from tasks.grid.records import device_description, environment, git_commit, provenance, read_record, record_path
+from tasks.grid.status import CellBusy, cell_lock
 
 
 @dataclass(frozen=True)
