@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from tasks.grid.arg_types import target  # noqa: F401  (the --sparsity type, where callers look for it)
 from tasks.grid.help import TaskCommand, default_device
 from tasks.grid.status import JOB_ENV
 

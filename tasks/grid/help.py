@@ -1,5 +1,6 @@
-"""The help format and parsers of the suite's commands, in the standard library alone: --help and argument errors
-answer before torch (seconds to import) is loaded."""
+"""The help format, parsers and numeric flag types of the suite's commands, in the standard library alone: --help and
+argument errors (a value that would run nothing, or run for hours on a typo) answer before torch (seconds to import)
+is loaded."""
 
 from __future__ import annotations
 
@@ -7,15 +8,54 @@ import argparse
 import ast
 import copy
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.grid import arg_types
-from tasks.grid.arg_types import above, at_least
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+
+
+def _number(kind: type, fits: Callable[[Any], bool], rule: str, refusal: str | None = None) -> Callable[[str], Any]:
+    """An argparse type: a `kind` that `fits`, else an error saying the `rule` (or `refusal`, whatever is wrong)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{refusal or f'expected {what}'}, got {text!r}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{refusal or f'must be {rule}'}, got {text}")
+        return value
+
+    return parse
+
+
+def at_least(kind: type, low: float) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` >= `low` (lr 0 or -1 epochs would run, and write a record)."""
+    return _number(kind, lambda value: value >= low, f">= {low}")
+
+
+def above(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite float > `low`."""
+    return _number(float, lambda value: low < value < math.inf, f"> {low}")
+
+
+# A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer.
+seed = _number(int, lambda value: value >= 0, ">= 0", "a seed is a whole number >= 0")
+
+
+def target(text: str):
+    """A global sparsity target in [0, 1), a library-checked `Sparsity`; torch is imported only here."""
+    from fcpts.core.masks import check_target
+
+    try:
+        return check_target(float(text))
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -187,7 +227,7 @@ class TaskCommand:
         p.add_argument(
             "--sparsity",
             nargs="+",
-            type=arg_types.target,
+            type=target,
             default=list(self.sparsity) if self.sparsity else None,
             help=f"global sparsity targets in [0, 1){sparsity_help}",
         )
@@ -228,7 +268,7 @@ GRID_FLAGS = (
         **KEY_VALUE,
         help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
     ),
-    flag("--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
+    flag("--seed", type=seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
     flag("--weights", help="dense weights file for the (single) model"),
 )
 RUN_FLAGS = (
