@@ -45,17 +45,13 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
-# What every run record states: a JSON with `metrics` in a runs folder without them is a stray file.
-RECORD_KEYS = ("task", "method", "profile")
-
-
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     """Every record under `runs_dir`; a stray JSON with `metrics` there is a RecordError naming it."""
     out = []
     for p in json_files(runs_dir):
         rec = read_record(p)
         if rec is not None:
-            lacking = [key for key in RECORD_KEYS if key not in rec]
+            lacking = [key for key in ("task", "method", "profile") if key not in rec]  # else a stray file
             if lacking or not isinstance(rec["profile"], dict) or "name" not in rec["profile"]:
                 raise RecordError(
                     f"{p} has 'metrics' but is no run record (it lacks {', '.join(lacking) or 'a profile name'}): "
@@ -110,11 +106,6 @@ def stored_numbers(record: dict) -> dict[str, float]:
     return {"achieved_sparsity": float(record["achieved_sparsity"]), **flatten("metrics", record["metrics"])}
 
 
-def nonfinite_numbers(record: dict) -> list[str]:
-    """The stored numbers that are NaN or infinite (a tolerance check never sees them)."""
-    return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
-
-
 def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
     """Record path (under the runs folder) -> its registered numbers (`value`: the headline)."""
     if not path.is_file():
@@ -143,7 +134,7 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
             f"{repo_relative(runs_dir)}/ (e.g. cifar/cifar10/resnet56/fcpts-sp90-paper-cpu-seed0.json)"
         )
     for r in records:
-        if bad := nonfinite_numbers(r):
+        if bad := [key for key, value in stored_numbers(r).items() if not math.isfinite(value)]:
             raise ValueError(
                 f"{repo_relative(runs_dir / r['_path'])}: {', '.join(bad)}: not a finite number (NaN or Inf); "
                 "the record is damaged or its run diverged: restore it from git or re-run its cell with --force"

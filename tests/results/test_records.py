@@ -8,6 +8,7 @@ target sparsity, never read from the stored flag).
 """
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -18,7 +19,6 @@ from tasks.grid.records import (
     MANIFEST,
     all_records,
     headline,
-    nonfinite_numbers,
     read_manifest_entries,
     read_record,
     stored_numbers,
@@ -38,12 +38,13 @@ def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, flo
     for r in records:
         numbers = registered.get(r["_path"], {})
         registered_headline = numbers.get("value")
-        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
+        stored = stored_numbers(r)
+        bad = [key for key, value in stored.items() if not math.isfinite(value)]
+        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in bad]
         name, value = headline(r)
         # `not <=`, never `>`: a NaN on either side is a move, not a match
         if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
             problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
-        stored = stored_numbers(r)
         for key, registered_value in numbers.items():
             if key == "value":
                 continue
