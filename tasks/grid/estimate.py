@@ -27,12 +27,6 @@ class Estimate:
     basis: str  # what it rests on, said beside it
 
 
-def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
-    """The records of every folder given (each once), the committed ones included."""
-    folders = dict.fromkeys(Path(folder).resolve() for folder in [RUNS_DIR, *runs_dirs])
-    return [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
-
-
 PROJECTED_PROFILE = ("imagenet", "paper")  # the task and profile whose budget the scale benchmark projects to
 Projections = dict[tuple[str, str], Estimate]
 
@@ -169,7 +163,9 @@ def duration(seconds: float | None) -> str:
 
 def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None] = print) -> int:
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
-    known, projected = comparable_records([Path(args.results_dir)]), scale_projections()
+    folders = dict.fromkeys(Path(folder).resolve() for folder in (RUNS_DIR, args.results_dir))  # the committed too
+    known = [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
+    projected = scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
     for grid, methods, targets, _, note in plans:
         check_cells(grid, list(methods), list(targets))
