@@ -205,6 +205,7 @@ class TaskCommand:
     before_driver: Callable[[], None] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
+        """The task's `first` flags, --models, the shared grid flags, the task's own, then the cluster group."""
         p = command_parser(self.prog, _docstring(self.driver))
         for names, kwargs in self.first:
             p.add_argument(*names, **kwargs)
@@ -213,14 +214,6 @@ class TaskCommand:
                 "--models", "--model", dest="models", nargs="+", default=list(self.models), metavar="MODEL",
                 choices=self.model_choices, help=self.model_help,
             )  # fmt: skip
-        self.add_grid_args(p)
-        for names, kwargs in self.flags:
-            p.add_argument(*names, **kwargs)
-        p.epilog = EXIT_CODES
-        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
-        return p
-
-    def add_grid_args(self, p: argparse.ArgumentParser) -> None:
         sparsity_help = f" (default: {self.sparsity_help})" if self.sparsity_help else ""
         p.add_argument("--methods", nargs="+", default=["fcpts"], help=METHODS_HELP)
         p.add_argument("--all-methods", action="store_true", help=ALL_METHODS_HELP)
@@ -242,6 +235,11 @@ class TaskCommand:
         cluster = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
         for names, kwargs in CLUSTER_FLAGS:
             cluster.add_argument(*names, **kwargs)
+        for names, kwargs in self.flags:  # after the cluster group in the usage line
+            p.add_argument(*names, **kwargs)
+        p.epilog = EXIT_CODES
+        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
+        return p
 
 
 METHODS_HELP = "registered method names (python -m tasks.grid tasks lists them)"
