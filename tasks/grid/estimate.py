@@ -63,16 +63,10 @@ def work(method: str, budget: dict) -> float:
 
 def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
     """The closest record of the same method, its time scaled to this cell's work; None when none compares."""
-    weights = {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
+    weights = {(r["task"], r["model"]): sum(row["numel"] for row in r["per_layer"]) for r in records}
     mine = weights.get((task, model))
-    candidates = [
-        r
-        for r in records
-        if (r["task"], r["method"]) == (task, method)
-        and (r["model"] == model or (mine and weights.get((task, r["model"]))))
-        and "budget" in r
-        and "calibration" in r
-    ]
+    same_method = [r for r in records if (r["task"], r["method"]) == (task, method)]
+    candidates = [r for r in same_method if r["model"] == model or (mine and weights[(task, r["model"])])]
     if not candidates:
         return None
 
