@@ -62,26 +62,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The module docstring with its line breaks, and each option's default after its help."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        if not action.help and _shows_default(action):  # argparse prints no help line for an option without help
-            action = copy.copy(action)
-            action.help = _default_text(action)
+        default = action.default  # --help's and --version's are SUPPRESS
+        shown = action.option_strings and default is not False and default not in (None, argparse.SUPPRESS, [])
+        if shown and "default" not in (action.help or ""):
+            text = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
+            action = copy.copy(action)  # argparse prints no help line for an option without help: this is one
+            action.help = f"{action.help} (default: {text})" if action.help else f"default: {text}"
         return super()._format_action(action)
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "default" in text or not _shows_default(action):
-            return text
-        return f"{text} ({_default_text(action)})"
-
-
-def _shows_default(action: argparse.Action) -> bool:
-    default = action.default  # --help's and --version's are SUPPRESS
-    return bool(action.option_strings) and default is not False and default not in (None, argparse.SUPPRESS, [])
-
-
-def _default_text(action: argparse.Action) -> str:
-    default = action.default
-    return f"default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else '%(default)s'}"
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
