@@ -103,26 +103,22 @@ class RecordError(ValueError):
     """A file in a runs folder that cannot be read as the record it claims to be, named with the fix."""
 
 
-class DamagedSideFile(RecordError):
-    """A side file a record names is missing, unreadable or not what its name's hash says."""
-
-
 def _read_side(side: Path) -> dict:
-    """A side file's content, checked against the hash its name carries (else a DamagedSideFile)."""
+    """A side file's content, checked against the hash its name carries (else a RecordError)."""
     fix = "re-run the record's cell with --force, or restore the file from git"
     try:
         content = json.loads(side.read_text())
     except FileNotFoundError:
-        raise DamagedSideFile(f"{side} is missing: the record beside it keeps part of itself there; {fix}") from None
+        raise RecordError(f"{side} is missing: the record beside it keeps part of itself there; {fix}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DamagedSideFile(f"{side} is damaged (truncated or empty?: {e}); {fix}") from None
+        raise RecordError(f"{side} is damaged (truncated or empty?: {e}); {fix}") from None
     if not isinstance(content, dict) or not side.name.endswith(f"{_digest(content)}{side.suffix}"):
-        raise DamagedSideFile(f"{side} does not hash to its name: it was edited; {fix}")
+        raise RecordError(f"{side} does not hash to its name: it was edited; {fix}")
     return content
 
 
 def expand(record: dict, folder: Path) -> dict:
-    """The whole record, its side files read back; a missing, damaged or altered one is a DamagedSideFile."""
+    """The whole record, its side files read back; a missing, damaged or altered one is a RecordError."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and "lists" in calibration:
         lists = _read_side(folder / calibration["lists"])

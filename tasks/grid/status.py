@@ -184,10 +184,6 @@ def jobs_dir_for(results_dir: str | Path, jobs_dir: str | Path | None = None) ->
     return Path(jobs_dir) if jobs_dir else Path(results_dir) / ".jobs"
 
 
-class DamagedManifest(ValueError):
-    """A submission.json that cannot be read; the message names the file and the fix."""
-
-
 def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
     """Record path -> its cell entry; a damaged manifest is an error, or deleted with `discard_damaged`."""
     path = folder / MANIFEST
@@ -199,7 +195,7 @@ def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
         if discard_damaged:
             path.unlink()
             return {}
-        raise DamagedManifest(
+        raise ValueError(
             f"the job manifest {path} is damaged ({type(e).__name__}: {e}); run the command again with --force to "
             "rebuild it (cells with a record are redone too), or delete it (jobs still running are then not "
             "known to the launcher)"
