@@ -110,14 +110,12 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
 
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
-    profile = cli.profile_from_args(args, PROFILES, args.methods)
+    profile, where = cli.profile_from_args(args, PROFILES, args.methods), cli.where(args)
     for model in args.models:
         if args.dry_run:  # the cells' names need no data
-            grid = cli.planned_grid("cifar", args.dataset, model, profile, cli.where(args))
+            grid = cli.planned_grid("cifar", args.dataset, model, profile, where)
         else:
-            grid = build_grid(
-                dataset=args.dataset, model=model, profile=profile, where=cli.where(args), download=args.download
-            )
+            grid = build_grid(dataset=args.dataset, model=model, profile=profile, where=where, download=args.download)
         yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
 
