@@ -33,19 +33,14 @@ class Where:
     seed: int = 0
     data_root: str | None = None
     weights: str | None = None  # dense weights file (None: the task's default for the model)
-    runs_dir: str | Path = RUNS_DIR
-    checkpoint_dir: str | Path | None = None
+    runs_dir: Path = RUNS_DIR
+    checkpoint_dir: Path | None = None
     device: str = "cpu"
     progress: bool = True
 
     def grid_fields(self) -> dict[str, Any]:
         """The Grid fields that come from here."""
-        return {
-            "seed": self.seed,
-            "runs_dir": Path(self.runs_dir),
-            "progress": self.progress,
-            "checkpoint_dir": Path(self.checkpoint_dir) if self.checkpoint_dir else None,
-        }
+        return {key: getattr(self, key) for key in ("seed", "runs_dir", "progress", "checkpoint_dir")}
 
 
 def dense_factory(
@@ -366,6 +361,11 @@ class Column:
         return format(self.header, self.spec if self.spec.endswith("s") else f">{self.spec.split('.')[0]}s")
 
 
+def _metric_of(key: str) -> Callable[[dict], Any]:
+    """A record's value of metric `key`: one function per key, as a lambda made in a loop would read the last."""
+    return lambda r: r["metrics"][key]
+
+
 def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
     """method, target, achieved, each metric, the dense first metric, the drop and the wall time."""
     first = next(iter(metrics))
@@ -373,7 +373,7 @@ def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Colu
         Column("method", f"{method_width}s", lambda r: r["method"]),
         Column("target", "6.2f", lambda r: r["target_sparsity"]),
         Column("achieved", "9.6f", lambda r: r["achieved_sparsity"]),
-        *(Column(header, "7.2f", lambda r, key=key: r["metrics"][key]) for key, header in metrics.items()),
+        *(Column(header, "7.2f", _metric_of(key)) for key, header in metrics.items()),
         Column("dense", "7.2f", lambda r: r["dense_metrics"][first]),
         Column("drop", "6.2f", lambda r: r["dense_metrics"][first] - r["metrics"][first]),
         Column("time s", "7.0f", lambda r: r["wall_s"]),
