@@ -108,8 +108,7 @@ def all_methods_text(method_sets: tuple[str, ...]) -> str:
 
 
 def table() -> str:
-    """Every task as its driver declares it (command, datasets, models, metrics, profiles, what --all-methods runs),
-    and the methods --methods takes."""
+    """`python -m tasks.grid tasks`'s listing: every task as its driver declares it, and the methods."""
     from fcpts.methods import METHODS
 
     tasks = list_tasks()
