@@ -241,15 +241,9 @@ def clear_checkpoints(ckpt: Path) -> None:
 def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
     """The dense model's metrics, kept beside the checkpoints under a key of everything they depend on, so the next
     run of the grid skips the evaluation; `rebuild` (--force) evaluates again."""
-    identity = {
-        "task": grid.task,
-        "dataset": grid.dataset,
-        "model": grid.model,
-        "provenance": grid.provenance,
-        "environment": environment(),
-        "metrics": list(grid.metric_names),
-        "eval_limit": grid.profile.eval_limit,
-    }
+    identity = {key: getattr(grid, key) for key in ("task", "dataset", "model", "provenance")}
+    identity |= {"environment": environment(), "metrics": list(grid.metric_names)}
+    identity["eval_limit"] = grid.profile.eval_limit
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoints() / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists() and not rebuild:
