@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.deploy.driver import DEPLOY_DIR
-from tasks.grid.arg_types import at_least
-from tasks.grid.help import add_device, command_parser
+from tasks.grid.help import add_device, at_least, command_parser
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
 
 

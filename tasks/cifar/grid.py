@@ -40,7 +40,6 @@ PROFILES = profile_table(
     ),
     quick_profile(128, iterations=10, batch_size=32, eval_limit=1000, pot_iterations=5),
 )
-DOWNLOAD_HINT = "add --download to fetch CIFAR there with torchvision"
 
 
 class CifarCalibration(Dataset):
@@ -62,7 +61,7 @@ class CifarCalibration(Dataset):
 
 def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, download: bool = False) -> Grid:
     """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
-    root = resolve_data_root(where.data_root, not download, CIFAR_DATA, DOWNLOAD_HINT)
+    root = resolve_data_root(where.data_root, not download, CIFAR_DATA)
     if download:
         root.mkdir(parents=True, exist_ok=True)
     x_test, y_test = load_cifar(root, dataset, "test", download)
@@ -110,14 +109,12 @@ def dense_model(record: dict) -> tuple[nn.Module, tuple[int, ...]]:
 
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
-    profile = cli.profile_from_args(args, PROFILES, args.methods)
+    profile, where = cli.profile_from_args(args, PROFILES, args.methods), cli.where(args)
     for model in args.models:
         if args.dry_run:  # the cells' names need no data
-            grid = cli.planned_grid("cifar", args.dataset, model, profile, cli.where(args))
+            grid = cli.planned_grid("cifar", args.dataset, model, profile, where)
         else:
-            grid = build_grid(
-                dataset=args.dataset, model=model, profile=profile, where=cli.where(args), download=args.download
-            )
+            grid = build_grid(dataset=args.dataset, model=model, profile=profile, where=where, download=args.download)
         yield cli.GridPlan(grid, args.methods, args.sparsity, ("--models", model))
 
 

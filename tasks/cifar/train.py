@@ -46,7 +46,6 @@ def train(args: argparse.Namespace) -> dict:
     from fcpts.core.calibration import to_device
     from fcpts.core.io import save_torch_atomic
     from fcpts.core.options import resolve_device
-    from tasks.cifar.grid import DOWNLOAD_HINT
     from tasks.grid import training
     from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
     from tasks.grid.cifar_models import cifar_resnet
@@ -54,7 +53,7 @@ def train(args: argparse.Namespace) -> dict:
     from tasks.grid.evaluate import classify
     from tasks.grid.records import device_description
 
-    root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA, DOWNLOAD_HINT)
+    root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA)
     x_train, y_train = map(torch.as_tensor, load_cifar(root, args.dataset, "train", args.download))
     x_test, y_test = load_cifar(root, args.dataset, "test", args.download)
     if args.train_limit:

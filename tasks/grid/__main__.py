@@ -1,10 +1,10 @@
 """`python -m tasks.grid status|tasks ...`: the grid tools that are not a task (tasks.grid.status,
-tasks.grid.task_list)."""
+tasks.grid.rerun)."""
 
 import importlib
 import sys
 
-COMMANDS = {"status": "tasks.grid.status", "tasks": "tasks.grid.task_list"}  # imported when run: --help needs neither
+COMMANDS = {"status": "tasks.grid.status", "tasks": "tasks.grid.rerun"}  # imported when run: --help needs neither
 USAGE = f"usage: python -m tasks.grid {{{','.join(COMMANDS)}}} ...  (python -m tasks.grid status --help for more)"
 
 if __name__ == "__main__":

@@ -33,8 +33,6 @@ def load_cifar(root: Path, dataset: str, split: str, download: bool = False) -> 
     """CIFAR images (N, 32, 32, 3) uint8 RGB and labels (N,) int64 for split 'train' or 'test'."""
     if dataset not in CIFAR_CLASSES:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(CIFAR_CLASSES)}")
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     archive = root / dataset / f"{split}.npz.xz"
     tv_dir = root / _TORCHVISION_DIRS[dataset]
     if archive.is_file():

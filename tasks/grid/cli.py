@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from tasks.grid.arg_types import target  # noqa: F401  (the --sparsity type, where callers look for it)
 from tasks.grid.help import TaskCommand, default_device
-from tasks.grid.lock import JOB_ENV
+from tasks.grid.status import JOB_ENV
 
 if TYPE_CHECKING:
     from tasks.grid.profiles import Profile
@@ -51,7 +50,8 @@ def parse_args(task: str, argv: Sequence[str] | None = None) -> argparse.Namespa
 
 def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], methods: Sequence[str]) -> Profile:
     """The chosen profile with the command line's overrides, renamed so its records never mix with it."""
-    from fcpts.methods import list_methods, training_methods
+    from fcpts.methods import training_methods
+    from tasks.grid.profiles import pot_methods
     from tasks.grid.runner import check_options
 
     profile = profiles[args.profile]
@@ -70,8 +70,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
             )
         profile = profile.with_option_pairs(trained, args.option, "", "training-loop method options")
     if args.pot_option:
-        pot = tuple(list_methods(family="pot"))
-        profile = profile.with_option_pairs(pot, args.pot_option, "pot-", "POT options")
+        profile = profile.with_option_pairs(pot_methods(), args.pot_option, "pot-", "POT options")
     check_options(profile, methods, args.seed)  # an option a method lacks or a bad value: before any data is read
     return profile
 

@@ -17,16 +17,15 @@ class DataNotFoundError(FileNotFoundError):
     """A dataset or weights file is missing; the message says where we looked and what to pass."""
 
 
-CIFAR_DATA = "CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz)"
+CIFAR_DATA = "CIFAR (cifar-10-batches-py/ or cifar10/*.npz.xz); add --download to fetch CIFAR there with torchvision"
 
 
 def resolve_data_root(
     data_root: str | os.PathLike | None = None,
     must_exist: bool = True,
     holding: str = "the command's data (see its --help)",
-    download_hint: str | None = None,
 ) -> Path:
-    """Apply the data-root rule; a missing folder is an error saying what it should hold and how to get it."""
+    """Apply the data-root rule; a missing folder is an error saying what it should hold (and how to get it)."""
     if data_root is not None:
         root, source = Path(data_root), "--data-root"
     elif os.environ.get(ENV_DATA_ROOT):
@@ -36,7 +35,7 @@ def resolve_data_root(
     if must_exist and not root.is_dir():
         raise DataNotFoundError(
             f"data root {root} (from {source}) does not exist. Pass --data-root DIR or set "
-            f"{ENV_DATA_ROOT}=DIR to a folder holding {holding}" + (f"; {download_hint}." if download_hint else ".")
+            f"{ENV_DATA_ROOT}=DIR to a folder holding {holding}."
         )
     return root
 

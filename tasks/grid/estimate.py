@@ -27,12 +27,6 @@ class Estimate:
     basis: str  # what it rests on, said beside it
 
 
-def comparable_records(runs_dirs: Iterable[Path]) -> list[dict]:
-    """The records of every folder given (each once), the committed ones included."""
-    folders = dict.fromkeys(Path(folder).resolve() for folder in [RUNS_DIR, *runs_dirs])
-    return [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
-
-
 PROJECTED_PROFILE = ("imagenet", "paper")  # the task and profile whose budget the scale benchmark projects to
 Projections = dict[tuple[str, str], Estimate]
 
@@ -69,16 +63,10 @@ def work(method: str, budget: dict) -> float:
 
 def scaled(records: list[dict], task, dataset, model, method, profile, target, budget) -> Estimate | None:
     """The closest record of the same method, its time scaled to this cell's work; None when none compares."""
-    weights = {(r["task"], r["model"]): sum(row["numel"] for row in r.get("per_layer", [])) for r in records}
+    weights = {(r["task"], r["model"]): sum(row["numel"] for row in r["per_layer"]) for r in records}
     mine = weights.get((task, model))
-    candidates = [
-        r
-        for r in records
-        if (r["task"], r["method"]) == (task, method)
-        and (r["model"] == model or (mine and weights.get((task, r["model"]))))
-        and "budget" in r
-        and "calibration" in r
-    ]
+    same_method = [r for r in records if (r["task"], r["method"]) == (task, method)]
+    candidates = [r for r in same_method if r["model"] == model or (mine and weights[(task, r["model"])])]
     if not candidates:
         return None
 
@@ -169,7 +157,9 @@ def duration(seconds: float | None) -> str:
 
 def dry_run(args: argparse.Namespace, plans: Iterable, log: Callable[[str], None] = print) -> int:
     """List every planned cell: its record path, whether it has a record, and how long it should take."""
-    known, projected = comparable_records([Path(args.results_dir)]), scale_projections()
+    folders = dict.fromkeys(Path(folder).resolve() for folder in (RUNS_DIR, args.results_dir))  # the committed too
+    known = [r for folder in folders if folder.is_dir() for r in all_records(folder) if r.get("wall_s")]
+    projected = scale_projections()
     total, unknown, cells, to_run = 0.0, 0, 0, 0
     for grid, methods, targets, _, note in plans:
         check_cells(grid, list(methods), list(targets))

@@ -1,5 +1,6 @@
-"""The help format and parsers of the suite's commands, in the standard library alone: --help and argument errors
-answer before torch (seconds to import) is loaded."""
+"""The help format, parsers and numeric flag types of the suite's commands, in the standard library alone: --help and
+argument errors (a value that would run nothing, or run for hours on a typo) answer before torch (seconds to import)
+is loaded."""
 
 from __future__ import annotations
 
@@ -7,41 +8,67 @@ import argparse
 import ast
 import copy
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.grid import arg_types
-from tasks.grid.arg_types import above, at_least
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
+
+
+def _number(kind: type, fits: Callable[[Any], bool], rule: str, refusal: str | None = None) -> Callable[[str], Any]:
+    """An argparse type: a `kind` that `fits`, else an error saying the `rule` (or `refusal`, whatever is wrong)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{refusal or f'expected {what}'}, got {text!r}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{refusal or f'must be {rule}'}, got {text}")
+        return value
+
+    return parse
+
+
+def at_least(kind: type, low: float) -> Callable[[str], Any]:
+    """An argparse type: a number of `kind` >= `low` (lr 0 or -1 epochs would run, and write a record)."""
+    return _number(kind, lambda value: value >= low, f">= {low}")
+
+
+def above(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite float > `low`."""
+    return _number(float, lambda value: low < value < math.inf, f"> {low}")
+
+
+# A seed names records (`-seed3`) and seeds calibration draws: a non-negative integer.
+seed = _number(int, lambda value: value >= 0, ">= 0", "a seed is a whole number >= 0")
+
+
+def target(text: str):
+    """A global sparsity target in [0, 1), a library-checked `Sparsity`; torch is imported only here."""
+    from fcpts.core.masks import check_target
+
+    try:
+        return check_target(float(text))
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The module docstring with its line breaks, and each option's default after its help."""
 
     def _format_action(self, action: argparse.Action) -> str:
-        if not action.help and _shows_default(action):  # argparse prints no help line for an option without help
-            action = copy.copy(action)
-            action.help = _default_text(action)
+        default = action.default  # --help's and --version's are SUPPRESS
+        shown = action.option_strings and default is not False and default not in (None, argparse.SUPPRESS, [])
+        if shown and "default" not in (action.help or ""):
+            text = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
+            action = copy.copy(action)  # argparse prints no help line for an option without help: this is one
+            action.help = f"{action.help} (default: {text})" if action.help else f"default: {text}"
         return super()._format_action(action)
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "default" in text or not _shows_default(action):
-            return text
-        return f"{text} ({_default_text(action)})"
-
-
-def _shows_default(action: argparse.Action) -> bool:
-    default = action.default  # --help's and --version's are SUPPRESS
-    return bool(action.option_strings) and default is not False and default not in (None, argparse.SUPPRESS, [])
-
-
-def _default_text(action: argparse.Action) -> str:
-    default = action.default
-    return f"default: {' '.join(map(str, default)) if isinstance(default, (list, tuple)) else '%(default)s'}"
 
 
 def command_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
@@ -165,6 +192,7 @@ class TaskCommand:
     before_driver: Callable[[], None] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
+        """The task's `first` flags, --models, the shared grid flags, the task's own, then the cluster group."""
         p = command_parser(self.prog, _docstring(self.driver))
         for names, kwargs in self.first:
             p.add_argument(*names, **kwargs)
@@ -173,21 +201,13 @@ class TaskCommand:
                 "--models", "--model", dest="models", nargs="+", default=list(self.models), metavar="MODEL",
                 choices=self.model_choices, help=self.model_help,
             )  # fmt: skip
-        self.add_grid_args(p)
-        for names, kwargs in self.flags:
-            p.add_argument(*names, **kwargs)
-        p.epilog = EXIT_CODES
-        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
-        return p
-
-    def add_grid_args(self, p: argparse.ArgumentParser) -> None:
         sparsity_help = f" (default: {self.sparsity_help})" if self.sparsity_help else ""
         p.add_argument("--methods", nargs="+", default=["fcpts"], help=METHODS_HELP)
         p.add_argument("--all-methods", action="store_true", help=ALL_METHODS_HELP)
         p.add_argument(
             "--sparsity",
             nargs="+",
-            type=arg_types.target,
+            type=target,
             default=list(self.sparsity) if self.sparsity else None,
             help=f"global sparsity targets in [0, 1){sparsity_help}",
         )
@@ -202,6 +222,11 @@ class TaskCommand:
         cluster = p.add_argument_group("cluster", f"one job per cell through submitit ({INSTALL_HINT})")
         for names, kwargs in CLUSTER_FLAGS:
             cluster.add_argument(*names, **kwargs)
+        for names, kwargs in self.flags:  # after the cluster group in the usage line
+            p.add_argument(*names, **kwargs)
+        p.epilog = EXIT_CODES
+        p.set_defaults(prog=p.prog)  # `python -m tasks.<task>`: what a cluster job runs for one cell
+        return p
 
 
 METHODS_HELP = "registered method names (python -m tasks.grid tasks lists them)"
@@ -228,7 +253,7 @@ GRID_FLAGS = (
         **KEY_VALUE,
         help="POT option override for design measurements (renames the profile), e.g. fold_bn=false",
     ),
-    flag("--seed", type=arg_types.seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
+    flag("--seed", type=seed, default=0, help="the calibration subset's and the method's seed (>= 0)"),
     flag("--weights", help="dense weights file for the (single) model"),
 )
 RUN_FLAGS = (

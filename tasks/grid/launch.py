@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tasks.grid.help import DEFAULT_TIMEOUT_MIN, LAUNCHER_FLAGS
-from tasks.grid.lock import release_lock_of_job
 from tasks.grid.records import read_record
 from tasks.grid.runner import Grid, cell_path, check_cells, check_same_cell
 from tasks.grid.status import (
@@ -26,6 +25,7 @@ from tasks.grid.status import (
     import_submitit,
     jobs_dir_for,
     read_cells,
+    release_lock_of_job,
     write_cells,
 )
 
@@ -112,14 +112,8 @@ def launch(
     grids: list[_GridJobs] = []
     records: list[dict] = []
     for grid, methods, targets, selects, _ in plans:  # each grid is built, checked and dropped before the next
-        identity = {
-            "task": grid.task,
-            "dataset": grid.dataset,
-            "model": grid.model,
-            "profile": grid.profile.name,
-            "seed": grid.seed,
-            "results_dir": str(Path(grid.runs_dir).resolve()),
-        }
+        identity = {key: getattr(grid, key) for key in ("task", "dataset", "model")}
+        identity |= {"profile": grid.profile.name, "seed": grid.seed, "results_dir": str(grid.runs_dir.resolve())}
         folder = jobs_dir / grid.task / grid.dataset / grid.model / f"{grid.profile.name}-seed{grid.seed}"
         g = _GridJobs(identity, folder, tuple(selects))
         if grids and not (g.selects and grids[0].selects):
@@ -172,13 +166,8 @@ def _submit(submitit, g: _GridJobs, args: argparse.Namespace, log) -> list[tuple
             executor = submitit.AutoExecutor(folder=g.folder, cluster=args.cluster)
         except RuntimeError as e:  # e.g. no srun on this machine
             raise ValueError(f"--cluster {args.cluster}: {e} (--cluster local runs the jobs on this machine)") from None
-        wanted = {
-            "gpus_per_node": args.gpus_per_node,
-            "cpus_per_task": args.cpus_per_task,
-            "mem_gb": args.mem_gb,
-            "slurm_partition": args.slurm_partition,
-            "slurm_array_parallelism": args.array_parallelism,
-        }
+        wanted = {key: getattr(args, key) for key in ("gpus_per_node", "cpus_per_task", "mem_gb", "slurm_partition")}
+        wanted["slurm_array_parallelism"] = args.array_parallelism
         executor.update_parameters(
             name=f"{g.grid['task']}-{g.grid['model']}",
             timeout_min=args.timeout_min or DEFAULT_TIMEOUT_MIN,

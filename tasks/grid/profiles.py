@@ -57,7 +57,15 @@ class Profile:
     def with_option_pairs(self, methods: tuple[str, ...], pairs: list[str], prefix: str, what: str) -> Profile:
         """`KEY=VALUE` overrides (JSON values where they parse) for `methods`, the profile renamed by those that
         change a result (not `fcpts.core.loop.NOT_IDENTITY`)."""
-        options = parse_option_pairs(pairs)
+        options = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ValueError(f"an option override wants KEY=VALUE, got {pair!r}")
+            try:
+                options[key] = json.loads(value)
+            except json.JSONDecodeError:
+                options[key] = value
         changing = {k: v for k, v in options.items() if k not in NOT_IDENTITY}
         suffix = prefix + "-".join(f"{k}{v}" for k, v in changing.items()) if changing else ""
         return self.with_method_options(methods, options, suffix, f"{what} {changing}")
@@ -66,20 +74,6 @@ class Profile:
         """The same profile with another POT per-layer iteration count (both allocations), renamed likewise."""
         what = f"POT iterations per layer overridden to {iterations}"
         return self.with_method_options(pot_methods(), {"iterations": iterations}, f"pot{iterations}", what)
-
-
-def parse_option_pairs(pairs: list[str]) -> dict:
-    """`["lr=0.02", "fold_bn=false", "reconstruction=kl"]` -> {"lr": 0.02, "fold_bn": False, "reconstruction": "kl"}."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"an option override wants KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
 
 
 def pot_budget(n_calibration: int, iterations: int) -> dict[str, dict]:
@@ -108,14 +102,8 @@ def cpu_profile(
     methods: dict[str, dict] | None = None,
 ) -> Profile:
     """A CPU budget: POT on the training-loop methods' own images, with its own iterations per layer."""
-    return Profile(
-        name,
-        n_calibration=n_calibration,
-        iterations=iterations,
-        batch_size=batch_size,
-        eval_limit=eval_limit,
-        methods={**pot_budget(n_calibration, pot_iterations), **(methods or {})},
-    )
+    pot = pot_budget(n_calibration, pot_iterations)
+    return Profile(name, n_calibration, iterations, batch_size, eval_limit, methods={**pot, **(methods or {})})
 
 
 def quick_profile(

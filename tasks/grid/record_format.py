@@ -103,26 +103,22 @@ class RecordError(ValueError):
     """A file in a runs folder that cannot be read as the record it claims to be, named with the fix."""
 
 
-class DamagedSideFile(RecordError):
-    """A side file a record names is missing, unreadable or not what its name's hash says."""
-
-
 def _read_side(side: Path) -> dict:
-    """A side file's content, checked against the hash its name carries (else a DamagedSideFile)."""
+    """A side file's content, checked against the hash its name carries (else a RecordError)."""
     fix = "re-run the record's cell with --force, or restore the file from git"
     try:
         content = json.loads(side.read_text())
     except FileNotFoundError:
-        raise DamagedSideFile(f"{side} is missing: the record beside it keeps part of itself there; {fix}") from None
+        raise RecordError(f"{side} is missing: the record beside it keeps part of itself there; {fix}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DamagedSideFile(f"{side} is damaged (truncated or empty?: {e}); {fix}") from None
+        raise RecordError(f"{side} is damaged (truncated or empty?: {e}); {fix}") from None
     if not isinstance(content, dict) or not side.name.endswith(f"{_digest(content)}{side.suffix}"):
-        raise DamagedSideFile(f"{side} does not hash to its name: it was edited; {fix}")
+        raise RecordError(f"{side} does not hash to its name: it was edited; {fix}")
     return content
 
 
 def expand(record: dict, folder: Path) -> dict:
-    """The whole record, its side files read back; a missing, damaged or altered one is a DamagedSideFile."""
+    """The whole record, its side files read back; a missing, damaged or altered one is a RecordError."""
     calibration = record.get("calibration")
     if isinstance(calibration, dict) and "lists" in calibration:
         lists = _read_side(folder / calibration["lists"])
@@ -144,25 +140,21 @@ def write_record(path: Path, record: dict) -> Path:
     return written
 
 
-def _records(root: Path) -> list[Path]:
-    paths = []
-    for path in sorted(root.rglob("*.json")):
-        if any(part.startswith(".") for part in path.relative_to(root).parts):
-            continue  # a runs folder's own checkpoints and caches
-        raw = json.loads(path.read_text())
-        if isinstance(raw, dict) and "metrics" in raw:
-            paths.append(path)
-    return paths
+def json_files(root: Path) -> list[Path]:
+    """The JSON files under `root` but in its hidden folders (a runs folder's own checkpoints and caches)."""
+    return [p for p in sorted(root.rglob("*.json")) if not any(s.startswith(".") for s in p.relative_to(root).parts)]
 
 
 def rewrite_compact(root: Path) -> tuple[int, int]:
     """Rewrite every record under `root` compactly, each checked to read back the same (else restored, and an error);
     returns (records rewritten, bytes saved)."""
     count = saved = 0
-    for path in _records(root):
+    for path in json_files(root):
         before_text = path.read_text()
+        if not isinstance(raw := json.loads(before_text), dict) or "metrics" not in raw:
+            continue
         before_sides = {p: p.read_text() for p in side_files(path) if p.is_file()}
-        before = expand(json.loads(before_text), path.parent)  # a record already compact is rewritten as the same
+        before = expand(raw, path.parent)  # a record already compact is rewritten as the same
         sides_in_folder = set(path.parent.glob("calibration-*.lists")) | set(before_sides)
         size_before = len(before_text) + sum(len(t) for p, t in before_sides.items() if p.suffix == ".detail")
         write_record(path, before)

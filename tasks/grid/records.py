@@ -9,7 +9,6 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import metadata
@@ -20,7 +19,7 @@ import torch
 
 from fcpts.core.io import file_sha256, write_json_atomic, write_text_atomic
 from tasks.grid.paths import REPO_ROOT, RUNS_DIR, repo_relative
-from tasks.grid.record_format import RecordError, expand
+from tasks.grid.record_format import RecordError, expand, json_files
 from tasks.grid.record_options import earlier_defaults
 
 
@@ -46,19 +45,13 @@ def read_record(path: Path) -> dict | None:
     return expand(data, path.parent) if isinstance(data, dict) and "metrics" in data else None
 
 
-# What every run record states: a JSON with `metrics` in a runs folder without them is a stray file.
-RECORD_KEYS = ("task", "method", "profile")
-
-
 def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
     """Every record under `runs_dir`; a stray JSON with `metrics` there is a RecordError naming it."""
     out = []
-    for p in sorted(runs_dir.rglob("*.json")):
-        if any(part.startswith(".") for part in p.relative_to(runs_dir).parts):
-            continue  # checkpoints and caches
+    for p in json_files(runs_dir):
         rec = read_record(p)
         if rec is not None:
-            lacking = [key for key in RECORD_KEYS if key not in rec]
+            lacking = [key for key in ("task", "method", "profile") if key not in rec]  # else a stray file
             if lacking or not isinstance(rec["profile"], dict) or "name" not in rec["profile"]:
                 raise RecordError(
                     f"{p} has 'metrics' but is no run record (it lacks {', '.join(lacking) or 'a profile name'}): "
@@ -92,10 +85,6 @@ def preferred_records(records: list[dict]) -> dict[tuple, dict]:
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"
-# How far a committed headline may be from its registered number (records print two decimals); the other
-# stored numbers are registered to six.
-COMMITTED_TOLERANCE = 0.005
-NUMBER_TOLERANCE = 1.5e-6
 
 
 def headline(record: dict) -> tuple[str, float]:
@@ -115,17 +104,6 @@ def stored_numbers(record: dict) -> dict[str, float]:
         return {}
 
     return {"achieved_sparsity": float(record["achieved_sparsity"]), **flatten("metrics", record["metrics"])}
-
-
-def nonfinite_numbers(record: dict) -> list[str]:
-    """The stored numbers that are NaN or infinite (a tolerance check never sees them)."""
-    return [key for key, value in stored_numbers(record).items() if not math.isfinite(value)]
-
-
-def reaches_target(record: dict) -> bool:
-    """Whether the achieved sparsity is the target's to one weight, from the numbers (not `hit_target`)."""
-    total = sum(layer["numel"] for layer in record["per_layer"])
-    return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
 
 
 def read_manifest_entries(path: Path = MANIFEST) -> dict[str, dict[str, float]]:
@@ -156,7 +134,7 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
             f"{repo_relative(runs_dir)}/ (e.g. cifar/cifar10/resnet56/fcpts-sp90-paper-cpu-seed0.json)"
         )
     for r in records:
-        if bad := nonfinite_numbers(r):
+        if bad := [key for key, value in stored_numbers(r).items() if not math.isfinite(value)]:
             raise ValueError(
                 f"{repo_relative(runs_dir / r['_path'])}: {', '.join(bad)}: not a finite number (NaN or Inf); "
                 "the record is damaged or its run diverged: restore it from git or re-run its cell with --force"
@@ -175,28 +153,6 @@ def update_manifest(runs_dir: Path = RUNS_DIR, path: Path = MANIFEST, refresh: t
         lines.append("\t".join([rel, *fields]))
     write_text_atomic(path, header + "".join(f"{line}\n" for line in lines))
     return sorted(entries)
-
-
-def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, float]]) -> list[str]:
-    """Records whose headline number or any other stored number is not the one registered (read_manifest_entries)."""
-    problems = []
-    for r in records:
-        numbers = registered.get(r["_path"], {})
-        registered_headline = numbers.get("value")
-        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in nonfinite_numbers(r)]
-        name, value = headline(r)
-        # `not <=`, never `>`: a NaN on either side is a move, not a match
-        if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
-            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
-        stored = stored_numbers(r)
-        for key, registered_value in numbers.items():
-            if key == "value":
-                continue
-            if key not in stored:
-                problems.append(f"{r['_path']}: {key} registered {_number(registered_value)}, absent from the record")
-            elif not abs(stored[key] - registered_value) <= NUMBER_TOLERANCE:
-                problems.append(f"{r['_path']}: {key} {_number(stored[key])}, registered {_number(registered_value)}")
-    return problems
 
 
 def checkout_commit() -> str | None:

@@ -1,4 +1,4 @@
-"""The tasks by name, and re-running a record's cell.
+"""The tasks by name, their list (`python -m tasks.grid tasks`), and re-running a record's cell.
 
 Drivers are found, not listed (`drivers`), and imported on first use (`get_task`), so none imports another.
 `rerun_record` runs a record's cell again with its method options pinned and its weights found in this checkout."""
@@ -14,7 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.grid.help import TaskCommand
+from tasks.grid.help import TaskCommand, command_parser
 from tasks.grid.paths import REPO_ROOT
 
 if TYPE_CHECKING:  # imported where used: the registry is read before torch is (a command's --help)
@@ -58,11 +58,6 @@ def register_task(name: str, **parts: Any) -> Callable[[GridForRecord], GridForR
     return wrap
 
 
-def unregister_task(name: str) -> Task:
-    """Take a task out again (tests that register a throwaway task)."""
-    return TASKS.pop(name)
-
-
 @functools.cache
 def drivers() -> dict[str, str]:
     """Task name -> the module registering it: each tasks/**/grid.py calling `register_task`, then entry points."""
@@ -95,6 +90,52 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise ValueError(f"no task {name!r} is registered; known tasks: {', '.join(sorted({*drivers(), *TASKS}))}")
     return TASKS[name]
+
+
+def all_methods_text(method_sets: tuple[str, ...]) -> str:
+    """What `--all-methods` runs, from the registry: the paper's set, then any extras (not the paper's)."""
+    from fcpts.methods import NOT_IN_PAPER, get_method
+    from tasks.grid.layout import all_methods
+
+    parts = []
+    for name in method_sets:
+        methods = all_methods(name)
+        extras = [m for m in methods if get_method(m).role == NOT_IN_PAPER]
+        paper = " ".join(m for m in methods if m not in extras)
+        more = f", then beyond the paper (tables label them so): {' '.join(extras)}" if extras else ""
+        parts.append(f"{name + ': ' if len(method_sets) > 1 else ''}the paper's set: {paper}{more}")
+    return "; ".join(parts)
+
+
+def table() -> str:
+    """`python -m tasks.grid tasks`'s listing: every task as its driver declares it, and the methods."""
+    from fcpts.methods import METHODS
+
+    tasks = list_tasks()
+    lines = [f"methods (--methods): {', '.join(sorted(METHODS))}"]
+    for t in tasks:
+        lines.append(f"{t.name}: {t.command.prog if t.command else ''}")
+        lines += [
+            f"  {key + ':':9s} {', '.join(getattr(t, key))}" for key in ("datasets", "models", "metrics", "profiles")
+        ]
+        if t.command:
+            lines.append(f"  --all-methods: {all_methods_text(t.command.method_sets)}")
+    missing = [name for name in drivers() if name not in {t.name for t in tasks}]
+    if missing:
+        lines.append(f"not importable here (an extra is missing): {', '.join(missing)}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """`python -m tasks.grid tasks`."""
+    doc = (
+        "`python -m tasks.grid tasks`: every task the suite has, as its driver declares it (command, datasets, "
+        "models,\nmetrics, profiles, what --all-methods runs), read from the task registry, and the methods --methods "
+        "takes."
+    )
+    command_parser("python -m tasks.grid tasks", doc).parse_args(argv)
+    print(table())
+    return 0
 
 
 def record_profile(record: dict) -> Profile:

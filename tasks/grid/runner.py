@@ -19,11 +19,11 @@ from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, wri
 from fcpts.core.masks import check_finite_weights, check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
-from tasks.grid.lock import CellBusy, cell_lock
 from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.record_format import write_record
 from tasks.grid.records import device_description, environment, git_commit, provenance, read_record, record_path
+from tasks.grid.status import CellBusy, cell_lock
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,14 @@ class Where:
     seed: int = 0
     data_root: str | None = None
     weights: str | None = None  # dense weights file (None: the task's default for the model)
-    runs_dir: str | Path = RUNS_DIR
-    checkpoint_dir: str | Path | None = None
+    runs_dir: Path = RUNS_DIR
+    checkpoint_dir: Path | None = None
     device: str = "cpu"
     progress: bool = True
 
     def grid_fields(self) -> dict[str, Any]:
         """The Grid fields that come from here."""
-        return {
-            "seed": self.seed,
-            "runs_dir": Path(self.runs_dir),
-            "progress": self.progress,
-            "checkpoint_dir": Path(self.checkpoint_dir) if self.checkpoint_dir else None,
-        }
+        return {key: getattr(self, key) for key in ("seed", "runs_dir", "progress", "checkpoint_dir")}
 
 
 def dense_factory(
@@ -109,8 +104,6 @@ class GridRecords(list):
 def run_grid(
     grid: Grid, methods: list[str], sparsities: list[float], force: bool = False, log: Callable[[str], None] = print
 ) -> GridRecords:
-    if grid.checkpoint_dir is None:
-        grid.checkpoint_dir = checkpoint_dir_for(grid.runs_dir)
     check_cells(grid, methods, sparsities)
     git_commit()  # pin the commit of the code that is about to run
     records, dense_metrics = GridRecords(), None
@@ -248,15 +241,9 @@ def clear_checkpoints(ckpt: Path) -> None:
 def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
     """The dense model's metrics, kept beside the checkpoints under a key of everything they depend on, so the next
     run of the grid skips the evaluation; `rebuild` (--force) evaluates again."""
-    identity = {
-        "task": grid.task,
-        "dataset": grid.dataset,
-        "model": grid.model,
-        "provenance": grid.provenance,
-        "environment": environment(),
-        "metrics": list(grid.metric_names),
-        "eval_limit": grid.profile.eval_limit,
-    }
+    identity = {key: getattr(grid, key) for key in ("task", "dataset", "model", "provenance")}
+    identity |= {"environment": environment(), "metrics": list(grid.metric_names)}
+    identity["eval_limit"] = grid.profile.eval_limit
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoints() / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists() and not rebuild:

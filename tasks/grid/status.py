@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import fcntl
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.grid.help import INSTALL_HINT
-from tasks.grid.lock import JOB_ENV, pid_alive
 from tasks.grid.paths import RUNS_DIR
 
 MANIFEST = "submission.json"
@@ -28,6 +30,101 @@ STATES = ("done", "running", "failed", "missing")
 # Slurm states of a job that is not over yet (submitit treats UNKNOWN the same: sacct may not know a new job).
 SLURM_ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "CONFIGURING", "SUSPENDED", "READY", "RESIZING"}
 SLURM_ACTIVE |= {"PREEMPTED", "UNKNOWN"}
+JOB_ENV = "FCPTS_JOB_ID"  # set by a cluster job (CellCommand) for the process that runs its cell
+
+
+class CellBusy(RuntimeError):
+    """Another live process holds the cell's lock."""
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(lock: Path, text: str | None = None) -> dict | None:
+    """Who the lock file says holds it (`text`: its content, already read), or None when it says nothing readable."""
+    try:
+        holder = json.loads(lock.read_text() if text is None else text)
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) and {"pid", "host"} <= set(holder) else None
+
+
+def _busy(record: Path, lock: Path, holder: dict | None) -> CellBusy:
+    who = f"pid {holder['pid']} on {holder['host']}" if holder else "another process"
+    who += f" (job {holder['job']})" if holder and holder.get("job") else ""
+    return CellBusy(f"{record.name} is being run by {who} ({lock}); remove that file only if that job is dead")
+
+
+def _open_locked(lock: Path) -> int | None:
+    """A descriptor holding the lock file's exclusive flock, or None when a live process of this host holds it (a dead
+    one's flock is gone: taking its lock over is one atomic step); a file unlinked meanwhile is opened again."""
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+@contextmanager
+def cell_lock(record: Path):
+    """Hold `<record>.lock` (flock-held) while the cell runs, so two processes or cluster jobs never run one cell;
+    CellBusy when a live process holds it. A dead holder's lock is taken over atomically, another host's respected,
+    a finished job's released by the launcher (`release_lock_of_job`; JOB_ENV names the job)."""
+    lock = record.with_name(record.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    if os.environ.get(JOB_ENV):
+        me["job"] = os.environ[JOB_ENV]
+    fd = _open_locked(lock)
+    if fd is None:
+        raise _busy(record, lock, _holder(lock))
+    # What the file says still counts where flock cannot see: another host's job on a shared file system.
+    try:
+        text = os.read(fd, 1 << 16).decode(errors="replace")
+        holder = _holder(lock, text)
+        stale = holder is not None and holder["host"] == me["host"] and not pid_alive(int(holder["pid"]))
+        if text and not stale:
+            raise _busy(record, lock, holder)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield
+    finally:
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not released by the launcher and taken by another
+                lock.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def release_lock_of_job(record: Path, job_id: str) -> bool:
+    """Remove the cell's lock when the job `job_id` holds it (a job the caller knows is over); True if removed."""
+    lock = record.with_name(record.name + ".lock")
+    holder = _holder(lock)
+    if holder is None or holder.get("job") != job_id:
+        return False
+    lock.unlink(missing_ok=True)
+    return True
 
 
 class CellFailed(RuntimeError):
@@ -87,10 +184,6 @@ def jobs_dir_for(results_dir: str | Path, jobs_dir: str | Path | None = None) ->
     return Path(jobs_dir) if jobs_dir else Path(results_dir) / ".jobs"
 
 
-class DamagedManifest(ValueError):
-    """A submission.json that cannot be read; the message names the file and the fix."""
-
-
 def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
     """Record path -> its cell entry; a damaged manifest is an error, or deleted with `discard_damaged`."""
     path = folder / MANIFEST
@@ -102,7 +195,7 @@ def read_cells(folder: Path, discard_damaged: bool = False) -> dict[str, dict]:
         if discard_damaged:
             path.unlink()
             return {}
-        raise DamagedManifest(
+        raise ValueError(
             f"the job manifest {path} is damaged ({type(e).__name__}: {e}); run the command again with --force to "
             "rebuild it (cells with a record are redone too), or delete it (jobs still running are then not "
             "known to the launcher)"

@@ -96,8 +96,7 @@ class TrainingState:
         return self._elapsed_before + time.perf_counter() - self._t0
 
     def save(self, step: int, every_s: float = 0.0) -> None:
-        """Checkpoint the run as it stands after `step` optimiser steps, once `every_s` seconds have passed since the
-        last save (or the start)."""
+        """Checkpoint the run after `step` optimiser steps, unless it was saved (or started) under `every_s` s ago."""
         if time.perf_counter() - self._last_save < every_s:
             return
         self.step = step

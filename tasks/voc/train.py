@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from tasks.grid import cli
-from tasks.grid.arg_types import at_least
-from tasks.grid.help import add_training_args, command_parser, default_device
+from tasks.grid.help import add_training_args, at_least, command_parser, default_device
 from tasks.voc import MODELS
 
 

@@ -8,23 +8,57 @@ target sparsity, never read from the stored flag).
 """
 
 import json
+import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 import pytest
 
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.records import (
-    COMMITTED_TOLERANCE,
     MANIFEST,
     all_records,
-    moved_records,
-    reaches_target,
+    headline,
     read_manifest_entries,
     read_record,
+    stored_numbers,
 )
 
 FULL_PROFILES = ("paper", "paper-cpu")
 RECORDS = all_records(RUNS_DIR)
+# How far a committed headline may be from its registered number (records print two decimals); the other
+# stored numbers are registered to six.
+COMMITTED_TOLERANCE = 0.005
+NUMBER_TOLERANCE = 1.5e-6
+
+
+def moved_records(records: list[dict], registered: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Records whose headline number or any other stored number is not the one registered (read_manifest_entries)."""
+    problems = []
+    for r in records:
+        numbers = registered.get(r["_path"], {})
+        registered_headline = numbers.get("value")
+        stored = stored_numbers(r)
+        bad = [key for key, value in stored.items() if not math.isfinite(value)]
+        problems += [f"{r['_path']}: {key} is not a finite number (NaN or Inf)" for key in bad]
+        name, value = headline(r)
+        # `not <=`, never `>`: a NaN on either side is a move, not a match
+        if registered_headline is not None and not abs(value - registered_headline) <= COMMITTED_TOLERANCE:
+            problems.append(f"{r['_path']}: {name} {value:.2f}, registered {registered_headline:.2f}")
+        for key, registered_value in numbers.items():
+            if key == "value":
+                continue
+            if key not in stored:
+                problems.append(f"{r['_path']}: {key} registered {registered_value:.6g}, absent from the record")
+            elif not abs(stored[key] - registered_value) <= NUMBER_TOLERANCE:
+                problems.append(f"{r['_path']}: {key} {stored[key]:.6g}, registered {registered_value:.6g}")
+    return problems
+
+
+def reaches_target(record: dict) -> bool:
+    """Whether the achieved sparsity is the target's to one weight, from the numbers (not `hit_target`)."""
+    total = sum(layer["numel"] for layer in record["per_layer"])
+    return abs(record["achieved_sparsity"] - record["target_sparsity"]) * total <= 1.0
 
 
 def test_every_record_run_before_is_present():

@@ -9,7 +9,7 @@ import torch
 
 import fcpts
 from fcpts.core.masks import Sparsity
-from tasks.grid import cli
+from tasks.grid import help as cli_help
 from tests.unit.tiny import record_target_checks, tiny_net
 
 
@@ -19,7 +19,7 @@ def checks(monkeypatch) -> list[float]:
 
 
 def test_the_command_line_checks_a_target_and_nothing_after_it_does(checks):
-    target = cli.target("0.5")
+    target = cli_help.target("0.5")
     assert checks == [0.5] and isinstance(target, Sparsity)
     images = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     fcpts.get_method("fcpts")(tiny_net(), images, target, iterations=2, batch_size=8, progress=False)
@@ -29,4 +29,4 @@ def test_the_command_line_checks_a_target_and_nothing_after_it_does(checks):
 @pytest.mark.parametrize("bad", ["1.5", "-0.1", "x"])
 def test_a_bad_target_on_the_command_line_is_a_parse_error(bad):
     with pytest.raises(argparse.ArgumentTypeError):
-        cli.target(bad)
+        cli_help.target(bad)

@@ -167,7 +167,7 @@ def test_slurm_array_with_the_commands_resources_and_no_double_submission(
 def test_a_lock_names_its_job_and_only_that_job_releases_it(tmp_path, monkeypatch):
     """A job killed by the scheduler (timeout) leaves its lock on another host; the launcher removes it before the
     cell is submitted again, but only when it is that job's."""
-    from tasks.grid.lock import JOB_ENV, CellBusy, cell_lock, release_lock_of_job
+    from tasks.grid.status import JOB_ENV, CellBusy, cell_lock, release_lock_of_job
 
     cell, lock = tmp_path / "cell.json", tmp_path / "cell.json.lock"
     monkeypatch.setenv(JOB_ENV, "4242_1")

@@ -124,7 +124,7 @@ def test_a_damaged_submission_manifest_is_named_and_force_discards_it(tmp_path, 
     status.write_cells(folder, {"task": "t"}, {"r": {"record": "r", "cell": "c", "command": None, "job_id": None}})
     manifest = folder / "submission.json"
     manifest.write_text(manifest.read_text()[:40])
-    with pytest.raises(status.DamagedManifest, match=re.escape(str(manifest)) + ".*--force"):
+    with pytest.raises(ValueError, match=re.escape(str(manifest)) + ".*--force"):
         status.read_cells(folder)
     assert status.main(["--results-dir", str(tmp_path)]) == 2
     assert str(manifest) in capsys.readouterr().err

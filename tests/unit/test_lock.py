@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tasks.grid import lock as lock_module
-from tasks.grid.lock import CellBusy, cell_lock
+from tasks.grid import status as lock_module
+from tasks.grid.status import CellBusy, cell_lock
 
 RACERS = 6
 ROUNDS = 10  # the takeover by unlink and create let two or more racers in on every round of this race

@@ -100,7 +100,7 @@ def throwaway_task():
     from tasks.grid import cli
     from tasks.grid.help import TaskCommand, flag
     from tasks.grid.profiles import profile_table, quick_profile
-    from tasks.grid.rerun import register_task, unregister_task
+    from tasks.grid.rerun import TASKS, register_task
 
     profiles = profile_table(quick_profile(16, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2))
 
@@ -118,7 +118,7 @@ def throwaway_task():
 
     register_task("throwaway", build_grid=lambda **_: None, command=command, plans=plans)(lambda *_: None)
     yield "throwaway"
-    unregister_task("throwaway")
+    TASKS.pop("throwaway")
 
 
 def test_a_task_registered_at_run_time_is_listed_and_dry_runs_the_registry_s_methods(

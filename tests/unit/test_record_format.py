@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fcpts.core.io import write_json_atomic
-from tasks.grid.record_format import DamagedSideFile, record_text, rewrite_compact, side_files, write_record
+from tasks.grid.record_format import RecordError, record_text, rewrite_compact, side_files, write_record
 from tasks.grid.records import environment, read_record
 
 
@@ -97,7 +97,7 @@ def test_an_edited_or_missing_detail_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match=detail.name):
         read_record(path)
     detail.unlink()
-    with pytest.raises(DamagedSideFile, match=detail.name):
+    with pytest.raises(RecordError, match=detail.name):
         read_record(path)
 
 
@@ -108,7 +108,7 @@ def test_a_truncated_or_empty_side_file_is_an_error_naming_it_and_the_fix(tmp_pa
     write_record(path, record())
     (side,) = tmp_path.glob(f"*.{kind}")
     side.write_bytes(damage.encode("latin-1"))
-    with pytest.raises(DamagedSideFile, match=rf"{side.name}.*--force.*restore") as error:
+    with pytest.raises(RecordError, match=rf"{side.name}.*--force.*restore") as error:
         read_record(path)
     assert isinstance(error.value, ValueError)  # a task's command prints it as its one-line error
 
@@ -164,7 +164,7 @@ def test_a_missing_or_edited_side_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match=side.name):
         read_record(path)
     side.unlink()
-    with pytest.raises(DamagedSideFile, match=side.name):
+    with pytest.raises(RecordError, match=side.name):
         read_record(path)
 
 

@@ -101,7 +101,7 @@ def test_a_nan_dense_model_stops_the_run_naming_the_step():
 def test_a_truncated_checkpoint_names_its_file_and_force_starts_clean(tmp_path):
     g = grid(tmp_path)
     run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
-    ckpt = g.checkpoint_dir / "t/d/m/fcpts-sp50-tiny-seed0.pt"
+    ckpt = g.checkpoints() / "t/d/m/fcpts-sp50-tiny-seed0.pt"
     fcpts.sparsify(net(), images(8), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=str(ckpt))
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # a kill during a copy, a full disk
     (tmp_path / "runs/t/d/m/fcpts-sp50-tiny-seed0.json").unlink()
@@ -134,7 +134,7 @@ def test_an_interrupted_force_redo_resumes_with_force_and_a_finished_one_starts_
     (redone,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], force=True, log=lines.append)
     assert redone["method_report"]["extra"]["resumed_from_step"] == 3 and "[resume]" in " ".join(lines)
     assert redone["mask_sha256"] == old["mask_sha256"]
-    assert list((g.checkpoint_dir / "t/d/m").glob("fcpts-sp50-tiny-seed0.pt*")) == []  # the marker went too
+    assert list((g.checkpoints() / "t/d/m").glob("fcpts-sp50-tiny-seed0.pt*")) == []  # the marker went too
     (again,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], force=True, log=lambda _: None)
     assert again["method_report"]["extra"]["resumed_from_step"] == 0  # a finished redo: --force starts clean
 
@@ -143,7 +143,7 @@ def test_a_finished_cell_leaves_no_checkpoint_or_side_file(tmp_path):
     g = grid(tmp_path)
     (record,) = run_grid(g, ["str"], [0.5], log=lambda _: None)
     assert record["method_report"]["extra"]["trials"]  # STR searched, with its search state beside the checkpoint
-    left = [p.name for p in (g.checkpoint_dir / "t/d/m").glob("str-sp50-tiny-seed0.pt*")]
+    left = [p.name for p in (g.checkpoints() / "t/d/m").glob("str-sp50-tiny-seed0.pt*")]
     assert left == [], f"left behind after the record: {left}"
 
 
@@ -151,7 +151,7 @@ def test_a_run_resumed_on_another_device_names_both_in_its_record(tmp_path):
     g = grid(tmp_path)
     run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
     (tmp_path / "runs/t/d/m/fcpts-sp50-tiny-seed0.json").unlink()
-    ckpt = g.checkpoint_dir / "t/d/m/fcpts-sp50-tiny-seed0.pt"  # an interrupted part, as if it ran on a GPU
+    ckpt = g.checkpoints() / "t/d/m/fcpts-sp50-tiny-seed0.pt"  # an interrupted part, as if it ran on a GPU
     fcpts.sparsify(net(), images(8), 0.5, iterations=3, batch_size=4, progress=False, checkpoint=str(ckpt))
     ckpt.with_name(ckpt.name + ".devices").write_text("cuda: NVIDIA H200\n")
     (record,) = run_grid(grid(tmp_path), ["fcpts"], [0.5], log=lambda _: None)
@@ -168,7 +168,7 @@ def test_a_start_that_left_no_checkpoint_does_not_count_its_device(tmp_path):
     side.write_text("cuda: NVIDIA H200\n")  # a start on a GPU that crashed before its first checkpoint
     (record,) = run_grid(g, ["fcpts"], [0.5], log=lambda _: None)
     assert record["device"].startswith("cpu: ") and ";" not in record["device"]
-    assert g.checkpoint_dir / "t/d/m" == side.parent and not side.exists()
+    assert g.checkpoints() / "t/d/m" == side.parent and not side.exists()
 
 
 def _run_cell(folder: str, queue) -> None:

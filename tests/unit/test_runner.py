@@ -79,7 +79,8 @@ def test_the_detection_table_adds_the_model_and_shows_map():
 
 
 def test_the_manifest_registers_every_stored_number_and_keeps_registered_ones(tmp_path):
-    from tasks.grid.records import moved_records, read_manifest_entries, update_manifest
+    from tasks.grid.records import read_manifest_entries, update_manifest
+    from tests.results.test_records import moved_records
 
     runs = tmp_path / "runs"
     run_grid(_grid(tmp_path, [], "a"), ["uniform"], [0.5], log=lambda _: None)
@@ -103,7 +104,8 @@ def test_the_manifest_registers_every_stored_number_and_keeps_registered_ones(tm
 
 @pytest.mark.parametrize("key", ["top1", "top5", "achieved_sparsity"])
 def test_a_nan_number_is_never_registered_nor_passes_as_the_registered_one(tmp_path, key):
-    from tasks.grid.records import moved_records, read_manifest_entries, update_manifest
+    from tasks.grid.records import read_manifest_entries, update_manifest
+    from tests.results.test_records import moved_records
 
     runs = tmp_path / "runs"
     run_grid(_grid(tmp_path, [], "a"), ["uniform"], [0.5], log=lambda _: None)

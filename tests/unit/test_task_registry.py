@@ -83,7 +83,7 @@ def test_the_declared_command_lines_name_what_the_drivers_build():
 
 def test_the_task_list_names_every_task():
     from tasks.grid.layout import extra_methods
-    from tasks.grid.task_list import table
+    from tasks.grid.rerun import table
 
     text = table()
     head, _, rest = text.partition("not importable here (an extra is missing): ")
