@@ -44,8 +44,7 @@ def train(args: argparse.Namespace) -> dict:
     folder = voc2007_dir(resolve_data_root(args.data_root))
     trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
     test = VOCDetection(folder, "test", limit=args.eval_limit)
-    manifest = trainval.manifest() or {}
-    dataset = manifest.get("dataset", "voc2007")
+    dataset = (trainval.manifest or {}).get("dataset", "voc2007")
     num_classes = len(trainval.class_names)
     torch.manual_seed(args.seed)
     model = create_ssd(args.model, num_classes)

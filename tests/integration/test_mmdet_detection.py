@@ -21,7 +21,7 @@ from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from tasks.grid.records import read_record  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
-from tasks.voc import command as voc_cli  # noqa: E402
+import tasks.voc as voc_cli  # noqa: E402
 from tasks.voc import make_set as mds  # noqa: E402
 from tasks.voc.data import DetectionImages, VOCDetection  # noqa: E402
 from tasks.voc.metrics import voc07_map  # noqa: E402
@@ -43,7 +43,7 @@ from tasks.voc.mmdet.detector import (  # noqa: E402
     reconstruction_blocks,
 )
 from tasks.voc.mmdet.grid import build_grid  # noqa: E402
-from tasks.voc.profiles import PROFILES  # noqa: E402
+from tasks.voc.grid import PROFILES  # noqa: E402
 from tasks.voc.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
 

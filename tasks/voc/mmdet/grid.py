@@ -28,6 +28,7 @@ from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, result_columns
 from tasks.grid.runner import format_table as grid_table
+from tasks.voc.grid import PROFILES, distill_profile
 from tasks.voc.mmdet import COMMAND
 from tasks.voc.mmdet.data import (
     Layout,
@@ -48,7 +49,6 @@ from tasks.voc.mmdet.detector import (
     pruned_layers,
     reconstruction_blocks,
 )
-from tasks.voc.profiles import PROFILES, distill_profile
 
 LAYOUTS = "a VOC- or COCO-layout dataset"
 
