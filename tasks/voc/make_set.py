@@ -126,14 +126,15 @@ def write_split(
     log=print,
 ) -> dict:
     """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
+    from PIL import Image
+
     from fcpts.core.io import write_text_atomic
-    from tasks.voc.data import write_jpeg
 
     ids, n_obj, n_difficult = [], np.zeros(len(CIFAR10_CLASSES), dtype=int), 0
     for k in range(n):
         image, objs = make_image(np.random.default_rng([seed, tag, k]), objects, labels, scenes)
         image_id = f"{first_id + k:06d}"
-        write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg")
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(folder / "JPEGImages" / f"{image_id}.jpg", quality=90)
         (folder / "Annotations" / f"{image_id}.xml").write_bytes(
             annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES)
         )

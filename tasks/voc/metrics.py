@@ -25,12 +25,14 @@ def voc07_ap(precision: np.ndarray, recall: np.ndarray) -> float:
 
 @dataclass
 class GroundTruth:
-    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) bool difficult flags."""
+    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) bool difficult flags; its size (0: not given)."""
 
     image_id: str
     boxes: torch.Tensor
     labels: torch.Tensor
     difficult: torch.Tensor
+    width: int = 0
+    height: int = 0
 
 
 def match_class(

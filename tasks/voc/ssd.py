@@ -389,18 +389,15 @@ RECONSTRUCTIONS = {
 }
 
 
-def check_reconstruction(kind: str) -> None:
+def reconstruction_names(kind: str, boxes: list[str], classes: list[str], blocks: list[str]) -> list[str]:
+    """FCPTS's block MSE modules (`block_names`) of a reconstruction kind, for either driver's detector."""
     if kind not in RECONSTRUCTIONS:
         raise ValueError(f"unknown detection reconstruction {kind!r}; choose from {', '.join(RECONSTRUCTIONS)}")
+    return boxes + (classes if kind != "kl-box" else []) + (blocks if kind == "mse-blocks" else [])
 
 
-def reconstruction_blocks(ssd: SSD, kind: str = "mse-blocks", prefix: str = "ssd.") -> list[str]:
-    """Module names for FCPTS's block MSE (`block_names`) on a DistillView-wrapped detector."""
-    check_reconstruction(kind)
-    names = [f"{prefix}regression_headers.{i}" for i in range(len(ssd.regression_headers))]
-    if kind in ("mse-heads", "mse-blocks"):
-        names += [f"{prefix}classification_headers.{i}" for i in range(len(ssd.classification_headers))]
-    if kind == "mse-blocks":
-        names += [f"{prefix}base_net.{i}" for i in range(len(ssd.base_net))]
-        names += [f"{prefix}extras.{i}" for i in range(len(ssd.extras))]
-    return names
+def reconstruction_blocks(ssd: SSD, kind: str = "mse-blocks") -> list[str]:
+    """Module names for FCPTS's block MSE on a DistillView-wrapped detector."""
+    parts = ("regression_headers", "classification_headers", "base_net", "extras")
+    boxes, classes, base, extras = ([f"ssd.{p}.{i}" for i in range(len(getattr(ssd, p)))] for p in parts)
+    return reconstruction_names(kind, boxes, classes, base + extras)
