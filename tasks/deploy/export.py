@@ -17,8 +17,6 @@ from torch import nn
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import layer_weight, prunable_layers
 
-OPSET = 17
-
 
 def inference_copy(model: nn.Module) -> nn.Module:
     """An eval-mode CPU copy with BatchNorm folded and -0.0 weights made +0.0 (same outputs)."""
@@ -31,7 +29,7 @@ def inference_copy(model: nn.Module) -> nn.Module:
     return model
 
 
-def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[int, ...], opset: int = OPSET) -> bytes:
+def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[int, ...]) -> bytes:
     """Export `model` as-is (call `inference_copy` first) with a dynamic batch axis; returns the bytes
     and writes them to `path` when given. Uses the TorchScript exporter (dynamo=False): it handles the
     CIFAR ResNets' channel-padding F.pad shortcut and needs no extra dependencies."""
@@ -43,7 +41,7 @@ def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[in
             model,
             (dummy,),
             buf,  # type: ignore[arg-type]  # torch's stub says a path; the exporter writes to a file-like object too
-            opset_version=opset,
+            opset_version=17,
             dynamo=False,
             input_names=["input"],
             output_names=["output"],
