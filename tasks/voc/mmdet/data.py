@@ -173,18 +173,6 @@ class PipelineImages(Dataset):
         return x, self.indices[k]
 
 
-def coco_subset(layout: Layout, limit: int, folder: Path) -> str:
-    """The evaluation split's annotation file cut to its first `limit` images (CocoMetric scores every
-    image of its file, so a partial evaluation needs a partial file)."""
-    source = json.loads((layout.root / "annotations" / f"instances_{layout.eval_split}.json").read_text())
-    keep = {im["id"] for im in source["images"][:limit]}
-    source["images"] = source["images"][:limit]
-    source["annotations"] = [a for a in source["annotations"] if a["image_id"] in keep]
-    path = folder / "instances_subset.json"
-    path.write_text(json.dumps(source))
-    return str(path)
-
-
 def evaluate_detector(
     detector: nn.Module,
     layout: Layout,
@@ -197,7 +185,14 @@ def evaluate_detector(
     was_training = detector.training
     device = next(detector.parameters()).device  # mmengine's Runner moves the model to its own choice of device
     with tempfile.TemporaryDirectory(prefix="fcpts-mmdet-eval-") as work_dir:
-        ann_file = coco_subset(layout, limit, Path(work_dir)) if layout.kind == "coco" and limit else None
+        ann_file = None
+        if layout.kind == "coco" and limit:  # CocoMetric scores every image of its file: a partial file then
+            source = json.loads((layout.root / "annotations" / f"instances_{layout.eval_split}.json").read_text())
+            source["images"] = source["images"][:limit]
+            keep = {im["id"] for im in source["images"]}
+            source["annotations"] = [a for a in source["annotations"] if a["image_id"] in keep]
+            ann_file = str(Path(work_dir) / "instances_subset.json")
+            Path(ann_file).write_text(json.dumps(source))
         loader = {
             "batch_size": batch_size,
             "num_workers": default_workers() if workers is None else workers,  # as the other tasks' loaders

@@ -101,7 +101,9 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
     """Load a checkpoint strictly and weights-only; returns what a record keeps about it."""
     path = Path(path)
     if not path.is_file():
-        raise DataNotFoundError(f"checkpoint {path} does not exist")
+        raise DataNotFoundError(
+            f"checkpoint {path} does not exist: pass --weights FILE (an mmdet checkpoint for this config)"
+        )
     try:
         with quiet_mmengine(logging.ERROR):
             checkpoint = load_checkpoint(detector, str(path), map_location="cpu", strict=True, logger="silent")
