@@ -126,15 +126,6 @@ class SSD(nn.Module):
             locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, 4))
         return torch.cat(confidences, 1), torch.cat(locations, 1)
 
-    @torch.no_grad()
-    def feature_map_sizes(self, image_size: int) -> list[int]:
-        was = self.training
-        self.eval()
-        p = next(self.parameters())
-        sizes = [f.shape[-1] for f in self.feature_maps(torch.zeros(1, 3, image_size, image_size, device=p.device))]
-        self.train(was)
-        return sizes
-
 
 def create_mb1_ssd(num_classes: int = 21) -> SSD:
     """pytorch-ssd `create_mobilenetv1_ssd`: base_net is MobileNetV1's 14 conv stages (`MobileNetV1(1001).model`),
@@ -266,8 +257,14 @@ class SSDConfig:
         return cls(image_size=image_size, specs=specs)
 
     @classmethod
+    @torch.no_grad()
     def for_model(cls, model: SSD, image_size: int) -> SSDConfig:
-        return cls.for_size(image_size, model.feature_map_sizes(image_size))
+        """`for_size` at the model's feature-map sizes, read off one eval-mode forward (train mode moves BN)."""
+        was = model.training
+        x = torch.zeros(1, 3, image_size, image_size, device=next(model.parameters()).device)
+        sizes = [f.shape[-1] for f in model.eval().feature_maps(x)]
+        model.train(was)
+        return cls.for_size(image_size, sizes)
 
     def priors(self) -> torch.Tensor:
         """(A, 4) priors (cx, cy, w, h) relative to the image, clamped to [0, 1], pytorch-ssd's order:

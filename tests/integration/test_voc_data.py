@@ -142,7 +142,7 @@ def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
     for run in ("a", "b"):
         folder = mds.prepare_folder(tmp_path / run)
         counts = mds.write_split(
-            folder, "test", 4, objects, labels, scenes, seed=3, tag=2, first_id=1, log=lambda s: None
+            folder, "test", range(1, 5), (objects, labels, scenes), seed=3, tag=2, log=lambda s: None
         )
         folders.append(folder)
     assert counts["images"] == 4 and 4 <= counts["objects"] <= 12
