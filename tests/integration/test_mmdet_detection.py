@@ -33,7 +33,6 @@ from tasks.voc.mmdet.data import (  # noqa: E402
     config_test_pipeline,
     evaluate_detector,
     find_layout,
-    without_annotations,
 )
 from tasks.voc.mmdet.detector import (  # noqa: E402
     HeadOutputView,
@@ -181,7 +180,7 @@ def test_coco_layout_calibrates_and_scores_with_coco_metric(tiny_voc, checkpoint
     cfg = load_config(CONFIG)
     detector = build_detector(cfg)
     load_weights(detector, checkpoint)
-    calibration = build_dataset(layout, layout.calibration_split, without_annotations(config_test_pipeline(cfg)))
+    calibration = build_dataset(layout, layout.calibration_split, config_test_pipeline(cfg))
     images = PipelineImages(calibration, detector.data_preprocessor, [0, 5])
     assert len(calibration) == 6 and images[1][0].shape == (3, 160, 160)
     metrics = evaluate_detector(detector, layout, config_test_pipeline(cfg), limit=3)

@@ -28,8 +28,6 @@ from tasks.grid.data import DataNotFoundError
 from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
 from tasks.voc.mmdet.detector import quiet_mmengine
 
-ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -122,16 +120,13 @@ def config_test_pipeline(cfg: Config) -> list:
     return [dict(t) for t in pipeline]
 
 
-def without_annotations(pipeline: list) -> list:
-    """The pipeline minus its annotation loaders: calibration never reads a label."""
-    return [t for t in pipeline if t.get("type") not in ANNOTATION_LOADERS]
-
-
-def build_dataset(layout: Layout, split: str, pipeline: list, limit: int | None = None):
-    """One split as an mmdet dataset in test mode: every image, in the split's order."""
+def build_dataset(layout: Layout, split: str, pipeline: list):
+    """One split as an mmdet dataset in test mode, every image in the split's order; the pipeline's annotation
+    loaders left out, so calibration never reads a label."""
     from mmdet.registry import DATASETS
 
-    return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split, limit))
+    pipeline = [t for t in pipeline if t.get("type") not in ("LoadAnnotations", "LoadPanopticAnnotations")]
+    return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split))
 
 
 class PipelineImages(Dataset):

@@ -37,7 +37,6 @@ from tasks.voc.mmdet.data import (
     config_test_pipeline,
     evaluate_detector,
     find_layout,
-    without_annotations,
 )
 from tasks.voc.mmdet.detector import (
     HeadOutputView,
@@ -74,9 +73,9 @@ def build_grid(
     cfg = load_config(config)
     layout = find_layout(resolve_data_root(where.data_root, holding=LAYOUTS))
     pipeline = config_test_pipeline(cfg)
-    n_eval_all = len(build_dataset(layout, layout.eval_split, without_annotations(pipeline)))
+    n_eval_all = len(build_dataset(layout, layout.eval_split, pipeline))
     n_eval = n_eval_all if profile.eval_limit is None else min(profile.eval_limit, n_eval_all)  # mmengine's first N
-    calibration_set = build_dataset(layout, layout.calibration_split, without_annotations(pipeline))
+    calibration_set = build_dataset(layout, layout.calibration_split, pipeline)
     dataset = dataset_name(layout, n_eval_all, profile.eval_limit)
     model = model_name(config)
 
