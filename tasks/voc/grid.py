@@ -19,7 +19,7 @@ A non-default reconstruction names the profile (e.g. `cpu-kl-box`). Profiles: `p
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
@@ -198,7 +198,7 @@ def build_grid(
             "substitute": substitute,
             "substitute_manifest": manifest,
             "paper_dense_map": None if substitute else RELEASED[arch][1],
-            "ssd_config": config.to_dict(),
+            "ssd_config": asdict(config),
             "reconstruction": reconstruction,
             "data": {
                 "root": str(folder),

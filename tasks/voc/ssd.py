@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -286,9 +286,6 @@ class SSDConfig:
         return BoxCoder(
             weights=(1 / self.center_variance, 1 / self.center_variance, 1 / self.size_variance, 1 / self.size_variance)
         )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def decode_boxes(regression: torch.Tensor, priors_cxcywh: torch.Tensor, config: SSDConfig) -> torch.Tensor:

@@ -24,6 +24,7 @@ from tasks.voc import MODELS
 
 def train(args: argparse.Namespace) -> dict:
     from collections.abc import Iterable
+    from dataclasses import asdict
     from functools import partial
     from typing import Any
 
@@ -77,7 +78,7 @@ def train(args: argparse.Namespace) -> dict:
         "train_split": args.train_split,
         "steps": total,
         "base_net": base_net,
-        "ssd_config": config.to_dict(),
+        "ssd_config": asdict(config),
     }
     fingerprint = training.recipe_fingerprint(recipe)
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)
