@@ -47,7 +47,7 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     saved = record.get("sparse_model")
     if not saved:
         raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n  {command}")
-    path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
+    path = REPO_ROOT / saved["path"]  # an absolute path stays itself
     if not path.is_file():
         raise DataNotFoundError(
             f"sparse model {path} of {record_path} is missing (models are not committed); "
