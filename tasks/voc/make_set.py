@@ -32,7 +32,6 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 # CIFAR-100 fine labels used as backgrounds (official label order): cloud, forest, mountain, plain, sea, road.
 SCENE_LABELS = {"cloud": 23, "forest": 33, "mountain": 49, "plain": 60, "sea": 71, "road": 68}
 DEFAULT_OUT = REPO_ROOT / "data" / "voc-cifar"
-GENERATOR_VERSION = 1
 
 
 def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -180,7 +179,7 @@ def make_set(
     manifest = {
         "dataset": "voc-cifar10",
         "generator": "tasks.make_detection_set",  # the set's name as first published: part of its identity
-        "version": GENERATOR_VERSION,
+        "version": 1,
         "seed": seed,
         "jpeg_quality": 90,
         "classes": list(CIFAR10_CLASSES),
