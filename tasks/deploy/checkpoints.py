@@ -47,7 +47,7 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     saved = record.get("sparse_model")
     if not saved:
         raise ValueError(f"{record_path} was written before sparse models were saved; re-run its command:\n  {command}")
-    path = Path(saved["path"]) if Path(saved["path"]).is_absolute() else REPO_ROOT / saved["path"]
+    path = REPO_ROOT / saved["path"]  # an absolute path stays itself
     if not path.is_file():
         raise DataNotFoundError(
             f"sparse model {path} of {record_path} is missing (models are not committed); "
@@ -64,15 +64,6 @@ def models_from_record(record_path: str | Path) -> tuple[nn.Module, nn.Module, t
     return dense.eval(), sparse.eval(), shape, record
 
 
-def checkpoint_name(record: dict) -> str:
-    from tasks.grid.records import sparsity_tag
-
-    return (
-        f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"
-        f"-{record['profile']['name']}-seed{record['seed']}"
-    )
-
-
 def sparse_model_from_record(
     record_path: Path, out_dir: Path, data_root: str | None, progress: bool, device: str = "cpu"
 ) -> Path:
@@ -81,7 +72,7 @@ def sparse_model_from_record(
     import torch
 
     from fcpts.core.io import save_torch_atomic
-    from tasks.grid.records import command_line, git_commit
+    from tasks.grid.records import command_line, git_commit, sparsity_tag
     from tasks.grid.rerun import rerun_record
     from tasks.grid.runner import Where
 
@@ -91,12 +82,13 @@ def sparse_model_from_record(
             f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
             "python -m benchmarks.inference.inference --records RECORD times any task's saved sparse model"
         )
-    out = out_dir / f"{checkpoint_name(record)}.pt"
+    name = (
+        f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"
+        f"-{record['profile']['name']}-seed{record['seed']}"
+    )
+    out = out_dir / f"{name}.pt"
     provenance = {
-        "model": record["model"],
-        "dataset": record["dataset"],
-        "method": record["method"],
-        "target_sparsity": record["target_sparsity"],
+        **{key: record[key] for key in ("model", "dataset", "method", "target_sparsity")},
         "record_top1": record["metrics"]["top1"],
         "source_record": str(record_path),
         "git_commit": git_commit(),
@@ -112,7 +104,7 @@ def sparse_model_from_record(
             save_torch_atomic({"state_dict": model.state_dict(), **provenance, "source": source}, out)
             print(f"saved sparse model of {record_path} (sha256 checked) -> {out}")
             return out
-    scratch = RESULTS_DIR / "checkpoints" / "deploy" / checkpoint_name(record)
+    scratch = RESULTS_DIR / "checkpoints" / "deploy" / name
     where = Where(runs_dir=scratch, data_root=data_root, progress=progress, device=device)
     rerun, rerun_path = rerun_record(record, where)
     if rerun["calibration"]["indices_sha256"] != record["calibration"]["indices_sha256"]:
@@ -140,7 +132,6 @@ def sparse_model_from_record(
 
 def load_sparse_checkpoint(path: Path, model_name: str | None, dataset: str | None):
     """(model, metadata) from a checkpoint written by `sparse_model_from_record` or a plain state dict."""
-
     from tasks.grid.cifar_data import CIFAR_CLASSES
     from tasks.grid.cifar_models import cifar_resnet
     from tasks.grid.weights import load_checkpoint, read_state_dict

@@ -94,18 +94,6 @@ def provenance(threads: int) -> dict:
     return {**record_provenance(), "cpu": cpu, "threads": threads, "loadavg_1_5_15": list(os.getloadavg())}
 
 
-def print_summary(rec: dict) -> None:
-    print(f"sparsity {rec['sparsity']:.6f}; top-1 on {rec['n_images']} test images: PyTorch {rec['top1_pytorch']:.2f}")
-    for k in rec["top1_onnx"]:
-        m = rec["peak_memory_onnxruntime"][k]
-        print(
-            f"  ONNX ({k:18s}) top-1 {rec['top1_onnx'][k]:.2f} (diff {rec['top1_diff_points'][k]:+.2f}), "
-            f"max |diff| {rec['max_abs_diff'][k]:.2e}, {rec['prediction_disagreements'][k]} disagreements, "
-            f"file {rec['file_bytes'][k] / 1e6:.3f} MB, ORT VmHWM {m['vmhwm_mib']:.1f} MiB"
-        )
-    print(f"  dense file under zlib: {rec['file_bytes']['dense_zlib'] / 1e6:.3f} MB")
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tasks.deploy", description=__doc__, formatter_class=HelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
@@ -157,6 +145,13 @@ def main(argv=None) -> int:
     rec["provenance"] = provenance(args.threads)
     path = out_dir / f"{ckpt.name.removesuffix('.pt')}.json"
     write_json_atomic(path, rec)
-    print_summary(rec)
+    print(f"sparsity {rec['sparsity']:.6f}; top-1 on {rec['n_images']} test images: PyTorch {rec['top1_pytorch']:.2f}")
+    for k in rec["top1_onnx"]:
+        print(
+            f"  ONNX ({k:18s}) top-1 {rec['top1_onnx'][k]:.2f} (diff {rec['top1_diff_points'][k]:+.2f}), "
+            f"max |diff| {rec['max_abs_diff'][k]:.2e}, {rec['prediction_disagreements'][k]} disagreements, file "
+            f"{rec['file_bytes'][k] / 1e6:.3f} MB, ORT VmHWM {rec['peak_memory_onnxruntime'][k]['vmhwm_mib']:.1f} MiB"
+        )
+    print(f"  dense file under zlib: {rec['file_bytes']['dense_zlib'] / 1e6:.3f} MB")
     print(f"record: {path}")
     return 0

@@ -6,7 +6,6 @@ as +0.0, the bit pattern 0 that sparse storage and sparse kernels look for.
 from __future__ import annotations
 
 import copy
-import io
 import warnings
 from pathlib import Path
 
@@ -16,8 +15,6 @@ from torch import nn
 
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import layer_weight, prunable_layers
-
-OPSET = 17
 
 
 def inference_copy(model: nn.Module) -> nn.Module:
@@ -31,29 +28,24 @@ def inference_copy(model: nn.Module) -> nn.Module:
     return model
 
 
-def export_onnx(model: nn.Module, path: str | Path | None, input_shape: tuple[int, ...], opset: int = OPSET) -> bytes:
-    """Export `model` as-is (call `inference_copy` first) with a dynamic batch axis; returns the bytes
-    and writes them to `path` when given. Uses the TorchScript exporter (dynamo=False): it handles the
-    CIFAR ResNets' channel-padding F.pad shortcut and needs no extra dependencies."""
-    dummy = torch.zeros(1, *input_shape)
-    buf = io.BytesIO()
+def export_onnx(model: nn.Module, path: str | Path, input_shape: tuple[int, ...]) -> bytes:
+    """Export `model` as-is (call `inference_copy` first) with a dynamic batch axis to `path`; returns the bytes.
+    Uses the TorchScript exporter (dynamo=False): it handles the CIFAR ResNets' channel-padding F.pad shortcut and
+    needs no extra dependencies."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(
             model,
-            (dummy,),
-            buf,  # type: ignore[arg-type]  # torch's stub says a path; the exporter writes to a file-like object too
-            opset_version=opset,
+            (torch.zeros(1, *input_shape),),
+            str(path),
+            opset_version=17,
             dynamo=False,
             input_names=["input"],
             output_names=["output"],
             dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
         )
-    data = buf.getvalue()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(data)
-    return data
+    return Path(path).read_bytes()
 
 
 def ort_predict(session, x: torch.Tensor | np.ndarray, batch_size: int = 500) -> np.ndarray:

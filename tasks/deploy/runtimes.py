@@ -118,13 +118,11 @@ def _plain_onnx_path(path: str) -> str:
         return path
     import tempfile
 
-    import onnx
-
     from tasks.deploy.sparse_storage import load_any
 
     fd, tmp = tempfile.mkstemp(suffix=".onnx")
-    os.close(fd)
-    onnx.save(load_any(path), tmp)
+    with os.fdopen(fd, "wb") as f:
+        f.write(load_any(path).SerializeToString())
     return tmp
 
 

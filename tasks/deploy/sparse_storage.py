@@ -23,35 +23,28 @@ BITMASK_SUFFIX = ".bitmask.zip"
 MIN_ELEMENTS = 64  # tensors smaller than this (biases, scalars) are never worth packing
 
 
-def _bits(raw: bytes, itemsize: int) -> np.ndarray:
-    """The tensor's elements as unsigned integers of their own width (zero <=> all bits zero)."""
-    return np.frombuffer(raw, dtype=np.dtype(f"<u{itemsize}"))
-
-
-def _itemsize(tensor: onnx.TensorProto) -> int | None:
-    """Bytes per element for fixed-width numeric tensors stored in raw_data; None otherwise."""
+def _packable(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """A fixed-width numeric initializer's elements (in raw_data) as unsigned integers of their own width, so zero
+    means all bits zero; None for other tensors and for those too small to be worth packing."""
     if not tensor.HasField("raw_data") or tensor.data_type == onnx.TensorProto.STRING:
         return None
     size = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    return size if size in (1, 2, 4, 8) else None
+    bits = np.frombuffer(tensor.raw_data, dtype=np.dtype(f"<u{size}")) if size in (1, 2, 4, 8) else None
+    return bits if bits is not None and bits.size >= MIN_ELEMENTS else None
 
 
-def to_sparse_initializers(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> onnx.ModelProto:
+def to_sparse_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` where every initializer that gets smaller as (values, INT64 indices) becomes a
     sparse_initializer of the same name. Only the main graph is converted (no subgraph initializers)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     keep, sparse = [], []
     for t in out.graph.initializer:
-        size = _itemsize(t)
-        n = int(np.prod(t.dims)) if size else 0
-        if size is None or n < min_elements:
+        bits = _packable(t)
+        if bits is None or np.count_nonzero(bits) * (bits.itemsize + 8) >= bits.nbytes:  # values + int64 indices
             keep.append(t)
             continue
-        nz = np.flatnonzero(_bits(t.raw_data, size))
-        if len(nz) * (size + 8) >= n * size:  # values + int64 index would not be smaller
-            keep.append(t)
-            continue
+        nz = np.flatnonzero(bits)
         dense = numpy_helper.to_array(t).reshape(-1)
         values = numpy_helper.from_array(dense[nz], t.name)
         indices = numpy_helper.from_array(nz.astype(np.int64), "")
@@ -78,7 +71,7 @@ def from_sparse_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def pack_bitmask(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> bytes:
+def pack_bitmask(model: onnx.ModelProto) -> bytes:
     """Zip of: the model with packed tensors' raw_data emptied, and per packed tensor a bitmask of its
     non-zero elements plus the non-zero elements themselves. Tensors that would not shrink stay inside
     the model. `unpack_bitmask` restores the exact original serialisation."""
@@ -87,15 +80,12 @@ def pack_bitmask(model: onnx.ModelProto, min_elements: int = MIN_ELEMENTS) -> by
     index: list[dict] = []
     arrays: dict = {}
     for t in skeleton.graph.initializer:
-        size = _itemsize(t)
-        if size is None:
+        bits = _packable(t)
+        if bits is None or bits.size / 8 + np.count_nonzero(bits) * bits.itemsize >= bits.nbytes:
             continue
-        bits = _bits(t.raw_data, size)
         nonzero = bits != 0
-        if bits.size < min_elements or bits.size / 8 + nonzero.sum() * size >= bits.size * size:
-            continue
         k = len(index)
-        index.append({"name": t.name, "n": int(bits.size), "itemsize": size})
+        index.append({"name": t.name, "n": int(bits.size), "itemsize": bits.itemsize})
         arrays[f"mask_{k}"] = np.packbits(nonzero, bitorder="little")
         arrays[f"values_{k}"] = bits[nonzero]
         t.raw_data = b""

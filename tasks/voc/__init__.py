@@ -8,7 +8,7 @@ RECONSTRUCTIONS = ("kl-box", "mse-blocks", "mse-heads")  # tasks.voc.ssd.RECONST
 COMMAND = TaskCommand(
     prog="python -m tasks.voc",
     driver="tasks.voc.grid",
-    profiles=("paper", "cpu", "quick"),  # tasks.voc.profiles, mmdet's detectors' too
+    profiles=("paper", "cpu", "quick"),  # tasks.voc.grid.PROFILES, mmdet's detectors' too
     default_profile="cpu",
     method_sets=("voc",),
     sparsity=(0.9,),
@@ -36,3 +36,16 @@ COMMAND = TaskCommand(
         WORKERS,
     ),
 )
+
+
+def main(argv=None) -> int:
+    """`python -m tasks.voc`: `--framework mmdet` hands the rest of the command line to mmdet's driver (its extra is
+    checked once its arguments parse, by its COMMAND's before_driver)."""
+    import argparse
+
+    from tasks.grid.cli import main as task_main
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--framework", choices=FRAMEWORKS, default="suite")
+    known, rest = pre.parse_known_args(argv)
+    return task_main("coco" if known.framework == "mmdet" else "voc", rest)

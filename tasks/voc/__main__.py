@@ -1,12 +1,6 @@
 import sys
 
 from tasks.grid.help import run_command
-
-
-def main() -> int:
-    from tasks.voc.command import main
-
-    return main()
-
+from tasks.voc import main
 
 sys.exit(run_command(main))

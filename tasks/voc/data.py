@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,15 +64,8 @@ def read_image_ids(folder: Path, split: str) -> list[str]:
     return ids
 
 
-@dataclass
-class Annotation(GroundTruth):
-    """An image's boxes (float32 0-based xyxy), labels (int64 1..C-1), difficult flags (bool) and size."""
-
-    width: int
-    height: int
-
-
-def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
+def parse_annotation(path: Path, class_index: dict[str, int]) -> GroundTruth:
+    """An image's boxes (float32 0-based xyxy), labels (int64 1..C-1), difficult flags and size."""
     if not path.is_file():
         raise DataNotFoundError(f"annotation {path} is missing (listed in the split file); check --data-root")
     try:
@@ -103,7 +95,7 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
         boxes.append([number(bb, t) - 1.0 for t in ("xmin", "ymin", "xmax", "ymax")])
         labels.append(class_index[name])
         difficult.append((obj.findtext("difficult") or "0").strip() not in ("", "0"))
-    return Annotation(
+    return GroundTruth(
         path.stem,
         torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
         torch.tensor(labels, dtype=torch.int64),
@@ -114,14 +106,16 @@ def parse_annotation(path: Path, class_index: dict[str, int]) -> Annotation:
 
 
 class VOCDetection:
-    """One split of a VOC-layout folder: ids, class names, annotations (parsed once) and images."""
+    """One split of a VOC-layout folder: ids, class names, annotations (parsed once), images, and the substitute
+    set's manifest (None: the real VOC2007)."""
 
     def __init__(self, folder: Path, split: str = "test", limit: int | None = None):
-        self.folder, self.split = Path(folder), split
+        self.folder = Path(folder)
         self.class_names = read_class_names(self.folder)
         index = {n.lower(): i for i, n in enumerate(self.class_names) if i > 0}
         self.ids = read_image_ids(self.folder, split)[:limit]
         self.annotations = [parse_annotation(self.folder / "Annotations" / f"{i}.xml", index) for i in self.ids]
+        self.manifest = read_substitute_manifest(self.folder)
         if self.ids and not (self.folder / "JPEGImages" / f"{self.ids[0]}.jpg").is_file():
             raise DataNotFoundError(f"{self.folder / 'JPEGImages' / self.ids[0]}.jpg is missing; check --data-root")
 
@@ -133,10 +127,8 @@ class VOCDetection:
         path = self.folder / "JPEGImages" / f"{self.ids[i]}.jpg"
         if not path.is_file():
             raise DataNotFoundError(f"{path} is missing; check --data-root")
-        return read_rgb(path)
-
-    def manifest(self) -> dict | None:
-        return read_substitute_manifest(self.folder)
+        with Image.open(path) as im:  # Pillow: libjpeg, as OpenCV in pytorch-ssd
+            return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).contiguous()
 
 
 def read_substitute_manifest(folder: Path) -> dict | None:
@@ -156,17 +148,6 @@ def read_substitute_manifest(folder: Path) -> dict | None:
             f"'..'), not {name!r}; fix it or make the set again with python -m tasks.voc.make_set"
         )
     return manifest
-
-
-def read_rgb(path: Path) -> torch.Tensor:
-    """(3, H, W) uint8 RGB of an image file (Pillow: libjpeg, as OpenCV in pytorch-ssd)."""
-    with Image.open(path) as im:
-        return torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1).contiguous()
-
-
-def write_jpeg(image: torch.Tensor, path: Path, quality: int = 90) -> None:
-    """(3, H, W) uint8 RGB -> baseline JPEG (4:2:0, the given quality)."""
-    Image.fromarray(image.permute(1, 2, 0).numpy()).save(path, format="JPEG", quality=quality)
 
 
 def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: float = 128.0) -> torch.Tensor:

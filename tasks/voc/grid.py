@@ -19,19 +19,20 @@ A non-default reconstruction names the profile (e.g. `cpu-kl-box`). Profiles: `p
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from fcpts.core.io import file_sha256
+from fcpts.methods import get_method, list_methods
 from tasks.grid import cli
 from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
 from tasks.grid.paths import RESULTS_DIR
-from tasks.grid.profiles import Profile
-from tasks.grid.rerun import register_task
+from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
+from tasks.grid.rerun import get_task, register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns
 from tasks.voc import COMMAND
 from tasks.voc.data import (
@@ -43,9 +44,9 @@ from tasks.voc.data import (
 )
 from tasks.voc.make_set import make_set
 from tasks.voc.metrics import voc07_map
-from tasks.voc.profiles import PROFILES, distill_profile
 from tasks.voc.ssd import (
     ARCHITECTURES,
+    RECONSTRUCTIONS,
     RELEASED,
     DistillView,
     SSDConfig,
@@ -57,6 +58,30 @@ from tasks.voc.ssd import (
 
 VOC07_TEST_IMAGES = 4952
 VOC_DATA = "VOCdevkit/VOC2007 (or a substitute set)"
+PROFILES = profile_table(  # shared by the mmdet detectors' driver: the same budget for every method and detector
+    paper_profile("trainval"),
+    cpu_profile("cpu", 1024, iterations=400, batch_size=32, pot_iterations=1000).with_note(
+        "CPU budget: 1,024 trainval images, 400 iterations of 32 for the training-loop methods, "
+        "POT 1,000 iterations per layer on the same images; not the paper's protocol"
+    ),
+    quick_profile(8, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2),
+)
+
+
+def distill_profile(profile: Profile, blocks: list[str], reconstruction: str) -> Profile:
+    """The profile the distilling methods run with on one detector: block MSE over its `blocks`; a non-default
+    reconstruction renames the profile, so its records never pass for the default's."""
+    default = reconstruction == "mse-blocks" or profile.name.endswith(f"-{reconstruction}")
+    methods = dict(profile.methods)
+    for m in list_methods(trains=True):
+        if "block_names" in get_method(m).options.field_names():  # the methods that distill block outputs
+            methods[m] = {"options": {"reconstruction": "mse-blocks", "block_names": blocks}}
+    return replace(
+        profile,
+        name=profile.name + ("" if default else f"-{reconstruction}"),
+        methods=methods,
+        note=f"{profile.note}; reconstruction {reconstruction}: {RECONSTRUCTIONS[reconstruction]}",
+    )
 
 
 @torch.inference_mode()
@@ -141,7 +166,7 @@ def build_grid(
     folder = voc2007_dir(data_root_path)
     test = VOCDetection(folder, "test", limit=profile.eval_limit)
     trainval = VOCDetection(folder, "trainval")
-    manifest = test.manifest()
+    manifest = test.manifest
     substitute = manifest is not None
     probe = create_ssd(arch, len(test.class_names))
     profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
@@ -173,7 +198,7 @@ def build_grid(
             "substitute": substitute,
             "substitute_manifest": manifest,
             "paper_dense_map": None if substitute else RELEASED[arch][1],
-            "ssd_config": config.to_dict(),
+            "ssd_config": asdict(config),
             "reconstruction": reconstruction,
             "data": {
                 "root": str(folder),
@@ -193,8 +218,6 @@ VOC_COLUMNS = [Column("model", "18s", lambda r: r["model"]), *result_columns({"m
 
 def plans(args: argparse.Namespace):
     """The (grid, methods, targets) this command line asks for."""
-    if args.framework != "suite":
-        raise ValueError(f"--framework {args.framework} runs through python -m tasks.voc --framework {args.framework}")
     profile = cli.profile_from_args(args, PROFILES, args.methods)
     where = cli.where(args)
     for arch in args.models:
@@ -230,9 +253,7 @@ def plans(args: argparse.Namespace):
 def grid_for_record(record: dict, profile: Profile, where: Where) -> Grid:
     """The grid a record came from, for re-running its cell (mmdet records: tasks.voc.mmdet's)."""
     if record.get("framework") == "mmdet":
-        from tasks.voc.mmdet.grid import grid_for_record as mmdet_grid_for_record
-
-        return mmdet_grid_for_record(record, profile, where)
+        return get_task("coco").grid_for_record(record, profile, where)
     image_size = record["ssd_config"]["image_size"]
     arch, reconstruction = record["model"].removesuffix(f"-{image_size}"), record.get("reconstruction", "mse-blocks")
     where = replace(where, seed=record["seed"], weights=record["weights"]["path"])

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,6 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 # CIFAR-100 fine labels used as backgrounds (official label order): cloud, forest, mountain, plain, sea, road.
 SCENE_LABELS = {"cloud": 23, "forest": 33, "mountain": 49, "plain": 60, "sea": 71, "road": 68}
 DEFAULT_OUT = REPO_ROOT / "data" / "voc-cifar"
-GENERATOR_VERSION = 1
 
 
 def _resize(img: torch.Tensor, h: int, w: int) -> torch.Tensor:
@@ -82,7 +82,7 @@ def make_image(rng: np.random.Generator, objects: np.ndarray, labels: np.ndarray
     return canvas.round().clamp(0, 255).to(torch.uint8), out
 
 
-def annotation_xml(image_id: str, width: int, height: int, objects, class_names) -> bytes:
+def annotation_xml(image_id: str, width: int, height: int, objects) -> bytes:
     """VOC2007 annotation; bndbox in 1-based inclusive pixels (xmin = x1 + 1, xmax = x2)."""
     root = ET.Element("annotation")
     ET.SubElement(root, "folder").text = "VOC2007"
@@ -95,7 +95,7 @@ def annotation_xml(image_id: str, width: int, height: int, objects, class_names)
     ET.SubElement(root, "segmented").text = "0"
     for label, x1, y1, x2, y2, difficult in objects:
         obj = ET.SubElement(root, "object")
-        ET.SubElement(obj, "name").text = class_names[label]
+        ET.SubElement(obj, "name").text = CIFAR10_CLASSES[label]
         ET.SubElement(obj, "pose").text = "Unspecified"
         ET.SubElement(obj, "truncated").text = "0"
         ET.SubElement(obj, "difficult").text = "1" if difficult else "0"
@@ -113,42 +113,30 @@ def _scenes(root: Path, split: str) -> np.ndarray:
     return x[np.isin(y, list(SCENE_LABELS.values()))]
 
 
-def write_split(
-    folder: Path,
-    split: str,
-    n: int,
-    objects: np.ndarray,
-    labels: np.ndarray,
-    scenes: np.ndarray,
-    seed: int,
-    tag: int,
-    first_id: int,
-    log=print,
-) -> dict:
-    """Images first_id .. first_id + n - 1 of one split (image k from the generator seeded (seed, tag, k))."""
-    from fcpts.core.io import write_text_atomic
-    from tasks.voc.data import write_jpeg
+def write_split(folder: Path, split: str, ids: range, sources: tuple, seed: int, tag: int, log=print) -> dict:
+    """Images `ids` of one split, the k-th made from the generator seeded (seed, tag, k) and `sources` (CIFAR-10
+    objects, their labels, scene images); the split's counts for the manifest."""
+    from PIL import Image
 
-    ids, n_obj, n_difficult = [], np.zeros(len(CIFAR10_CLASSES), dtype=int), 0
-    for k in range(n):
-        image, objs = make_image(np.random.default_rng([seed, tag, k]), objects, labels, scenes)
-        image_id = f"{first_id + k:06d}"
-        write_jpeg(image, folder / "JPEGImages" / f"{image_id}.jpg")
-        (folder / "Annotations" / f"{image_id}.xml").write_bytes(
-            annotation_xml(image_id, image.shape[2], image.shape[1], objs, CIFAR10_CLASSES)
-        )
-        ids.append(image_id)
-        for o in objs:
-            n_obj[o[0]] += 1
-            n_difficult += int(o[5])
+    from fcpts.core.io import write_text_atomic
+
+    placed = []
+    for k, i in enumerate(ids):
+        image, objs = make_image(np.random.default_rng([seed, tag, k]), *sources)
+        image_id = f"{i:06d}"
+        Image.fromarray(image.permute(1, 2, 0).numpy()).save(folder / "JPEGImages" / f"{image_id}.jpg", quality=90)
+        xml = annotation_xml(image_id, image.shape[2], image.shape[1], objs)
+        (folder / "Annotations" / f"{image_id}.xml").write_bytes(xml)
+        placed += objs
         if (k + 1) % 1000 == 0:
-            log(f"{split}: {k + 1}/{n}")
-    write_text_atomic(folder / "ImageSets" / "Main" / f"{split}.txt", "".join(f"{i}\n" for i in ids))
+            log(f"{split}: {k + 1}/{len(ids)}")
+    write_text_atomic(folder / "ImageSets" / "Main" / f"{split}.txt", "".join(f"{i:06d}\n" for i in ids))
+    per_class = Counter(CIFAR10_CLASSES[o[0]] for o in placed)
     return {
-        "images": n,
-        "objects": int(n_obj.sum()),
-        "difficult": n_difficult,
-        "objects_per_class": dict(zip(CIFAR10_CLASSES, n_obj.tolist())),
+        "images": len(ids),
+        "objects": len(placed),
+        "difficult": sum(o[5] for o in placed),
+        "objects_per_class": {c: per_class[c] for c in CIFAR10_CLASSES},
     }
 
 
@@ -182,10 +170,8 @@ def make_set(
     counts, first_id = {}, 1
     for split, n, cifar_split, tag in (("trainval", n_trainval, "train", 1), ("test", n_test, "test", 2)):
         written = n if split == "test" or trainval_prefix is None else min(trainval_prefix, n)
-        objects, labels = load_cifar(data_root, "cifar10", cifar_split)
-        counts[split] = write_split(
-            folder, split, written, objects, labels, _scenes(data_root, cifar_split), seed, tag, first_id, log
-        )
+        sources = (*load_cifar(data_root, "cifar10", cifar_split), _scenes(data_root, cifar_split))
+        counts[split] = write_split(folder, split, range(first_id, first_id + written), sources, seed, tag, log)
         counts[split].update(object_source=f"cifar10/{cifar_split}", background_source=f"cifar100/{cifar_split}")
         if written < n:
             counts[split]["prefix_of"] = n
@@ -193,7 +179,7 @@ def make_set(
     manifest = {
         "dataset": "voc-cifar10",
         "generator": "tasks.make_detection_set",  # the set's name as first published: part of its identity
-        "version": GENERATOR_VERSION,
+        "version": 1,
         "seed": seed,
         "jpeg_quality": 90,
         "classes": list(CIFAR10_CLASSES),

@@ -25,16 +25,18 @@ def voc07_ap(precision: np.ndarray, recall: np.ndarray) -> float:
 
 @dataclass
 class GroundTruth:
-    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) bool difficult flags."""
+    """Boxes of one image: (N, 4) xyxy float, (N,) labels, (N,) bool difficult flags; its size (0: not given)."""
 
     image_id: str
     boxes: torch.Tensor
     labels: torch.Tensor
     difficult: torch.Tensor
+    width: int = 0
+    height: int = 0
 
 
 def match_class(
-    detections: Mapping[str, Mapping[str, torch.Tensor]], truth: Mapping[str, GroundTruth], c: int, iou_threshold: float
+    detections: Mapping[str, Mapping[str, torch.Tensor]], truth: Mapping[str, GroundTruth], c: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """TP and FP flags along the score ranking of class `c`'s detections."""
     if not detections:
@@ -59,8 +61,8 @@ def match_class(
     tp, fp = np.zeros(len(order)), np.zeros(len(order))
     matched: set[tuple[str, int]] = set()
     for rank, i in enumerate(order.tolist()):
-        if not ious[i] > iou_threshold:
-            fp[rank] = 1  # no box of this class in the image, or IoU <= threshold
+        if not ious[i] > 0.5:
+            fp[rank] = 1  # no box of this class in the image, or IoU <= 0.5
         elif hard[i]:
             continue  # a difficult box: ignored
         elif (image_ids[i], int(gt_index[i])) in matched:
@@ -75,7 +77,6 @@ def voc07_map(
     detections: Mapping[str, Mapping[str, torch.Tensor]],
     ground_truth: Iterable[GroundTruth],
     class_names: Sequence[str],
-    iou_threshold: float = 0.5,
 ) -> dict:
     """{"map": mean AP in %, "ap": {class: AP in % or None}, "n_gt", "n_detections"} of detections per image id
     ({"boxes", "scores", "labels"}, as `tasks.voc.ssd.postprocess` gives them); labels index `class_names`
@@ -88,7 +89,7 @@ def voc07_map(
         if n_gt[name] == 0:
             ap[name] = None  # no non-difficult box: undefined, left out of the mean
             continue
-        tp, fp = match_class(detections, truth, c, iou_threshold)
+        tp, fp = match_class(detections, truth, c)
         tp, fp = np.cumsum(tp), np.cumsum(fp)
         precision = tp / np.maximum(tp + fp, np.finfo(float).eps)
         ap[name] = 100.0 * voc07_ap(precision, tp / n_gt[name])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -125,15 +125,6 @@ class SSD(nn.Module):
             confidences.append(cls_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, self.num_classes))
             locations.append(reg_head(feat).permute(0, 2, 3, 1).reshape(feat.shape[0], -1, 4))
         return torch.cat(confidences, 1), torch.cat(locations, 1)
-
-    @torch.no_grad()
-    def feature_map_sizes(self, image_size: int) -> list[int]:
-        was = self.training
-        self.eval()
-        p = next(self.parameters())
-        sizes = [f.shape[-1] for f in self.feature_maps(torch.zeros(1, 3, image_size, image_size, device=p.device))]
-        self.train(was)
-        return sizes
 
 
 def create_mb1_ssd(num_classes: int = 21) -> SSD:
@@ -266,8 +257,14 @@ class SSDConfig:
         return cls(image_size=image_size, specs=specs)
 
     @classmethod
+    @torch.no_grad()
     def for_model(cls, model: SSD, image_size: int) -> SSDConfig:
-        return cls.for_size(image_size, model.feature_map_sizes(image_size))
+        """`for_size` at the model's feature-map sizes, read off one eval-mode forward (train mode moves BN)."""
+        was = model.training
+        x = torch.zeros(1, 3, image_size, image_size, device=next(model.parameters()).device)
+        sizes = [f.shape[-1] for f in model.eval().feature_maps(x)]
+        model.train(was)
+        return cls.for_size(image_size, sizes)
 
     def priors(self) -> torch.Tensor:
         """(A, 4) priors (cx, cy, w, h) relative to the image, clamped to [0, 1], pytorch-ssd's order:
@@ -289,9 +286,6 @@ class SSDConfig:
         return BoxCoder(
             weights=(1 / self.center_variance, 1 / self.center_variance, 1 / self.size_variance, 1 / self.size_variance)
         )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def decode_boxes(regression: torch.Tensor, priors_cxcywh: torch.Tensor, config: SSDConfig) -> torch.Tensor:
@@ -389,18 +383,15 @@ RECONSTRUCTIONS = {
 }
 
 
-def check_reconstruction(kind: str) -> None:
+def reconstruction_names(kind: str, boxes: list[str], classes: list[str], blocks: list[str]) -> list[str]:
+    """FCPTS's block MSE modules (`block_names`) of a reconstruction kind, for either driver's detector."""
     if kind not in RECONSTRUCTIONS:
         raise ValueError(f"unknown detection reconstruction {kind!r}; choose from {', '.join(RECONSTRUCTIONS)}")
+    return boxes + (classes if kind != "kl-box" else []) + (blocks if kind == "mse-blocks" else [])
 
 
-def reconstruction_blocks(ssd: SSD, kind: str = "mse-blocks", prefix: str = "ssd.") -> list[str]:
-    """Module names for FCPTS's block MSE (`block_names`) on a DistillView-wrapped detector."""
-    check_reconstruction(kind)
-    names = [f"{prefix}regression_headers.{i}" for i in range(len(ssd.regression_headers))]
-    if kind in ("mse-heads", "mse-blocks"):
-        names += [f"{prefix}classification_headers.{i}" for i in range(len(ssd.classification_headers))]
-    if kind == "mse-blocks":
-        names += [f"{prefix}base_net.{i}" for i in range(len(ssd.base_net))]
-        names += [f"{prefix}extras.{i}" for i in range(len(ssd.extras))]
-    return names
+def reconstruction_blocks(ssd: SSD, kind: str = "mse-blocks") -> list[str]:
+    """Module names for FCPTS's block MSE on a DistillView-wrapped detector."""
+    parts = ("regression_headers", "classification_headers", "base_net", "extras")
+    boxes, classes, base, extras = ([f"ssd.{p}.{i}" for i in range(len(getattr(ssd, p)))] for p in parts)
+    return reconstruction_names(kind, boxes, classes, base + extras)

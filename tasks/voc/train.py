@@ -23,6 +23,7 @@ from tasks.voc import MODELS
 
 def train(args: argparse.Namespace) -> dict:
     from collections.abc import Iterable
+    from dataclasses import asdict
     from functools import partial
     from typing import Any
 
@@ -43,8 +44,7 @@ def train(args: argparse.Namespace) -> dict:
     folder = voc2007_dir(resolve_data_root(args.data_root))
     trainval = VOCDetection(folder, args.train_split, limit=args.train_limit)
     test = VOCDetection(folder, "test", limit=args.eval_limit)
-    manifest = trainval.manifest() or {}
-    dataset = manifest.get("dataset", "voc2007")
+    dataset = (trainval.manifest or {}).get("dataset", "voc2007")
     num_classes = len(trainval.class_names)
     torch.manual_seed(args.seed)
     model = create_ssd(args.model, num_classes)
@@ -77,7 +77,7 @@ def train(args: argparse.Namespace) -> dict:
         "train_split": args.train_split,
         "steps": total,
         "base_net": base_net,
-        "ssd_config": config.to_dict(),
+        "ssd_config": asdict(config),
     }
     fingerprint = training.recipe_fingerprint(recipe)
     opt, sched = training.sgd_warmup_cosine(model, lr, args.weight_decay, steps_per_epoch, total)

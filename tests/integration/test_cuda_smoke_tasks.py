@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
+import tasks.voc as voc_cli
 from tasks.cifar import train as cifar_train
 from tasks.deploy import checkpoints as deploy_checkpoints
 from tasks.deploy import driver as deploy
 from tasks.grid.cli import main as task_main
-from tasks.voc import command as voc_cli
 from tasks.voc import train as ssd_train
 from tasks.voc.ssd import create_ssd
 from tests.conftest import DEVICES, require_data, require_mmdet

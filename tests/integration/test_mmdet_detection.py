@@ -13,6 +13,7 @@ from tests.conftest import require_data, require_mmdet
 
 require_mmdet()
 
+import tasks.voc as voc_cli  # noqa: E402
 from fcpts.core.io import file_sha256  # noqa: E402
 from fcpts.core.masks import prunable_layers  # noqa: E402
 from tasks.grid.cifar_data import load_cifar  # noqa: E402
@@ -21,9 +22,9 @@ from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from tasks.grid.records import read_record  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402
-from tasks.voc import command as voc_cli  # noqa: E402
 from tasks.voc import make_set as mds  # noqa: E402
 from tasks.voc.data import DetectionImages, VOCDetection  # noqa: E402
+from tasks.voc.grid import PROFILES  # noqa: E402
 from tasks.voc.metrics import voc07_map  # noqa: E402
 from tasks.voc.mmdet import train as mmdet_train  # noqa: E402
 from tasks.voc.mmdet.data import (  # noqa: E402
@@ -32,7 +33,6 @@ from tasks.voc.mmdet.data import (  # noqa: E402
     config_test_pipeline,
     evaluate_detector,
     find_layout,
-    without_annotations,
 )
 from tasks.voc.mmdet.detector import (  # noqa: E402
     HeadOutputView,
@@ -43,7 +43,6 @@ from tasks.voc.mmdet.detector import (  # noqa: E402
     reconstruction_blocks,
 )
 from tasks.voc.mmdet.grid import build_grid  # noqa: E402
-from tasks.voc.profiles import PROFILES  # noqa: E402
 from tasks.voc.ssd import SSDConfig, create_ssd, load_ssd_weights, postprocess  # noqa: E402
 from tests.integration.tiny_voc import write_tiny_voc  # noqa: E402
 
@@ -181,7 +180,7 @@ def test_coco_layout_calibrates_and_scores_with_coco_metric(tiny_voc, checkpoint
     cfg = load_config(CONFIG)
     detector = build_detector(cfg)
     load_weights(detector, checkpoint)
-    calibration = build_dataset(layout, layout.calibration_split, without_annotations(config_test_pipeline(cfg)))
+    calibration = build_dataset(layout, layout.calibration_split, config_test_pipeline(cfg))
     images = PipelineImages(calibration, detector.data_preprocessor, [0, 5])
     assert len(calibration) == 6 and images[1][0].shape == (3, 160, 160)
     metrics = evaluate_detector(detector, layout, config_test_pipeline(cfg), limit=3)
@@ -245,18 +244,8 @@ def test_vocmetric_agrees_with_the_suite_on_the_substitute_set(tmp_path):
     root = resolve_data_root()
     objects, labels = load_cifar(root, "cifar10", "test")
     folder = mds.prepare_folder(tmp_path)
-    mds.write_split(
-        folder,
-        "test",
-        100,
-        objects,
-        labels,
-        mds._scenes(root, "test"),
-        seed=0,
-        tag=2,
-        first_id=4001,
-        log=lambda s: None,
-    )
+    sources = (objects, labels, mds._scenes(root, "test"))
+    mds.write_split(folder, "test", range(4001, 4101), sources, seed=0, tag=2, log=lambda s: None)
     test = VOCDetection(folder, "test")
     ssd = create_ssd("mb2-ssd-lite", len(test.class_names)).eval()
     load_ssd_weights(ssd, RESULTS_DIR / "weights" / "voc-cifar10" / "mb2-ssd-lite-160.pth")

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from tasks.grid.cifar_data import load_cifar
 from tasks.grid.data import DataNotFoundError, resolve_data_root
@@ -11,9 +12,7 @@ from tasks.voc.data import (
     VOCDetection,
     preprocess,
     read_image_ids,
-    read_rgb,
     voc2007_dir,
-    write_jpeg,
 )
 
 # VOC2007 test image 000001's annotation, verbatim (Annotations/000001.xml of VOCtest_06-Nov-2007).
@@ -76,10 +75,8 @@ def make_voc(root, xmls: dict[str, str], split="test"):
     gen = torch.Generator().manual_seed(0)
     for image_id, xml in xmls.items():
         (folder / "Annotations" / f"{image_id}.xml").write_text(xml)
-        write_jpeg(
-            torch.randint(0, 256, (3, 500, 353), dtype=torch.uint8, generator=gen),
-            folder / "JPEGImages" / f"{image_id}.jpg",
-        )
+        pixels = torch.randint(0, 256, (500, 353, 3), dtype=torch.uint8, generator=gen)
+        Image.fromarray(pixels.numpy()).save(folder / "JPEGImages" / f"{image_id}.jpg")
     (folder / "ImageSets" / "Main" / f"{split}.txt").write_text("".join(f"{i}\n" for i in xmls))
     return folder
 
@@ -145,7 +142,7 @@ def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
     for run in ("a", "b"):
         folder = mds.prepare_folder(tmp_path / run)
         counts = mds.write_split(
-            folder, "test", 4, objects, labels, scenes, seed=3, tag=2, first_id=1, log=lambda s: None
+            folder, "test", range(1, 5), (objects, labels, scenes), seed=3, tag=2, log=lambda s: None
         )
         folders.append(folder)
     assert counts["images"] == 4 and 4 <= counts["objects"] <= 12
@@ -164,7 +161,7 @@ def test_generated_set_is_valid_voc_and_deterministic(tmp_path):
         assert ann.labels.tolist() == [lab + 1 for lab, *_ in objs]
         assert ann.difficult.tolist() == [d for *_, d in objs]
         assert (ann.width, ann.height) == (image.shape[2], image.shape[1])
-        jpeg = read_rgb(folders[0] / "JPEGImages" / f"{k + 1:06d}.jpg")
+        jpeg = a.image(k)
         assert (jpeg.float() - image.float()).abs().mean() < 6
 
 

@@ -16,7 +16,7 @@ def write_tiny_voc(root: Path) -> Path:
     labels = np.arange(20) % 10
     scenes = rng.integers(0, 256, (5, 32, 32, 3), dtype=np.uint8)
     folder = mds.prepare_folder(root)
-    mds.write_split(folder, "trainval", 6, objects, labels, scenes, seed=0, tag=1, first_id=1, log=lambda s: None)
-    mds.write_split(folder, "test", 4, objects, labels, scenes, seed=0, tag=2, first_id=7, log=lambda s: None)
+    mds.write_split(folder, "trainval", range(1, 7), (objects, labels, scenes), seed=0, tag=1, log=lambda s: None)
+    mds.write_split(folder, "test", range(7, 11), (objects, labels, scenes), seed=0, tag=2, log=lambda s: None)
     (folder / SUBSTITUTE_MANIFEST).write_text(json.dumps({"dataset": "voc-tiny"}))
     return root

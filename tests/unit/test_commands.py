@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import tasks.voc as voc
 from tasks.grid import estimate
 from tasks.grid.cli import EXIT_BUSY, parse_args
 from tasks.grid.cli import main as task_main
-from tasks.voc import command as voc
 from tests.conftest import require_data
 
 ROOT = Path(__file__).resolve().parents[2]

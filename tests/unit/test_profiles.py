@@ -70,7 +70,7 @@ def test_a_rerun_pins_the_options_its_record_ran_with_not_todays_defaults():
 
 def test_detection_gives_its_blocks_to_every_method_that_distills_blocks():
     """Read from the registry (options taking `block_names`), so FCPTS+ gets them as FCPTS does."""
-    from tasks.voc.profiles import PROFILES, distill_profile
+    from tasks.voc.grid import PROFILES, distill_profile
 
     p = distill_profile(PROFILES["cpu"], ["head.0", "head.1"], "mse-blocks")
     blocks = {"reconstruction": "mse-blocks", "block_names": ["head.0", "head.1"]}
@@ -107,7 +107,7 @@ def test_every_profile_gives_each_method_its_iterations_not_the_librarys_default
     from tasks.grid.runner import cell_options
     from tasks.imagenet.grid import PROFILES as IMAGENET
     from tasks.regression import all_subsets
-    from tasks.voc.profiles import PROFILES as VOC
+    from tasks.voc.grid import PROFILES as VOC
 
     profiles = [*CIFAR.values(), *IMAGENET.values(), *VOC.values(), *(s.profile for s in all_subsets())]
     for profile in profiles:

@@ -28,8 +28,6 @@ from tasks.grid.data import DataNotFoundError
 from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
 from tasks.voc.mmdet.detector import quiet_mmengine
 
-ANNOTATION_LOADERS = ("LoadAnnotations", "LoadPanopticAnnotations")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -122,16 +120,13 @@ def config_test_pipeline(cfg: Config) -> list:
     return [dict(t) for t in pipeline]
 
 
-def without_annotations(pipeline: list) -> list:
-    """The pipeline minus its annotation loaders: calibration never reads a label."""
-    return [t for t in pipeline if t.get("type") not in ANNOTATION_LOADERS]
-
-
-def build_dataset(layout: Layout, split: str, pipeline: list, limit: int | None = None):
-    """One split as an mmdet dataset in test mode: every image, in the split's order."""
+def build_dataset(layout: Layout, split: str, pipeline: list):
+    """One split as an mmdet dataset in test mode, every image in the split's order; the pipeline's annotation
+    loaders left out, so calibration never reads a label."""
     from mmdet.registry import DATASETS
 
-    return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split, limit))
+    pipeline = [t for t in pipeline if t.get("type") not in ("LoadAnnotations", "LoadPanopticAnnotations")]
+    return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split))
 
 
 class PipelineImages(Dataset):
@@ -173,18 +168,6 @@ class PipelineImages(Dataset):
         return x, self.indices[k]
 
 
-def coco_subset(layout: Layout, limit: int, folder: Path) -> str:
-    """The evaluation split's annotation file cut to its first `limit` images (CocoMetric scores every
-    image of its file, so a partial evaluation needs a partial file)."""
-    source = json.loads((layout.root / "annotations" / f"instances_{layout.eval_split}.json").read_text())
-    keep = {im["id"] for im in source["images"][:limit]}
-    source["images"] = source["images"][:limit]
-    source["annotations"] = [a for a in source["annotations"] if a["image_id"] in keep]
-    path = folder / "instances_subset.json"
-    path.write_text(json.dumps(source))
-    return str(path)
-
-
 def evaluate_detector(
     detector: nn.Module,
     layout: Layout,
@@ -197,7 +180,14 @@ def evaluate_detector(
     was_training = detector.training
     device = next(detector.parameters()).device  # mmengine's Runner moves the model to its own choice of device
     with tempfile.TemporaryDirectory(prefix="fcpts-mmdet-eval-") as work_dir:
-        ann_file = coco_subset(layout, limit, Path(work_dir)) if layout.kind == "coco" and limit else None
+        ann_file = None
+        if layout.kind == "coco" and limit:  # CocoMetric scores every image of its file: a partial file then
+            source = json.loads((layout.root / "annotations" / f"instances_{layout.eval_split}.json").read_text())
+            source["images"] = source["images"][:limit]
+            keep = {im["id"] for im in source["images"]}
+            source["annotations"] = [a for a in source["annotations"] if a["image_id"] in keep]
+            ann_file = str(Path(work_dir) / "instances_subset.json")
+            Path(ann_file).write_text(json.dumps(source))
         loader = {
             "batch_size": batch_size,
             "num_workers": default_workers() if workers is None else workers,  # as the other tasks' loaders

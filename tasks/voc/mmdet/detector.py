@@ -35,7 +35,7 @@ from fcpts.methods.fcpts import default_blocks
 from tasks.grid.data import DataNotFoundError
 from tasks.grid.paths import repo_relative
 from tasks.grid.weights import read_state_dict, state_dict_misfit
-from tasks.voc.ssd import check_reconstruction
+from tasks.voc.ssd import reconstruction_names
 
 
 def load_config(path: str | Path) -> Config:
@@ -101,7 +101,9 @@ def load_weights(detector: nn.Module, path: str | Path, model: str | None = None
     """Load a checkpoint strictly and weights-only; returns what a record keeps about it."""
     path = Path(path)
     if not path.is_file():
-        raise DataNotFoundError(f"checkpoint {path} does not exist")
+        raise DataNotFoundError(
+            f"checkpoint {path} does not exist: pass --weights FILE (an mmdet checkpoint for this config)"
+        )
     try:
         with quiet_mmengine(logging.ERROR):
             checkpoint = load_checkpoint(detector, str(path), map_location="cpu", strict=True, logger="silent")
@@ -170,20 +172,13 @@ def _per_anchor(x: torch.Tensor, channels: int) -> torch.Tensor:
 
 def reconstruction_blocks(view: HeadOutputView, kind: str = "mse-blocks") -> list[str]:
     """Module names for FCPTS's block MSE (`block_names`): the suite's SSD choices on an mmdet detector."""
-    check_reconstruction(kind)
-    names = ["box_regression"]
-    if kind in ("mse-heads", "mse-blocks"):
-        names.append("class_logits")
-    if kind == "mse-blocks":
-        backbone = view.detector.backbone
-        stems = [  # stages outside the backbone's Sequentials (MobileNetV2's conv1, conv2)
-            f"detector.backbone.{n}"
-            for n, m in backbone.named_children()
-            if not isinstance(m, (nn.Sequential, nn.ModuleList))
-            and any(isinstance(c, PRUNABLE_TYPES) for c in m.modules())
-        ]
-        names += stems + [n for n in default_blocks(view) if n.startswith(("detector.backbone.", "detector.neck."))]
-    return names
+    stems = [  # stages outside the backbone's Sequentials (MobileNetV2's conv1, conv2)
+        f"detector.backbone.{n}"
+        for n, m in view.detector.backbone.named_children()
+        if not isinstance(m, (nn.Sequential, nn.ModuleList)) and any(isinstance(c, PRUNABLE_TYPES) for c in m.modules())
+    ]
+    blocks = [n for n in default_blocks(view) if n.startswith(("detector.backbone.", "detector.neck."))]
+    return reconstruction_names(kind, ["box_regression"], ["class_logits"], stems + blocks)
 
 
 def check_layers_reach_outputs(view: HeadOutputView, size: int = 64) -> None:

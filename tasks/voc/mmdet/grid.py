@@ -28,6 +28,7 @@ from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, result_columns
 from tasks.grid.runner import format_table as grid_table
+from tasks.voc.grid import PROFILES, distill_profile
 from tasks.voc.mmdet import COMMAND
 from tasks.voc.mmdet.data import (
     Layout,
@@ -36,7 +37,6 @@ from tasks.voc.mmdet.data import (
     config_test_pipeline,
     evaluate_detector,
     find_layout,
-    without_annotations,
 )
 from tasks.voc.mmdet.detector import (
     HeadOutputView,
@@ -48,7 +48,6 @@ from tasks.voc.mmdet.detector import (
     pruned_layers,
     reconstruction_blocks,
 )
-from tasks.voc.profiles import PROFILES, distill_profile
 
 LAYOUTS = "a VOC- or COCO-layout dataset"
 
@@ -74,13 +73,9 @@ def build_grid(
     cfg = load_config(config)
     layout = find_layout(resolve_data_root(where.data_root, holding=LAYOUTS))
     pipeline = config_test_pipeline(cfg)
-    eval_set = build_dataset(layout, layout.eval_split, pipeline, profile.eval_limit)
-    n_eval_all = (
-        len(eval_set)
-        if profile.eval_limit is None
-        else len(build_dataset(layout, layout.eval_split, without_annotations(pipeline)))
-    )
-    calibration_set = build_dataset(layout, layout.calibration_split, without_annotations(pipeline))
+    n_eval_all = len(build_dataset(layout, layout.eval_split, pipeline))
+    n_eval = n_eval_all if profile.eval_limit is None else min(profile.eval_limit, n_eval_all)  # mmengine's first N
+    calibration_set = build_dataset(layout, layout.calibration_split, pipeline)
     dataset = dataset_name(layout, n_eval_all, profile.eval_limit)
     model = model_name(config)
 
@@ -93,10 +88,6 @@ def build_grid(
         )
     check_layers_reach_outputs(probe_view)  # FCOS's centerness: refused before any work
     checkpoint = Path(where.weights or RESULTS_DIR / "weights" / dataset_name(layout, 0, None) / f"{model}.pth")
-    if not where.weights and not checkpoint.is_file():
-        raise DataNotFoundError(
-            f"no checkpoint given and none at {checkpoint}: pass --weights FILE (an mmdet checkpoint for this config)"
-        )
     weights_info = load_weights(probe, checkpoint, model)
 
     profile = distill_profile(profile, reconstruction_blocks(probe_view, reconstruction), reconstruction)
@@ -135,7 +126,7 @@ def build_grid(
             "substitute": layout.manifest is not None,
             "substitute_manifest": layout.manifest,
             "reconstruction": reconstruction,
-            "data": {**layout.describe(), "n_eval": len(eval_set), "n_calibration_split": len(calibration_set)},
+            "data": {**layout.describe(), "n_eval": n_eval, "n_calibration_split": len(calibration_set)},
         },
         metric_names=("map50",) if layout.kind == "voc" else ("map", "map50"),
         **where.grid_fields(),

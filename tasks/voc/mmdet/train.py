@@ -73,11 +73,8 @@ def session_timer(path: Path):
     from tasks.grid.records import device_description
 
     class SessionTimer(Hook):
-        def __init__(self, path: Path):
-            self.path = path
-
         def sessions(self) -> list[dict]:
-            return json.loads(self.path.read_text()) if self.path.is_file() else []
+            return json.loads(path.read_text()) if path.is_file() else []
 
         def before_train(self, runner) -> None:
             self.start_iter, self.start, self.start_cpu = runner.iter, time.perf_counter(), time.process_time()
@@ -96,9 +93,9 @@ def session_timer(path: Path):
                     "load_average_1min_at_end": round(os.getloadavg()[0], 2),
                     "device": device_description(next(runner.model.parameters()).device),
                 }
-                write_json_atomic(self.path, [*self.sessions(), session])
+                write_json_atomic(path, [*self.sessions(), session])
 
-    return SessionTimer(path)
+    return SessionTimer()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
