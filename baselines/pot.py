@@ -84,18 +84,13 @@ class POTOptions(MethodOptions):
     PAPER_ITERATIONS: ClassVar[int] = 20_000
 
     def fit_budget(self, n_images: int) -> None:
-        self.iterations = self.iterations_for(n_images)
-
-    def iterations_for(self, n_images: int) -> int:
-        """The iterations per layer a run on `n_images` takes: the option, else the budget fitted to them."""
-        if self.iterations is not None:
-            return self.iterations
-        return epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
+        if self.iterations is None:
+            self.iterations = epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
 
     def sizes_for_choices(self, n_images: int) -> tuple[int, int]:
         """(images, iterations) the size choices are made for: `choose_for`'s, else the run's own."""
         if self.choose_for is None:
-            return n_images, self.iterations_for(n_images)
+            return n_images, fitted_iterations(self.iterations)
         return self.choose_for["images"], self.choose_for["iterations"]
 
 
@@ -262,6 +257,7 @@ class LayerProblem:
 
     name: str
     layer: nn.Module
+    bias: torch.Tensor  # the layer's: `prepare_layer` gives one to every layer that had none
     keep: torch.Tensor
     w_dense: torch.Tensor
     b_dense: torch.Tensor
@@ -286,8 +282,8 @@ def prepare_layer(
     if layer.bias is None:
         weight = layer_weight(layer)
         layer.bias = nn.Parameter(torch.zeros(weight.shape[0], device=weight.device))
-    dense_bias = layer_bias(dense_layer)
-    b_dense = torch.zeros_like(_bias(layer)) if dense_bias is None else dense_bias.detach()
+    bias, dense_bias = cast(torch.Tensor, layer.bias), layer_bias(dense_layer)
+    b_dense = torch.zeros_like(bias) if dense_bias is None else dense_bias.detach()
     objective = layer_objective(layer, inputs, options, units)
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
@@ -297,7 +293,6 @@ def prepare_layer(
     }
     if options.bias_correction:
         with torch.no_grad():
-            bias = _bias(layer)
             bias.add_(objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
     log["error_bias_corrected"] = relative_error(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
@@ -309,14 +304,7 @@ def prepare_layer(
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
     keep_f = keep.to(layer_weight(layer).dtype)
-    return LayerProblem(name, layer, keep_f, w_dense, b_dense, objective, draws, energy, log)
-
-
-def _bias(layer: nn.Module) -> torch.Tensor:
-    """The bias of a layer POT reconstructs: `prepare_layer` gives one to every layer that had none."""
-    bias = layer_bias(layer)
-    assert bias is not None, "prepare_layer gives every layer a bias"
-    return bias
+    return LayerProblem(name, layer, bias, keep_f, w_dense, b_dense, objective, draws, energy, log)
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
@@ -353,24 +341,13 @@ def _by_autograd(losses_of):
     return losses_and_gradients
 
 
-def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
-    """`len(draws)` steps, eager or (`graphs`) replayed from a CUDA graph, stopping once no layer is active (read
-    every `check_every` steps); returns how the steps ran."""
-    runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
-    for it in range(len(draws)):
-        runner.run(it, draws[it], then=lambda: None)
-        if (it + 1) % check_every == 0 and not bool(active.any()):
-            break
-    return runner.how
-
-
 def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 50) -> None:
     """Adam on each layer's own loss with its mask fixed, the group's layers stacked; a layer's weights are held
     after the step whose loss is below early_stop_loss (msbench)."""
     tic = time.perf_counter()
     losses_and_gradients = group_gradients(group, options.gram_gradient)
     weight = torch.stack([layer_weight(p.layer).detach() for p in group]).requires_grad_(True)
-    bias = torch.stack([_bias(p.layer).detach() for p in group]).requires_grad_(True)
+    bias = torch.stack([p.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
     held = [getattr(p.objective, "inputs", None) for p in group]  # a graph reads device tensors: none recomputed
@@ -398,13 +375,17 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
             active.logical_and_(losses >= options.early_stop_loss)
 
     # A graph is captured on the current device: the weights' device, for the time of the steps.
+    runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
     with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():
-        how = run_steps(step, draws, opt, active, check_every, graphs)
+        for it in range(len(draws)):  # until no layer is active (read every `check_every` steps)
+            runner.run(it, draws[it], then=lambda: None)
+            if (it + 1) % check_every == 0 and not bool(active.any()):
+                break
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):
             layer_weight(p.layer).copy_(weight[i])
-            _bias(p.layer).copy_(bias[i])
+            p.bias.copy_(bias[i])
             final = float(last[i])
             p.log.update(
                 iterations=int(steps[i]),
@@ -414,7 +395,7 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
                     p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
                 ),
                 stacked_layers=len(group),
-                steps_on=how,
+                steps_on=runner.how,
                 wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
             )
             for k in ("error_masked", "error_bias_corrected", "error_reconstructed"):

@@ -205,18 +205,16 @@ class Registry(Mapping[str, Method]):
 
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
-        self._order: dict[str, int] = {}  # registration order, the last key of the registry order
         self._loaded = False
 
-    def add(self, method: Method) -> None:
+    def add(self, method: Method) -> Method:
         if method.name in self._methods:
             raise ValueError(f"method {method.name!r} is registered twice")
         self._methods[method.name] = method
-        self._order[method.name] = len(self._order)
+        return method
 
     def remove(self, name: str) -> Method:
         """Unregister (tests that register a toy method take it out again)."""
-        self._order.pop(name)
         return self._methods.pop(name)
 
     def load(self) -> None:
@@ -230,17 +228,16 @@ class Registry(Mapping[str, Method]):
             self._loaded = False  # a package that fails to import fails every read, never leaves a silent gap
             raise
 
-    def sort_key(self, name: str) -> tuple:
-        m = self._methods[name]
-        return (ROLES.index(m.role), m.family == STUDIED_FAMILY, m.family, self._order[name])
-
     def __getitem__(self, name: str) -> Method:
         self.load()
         return self._methods[name]
 
     def __iter__(self) -> Iterator[str]:
         self.load()
-        return iter(sorted(self._methods, key=self.sort_key))
+        ordered = sorted(  # a stable sort: registration order is the last key
+            self._methods.values(), key=lambda m: (ROLES.index(m.role), m.family == STUDIED_FAMILY, m.family)
+        )
+        return iter([m.name for m in ordered])
 
     def __len__(self) -> int:
         self.load()
@@ -262,13 +259,8 @@ def method_packages() -> list[str]:
 METHODS = Registry()
 
 
-def register(method: Method) -> Method:
-    METHODS.add(method)
-    return method
-
-
-def unregister(name: str) -> Method:
-    return METHODS.remove(name)
+register = METHODS.add
+unregister = METHODS.remove
 
 
 def get_method(name: str) -> Method:
