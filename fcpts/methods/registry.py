@@ -13,6 +13,7 @@ never imports them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -22,23 +23,24 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
+import torch
 from torch import nn
 
 from fcpts.core.calibration import calibration_data, check_input_dtype, check_inputs_fit
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
+    check_stored_weights,
     check_target,
     check_weight_dtype,
+    check_weight_used_as_stored,
     check_zeros_within_target,
     describe_unprunable,
     layer_weight,
     unprunable_weights,
 )
 from fcpts.core.options import MethodOptions
-from fcpts.core.outputs import OutputFn, tensor_outputs
 from fcpts.core.report import SparsityReport
-from fcpts.core.weight_use import check_stored_weights, check_weight_used_as_stored
 
 log = logging.getLogger("fcpts")
 
@@ -47,6 +49,9 @@ class UnknownOptionError(TypeError, ValueError):
     """An option the method does not have: a TypeError to a library caller, a ValueError to a grid."""
 
 
+# picks the tensor of logits the methods distil from a model's output
+OutputFn = Callable[[Any], torch.Tensor]
+LOGIT_KEYS = ("logits", "out")
 RunFn = Callable[[nn.Module, Any, float, Any], "tuple[nn.Module, SparsityReport]"]
 # What a grid grants every method alike; training-loop methods also take the iteration budget.
 SHARED_BUDGET = ("seed", "progress", "checkpoint")
@@ -160,7 +165,7 @@ class Method:
         **overrides: Any,
     ) -> tuple[nn.Module, SparsityReport]:
         """Sparsify `model` in place; every input is checked before any work. `output_fn(output)` picks the
-        tensor to distil from a model that returns more than one (default: fcpts.core.outputs.default_output)."""
+        tensor to distil from a model that returns more than one (default: `default_output`)."""
         target = check_target(target)
         options = self.resolve_options(options, overrides)
         check_finite_weights(model)
@@ -197,6 +202,52 @@ class Method:
         if missed:
             log.warning("%s: a larger budget (e.g. iterations=) brings it closer", missed)
         return sparse, report
+
+
+def default_output(output: Any) -> torch.Tensor:
+    """The logits in a model's output: a tensor, the 'logits'/'out' entry of a dict, a `.logits` field (named
+    tuples with auxiliary heads, Hugging Face outputs), or the first element of a tuple or list."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping):
+        for key in LOGIT_KEYS:
+            if isinstance(output.get(key), torch.Tensor):
+                return output[key]
+    elif isinstance(getattr(output, "logits", None), torch.Tensor):
+        return output.logits
+    elif isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(
+        f"the model returns {_describe(output)}, and the methods distil one tensor of logits: pass "
+        "output_fn=lambda out: ... returning that tensor (e.g. output_fn=lambda out: out['my_head'])"
+    )
+
+
+def _describe(output: Any) -> str:
+    if isinstance(output, Mapping):
+        return f"a {type(output).__name__} with keys {list(output)}"
+    if isinstance(output, (tuple, list)):
+        return f"a {type(output).__name__} of {[type(o).__name__ for o in output]}"
+    return f"a {type(output).__name__}"
+
+
+@contextlib.contextmanager
+def tensor_outputs(model: nn.Module, output_fn: OutputFn | None = None) -> Iterator[None]:
+    """While inside, `model(x)` (and every copy made of it, such as the frozen teacher) returns
+    `output_fn(output)` (default: `default_output`)."""
+    adapt = output_fn or default_output
+
+    def hook(_module: nn.Module, _args: Any, output: Any) -> torch.Tensor:
+        out = output if output_fn is None and isinstance(output, torch.Tensor) else adapt(output)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"output_fn must return the tensor of logits to distil, got {_describe(out)}")
+        return out
+
+    handle = model.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 class Registry(Mapping[str, Method]):
