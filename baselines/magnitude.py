@@ -12,9 +12,8 @@ from fcpts.core import allocation
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.masks import apply_keep_masks, layer_weight, sparsity_summary
-from fcpts.core.options import MethodOptions, check_choice
+from fcpts.core.options import MethodOptions, check_choice, open_run
 from fcpts.core.report import SparsityReport
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")

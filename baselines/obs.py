@@ -23,9 +23,8 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs, forward_order
 from fcpts.core.loop import LoopResult
 from fcpts.core.masks import layer_weight
-from fcpts.core.options import MethodOptions, check_choice, check_choose_for
+from fcpts.core.options import MethodOptions, check_choice, check_choose_for, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("error", "erk", "uniform", "l2norm", "global-magnitude")

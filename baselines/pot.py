@@ -29,9 +29,9 @@ from fcpts.core.options import (
     check_choose_for,
     epochs_budget,
     fitted_iterations,
+    open_run,
 )
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .pot_objective import (
@@ -84,13 +84,18 @@ class POTOptions(MethodOptions):
     PAPER_ITERATIONS: ClassVar[int] = 20_000
 
     def fit_budget(self, n_images: int) -> None:
-        if self.iterations is None:
-            self.iterations = epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
+        self.iterations = self.iterations_for(n_images)
+
+    def iterations_for(self, n_images: int) -> int:
+        """The iterations per layer a run on `n_images` takes: the option, else the budget fitted to them."""
+        if self.iterations is not None:
+            return self.iterations
+        return epochs_budget(n_images, self.batch_size, self.EPOCHS, self.PAPER_ITERATIONS)
 
     def sizes_for_choices(self, n_images: int) -> tuple[int, int]:
         """(images, iterations) the size choices are made for: `choose_for`'s, else the run's own."""
         if self.choose_for is None:
-            return n_images, fitted_iterations(self.iterations)
+            return n_images, self.iterations_for(n_images)
         return self.choose_for["images"], self.choose_for["iterations"]
 
 

@@ -23,9 +23,8 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, layer_weight, sharing_modules
-from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations
+from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .score_projection import PROJECTIONS

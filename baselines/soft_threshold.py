@@ -30,9 +30,8 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import sharing_modules, sparsity_summary
-from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations
+from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 log = logging.getLogger("fcpts")

@@ -28,9 +28,8 @@ from fcpts.core.loop import (
     warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
-from fcpts.core.options import TrainingOptions, fitted_iterations
+from fcpts.core.options import RunSetup, TrainingOptions, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import RunSetup, open_run
 
 from . import thresholds
 from .registry import PAPER_METHOD, Method, register
@@ -231,9 +230,6 @@ class _Thresholds:
         """Every layer's threshold, in layer order, as one tensor."""
         return torch.sigmoid(torch.stack(self.scores))
 
-    def global_sparsity(self) -> torch.Tensor:
-        return self.bridges(self.values(), [thresholds.original_weight(self.layers[n]) for n in self.names])
-
 
 def _grads(loss: torch.Tensor, params: list[torch.Tensor], retain: bool = False) -> list[torch.Tensor]:
     grads = torch.autograd.grad(loss, params, retain_graph=retain, allow_unused=True)
@@ -410,7 +406,7 @@ def distill(
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = reconstruction(y_s, y_t)
-        global_r = thr.global_sparsity()
+        global_r = thr.bridges(thr.values(), [thresholds.original_weight(layers[n]) for n in thr.names])
         gap = global_r - target
         control = gap.abs() if options.control_loss == "abs" else gap.pow(2)
         loss = rec + options.control_weight * control if learn_t else rec

@@ -20,9 +20,8 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.loop import kl_distill
 from fcpts.core.masks import apply_keep_masks
-from fcpts.core.options import fitted_iterations
+from fcpts.core.options import RunSetup, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport
-from fcpts.core.run_setup import RunSetup, open_run
 
 from .fcpts import FCPTSOptions, Variant, distill
 from .registry import NOT_IN_PAPER, Method, register

@@ -45,7 +45,7 @@ def test_parametrized_weight_gradient_is_masked():
 
 def test_initial_threshold_prunes_exactly_k():
     w = torch.tensor([0.3, 0.1, 0.2, 0.4, 0.5])
-    t = torch.sigmoid(torch.tensor(thresholds.initial_score(w, 0.4)))
+    t = torch.sigmoid(thresholds.initial_score(w, 0.4).float())
     assert int((w.abs() < t).sum()) == 2
 
 
