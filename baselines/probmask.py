@@ -190,7 +190,6 @@ register(
         "ProbMask",
         probmask_sparsify,
         ProbMaskOptions,
-        trains=True,
         role=PAPER_BASELINE,
         style=("tab:purple", "v"),
         summary="ProbMask with global projection and a deterministic exact export",

@@ -191,7 +191,6 @@ register(
         "STR",
         str_sparsify,
         STROptions,
-        trains=True,
         role=PAPER_BASELINE,  # Table 1 only, at its own targets: no grid's paper table has it
         style=("tab:brown", "D"),
         summary="STR with a bisection search of its threshold decay; records the sparsity it reached",

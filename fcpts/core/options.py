@@ -11,7 +11,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NamedTuple, TypeVar, Union
+from typing import Any, ClassVar, Literal, NamedTuple, Union
 
 import torch
 from torch import nn
@@ -19,7 +19,6 @@ from torch import nn
 from .calibration import Calibration
 from .masks import Sparsity, check_target, prunable_layers
 
-T = TypeVar("T", bound="MethodOptions")
 AMP_CHOICES = (None, "bf16")  # training precision of the forwards: float32, or bfloat16 under torch.autocast
 FilterFn = Callable[[nn.Module, str], bool]
 
@@ -89,15 +88,6 @@ class MethodOptions:
         return {f.name for f in dataclasses.fields(cls)}
 
     @classmethod
-    def from_kwargs(cls: type[T], **kwargs: Any) -> T:
-        unknown = sorted(set(kwargs) - cls.field_names())
-        if unknown:
-            raise TypeError(f"unknown {cls.__name__} options {unknown}; known options: {sorted(cls.field_names())}")
-        options = cls(**kwargs)
-        options.validate()
-        return options
-
-    @classmethod
     def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
         """`values` (a `to_dict`) with any target-dependent default resolved for `target` (here none)."""
         return values
@@ -109,9 +99,7 @@ class MethodOptions:
             value = getattr(self, f.name)
             if callable(value):
                 value = getattr(value, "__qualname__", repr(value))
-            out[f.name] = (
-                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-            )
+            out[f.name] = value
         return out
 
 

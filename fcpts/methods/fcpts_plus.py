@@ -97,7 +97,7 @@ def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float
 # erk_power="auto", before any training: the exponent whose one-shot magnitude pruning loses the least output KL
 def probe_calibration(calib: Calibration, n_images: int) -> Calibration:
     """The first `n_images` of the calibration set's first shuffle, as a calibration set of their own."""
-    idx = calib.order(0)[: min(n_images, len(calib))]
+    idx = calib.order(0)[: min(n_images, len(calib))].tolist()
     data = calib.data[idx] if isinstance(calib.data, torch.Tensor) else Subset(calib.data, idx)
     return Calibration(data, calib.batch_size, calib.seed)
 
@@ -213,7 +213,6 @@ register(
         "FCPTS+ (this suite's)",
         run,
         FCPTSPlusOptions,
-        trains=True,
         role=NOT_IN_PAPER,
         family="fcpts",
         style=("tab:pink", "D"),

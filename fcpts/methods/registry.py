@@ -39,7 +39,7 @@ from fcpts.core.masks import (
     layer_weight,
     unprunable_weights,
 )
-from fcpts.core.options import MethodOptions
+from fcpts.core.options import MethodOptions, TrainingOptions
 from fcpts.core.report import SparsityReport
 
 log = logging.getLogger("fcpts")
@@ -79,7 +79,6 @@ class Method:
     label: str  # how tables, figures and logs name it
     run: RunFn
     options: type[MethodOptions]
-    trains: bool = False  # runs the distillation loop (tasks give it augmented calibration data)
     fixed: Mapping[str, Any] = field(default_factory=dict)  # options this entry pins (e.g. allocation="erk")
     role: str = NOT_IN_PAPER  # one of ROLES
     requires: tuple[str, ...] = ()  # FEATURES the model must have (e.g. "batchnorm": it re-estimates BN statistics)
@@ -116,6 +115,11 @@ class Method:
             )
 
     @property
+    def trains(self) -> bool:
+        """Runs the distillation loop (its options are TrainingOptions): tasks give it augmented calibration data."""
+        return issubclass(self.options, TrainingOptions)
+
+    @property
     def granted(self) -> tuple[str, ...]:
         """The options this method takes from a grid's budget."""
         return SHARED_BUDGET + (TRAINING_BUDGET if self.trains else ())
@@ -126,7 +130,9 @@ class Method:
         """Options from a grid's budget (only what this method takes), overrides, then the pinned values."""
         self.check_overrides(overrides)
         values = {k: v for k, v in (budget or {}).items() if k in self.granted}
-        return self.options.from_kwargs(**{**values, **(overrides or {}), **self.fixed})
+        options = self.options(**{**values, **(overrides or {}), **self.fixed})
+        options.validate()
+        return options
 
     def resolve_options(self, options: MethodOptions | None, overrides: Mapping[str, Any]) -> MethodOptions:
         """The options a call runs with: keyword options alone, or an options object with keyword options merged

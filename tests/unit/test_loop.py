@@ -84,7 +84,7 @@ def test_log_every_and_unset_amp_leave_the_identity_of_a_run_alone():
 @pytest.mark.parametrize("bad", [{"amp": "fp16"}, {"amp": True}, {"log_every": 0}])
 def test_bad_training_options_fail_before_any_work(bad):
     with pytest.raises(ValueError, match="amp|log_every"):
-        FCPTSOptions.from_kwargs(**bad)
+        FCPTSOptions(**bad).validate()
 
 
 def test_unknown_device_is_a_clear_error():
