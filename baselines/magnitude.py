@@ -11,9 +11,10 @@ from torch import nn
 from fcpts.core import allocation
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
-from fcpts.core.masks import apply_keep_masks, layer_weight, sparsity_summary
+from fcpts.core.loop import LoopResult
+from fcpts.core.masks import apply_keep_masks, layer_weight
 from fcpts.core.options import MethodOptions, check_choice, open_run
-from fcpts.core.report import SparsityReport
+from fcpts.core.report import SparsityReport, loop_report
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")
@@ -48,16 +49,8 @@ def magnitude(
     target, _, layers, _ = open_run(model, None, target, options)  # the masks are made where the weights are
     apply_keep_masks(layers, keep_masks(layers, target, options.allocation))
     model.eval()
-    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-    return model, SparsityReport(
-        options.allocation,
-        target,
-        achieved,
-        per_layer,
-        wall_s=time.perf_counter() - t0,
-        seed=options.seed,
-        options=options.to_dict(),
-    )
+    timed = LoopResult(wall_s=time.perf_counter() - t0)
+    return model, loop_report(options.allocation, target, model, options, None, timed, {})
 
 
 @dataclass

@@ -93,12 +93,8 @@ def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
         captured.append(args[0])
         raise StopForward
 
-    handle = net.get_submodule(name).register_forward_pre_hook(hook)
-    try:
-        with contextlib.suppress(StopForward):
-            net(x)
-    finally:
-        handle.remove()
+    with net.get_submodule(name).register_forward_pre_hook(hook), contextlib.suppress(StopForward):
+        net(x)
     if not captured:
         raise RuntimeError(f"a forward of {type(net).__name__} never reaches {name!r}")
     return captured[0]

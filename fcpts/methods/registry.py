@@ -146,10 +146,8 @@ class Method:
                 f"build them with fcpts.get_method({self.name!r}).options(...) or pass keyword options"
             )
         self.check_overrides(overrides)
-        default, given = (
-            self.options(),
-            self.options(**overrides),
-        )  # `given`: the keyword values as stored ("fc": ["fc"])
+        # `given`: the keyword values as stored ("fc": ["fc"])
+        default, given = self.options(), self.options(**overrides)
         clash = sorted(k for k in overrides if getattr(options, k) not in (getattr(default, k), getattr(given, k)))
         if clash:
             raise TypeError(
@@ -249,11 +247,8 @@ def tensor_outputs(model: nn.Module, output_fn: OutputFn | None = None) -> Itera
             raise TypeError(f"output_fn must return the tensor of logits to distil, got {_describe(out)}")
         return out
 
-    handle = model.register_forward_hook(hook)
-    try:
+    with model.register_forward_hook(hook):
         yield
-    finally:
-        handle.remove()
 
 
 class Registry(Mapping[str, Method]):
