@@ -7,6 +7,7 @@ output error grows least), then layers pruned in forward order on the pruned mod
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import dataclass
@@ -210,14 +211,12 @@ def collect_hessians(
 ) -> None:
     """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
     modules = dict(model.named_modules())
-    handles = [modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])) for n in obs]
     batches = calib.in_order_batches(batch_size)
-    try:
+    with contextlib.ExitStack() as hooks:
+        for n in obs:
+            hooks.enter_context(modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])))
         for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
             model(calib.in_order(b, batch_size).to(next(model.parameters()).device))
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:

@@ -140,14 +140,12 @@ def collect_inputs(
         return fn
 
     device = next(model.parameters()).device
-    handles = [modules[n].register_forward_pre_hook(hook(n)) for n in names]
-    try:
+    with contextlib.ExitStack() as hooks:
+        for n in names:
+            hooks.enter_context(modules[n].register_forward_pre_hook(hook(n)))
         for i in range(0, len(images), chunk):
             with contextlib.suppress(StopForward):
                 model(images[i : i + chunk].to(device, non_blocking=True))
-    finally:
-        for h in handles:
-            h.remove()
     return {n: torch.cat(v) for n, v in store.items()}
 
 
@@ -175,12 +173,10 @@ def network_errors(
 
     def outputs(net):
         mods, got = dict(net.named_modules()), {}
-        hooks = [mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)) for n in names]
-        try:
+        with contextlib.ExitStack() as hooks:
+            for n in names:
+                hooks.enter_context(mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)))
             net(x)
-        finally:
-            for h in hooks:
-                h.remove()
         return got
 
     device = next(model.parameters()).device
@@ -204,14 +200,12 @@ def relative_error(error: float, energy: float) -> float | None:
 def _output_bytes_per_image(model: nn.Module, names: list[str], images: torch.Tensor) -> int:
     """What `network_errors` holds per image: the named layers' outputs."""
     mods, total = dict(model.named_modules()), [0]
-    hooks = [
-        mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size())) for n in names
-    ]
-    try:
+    with contextlib.ExitStack() as hooks:
+        for n in names:
+            hooks.enter_context(
+                mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size()))
+            )
         model(images[:1].to(next(model.parameters()).device))
-    finally:
-        for h in hooks:
-            h.remove()
     return sum(total)
 
 

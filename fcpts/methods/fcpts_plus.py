@@ -154,10 +154,11 @@ def choose_erk_power(
 class Plan(Variant):
     """FCPTS+'s changes to the FCPTS loop at the points `Variant` names; made before the loop (it runs the probe)."""
 
-    def __init__(self, model: nn.Module, calibration, setup: RunSetup, options: FCPTSPlusOptions):
-        self.options, self.layers, self.target = options, setup.layers, setup.target
-        self.power, self.probe = options.erk_power, None
-        if options.erk_power == "auto":
+    def __init__(self, model: nn.Module, setup: RunSetup, options: FCPTSPlusOptions):
+        self.layers, self.probe = setup.layers, None
+        if options.erk_power != "auto":
+            self.power = options.erk_power
+        else:  # the exponent the probe chooses
             self.power, self.probe = choose_erk_power(
                 model,
                 options.layers,
@@ -170,24 +171,18 @@ class Plan(Variant):
         self.ramp = options.ramp_for(setup.target)
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
-        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.erk_power())
+        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.power)
         self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
         # With the KL alone there are no blocks to weigh.
         if options.block_weight == "auto" and options.reconstruction == "mse-blocks":
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
-
-    def erk_power(self) -> float:
-        """The ERK exponent: the option's, or for "auto" the one the probe chose."""
-        if self.power == "auto":
-            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it has not run")
-        return self.power
 
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         if self.ramp > 0 and step < self.steps:
-            return erk_rates(self.layers, self.level(step), self.erk_power())
+            return erk_rates(self.layers, self.level(step), self.power)
         return None
 
     def annotate(self, report: SparsityReport) -> None:
@@ -201,7 +196,7 @@ class Plan(Variant):
 
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
     setup = open_run(model, calibration, target, options)
-    plan = Plan(model, calibration, setup, options)
+    plan = Plan(model, setup, options)
     model, report = distill(model, setup, options, "fcpts-plus", plan)
     plan.annotate(report)
     return model, report
