@@ -151,16 +151,13 @@ def lowest_k_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tenso
 
 @torch.no_grad()
 def keep_masks_for_rates(
-    layers: dict[str, nn.Module], rates: dict[str, float], target: float | None = None
+    layers: dict[str, nn.Module], rates: dict[str, float], target: float
 ) -> dict[str, torch.Tensor]:
-    """Magnitude masks with the given per-layer rates (with `target`, totalling it exactly); weights already zero are
-    always pruned, so a method that rewrites kept weights cannot revive them."""
+    """Magnitude masks with the given per-layer rates, totalling `target` exactly; weights already zero are always
+    pruned, so a method that rewrites kept weights cannot revive them."""
     numels = {n: layer_weight(m).numel() for n, m in layers.items()}
     zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
-    if target is None:
-        counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
-    else:
-        counts = rates_to_counts(rates, numels, target, zeros)
+    counts = rates_to_counts(rates, numels, target, zeros)
     return {n: lowest_k_keep([layer_weight(m).abs()], max(counts[n], zeros[n]))[0] for n, m in layers.items()}
 
 
