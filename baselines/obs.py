@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from fcpts.core import allocation as alloc
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs, forward_order
@@ -246,17 +246,6 @@ def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> d
     return counts
 
 
-def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, int]:
-    """Per-layer counts of a magnitude allocation (existing zeros included, total exact)."""
-    if how in ("l2norm", "global-magnitude"):
-        scores = alloc.l2norm_scores(layers) if how == "l2norm" else alloc.global_magnitude_scores(layers)
-        return {n: int((~k).sum()) for n, k in alloc.global_keep_masks(scores, target).items()}
-    rates = alloc.erk_rates(layers, target) if how == "erk" else alloc.uniform_rates(layers, target)
-    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
-    counts = alloc.rates_to_counts(rates, {n: layer_weight(m).numel() for n, m in layers.items()}, target, zeros)
-    return {n: max(c, zeros[n]) for n, c in counts.items()}
-
-
 def error_counts(
     model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, options: OBSOptions
 ) -> tuple[dict[str, int], dict[str, list]]:
@@ -285,7 +274,8 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
     if options.allocation == "error":
         counts, curves = error_counts(model, layers, calib, target, options)
     else:
-        counts = magnitude_counts(layers, target, options.allocation)
+        masks = allocation_keep_masks(layers, target, options.allocation)  # existing zeros included, total exact
+        counts = {n: int((~keep).sum()) for n, keep in masks.items()}
     allocation_s = time.perf_counter() - t0
 
     nets = [model] + ([copy.deepcopy(model)] if options.dense_targets else [])

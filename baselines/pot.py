@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from fcpts.core import allocation, step_graph
+from fcpts.core import step_graph
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.layer_inputs import StopForward, forward_order
 from fcpts.core.loop import LoopResult, run_checkpoint, run_identity
@@ -97,12 +98,6 @@ class POTOptions(MethodOptions):
         if self.choose_for is None:
             return n_images, self.iterations_for(n_images)
         return self.choose_for["images"], self.choose_for["iterations"]
-
-
-def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
-    if how == "erk":
-        return allocation.keep_masks_for_rates(layers, allocation.erk_rates(layers, target), target)
-    return allocation.global_keep_masks(allocation.l2norm_scores(layers), target)  # "l2norm", as validated
 
 
 @torch.no_grad()
@@ -418,7 +413,7 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     model.requires_grad_(False)
     layers = options.layers(model)
     dense = copy.deepcopy(model)
-    masks = pot_masks(layers, target, options.allocation)
+    masks = allocation_keep_masks(layers, target, options.allocation)
     with torch.no_grad():
         for n, m in layers.items():
             weight = layer_weight(m)

@@ -198,3 +198,14 @@ def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
         norm = weight.norm()
         scores[n] = torch.where(norm > 0, weight.abs() / norm, torch.zeros_like(weight))
     return scores
+
+
+def allocation_keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
+    """Magnitude keep-masks pruning exactly round(target * N) weights under the allocation `how`: per-layer rates
+    ("uniform", "erk") or one global cut of "lamp", "l2norm" or "global-magnitude" scores."""
+    if how in ("uniform", "erk"):
+        rates = uniform_rates(layers, target) if how == "uniform" else erk_rates(layers, target)
+        return keep_masks_for_rates(layers, rates, target)
+    if how == "lamp":
+        return global_keep_masks({n: lamp_scores(layer_weight(m)) for n, m in layers.items()}, target)
+    return global_keep_masks(l2norm_scores(layers) if how == "l2norm" else global_magnitude_scores(layers), target)
