@@ -15,7 +15,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import parametrize
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
@@ -29,7 +28,7 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import sharing_modules, sparsity_summary
+from fcpts.core.masks import parametrize_weights, sparsity_summary, unparametrize_weights
 from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
@@ -84,12 +83,8 @@ def _trial(
     model = copy.deepcopy(dense)
     teacher = frozen_teacher(dense, options.teacher_mode)
     layers = options.layers(model)
-    scores = []
-    for name, module in layers.items():
-        p = SoftThreshold(options.s_init).to(device)
-        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold
-            parametrize.register_parametrization(user, "weight", p)
-        scores.append(p.score)
+    params = parametrize_weights(layers, lambda *_: SoftThreshold(options.s_init).to(device))
+    scores = [p.score for p in params.values()]
     ids = {id(s) for s in scores}
     weights = [p for p in model.parameters() if id(p) not in ids]
     groups = [{"params": weights, "weight_decay": options.weight_decay}, {"params": scores, "weight_decay": decay}]
@@ -108,10 +103,7 @@ def _trial(
         checkpoint,
         desc=f"str decay={decay:.3g}",
     )
-    for name, module in layers.items():  # fold sign(W) relu(|W| - t) into plain weights (a shared one: in place)
-        for user in sharing_modules(layers, name):
-            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
-        parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+    unparametrize_weights(layers, leave_parametrized=True)  # sign(W) relu(|W| - t) as plain weights
     model.eval()
     sparsity, _ = sparsity_summary(model, options.exclude, options.filter_fn)
     return model, sparsity, loop

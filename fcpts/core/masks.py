@@ -44,6 +44,25 @@ def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
     return getattr(layers, "sharing", {}).get(name, [])
 
 
+def parametrize_weights(layers: dict[str, nn.Module], make: Callable[[str, nn.Module], nn.Module]) -> dict:
+    """Each layer's weight parametrized by `make(name, layer)`, the modules sharing it by the same one (one mask for
+    a shared weight); returns the parametrizations by layer name."""
+    made = {}
+    for name, module in layers.items():
+        made[name] = make(name, module)
+        for user in (module, *sharing_modules(layers, name)):
+            parametrize.register_parametrization(user, "weight", made[name])
+    return made
+
+
+def unparametrize_weights(layers: dict[str, nn.Module], leave_parametrized: bool = False) -> None:
+    """Plain weights again: the unmasked ones, or (`leave_parametrized`) their parametrized values."""
+    for name, module in layers.items():
+        for user in sharing_modules(layers, name):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=leave_parametrized)
+
+
 def prunable_layers(
     model: nn.Module, exclude: str | Iterable[str] = (), filter_fn: Callable[[nn.Module, str], bool] | None = None
 ) -> PrunableLayers:

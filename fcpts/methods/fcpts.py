@@ -27,7 +27,7 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
+from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight, unparametrize_weights
 from fcpts.core.options import RunSetup, TrainingOptions, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
 
@@ -439,7 +439,7 @@ def distill(
     if thr.together is not None:  # the layers mask themselves again: their weights are read elsewhere from now on
         thr.together.remove()
     t_final, masks, exact = _exact_step(thr, target, method)
-    thresholds.detach_all(layers)
+    unparametrize_weights(layers)
     apply_keep_masks(layers, masks)
     model.to(memory_format=torch.contiguous_format)
     if options.bn_recalibration:

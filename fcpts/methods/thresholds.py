@@ -6,10 +6,9 @@ import math
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
 
 from fcpts.core.flat_weights import FlatLayout, runs_of
-from fcpts.core.masks import layer_weight, sharing_modules, threshold_mask, weight_parametrizations
+from fcpts.core.masks import layer_weight, parametrize_weights, sharing_modules, threshold_mask, weight_parametrizations
 
 MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
 
@@ -111,13 +110,12 @@ def initial_score(weight: torch.Tensor, rate: float) -> torch.Tensor:
 
 def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
     """Parametrize each layer's weight; returns the parametrization of each layer by name."""
-    params = {}
-    for name, module in layers.items():
-        p = ThresholdSparsity(float(initial_score(layer_weight(module), rates[name])), threshold_grad)
-        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold, one mask
-            parametrize.register_parametrization(user, "weight", p.to(layer_weight(module).device))
-        params[name] = p
-    return params
+
+    def make(name: str, module: nn.Module) -> ThresholdSparsity:
+        weight = layer_weight(module)
+        return ThresholdSparsity(float(initial_score(weight, rates[name])), threshold_grad).to(weight.device)
+
+    return parametrize_weights(layers, make)
 
 
 @torch.no_grad()
@@ -130,12 +128,3 @@ def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module]
 def original_weight(module: nn.Module) -> torch.Tensor:
     """The unmasked weight of a parametrized layer."""
     return weight_parametrizations(module).original
-
-
-def detach_all(layers: dict[str, nn.Module]) -> None:
-    """Remove the parametrizations, restoring plain layers with their (unmasked) learned weights."""
-    for name in layers:
-        for user in sharing_modules(layers, name):
-            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
-    for module in layers.values():
-        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)

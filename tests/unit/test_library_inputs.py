@@ -12,7 +12,7 @@ from torch import nn
 
 import fcpts
 from fcpts.core.calibration import Calibration
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import prunable_layers, unparametrize_weights
 from fcpts.methods import fcpts as fcpts_module
 from fcpts.methods import get_method, thresholds
 from tests.unit.tiny import tiny_net, untimed
@@ -306,5 +306,5 @@ def test_prunable_layers_names_each_shared_weight_once_also_under_a_parametrizat
     assert list(layers) == ["conv", "a", "head"] and layers.sharing == {"a": [model.b]}
     thresholds.attach(layers, {n: 0.5 for n in layers}, threshold_grad=False)  # weights computed on each access
     assert list(prunable_layers(model)) == ["conv", "a", "head"]
-    thresholds.detach_all(layers)
+    unparametrize_weights(layers)
     assert model.b.weight is model.a.weight
