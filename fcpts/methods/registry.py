@@ -1,15 +1,8 @@
-"""One registry of sparsification methods: a typed record per method, read everywhere a method is named.
-
-    method = get_method("pot-erk")
-    sparse, report = method(model, calibration, 0.9, iterations=500)
-
-Every record has the same call, (model, calibration, target, options) -> (sparse model, SparsityReport), and
-calling the record checks the inputs first, whatever the method. Its label, style, role and needs are the only
-ones tables, figures and command lines use, so no other list of method names exists (`list_methods`); which
-methods a grid runs is the task's decision. A method registers itself in its own module; other method packages
-(`baselines/`, any `fcpts.methods` entry point) are imported the first time the registry is read, so `fcpts`
-never imports them.
-"""
+"""One registry of sparsification methods: a typed record per method, read everywhere a method is named. Every
+record has the same call, `get_method("pot-erk")(model, calibration, 0.9, iterations=500)` -> (sparse model,
+SparsityReport), which checks the inputs first, whatever the method; its label, style, role and needs are the only
+ones tables, figures and command lines use. A method registers itself in its own module; other method packages
+(`baselines/`, any `fcpts.methods` entry point) are imported the first time the registry is read."""
 
 from __future__ import annotations
 
@@ -327,12 +320,10 @@ def list_methods(
     family: str | None = None,
     ablation: bool | None = None,
 ) -> list[str]:
-    """Names of the registered methods that match every filter given, in registry order (not sorted by name,
-    unlike timm's `list_models`): the paper's baselines, the paper's method, then the methods beyond the paper
-    (the other comparisons before FCPTS's own variants); within that, by family name, then in registration
-    order. It is the order of `--all-methods`, of the tables' extra rows and of the figures' lines.
-
-    `role`: one of ROLES, or several."""
+    """Names of the registered methods that match every filter given (`role`: one of ROLES, or several), in
+    registry order: the paper's baselines, the paper's method, then the methods beyond the paper (the other
+    comparisons before FCPTS's own variants); within that, by family name, then in registration order. It is the
+    order of `--all-methods`, of the tables' extra rows and of the figures' lines."""
     roles = (role,) if isinstance(role, str) else role
     for r in roles or ():
         if r not in ROLES:
