@@ -11,6 +11,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -129,12 +130,21 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
     target, device, _, _ = setup = open_run(model, calibration, target, options)
     calib = setup.required_calib()
-    if target == 0:  # a zero threshold: the dense model is the trial closest to the target
-        model.eval()
-        report = loop_report("str", target, model, options, calib, LoopResult(), {"trials": [], "chosen_decay": None})
-        report.extra["converged_to_target"] = report.achieved_sparsity < options.tolerance  # zeros already there
-        report.extra["reused_trials"] = 0
-        return model, report
+    extra: dict[str, Any] = {"trials": [], "chosen_decay": None}  # target 0: the dense model is the closest
+    best = LoopResult()
+    if target > 0:
+        best, extra = _search(model, calib, target, options, device)
+    model.eval()
+    report = loop_report("str", target, model, options, calib, best, extra)
+    report.extra["converged_to_target"] = abs(report.achieved_sparsity - target) < options.tolerance
+    report.extra["reused_trials"] = sum(bool(t.get("reused")) for t in extra["trials"])
+    return model, report
+
+
+def _search(
+    model: nn.Module, calib: Calibration, target: float, options: STROptions, device: torch.device
+) -> tuple[LoopResult, dict[str, Any]]:
+    """The bisection over the weight decay on s, resumed where it stopped; `model` left at the closest trial."""
     dense = copy.deepcopy(model)
     identity = run_identity(target, options, calib, dense)
     search = run_checkpoint(
@@ -168,13 +178,8 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
             Path(trial_ckpt).unlink(missing_ok=True)
         lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
     model.load_state_dict(state["best"]["state"])
-    model.eval()
     best = LoopResult(state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]))
-    extra = {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
-    report = loop_report("str", target, model, options, calib, best, extra)
-    report.extra["converged_to_target"] = abs(report.achieved_sparsity - target) < options.tolerance
-    report.extra["reused_trials"] = sum(bool(t.get("reused")) for t in state["trials"])
-    return model, report
+    return best, {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
 
 
 register(

@@ -184,31 +184,27 @@ class Sparsity(float):
     __slots__ = ()
 
     def __new__(cls, target: Any) -> Sparsity:
-        return super().__new__(cls, _real_target(target))
+        value = target
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            if value.ndim != 0:  # a bool or complex one fails below, as its .item() does
+                raise TypeError(f"target sparsity must be one real number in [0, 1), got a {_describe(value)}")
+            value = value.item()
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, decimal.Decimal)):
+            raise TypeError(
+                f"target sparsity must be a real number in [0, 1) (e.g. 0.9 for 90% zeros), got {_describe(target)}"
+            )
+        value = float(value)
+        if math.isnan(value) or not 0.0 <= value < 1.0:
+            raise ValueError(
+                f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
+            )
+        return super().__new__(cls, value)
 
 
 def check_target(target: Any) -> Sparsity:
     """A target as a checked `Sparsity`: any real number (a 0-d tensor or array too); bool, str, complex and NaN
     are refused."""
     return target if isinstance(target, Sparsity) else Sparsity(target)
-
-
-def _real_target(target: Any) -> float:
-    value = target
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        if value.ndim != 0:  # a bool or complex one fails below, as its .item() does
-            raise TypeError(f"target sparsity must be one real number in [0, 1), got a {_describe(value)}")
-        value = value.item()
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, decimal.Decimal)):
-        raise TypeError(
-            f"target sparsity must be a real number in [0, 1) (e.g. 0.9 for 90% zeros), got {_describe(target)}"
-        )
-    value = float(value)
-    if math.isnan(value) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
-        )
-    return value
 
 
 def _describe(value: Any) -> str:
