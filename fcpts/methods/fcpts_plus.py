@@ -130,27 +130,6 @@ def one_shot_kl(
     return losses
 
 
-def choose_erk_power(
-    model: nn.Module,
-    layers_of: Callable[[nn.Module], dict[str, nn.Module]],
-    calib: Calibration,
-    target: float,
-    powers: Sequence[float],
-    n_images: int,
-    device: torch.device,
-) -> tuple[float, dict]:
-    """The exponent with the least one-shot KL (ties: the earlier in `powers`), and what the probe measured."""
-    start = time.perf_counter()
-    losses = one_shot_kl(model, layers_of, probe_calibration(calib, n_images), target, powers, device)
-    best = min(powers, key=lambda p: losses[p])
-    return best, {
-        "chosen": best,
-        "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
-        "images": min(n_images, len(calib)),
-        "wall_s": round(time.perf_counter() - start, 1),
-    }
-
-
 class Plan(Variant):
     """FCPTS+'s changes to the FCPTS loop at the points `Variant` names; made before the loop (it runs the probe)."""
 
@@ -158,16 +137,17 @@ class Plan(Variant):
         self.layers, self.probe = setup.layers, None
         if options.erk_power != "auto":
             self.power = options.erk_power
-        else:  # the exponent the probe chooses
-            self.power, self.probe = choose_erk_power(
-                model,
-                options.layers,
-                setup.required_calib(),
-                setup.target,
-                options.erk_powers,
-                options.probe_images,
-                setup.device,
-            )
+        else:  # the exponent with the least one-shot KL (ties: the earlier in erk_powers), and what the probe measured
+            start, calib = time.perf_counter(), setup.required_calib()
+            probe = probe_calibration(calib, options.probe_images)
+            losses = one_shot_kl(model, options.layers, probe, setup.target, options.erk_powers, setup.device)
+            self.power = min(options.erk_powers, key=lambda p: losses[p])
+            self.probe = {
+                "chosen": self.power,
+                "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
+                "images": min(options.probe_images, len(calib)),
+                "wall_s": round(time.perf_counter() - start, 1),
+            }
         self.ramp = options.ramp_for(setup.target)
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
