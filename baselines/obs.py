@@ -205,20 +205,6 @@ def _rounded(numerator: torch.Tensor, denominator: int) -> torch.Tensor:
     return torch.round(numerator.double() / denominator).long()
 
 
-@torch.no_grad()
-def collect_hessians(
-    model: nn.Module, obs: dict[str, LayerOBS], calib: Calibration, batch_size: int, progress: bool = False
-) -> None:
-    """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
-    modules = dict(model.named_modules())
-    batches = calib.in_order_batches(batch_size)
-    with contextlib.ExitStack() as hooks:
-        for n in obs:
-            hooks.enter_context(modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])))
-        for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
-            model(calib.in_order(b, batch_size).to(next(model.parameters()).device))
-
-
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
     """Prune counts adding up to `total` along the lower convex hulls of the curves {name: [(count, error), ...]},
     cheapest error per zero first."""
@@ -251,7 +237,13 @@ def error_counts(
 ) -> tuple[dict[str, int], dict[str, list]]:
     """The "error" allocation: each layer pruned alone on the dense model's Hessians at every level."""
     obs = {n: LayerOBS(m) for n, m in layers.items()}
-    collect_hessians(model, obs, calib, options.batch_size, options.progress)
+    modules, device = dict(model.named_modules()), next(model.parameters()).device
+    batches = range(calib.in_order_batches(options.batch_size))
+    with torch.no_grad(), contextlib.ExitStack() as hooks:  # the dense Hessians, from one pass over the images
+        for n in obs:
+            hooks.enter_context(modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])))
+        for b in tqdm(batches, disable=not options.progress, desc="obs dense Hessians", unit="batch", leave=False):
+            model(calib.in_order(b, options.batch_size).to(device))
     levels = sorted(set(options.levels) | {target})
     curves = {}
     bar = tqdm(list(obs), disable=not options.progress, desc="obs error curves", unit="layer", leave=False)
