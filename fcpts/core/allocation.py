@@ -38,12 +38,6 @@ def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -
     return {n: 0.0 if n in dense else 1.0 - eps * raw[n] for n in numel}
 
 
-def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, float]:
-    """The same rate in every layer."""
-    target = check_target(target)
-    return {name: target for name in layers}
-
-
 def rates_to_counts(
     rates: dict[str, float], numels: dict[str, int], target: float, zeros: dict[str, int] | None = None
 ) -> dict[str, int]:
@@ -186,10 +180,6 @@ def lamp_scores(weight: torch.Tensor) -> torch.Tensor:
     return scores.view_as(weight)
 
 
-def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    return {n: layer_weight(m).detach().abs() for n, m in layers.items()}
-
-
 def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
     """POT's "L2Norm" ranking: |W| over the layer's Frobenius norm; 0 for a layer of zeros (not 0/0)."""
     scores = {}
@@ -204,8 +194,9 @@ def allocation_keep_masks(layers: dict[str, nn.Module], target: float, how: str)
     """Magnitude keep-masks pruning exactly round(target * N) weights under the allocation `how`: per-layer rates
     ("uniform", "erk") or one global cut of "lamp", "l2norm" or "global-magnitude" scores."""
     if how in ("uniform", "erk"):
-        rates = uniform_rates(layers, target) if how == "uniform" else erk_rates(layers, target)
+        rates = erk_rates(layers, target) if how == "erk" else dict.fromkeys(layers, float(check_target(target)))
         return keep_masks_for_rates(layers, rates, target)
-    if how == "lamp":
-        return global_keep_masks({n: lamp_scores(layer_weight(m)) for n, m in layers.items()}, target)
-    return global_keep_masks(l2norm_scores(layers) if how == "l2norm" else global_magnitude_scores(layers), target)
+    if how == "l2norm":
+        return global_keep_masks(l2norm_scores(layers), target)
+    score = lamp_scores if how == "lamp" else torch.abs  # "global-magnitude": |W|
+    return global_keep_masks({n: score(layer_weight(m).detach()) for n, m in layers.items()}, target)
