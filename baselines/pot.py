@@ -302,13 +302,12 @@ def prepare_layer(
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
-    """Problems whose Gram statistics share a signature and whose weights share a shape form one group."""
-    if not concurrent:
-        return [[p] for p in problems]
+    """Problems whose Gram statistics share a signature and whose weights share a shape form one group (with
+    `concurrent`; else each is a group of its own)."""
     groups: dict[object, list[LayerProblem]] = {}
     for i, p in enumerate(problems):
         signature = stack_signature(p.objective)
-        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature else i, []).append(p)
+        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature and concurrent else i, []).append(p)
     return list(groups.values())
 
 
