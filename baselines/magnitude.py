@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from fcpts.core import allocation
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
-from fcpts.core.masks import apply_keep_masks, layer_weight, sparsity_summary
-from fcpts.core.options import MethodOptions, check_choice
-from fcpts.core.report import SparsityReport
-from fcpts.core.run_setup import open_run
+from fcpts.core.loop import LoopResult
+from fcpts.core.masks import apply_keep_masks
+from fcpts.core.options import MethodOptions, check_choice, open_run
+from fcpts.core.report import SparsityReport, loop_report
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("uniform", "erk", "global-magnitude", "lamp")
@@ -29,36 +29,16 @@ class MagnitudeOptions(MethodOptions):
         check_choice(self, "allocation", ALLOCATIONS)
 
 
-def keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict:
-    if how == "uniform":
-        return allocation.keep_masks_for_rates(layers, allocation.uniform_rates(layers, target), target)
-    if how == "erk":
-        return allocation.keep_masks_for_rates(layers, allocation.erk_rates(layers, target), target)
-    if how == "lamp":
-        return allocation.global_keep_masks(
-            {n: allocation.lamp_scores(layer_weight(m)) for n, m in layers.items()}, target
-        )
-    return allocation.global_keep_masks(allocation.global_magnitude_scores(layers), target)
-
-
 def magnitude(
     model: nn.Module, calibration, target: float, options: MagnitudeOptions
 ) -> tuple[nn.Module, SparsityReport]:
     """Keep the largest weights under the allocation; `calibration` is not used."""
     t0 = time.perf_counter()
     target, _, layers, _ = open_run(model, None, target, options)  # the masks are made where the weights are
-    apply_keep_masks(layers, keep_masks(layers, target, options.allocation))
+    apply_keep_masks(layers, allocation_keep_masks(layers, target, options.allocation))
     model.eval()
-    achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
-    return model, SparsityReport(
-        options.allocation,
-        target,
-        achieved,
-        per_layer,
-        wall_s=time.perf_counter() - t0,
-        seed=options.seed,
-        options=options.to_dict(),
-    )
+    timed = LoopResult(wall_s=time.perf_counter() - t0)
+    return model, loop_report(options.allocation, target, model, options, None, timed, {})
 
 
 @dataclass

@@ -7,6 +7,7 @@ output error grows least), then layers pruned in forward order on the pruned mod
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from dataclasses import dataclass
@@ -17,15 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from fcpts.core import allocation as alloc
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.layer_inputs import LayerInputs, forward_order
 from fcpts.core.loop import LoopResult
 from fcpts.core.masks import layer_weight
-from fcpts.core.options import MethodOptions, check_choice, check_choose_for
+from fcpts.core.options import MethodOptions, check_choice, check_choose_for, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
 ALLOCATIONS = ("error", "erk", "uniform", "l2norm", "global-magnitude")
@@ -205,22 +205,6 @@ def _rounded(numerator: torch.Tensor, denominator: int) -> torch.Tensor:
     return torch.round(numerator.double() / denominator).long()
 
 
-@torch.no_grad()
-def collect_hessians(
-    model: nn.Module, obs: dict[str, LayerOBS], calib: Calibration, batch_size: int, progress: bool = False
-) -> None:
-    """Forward the calibration images once, adding each named layer's inputs to its Hessian."""
-    modules = dict(model.named_modules())
-    handles = [modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])) for n in obs]
-    batches = calib.in_order_batches(batch_size)
-    try:
-        for b in tqdm(range(batches), disable=not progress, desc="obs dense Hessians", unit="batch", leave=False):
-            model(calib.in_order(b, batch_size).to(next(model.parameters()).device))
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> dict[str, int]:
     """Prune counts adding up to `total` along the lower convex hulls of the curves {name: [(count, error), ...]},
     cheapest error per zero first."""
@@ -248,23 +232,18 @@ def hull_allocation(curves: dict[str, list[tuple[int, float]]], total: int) -> d
     return counts
 
 
-def magnitude_counts(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, int]:
-    """Per-layer counts of a magnitude allocation (existing zeros included, total exact)."""
-    if how in ("l2norm", "global-magnitude"):
-        scores = alloc.l2norm_scores(layers) if how == "l2norm" else alloc.global_magnitude_scores(layers)
-        return {n: int((~k).sum()) for n, k in alloc.global_keep_masks(scores, target).items()}
-    rates = alloc.erk_rates(layers, target) if how == "erk" else alloc.uniform_rates(layers, target)
-    zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
-    counts = alloc.rates_to_counts(rates, {n: layer_weight(m).numel() for n, m in layers.items()}, target, zeros)
-    return {n: max(c, zeros[n]) for n, c in counts.items()}
-
-
 def error_counts(
     model: nn.Module, layers: dict[str, nn.Module], calib: Calibration, target: float, options: OBSOptions
 ) -> tuple[dict[str, int], dict[str, list]]:
     """The "error" allocation: each layer pruned alone on the dense model's Hessians at every level."""
     obs = {n: LayerOBS(m) for n, m in layers.items()}
-    collect_hessians(model, obs, calib, options.batch_size, options.progress)
+    modules, device = dict(model.named_modules()), next(model.parameters()).device
+    batches = range(calib.in_order_batches(options.batch_size))
+    with torch.no_grad(), contextlib.ExitStack() as hooks:  # the dense Hessians, from one pass over the images
+        for n in obs:
+            hooks.enter_context(modules[n].register_forward_pre_hook(lambda _m, inp, n=n: obs[n].add_batch(inp[0])))
+        for b in tqdm(batches, disable=not options.progress, desc="obs dense Hessians", unit="batch", leave=False):
+            model(calib.in_order(b, options.batch_size).to(device))
     levels = sorted(set(options.levels) | {target})
     curves = {}
     bar = tqdm(list(obs), disable=not options.progress, desc="obs error curves", unit="layer", leave=False)
@@ -287,7 +266,8 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
     if options.allocation == "error":
         counts, curves = error_counts(model, layers, calib, target, options)
     else:
-        counts = magnitude_counts(layers, target, options.allocation)
+        masks = allocation_keep_masks(layers, target, options.allocation)  # existing zeros included, total exact
+        counts = {n: int((~keep).sum()) for n, keep in masks.items()}
     allocation_s = time.perf_counter() - t0
 
     nets = [model] + ([copy.deepcopy(model)] if options.dense_targets else [])

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from fcpts.core import allocation, step_graph
+from fcpts.core import step_graph
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.layer_inputs import StopForward, forward_order
 from fcpts.core.loop import LoopResult, run_checkpoint, run_identity
@@ -29,9 +30,9 @@ from fcpts.core.options import (
     check_choose_for,
     epochs_budget,
     fitted_iterations,
+    open_run,
 )
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .pot_objective import (
@@ -99,12 +100,6 @@ class POTOptions(MethodOptions):
         return self.choose_for["images"], self.choose_for["iterations"]
 
 
-def pot_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
-    if how == "erk":
-        return allocation.keep_masks_for_rates(layers, allocation.erk_rates(layers, target), target)
-    return allocation.global_keep_masks(allocation.l2norm_scores(layers), target)  # "l2norm", as validated
-
-
 @torch.no_grad()
 def correct_weight(weight: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Per output channel, restore the dense channel's std and mean over the sparse weights."""
@@ -140,14 +135,12 @@ def collect_inputs(
         return fn
 
     device = next(model.parameters()).device
-    handles = [modules[n].register_forward_pre_hook(hook(n)) for n in names]
-    try:
+    with contextlib.ExitStack() as hooks:
+        for n in names:
+            hooks.enter_context(modules[n].register_forward_pre_hook(hook(n)))
         for i in range(0, len(images), chunk):
             with contextlib.suppress(StopForward):
                 model(images[i : i + chunk].to(device, non_blocking=True))
-    finally:
-        for h in handles:
-            h.remove()
     return {n: torch.cat(v) for n, v in store.items()}
 
 
@@ -175,12 +168,10 @@ def network_errors(
 
     def outputs(net):
         mods, got = dict(net.named_modules()), {}
-        hooks = [mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)) for n in names]
-        try:
+        with contextlib.ExitStack() as hooks:
+            for n in names:
+                hooks.enter_context(mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)))
             net(x)
-        finally:
-            for h in hooks:
-                h.remove()
         return got
 
     device = next(model.parameters()).device
@@ -204,14 +195,12 @@ def relative_error(error: float, energy: float) -> float | None:
 def _output_bytes_per_image(model: nn.Module, names: list[str], images: torch.Tensor) -> int:
     """What `network_errors` holds per image: the named layers' outputs."""
     mods, total = dict(model.named_modules()), [0]
-    hooks = [
-        mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size())) for n in names
-    ]
-    try:
+    with contextlib.ExitStack() as hooks:
+        for n in names:
+            hooks.enter_context(
+                mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size()))
+            )
         model(images[:1].to(next(model.parameters()).device))
-    finally:
-        for h in hooks:
-            h.remove()
     return sum(total)
 
 
@@ -262,6 +251,7 @@ class LayerProblem:
 
     name: str
     layer: nn.Module
+    bias: torch.Tensor  # the layer's: `prepare_layer` gives one to every layer that had none
     keep: torch.Tensor
     w_dense: torch.Tensor
     b_dense: torch.Tensor
@@ -286,8 +276,8 @@ def prepare_layer(
     if layer.bias is None:
         weight = layer_weight(layer)
         layer.bias = nn.Parameter(torch.zeros(weight.shape[0], device=weight.device))
-    dense_bias = layer_bias(dense_layer)
-    b_dense = torch.zeros_like(_bias(layer)) if dense_bias is None else dense_bias.detach()
+    bias, dense_bias = cast(torch.Tensor, layer.bias), layer_bias(dense_layer)
+    b_dense = torch.zeros_like(bias) if dense_bias is None else dense_bias.detach()
     objective = layer_objective(layer, inputs, options, units)
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
@@ -297,7 +287,6 @@ def prepare_layer(
     }
     if options.bias_correction:
         with torch.no_grad():
-            bias = _bias(layer)
             bias.add_(objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
     log["error_bias_corrected"] = relative_error(
         objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
@@ -309,24 +298,16 @@ def prepare_layer(
     log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
     log["setup_s"] = time.perf_counter() - tic
     keep_f = keep.to(layer_weight(layer).dtype)
-    return LayerProblem(name, layer, keep_f, w_dense, b_dense, objective, draws, energy, log)
-
-
-def _bias(layer: nn.Module) -> torch.Tensor:
-    """The bias of a layer POT reconstructs: `prepare_layer` gives one to every layer that had none."""
-    bias = layer_bias(layer)
-    assert bias is not None, "prepare_layer gives every layer a bias"
-    return bias
+    return LayerProblem(name, layer, bias, keep_f, w_dense, b_dense, objective, draws, energy, log)
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
-    """Problems whose Gram statistics share a signature and whose weights share a shape form one group."""
-    if not concurrent:
-        return [[p] for p in problems]
+    """Problems whose Gram statistics share a signature and whose weights share a shape form one group (with
+    `concurrent`; else each is a group of its own)."""
     groups: dict[object, list[LayerProblem]] = {}
     for i, p in enumerate(problems):
         signature = stack_signature(p.objective)
-        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature else i, []).append(p)
+        groups.setdefault((signature, tuple(p.w_dense.shape)) if signature and concurrent else i, []).append(p)
     return list(groups.values())
 
 
@@ -353,24 +334,13 @@ def _by_autograd(losses_of):
     return losses_and_gradients
 
 
-def run_steps(step, draws: torch.Tensor, opt, active: torch.Tensor, check_every: int, graphs: bool) -> str:
-    """`len(draws)` steps, eager or (`graphs`) replayed from a CUDA graph, stopping once no layer is active (read
-    every `check_every` steps); returns how the steps ran."""
-    runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
-    for it in range(len(draws)):
-        runner.run(it, draws[it], then=lambda: None)
-        if (it + 1) % check_every == 0 and not bool(active.any()):
-            break
-    return runner.how
-
-
 def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 50) -> None:
     """Adam on each layer's own loss with its mask fixed, the group's layers stacked; a layer's weights are held
     after the step whose loss is below early_stop_loss (msbench)."""
     tic = time.perf_counter()
     losses_and_gradients = group_gradients(group, options.gram_gradient)
     weight = torch.stack([layer_weight(p.layer).detach() for p in group]).requires_grad_(True)
-    bias = torch.stack([_bias(p.layer).detach() for p in group]).requires_grad_(True)
+    bias = torch.stack([p.bias.detach() for p in group]).requires_grad_(True)
     keep = torch.stack([p.keep for p in group])
     draws = torch.stack([p.draws for p in group], 1)  # (iterations, L, per_step)
     held = [getattr(p.objective, "inputs", None) for p in group]  # a graph reads device tensors: none recomputed
@@ -398,13 +368,17 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
             active.logical_and_(losses >= options.early_stop_loss)
 
     # A graph is captured on the current device: the weights' device, for the time of the steps.
+    runner = step_graph.StepRunner(lambda _it, sel: step(sel), graphs)
     with torch.cuda.device(weight.device) if graphs else contextlib.nullcontext():
-        how = run_steps(step, draws, opt, active, check_every, graphs)
+        for it in range(len(draws)):  # until no layer is active (read every `check_every` steps)
+            runner.run(it, draws[it], then=lambda: None)
+            if (it + 1) % check_every == 0 and not bool(active.any()):
+                break
     share = (time.perf_counter() - tic) / len(group)
     with torch.no_grad():
         for i, p in enumerate(group):
             layer_weight(p.layer).copy_(weight[i])
-            _bias(p.layer).copy_(bias[i])
+            p.bias.copy_(bias[i])
             final = float(last[i])
             p.log.update(
                 iterations=int(steps[i]),
@@ -414,7 +388,7 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
                     p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
                 ),
                 stacked_layers=len(group),
-                steps_on=how,
+                steps_on=runner.how,
                 wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
             )
             for k in ("error_masked", "error_bias_corrected", "error_reconstructed"):
@@ -438,7 +412,7 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     model.requires_grad_(False)
     layers = options.layers(model)
     dense = copy.deepcopy(model)
-    masks = pot_masks(layers, target, options.allocation)
+    masks = allocation_keep_masks(layers, target, options.allocation)
     with torch.no_grad():
         for n, m in layers.items():
             weight = layer_weight(m)

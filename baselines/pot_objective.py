@@ -33,10 +33,6 @@ def channel_dim(layer: nn.Module) -> int:
     return -1 if isinstance(layer, nn.Linear) else 1
 
 
-def squared_error(layer: nn.Module, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return (out - target).pow(2).sum(dim=channel_dim(layer)).mean()
-
-
 class _Units:
     """The images an objective sums over, grouped into units (single images, or POT's fixed batches)."""
 
@@ -82,7 +78,7 @@ class ForwardObjective(_Units):
         x = self.inputs[self._images(idx)]
         with torch.no_grad():
             target = layer_output(self.layer, x, w_dense, b_dense)
-        return squared_error(self.layer, layer_output(self.layer, x, weight, bias), target)
+        return (layer_output(self.layer, x, weight, bias) - target).pow(2).sum(dim=channel_dim(self.layer)).mean()
 
     @torch.no_grad()
     def mean_error(self, weight, bias, w_dense, b_dense, chunk: int = 512) -> torch.Tensor:

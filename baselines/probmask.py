@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
 from torch.utils.checkpoint import checkpoint
 
 from fcpts.core.allocation import global_keep_masks
@@ -22,10 +21,9 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, layer_weight, sharing_modules
-from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations
+from fcpts.core.masks import apply_keep_masks, layer_weight, parametrize_weights, unparametrize_weights
+from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 from .score_projection import PROJECTIONS
@@ -138,11 +136,7 @@ def train_scores(
     identity = run_identity(target, options, calib, model)
     teacher = frozen_teacher(model, options.teacher_mode)
     noise = torch.Generator(device=device)
-    params = {}
-    for name, module in layers.items():
-        params[name] = ProbMaskParam(layer_weight(module).shape, noise).to(device)
-        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one set of scores
-            parametrize.register_parametrization(user, "weight", params[name])
+    params = parametrize_weights(layers, lambda _, module: ProbMaskParam(layer_weight(module).shape, noise).to(device))
     scores: list[torch.Tensor] = [p.scores for p in params.values()]
     ids = {id(s) for s in scores}
     weights = [p for p in model.parameters() if id(p) not in ids]
@@ -179,9 +173,7 @@ def train_scores(
         after_step=after,
     )
     final_scores = {n: p.scores.detach() for n, p in params.items()}
-    for name, module in layers.items():
-        for user in (*sharing_modules(layers, name), module):
-            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
+    unparametrize_weights(layers)
     return final_scores, loop
 
 
@@ -191,7 +183,6 @@ register(
         "ProbMask",
         probmask_sparsify,
         ProbMaskOptions,
-        trains=True,
         role=PAPER_BASELINE,
         style=("tab:purple", "v"),
         summary="ProbMask with global projection and a deterministic exact export",

@@ -11,11 +11,11 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils import parametrize
 
 from fcpts.core.calibration import Calibration
 from fcpts.core.checkpoint import Checkpoint
@@ -29,10 +29,9 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import sharing_modules, sparsity_summary
-from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations
+from fcpts.core.masks import parametrize_weights, sparsity_summary, unparametrize_weights
+from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import open_run
 from fcpts.methods.registry import PAPER_BASELINE, Method, register
 
 log = logging.getLogger("fcpts")
@@ -85,12 +84,8 @@ def _trial(
     model = copy.deepcopy(dense)
     teacher = frozen_teacher(dense, options.teacher_mode)
     layers = options.layers(model)
-    scores = []
-    for name, module in layers.items():
-        p = SoftThreshold(options.s_init).to(device)
-        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold
-            parametrize.register_parametrization(user, "weight", p)
-        scores.append(p.score)
+    params = parametrize_weights(layers, lambda *_: SoftThreshold(options.s_init).to(device))
+    scores = [p.score for p in params.values()]
     ids = {id(s) for s in scores}
     weights = [p for p in model.parameters() if id(p) not in ids]
     groups = [{"params": weights, "weight_decay": options.weight_decay}, {"params": scores, "weight_decay": decay}]
@@ -109,10 +104,7 @@ def _trial(
         checkpoint,
         desc=f"str decay={decay:.3g}",
     )
-    for name, module in layers.items():  # fold sign(W) relu(|W| - t) into plain weights (a shared one: in place)
-        for user in sharing_modules(layers, name):
-            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
-        parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+    unparametrize_weights(layers, leave_parametrized=True)  # sign(W) relu(|W| - t) as plain weights
     model.eval()
     sparsity, _ = sparsity_summary(model, options.exclude, options.filter_fn)
     return model, sparsity, loop
@@ -138,12 +130,21 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
     """STR at the trial whose sparsity is closest to `target` (no exact step: a miss stays a miss)."""
     target, device, _, _ = setup = open_run(model, calibration, target, options)
     calib = setup.required_calib()
-    if target == 0:  # a zero threshold: the dense model is the trial closest to the target
-        model.eval()
-        report = loop_report("str", target, model, options, calib, LoopResult(), {"trials": [], "chosen_decay": None})
-        report.extra["converged_to_target"] = report.achieved_sparsity < options.tolerance  # zeros already there
-        report.extra["reused_trials"] = 0
-        return model, report
+    extra: dict[str, Any] = {"trials": [], "chosen_decay": None}  # target 0: the dense model is the closest
+    best = LoopResult()
+    if target > 0:
+        best, extra = _search(model, calib, target, options, device)
+    model.eval()
+    report = loop_report("str", target, model, options, calib, best, extra)
+    report.extra["converged_to_target"] = abs(report.achieved_sparsity - target) < options.tolerance
+    report.extra["reused_trials"] = sum(bool(t.get("reused")) for t in extra["trials"])
+    return model, report
+
+
+def _search(
+    model: nn.Module, calib: Calibration, target: float, options: STROptions, device: torch.device
+) -> tuple[LoopResult, dict[str, Any]]:
+    """The bisection over the weight decay on s, resumed where it stopped; `model` left at the closest trial."""
     dense = copy.deepcopy(model)
     identity = run_identity(target, options, calib, dense)
     search = run_checkpoint(
@@ -177,13 +178,8 @@ def str_sparsify(model: nn.Module, calibration, target: float, options: STROptio
             Path(trial_ckpt).unlink(missing_ok=True)
         lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
     model.load_state_dict(state["best"]["state"])
-    model.eval()
     best = LoopResult(state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]))
-    extra = {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
-    report = loop_report("str", target, model, options, calib, best, extra)
-    report.extra["converged_to_target"] = abs(report.achieved_sparsity - target) < options.tolerance
-    report.extra["reused_trials"] = sum(bool(t.get("reused")) for t in state["trials"])
-    return model, report
+    return best, {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
 
 
 register(
@@ -192,7 +188,6 @@ register(
         "STR",
         str_sparsify,
         STROptions,
-        trains=True,
         role=PAPER_BASELINE,  # Table 1 only, at its own targets: no grid's paper table has it
         style=("tab:brown", "D"),
         summary="STR with a bisection search of its threshold decay; records the sparsity it reached",

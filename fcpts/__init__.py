@@ -19,10 +19,10 @@ from torch import nn
 from .core.attention import LinearAttention, attention_as_linear, attention_as_mha
 from .core.masks import sparsity_summary
 from .core.options import MethodOptions
-from .core.outputs import OutputFn
 from .core.report import SparsityReport
 from .methods import METHODS, Method, get_method, list_methods
 from .methods.fcpts import FCPTSOptions
+from .methods.registry import OutputFn
 
 __all__ = [
     "sparsify",

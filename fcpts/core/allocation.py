@@ -38,12 +38,6 @@ def erk_rates(layers: dict[str, nn.Module], target: float, power: float = 1.0) -
     return {n: 0.0 if n in dense else 1.0 - eps * raw[n] for n in numel}
 
 
-def uniform_rates(layers: dict[str, nn.Module], target: float) -> dict[str, float]:
-    """The same rate in every layer."""
-    target = check_target(target)
-    return {name: target for name in layers}
-
-
 def rates_to_counts(
     rates: dict[str, float], numels: dict[str, int], target: float, zeros: dict[str, int] | None = None
 ) -> dict[str, int]:
@@ -151,16 +145,13 @@ def lowest_k_keep(scores: list[torch.Tensor], k: int, tiebreak: list[torch.Tenso
 
 @torch.no_grad()
 def keep_masks_for_rates(
-    layers: dict[str, nn.Module], rates: dict[str, float], target: float | None = None
+    layers: dict[str, nn.Module], rates: dict[str, float], target: float
 ) -> dict[str, torch.Tensor]:
-    """Magnitude masks with the given per-layer rates (with `target`, totalling it exactly); weights already zero are
-    always pruned, so a method that rewrites kept weights cannot revive them."""
+    """Magnitude masks with the given per-layer rates, totalling `target` exactly; weights already zero are always
+    pruned, so a method that rewrites kept weights cannot revive them."""
     numels = {n: layer_weight(m).numel() for n, m in layers.items()}
     zeros = {n: int((layer_weight(m) == 0).sum()) for n, m in layers.items()}
-    if target is None:
-        counts = {n: math.floor(rates[n] * numels[n] + 1e-9) for n in layers}
-    else:
-        counts = rates_to_counts(rates, numels, target, zeros)
+    counts = rates_to_counts(rates, numels, target, zeros)
     return {n: lowest_k_keep([layer_weight(m).abs()], max(counts[n], zeros[n]))[0] for n, m in layers.items()}
 
 
@@ -189,10 +180,6 @@ def lamp_scores(weight: torch.Tensor) -> torch.Tensor:
     return scores.view_as(weight)
 
 
-def global_magnitude_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
-    return {n: layer_weight(m).detach().abs() for n, m in layers.items()}
-
-
 def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
     """POT's "L2Norm" ranking: |W| over the layer's Frobenius norm; 0 for a layer of zeros (not 0/0)."""
     scores = {}
@@ -201,3 +188,15 @@ def l2norm_scores(layers: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
         norm = weight.norm()
         scores[n] = torch.where(norm > 0, weight.abs() / norm, torch.zeros_like(weight))
     return scores
+
+
+def allocation_keep_masks(layers: dict[str, nn.Module], target: float, how: str) -> dict[str, torch.Tensor]:
+    """Magnitude keep-masks pruning exactly round(target * N) weights under the allocation `how`: per-layer rates
+    ("uniform", "erk") or one global cut of "lamp", "l2norm" or "global-magnitude" scores."""
+    if how in ("uniform", "erk"):
+        rates = erk_rates(layers, target) if how == "erk" else dict.fromkeys(layers, float(check_target(target)))
+        return keep_masks_for_rates(layers, rates, target)
+    if how == "l2norm":
+        return global_keep_masks(l2norm_scores(layers), target)
+    score = lamp_scores if how == "lamp" else torch.abs  # "global-magnitude": |W|
+    return global_keep_masks({n: score(layer_weight(m).detach()) for n, m in layers.items()}, target)

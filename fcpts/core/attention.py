@@ -17,7 +17,17 @@ class LinearAttention(nn.Module):
 
     def __init__(self, mha: nn.MultiheadAttention):
         super().__init__()
-        refuse_unsupported(mha)
+        present = {  # the variants whose projections are not one stacked Linear: an error, not silently another model
+            "separate kdim/vdim projections": not mha._qkv_same_embed_dim,
+            "add_bias_kv": mha.bias_k is not None,
+            "add_zero_attn": mha.add_zero_attn,
+        }
+        unsupported = [what for what, there in present.items() if there]
+        if unsupported:
+            raise ValueError(
+                f"nn.MultiheadAttention with {', '.join(unsupported)} has no LinearAttention form; leave it out with "
+                "fcpts.attention_as_linear(model, filter_fn=lambda module, name: ...) (its weights then stay dense)"
+            )
         self.embed_dim, self.num_heads = mha.embed_dim, mha.num_heads
         self.dropout, self.batch_first = mha.dropout, mha.batch_first
         weight = mha.in_proj_weight
@@ -71,24 +81,6 @@ class LinearAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, dropout={self.dropout}, batch_first={self.batch_first}"
-
-
-def refuse_unsupported(mha: nn.MultiheadAttention) -> None:
-    """The variants whose projections are not one stacked Linear: a clear error, not a silently other model."""
-    unsupported = [
-        what
-        for what, present in (
-            ("separate kdim/vdim projections", not mha._qkv_same_embed_dim),
-            ("add_bias_kv", mha.bias_k is not None),
-            ("add_zero_attn", mha.add_zero_attn),
-        )
-        if present
-    ]
-    if unsupported:
-        raise ValueError(
-            f"nn.MultiheadAttention with {', '.join(unsupported)} has no LinearAttention form; leave it out with "
-            "fcpts.attention_as_linear(model, filter_fn=lambda module, name: ...) (its weights then stay dense)"
-        )
 
 
 def _additive_mask(

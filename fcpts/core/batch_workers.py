@@ -16,14 +16,11 @@ log = logging.getLogger("fcpts")
 MAX_DEFAULT_WORKERS = 8
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the platform says, else all of them)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def default_workers() -> int:
-    """min(8, usable CPUs): enough to keep a GPU fed on typical transforms without taking a whole node."""
-    return min(MAX_DEFAULT_WORKERS, usable_cpus())
+    """min(8, the CPUs this process may run on): enough to keep a GPU fed on typical transforms without taking a
+    whole node."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(MAX_DEFAULT_WORKERS, usable)
 
 
 def calibration_workers(asked: int | None, calib: Calibration, device: torch.device) -> int:

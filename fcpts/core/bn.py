@@ -51,24 +51,19 @@ def conv_bn_pairs(model: nn.Module) -> list[tuple[str, str]]:
 
 
 @torch.no_grad()
-def fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
-    mean, var = bn.running_mean, bn.running_var
-    if mean is None or var is None:
-        raise TypeError(f"cannot fold {bn}: it keeps no running statistics (track_running_stats=False)")
-    scale = bn.weight / torch.sqrt(var + bn.eps)
-    conv.weight.mul_(scale.view(-1, 1, 1, 1))
-    bias = conv.bias if conv.bias is not None else torch.zeros_like(mean)
-    new_bias = bn.bias + (bias - mean) * scale
-    conv.bias = nn.Parameter(new_bias.detach().clone())
-
-
 def fold_batchnorm(model: nn.Module) -> list[tuple[str, str]]:
     """Fold every Conv2d -> BatchNorm2d pair of `model` in place; returns the pairs folded."""
     pairs = conv_bn_pairs(model)
     modules = dict(model.named_modules())
     for conv_name, bn_name in pairs:
-        fold_conv_bn(modules[conv_name], modules[bn_name])
-        bn = modules[bn_name]
+        conv, bn = modules[conv_name], modules[bn_name]
+        mean, var = bn.running_mean, bn.running_var
+        if mean is None or var is None:
+            raise TypeError(f"cannot fold {bn}: it keeps no running statistics (track_running_stats=False)")
+        scale = bn.weight / torch.sqrt(var + bn.eps)
+        conv.weight.mul_(scale.view(-1, 1, 1, 1))
+        bias = conv.bias if conv.bias is not None else torch.zeros_like(mean)
+        conv.bias = nn.Parameter((bn.bias + (bias - mean) * scale).detach().clone())
         tail = [m for m in (getattr(bn, "drop", None), getattr(bn, "act", None)) if isinstance(m, nn.Module)]
         model.set_submodule(bn_name, nn.Sequential(*tail) if tail else nn.Identity())
     return pairs

@@ -14,7 +14,6 @@ import torch
 from .flat_weights import FlatLayout, runs_of
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
-METHODS = ("kde", "histogram")
 
 
 def kde_density(points: torch.Tensor, at: torch.Tensor, bandwidth: torch.Tensor | float) -> torch.Tensor:
@@ -100,8 +99,6 @@ class LayerBridges:
         bins: int = 100,
         generator: torch.Generator | None = None,
     ):
-        if method not in METHODS:
-            raise ValueError(f"bridge method must be 'kde' or 'histogram', got {method!r}")
         self.method, self.bins, self.bandwidth_scale = method, bins, bandwidth_scale
         self.numels, self.total, self.n_layers = list(numels), sum(numels), len(numels)
         samples = [torch.arange(n) if points >= n else torch.randperm(n, generator=generator)[:points] for n in numels]
@@ -134,6 +131,4 @@ class LayerBridges:
 
     def __call__(self, thresholds: torch.Tensor, weights: list[torch.Tensor]) -> torch.Tensor:
         """The global fraction of weights below their layer's threshold; differentiable in `thresholds` (L,)."""
-        if len(weights) != self.n_layers or thresholds.shape != (self.n_layers,):
-            raise ValueError(f"expected {self.n_layers} thresholds and weights, got {tuple(thresholds.shape)}")
         return _LayerBridges.apply(thresholds, self, *(w.detach() for w in weights))

@@ -56,17 +56,15 @@ class Calibration:
             return [int(i) for i in self.data.indices]
         return list(range(_length(self.data)))
 
-    def _perm(self, epoch: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(_length(self.data), generator=g)
-
-    def order(self, epoch: int) -> list[int]:
+    def order(self, epoch: int) -> torch.Tensor:
         """The positions of the images in epoch `epoch`'s shuffle."""
-        return self._perm(epoch).tolist()
+        return torch.randperm(
+            _length(self.data), generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        )
 
     def batch(self, step: int) -> torch.Tensor:
         epoch, pos = divmod(step, self.steps_per_epoch)
-        idx = self._perm(epoch)[pos * self.batch_size : (pos + 1) * self.batch_size]
+        idx = self.order(epoch)[pos * self.batch_size : (pos + 1) * self.batch_size]
         return self.take(idx.tolist(), seed=self.seed * 7_919 + step)
 
     def in_order_batches(self, batch_size: int) -> int:

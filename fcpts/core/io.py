@@ -52,34 +52,9 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
-def append_json_line(path: str | Path, row: Any) -> Path:
-    """One more line of a JSON-lines file, appended in one O_APPEND write (writers never mix); a line a crash cut
-    short is dropped first."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(row) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":  # a cut line from an interrupted run
-            os.ftruncate(fd, os.pread(fd, size, 0).rfind(b"\n") + 1)
-        if os.write(fd, line) != len(line):
-            raise OSError(f"short write appending to {path}: disk full?")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return path
-
-
-def read_json_lines(path: str | Path, missing_ok: bool = False) -> list[Any]:
-    """Every row of a JSON-lines file; with `missing_ok`, none for a file not written yet (a run's first row). A
-    last line without its newline (a row a crash cut short) is not a row."""
-    path = Path(path)
-    if missing_ok and not path.exists():
-        return []
-    text = path.read_text()
-    whole = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
-    return [json.loads(line) for line in whole.splitlines()]
+def read_json_lines(path: str | Path) -> list[Any]:
+    """Every row of a JSON-lines file."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def save_torch_atomic(obj: Any, path: str | Path) -> Path:

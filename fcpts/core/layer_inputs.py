@@ -53,17 +53,15 @@ def forward_order(model: nn.Module, layers: dict[str, nn.Module], sample: torch.
     """The names of `layers` in the order a forward of `sample` (eval, no gradients) first reaches them; a layer it
     never calls (its parent applies the weight itself) is an error naming the ways round."""
     called: list[str] = []
-    handles = [
-        m.register_forward_pre_hook(lambda _m, _i, n=n: called.append(n) if n not in called else None)
-        for n, m in layers.items()
-    ]
     modes = {m: m.training for m in model.modules()}
     try:
-        with torch.no_grad():
+        with torch.no_grad(), contextlib.ExitStack() as hooks:
+            for n, m in layers.items():
+                hooks.enter_context(
+                    m.register_forward_pre_hook(lambda _m, _i, n=n: called.append(n) if n not in called else None)
+                )
             model.eval()(sample)
     finally:
-        for h in handles:
-            h.remove()
         for m, training in modes.items():
             m.training = training
     missing = [n for n in layers if n not in called]
@@ -93,12 +91,8 @@ def input_of(net: nn.Module, name: str, x) -> torch.Tensor:
         captured.append(args[0])
         raise StopForward
 
-    handle = net.get_submodule(name).register_forward_pre_hook(hook)
-    try:
-        with contextlib.suppress(StopForward):
-            net(x)
-    finally:
-        handle.remove()
+    with net.get_submodule(name).register_forward_pre_hook(hook), contextlib.suppress(StopForward):
+        net(x)
     if not captured:
         raise RuntimeError(f"a forward of {type(net).__name__} never reaches {name!r}")
     return captured[0]

@@ -249,22 +249,6 @@ class Prefetched:
                 self.next = None
 
 
-def _resume(
-    checkpoint: Checkpoint, model: nn.Module, teacher: nn.Module, schedulers: Sequence, result: LoopResult
-) -> float:
-    """Load a saved state into the models, optimisers, schedulers and `result`; returns the time spent before."""
-    state = checkpoint.load()
-    if state is None:
-        return 0.0
-    model.load_state_dict(state["model"])
-    teacher.load_state_dict(state["teacher"])
-    for sch, o_state, s_state in zip(schedulers, state["optimizers"], state["schedulers"]):
-        sch.optimizer.load_state_dict(o_state)
-        sch.load_state_dict(s_state)
-    result.history, result.resumed_from_step = state["history"], state["step"]
-    return state["elapsed_s"]
-
-
 def train_loop(
     model: nn.Module,
     teacher: nn.Module,
@@ -283,8 +267,15 @@ def train_loop(
     step waits for the device, and with `cuda_graphs` the steps are replayed from a CUDA graph."""
     iterations, device = fitted_iterations(options.iterations), resolve_device(None, model)
     optimizers = [sch.optimizer for sch in schedulers]
-    result = LoopResult()
-    elapsed_before = _resume(checkpoint, model, teacher, schedulers, result)
+    result, elapsed_before = LoopResult(), 0.0
+    state = checkpoint.load()
+    if state is not None:  # resumed: the models, optimisers, schedulers and history as saved
+        model.load_state_dict(state["model"])
+        teacher.load_state_dict(state["teacher"])
+        for sch, o_state, s_state in zip(schedulers, state["optimizers"], state["schedulers"]):
+            sch.optimizer.load_state_dict(o_state)
+            sch.load_state_dict(s_state)
+        result.history, result.resumed_from_step, elapsed_before = state["history"], state["step"], state["elapsed_s"]
     autocast(options.amp, device)  # an unusable precision fails before the first step
     t0 = time.perf_counter()
 

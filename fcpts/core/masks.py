@@ -1,8 +1,10 @@
 """The sparsity tools FCPTS and every baseline share: which layers are prunable, the threshold mask, the input
-checks and exact counting of zeros."""
+checks (each layer computes with the weight it stores, so the zeros a method stores are zeros it computes with) and
+exact counting of zeros."""
 
 from __future__ import annotations
 
+import copy
 import decimal
 import math
 import numbers
@@ -12,7 +14,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
+from torch.nn.utils import parametrize, prune
+from torch.nn.utils.spectral_norm import SpectralNorm
+from torch.nn.utils.weight_norm import WeightNorm
 
 PRUNABLE_TYPES: tuple[type[nn.Module], ...] = (nn.Conv2d, nn.Linear)
 # Layers whose weights no method here prunes: reported (`unprunable_weights`), never silently left dense.
@@ -38,6 +42,25 @@ class PrunableLayers(dict[str, nn.Module]):
 def sharing_modules(layers: dict[str, nn.Module], name: str) -> list[nn.Module]:
     """The other modules that use layer `name`'s weight (none unless `layers` came from `prunable_layers`)."""
     return getattr(layers, "sharing", {}).get(name, [])
+
+
+def parametrize_weights(layers: dict[str, nn.Module], make: Callable[[str, nn.Module], nn.Module]) -> dict:
+    """Each layer's weight parametrized by `make(name, layer)`, the modules sharing it by the same one (one mask for
+    a shared weight); returns the parametrizations by layer name."""
+    made = {}
+    for name, module in layers.items():
+        made[name] = make(name, module)
+        for user in (module, *sharing_modules(layers, name)):
+            parametrize.register_parametrization(user, "weight", made[name])
+    return made
+
+
+def unparametrize_weights(layers: dict[str, nn.Module], leave_parametrized: bool = False) -> None:
+    """Plain weights again: the unmasked ones, or (`leave_parametrized`) their parametrized values."""
+    for name, module in layers.items():
+        for user in sharing_modules(layers, name):
+            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
+        parametrize.remove_parametrizations(module, "weight", leave_parametrized=leave_parametrized)
 
 
 def prunable_layers(
@@ -161,31 +184,27 @@ class Sparsity(float):
     __slots__ = ()
 
     def __new__(cls, target: Any) -> Sparsity:
-        return super().__new__(cls, _real_target(target))
+        value = target
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            if value.ndim != 0:  # a bool or complex one fails below, as its .item() does
+                raise TypeError(f"target sparsity must be one real number in [0, 1), got a {_describe(value)}")
+            value = value.item()
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, decimal.Decimal)):
+            raise TypeError(
+                f"target sparsity must be a real number in [0, 1) (e.g. 0.9 for 90% zeros), got {_describe(target)}"
+            )
+        value = float(value)
+        if math.isnan(value) or not 0.0 <= value < 1.0:
+            raise ValueError(
+                f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
+            )
+        return super().__new__(cls, value)
 
 
 def check_target(target: Any) -> Sparsity:
     """A target as a checked `Sparsity`: any real number (a 0-d tensor or array too); bool, str, complex and NaN
     are refused."""
     return target if isinstance(target, Sparsity) else Sparsity(target)
-
-
-def _real_target(target: Any) -> float:
-    value = target
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        if value.ndim != 0:  # a bool or complex one fails below, as its .item() does
-            raise TypeError(f"target sparsity must be one real number in [0, 1), got a {_describe(value)}")
-        value = value.item()
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, decimal.Decimal)):
-        raise TypeError(
-            f"target sparsity must be a real number in [0, 1) (e.g. 0.9 for 90% zeros), got {_describe(target)}"
-        )
-    value = float(value)
-    if math.isnan(value) or not 0.0 <= value < 1.0:
-        raise ValueError(
-            f"target sparsity must be in [0, 1) (a fraction of zero weights, e.g. 0.9 for 90%), got {target}"
-        )
-    return value
 
 
 def _describe(value: Any) -> str:
@@ -223,6 +242,89 @@ def check_weight_dtype(model: nn.Module) -> None:
                 "float32 calibration inputs) and cast the sparse model back afterwards (zeros stay zeros); for "
                 "bfloat16 forwards while FCPTS trains, pass amp='bf16'"
             )
+
+
+def check_stored_weights(model: nn.Module) -> None:
+    """Refuse a Conv2d/Linear whose forward remakes its weight, chosen or not (excluded, the older hook-made ones
+    still break the copy a method takes), naming the call that makes it a plain Parameter."""
+    computed = {
+        name: _weight_maker(module)
+        for name, module in model.named_modules()
+        if isinstance(module, PRUNABLE_TYPES) and not isinstance(module._parameters.get("weight"), nn.Parameter)
+    }
+    if computed:
+        named = "; ".join(f"{name!r}: {how}" for name, how in list(computed.items())[:5])
+        more = f" (and {len(computed) - 5} more)" if len(computed) > 5 else ""
+        raise TypeError(
+            f"{len(computed)} layer(s) compute their weight in their forward instead of holding it as a Parameter, "
+            f"so the zeros a method writes would not last: {named}{more}; make each weight a plain Parameter first "
+            "(zeros already there stay and count toward the target)"
+        )
+
+
+def _weight_maker(module: nn.Module) -> str:
+    """What remakes this module's weight, and the call that folds it into a plain Parameter."""
+    if parametrize.is_parametrized(module, "weight"):
+        kinds = ", ".join(type(p).__name__ for p in weight_parametrizations(module))
+        return f"parametrized ({kinds}), torch.nn.utils.parametrize.remove_parametrizations(module, 'weight')"
+    for hook in module._forward_pre_hooks.values():
+        if isinstance(hook, prune.BasePruningMethod):
+            return "torch.nn.utils.prune's mask, torch.nn.utils.prune.remove(module, 'weight')"
+        if isinstance(hook, WeightNorm):
+            return "torch.nn.utils.weight_norm, torch.nn.utils.remove_weight_norm(module)"
+        if isinstance(hook, SpectralNorm):
+            return "torch.nn.utils.spectral_norm, torch.nn.utils.remove_spectral_norm(module)"
+    return "its weight is no Parameter of its own, module.weight = nn.Parameter(module.weight.detach())"
+
+
+def check_weight_used_as_stored(layers: dict[str, nn.Module]) -> None:
+    """Refuse a chosen layer whose forward transforms its stored weight (its output is not linear in it)."""
+    transformed = [name for name, module in layers.items() if _transforms_weight(module)]
+    if transformed:
+        kinds = sorted({type(layers[name]).__name__ for name in transformed})
+        shown = transformed[:5] + ([f"and {len(transformed) - 5} more"] if len(transformed) > 5 else [])
+        raise TypeError(
+            f"{len(transformed)} layer(s) ({', '.join(kinds)}) compute with a transform of their stored weight, not "
+            f"the weight itself (timm's StdConv2d and ScaledStdConv2d standardise it): zeros stored there are not "
+            f"zeros in what they compute, so the sparsity reported would not be the model's: {shown}; keep them "
+            "dense (exclude=[...] or filter_fn), or replace each with an nn.Conv2d / nn.Linear holding the weight it "
+            "computes with"
+        )
+
+
+@torch.no_grad()
+def _transforms_weight(module: nn.Module) -> bool:
+    """True when halving the stored weight does not halve the output's weight term (probed on an eval copy; a probe
+    the layer cannot take says nothing: False)."""
+    x = _probe_input(module)
+    probe = copy.deepcopy(module).eval()  # eval: a layer that drops weights in training would not repeat itself
+    weight = cast(torch.Tensor, probe.weight)  # the copy's, scaled in place: as stored, halved (exact), zero
+    try:
+        once = probe.forward(x)
+        weight.mul_(0.5)
+        half = probe.forward(x)
+        weight.zero_()
+        bias_term = probe.forward(x)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    if not all(bool(torch.isfinite(out).all()) for out in (once, half, bias_term)):
+        return False
+    term = once - bias_term
+    tolerance = 1e-4 * float(term.abs().max()) + 1e-6
+    return not torch.allclose(half - bias_term, 0.5 * term, rtol=1e-4, atol=tolerance)
+
+
+def _probe_input(module: nn.Module) -> torch.Tensor:
+    """A small seeded input the layer takes: (2, in_features), or (1, in_channels, s, s) with room for its kernel
+    and stride twice over. The global RNG is untouched."""
+    weight = cast(torch.Tensor, module.weight)
+    generator = torch.Generator().manual_seed(0)
+    if isinstance(module, nn.Conv2d):
+        size = max(d * (k - 1) + 1 + 2 * s for k, d, s in zip(module.kernel_size, module.dilation, module.stride))
+        shape: tuple[int, ...] = (1, module.in_channels, size, size)
+    else:
+        shape = (2, int(weight.shape[1]))
+    return torch.randn(shape, generator=generator).to(device=weight.device, dtype=weight.dtype)
 
 
 def check_finite_result(model: nn.Module, method: str) -> None:

@@ -1,5 +1,6 @@
 """Option bases every method's options dataclass derives from: `MethodOptions` (layer choice, seed, progress,
-checkpoint) and `TrainingOptions` (the distillation loop's budget)."""
+checkpoint) and `TrainingOptions` (the distillation loop's budget); `open_run`, the opening every method's run
+shares before any work, so a bad input fails the same way in every method."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar, Union
+from typing import Any, ClassVar, Literal, NamedTuple, Union
 
 import torch
 from torch import nn
 
-from .masks import prunable_layers
+from .calibration import Calibration
+from .masks import Sparsity, check_target, prunable_layers
 
-T = TypeVar("T", bound="MethodOptions")
 AMP_CHOICES = (None, "bf16")  # training precision of the forwards: float32, or bfloat16 under torch.autocast
 FilterFn = Callable[[nn.Module, str], bool]
 
@@ -87,15 +88,6 @@ class MethodOptions:
         return {f.name for f in dataclasses.fields(cls)}
 
     @classmethod
-    def from_kwargs(cls: type[T], **kwargs: Any) -> T:
-        unknown = sorted(set(kwargs) - cls.field_names())
-        if unknown:
-            raise TypeError(f"unknown {cls.__name__} options {unknown}; known options: {sorted(cls.field_names())}")
-        options = cls(**kwargs)
-        options.validate()
-        return options
-
-    @classmethod
     def effective(cls, values: dict[str, Any], target: float) -> dict[str, Any]:
         """`values` (a `to_dict`) with any target-dependent default resolved for `target` (here none)."""
         return values
@@ -107,9 +99,7 @@ class MethodOptions:
             value = getattr(self, f.name)
             if callable(value):
                 value = getattr(value, "__qualname__", repr(value))
-            out[f.name] = (
-                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-            )
+            out[f.name] = value
         return out
 
 
@@ -245,3 +235,29 @@ def _describe(hint: Any) -> str:
     if hint is int:
         return "a whole number"
     return getattr(hint, "__name__", str(hint))
+
+
+class RunSetup(NamedTuple):
+    target: Sparsity
+    device: torch.device  # where the model now is and the run computes
+    layers: dict[str, nn.Module]  # the layers the run prunes, by qualified name
+    calib: Calibration | None  # None for a method that reads no calibration data
+
+    def required_calib(self) -> Calibration:
+        """The calibration batches of a method that reads them: open_run was given calibration data."""
+        if self.calib is None:
+            raise ValueError("this method reads calibration data, and calibration is None: pass the images")
+        return self.calib
+
+
+def open_run(model: nn.Module, calibration: Any, target: float, options: MethodOptions) -> RunSetup:
+    """Check `target` and `options`, place `model`, choose its layers, seed its calibration batches (unless None)
+    and fit the budget options left at None to them."""
+    target = check_target(target)
+    options.validate()
+    device = options.place(model)
+    layers = options.layers(model)
+    calib = None if calibration is None else Calibration(calibration, options.batch_size, options.seed)  # type: ignore[attr-defined]
+    if calib is not None:
+        options.fit_budget(len(calib))
+    return RunSetup(target, device, layers, calib)

@@ -101,12 +101,12 @@ def loop_report(
     target: float,
     model: nn.Module,
     options: MethodOptions,
-    calib: Calibration,
+    calib: Calibration | None,
     loop: LoopResult,
     extra: dict[str, Any],
 ) -> SparsityReport:
     """A run's report: the sparsity measured on the finished `model`, the loop's history, time and how its steps
-    ran, and what reproduces the run."""
+    ran, and what reproduces the run (`calib` None: a method that reads no calibration data)."""
     achieved, per_layer = sparsity_summary(model, options.exclude, options.filter_fn)
     return SparsityReport(
         method=method,
@@ -116,7 +116,7 @@ def loop_report(
         history=loop.history,
         wall_s=loop.wall_s,
         seed=options.seed,
-        calibration_indices=calib.indices,
+        calibration_indices=calib.indices if calib is not None else [],
         options=options.to_dict(),
         extra={**extra, **loop.steps_on},
     )

@@ -4,7 +4,10 @@ loss), then every threshold scaled by one factor so exactly round(target * N) we
 from __future__ import annotations
 
 import collections
+import copy
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,18 +27,18 @@ from fcpts.core.loop import (
     train_loop,
     warmup_cosine,
 )
-from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight
-from fcpts.core.options import TrainingOptions, fitted_iterations
+from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight, unparametrize_weights
+from fcpts.core.options import RunSetup, TrainingOptions, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport, loop_report
-from fcpts.core.run_setup import RunSetup, open_run
 
 from . import thresholds
-from .block_balance import balanced_block_weight
 from .registry import PAPER_METHOD, Method, register
 
 log = logging.getLogger("fcpts")
 # the learned masks this far off the target before the exact step: that step prunes (or restores) a large share at once
 DRIFT_WARNING = 0.01
+# the block weight where one of the two gradients is zero and their ratio says nothing: the blocks as they come (FCPTS)
+UNBALANCED_WEIGHT = 1.0
 
 
 @dataclass
@@ -98,23 +101,6 @@ class _Taps:
             h.remove()
 
 
-class _BlockMSE(torch.autograd.Function):
-    """F.mse_loss(student, teacher) in float32 with the teacher fixed, from one saved difference instead of
-    mse_loss's three temporaries; with `reuse_teacher` written over the teacher's output."""
-
-    @staticmethod
-    def forward(ctx, student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
-        diff = block_difference(student, teacher, reuse_teacher)
-        ctx.save_for_backward(diff)
-        ctx.student_dtype = student.dtype
-        return torch.linalg.vector_norm(diff).square() / diff.numel()
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (diff,) = ctx.saved_tensors  # read once: a second backward through this graph fails on its version
-        return diff.mul_(grad * (2.0 / diff.numel())).to(ctx.student_dtype), None, None
-
-
 def block_difference(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool) -> torch.Tensor:
     """student - teacher in float32; with `reuse_teacher`, written over a float32 teacher of the student's shape."""
     if reuse_teacher and teacher.dtype == torch.float32 and teacher.shape == student.shape:
@@ -146,8 +132,8 @@ def block_differences(
 
 
 class _BlocksMSE(torch.autograd.Function):
-    """The sum of every block's `block_mse`, with the same gradient, in a few kernels for all blocks; the teachers'
-    outputs are let go once the differences are made."""
+    """The sum of every block's F.mse_loss(student, teacher) in float32, teacher fixed, in a few kernels for all
+    blocks from one saved difference each; the teachers' outputs are let go once the differences are made."""
 
     @staticmethod
     def forward(
@@ -169,8 +155,9 @@ class _BlocksMSE(torch.autograd.Function):
 
 
 class BlocksMSE:
-    """sum_k block_mse(students[k], teachers[k]), the teachers popped from their dict; each set of block sizes'
-    1/n and 2/n is made on the device once (a CUDA graph replay cannot copy them there)."""
+    """sum_k F.mse_loss(students[k], teachers[k]), the teachers popped from their dict (those in `sole` overwritten
+    with the difference: only tensors nothing else reads); each set of block sizes' 1/n and 2/n is made on the
+    device once (a CUDA graph replay cannot copy them there)."""
 
     def __init__(self) -> None:
         self.scales: dict[tuple, torch.Tensor] = {}
@@ -188,12 +175,6 @@ class BlocksMSE:
             twice = [(-2.0 if together and r else 2.0) / n for n, r in zip(numels, reuse)]
             self.scales[key] = torch.tensor([[1.0 / n for n in numels], twice], dtype=torch.float32).to(device)
         return _BlocksMSE.apply(teacher_list, reuse, together, self.scales[key], *students.values())
-
-
-def block_mse(student: torch.Tensor, teacher: torch.Tensor, reuse_teacher: bool = False) -> torch.Tensor:
-    """Mean squared error of a student block output against the teacher's (no gradient into the teacher).
-    `reuse_teacher=True` overwrites a float32 `teacher` with the difference: only for a tensor nothing else reads."""
-    return _BlockMSE.apply(student, teacher.detach(), reuse_teacher)
 
 
 def storage_address(t: torch.Tensor) -> int:
@@ -249,8 +230,10 @@ class _Thresholds:
         """Every layer's threshold, in layer order, as one tensor."""
         return torch.sigmoid(torch.stack(self.scores))
 
-    def global_sparsity(self) -> torch.Tensor:
-        return self.bridges(self.values(), [thresholds.original_weight(self.layers[n]) for n in self.names])
+
+def _grads(loss: torch.Tensor, params: list[torch.Tensor], retain: bool = False) -> list[torch.Tensor]:
+    grads = torch.autograd.grad(loss, params, retain_graph=retain, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
 
 
 class _Reconstruction:
@@ -279,16 +262,77 @@ class _Reconstruction:
                 rec = rec + self.weight * self.at_once(s, t, sole)
         return rec
 
-    def balance(self, model, teacher, setup: RunSetup, params, options: FCPTSOptions, variant: Variant) -> dict:
-        """Set the block weight so the blocks' gradient is `variant.block_balance` times the KL's; what was measured."""
-        balance = variant.block_balance
-        assert balance is not None and self.taps is not None  # a variant balances only with "mse-blocks"
-        self.weight, measured = balanced_block_weight(
-            model, teacher, setup.required_calib(), self.taps[0].outputs, self.taps[1].outputs, params,
-            temperature=options.temperature, balance=balance, batches=variant.balance_batches,
-            device=setup.device, block_loss=block_mse, channels_last=options.channels_last,
-        )  # fmt: skip
-        return measured
+    def balance(
+        self,
+        student: nn.Module,
+        teacher: nn.Module,
+        calib: Calibration,
+        params: list[torch.Tensor],
+        *,
+        balance: float,
+        batches: int,
+        device: torch.device,
+        channels_last: bool = False,
+    ) -> dict:
+        """Set the block weight w so that ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
+        calibration batches (UNBALANCED_WEIGHT where a gradient is zero), so their balance is chosen rather than set
+        by the network's activation scale and block count; what was measured. Both models are left as they were."""
+        assert self.taps is not None  # a variant balances only with "mse-blocks"
+        student_blocks, teacher_blocks = self.taps[0].outputs, self.taps[1].outputs
+        t0 = time.perf_counter()
+        saved = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
+        was_training = student.training
+        student.train()
+        kl_sum = [torch.zeros_like(p) for p in params]
+        block_sum = [torch.zeros_like(p) for p in params]
+        steps = min(batches, max(1, calib.steps_per_epoch))
+        batch_of = StepBatches(calib, device, channels_last)
+        has_blocks = False
+        for step in range(steps):
+            x = batch_of(step)  # as the loop will see it
+            with torch.no_grad():
+                y_t = teacher(x).float()
+            y_s = student(x).float()
+            kl = kl_distill(y_s, y_t, self.temperature)
+            has_blocks = bool(student_blocks)  # no block found: no block term to weigh
+            for acc, g in zip(kl_sum, _grads(kl, params, retain=has_blocks)):
+                acc.add_(g)
+            if has_blocks:
+                for acc, g in zip(block_sum, _grads(self.at_once(student_blocks, teacher_blocks, set()), params)):
+                    acc.add_(g)
+        student.load_state_dict(saved[0])
+        teacher.load_state_dict(saved[1])
+        student.train(was_training)
+        kl_norm, block_norm = (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) / steps
+            for grads in (kl_sum, block_sum)
+        )
+        if not (math.isfinite(kl_norm) and math.isfinite(block_norm)):
+            raise FloatingPointError(
+                f"block balancing measured a non-finite gradient (KL {kl_norm:.3g}, blocks {block_norm:.3g}) on the "
+                f"first {steps} calibration batches: check the calibration images and the dense model's outputs for "
+                "NaN/Inf, or set block_weight to a number instead of 'auto'"
+            )
+        unbalanced = None
+        if kl_norm > 0 and block_norm > 0:
+            self.weight = balance * kl_norm / block_norm
+        else:  # a zero gradient on one side (both: the student equals the teacher, e.g. nothing pruned yet)
+            self.weight = UNBALANCED_WEIGHT
+            unbalanced = "the blocks' gradient is zero" if kl_norm > 0 else "the output KL's gradient is zero"
+            if not has_blocks:
+                unbalanced = "the model has no block outputs to reconstruct"
+            elif not (kl_norm > 0 or block_norm > 0):
+                unbalanced = "both gradients are zero: the student equals the teacher on the probe batches"
+            log.warning("block balancing: %s; block weight %g (FCPTS's) instead of a ratio", unbalanced, self.weight)
+        return {
+            "chosen": self.weight,
+            "balance": balance,
+            "kl_grad_norm": kl_norm,
+            "blocks_grad_norm": block_norm,
+            "probe_batches": steps,
+            "wall_s": round(time.perf_counter() - t0, 2),
+            **({"unbalanced": unbalanced} if unbalanced else {}),
+        }
 
     def remove(self) -> None:
         for taps in self.taps or ():
@@ -362,7 +406,7 @@ def distill(
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
         rec = reconstruction(y_s, y_t)
-        global_r = thr.global_sparsity()
+        global_r = thr.bridges(thr.values(), [thresholds.original_weight(layers[n]) for n in thr.names])
         gap = global_r - target
         control = gap.abs() if options.control_loss == "abs" else gap.pow(2)
         loss = rec + options.control_weight * control if learn_t else rec
@@ -377,7 +421,10 @@ def distill(
     balance = None
     if variant.block_balance is not None:
         pin(0)  # the masks of the first step
-        balance = reconstruction.balance(model, teacher, setup, other, options, variant)
+        balance = reconstruction.balance(
+            model, teacher, setup.required_calib(), other, balance=variant.block_balance,
+            batches=variant.balance_batches, device=device, channels_last=options.channels_last,
+        )  # fmt: skip
         log.info("%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
                  method, reconstruction.weight, variant.block_balance)  # fmt: skip
 
@@ -392,7 +439,7 @@ def distill(
     if thr.together is not None:  # the layers mask themselves again: their weights are read elsewhere from now on
         thr.together.remove()
     t_final, masks, exact = _exact_step(thr, target, method)
-    thresholds.detach_all(layers)
+    unparametrize_weights(layers)
     apply_keep_masks(layers, masks)
     model.to(memory_format=torch.contiguous_format)
     if options.bn_recalibration:
@@ -416,7 +463,6 @@ register(
         "FCPTS (ours)",
         run,
         FCPTSOptions,
-        trains=True,
         role=PAPER_METHOD,
         style=("tab:red", "o"),
         summary="learned per-layer thresholds, net-wise reconstruction, exact global target",
@@ -429,7 +475,6 @@ register(
         "FCPTS, ERK rates fixed",
         run,
         FCPTSOptions,
-        trains=True,
         fixed={"learn_thresholds": False},
         role=PAPER_METHOD,
         ablation=True,

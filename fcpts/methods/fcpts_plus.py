@@ -20,9 +20,8 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.loop import kl_distill
 from fcpts.core.masks import apply_keep_masks
-from fcpts.core.options import fitted_iterations
+from fcpts.core.options import RunSetup, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport
-from fcpts.core.run_setup import RunSetup, open_run
 
 from .fcpts import FCPTSOptions, Variant, distill
 from .registry import NOT_IN_PAPER, Method, register
@@ -98,7 +97,7 @@ def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float
 # erk_power="auto", before any training: the exponent whose one-shot magnitude pruning loses the least output KL
 def probe_calibration(calib: Calibration, n_images: int) -> Calibration:
     """The first `n_images` of the calibration set's first shuffle, as a calibration set of their own."""
-    idx = calib.order(0)[: min(n_images, len(calib))]
+    idx = calib.order(0)[: min(n_images, len(calib))].tolist()
     data = calib.data[idx] if isinstance(calib.data, torch.Tensor) else Subset(calib.data, idx)
     return Calibration(data, calib.batch_size, calib.seed)
 
@@ -131,64 +130,39 @@ def one_shot_kl(
     return losses
 
 
-def choose_erk_power(
-    model: nn.Module,
-    layers_of: Callable[[nn.Module], dict[str, nn.Module]],
-    calib: Calibration,
-    target: float,
-    powers: Sequence[float],
-    n_images: int,
-    device: torch.device,
-) -> tuple[float, dict]:
-    """The exponent with the least one-shot KL (ties: the earlier in `powers`), and what the probe measured."""
-    start = time.perf_counter()
-    losses = one_shot_kl(model, layers_of, probe_calibration(calib, n_images), target, powers, device)
-    best = min(powers, key=lambda p: losses[p])
-    return best, {
-        "chosen": best,
-        "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
-        "images": min(n_images, len(calib)),
-        "wall_s": round(time.perf_counter() - start, 1),
-    }
-
-
 class Plan(Variant):
     """FCPTS+'s changes to the FCPTS loop at the points `Variant` names; made before the loop (it runs the probe)."""
 
-    def __init__(self, model: nn.Module, calibration, setup: RunSetup, options: FCPTSPlusOptions):
-        self.options, self.layers, self.target = options, setup.layers, setup.target
-        self.power, self.probe = options.erk_power, None
-        if options.erk_power == "auto":
-            self.power, self.probe = choose_erk_power(
-                model,
-                options.layers,
-                setup.required_calib(),
-                setup.target,
-                options.erk_powers,
-                options.probe_images,
-                setup.device,
-            )
+    def __init__(self, model: nn.Module, setup: RunSetup, options: FCPTSPlusOptions):
+        self.layers, self.probe = setup.layers, None
+        if options.erk_power != "auto":
+            self.power = options.erk_power
+        else:  # the exponent with the least one-shot KL (ties: the earlier in erk_powers), and what the probe measured
+            start, calib = time.perf_counter(), setup.required_calib()
+            probe = probe_calibration(calib, options.probe_images)
+            losses = one_shot_kl(model, options.layers, probe, setup.target, options.erk_powers, setup.device)
+            self.power = min(options.erk_powers, key=lambda p: losses[p])
+            self.probe = {
+                "chosen": self.power,
+                "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
+                "images": min(options.probe_images, len(calib)),
+                "wall_s": round(time.perf_counter() - start, 1),
+            }
         self.ramp = options.ramp_for(setup.target)
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
-        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.erk_power())
+        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.power)
         self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
         # With the KL alone there are no blocks to weigh.
         if options.block_weight == "auto" and options.reconstruction == "mse-blocks":
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
-
-    def erk_power(self) -> float:
-        """The ERK exponent: the option's, or for "auto" the one the probe chose."""
-        if self.power == "auto":
-            raise TypeError("erk_power='auto' was not resolved: the probe that chooses it has not run")
-        return self.power
 
     def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
         return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         if self.ramp > 0 and step < self.steps:
-            return erk_rates(self.layers, self.level(step), self.erk_power())
+            return erk_rates(self.layers, self.level(step), self.power)
         return None
 
     def annotate(self, report: SparsityReport) -> None:
@@ -202,7 +176,7 @@ class Plan(Variant):
 
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
     setup = open_run(model, calibration, target, options)
-    plan = Plan(model, calibration, setup, options)
+    plan = Plan(model, setup, options)
     model, report = distill(model, setup, options, "fcpts-plus", plan)
     plan.annotate(report)
     return model, report
@@ -214,7 +188,6 @@ register(
         "FCPTS+ (this suite's)",
         run,
         FCPTSPlusOptions,
-        trains=True,
         role=NOT_IN_PAPER,
         family="fcpts",
         style=("tab:pink", "D"),

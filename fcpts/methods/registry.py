@@ -1,18 +1,12 @@
-"""One registry of sparsification methods: a typed record per method, read everywhere a method is named.
-
-    method = get_method("pot-erk")
-    sparse, report = method(model, calibration, 0.9, iterations=500)
-
-Every record has the same call, (model, calibration, target, options) -> (sparse model, SparsityReport), and
-calling the record checks the inputs first, whatever the method. Its label, style, role and needs are the only
-ones tables, figures and command lines use, so no other list of method names exists (`list_methods`); which
-methods a grid runs is the task's decision. A method registers itself in its own module; other method packages
-(`baselines/`, any `fcpts.methods` entry point) are imported the first time the registry is read, so `fcpts`
-never imports them.
-"""
+"""One registry of sparsification methods: a typed record per method, read everywhere a method is named. Every
+record has the same call, `get_method("pot-erk")(model, calibration, 0.9, iterations=500)` -> (sparse model,
+SparsityReport), which checks the inputs first, whatever the method; its label, style, role and needs are the only
+ones tables, figures and command lines use. A method registers itself in its own module; other method packages
+(`baselines/`, any `fcpts.methods` entry point) are imported the first time the registry is read."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -22,23 +16,24 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
+import torch
 from torch import nn
 
 from fcpts.core.calibration import calibration_data, check_input_dtype, check_inputs_fit
 from fcpts.core.masks import (
     check_finite_result,
     check_finite_weights,
+    check_stored_weights,
     check_target,
     check_weight_dtype,
+    check_weight_used_as_stored,
     check_zeros_within_target,
     describe_unprunable,
     layer_weight,
     unprunable_weights,
 )
-from fcpts.core.options import MethodOptions
-from fcpts.core.outputs import OutputFn, tensor_outputs
+from fcpts.core.options import MethodOptions, TrainingOptions
 from fcpts.core.report import SparsityReport
-from fcpts.core.weight_use import check_stored_weights, check_weight_used_as_stored
 
 log = logging.getLogger("fcpts")
 
@@ -47,6 +42,9 @@ class UnknownOptionError(TypeError, ValueError):
     """An option the method does not have: a TypeError to a library caller, a ValueError to a grid."""
 
 
+# picks the tensor of logits the methods distil from a model's output
+OutputFn = Callable[[Any], torch.Tensor]
+LOGIT_KEYS = ("logits", "out")
 RunFn = Callable[[nn.Module, Any, float, Any], "tuple[nn.Module, SparsityReport]"]
 # What a grid grants every method alike; training-loop methods also take the iteration budget.
 SHARED_BUDGET = ("seed", "progress", "checkpoint")
@@ -74,7 +72,6 @@ class Method:
     label: str  # how tables, figures and logs name it
     run: RunFn
     options: type[MethodOptions]
-    trains: bool = False  # runs the distillation loop (tasks give it augmented calibration data)
     fixed: Mapping[str, Any] = field(default_factory=dict)  # options this entry pins (e.g. allocation="erk")
     role: str = NOT_IN_PAPER  # one of ROLES
     requires: tuple[str, ...] = ()  # FEATURES the model must have (e.g. "batchnorm": it re-estimates BN statistics)
@@ -111,6 +108,11 @@ class Method:
             )
 
     @property
+    def trains(self) -> bool:
+        """Runs the distillation loop (its options are TrainingOptions): tasks give it augmented calibration data."""
+        return issubclass(self.options, TrainingOptions)
+
+    @property
     def granted(self) -> tuple[str, ...]:
         """The options this method takes from a grid's budget."""
         return SHARED_BUDGET + (TRAINING_BUDGET if self.trains else ())
@@ -121,7 +123,9 @@ class Method:
         """Options from a grid's budget (only what this method takes), overrides, then the pinned values."""
         self.check_overrides(overrides)
         values = {k: v for k, v in (budget or {}).items() if k in self.granted}
-        return self.options.from_kwargs(**{**values, **(overrides or {}), **self.fixed})
+        options = self.options(**{**values, **(overrides or {}), **self.fixed})
+        options.validate()
+        return options
 
     def resolve_options(self, options: MethodOptions | None, overrides: Mapping[str, Any]) -> MethodOptions:
         """The options a call runs with: keyword options alone, or an options object with keyword options merged
@@ -135,10 +139,8 @@ class Method:
                 f"build them with fcpts.get_method({self.name!r}).options(...) or pass keyword options"
             )
         self.check_overrides(overrides)
-        default, given = (
-            self.options(),
-            self.options(**overrides),
-        )  # `given`: the keyword values as stored ("fc": ["fc"])
+        # `given`: the keyword values as stored ("fc": ["fc"])
+        default, given = self.options(), self.options(**overrides)
         clash = sorted(k for k in overrides if getattr(options, k) not in (getattr(default, k), getattr(given, k)))
         if clash:
             raise TypeError(
@@ -160,7 +162,7 @@ class Method:
         **overrides: Any,
     ) -> tuple[nn.Module, SparsityReport]:
         """Sparsify `model` in place; every input is checked before any work. `output_fn(output)` picks the
-        tensor to distil from a model that returns more than one (default: fcpts.core.outputs.default_output)."""
+        tensor to distil from a model that returns more than one (default: `default_output`)."""
         target = check_target(target)
         options = self.resolve_options(options, overrides)
         check_finite_weights(model)
@@ -199,24 +201,65 @@ class Method:
         return sparse, report
 
 
+def default_output(output: Any) -> torch.Tensor:
+    """The logits in a model's output: a tensor, the 'logits'/'out' entry of a dict, a `.logits` field (named
+    tuples with auxiliary heads, Hugging Face outputs), or the first element of a tuple or list."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping):
+        for key in LOGIT_KEYS:
+            if isinstance(output.get(key), torch.Tensor):
+                return output[key]
+    elif isinstance(getattr(output, "logits", None), torch.Tensor):
+        return output.logits
+    elif isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(
+        f"the model returns {_describe(output)}, and the methods distil one tensor of logits: pass "
+        "output_fn=lambda out: ... returning that tensor (e.g. output_fn=lambda out: out['my_head'])"
+    )
+
+
+def _describe(output: Any) -> str:
+    if isinstance(output, Mapping):
+        return f"a {type(output).__name__} with keys {list(output)}"
+    if isinstance(output, (tuple, list)):
+        return f"a {type(output).__name__} of {[type(o).__name__ for o in output]}"
+    return f"a {type(output).__name__}"
+
+
+@contextlib.contextmanager
+def tensor_outputs(model: nn.Module, output_fn: OutputFn | None = None) -> Iterator[None]:
+    """While inside, `model(x)` (and every copy made of it, such as the frozen teacher) returns
+    `output_fn(output)` (default: `default_output`)."""
+    adapt = output_fn or default_output
+
+    def hook(_module: nn.Module, _args: Any, output: Any) -> torch.Tensor:
+        out = output if output_fn is None and isinstance(output, torch.Tensor) else adapt(output)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"output_fn must return the tensor of logits to distil, got {_describe(out)}")
+        return out
+
+    with model.register_forward_hook(hook):
+        yield
+
+
 class Registry(Mapping[str, Method]):
     """name -> Method. Reading it first imports the method packages outside `fcpts` (DEFAULT_PACKAGES and the
     entry points), so `fcpts.get_method("pot-erk")` finds a baseline although `fcpts` never imports one."""
 
     def __init__(self) -> None:
         self._methods: dict[str, Method] = {}
-        self._order: dict[str, int] = {}  # registration order, the last key of the registry order
         self._loaded = False
 
-    def add(self, method: Method) -> None:
+    def add(self, method: Method) -> Method:
         if method.name in self._methods:
             raise ValueError(f"method {method.name!r} is registered twice")
         self._methods[method.name] = method
-        self._order[method.name] = len(self._order)
+        return method
 
     def remove(self, name: str) -> Method:
         """Unregister (tests that register a toy method take it out again)."""
-        self._order.pop(name)
         return self._methods.pop(name)
 
     def load(self) -> None:
@@ -230,17 +273,16 @@ class Registry(Mapping[str, Method]):
             self._loaded = False  # a package that fails to import fails every read, never leaves a silent gap
             raise
 
-    def sort_key(self, name: str) -> tuple:
-        m = self._methods[name]
-        return (ROLES.index(m.role), m.family == STUDIED_FAMILY, m.family, self._order[name])
-
     def __getitem__(self, name: str) -> Method:
         self.load()
         return self._methods[name]
 
     def __iter__(self) -> Iterator[str]:
         self.load()
-        return iter(sorted(self._methods, key=self.sort_key))
+        ordered = sorted(  # a stable sort: registration order is the last key
+            self._methods.values(), key=lambda m: (ROLES.index(m.role), m.family == STUDIED_FAMILY, m.family)
+        )
+        return iter([m.name for m in ordered])
 
     def __len__(self) -> int:
         self.load()
@@ -262,13 +304,8 @@ def method_packages() -> list[str]:
 METHODS = Registry()
 
 
-def register(method: Method) -> Method:
-    METHODS.add(method)
-    return method
-
-
-def unregister(name: str) -> Method:
-    return METHODS.remove(name)
+register = METHODS.add
+unregister = METHODS.remove
 
 
 def get_method(name: str) -> Method:
@@ -283,12 +320,10 @@ def list_methods(
     family: str | None = None,
     ablation: bool | None = None,
 ) -> list[str]:
-    """Names of the registered methods that match every filter given, in registry order (not sorted by name,
-    unlike timm's `list_models`): the paper's baselines, the paper's method, then the methods beyond the paper
-    (the other comparisons before FCPTS's own variants); within that, by family name, then in registration
-    order. It is the order of `--all-methods`, of the tables' extra rows and of the figures' lines.
-
-    `role`: one of ROLES, or several."""
+    """Names of the registered methods that match every filter given (`role`: one of ROLES, or several), in
+    registry order: the paper's baselines, the paper's method, then the methods beyond the paper (the other
+    comparisons before FCPTS's own variants); within that, by family name, then in registration order. It is the
+    order of `--all-methods`, of the tables' extra rows and of the figures' lines."""
     roles = (role,) if isinstance(role, str) else role
     for r in roles or ():
         if r not in ROLES:

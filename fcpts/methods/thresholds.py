@@ -6,10 +6,9 @@ import math
 
 import torch
 from torch import nn
-from torch.nn.utils import parametrize
 
 from fcpts.core.flat_weights import FlatLayout, runs_of
-from fcpts.core.masks import layer_weight, sharing_modules, threshold_mask, weight_parametrizations
+from fcpts.core.masks import layer_weight, parametrize_weights, sharing_modules, threshold_mask, weight_parametrizations
 
 MIN_SCORE = -30.0  # sigmoid(-30) ~ 1e-13: "prune nothing" (the released code's floor)
 
@@ -50,8 +49,8 @@ class MaskedTogether:
         self.current: list[torch.Tensor] | None = None
         self.inside = False
         self.hooks = [
-            model.register_forward_pre_hook(self._enter),
-            model.register_forward_hook(self._leave, always_call=True),  # a forward that raises leaves too
+            model.register_forward_pre_hook(lambda *_: self._reset(inside=True)),
+            model.register_forward_hook(lambda *_: self._reset(inside=False), always_call=True),  # a raise too
         ]
         for p in params.values():
             p.together = self
@@ -62,11 +61,8 @@ class MaskedTogether:
             sharing_modules(layers, name) for name in layers
         )
 
-    def _enter(self, *_: object) -> None:
-        self.inside, self.current = True, None
-
-    def _leave(self, *_: object) -> None:
-        self.inside, self.current = False, None
+    def _reset(self, inside: bool) -> None:
+        self.inside, self.current = inside, None
 
     def masked(self, param: ThresholdSparsity) -> torch.Tensor | None:
         """This forward's masked weight of `param`'s layer (None outside a forward)."""
@@ -99,13 +95,9 @@ def each_threshold(scores: list[torch.Tensor]) -> torch.Tensor:
     return torch.sigmoid(torch.stack([s.expand(2) for s in scores])[:, 0])
 
 
-def initial_score(weight: torch.Tensor, rate: float) -> float:
-    """Score whose threshold (midway between the k-th and (k+1)-th smallest |W|) prunes floor(rate * n) weights."""
-    return float(initial_score_on_device(weight, rate))
-
-
-def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
-    """`initial_score` as a 0-dim float64 tensor on the weight's device (nothing read back)."""
+def initial_score(weight: torch.Tensor, rate: float) -> torch.Tensor:
+    """The score (a 0-dim float64 tensor on the weight's device) whose threshold, midway between the k-th and
+    (k+1)-th smallest |W|, prunes floor(rate * n) weights."""
     mags = weight.detach().abs().flatten().double()
     k = math.floor(rate * mags.numel() + 1e-9)
     if k <= 0:
@@ -118,31 +110,21 @@ def initial_score_on_device(weight: torch.Tensor, rate: float) -> torch.Tensor:
 
 def attach(layers: dict[str, nn.Module], rates: dict[str, float], threshold_grad: bool) -> dict[str, ThresholdSparsity]:
     """Parametrize each layer's weight; returns the parametrization of each layer by name."""
-    params = {}
-    for name, module in layers.items():
-        p = ThresholdSparsity(initial_score(layer_weight(module), rates[name]), threshold_grad)
-        for user in (module, *sharing_modules(layers, name)):  # a shared weight: one threshold, one mask
-            parametrize.register_parametrization(user, "weight", p.to(layer_weight(module).device))
-        params[name] = p
-    return params
+
+    def make(name: str, module: nn.Module) -> ThresholdSparsity:
+        weight = layer_weight(module)
+        return ThresholdSparsity(float(initial_score(weight, rates[name])), threshold_grad).to(weight.device)
+
+    return parametrize_weights(layers, make)
 
 
 @torch.no_grad()
 def pin_rates(params: dict[str, ThresholdSparsity], layers: dict[str, nn.Module], rates: dict[str, float]) -> None:
     """Re-set each threshold so its layer prunes exactly floor(rate * n) weights (fixed allocation)."""
     for name, p in params.items():
-        p.score.copy_(initial_score_on_device(original_weight(layers[name]), rates[name]))
+        p.score.copy_(initial_score(original_weight(layers[name]), rates[name]))
 
 
 def original_weight(module: nn.Module) -> torch.Tensor:
     """The unmasked weight of a parametrized layer."""
     return weight_parametrizations(module).original
-
-
-def detach_all(layers: dict[str, nn.Module]) -> None:
-    """Remove the parametrizations, restoring plain layers with their (unmasked) learned weights."""
-    for name in layers:
-        for user in sharing_modules(layers, name):
-            parametrize.remove_parametrizations(user, "weight", leave_parametrized=False)
-    for module in layers.values():
-        parametrize.remove_parametrizations(module, "weight", leave_parametrized=False)

@@ -73,11 +73,6 @@ def test_histogram_density_is_zero_outside_range():
     assert histogram_density(vals, torch.tensor([5.0, -1.0])).tolist() == [0.0, 0.0]
 
 
-def test_bridge_rejects_unknown_method():
-    with pytest.raises(ValueError, match="kde"):
-        LayerBridges([10], method="spline")
-
-
 def reference_global_sparsity(thresholds, weights, method, generator, points=100, scale=0.5, bins=100):
     """The global sparsity as FCPTS summed it before the layers were batched: each layer's own bridge with its
     own sample (drawn in layer order), weighted by its size; gradients by autograd through the densities."""

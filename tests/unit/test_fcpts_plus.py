@@ -12,7 +12,6 @@ from fcpts.core.calibration import Calibration
 from fcpts.core.loop import kl_distill
 from fcpts.core.masks import prunable_layers
 from fcpts.methods import METHODS, get_method, thresholds
-from fcpts.methods.block_balance import balanced_block_weight
 from fcpts.methods.fcpts_plus import FCPTSPlusOptions, cubic_ramp
 
 
@@ -194,14 +193,14 @@ def test_auto_block_weight_is_the_ratio_of_the_two_gradients_on_the_probe_batche
         nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)),
         nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)),
     )
-    taps_s, taps_t = loop_module._Taps(student, ["0"]), loop_module._Taps(teacher, ["0"])
+    options = loop_module.FCPTSOptions(block_names=["0"])
+    reconstruction = loop_module._Reconstruction(student, teacher, options, loop_module.Variant())
     calib = Calibration(torch.randn(16, 5), 16, seed=0)
     before = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
     params = list(student.parameters())
-    weight, measured = balanced_block_weight(
-        student, teacher, calib, taps_s.outputs, taps_t.outputs, params, temperature=4.0, balance=0.5, batches=1,
-        device=torch.device("cpu"), block_loss=loop_module.block_mse,
-    )  # fmt: skip
+    cpu = torch.device("cpu")
+    measured = reconstruction.balance(student, teacher, calib, params, balance=0.5, batches=1, device=cpu)
+    weight = reconstruction.weight
     for model, state in zip((student, teacher), before):
         for name, value in model.state_dict().items():
             assert torch.equal(value, state[name]), name

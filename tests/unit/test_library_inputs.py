@@ -12,10 +12,9 @@ from torch import nn
 
 import fcpts
 from fcpts.core.calibration import Calibration
-from fcpts.core.masks import prunable_layers
+from fcpts.core.masks import prunable_layers, unparametrize_weights
 from fcpts.methods import fcpts as fcpts_module
 from fcpts.methods import get_method, thresholds
-from fcpts.methods.block_balance import UNBALANCED_WEIGHT, balanced_block_weight
 from tests.unit.tiny import tiny_net, untimed
 
 QUICK = {"iterations": 2, "batch_size": 8, "progress": False}
@@ -269,12 +268,13 @@ def test_str_without_iterations_is_a_clear_error():
 
 
 def _probe(student, teacher):
-    taps_s, taps_t = fcpts_module._Taps(student, ["0"]), fcpts_module._Taps(teacher, ["0"])
-    return balanced_block_weight(
-        student, teacher, Calibration(torch.randn(16, 5), 16, seed=0), taps_s.outputs, taps_t.outputs,
-        list(student.parameters()), temperature=4.0, balance=1.0, batches=1, device=torch.device("cpu"),
-        block_loss=fcpts_module.block_mse,
+    options = fcpts_module.FCPTSOptions(block_names=["0"])
+    reconstruction = fcpts_module._Reconstruction(student, teacher, options, fcpts_module.Variant())
+    measured = reconstruction.balance(
+        student, teacher, Calibration(torch.randn(16, 5), 16, seed=0), list(student.parameters()), balance=1.0,
+        batches=1, device=torch.device("cpu"),
     )  # fmt: skip
+    return reconstruction.weight, measured
 
 
 def test_block_balance_with_a_zero_gradient_uses_fcpts_weight_instead_of_stopping():
@@ -286,7 +286,7 @@ def test_block_balance_with_a_zero_gradient_uses_fcpts_weight_instead_of_stoppin
         student[2].weight[0] = 0  # the block "0" still equals the teacher's; the output does not
     weight, measured = _probe(student, teacher)
     assert measured["kl_grad_norm"] > 0 and measured["blocks_grad_norm"] == 0
-    assert weight == UNBALANCED_WEIGHT == 1.0 and measured["unbalanced"] == "the blocks' gradient is zero"
+    assert weight == fcpts_module.UNBALANCED_WEIGHT == 1.0 and measured["unbalanced"] == "the blocks' gradient is zero"
     weight, measured = _probe(copy.deepcopy(teacher), teacher)  # nothing pruned (the KL's is zero to rounding)
     assert weight == 1.0 and measured["blocks_grad_norm"] == 0 and "unbalanced" in measured
 
@@ -306,5 +306,5 @@ def test_prunable_layers_names_each_shared_weight_once_also_under_a_parametrizat
     assert list(layers) == ["conv", "a", "head"] and layers.sharing == {"a": [model.b]}
     thresholds.attach(layers, {n: 0.5 for n in layers}, threshold_grad=False)  # weights computed on each access
     assert list(prunable_layers(model)) == ["conv", "a", "head"]
-    thresholds.detach_all(layers)
+    unparametrize_weights(layers)
     assert model.b.weight is model.a.weight

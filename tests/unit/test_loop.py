@@ -13,7 +13,7 @@ from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.checkpoint import Checkpoint
 from fcpts.core.loop import StepBatches, frozen_teacher, run_identity, train_loop, warmup_cosine
 from fcpts.core.options import TrainingOptions
-from fcpts.methods.fcpts import FCPTSOptions, block_mse, sole_tensors
+from fcpts.methods.fcpts import BlocksMSE, FCPTSOptions, sole_tensors
 from tests.unit.tiny import untimed
 
 
@@ -84,12 +84,17 @@ def test_log_every_and_unset_amp_leave_the_identity_of_a_run_alone():
 @pytest.mark.parametrize("bad", [{"amp": "fp16"}, {"amp": True}, {"log_every": 0}])
 def test_bad_training_options_fail_before_any_work(bad):
     with pytest.raises(ValueError, match="amp|log_every"):
-        FCPTSOptions.from_kwargs(**bad)
+        FCPTSOptions(**bad).validate()
 
 
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown device 'gpu'"):
         fcpts.sparsify(net(), images(), 0.5, iterations=1, progress=False, device="gpu")
+
+
+def block_mse(student, teacher, reuse_teacher=False):
+    """One block's MSE as FCPTS takes it (`reuse_teacher`: the difference written over the teacher's tensor)."""
+    return BlocksMSE()({"block": student}, {"block": teacher}, {"block"} if reuse_teacher else set())
 
 
 def test_block_mse_has_mse_losss_value_and_gradient():

@@ -16,9 +16,8 @@ import torch
 import fcpts
 from fcpts.core import allocation
 from fcpts.core.masks import apply_keep_masks, sparsity_summary
-from fcpts.core.options import MethodOptions
+from fcpts.core.options import MethodOptions, open_run
 from fcpts.core.report import SparsityReport
-from fcpts.core.run_setup import open_run
 from fcpts.methods import METHODS, Method, register
 from fcpts.methods.registry import UnknownOptionError, unregister
 from tasks.grid.cli import main as task_main

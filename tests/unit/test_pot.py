@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import fcpts
-from baselines.pot import POTOptions, collect_inputs, correct_weight, pot, pot_masks
+from baselines.pot import POTOptions, collect_inputs, correct_weight, pot
+from fcpts.core.allocation import allocation_keep_masks
 from fcpts.core.bn import fold_batchnorm
 from fcpts.core.masks import prunable_layers, sparsity_summary
 from tasks.grid.cifar_models import cifar_resnet
@@ -154,7 +155,7 @@ def test_reconstruction_keeps_the_mask_and_lowers_the_loss():
     x = torch.randn(64, 3, 8, 8, generator=torch.Generator().manual_seed(1))
     ref = copy.deepcopy(model)
     fold_batchnorm(ref)
-    masks = pot_masks(prunable_layers(ref), 0.7, "l2norm")
+    masks = allocation_keep_masks(prunable_layers(ref), 0.7, "l2norm")
     sparse, report = pot(
         model, x, 0.7, POTOptions(iterations=200, batch_size=16, progress=False, lr_weight=1e-3, lr_bias=1e-3)
     )

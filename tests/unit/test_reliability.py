@@ -3,7 +3,6 @@ runs, early validation, logged resume, and a main job that leaves the repository
 
 import logging
 import multiprocessing
-import os
 import re
 import subprocess
 import time
@@ -15,7 +14,7 @@ from torch import nn
 
 import fcpts
 from fcpts.core.checkpoint import Checkpoint, CheckpointError
-from fcpts.core.io import WriteFailed, append_json_line, atomic_write, read_json_lines, save_torch_atomic
+from fcpts.core.io import WriteFailed, atomic_write, save_torch_atomic
 from tasks.grid.cli import main as task_main
 from tasks.grid.profiles import Profile
 from tasks.grid.records import read_record
@@ -275,26 +274,6 @@ def test_a_copy_without_git_records_the_commit_it_claims_or_unknown(monkeypatch)
     assert records.git_commit.__wrapped__() == "unknown"
     monkeypatch.setenv("FCPTS_GIT_COMMIT", "abc123")
     assert records.git_commit.__wrapped__() == "abc123 (no git checkout; from $FCPTS_GIT_COMMIT)"
-
-
-def test_a_benchmark_row_is_appended_in_one_write_and_a_cut_row_is_dropped(tmp_path, monkeypatch):
-    rows = tmp_path / "new" / "rows.jsonl"
-    assert read_json_lines(rows, missing_ok=True) == []
-    with pytest.raises(FileNotFoundError):
-        read_json_lines(rows)  # a summary of a file that is not there is an error, not an empty table
-    append_json_line(rows, {"lr": 0.005})
-    inode, writes = rows.stat().st_ino, []
-    write = os.write
-    monkeypatch.setattr("fcpts.core.io.os.write", lambda fd, data: writes.append(data) or write(fd, data))
-    append_json_line(rows, {"lr": 0.02})
-    assert writes == [b'{"lr": 0.02}\n'] and rows.stat().st_ino == inode  # appended, the file never rewritten
-    assert read_json_lines(rows) == [{"lr": 0.005}, {"lr": 0.02}]
-    with rows.open("ab") as f:
-        f.write(b'{"lr": 0.0')  # a row a crash cut short
-    assert read_json_lines(rows) == [{"lr": 0.005}, {"lr": 0.02}]
-    append_json_line(rows, {"lr": 0.04})
-    assert rows.read_text().splitlines() == ['{"lr": 0.005}', '{"lr": 0.02}', '{"lr": 0.04}']
-    assert [p.name for p in rows.parent.iterdir()] == ["rows.jsonl"]
 
 
 def _fails(error: Exception):

@@ -6,7 +6,7 @@ import torch
 
 import fcpts
 from fcpts.core.masks import Sparsity, check_target
-from fcpts.core.run_setup import open_run
+from fcpts.core.options import open_run
 from fcpts.methods.fcpts import FCPTSOptions
 from tests.unit.tiny import record_target_checks, tiny_net
 

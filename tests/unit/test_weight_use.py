@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.utils import parametrizations, parametrize, prune
 
 import fcpts
-from fcpts.core.weight_use import check_weight_used_as_stored
+from fcpts.core.masks import check_weight_used_as_stored
 from fcpts.methods import get_method
 from tests.unit.tiny import tiny_images, tiny_net
 
