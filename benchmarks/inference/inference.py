@@ -22,8 +22,7 @@ from torch import nn
 from benchmarks import parser
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.core.masks import layer_weight, prunable_layers, sparsity_summary
-from tasks.deploy.checkpoints import load_sparse_checkpoint, models_from_record
-from tasks.deploy.driver import provenance
+from tasks.deploy.driver import load_sparse_checkpoint, models_from_record, provenance
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff
 from tasks.deploy.runtimes import (
     RuntimeNotInstalled,

@@ -315,7 +315,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         "per_layer": report.per_layer,
         "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
     }
-    # The sparse state dict goes to runs_dir/models/ (not committed; tasks.deploy.checkpoints reads it back).
+    # The sparse state dict goes to runs_dir/models/ (not committed; tasks.deploy.driver reads it back).
     model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")
     save_torch_atomic({k: v.detach().cpu() for k, v in model.state_dict().items()}, model_path)
     record["sparse_model"] = {

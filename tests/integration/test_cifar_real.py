@@ -10,7 +10,7 @@ from fcpts.core.masks import sparsity_summary
 from fcpts.methods import get_method
 from tasks.cifar import grid as cifar
 from tasks.cifar.grid import CifarCalibration
-from tasks.deploy.checkpoints import models_from_record, sparse_model_from_record
+from tasks.deploy.driver import models_from_record, sparse_model_from_record
 from tasks.grid.cifar_data import load_cifar, normalize_cifar
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.cli import main as task_main

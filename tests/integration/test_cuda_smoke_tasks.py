@@ -9,7 +9,6 @@ import torch
 
 import tasks.voc as voc_cli
 from tasks.cifar import train as cifar_train
-from tasks.deploy import checkpoints as deploy_checkpoints
 from tasks.deploy import driver as deploy
 from tasks.grid.cli import main as task_main
 from tasks.voc import train as ssd_train
@@ -94,7 +93,7 @@ def test_deploy_re_runs_a_record_on_the_device_and_exports_on_the_cpu(tmp_path, 
     record = record_path(tmp_path / "runs")
     for saved in (tmp_path / "runs" / "models").rglob("*.pt"):
         saved.unlink()  # no saved sparse model: deploy re-runs the record's method
-    monkeypatch.setattr(deploy_checkpoints, "RESULTS_DIR", tmp_path / "scratch")
+    monkeypatch.setattr(deploy, "RESULTS_DIR", tmp_path / "scratch")
     argv = ["--record", str(record), "--device", device, "--results-dir", str(tmp_path / "deploy"),
             "--eval-limit", "50", "--no-progress"]  # fmt: skip
     assert deploy.main(argv) == 0

@@ -11,7 +11,7 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from tasks.deploy import checkpoints, driver, runtimes
+from tasks.deploy import driver, runtimes
 from tasks.deploy.export import export_onnx, inference_copy, max_abs_diff, ort_predict
 from tasks.deploy.runtimes import ort_session
 from tasks.deploy.sparse_storage import (
@@ -245,18 +245,18 @@ def test_torch_csr_kernels_match_dense_layers():
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        checkpoints.load_sparse_checkpoint(tmp_path / "none.pt", "resnet20", "cifar10")
+        driver.load_sparse_checkpoint(tmp_path / "none.pt", "resnet20", "cifar10")
     with pytest.raises(ValueError, match="pass --model"):
         torch.save({"a": torch.zeros(1)}, tmp_path / "anon.pt")
-        checkpoints.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
+        driver.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
 
 
 def test_a_missing_or_unfinished_record_is_named_as_such(tmp_path):
     with pytest.raises(DataNotFoundError, match="run record .*none.json does not exist"):
-        checkpoints.sparse_model_from_record(tmp_path / "none.json", tmp_path, None, False)
+        driver.sparse_model_from_record(tmp_path / "none.json", tmp_path, None, False)
     (tmp_path / "started.json").write_text('{"task": "cifar"}')
     with pytest.raises(DataNotFoundError, match="started.json is not a finished run record"):
-        checkpoints.sparse_model_from_record(tmp_path / "started.json", tmp_path, None, False)
+        driver.sparse_model_from_record(tmp_path / "started.json", tmp_path, None, False)
 
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
