@@ -71,17 +71,22 @@ def cell_key(record: dict) -> tuple:
     return (record["task"], record["dataset"], record["model"], record["method"], round(record["target_sparsity"], 4))
 
 
+def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
+    """cell_key -> every record of the cell under a profile tables show (all seeds, all such profiles)."""
+    out: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["profile"]["name"] in PROFILE_PREFERENCE:
+            out.setdefault(cell_key(r), []).append(r)
+    return out
+
+
 def preferred_records(records: list[dict]) -> dict[tuple, dict]:
     """cell_key -> the record standing for it: the most faithful profile, today's defaults, then seed 0 first."""
 
     def rank(r: dict) -> tuple[int, bool, int]:
         return PROFILE_PREFERENCE.index(r["profile"]["name"]), bool(earlier_defaults(r)), r.get("seed", 0)
 
-    cells: dict[tuple, list[dict]] = {}
-    for r in records:
-        if r["profile"]["name"] in PROFILE_PREFERENCE:
-            cells.setdefault(cell_key(r), []).append(r)
-    return {key: min(candidates, key=rank) for key, candidates in cells.items()}
+    return {key: min(candidates, key=rank) for key, candidates in same_cell_runs(records).items()}
 
 
 MANIFEST = RUNS_DIR / "MANIFEST.txt"

@@ -14,7 +14,7 @@ from tasks.grid.layout import extras_with_records, paper_layout, paper_rows, rea
 from tasks.grid.paths import RESULTS_DIR, RUNS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.record_options import same_setup
-from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records
+from tasks.grid.records import PROFILE_PREFERENCE, all_records, cell_key, preferred_records, same_cell_runs
 from tasks.reporting import render
 from tasks.reporting.drops import drops_table
 from tasks.reporting.tables_imagenet import table1, table3, table4
@@ -141,15 +141,6 @@ def table2(
         "docs/notebook/pot-vs-msbench.md.",
     )
     return text, rows
-
-
-def same_cell_runs(records: list[dict]) -> dict[tuple, list[dict]]:
-    """cell_key -> every record of the cell under a profile tables show (all seeds, all such profiles)."""
-    out: dict[tuple, list[dict]] = {}
-    for r in records:
-        if r["profile"]["name"] in PROFILE_PREFERENCE:
-            out.setdefault(cell_key(r), []).append(r)
-    return out
 
 
 def beside_the_shown(shown: dict, runs: list[dict]) -> tuple[str, list[dict]]:

@@ -4,8 +4,9 @@ improved method meets it, misses it, or is within noise: the paper's drop inside
 
 import pytest
 
+from tasks.grid.records import same_cell_runs
 from tasks.reporting.drops import against_paper, drops_table
-from tasks.reporting.paper import read_reference, same_cell_runs, table2
+from tasks.reporting.paper import read_reference, table2
 from tests.fake_records import cifar_record as cifar
 
 

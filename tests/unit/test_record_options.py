@@ -5,9 +5,9 @@ which default it ran with (FCPTS+'s ramp, "auto" since: none below 90%)."""
 import pytest
 
 from tasks.grid.record_options import earlier_defaults, effective_options, same_setup
-from tasks.grid.records import preferred_records
+from tasks.grid.records import preferred_records, same_cell_runs
 from tasks.reporting.drops import drops_table
-from tasks.reporting.paper import read_reference, same_cell_runs, table2
+from tasks.reporting.paper import read_reference, table2
 from tasks.reporting.render import seeds_of
 from tests.fake_records import cifar_record
 
