@@ -180,7 +180,7 @@ def run_subset(subset: Subset, runs_dir: Path, threads: int = 1, log: Callable[[
     evaluation included."""
     import torch
 
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
     from tasks.grid.rerun import get_task
     from tasks.grid.runner import Where, run_grid
 

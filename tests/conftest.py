@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks.grid.data import resolve_data_root
+from tasks.grid.paths import resolve_data_root
 from tests.library_tests import is_library_test
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

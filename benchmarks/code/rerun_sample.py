@@ -22,8 +22,7 @@ import torch
 from benchmarks import parser
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods.registry import list_methods
-from tasks.grid.data import DataNotFoundError, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, repo_relative
+from tasks.grid.paths import RESULTS_DIR, RUNS_DIR, DataNotFoundError, repo_relative, resolve_data_root
 from tasks.grid.records import all_records, command_line, cpu_identity, device_description, git_commit, headline
 from tasks.grid.rerun import get_task, rerun_record
 from tasks.grid.runner import Where

@@ -34,8 +34,7 @@ from tasks.deploy.runtimes import (
 )
 from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
 from tasks.grid.cifar_models import cifar_resnet
-from tasks.grid.data import DataNotFoundError, resolve_data_root
-from tasks.grid.paths import REPO_ROOT
+from tasks.grid.paths import REPO_ROOT, DataNotFoundError, resolve_data_root
 from tasks.grid.records import command_line
 from tasks.grid.weights import default_cifar_weights, load_checkpoint
 

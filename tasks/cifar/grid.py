@@ -22,8 +22,8 @@ from tasks.cifar import COMMAND
 from tasks.grid import cli
 from tasks.grid.cifar_data import CIFAR_CLASSES, CIFAR_MEAN, CIFAR_STD, load_cifar, normalize_cifar
 from tasks.grid.cifar_models import CIFAR_MODELS, cifar_resnet
-from tasks.grid.data import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.paths import CIFAR_DATA, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory

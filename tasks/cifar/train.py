@@ -49,8 +49,8 @@ def train(args: argparse.Namespace) -> dict:
     from tasks.grid import training
     from tasks.grid.cifar_data import CIFAR_CLASSES, load_cifar, normalize_cifar
     from tasks.grid.cifar_models import cifar_resnet
-    from tasks.grid.data import CIFAR_DATA, resolve_data_root
     from tasks.grid.evaluate import classify
+    from tasks.grid.paths import CIFAR_DATA, resolve_data_root
     from tasks.grid.records import device_description
 
     root = resolve_data_root(args.data_root, not args.download, CIFAR_DATA)

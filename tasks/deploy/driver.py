@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# none of these imports torch: the runtime workers run in venvs without it
 from tasks.deploy.runtimes import RuntimeNotInstalled, ort_session, peak_memory, worker_main
-from tasks.grid.data import DataNotFoundError
 from tasks.grid.help import HelpFormatter, add_device, add_results_dir, default_device, deprecated_alias
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, repo_relative  # no torch there: workers run in venvs without it
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, DataNotFoundError, repo_relative
 
 if TYPE_CHECKING:
     from torch import nn
@@ -179,7 +179,7 @@ def deploy_cifar(
     from tasks.deploy.export import export_onnx, inference_copy, ort_predict
     from tasks.deploy.sparse_storage import write_sparse_files, zlib_size
     from tasks.grid.cifar_data import load_cifar, normalize_cifar
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
 
     model, meta = load_sparse_checkpoint(checkpoint, model_name, dataset)
     sparsity, _ = sparsity_summary(model)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
+from tasks.grid.paths import ENV_DATA_ROOT, DataNotFoundError
 
 # The CIFAR checkpoints (akamaster) were trained with these ImageNet statistics; our CIFAR-100 models too.
 CIFAR_MEAN = (0.485, 0.456, 0.406)

@@ -77,7 +77,7 @@ def profile_from_args(args: argparse.Namespace, profiles: dict[str, Profile], me
 
 def run_main(main: Callable[[], int]) -> int:
     """Log to stderr; an error a user can fix is one line, exit 2. The commit is pinned first."""
-    from tasks.grid.data import DataNotFoundError
+    from tasks.grid.paths import DataNotFoundError
     from tasks.grid.records import git_commit
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

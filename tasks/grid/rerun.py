@@ -164,7 +164,7 @@ def local_weights(record: dict) -> dict:
     """The record with its weights path moved to the same file here (same sha256) when the path it names is absent:
     its tail after `results/weights/` or `data/weights/` looked for in those folders of this checkout."""
     from fcpts.core.io import file_sha256
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
 
     weights = record.get("weights") or {}
     path, sha256 = weights.get("path"), weights.get("sha256")

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from fcpts.core.io import file_sha256
-from tasks.grid.data import DataNotFoundError
-from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.paths import RESULTS_DIR, DataNotFoundError
 
 
 def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:

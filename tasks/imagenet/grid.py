@@ -24,9 +24,9 @@ from torch.utils.data import Dataset, Subset
 
 from fcpts.methods import training_methods
 from tasks.grid import cli, layout
-from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import classify_dataset
 from tasks.grid.imagenet_catalogue import MODELS, get_spec
+from tasks.grid.paths import ENV_DATA_ROOT, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory

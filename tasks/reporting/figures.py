@@ -235,7 +235,7 @@ def figure3(records: list[dict], out: Path, layer: str = "layer2.0.conv1") -> Pa
     import torch
 
     from fcpts.core.bridge import kde_density
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
     from tasks.grid.weights import default_cifar_weights, read_state_dict
 
     rec = preferred_records(records).get(("cifar", "cifar10", "resnet56", STUDIED_FAMILY, 0.9))

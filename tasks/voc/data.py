@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import Dataset
 
-from tasks.grid.data import ENV_DATA_ROOT, DataNotFoundError
+from tasks.grid.paths import ENV_DATA_ROOT, DataNotFoundError
 from tasks.grid.training import batch_indices
 from tasks.voc.metrics import GroundTruth
 from tasks.voc.ssd import VOC_CLASSES, SSDConfig, encode_targets

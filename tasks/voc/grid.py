@@ -28,9 +28,8 @@ import torch
 from fcpts.core.io import file_sha256
 from fcpts.methods import get_method, list_methods
 from tasks.grid import cli
-from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.evaluate import evaluation_loader
-from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.paths import RESULTS_DIR, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import get_task, register_task
 from tasks.grid.runner import Column, Grid, Where, dense_factory, format_table, result_columns

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tasks.grid import cli
-from tasks.grid.data import resolve_data_root
 from tasks.grid.help import command_parser
-from tasks.grid.paths import REPO_ROOT
+from tasks.grid.paths import REPO_ROOT, resolve_data_root
 
 if TYPE_CHECKING:  # the generator imports torch when it runs: --help needs none of it
     import torch

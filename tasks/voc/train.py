@@ -34,7 +34,7 @@ def train(args: argparse.Namespace) -> dict:
     from fcpts.core.io import save_torch_atomic
     from fcpts.core.options import resolve_device
     from tasks.grid import training
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
     from tasks.grid.records import device_description
     from tasks.grid.weights import load_checkpoint
     from tasks.voc.data import DetectionImages, DetectionTrainSet, VOCDetection, batch_for_step, one_thread, voc2007_dir

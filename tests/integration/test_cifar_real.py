@@ -14,8 +14,8 @@ from tasks.deploy.driver import models_from_record, sparse_model_from_record
 from tasks.grid.cifar_data import load_cifar, normalize_cifar
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.cli import main as task_main
-from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.evaluate import classify
+from tasks.grid.paths import DataNotFoundError, calibration_indices, resolve_data_root
 from tasks.grid.records import read_record
 from tasks.grid.weights import default_cifar_weights, load_checkpoint
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tasks.grid.cifar_data import load_cifar
-from tasks.grid.data import DataNotFoundError, calibration_indices, resolve_data_root
+from tasks.grid.paths import DataNotFoundError, calibration_indices, resolve_data_root
 
 
 def write_batch(path, x, y, key):

@@ -23,7 +23,7 @@ from tasks.deploy.sparse_storage import (
     write_sparse_files,
 )
 from tasks.grid.cifar_models import cifar_resnet
-from tasks.grid.data import DataNotFoundError
+from tasks.grid.paths import DataNotFoundError
 
 
 @torch.no_grad()

@@ -9,7 +9,7 @@ from torch.nn.utils import prune
 
 import fcpts
 from tasks.grid.cli import main as task_main
-from tasks.grid.data import DEFAULT_DATA_ROOT, DataNotFoundError
+from tasks.grid.paths import DEFAULT_DATA_ROOT, DataNotFoundError
 from tasks.grid.records import read_record
 from tasks.grid.weights import load_checkpoint, map_state_dict
 from tasks.imagenet.grid import ImageFiles, class_index, imagenet_dir, list_split

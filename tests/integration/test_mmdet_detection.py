@@ -17,8 +17,11 @@ import tasks.voc as voc_cli  # noqa: E402
 from fcpts.core.io import file_sha256  # noqa: E402
 from fcpts.core.masks import prunable_layers  # noqa: E402
 from tasks.grid.cifar_data import load_cifar  # noqa: E402
-from tasks.grid.data import resolve_data_root  # noqa: E402
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR  # noqa: E402
+from tasks.grid.paths import (  # noqa: E402
+    REPO_ROOT,
+    RESULTS_DIR,
+    resolve_data_root,  # noqa: E402
+)
 from tasks.grid.records import read_record  # noqa: E402
 from tasks.grid.rerun import grid_for_record  # noqa: E402
 from tasks.grid.runner import Where  # noqa: E402

@@ -6,7 +6,7 @@ import torch
 from PIL import Image
 
 from tasks.grid.cifar_data import load_cifar
-from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.paths import DataNotFoundError, resolve_data_root
 from tasks.voc.data import (
     DetectionImages,
     VOCDetection,

@@ -12,7 +12,7 @@ from fcpts.core.masks import NoPrunableLayersError
 from tasks.grid.cifar_data import load_cifar
 from tasks.grid.cifar_models import cifar_resnet
 from tasks.grid.cli import main as task_main
-from tasks.grid.data import DataNotFoundError, resolve_data_root
+from tasks.grid.paths import DataNotFoundError, resolve_data_root
 from tasks.grid.weights import load_checkpoint
 
 

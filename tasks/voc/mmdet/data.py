@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from fcpts.core.batch_workers import default_workers
-from tasks.grid.data import DataNotFoundError
+from tasks.grid.paths import DataNotFoundError
 from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
 from tasks.voc.mmdet.detector import quiet_mmengine
 

@@ -32,8 +32,7 @@ from torch import nn
 from fcpts.core.io import file_sha256
 from fcpts.core.masks import PRUNABLE_TYPES, layer_weight, prunable_layers
 from fcpts.methods.fcpts import default_blocks
-from tasks.grid.data import DataNotFoundError
-from tasks.grid.paths import repo_relative
+from tasks.grid.paths import DataNotFoundError, repo_relative
 from tasks.grid.weights import read_state_dict, state_dict_misfit
 from tasks.voc.ssd import reconstruction_names
 

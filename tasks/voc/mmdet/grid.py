@@ -22,8 +22,7 @@ from typing import cast
 from torch import nn
 
 from tasks.grid import cli
-from tasks.grid.data import DataNotFoundError, calibration_subset, resolve_data_root
-from tasks.grid.paths import RESULTS_DIR
+from tasks.grid.paths import RESULTS_DIR, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory, result_columns

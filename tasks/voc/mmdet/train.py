@@ -118,7 +118,7 @@ def train(args: argparse.Namespace) -> None:
     from mmengine.runner import Runner
 
     from fcpts.core.io import save_torch_atomic
-    from tasks.grid.data import resolve_data_root
+    from tasks.grid.paths import resolve_data_root
     from tasks.grid.records import device_description, write_training_record
     from tasks.voc.mmdet.data import find_layout, point_at
     from tasks.voc.mmdet.detector import allow_ssd_predict, load_config, mmdet_identity
