@@ -249,7 +249,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         )
         + "POT layer loss: POT's per-layer squared error computed through the layer's forward, or from Gram "
         "statistics of its inputs where that is estimated cheaper (same loss and batches, see "
-        "baselines/pot.py); rows with different entries are not a like-for-like time comparison.",
+        "baselines/pot_objective.py); rows with different entries are not a like-for-like time comparison.",
         render.extras_legend("no paper time is quoted for it, and its column is left out of the FCPTS / POT ratio")
         if extras
         else "",

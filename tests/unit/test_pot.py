@@ -212,16 +212,17 @@ def test_interrupted_pot_resumes_layer_by_layer(tmp_path, monkeypatch):
 def test_steps_draw_whole_fixed_batches_like_msbench(monkeypatch):
     """msbench caches its calibration loader's batches once and each step trains on one of them; POT's default
     sampling does the same (the old default drew 64 fresh random images with replacement every step)."""
-    from baselines.pot import ForwardObjective, fixed_batches
+    from baselines import pot_objective as lo
+    from baselines.pot import fixed_batches
 
     seen = []
-    original = ForwardObjective.loss
+    original = lo.ForwardObjective.loss
 
     def spy(self, idx, *args):
         seen.append(self._images(idx).clone())
         return original(self, idx, *args)
 
-    monkeypatch.setattr(ForwardObjective, "loss", spy)
+    monkeypatch.setattr(lo.ForwardObjective, "loss", spy)
     x = torch.randn(40, 3, 8, 8, generator=torch.Generator().manual_seed(4))
     pot(small_cnn(), x, 0.6, POTOptions(iterations=12, batch_size=16, gram=False, progress=False))
     rows = {tuple(r.tolist()) for r in fixed_batches(40, 16, 0)}

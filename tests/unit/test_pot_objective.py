@@ -7,17 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from baselines.pot import (
+from baselines.pot import POTOptions, layer_objective, pot, takes_gram
+from baselines.pot_objective import (
     ForwardObjective,
     GramObjective,
     GramStack,
     NotLinearInWeights,
-    POTOptions,
     gram_plan,
-    layer_objective,
     layer_output,
-    pot,
-    takes_gram,
 )
 from fcpts.core.masks import prunable_layers
 from tests.unit.tiny import wide_cnn
