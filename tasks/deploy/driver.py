@@ -96,7 +96,7 @@ def sparse_model_from_record(
     if record.get("task") != "cifar":
         raise ValueError(
             f"{record_path}: only CIFAR records can be deployed here (task {record.get('task')!r}); "
-            "python -m benchmarks.inference.inference --records RECORD times any task's saved sparse model"
+            "python -m benchmarks inference --families records --records RECORD times any task's saved sparse model"
         )
     name = (
         f"{record['dataset']}-{record['model']}-{record['method']}-{sparsity_tag(record['target_sparsity'])}"

@@ -251,12 +251,15 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
         driver.load_sparse_checkpoint(tmp_path / "anon.pt", None, None)
 
 
-def test_a_missing_or_unfinished_record_is_named_as_such(tmp_path):
+def test_a_missing_unfinished_or_other_task_record_is_named_as_such(tmp_path):
     with pytest.raises(DataNotFoundError, match="run record .*none.json does not exist"):
         driver.sparse_model_from_record(tmp_path / "none.json", tmp_path, None, False)
     (tmp_path / "started.json").write_text('{"task": "cifar"}')
     with pytest.raises(DataNotFoundError, match="started.json is not a finished run record"):
         driver.sparse_model_from_record(tmp_path / "started.json", tmp_path, None, False)
+    (tmp_path / "imagenet.json").write_text('{"task": "imagenet", "metrics": {"top1": 70.0}}')
+    with pytest.raises(ValueError, match="python -m benchmarks inference --families records --records RECORD"):
+        driver.sparse_model_from_record(tmp_path / "imagenet.json", tmp_path, None, False)
 
 
 def test_deploy_cifar_checkpoint_end_to_end(tmp_path):
