@@ -4,7 +4,6 @@ and projected to the `paper` profile's budget (docs/notebook/benchmarks.md); pea
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -22,10 +21,10 @@ from benchmarks.scale.scale_cell import makes_size_choices, method_kind
 from fcpts.core.io import write_json_atomic, write_text_atomic
 from fcpts.methods import METHODS, get_method
 from tasks.grid.imagenet_catalogue import PAPER_CNNS, PAPER_VITS, get_spec
+from tasks.grid.layout import read_reference
 from tasks.grid.paths import REPO_ROOT
 from tasks.grid.records import command_line, device_description, git_commit
 
-PAPER_REFERENCE = REPO_ROOT / "results" / "paper" / "paper_reference.csv"
 PAPER_MODELS = PAPER_CNNS + PAPER_VITS
 GRID_TABLES = {"table3": "CNNs (Table 3)", "table4": "ViTs (Table 4)", "table1": "learned masks (Table 1)"}
 # Probe sizes: each knob's value on a GPU beside its `--small` value on a CPU.
@@ -226,13 +225,12 @@ def project_cell(
     return out
 
 
-def paper_grid_cells(reference_csv: Path) -> dict[str, set[tuple[str, str, float]]]:
+def paper_grid_cells() -> dict[str, set[tuple[str, str, float]]]:
     """The (model, method, sparsity) cells of the paper's ImageNet tables, by table (dense rows left out)."""
     cells: dict[str, set[tuple[str, str, float]]] = defaultdict(set)
-    with open(reference_csv) as f:
-        for row in csv.DictReader(line for line in f if not line.startswith("#")):
-            if row["table"] in GRID_TABLES and row["method"] != "dense" and row["sparsity"]:
-                cells[row["table"]].add((row["model"], row["method"], float(row["sparsity"])))
+    for row in read_reference():
+        if row["table"] in GRID_TABLES and row["method"] != "dense" and row["sparsity"]:
+            cells[row["table"]].add((row["model"], row["method"], float(row["sparsity"])))
     return cells
 
 
@@ -356,7 +354,7 @@ def finish(result: dict, sizes: dict) -> dict:
                 cell, budget, sizes["warmup"], sizes["memory_line"], cache_bound_gb(cell["method"], budget)
             )
             minutes[(cell["model"], cell["method"])] = cell["projection"]["projected_s"] / 60
-    result["grid"] = grid_hours(paper_grid_cells(PAPER_REFERENCE), minutes)
+    result["grid"] = grid_hours(paper_grid_cells(), minutes)
     return result
 
 
@@ -395,7 +393,7 @@ def cells_to_run(args: argparse.Namespace, done: dict) -> list[tuple[str, str]]:
     """--models x --methods; with --paper-grid, the pairs of the paper's ImageNet tables and the kept cells."""
     if not args.paper_grid:
         return [(model, method) for model in args.models for method in args.methods]
-    pairs = {(model, method) for cells in paper_grid_cells(PAPER_REFERENCE).values() for model, method, _ in cells}
+    pairs = {(model, method) for cells in paper_grid_cells().values() for model, method, _ in cells}
     pairs |= set(done)
     models, methods = PAPER_MODELS, list(METHODS)
     rank = {(m, meth): (models.index(m) if m in models else len(models), methods.index(meth)) for m, meth in pairs}

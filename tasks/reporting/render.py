@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from fcpts.methods import get_method, label
-from tasks.grid.layout import extra_methods
+from tasks.grid.layout import extra_methods, read_reference
 from tasks.grid.paths import RESULTS_DIR
 from tasks.grid.profiles import paper_profile, pot_methods
 from tasks.grid.record_options import earlier_defaults, same_setup
@@ -98,8 +98,7 @@ def extras_legend(paper_number: str) -> str:
 
 def read_external(path: Path = EXTERNAL_REFERENCE) -> dict[str, str]:
     """key -> value of the external reference data (sources in the file)."""
-    with open(path) as f:
-        return {r["key"]: r["value"] for r in csv.DictReader(line for line in f if not line.startswith("#"))}
+    return {r["key"]: r["value"] for r in read_reference(path)}
 
 
 def budget_text(record: dict) -> str:

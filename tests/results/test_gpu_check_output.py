@@ -96,7 +96,7 @@ def test_the_gpu_scale_output_is_regenerated_from_its_probes():
     result = scale_cuda()
     assert result["device_description"] == "cuda: NVIDIA H200"
     measured = {(c["model"], c["method"]) for c in result["cells"] if c["status"] == "ok"}
-    grid = {(m, meth) for t in paper_grid_cells(scale.PAPER_REFERENCE).values() for m, meth, _ in t}
+    grid = {(m, meth) for t in paper_grid_cells().values() for m, meth, _ in t}
     obs = {(m, "obs") for m in ("resnet18", "resnet50", "vit_base")}
     assert measured == grid | obs and len(result["cells"]) == len(grid | obs) == 30  # the whole grid
     by_commit = Counter(c["git_commit"][:7] for c in result["cells"])

@@ -171,7 +171,7 @@ def test_a_layerwise_probe_says_how_much_of_its_time_went_to_its_layers(method, 
 
 
 def test_grid_counts_the_papers_tables_and_each_cell_once(tmp_path):
-    cells = paper_grid_cells(scale.PAPER_REFERENCE)
+    cells = paper_grid_cells()
     assert {t: len(c) for t, c in cells.items()} == {"table3": 100, "table4": 18, "table1": 9}
     minutes = {(m, meth): 60.0 for t in cells.values() for m, meth, _ in t}
     hours = grid_hours(cells, minutes)
@@ -198,7 +198,7 @@ def test_a_finished_cell_is_kept_only_where_its_kind_of_probe_is_unchanged():
 def test_the_paper_grid_mode_runs_the_grids_pairs_and_keeps_merged_cells():
     args = scale.parse_args(["--paper-grid"])
     pairs = scale.cells_to_run(args, {})
-    grid = {(m, meth) for cells in paper_grid_cells(scale.PAPER_REFERENCE).values() for m, meth, _ in cells}
+    grid = {(m, meth) for cells in paper_grid_cells().values() for m, meth, _ in cells}
     assert set(pairs) == grid and len(pairs) == len(grid) == 27  # 5 CNNs x 4 + 2 ViTs x 3 + ResNet-18's STR
     assert pairs[0][0] == "resnet18" and pairs[-1][0] == "vit_large"  # the paper's model order
     kept = scale.cells_to_run(args, {("resnet50", "obs"): {}})
