@@ -38,6 +38,17 @@ def parser(name: str) -> argparse.ArgumentParser:
     return p
 
 
+def method_name(name: str) -> str:
+    """A `--methods` value: a registered method (the registry is imported only when the flag is given)."""
+    from fcpts.methods import get_method
+
+    try:
+        get_method(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
+
+
 def add_out(p: argparse.ArgumentParser, flag: str = "--out") -> None:
     p.add_argument(flag, help="also write the output (with its provenance) to this file")
 
@@ -62,7 +73,8 @@ def step_ops(p: argparse.ArgumentParser) -> None:
 def method_time(p: argparse.ArgumentParser) -> None:
     add_out(p)
     add_device(p)
-    p.add_argument("--methods", nargs="+", default=["fcpts-plus"], help="methods to time against fcpts")
+    methods = "methods to time against fcpts"
+    p.add_argument("--methods", nargs="+", type=method_name, default=["fcpts-plus"], help=methods)
     p.add_argument("--model", default="resnet32")
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=64)
@@ -87,7 +99,7 @@ def pot_step_time(p: argparse.ArgumentParser) -> None:
 def scale(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="JSON output (default results/benchmarks/scale_<device>[_small].json); .md beside it")
     p.add_argument("--models", nargs="+", help="default: the paper's seven (tasks/imagenet/models.py)")
-    p.add_argument("--methods", nargs="+", help="default: every registered method")
+    p.add_argument("--methods", nargs="+", type=method_name, help="default: every registered method")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--small", action="store_true", help="tiny probes (a couple of images and steps) for a CPU")
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take")
@@ -97,7 +109,9 @@ def scale(p: argparse.ArgumentParser) -> None:
     p.add_argument("--paper-grid", action="store_true", help="the pairs of the paper's ImageNet tables, kept cells too")
     p.add_argument("--resume", action="store_true", help="keep the finished cells of an earlier --out (same probes)")
     p.add_argument("--merge", nargs="+", default=[], help="also keep these outputs' finished cells, as --resume")
-    p.add_argument("--again", nargs="+", default=[], metavar="METHOD", help="measure these again, --merge or not")
+    p.add_argument(
+        "--again", nargs="+", type=method_name, default=[], metavar="METHOD", help="measure these again, --merge or not"
+    )
     p.add_argument("--merge-only", action="store_true", help="measure nothing: the table of --resume/--merge cells")
     p.add_argument("--reproject", action="store_true", help="measure nothing: --out projected anew by this code")
 
@@ -125,13 +139,13 @@ def gpu_check(p: argparse.ArgumentParser) -> None:
 def model_coverage(p: argparse.ArgumentParser) -> None:
     add_out(p)
     p.add_argument("--models", nargs="+", help="names from MODELS (default: all)")
-    p.add_argument("--methods", nargs="+", help="registered methods (default: all)")
+    p.add_argument("--methods", nargs="+", type=method_name, help="registered methods (default: all)")
     p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
 
 
 def rerun_sample(p: argparse.ArgumentParser) -> None:
     json_out = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
-    p.add_argument("--methods", nargs="+", help="only these methods (default: every registered one)")
+    p.add_argument("--methods", nargs="+", type=method_name, help="only these methods (default: every registered one)")
     p.add_argument("--out", type=Path, default=json_out, help="the JSON output; a .md table is written beside it")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
     p.add_argument("--max-wall-s", type=float, default=1200.0, help="skip a cell whose record took longer")

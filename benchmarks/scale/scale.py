@@ -377,8 +377,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     try:
         for name in args.models:
             get_spec(name)
-        for name in [*args.methods, *args.again]:
-            get_method(name)
     except ValueError as e:
         p.error(str(e))
     return args
