@@ -267,11 +267,10 @@ def render_tables(
     records: list[dict],
     reference: list[dict],
     weights_dir: Path = WEIGHTS_DIR,
-    check_records: list[dict] | None = None,
     record_link: render.RecordLink | None = None,
 ) -> dict[str, str]:
-    """Every table file's name -> its text; `record_link` links the cells of Tables 1 to 5 (the results site),
-    `check_records` (the GPU check's) join Table 6 alone."""
+    """Every table file's name -> its text; `record_link` links the cells of Tables 1 to 5 (the results site);
+    the GPU check's records join Table 6 alone."""
     md, rows = table2(records, reference, weights_dir, record_link)
     out = {"table2_cifar.md": md}
     out["table2_cifar.csv"] = render.csv_text(TABLE2_FIELDS, rows)
@@ -285,7 +284,7 @@ def render_tables(
     method_times = {
         f"results/{f.relative_to(RESULTS_DIR)}": f.read_text() for f in sorted(BENCHMARKS.glob("method_time_*.txt"))
     }
-    out["table6_time.md"] = table6([*records, *(check_records or [])], reference, method_times)
+    out["table6_time.md"] = table6([*records, *gpu_check_records()], reference, method_times)
     out["drops_vs_paper.md"] = drops_table(rows, reference, same_cell_runs(records))
     out["table3_imagenet_cnn.md"] = table3(records, reference, record_link=record_link)
     out["table4_imagenet_vit.md"] = table4(records, reference, record_link=record_link)
@@ -296,7 +295,7 @@ def render_tables(
 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables = render_tables(all_records(runs_dir), read_reference(), weights_dir, gpu_check_records())
+    tables = render_tables(all_records(runs_dir), read_reference(), weights_dir)
     for name, text in tables.items():
         write_text_atomic(out_dir / name, text)
     return [out_dir / name for name in tables]

@@ -29,7 +29,7 @@ from fcpts.methods import label
 from tasks.grid.layout import read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
-from tasks.reporting.paper import TABLES, WEIGHTS_DIR, gpu_check_records, render_tables
+from tasks.reporting.paper import TABLES, render_tables
 from tasks.reporting.render import csv_text
 
 SITE_DIR = RESULTS_DIR / "site"
@@ -342,9 +342,7 @@ def build_site(out_dir: Path = SITE_DIR, runs_dir: Path = RUNS_DIR) -> None:
     records, reference = all_records(runs_dir), read_reference()
     plots = clear_but_plots(out_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    tables = render_tables(
-        records, reference, WEIGHTS_DIR, gpu_check_records(), record_link=lambda r: f"runs/{run_slug(r)}.html"
-    )
+    tables = render_tables(records, reference, record_link=lambda r: f"runs/{run_slug(r)}.html")
     for name in COMMITTED_TABLES:
         if (TABLES / name).is_file():
             tables[name] = (TABLES / name).read_text()
