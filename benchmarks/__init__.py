@@ -5,16 +5,13 @@ Each one's flags are declared here, without torch, so `--help` and bad flags ans
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib.util
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.deploy.driver import DEPLOY_DIR
-from tasks.grid.help import add_device, at_least, command_parser
-from tasks.grid.paths import REPO_ROOT, RESULTS_DIR
+from tasks.grid.help import _docstring, add_device, at_least, command_parser
+from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, resolve_data_root
 
 
 @dataclass(frozen=True)
@@ -30,10 +27,7 @@ class Benchmark:
 
 def parser(name: str) -> argparse.ArgumentParser:
     """`python -m benchmarks NAME`'s parser: its module's docstring (read, not imported) as help, its flags."""
-    spec = importlib.util.find_spec(BENCHMARKS[name].module)
-    assert spec is not None and spec.origin is not None
-    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text()), clean=False)
-    p = command_parser(f"python -m benchmarks {name}", doc)
+    p = command_parser(f"python -m benchmarks {name}", _docstring(BENCHMARKS[name].module))
     BENCHMARKS[name].arguments(p)
     return p
 
@@ -122,7 +116,7 @@ GPU_DATA = REPO_ROOT / "gpu_data"
 def gpu_check(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="command", required=True)
     pr = sub.add_parser("prepare", help="copy the CIFAR-10 subset and weights the check needs into gpu_data/")
-    pr.add_argument("--source", default=os.environ.get("FCPTS_DATA_ROOT", str(REPO_ROOT.parent / "shared" / "data")))
+    pr.add_argument("--source", default=str(resolve_data_root(must_exist=False)))
     pr.add_argument("--dest", default=str(GPU_DATA))
     pr.add_argument("--train", type=int, default=2000, help="training images (calibration; POT takes them all)")
     pr.add_argument("--test", type=int, default=2000, help="test images (evaluation)")
