@@ -28,15 +28,11 @@ def provenance() -> list[str]:
     ]
 
 
-def emit(lines: list[str], out: str | None) -> None:
-    """Print the lines with their provenance; write the same text to `out` (atomically) if given."""
-    text = "\n".join([*lines, *provenance()])
+def measure_then_emit(measure: Callable[[], list[str]], out: str | None) -> None:
+    """Pin the commit first (the code that ran, not what was committed meanwhile), then measure; print the lines
+    with their provenance and write the same text to `out` (atomically) if given."""
+    git_commit()
+    text = "\n".join([*measure(), *provenance()])
     print(text)
     if out:
         write_text_atomic(out, text + "\n")
-
-
-def measure_then_emit(measure: Callable[[], list[str]], out: str | None) -> None:
-    """Pin the commit first (the code that ran, not what was committed meanwhile), then measure and `emit`."""
-    git_commit()
-    emit(measure(), out)

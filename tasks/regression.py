@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ class Subset:
     profile: Profile
     cells: tuple[tuple[str, float], ...]  # (method, target sparsity)
     metrics: tuple[str, ...]
-    grid_args: dict = field(default_factory=dict)
+    grid_args: dict
 
     def paths(self, runs_dir: Path) -> list[Path]:
         from tasks.grid.records import record_path
@@ -147,15 +147,12 @@ def measured_spread(
     return spread
 
 
-def derive_tolerances(
-    spread: dict[str, dict[str, tuple[float, str]]],
-    summation: Tolerances = SUMMATION_TOLERANCE,
-) -> tuple[Tolerances, list[str]]:
+def derive_tolerances(spread: dict[str, dict[str, tuple[float, str]]]) -> tuple[Tolerances, list[str]]:
     """(task -> metric -> tolerance, one line per bound saying what decided it): the summation bound, or
     SPREAD_FACTOR x the cross-processor move (rounded up to 0.01, float noise ignored) when that is larger."""
     tolerances: Tolerances = {}
     why = []
-    for task, metrics in summation.items():
+    for task, metrics in SUMMATION_TOLERANCE.items():
         for metric, floor in metrics.items():
             move, seen = spread.get(task, {}).get(metric, (None, ""))
             measured = math.ceil(round(SPREAD_FACTOR * move * 100, 6)) / 100 if move is not None else None

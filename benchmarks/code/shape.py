@@ -9,7 +9,7 @@ from pathlib import Path
 import tomllib
 
 from benchmarks import parser
-from benchmarks.report import emit
+from benchmarks.report import measure_then_emit
 
 CODE = ("fcpts", "baselines", "tasks", "benchmarks", "paper_figures", "results")
 TYPED = ("fcpts", "baselines", "tasks", "benchmarks")  # what mypy should cover
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         if not sep or not Path(log).is_file():
             p.error(f"--suite {item!r}: give NAME=LOG with LOG a pytest log file")
         suites[name] = Path(log)
-    emit(shape(args.root.resolve(), suites), args.output)
+    measure_then_emit(lambda: shape(args.root.resolve(), suites), args.output)
 
 
 if __name__ == "__main__":
