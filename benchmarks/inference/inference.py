@@ -352,8 +352,8 @@ def _loads(values: list[float]) -> str:
     return " / ".join(f"{v:.2f}" for v in values)
 
 
-def write_table(result: dict, path: Path) -> None:
-    """Table 7 from the raw measurements (what `--render` rewrites without timing anything)."""
+def write_table(result: dict, path: Path) -> str:
+    """Table 7 from the raw measurements (what `--render` rewrites without timing anything), written and returned."""
     p = result["provenance"]
     lines = [
         "# Table 7 (ours): latency, memory and file size of sparse models on this machine",
@@ -443,8 +443,9 @@ def write_table(result: dict, path: Path) -> None:
         "noisy; the speed-ups compare calls interleaved in the same process and rounds, so drift largely "
         f"cancels. Raw numbers: `{result['raw']}`.",
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(path, text)
+    return text
 
 
 def main(argv=None) -> int:
@@ -452,8 +453,7 @@ def main(argv=None) -> int:
     if args.render:
         result = json.loads(Path(args.render).read_text())
         result["rendered_by"] = command_line()
-        write_table(result, Path(args.table))
-        print(Path(args.table).read_text())
+        print(write_table(result, Path(args.table)))
         return 0
     torch.set_num_threads(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -488,8 +488,7 @@ def main(argv=None) -> int:
     raw = Path(args.raw)
     result["raw"] = str(raw.relative_to(REPO_ROOT)) if raw.is_relative_to(REPO_ROOT) else str(raw)
     write_json_atomic(raw, result)
-    write_table(result, Path(args.table))
-    print(Path(args.table).read_text())
+    print(write_table(result, Path(args.table)))
     print(f"table: {args.table}\nraw: {args.raw}")
     return 0
 

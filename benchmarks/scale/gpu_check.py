@@ -254,8 +254,7 @@ def run(
             f"no CIFAR-10 under {data_root}: run `python -m benchmarks gpu-check prepare` (writes gpu_data/) "
             "and carry gpu_data to the device, or pass --data-root"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "work").mkdir(exist_ok=True)
+    (out / "work").mkdir(parents=True, exist_ok=True)
     if continue_from is not None:
         continue_work(continue_from, out / "work")
     env = {**os.environ, "FCPTS_DATA_ROOT": str(data_root), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}

@@ -294,7 +294,6 @@ def render_tables(
 
 
 def write_tables(runs_dir: Path = RUNS_DIR, out_dir: Path = TABLES, weights_dir: Path = WEIGHTS_DIR) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
     tables = render_tables(all_records(runs_dir), read_reference(), weights_dir)
     for name, text in tables.items():
         write_text_atomic(out_dir / name, text)
