@@ -29,11 +29,11 @@ from fcpts.methods import label
 from tasks.grid.layout import read_reference
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, RUNS_DIR, repo_relative
 from tasks.grid.records import all_records, headline
+from tasks.reporting.figures import FIGURES_DIR
 from tasks.reporting.paper import TABLES, render_tables
 from tasks.reporting.render import csv_text
 
 SITE_DIR = RESULTS_DIR / "site"
-FIGURES_DIR = REPO_ROOT / "paper_figures"
 # Tables made elsewhere than from records (the deploy benchmark's), shown as committed.
 COMMITTED_TABLES = ("table7_inference.md",)
 
