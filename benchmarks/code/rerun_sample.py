@@ -185,15 +185,14 @@ def same_code_as_before(scratch: Path) -> bool:
 
 def row_for(
     method: str,
-    records: list[dict],
+    picked: tuple[dict | None, str | None],
     max_wall_s: float,
-    this_processor: Processor | None = None,
     log: Callable[[str], None] = print,
     work_dir: Path | None = None,
 ) -> dict:
-    """One method's row: the record it re-ran and the comparison, or why it was skipped; in work_dir/<method>
-    (resumed if this commit began it) or a temporary folder."""
-    record, why = pick_record(records, method, this_processor=this_processor)
+    """One method's row from its `pick_record` pick: the record it re-ran and the comparison, or why it was skipped;
+    in work_dir/<method> (resumed if this commit began it) or a temporary folder."""
+    record, why = picked
     if record is None:
         return {"method": method, "status": "skipped", "reason": why}
     base = {"method": method, "record": record["_path"], "task": record["task"], "profile": record["profile"]["name"]}
@@ -220,16 +219,6 @@ def row_for(
         f"{row['cell_wall_s']:.0f} s"
     )
     return {**base, "status": "ran", **row}
-
-
-def cheapest_first(methods: list[str], records: list[dict], this_processor: Processor | None = None) -> list[str]:
-    """The methods, the cheapest picked record first (an interrupted run has the most rows)."""
-
-    def cost(method: str) -> float:
-        record, _ = pick_record(records, method, this_processor=this_processor)
-        return float(record["wall_s"]) if record is not None else 0.0
-
-    return sorted(methods, key=cost)
 
 
 def provenance() -> dict:
@@ -314,9 +303,8 @@ def kept_rows(out: Path) -> dict[str, dict]:
     return {r["method"]: r for r in rows if r.get("status") == "ran"}
 
 
-def still_current(row: dict, records: list[dict], this_processor: Processor | None) -> bool:
-    """Whether a kept row still describes the record this run would pick: the same file, commit, time and mask."""
-    record, _ = pick_record(records, row["method"], this_processor=this_processor)
+def still_current(row: dict, record: dict | None) -> bool:
+    """Whether a kept row still describes the record this run picked: the same file, commit, time and mask."""
     if record is None:
         return False
     now = (record["_path"], record.get("created"), record.get("git_commit"), record.get("mask_sha256"))
@@ -339,17 +327,19 @@ def main(argv=None) -> int:
     git_commit()  # pin the commit of the code that runs
     here = Processor(processor(device_description("cpu")), cpu_identity()) if args.this_processor else None
     records = committed_records(with_spread=args.this_processor)
-    for method in [m for m in kept if not still_current(kept[m], records, here)]:
+    picks = {m: pick_record(records, m, this_processor=here) for m in {*methods, *kept}}
+    for method in [m for m in kept if not still_current(kept[m], picks[m][0])]:
         then = "running it again" if method in methods else "its row is dropped (name it in --methods to re-run it)"
         print(f"[stale] {method}: the record it re-ran has been made again or another is picked now; {then}")
         del kept[method]
     rows: dict[str, dict] = dict(kept)
     order = list_methods()
-    for method in cheapest_first(methods, records, here):
+    # The cheapest picked record first: an interrupted run has the most rows.
+    for method in sorted(methods, key=lambda m: float((picks[m][0] or {}).get("wall_s", 0.0))):
         if method in kept:
             print(f"[kept] {method}: {kept[method]['record']}")
             continue
-        rows[method] = row_for(method, records, args.max_wall_s, here, work_dir=args.work_dir)
+        rows[method] = row_for(method, picks[method], args.max_wall_s, work_dir=args.work_dir)
         write(args.out, [rows[m] for m in order if m in rows], notes)
     output = write(args.out, [rows[m] for m in order if m in rows], notes)
     print(markdown(output))

@@ -10,7 +10,6 @@ import pytest
 from benchmarks.code import rerun_sample
 from benchmarks.code.rerun_sample import (
     Processor,
-    cheapest_first,
     committed_records,
     kept_rows,
     pick_record,
@@ -110,8 +109,15 @@ def test_mmdet_records_are_held_back_without_the_extra(records, monkeypatch):
     assert record is None and "[mmdet] extra" in why
 
 
-def test_cells_run_cheapest_first(records):
-    assert cheapest_first(["fcpts", "erk"], records) == ["erk", "fcpts"]
+def test_cells_run_cheapest_first(records, tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(rerun_sample, "committed_records", lambda **_: records)
+    monkeypatch.setattr(
+        rerun_sample, "row_for", lambda m, *_, **__: ran.append(m) or {"method": m, "status": "skipped"}
+    )
+    monkeypatch.setattr(rerun_sample, "markdown", lambda _: "")
+    rerun_sample.main(["--out", str(tmp_path / "out.json"), "--methods", "fcpts", "erk"])
+    assert ran == ["erk", "fcpts"]  # the registry has fcpts first
 
 
 def test_resume_keeps_only_the_rows_that_ran(tmp_path):
@@ -133,11 +139,10 @@ def test_a_kept_row_is_run_again_once_its_record_was_made_again_or_another_is_pi
         "old_git_commit": picked.get("git_commit"),
         "old_mask_sha256": picked["mask_sha256"],
     }
-    assert still_current(row, records, None)
-    remade = [{**r, "mask_sha256": "hash-remade"} if r is picked else r for r in records]
-    assert not still_current(row, remade, None)  # the same file, made again since
-    assert not still_current({**row, "record": "elsewhere.json"}, records, None)  # another record picked now
-    assert not still_current({**row, "method": "obs"}, records, None)  # no record of the method any more
+    assert still_current(row, picked)
+    assert not still_current(row, {**picked, "mask_sha256": "hash-remade"})  # the same file, made again since
+    assert not still_current({**row, "record": "elsewhere.json"}, picked)  # another record picked now
+    assert not still_current(row, None)  # no record of the method any more
 
 
 def test_a_work_dir_cell_resumes_only_what_the_same_commit_began(tmp_path, records, monkeypatch):
@@ -151,12 +156,12 @@ def test_a_work_dir_cell_resumes_only_what_the_same_commit_began(tmp_path, recor
 
     monkeypatch.setattr(rerun_sample, "run_cell", fake_run_cell)
     monkeypatch.setattr(rerun_sample, "git_commit", lambda: "abc")
-    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    rerun_sample.row_for("fcpts", pick_record(records, "fcpts"), 1e9, work_dir=tmp_path / "work", log=lambda s: None)
     assert calls == [(tmp_path / "work" / "fcpts", False)]  # nothing there yet: from scratch
     (tmp_path / "work" / "fcpts" / "git_commit").write_text("other\n")
-    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    rerun_sample.row_for("fcpts", pick_record(records, "fcpts"), 1e9, work_dir=tmp_path / "work", log=lambda s: None)
     assert calls[-1] == (tmp_path / "work" / "fcpts", False)  # begun by other code: from scratch again
-    rerun_sample.row_for("fcpts", records, 1e9, work_dir=tmp_path / "work", log=lambda s: None)
+    rerun_sample.row_for("fcpts", pick_record(records, "fcpts"), 1e9, work_dir=tmp_path / "work", log=lambda s: None)
     assert calls[-1] == (tmp_path / "work" / "fcpts", True)  # begun by this commit: carried on
 
 
