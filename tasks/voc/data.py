@@ -163,22 +163,17 @@ class DetectionImages(Dataset):
     def __init__(self, data: VOCDetection, size: int, indices: list[int] | None = None, flip: bool = False):
         self.data, self.size, self.flip = data, size, flip
         self.indices = list(range(len(data))) if indices is None else list(indices)
-        self.keep_if_fits(size, size)
-
-    def keep_if_fits(self, height: int, width: int) -> None:
-        """Cache the images from now on when all of them, float (3, height, width), take under 2 GiB."""
-        self._cache: dict[int, torch.Tensor] | None = {} if len(self.indices) * 12 * height * width < 2**31 else None
+        self._cache: dict[int, torch.Tensor] | None = {} if len(self.indices) * size**2 * 12 < 2**31 else None
 
     def load(self, i: int) -> torch.Tensor:
         return preprocess(self.data.image(i), self.size)
 
     def image(self, i: int) -> torch.Tensor:
-        if self._cache is not None and i in self._cache:
-            return self._cache[i]
-        x = self.load(i)
-        if self._cache is not None:
-            self._cache[i] = x
-        return x
+        if self._cache is None:
+            return self.load(i)
+        if i not in self._cache:
+            self._cache[i] = self.load(i)
+        return self._cache[i]
 
     def __len__(self) -> int:
         return len(self.indices)

@@ -142,7 +142,7 @@ class PipelineImages(DetectionImages):
         fixed = any(getattr(t, "keep_ratio", True) is False for t in dataset.pipeline.transforms)
         sizes = [self.image(i).shape[-2:] for i in (self.indices[:1] if fixed else self.indices)]
         self.canvas = max(h for h, _ in sizes), max(w for _, w in sizes)
-        self.keep_if_fits(*self.canvas)
+        self._cache = {} if len(self.indices) * 3 * self.canvas[0] * self.canvas[1] * 4 < 2**31 else None
 
     @torch.no_grad()
     def load(self, i: int) -> torch.Tensor:
