@@ -157,24 +157,30 @@ def preprocess(image_uint8: torch.Tensor, size: int, mean: float = 127.0, std: f
 
 
 class DetectionImages(Dataset):
-    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB."""
+    """Preprocessed images of a split, as (image, index), kept in memory while they fit in 2 GiB; `load` makes one
+    (mmdet's PipelineImages loads through a config's pipeline instead)."""
 
     def __init__(self, data: VOCDetection, size: int, indices: list[int] | None = None, flip: bool = False):
         self.data, self.size, self.flip = data, size, flip
         self.indices = list(range(len(data))) if indices is None else list(indices)
         self._cache: dict[int, torch.Tensor] | None = {} if len(self.indices) * size**2 * 12 < 2**31 else None
 
+    def load(self, i: int) -> torch.Tensor:
+        return preprocess(self.data.image(i), self.size)
+
+    def image(self, i: int) -> torch.Tensor:
+        if self._cache is None:
+            return self.load(i)
+        if i not in self._cache:
+            self._cache[i] = self.load(i)
+        return self._cache[i]
+
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
         i = self.indices[k]
-        if self._cache is not None and i in self._cache:
-            x = self._cache[i]
-        else:
-            x = preprocess(self.data.image(i), self.size)
-            if self._cache is not None:
-                self._cache[i] = x
+        x = self.image(i)
         if self.flip and torch.rand(()) < 0.5:  # weak augmentation for the distillation methods
             x = x.flip(-1)
         return x, i

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from fcpts.core.io import file_sha256
 from fcpts.methods import get_method, list_methods
 from tasks.grid import cli
 from tasks.grid.evaluate import evaluation_loader
@@ -170,7 +169,7 @@ def build_grid(
     probe = create_ssd(arch, len(test.class_names))
     profile = distill_profile(profile, reconstruction_blocks(probe, reconstruction), reconstruction)
     weights_path = Path(where.weights) if where.weights else default_weights(arch, image_size, data_root_path, manifest)
-    load_info = load_ssd_weights(probe, weights_path)
+    weights = load_ssd_weights(probe, weights_path)
     config = SSDConfig.for_model(probe, image_size)
     build_view = dense_factory(
         lambda: DistillView(create_ssd(arch, len(test.class_names))), DistillView(probe), where.device
@@ -193,7 +192,7 @@ def build_grid(
         evaluate=lambda m: evaluate_detector(m, test, eval_images, config, workers=workers),
         profile=profile,
         provenance={
-            "weights": {**load_info, "path": str(weights_path), "sha256": file_sha256(weights_path)},
+            "weights": weights,
             "substitute": substitute,
             "substitute_manifest": manifest,
             "paper_dense_map": None if substitute else RELEASED[arch][1],

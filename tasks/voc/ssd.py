@@ -197,7 +197,8 @@ def create_ssd(arch: str, num_classes: int = 21) -> SSD:
 
 def load_ssd_weights(model: SSD, path: str | Path) -> dict:
     """Load a pytorch-ssd checkpoint (a plain state dict; also {"state_dict": ...} or "module."-prefixed
-    keys). Strict: a wrong architecture or class count is an error that names the keys."""
+    keys). Strict: a wrong architecture or class count is an error that names the keys. Returns what a record keeps."""
+    from fcpts.core.io import file_sha256
     from tasks.grid.weights import read_state_dict, state_dict_misfit  # a file that is no checkpoint: named
 
     path = Path(path)
@@ -206,7 +207,7 @@ def load_ssd_weights(model: SSD, path: str | Path) -> dict:
     if misfit:
         raise ValueError(f"weights file {path} does not fit {model.arch} with {model.num_classes} classes: {misfit}")
     model.load_state_dict(state, strict=False)  # num_batches_tracked may be absent in old files
-    return {"path": str(path), "n_tensors": len(state)}
+    return {"path": str(path), "n_tensors": len(state), "sha256": file_sha256(path)}
 
 
 @dataclass(frozen=True)

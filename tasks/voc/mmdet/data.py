@@ -21,11 +21,10 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.runner import Runner
 from torch import nn
-from torch.utils.data import Dataset
 
 from fcpts.core.batch_workers import default_workers
 from tasks.grid.paths import DataNotFoundError
-from tasks.voc.data import read_class_names, read_substitute_manifest, voc2007_dir
+from tasks.voc.data import DetectionImages, read_class_names, read_substitute_manifest, voc2007_dir
 from tasks.voc.mmdet.detector import quiet_mmengine
 
 
@@ -129,43 +128,33 @@ def build_dataset(layout: Layout, split: str, pipeline: list):
     return DATASETS.build(point_at({"test_mode": True, "pipeline": pipeline}, layout, split))
 
 
-class PipelineImages(Dataset):
+class PipelineImages(DetectionImages):
     """Calibration images as the detector sees them: the test pipeline without annotations, then the detector's
     data preprocessor; (3, H, W) float, padded at the bottom and right to the largest (as a batch would be) after
-    an optional flip, kept in memory while they fit in 2 GiB."""
+    an optional flip."""
 
     def __init__(self, dataset, preprocessor: nn.Module, indices: list[int], flip: bool = False):
         self.dataset, self.preprocessor = dataset, preprocessor
         self.indices, self.flip = list(indices), flip
         self.pad_value = float(getattr(preprocessor, "pad_value", 0))
-        self._cache: dict[int, torch.Tensor] | None = None  # the canvas first, then the cache if the set fits
+        self._cache = None  # the canvas first, then the cache if the set fits
         # a resize that ignores the aspect ratio makes every image the same size: the first one's
         fixed = any(getattr(t, "keep_ratio", True) is False for t in dataset.pipeline.transforms)
-        sizes = [self._image(i).shape[-2:] for i in (self.indices[:1] if fixed else self.indices)]
+        sizes = [self.image(i).shape[-2:] for i in (self.indices[:1] if fixed else self.indices)]
         self.canvas = max(h for h, _ in sizes), max(w for _, w in sizes)
         self._cache = {} if len(self.indices) * 3 * self.canvas[0] * self.canvas[1] * 4 < 2**31 else None
 
     @torch.no_grad()
-    def _image(self, i: int) -> torch.Tensor:
-        if self._cache is not None and i in self._cache:
-            return self._cache[i]
+    def load(self, i: int) -> torch.Tensor:
         item = self.dataset[i]
-        x = self.preprocessor({"inputs": [item["inputs"]], "data_samples": None}, False)["inputs"][0].cpu()
-        if self._cache is not None:
-            self._cache[i] = x
-        return x
-
-    def __len__(self) -> int:
-        return len(self.indices)
+        return self.preprocessor({"inputs": [item["inputs"]], "data_samples": None}, False)["inputs"][0].cpu()
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, int]:
-        x = self._image(self.indices[k])
-        if self.flip and torch.rand(()) < 0.5:
-            x = x.flip(-1)
+        x, i = super().__getitem__(k)
         h, w = x.shape[-2:]
         if (h, w) != self.canvas:
             x = F.pad(x, (0, self.canvas[1] - w, 0, self.canvas[0] - h), value=self.pad_value)
-        return x, self.indices[k]
+        return x, i
 
 
 def evaluate_detector(
