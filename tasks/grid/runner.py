@@ -84,14 +84,6 @@ class Grid:
         return checkpoint_dir_for(self.runs_dir) if self.checkpoint_dir is None else self.checkpoint_dir
 
 
-def _show(metrics: dict, names: tuple[str, ...]) -> str:
-    return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
-
-
-def _thin(history: list[dict], every: int = 10) -> list[dict]:
-    return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
-
-
 class GridRecords(list):
     """A grid's records, and which cells ran now and which were left to other processes."""
 
@@ -247,13 +239,14 @@ def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoints() / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists() and not rebuild:
-        metrics = read_dense_cache(cache, grid.metric_names)
-        log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
-        return metrics
-    t = time.perf_counter()
-    metrics = grid.evaluate(grid.build_model())
-    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} ({time.perf_counter() - t:.0f}s)")
-    write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+        metrics, how = read_dense_cache(cache, grid.metric_names), f"kept in {cache.name}"
+    else:
+        t = time.perf_counter()
+        metrics = grid.evaluate(grid.build_model())
+        how = f"{time.perf_counter() - t:.0f}s"
+        write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+    shown = " ".join(f"{n} {metrics[n]:.2f}" for n in grid.metric_names)
+    log(f"dense {grid.model} on {grid.dataset}: {shown} ({how})")
     return metrics
 
 
@@ -313,7 +306,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         **grid.provenance,
         "mask_sha256": mask_sha256(model),
         "per_layer": report.per_layer,
-        "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
+        "method_report": {"extra": report.extra, "history_every_10": report.history[:-1:10] + report.history[-1:]},
     }
     # The sparse state dict goes to runs_dir/models/ (not committed; tasks.deploy.driver reads it back).
     model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")
@@ -355,11 +348,6 @@ class Column:
         return format(self.header, self.spec if self.spec.endswith("s") else f">{self.spec.split('.')[0]}s")
 
 
-def _metric_of(key: str) -> Callable[[dict], Any]:
-    """A record's value of metric `key`: one function per key, as a lambda made in a loop would read the last."""
-    return lambda r: r["metrics"][key]
-
-
 def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
     """method, target, achieved, each metric, the dense first metric, the drop and the wall time."""
     first = next(iter(metrics))
@@ -367,7 +355,7 @@ def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Colu
         Column("method", f"{method_width}s", lambda r: r["method"]),
         Column("target", "6.2f", lambda r: r["target_sparsity"]),
         Column("achieved", "9.6f", lambda r: r["achieved_sparsity"]),
-        *(Column(header, "7.2f", _metric_of(key)) for key, header in metrics.items()),
+        *(Column(header, "7.2f", lambda r, key=key: r["metrics"][key]) for key, header in metrics.items()),
         Column("dense", "7.2f", lambda r: r["dense_metrics"][first]),
         Column("drop", "6.2f", lambda r: r["dense_metrics"][first] - r["metrics"][first]),
         Column("time s", "7.0f", lambda r: r["wall_s"]),

@@ -25,13 +25,13 @@ from torch.utils.data import Dataset, Subset
 from fcpts.methods import training_methods
 from tasks.grid import cli, layout
 from tasks.grid.evaluate import classify_dataset
-from tasks.grid.imagenet_catalogue import MODELS, get_spec
+from tasks.grid.imagenet_catalogue import MODELS, PAPER_CNNS, PAPER_VITS, get_spec
 from tasks.grid.paths import ENV_DATA_ROOT, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
 from tasks.imagenet import COMMAND
-from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
+from tasks.imagenet.models import architecture, preprocessing, pretrained
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 IMAGENET_DATA = "ImageNet (imagenet/ or the folder itself with train/<wnid>/ and val/<wnid>/)"
