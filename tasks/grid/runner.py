@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, wri
 from fcpts.core.masks import check_finite_weights, check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
-from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
+from tasks.grid.paths import RUNS_DIR, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.record_format import write_record
 from tasks.grid.records import device_description, environment, git_commit, provenance, read_record, record_path
@@ -75,13 +76,16 @@ class Grid:
     seed: int
     provenance: dict = field(default_factory=dict)  # weights, data
     runs_dir: Path = RUNS_DIR
-    checkpoint_dir: Path | None = None  # None: beside runs_dir (tasks.grid.paths)
+    checkpoint_dir: Path | None = None  # None: as checkpoints() says
     progress: bool = True
     metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
 
     def checkpoints(self) -> Path:
-        """Where the cells keep resumable state and the dense metrics: `checkpoint_dir`, else beside runs_dir."""
-        return checkpoint_dir_for(self.runs_dir) if self.checkpoint_dir is None else self.checkpoint_dir
+        """Where the cells keep resumable state and the dense metrics: `checkpoint_dir`, else $FCPTS_CHECKPOINT_DIR,
+        else runs_dir's hidden `.checkpoints/`."""
+        if self.checkpoint_dir is not None:
+            return self.checkpoint_dir
+        return Path(os.environ.get("FCPTS_CHECKPOINT_DIR") or self.runs_dir / ".checkpoints")
 
 
 class GridRecords(list):
