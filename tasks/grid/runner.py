@@ -351,6 +351,11 @@ class Column:
         return format(self.header, self.spec if self.spec.endswith("s") else f">{self.spec.split('.')[0]}s")
 
 
+def _metric_of(key: str) -> Callable[[dict], Any]:
+    """A record's value of metric `key`: one function per key, as a lambda made in a loop would read the last."""
+    return lambda r: r["metrics"][key]
+
+
 def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Column]:
     """method, target, achieved, each metric, the dense first metric, the drop and the wall time."""
     first = next(iter(metrics))
@@ -358,7 +363,7 @@ def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Colu
         Column("method", f"{method_width}s", lambda r: r["method"]),
         Column("target", "6.2f", lambda r: r["target_sparsity"]),
         Column("achieved", "9.6f", lambda r: r["achieved_sparsity"]),
-        *(Column(header, "7.2f", lambda r, key=key: r["metrics"][key]) for key, header in metrics.items()),
+        *(Column(header, "7.2f", _metric_of(key)) for key, header in metrics.items()),
         Column("dense", "7.2f", lambda r: r["dense_metrics"][first]),
         Column("drop", "6.2f", lambda r: r["dense_metrics"][first] - r["metrics"][first]),
         Column("time s", "7.0f", lambda r: r["wall_s"]),
