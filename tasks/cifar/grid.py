@@ -61,9 +61,7 @@ class CifarCalibration(Dataset):
 
 def build_grid(*, dataset: str, model: str, profile: Profile, where: Where, download: bool = False) -> Grid:
     """The CIFAR grid of one model: dense weights, calibration subsets of the training split, test metrics."""
-    root = resolve_data_root(where.data_root, not download, CIFAR_DATA)
-    if download:
-        root.mkdir(parents=True, exist_ok=True)
+    root = resolve_data_root(where.data_root, not download, CIFAR_DATA)  # a download creates it
     x_test, y_test = load_cifar(root, dataset, "test", download)
     if profile.eval_limit:
         x_test, y_test = x_test[: profile.eval_limit], y_test[: profile.eval_limit]

@@ -40,7 +40,7 @@ def _one_thread(_worker_id: int) -> None:
     torch.set_num_threads(1)  # workers decode images; torch's own threads in each would only contend
 
 
-def evaluation_loader(dataset, batch_size: int, workers: int | None, device: torch.device, **kwargs) -> DataLoader:
+def evaluation_loader(dataset, batch_size: int, workers: int | None, device: torch.device) -> DataLoader:
     """The dataset in order, `workers` processes (None: min(8, CPUs)) preparing batches, pinned for a GPU."""
     workers = default_workers() if workers is None else workers
     return DataLoader(
@@ -49,7 +49,6 @@ def evaluation_loader(dataset, batch_size: int, workers: int | None, device: tor
         num_workers=workers,
         pin_memory=device.type == "cuda",
         worker_init_fn=_one_thread if workers else None,
-        **kwargs,
     )
 
 

@@ -70,12 +70,12 @@ METHOD_SETS = {
 }
 
 
-def all_methods(grid: str, reference: list[dict] | None = None) -> list[str]:
+def all_methods(grid: str) -> list[str]:
     """`--all-methods` of `grid` (a METHOD_SETS key) in registry order: the paper's set, then the extras."""
     if grid not in METHOD_SETS:
         raise ValueError(f"unknown method set {grid!r}; sets: {', '.join(METHOD_SETS)}")
     spec = METHOD_SETS[grid]
-    paper = set(paper_rows(read_reference() if reference is None else reference, spec.table))
+    paper = set(paper_rows(read_reference(), spec.table))
     extras = set(extra_methods(grid)) if spec.extras else set()
     return [m for m in list_methods() if m in paper or m in extras]
 

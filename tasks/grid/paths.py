@@ -13,12 +13,6 @@ RESULTS_DIR = Path(os.environ.get("FCPTS_RESULTS_DIR", REPO_ROOT / "results"))
 RUNS_DIR = RESULTS_DIR / "runs"
 
 
-def checkpoint_dir_for(runs_dir: str | Path) -> Path:
-    """A runs folder's resumable state: its hidden `.checkpoints/`, or $FCPTS_CHECKPOINT_DIR."""
-    env = os.environ.get("FCPTS_CHECKPOINT_DIR")
-    return Path(env) if env else Path(runs_dir) / ".checkpoints"
-
-
 def repo_relative(path: str | Path) -> str:
     """Repository-relative when inside the repository (records stay valid in any clone)."""
     path = Path(path).resolve()

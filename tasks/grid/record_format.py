@@ -79,24 +79,14 @@ def compact(record: dict, path: Path) -> dict:
     if isinstance(calibration, dict) and any(k in calibration for k in LIST_KEYS):
         lists = {k: calibration[k] for k in LIST_KEYS if k in calibration}
         name = f"calibration-{_digest(lists)}.lists"
-        _write_side(path.parent / name, _one_line(lists) + "\n")
+        write_text_atomic(path.parent / name, _one_line(lists) + "\n")
         record = {**record, "calibration": _replace_keys(calibration, LIST_KEYS, "lists", name)}
     if any(k in record for k in DETAIL_KEYS):
         detail = {k: v for k, v in record.items() if k in DETAIL_KEYS}  # in the record's order
         name = f"{path.stem}.{_digest(detail)}.detail"
-        _write_side(path.parent / name, record_text(detail))
+        write_text_atomic(path.parent / name, record_text(detail))
         record = _replace_keys(record, DETAIL_KEYS, "detail", name)
     return record
-
-
-def _write_side(side: Path, text: str) -> None:
-    """Write a side file unless it already holds exactly `text` (a damaged one is replaced)."""
-    try:
-        if side.read_text() == text:
-            return
-    except (OSError, UnicodeDecodeError):
-        pass
-    write_text_atomic(side, text)
 
 
 class RecordError(ValueError):

@@ -150,14 +150,10 @@ def record_profile(record: dict) -> Profile:
         if "options" in entry else entry
         for name, entry in profile.methods.items()
     }  # fmt: skip
-    profile = replace(profile, methods=methods)
-    pinned = pinned_options(record)
-    if not pinned:
-        return profile
-    method = record["method"]
-    entry = profile.methods.get(method, {})
-    options = {**pinned, **entry.get("options", {})}
-    return replace(profile, methods={**profile.methods, method: {**entry, "options": options}})
+    if pinned := pinned_options(record):
+        entry = methods.get(record["method"], {})
+        methods[record["method"]] = {**entry, "options": {**pinned, **entry.get("options", {})}}
+    return replace(profile, methods=methods)
 
 
 def local_weights(record: dict) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ from fcpts.core.io import file_sha256, save_torch_atomic, write_json_atomic, wri
 from fcpts.core.masks import check_finite_weights, check_target, layer_weight, prunable_layers
 from fcpts.methods import get_method
 from fcpts.methods.registry import UnknownOptionError
-from tasks.grid.paths import RUNS_DIR, checkpoint_dir_for, repo_relative
+from tasks.grid.paths import RUNS_DIR, repo_relative
 from tasks.grid.profiles import Profile
 from tasks.grid.record_format import write_record
 from tasks.grid.records import device_description, environment, git_commit, provenance, read_record, record_path
@@ -75,21 +76,16 @@ class Grid:
     seed: int
     provenance: dict = field(default_factory=dict)  # weights, data
     runs_dir: Path = RUNS_DIR
-    checkpoint_dir: Path | None = None  # None: beside runs_dir (tasks.grid.paths)
+    checkpoint_dir: Path | None = None  # None: as checkpoints() says
     progress: bool = True
     metric_names: tuple[str, ...] = ("top1", "top5")  # what the log lines show; the first is the headline
 
     def checkpoints(self) -> Path:
-        """Where the cells keep resumable state and the dense metrics: `checkpoint_dir`, else beside runs_dir."""
-        return checkpoint_dir_for(self.runs_dir) if self.checkpoint_dir is None else self.checkpoint_dir
-
-
-def _show(metrics: dict, names: tuple[str, ...]) -> str:
-    return " ".join(f"{n} {metrics[n]:.2f}" for n in names)
-
-
-def _thin(history: list[dict], every: int = 10) -> list[dict]:
-    return [h for i, h in enumerate(history) if i % every == 0 or i == len(history) - 1]
+        """Where the cells keep resumable state and the dense metrics: `checkpoint_dir`, else $FCPTS_CHECKPOINT_DIR,
+        else runs_dir's hidden `.checkpoints/`."""
+        if self.checkpoint_dir is not None:
+            return self.checkpoint_dir
+        return Path(os.environ.get("FCPTS_CHECKPOINT_DIR") or self.runs_dir / ".checkpoints")
 
 
 class GridRecords(list):
@@ -195,19 +191,17 @@ def cell_checkpoint(grid: Grid, path: Path) -> Path:
     return grid.checkpoints() / path.relative_to(grid.runs_dir).with_suffix(".pt")
 
 
-def _redo_marker(ckpt: Path) -> Path:
-    """Beside a --force redo's checkpoint: the sha256 of the record it replaces ('none'), so only that redo resumes."""
-    return ckpt.with_name(ckpt.name + ".redo")
-
-
-def _replaced(path: Path) -> str:
-    return file_sha256(path) if path.is_file() else "none"
+def _redo_marker(grid: Grid, path: Path) -> tuple[Path, str]:
+    """The file beside a --force redo's checkpoint and what it holds: the sha256 of the record the redo replaces
+    ('none'), so only that redo resumes."""
+    ckpt = cell_checkpoint(grid, path)
+    return ckpt.with_name(ckpt.name + ".redo"), file_sha256(path) if path.is_file() else "none"
 
 
 def redo_begun(grid: Grid, path: Path) -> bool:
     """Whether a --force redo of this cell began, and was interrupted, since its record was written."""
-    marker = _redo_marker(cell_checkpoint(grid, path))
-    return marker.is_file() and marker.read_text().strip() == _replaced(path)
+    marker, replaced = _redo_marker(grid, path)
+    return marker.is_file() and marker.read_text().strip() == replaced
 
 
 def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
@@ -217,13 +211,14 @@ def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> 
         log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")
         return
     clear_checkpoints(ckpt)
-    write_text_atomic(_redo_marker(ckpt), _replaced(path) + "\n")
+    marker, replaced = _redo_marker(grid, path)
+    write_text_atomic(marker, replaced + "\n")
 
 
 def _devices_of_run(ckpt: Path, here: str) -> list[str]:
     """The devices a cell's run has worked on (kept beside its checkpoint), so a resumed run names each."""
     side = ckpt.with_name(ckpt.name + ".devices")
-    others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, _redo_marker(ckpt)}
+    others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, ckpt.with_name(ckpt.name + ".redo")}
     started = ckpt.exists() or bool(others)  # STR: side files only
     earlier = side.read_text().splitlines() if started and side.is_file() else []
     devices = [*earlier, *([here] if here not in earlier else [])]
@@ -247,13 +242,14 @@ def _dense_metrics(grid: Grid, log, rebuild: bool = False) -> dict:
     key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
     cache = grid.checkpoints() / grid.task / grid.dataset / grid.model / f"dense-{key}.json"
     if cache.exists() and not rebuild:
-        metrics = read_dense_cache(cache, grid.metric_names)
-        log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} (kept in {cache.name})")
-        return metrics
-    t = time.perf_counter()
-    metrics = grid.evaluate(grid.build_model())
-    log(f"dense {grid.model} on {grid.dataset}: {_show(metrics, grid.metric_names)} ({time.perf_counter() - t:.0f}s)")
-    write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+        metrics, how = read_dense_cache(cache, grid.metric_names), f"kept in {cache.name}"
+    else:
+        t = time.perf_counter()
+        metrics = grid.evaluate(grid.build_model())
+        how = f"{time.perf_counter() - t:.0f}s"
+        write_json_atomic(cache, {"identity": identity, "metrics": metrics})
+    shown = " ".join(f"{n} {metrics[n]:.2f}" for n in grid.metric_names)
+    log(f"dense {grid.model} on {grid.dataset}: {shown} ({how})")
     return metrics
 
 
@@ -313,7 +309,7 @@ def _run_cell(grid: Grid, method: str, target: float, path: Path, dense_metrics:
         **grid.provenance,
         "mask_sha256": mask_sha256(model),
         "per_layer": report.per_layer,
-        "method_report": {"extra": report.extra, "history_every_10": _thin(report.history)},
+        "method_report": {"extra": report.extra, "history_every_10": report.history[:-1:10] + report.history[-1:]},
     }
     # The sparse state dict goes to runs_dir/models/ (not committed; tasks.deploy.driver reads it back).
     model_path = grid.runs_dir / "models" / path.relative_to(grid.runs_dir).with_suffix(".pt")

@@ -78,19 +78,20 @@ class TrainingState:
         self.checkpoint = Checkpoint(path, {"recipe": fingerprint}, label=f"training {Path(path).stem}")
         self.path, self.model, self.optimizer, self.scheduler = path, model, optimizer, scheduler
         self.history: list[dict] = []
-        self.step, self._elapsed_before = 0, 0.0
+        self._elapsed_before = 0.0
         self._t0 = self._last_save = time.perf_counter()
 
     def start(self, total: int, steps_per_epoch: int) -> int:
         """Resume from the checkpoint when there is one, saying where; the step training goes on from."""
         state = self.checkpoint.load()
-        if state is not None:
-            for part in self.PARTS:
-                getattr(self, part).load_state_dict(state[part])
-            self.step, self.history, self._elapsed_before = state["step"], state["history"], state["elapsed_s"]
-            self._t0 = self._last_save = time.perf_counter()
-            print(f"resuming {self.path} at step {self.step}/{total} (epoch {self.step // steps_per_epoch})")
-        return self.step
+        if state is None:
+            return 0
+        for part in self.PARTS:
+            getattr(self, part).load_state_dict(state[part])
+        step, self.history, self._elapsed_before = state["step"], state["history"], state["elapsed_s"]
+        self._t0 = self._last_save = time.perf_counter()
+        print(f"resuming {self.path} at step {step}/{total} (epoch {step // steps_per_epoch})")
+        return step
 
     def elapsed_s(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._t0
@@ -99,7 +100,6 @@ class TrainingState:
         """Checkpoint the run after `step` optimiser steps, unless it was saved (or started) under `every_s` s ago."""
         if time.perf_counter() - self._last_save < every_s:
             return
-        self.step = step
         state = {part: getattr(self, part).state_dict() for part in self.PARTS}
         self.checkpoint.save({"step": step, **state, "history": self.history, "elapsed_s": self.elapsed_s()}, step)
         self._last_save = time.perf_counter()

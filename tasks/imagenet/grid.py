@@ -25,13 +25,13 @@ from torch.utils.data import Dataset, Subset
 from fcpts.methods import training_methods
 from tasks.grid import cli, layout
 from tasks.grid.evaluate import classify_dataset
-from tasks.grid.imagenet_catalogue import MODELS, get_spec
+from tasks.grid.imagenet_catalogue import MODELS, PAPER_CNNS, PAPER_VITS, get_spec
 from tasks.grid.paths import ENV_DATA_ROOT, DataNotFoundError, calibration_subset, resolve_data_root
 from tasks.grid.profiles import Profile, cpu_profile, paper_profile, profile_table, quick_profile
 from tasks.grid.rerun import register_task
 from tasks.grid.runner import Grid, Where, dense_factory
 from tasks.imagenet import COMMAND
-from tasks.imagenet.models import PAPER_CNNS, PAPER_VITS, architecture, preprocessing, pretrained
+from tasks.imagenet.models import architecture, preprocessing, pretrained
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 IMAGENET_DATA = "ImageNet (imagenet/ or the folder itself with train/<wnid>/ and val/<wnid>/)"
@@ -109,17 +109,13 @@ class ImageFiles(Dataset):
         return self.transform(self.image(i)), self.samples[i][1]
 
 
-# The CPU budget's 8x fewer steps want a larger weight lr than the released 0.005: one rate for every training-loop
-# method, and FCPTS+ without its ramp, with a softer ERK start; both chosen on held-out train/ images
-# (docs/notebook/beyond-the-paper.md).
-CPU_TRAINING_LR = {m: {"options": {"lr": 0.02}} for m in training_methods()}
-CPU_PLUS = {"fcpts-plus": {"options": {"lr": 0.02, "ramp": 0.0, "erk_power": 0.5, "block_weight": 1.0}}}
+# The CPU budget's 8x fewer steps want a larger weight lr than the released 0.005 (docs/notebook/beyond-the-paper.md).
+CPU_METHODS = {m: {"options": {"lr": 0.02}} for m in training_methods()}
+CPU_METHODS["fcpts-plus"] = {"options": {"lr": 0.02, "ramp": 0.0, "erk_power": 0.5, "block_weight": 1.0}}
 
 PROFILES = profile_table(
     paper_profile(),
-    cpu_profile(
-        "cpu", 1000, iterations=200, batch_size=32, pot_iterations=1000, methods={**CPU_TRAINING_LR, **CPU_PLUS}
-    ).with_note(
+    cpu_profile("cpu", 1000, iterations=200, batch_size=32, pot_iterations=1000, methods=CPU_METHODS).with_note(
         "2-core CPU budget: 1,000 images, 200 iterations of 32 for the training-loop methods "
         "(weights' SGD lr 0.02 for all of them; FCPTS+ without its ramp, ERK exponent 0.5, block weight 1), POT 1,000 "
         "iterations per layer on the same images; not the paper's protocol"

@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from tasks.grid.imagenet_catalogue import PAPER_CNNS, PAPER_VITS, get_spec  # noqa: F401  (the paper's models, here too)
+from tasks.grid.imagenet_catalogue import get_spec
 from tasks.grid.paths import DataNotFoundError
 from tasks.grid.weights import load_checkpoint
 
