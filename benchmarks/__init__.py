@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.deploy.driver import DEPLOY_DIR
-from tasks.grid.help import _docstring, add_device, at_least, command_parser
+from tasks.grid.help import add_device, at_least, command_parser, module_docstring
 from tasks.grid.paths import REPO_ROOT, RESULTS_DIR, resolve_data_root
 
 
@@ -27,7 +27,7 @@ class Benchmark:
 
 def parser(name: str) -> argparse.ArgumentParser:
     """`python -m benchmarks NAME`'s parser: its module's docstring (read, not imported) as help, its flags."""
-    p = command_parser(f"python -m benchmarks {name}", _docstring(BENCHMARKS[name].module))
+    p = command_parser(f"python -m benchmarks {name}", module_docstring(BENCHMARKS[name].module))
     BENCHMARKS[name].arguments(p)
     return p
 

@@ -193,7 +193,7 @@ class TaskCommand:
 
     def parser(self) -> argparse.ArgumentParser:
         """The task's `first` flags, --models, the shared grid flags, the task's own, then the cluster group."""
-        p = command_parser(self.prog, _docstring(self.driver))
+        p = command_parser(self.prog, module_docstring(self.driver))
         for names, kwargs in self.first:
             p.add_argument(*names, **kwargs)
         if self.models:
@@ -298,7 +298,7 @@ CLUSTER_FLAGS = (  # the launcher's (tasks.grid.launch): a job's command never c
 LAUNCHER_FLAGS = tuple(names[0] for names, _ in CLUSTER_FLAGS)
 
 
-def _docstring(module: str) -> str | None:
+def module_docstring(module: str) -> str | None:
     """A module's docstring, read from its source without importing it."""
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
