@@ -16,10 +16,10 @@ from fcpts.core.loop import (
     StepBatches,
     frozen_teacher,
     kl_loss,
+    lr_schedulers,
     run_checkpoint,
     run_identity,
     train_loop,
-    warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, layer_weight, parametrize_weights, unparametrize_weights
 from fcpts.core.options import TrainingOptions, check_at_least, check_choice, fitted_iterations, open_run
@@ -144,9 +144,7 @@ def train_scores(
     sgd = torch.optim.SGD(weights, lr=lr, momentum=options.momentum, weight_decay=options.weight_decay)
     adam = torch.optim.Adam(scores, lr=options.score_lr)
     iterations = fitted_iterations(options.iterations)
-    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    factor = warmup_cosine(warmup, iterations)
-    scheds = [torch.optim.lr_scheduler.LambdaLR(sgd, factor), torch.optim.lr_scheduler.LambdaLR(adam, factor)]
+    scheds, _ = lr_schedulers(options, calib, sgd, adam)
 
     def before(step: int) -> None:
         noise.manual_seed(options.seed * 1_000_003 + 500_009 + step)  # (seed, step) alone: resumable

@@ -24,10 +24,10 @@ from fcpts.core.loop import (
     StepBatches,
     frozen_teacher,
     kl_loss,
+    lr_schedulers,
     run_checkpoint,
     run_identity,
     train_loop,
-    warmup_cosine,
 )
 from fcpts.core.masks import parametrize_weights, sparsity_summary, unparametrize_weights
 from fcpts.core.options import TrainingOptions, check_at_least, fitted_iterations, open_run
@@ -90,8 +90,7 @@ def _trial(
     weights = [p for p in model.parameters() if id(p) not in ids]
     groups = [{"params": weights, "weight_decay": options.weight_decay}, {"params": scores, "weight_decay": decay}]
     opt = torch.optim.SGD(groups, lr=options.resolved_lr(calib.batch_size), momentum=options.momentum)
-    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(warmup, fitted_iterations(options.iterations)))
+    schedulers, _ = lr_schedulers(options, calib, opt)
 
     checkpoint = run_checkpoint(options, {**identity, "decay": decay}, f"str trial decay={decay:.3g}", ckpt)
     loop = train_loop(
@@ -99,7 +98,7 @@ def _trial(
         teacher,
         StepBatches(calib, device),
         options,
-        [sched],
+        schedulers,
         kl_loss(options.temperature),
         checkpoint,
         desc=f"str decay={decay:.3g}",

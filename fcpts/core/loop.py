@@ -71,6 +71,16 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
     return factor
 
 
+def lr_schedulers(
+    options: TrainingOptions, calib: Calibration, *optimizers: torch.optim.Optimizer
+) -> tuple[list[torch.optim.lr_scheduler.LRScheduler], int]:
+    """Each optimiser's `warmup_cosine` schedule over the run, warmed up over `warmup_iterations` (None: one epoch of
+    `calib`); and that warm-up."""
+    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
+    factor = warmup_cosine(warmup, fitted_iterations(options.iterations))
+    return [torch.optim.lr_scheduler.LambdaLR(o, factor) for o in optimizers], warmup
+
+
 def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     """A copy of the dense model that never trains: "train" normalises with batch statistics (tracking none, which
     nothing reads), "eval" folds BatchNorm where torch.fx can trace the model (less work a step)."""
@@ -80,7 +90,7 @@ def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
         for module in teacher.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
                 module.track_running_stats = False
-    if mode == "eval":
+    else:
         with contextlib.suppress(ValueError):  # not traceable: keep BN, same results
             fold_batchnorm(teacher)
     teacher.requires_grad_(False)

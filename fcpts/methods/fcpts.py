@@ -22,13 +22,13 @@ from fcpts.core.loop import (
     StepBatches,
     frozen_teacher,
     kl_distill,
+    lr_schedulers,
     run_checkpoint,
     run_identity,
     train_loop,
-    warmup_cosine,
 )
 from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight, unparametrize_weights
-from fcpts.core.options import RunSetup, TrainingOptions, fitted_iterations, open_run
+from fcpts.core.options import RunSetup, TrainingOptions, open_run
 from fcpts.core.report import SparsityReport, loop_report
 
 from . import thresholds
@@ -266,17 +266,16 @@ class _Reconstruction:
         self,
         student: nn.Module,
         teacher: nn.Module,
-        calib: Calibration,
+        batch_of: StepBatches,
         params: list[torch.Tensor],
         *,
         balance: float,
         batches: int,
-        device: torch.device,
-        channels_last: bool = False,
     ) -> dict:
         """Set the block weight w so that ||grad(w * blocks' MSE)|| = balance * ||grad(KL)|| over the first `batches`
-        calibration batches (UNBALANCED_WEIGHT where a gradient is zero), so their balance is chosen rather than set
-        by the network's activation scale and block count; what was measured. Both models are left as they were."""
+        of the loop's calibration batches (UNBALANCED_WEIGHT where a gradient is zero), so their balance is chosen
+        rather than set by the network's activation scale and block count; what was measured. Both models are left
+        as they were."""
         assert self.taps is not None  # a variant balances only with "mse-blocks"
         student_blocks, teacher_blocks = self.taps[0].outputs, self.taps[1].outputs
         t0 = time.perf_counter()
@@ -285,11 +284,10 @@ class _Reconstruction:
         student.train()
         kl_sum = [torch.zeros_like(p) for p in params]
         block_sum = [torch.zeros_like(p) for p in params]
-        steps = min(batches, max(1, calib.steps_per_epoch))
-        batch_of = StepBatches(calib, device, channels_last)
+        steps = min(batches, max(1, batch_of.calib.steps_per_epoch))
         has_blocks = False
         for step in range(steps):
-            x = batch_of(step)  # as the loop will see it
+            x = batch_of(step)
             with torch.no_grad():
                 y_t = teacher(x).float()
             y_s = student(x).float()
@@ -340,7 +338,7 @@ class _Reconstruction:
 
 
 def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib: Calibration):
-    """SGD on the other parameters (with weight decay) and the thresholds (without): the scheduler, the other
+    """SGD on the other parameters (with weight decay) and the thresholds (without): its scheduler, the other
     parameters and the rates for the report."""
     score_ids = {id(s) for s in thr.scores}
     other = [p for p in model.parameters() if id(p) not in score_ids and p.requires_grad]
@@ -348,12 +346,8 @@ def _optimizer(model: nn.Module, thr: _Thresholds, options: FCPTSOptions, calib:
     groups = [{"params": other, "weight_decay": options.weight_decay}]
     if options.learn_thresholds:  # one update for all thresholds (a CPU's default steps each scalar on its own)
         groups.append({"params": thr.scores, "weight_decay": 0.0, "foreach": True})
-    optimizer = torch.optim.SGD(groups, lr=lr, momentum=options.momentum)
-    warmup = options.warmup_iterations if options.warmup_iterations is not None else calib.steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, warmup_cosine(warmup, fitted_iterations(options.iterations))
-    )
-    return scheduler, other, {"lr": lr, "warmup_iterations": warmup}
+    schedulers, warmup = lr_schedulers(options, calib, torch.optim.SGD(groups, lr=lr, momentum=options.momentum))
+    return schedulers, other, {"lr": lr, "warmup_iterations": warmup}
 
 
 @torch.no_grad()
@@ -401,7 +395,7 @@ def distill(
     rates = variant.start_rates(layers, target)
     learn_t = options.learn_thresholds
     thr = _Thresholds(model, layers, rates, options)
-    scheduler, other, lr_rows = _optimizer(model, thr, options, calib)
+    schedulers, other, lr_rows = _optimizer(model, thr, options, calib)
     reconstruction = _Reconstruction(model, teacher, options, variant)
 
     def loss_fn(y_s: torch.Tensor, y_t: torch.Tensor, step: int):
@@ -418,21 +412,20 @@ def distill(
         if held is not None:
             thresholds.pin_rates(thr.params, layers, held)
 
+    batches = StepBatches(calib, device, options.channels_last)
     balance = None
     if variant.block_balance is not None:
         pin(0)  # the masks of the first step
         balance = reconstruction.balance(
-            model, teacher, setup.required_calib(), other, balance=variant.block_balance,
-            batches=variant.balance_batches, device=device, channels_last=options.channels_last,
-        )  # fmt: skip
+            model, teacher, batches, other, balance=variant.block_balance, batches=variant.balance_batches
+        )
         log.info("%s: block weight %.3g (the blocks' gradient %.3g x the KL's at the start)",
                  method, reconstruction.weight, variant.block_balance)  # fmt: skip
 
     checkpoint = run_checkpoint(options, identity, f"{method} {target:.2%}")
-    batches = StepBatches(calib, device, options.channels_last)
     desc = f"{method} {target:.2f}"
     loop = train_loop(
-        model, teacher, batches, options, [scheduler], loss_fn, checkpoint, desc=desc, before_step=pin,
+        model, teacher, batches, options, schedulers, loss_fn, checkpoint, desc=desc, before_step=pin,
         cuda_graphs=options.cuda_graphs,
     )  # fmt: skip
     reconstruction.remove()

@@ -198,8 +198,8 @@ def test_auto_block_weight_is_the_ratio_of_the_two_gradients_on_the_probe_batche
     calib = Calibration(torch.randn(16, 5), 16, seed=0)
     before = copy.deepcopy(student.state_dict()), copy.deepcopy(teacher.state_dict())
     params = list(student.parameters())
-    cpu = torch.device("cpu")
-    measured = reconstruction.balance(student, teacher, calib, params, balance=0.5, batches=1, device=cpu)
+    batches = loop_module.StepBatches(calib, torch.device("cpu"))
+    measured = reconstruction.balance(student, teacher, batches, params, balance=0.5, batches=1)
     weight = reconstruction.weight
     for model, state in zip((student, teacher), before):
         for name, value in model.state_dict().items():
