@@ -97,21 +97,17 @@ def frozen_teacher(model: nn.Module, mode: str) -> nn.Module:
     return teacher
 
 
-def run_identity(
-    target: float | None, options: MethodOptions | dict, calib: Calibration, model: nn.Module, **extra: Any
-) -> dict:
+def run_identity(target: float, options: MethodOptions, calib: Calibration, model: nn.Module) -> dict:
     """Everything that changes a run's result: target, options, calibration images, the dense weights."""
-    opts = options.to_dict() if isinstance(options, MethodOptions) else dict(options)
     return {
         "target": target,
         "options": {
             k: v
-            for k, v in opts.items()
+            for k, v in options.to_dict().items()
             if k not in NOT_IDENTITY and not (k in IDENTITY_WHEN_SET and v == IDENTITY_WHEN_SET[k])
         },
         "calibration": calib.indices,
         "dense_weights": tensors_sha256(model.state_dict()),
-        **extra,
     }
 
 
