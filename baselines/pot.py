@@ -260,6 +260,11 @@ class LayerProblem:
     energy: float
     log: dict
 
+    def error(self) -> float | None:
+        """The layer's output error at its current weights, relative to the dense output's energy."""
+        loss = self.objective.full_loss(self.layer.weight, self.layer.bias, self.w_dense, self.b_dense)
+        return relative_error(loss, self.energy)
+
 
 def prepare_layer(
     name: str,
@@ -282,23 +287,19 @@ def prepare_layer(
     del inputs  # a Gram objective keeps only its statistics
     zeros_w, zeros_b = torch.zeros_like(w_dense), torch.zeros_like(b_dense)
     energy = objective.full_loss(zeros_w, zeros_b, w_dense, b_dense)  # the dense output's mean squared norm
-    log: dict = {
-        "error_masked": relative_error(objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy)
-    }
-    if options.bias_correction:
-        with torch.no_grad():
-            bias.add_(objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
-    log["error_bias_corrected"] = relative_error(
-        objective.full_loss(layer.weight, layer.bias, w_dense, b_dense), energy
-    )
     per_step = 1 if units is not None else min(options.batch_size, len(objective))
     gen = torch.Generator().manual_seed(options.seed * 1_000_003 + zlib.crc32(name.encode()))  # the layer's own
     draws = torch.randint(len(objective), (fitted_iterations(options.iterations), per_step), generator=gen)
-    draws = draws.to(w_dense.device)
-    log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
-    log["setup_s"] = time.perf_counter() - tic
     keep_f = keep.to(layer_weight(layer).dtype)
-    return LayerProblem(name, layer, bias, keep_f, w_dense, b_dense, objective, draws, energy, log)
+    p = LayerProblem(name, layer, bias, keep_f, w_dense, b_dense, objective, draws.to(w_dense.device), energy, {})
+    p.log["error_masked"] = p.error()
+    if options.bias_correction:
+        with torch.no_grad():
+            bias.add_(objective.mean_error(layer_weight(layer), bias, w_dense, b_dense))
+    p.log["error_bias_corrected"] = p.error()
+    p.log["objective"] = "gram" if isinstance(objective, GramObjective) else "forward"
+    p.log["setup_s"] = time.perf_counter() - tic
+    return p
 
 
 def stacked_groups(problems: list[LayerProblem], concurrent: bool) -> list[list[LayerProblem]]:
@@ -384,9 +385,7 @@ def optimise(group: list[LayerProblem], options: POTOptions, check_every: int = 
                 iterations=int(steps[i]),
                 final_loss=final,
                 early_stopped=final < options.early_stop_loss,
-                error_reconstructed=relative_error(
-                    p.objective.full_loss(p.layer.weight, p.layer.bias, p.w_dense, p.b_dense), p.energy
-                ),
+                error_reconstructed=p.error(),
                 stacked_layers=len(group),
                 steps_on=runner.how,
                 wall_s=round(p.log.pop("setup_s") + share, 2),  # statistics + its share of the steps
