@@ -150,12 +150,12 @@ def _search(
         options, identity, f"str {target:.2%} search", options.checkpoint + ".trials.pt" if options.checkpoint else None
     )
     state = search.load() or {"trials": [], "best": None}
-    lo, hi = (math.log10(v) for v in options.decay_range)
-    for t in state["trials"]:  # replay the search decisions of finished trials
-        lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
     while len(state["trials"]) < options.search_runs:
         if state["trials"] and min(abs(t["sparsity"] - target) for t in state["trials"]) < options.tolerance:
             break
+        lo, hi = (math.log10(v) for v in options.decay_range)
+        for t in state["trials"]:  # the bisection's bracket after the trials so far
+            lo, hi = (math.log10(t["decay"]), hi) if t["sparsity"] < target else (lo, math.log10(t["decay"]))
         decay = 10 ** ((lo + hi) / 2)
         k = len(state["trials"])
         trial_ckpt = f"{options.checkpoint}.trial{k}" if options.checkpoint else None
@@ -175,7 +175,6 @@ def _search(
         search.save(state, progress=f"trial {len(state['trials'])} of at most {options.search_runs}")
         if trial_ckpt:
             Path(trial_ckpt).unlink(missing_ok=True)
-        lo, hi = (math.log10(decay), hi) if sparsity < target else (lo, math.log10(decay))
     model.load_state_dict(state["best"]["state"])
     best = LoopResult(state["best"]["history"], wall_s=sum(t["wall_s"] for t in state["trials"]))
     return best, {"trials": state["trials"], "chosen_decay": state["best"]["row"]["decay"]}
