@@ -162,26 +162,30 @@ class RecomputedInputs:
 
 @torch.no_grad()
 def network_errors(
-    dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, chunk: int = 128
+    dense: nn.Module, model: nn.Module, names: list[str], images: torch.Tensor, cache_bytes: float
 ) -> dict[str, float | None]:
-    """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks."""
+    """Per layer, ||sparse output - dense output||^2 / ||dense output||^2 inside the whole networks, over chunks of
+    at most 128 images whose outputs in both networks fit in `cache_bytes`."""
 
-    def outputs(net):
-        mods, got = dict(net.named_modules()), {}
+    def outputs(net: nn.Module, x: torch.Tensor) -> dict[str, list[torch.Tensor]]:  # every call's, in order
+        mods, got = dict(net.named_modules()), {n: [] for n in names}
         with contextlib.ExitStack() as hooks:
             for n in names:
-                hooks.enter_context(mods[n].register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out)))
+                hooks.enter_context(mods[n].register_forward_hook(lambda _m, _i, out, n=n: got[n].append(out)))
             net(x)
         return got
 
     device = next(model.parameters()).device
+    first = outputs(dense, images[:1].to(device)).values()
+    per_image = sum(out.numel() * out.element_size() for calls in first for out in calls)
+    chunk = max(1, min(128, int(cache_bytes // max(1, 2 * per_image))))
     sums = torch.zeros(len(names), 2, dtype=torch.float64, device=device)  # error, energy; read back once
     for i in range(0, len(images), chunk):
         x = images[i : i + chunk].to(device, non_blocking=True)
-        d, s = outputs(dense), outputs(model)
+        d, s = outputs(dense, x), outputs(model, x)
         for k, n in enumerate(names):
-            sums[k, 0] += (s[n] - d[n]).double().pow(2).sum()
-            sums[k, 1] += d[n].double().pow(2).sum()
+            sums[k, 0] += (s[n][-1] - d[n][-1]).double().pow(2).sum()
+            sums[k, 1] += d[n][-1].double().pow(2).sum()
     host = sums.tolist()
     return {n: relative_error(*host[k]) for k, n in enumerate(names)}
 
@@ -189,19 +193,6 @@ def network_errors(
 def relative_error(error: float, energy: float) -> float | None:
     """Squared error over the dense output's energy; None where that is zero."""
     return error / energy if energy > 0 else None
-
-
-@torch.no_grad()
-def _output_bytes_per_image(model: nn.Module, names: list[str], images: torch.Tensor) -> int:
-    """What `network_errors` holds per image: the named layers' outputs."""
-    mods, total = dict(model.named_modules()), [0]
-    with contextlib.ExitStack() as hooks:
-        for n in names:
-            hooks.enter_context(
-                mods[n].register_forward_hook(lambda _m, _i, out: total.append(out.numel() * out.element_size()))
-            )
-        model(images[:1].to(next(model.parameters()).device))
-    return sum(total)
 
 
 def takes_gram(
@@ -479,10 +470,7 @@ def pot(model: nn.Module, calibration, target: float, options: POTOptions) -> tu
     reconstruct_pending()
     bar.close()
     apply_keep_masks(layers, masks)
-    chunk = max(
-        1, min(128, int(options.cache_bytes // max(1, 2 * _output_bytes_per_image(dense, list(layers), images))))
-    )
-    for n, error in network_errors(dense, model, list(layers), images, chunk).items():
+    for n, error in network_errors(dense, model, list(layers), images, options.cache_bytes).items():
         per_layer_log[n]["error_in_network"] = None if error is None else round(error, 6)
     model.requires_grad_(True)
     extra = {
