@@ -13,7 +13,7 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration
 from fcpts.core.loop import LoopResult
 from fcpts.core.masks import apply_keep_masks
-from fcpts.core.options import MethodOptions, check_choice, open_run
+from fcpts.core.options import MethodOptions, check_at_least, check_choice, open_run
 from fcpts.core.report import SparsityReport, loop_report
 from fcpts.methods.registry import NOT_IN_PAPER, Method, register
 
@@ -47,8 +47,7 @@ class MagnitudeBNOptions(MagnitudeOptions):
 
     def validate(self) -> None:
         super().validate()
-        if self.bn_batch_size < 1:
-            raise ValueError(f"bn_batch_size must be >= 1, got {self.bn_batch_size}")
+        check_at_least(self, "bn_batch_size", 1)
 
 
 def magnitude_bn(

@@ -146,8 +146,7 @@ class TrainingOptions(MethodOptions):
                 "forwards in bfloat16 under torch.autocast (float16 would need loss scaling and is not offered)"
             )
         check_at_least(self, "calibration_workers", 0)
-        if self.log_every < 1:
-            raise ValueError(f"option log_every must be >= 1 (steps between loss read-outs), got {self.log_every}")
+        check_at_least(self, "log_every", 1)
 
 
 def fitted_iterations(iterations: int | None) -> int:

@@ -28,7 +28,7 @@ from fcpts.core.loop import (
     train_loop,
 )
 from fcpts.core.masks import apply_keep_masks, hard_mask, layer_weight, unparametrize_weights
-from fcpts.core.options import RunSetup, TrainingOptions, open_run
+from fcpts.core.options import RunSetup, TrainingOptions, check_at_least, open_run
 from fcpts.core.report import SparsityReport, loop_report
 
 from . import thresholds
@@ -61,8 +61,8 @@ class FCPTSOptions(TrainingOptions):
 
     def validate(self) -> None:
         super().validate()  # the Literal options' choices are checked with the types
-        if self.kde_points < 1 or self.kde_bandwidth <= 0:
-            raise ValueError("kde_points must be >= 1 and kde_bandwidth > 0")
+        check_at_least(self, "kde_points", 1)
+        check_at_least(self, "kde_bandwidth", 0.0, inclusive=False)
 
 
 def default_blocks(model: nn.Module) -> list[str]:

@@ -20,7 +20,7 @@ from fcpts.core.bn import recalibrate_bn
 from fcpts.core.calibration import Calibration, to_device
 from fcpts.core.loop import kl_distill
 from fcpts.core.masks import apply_keep_masks
-from fcpts.core.options import RunSetup, fitted_iterations, open_run
+from fcpts.core.options import RunSetup, check_at_least, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport
 
 from .fcpts import FCPTSOptions, Variant, distill
@@ -60,10 +60,8 @@ class FCPTSPlusOptions(FCPTSOptions):
                 f"block_weight weighs the blocks' MSE against the output KL: 'auto' or a number >= 0; "
                 f"got {self.block_weight!r}"
             )
-        if self.block_balance <= 0 or self.balance_batches < 1:
-            raise ValueError(
-                f"block_balance must be > 0 and balance_batches >= 1, got {self.block_balance}, {self.balance_batches}"
-            )
+        check_at_least(self, "block_balance", 0.0, inclusive=False)
+        check_at_least(self, "balance_batches", 1)
         fixed_ramp = None if self.ramp == "auto" else float(self.ramp)  # check_types has refused any other string
         if (fixed_ramp is not None and not 0 <= fixed_ramp <= 1) or not 0 < self.ramp_start <= 1:
             raise ValueError(

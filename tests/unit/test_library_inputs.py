@@ -270,10 +270,8 @@ def test_str_without_iterations_is_a_clear_error():
 def _probe(student, teacher):
     options = fcpts_module.FCPTSOptions(block_names=["0"])
     reconstruction = fcpts_module._Reconstruction(student, teacher, options, fcpts_module.Variant())
-    measured = reconstruction.balance(
-        student, teacher, Calibration(torch.randn(16, 5), 16, seed=0), list(student.parameters()), balance=1.0,
-        batches=1, device=torch.device("cpu"),
-    )  # fmt: skip
+    batches = fcpts_module.StepBatches(Calibration(torch.randn(16, 5), 16, seed=0), torch.device("cpu"))
+    measured = reconstruction.balance(student, teacher, batches, list(student.parameters()), balance=1.0, batches=1)
     return reconstruction.weight, measured
 
 
