@@ -198,10 +198,7 @@ class Variant:
     block_weight = 1.0  # the factor of the blocks' MSE sum against the output KL
     block_balance: float | None = None  # instead: the weight whose blocks' gradient is this times the KL's at step 0
     balance_batches = 4  # calibration batches that measurement takes
-
-    def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
-        """The layers' rates at the first step (ERK at the target)."""
-        return erk_rates(layers, target)
+    start_rates: dict[str, float] | None = None  # the layers' rates at the first step (None: ERK at the target)
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         """Rates the layers are held at before `step`, as a schedule does (None: the learned thresholds rule)."""
@@ -392,7 +389,7 @@ def distill(
         model.to(memory_format=torch.channels_last)
     identity = run_identity(target, options, calib, model)
     teacher = frozen_teacher(model, options.teacher_mode)
-    rates = variant.start_rates(layers, target)
+    rates = variant.start_rates if variant.start_rates is not None else erk_rates(layers, target)
     learn_t = options.learn_thresholds
     thr = _Thresholds(model, layers, rates, options)
     schedulers, other, lr_rows = _optimizer(model, thr, options, calib)

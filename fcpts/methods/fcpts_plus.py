@@ -149,34 +149,27 @@ class Plan(Variant):
         self.ramp = options.ramp_for(setup.target)
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
-        self.rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.power)
+        self.start_rates = erk_rates(self.layers, self.level(0) if self.ramp > 0 else setup.target, self.power)
         self.block_weight = 1.0 if options.block_weight == "auto" else options.block_weight
         # With the KL alone there are no blocks to weigh.
         if options.block_weight == "auto" and options.reconstruction == "mse-blocks":
             self.block_balance, self.balance_batches = options.block_balance, options.balance_batches
-
-    def start_rates(self, layers: dict[str, nn.Module], target: float) -> dict[str, float]:
-        return self.rates
 
     def rates_at(self, step: int) -> dict[str, float] | None:
         if self.ramp > 0 and step < self.steps:
             return erk_rates(self.layers, self.level(step), self.power)
         return None
 
-    def annotate(self, report: SparsityReport) -> None:
-        """The ramp and the ERK exponent in the report, and their time in its wall time."""
-        report.extra["ramp"] = self.ramp
-        report.extra["erk_power"] = self.probe if self.probe is not None else {"chosen": self.power}
-        balance = report.extra.get("block_weight", {})
-        probe_s = self.probe["wall_s"] if self.probe else 0.0
-        report.wall_s += probe_s + balance.get("wall_s", 0.0)
-
 
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
+    """FCPTS's loop as `Plan` changes it; the report adds the ramp and the ERK exponent, their time in its wall time."""
     setup = open_run(model, calibration, target, options)
     plan = Plan(model, setup, options)
     model, report = distill(model, setup, options, "fcpts-plus", plan)
-    plan.annotate(report)
+    report.extra["ramp"] = plan.ramp
+    report.extra["erk_power"] = plan.probe if plan.probe is not None else {"chosen": plan.power}
+    probe_s = plan.probe["wall_s"] if plan.probe else 0.0
+    report.wall_s += probe_s + report.extra.get("block_weight", {}).get("wall_s", 0.0)
     return model, report
 
 
