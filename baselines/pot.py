@@ -168,7 +168,7 @@ def network_errors(
     at most 128 images whose outputs in both networks fit in `cache_bytes`."""
 
     def outputs(net: nn.Module, x: torch.Tensor) -> dict[str, list[torch.Tensor]]:  # every call's, in order
-        mods, got = dict(net.named_modules()), {n: [] for n in names}
+        mods, got = dict(net.named_modules()), {n: list[torch.Tensor]() for n in names}
         with contextlib.ExitStack() as hooks:
             for n in names:
                 hooks.enter_context(mods[n].register_forward_hook(lambda _m, _i, out, n=n: got[n].append(out)))
