@@ -283,13 +283,9 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
         else options.choose_for["images"] / min(options.batch_size, len(calib)),
     )
     log, planned, actual = {}, 0, 0
-    bar = tqdm(
-        total=len(layers),
-        disable=not options.progress,
-        desc=f"obs-{options.allocation} {target:.2f} pruning",
-        unit="layer",
-    )
-    for n, layer in layers.items():
+    desc = f"obs-{options.allocation} {target:.2f} pruning"
+    bar = tqdm(layers.items(), disable=not options.progress, desc=desc, unit="layer")
+    for n, layer in bar:
         bar.set_postfix(layer=n)
         tic = time.perf_counter()
         o = LayerOBS(layer)
@@ -310,8 +306,6 @@ def obs(model: nn.Module, calibration, target: float, options: OBSOptions) -> tu
             "wall_s": round(time.perf_counter() - tic, 2),
             **info,
         }
-        bar.update(1)
-    bar.close()
     if actual != total:
         raise RuntimeError(
             f"OBS ended with {actual} zeros instead of {total}: the last layer could not absorb "

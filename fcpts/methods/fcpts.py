@@ -290,11 +290,9 @@ class _Reconstruction:
             y_s = student(x).float()
             kl = kl_distill(y_s, y_t, self.temperature)
             has_blocks = bool(student_blocks)  # no block found: no block term to weigh
-            for acc, g in zip(kl_sum, _grads(kl, params, retain=has_blocks)):
-                acc.add_(g)
+            torch._foreach_add_(kl_sum, _grads(kl, params, retain=has_blocks))
             if has_blocks:
-                for acc, g in zip(block_sum, _grads(self.at_once(student_blocks, teacher_blocks, set()), params)):
-                    acc.add_(g)
+                torch._foreach_add_(block_sum, _grads(self.at_once(student_blocks, teacher_blocks, set()), params))
         student.load_state_dict(saved[0])
         teacher.load_state_dict(saved[1])
         student.train(was_training)
