@@ -22,13 +22,10 @@ class ThresholdSparsity(nn.Module):
         self.threshold_grad = threshold_grad
         self.together: MaskedTogether | None = None  # set while its model's forward masks every layer at once
 
-    def threshold(self) -> torch.Tensor:
-        return torch.sigmoid(self.score)
-
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         if self.together is not None and (masked := self.together.masked(self)) is not None:
             return masked
-        t = self.threshold()
+        t = torch.sigmoid(self.score)
         return masked_weight(weight, t if self.threshold_grad else t.detach())
 
 
@@ -90,7 +87,7 @@ class MaskedTogether:
 
 
 def each_threshold(scores: list[torch.Tensor]) -> torch.Tensor:
-    """sigmoid of each 0-dim score in one kernel, bit for bit each `ThresholdSparsity.threshold()`: strided, so a
+    """sigmoid of each 0-dim score in one kernel, bit for bit each layer's sigmoid(score): strided, so a
     CPU takes the scalar formula (a contiguous vector's vectorised one can differ in the last bit)."""
     return torch.sigmoid(torch.stack([s.expand(2) for s in scores])[:, 0])
 
