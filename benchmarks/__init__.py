@@ -137,19 +137,6 @@ def model_coverage(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
 
 
-def rerun_sample(p: argparse.ArgumentParser) -> None:
-    json_out = RESULTS_DIR / "benchmarks" / "rerun_sample_cpu.json"
-    p.add_argument("--methods", nargs="+", type=method_name, help="only these methods (default: every registered one)")
-    p.add_argument("--out", type=Path, default=json_out, help="the JSON output; a .md table is written beside it")
-    p.add_argument("--resume", action="store_true", help="keep the rows already in --out that ran; run the others")
-    p.add_argument("--max-wall-s", type=float, default=1200.0, help="skip a cell whose record took longer")
-    p.add_argument("--this-processor", action="store_true", help="only records made on this machine's processor")
-    p.add_argument("--work-dir", type=Path, help="run each cell in WORK_DIR/<method>, resuming what this commit began")
-    p.add_argument("--note", action="append", default=[], help="a finding to keep with the output (repeatable)")
-    forget = "drop the kept notes containing TEXT: a note that no longer holds, its row since run again (repeatable)"
-    p.add_argument("--forget-note", action="append", default=[], metavar="TEXT", help=forget)
-
-
 def code_shape(p: argparse.ArgumentParser) -> None:
     add_out(p, "--output")
     p.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to measure (default: this one)")
@@ -225,12 +212,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "every registered method on common torchvision and timm models: exact target, refused, or failed",
         "that every method runs on the models users bring (results/benchmarks/model_coverage_cpu.txt)",
         model_coverage,
-    ),
-    "rerun-sample": Benchmark(
-        "benchmarks.code.rerun_sample",
-        "one committed record per method re-run with today's code: mask hash and numbers",
-        "that committed records still reproduce (results/benchmarks/rerun_sample_cpu*.json)",
-        rerun_sample,
     ),
     "code-shape": Benchmark(
         "benchmarks.code.shape",
