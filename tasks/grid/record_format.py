@@ -3,7 +3,7 @@
 Calibration lists go to `calibration-<sha256[:16]>.lists` (shared by the folder's records with the same images),
 the per-layer table and method report to `<record name>.<sha256[:16]>.detail`; each named by its content's hash,
 so an interrupted rewrite never leaves a record naming the wrong file. `read_record` puts everything back; a missing
-or edited side file is an error naming it. `python -m tasks.grid.record_format DIR...` rewrites folders compactly.
+or edited side file is an error naming it; a record with everything inline (the format before) reads as it is.
 """
 
 from __future__ import annotations
@@ -133,56 +133,3 @@ def write_record(path: Path, record: dict) -> Path:
 def json_files(root: Path) -> list[Path]:
     """The JSON files under `root` but in its hidden folders (a runs folder's own checkpoints and caches)."""
     return [p for p in sorted(root.rglob("*.json")) if not any(s.startswith(".") for s in p.relative_to(root).parts)]
-
-
-def rewrite_compact(root: Path) -> tuple[int, int]:
-    """Rewrite every record under `root` compactly, each checked to read back the same (else restored, and an error);
-    returns (records rewritten, bytes saved)."""
-    count = saved = 0
-    for path in json_files(root):
-        before_text = path.read_text()
-        if not isinstance(raw := json.loads(before_text), dict) or "metrics" not in raw:
-            continue
-        before_sides = {p: p.read_text() for p in side_files(path) if p.is_file()}
-        before = expand(raw, path.parent)  # a record already compact is rewritten as the same
-        sides_in_folder = set(path.parent.glob("calibration-*.lists")) | set(before_sides)
-        size_before = len(before_text) + sum(len(t) for p, t in before_sides.items() if p.suffix == ".detail")
-        write_record(path, before)
-        after = expand(json.loads(path.read_text()), path.parent)  # as records.read_record reads it
-        calibration = after.get("calibration") or {}
-        indices = ",".join(map(str, calibration.get("indices", [])))
-        same_hash = "indices" not in calibration or calibration.get("indices_sha256") == _sha16(indices)
-        if json.dumps(after) != json.dumps(before) or not same_hash:
-            write_text_atomic(path, before_text)
-            for side, text in before_sides.items():
-                write_text_atomic(side, text)
-            raise ValueError(f"{path}: the compact record does not read back as the record; left as it was")
-        new_lists = [p for p in side_files(path) if p not in sides_in_folder]
-        size_after = len(path.read_text()) + sum(p.stat().st_size for p in side_files(path) if p.suffix == ".detail")
-        saved += size_before - size_after - sum(p.stat().st_size for p in new_lists if p.suffix == ".lists")
-        count += 1
-    return count, saved
-
-
-def main(argv: list[str] | None = None) -> int:
-    from tasks.grid.help import command_parser
-    from tasks.grid.paths import RESULTS_DIR
-
-    p = command_parser("python -m tasks.grid.record_format", __doc__)
-    p.add_argument(
-        "folders", nargs="*", type=Path, default=[RESULTS_DIR / "runs", RESULTS_DIR / "regression"],
-        help="folders whose records (every *.json with metrics, at any depth) are rewritten compactly "
-        "(default: this checkout's results/runs and results/regression)",
-    )  # fmt: skip
-    args = p.parse_args(argv)
-    missing = [str(f) for f in args.folders if not f.is_dir()]
-    if missing:
-        p.error(f"no such folder: {', '.join(missing)} (give the runs folders to rewrite, e.g. results/runs)")
-    for folder in args.folders:
-        n, saved = rewrite_compact(folder)
-        print(f"{folder}: {n} records rewritten compactly, {saved / 1e6:.2f} MB saved")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

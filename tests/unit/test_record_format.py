@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fcpts.core.io import write_json_atomic
-from tasks.grid.record_format import RecordError, record_text, rewrite_compact, side_files, write_record
+from tasks.grid.record_format import RecordError, record_text, side_files, write_record
 from tasks.grid.records import environment, read_record
 
 
@@ -135,18 +135,6 @@ def test_rewriting_a_record_replaces_its_damaged_side_file_of_the_same_name(tmp_
     assert read_record(path) == record()
 
 
-def test_rewriting_a_folder_compactly_keeps_every_record_whole(tmp_path):
-    inline = {"a/fcpts-sp90-paper-seed0.json": record(), "a/pot-sp90-paper-seed0.json": record(seed=1)}
-    for rel, rec in inline.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(tmp_path / rel, rec)  # the format before: everything inline
-    assert rewrite_compact(tmp_path)[0] == 2
-    assert rewrite_compact(tmp_path)[0] == 2  # compact records are rewritten as themselves
-    for rel, rec in inline.items():
-        assert read_record(tmp_path / rel) == rec and "per_layer" not in (tmp_path / rel).read_text()
-    assert len(list(tmp_path.rglob("*.detail"))) == 2
-
-
 def test_records_written_before_read_as_they_are(tmp_path):
     rec = record()
     path = tmp_path / "old.json"
@@ -202,15 +190,3 @@ def test_a_grid_writes_its_records_compactly_and_skips_them_when_done(tmp_path):
     logged = []
     (again,) = run_grid(grid(tmp_path), ["uniform"], [0.5], log=logged.append)
     assert again == read_record(path) and logged[0].startswith("[skip]")
-
-
-def test_the_rewrite_command_names_a_missing_folder_before_any_work(tmp_path, capsys):
-    from tasks.grid.record_format import main
-
-    write_json_atomic(tmp_path / "r.json", record())
-    with pytest.raises(SystemExit) as stop:
-        main([str(tmp_path), str(tmp_path / "nope")])
-    err = capsys.readouterr().err
-    assert stop.value.code == 2 and "no such folder" in err and "nope" in err
-    assert '"per_layer"' in (tmp_path / "r.json").read_text()  # nothing rewritten
-    assert main([str(tmp_path)]) == 0 and '"per_layer"' not in (tmp_path / "r.json").read_text()
