@@ -153,7 +153,3 @@ def main(argv: list[str] | None = None) -> None:
     models = tuple(known[n] for n in args.models) if args.models else MODELS
     methods = args.methods or list(fcpts.METHODS)
     measure_then_emit(lambda: measure(models, methods, args.limit_s), args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -81,7 +81,3 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--suite {item!r}: give NAME=LOG with LOG a pytest log file")
         suites[name] = Path(log)
     measure_then_emit(lambda: shape(args.root.resolve(), suites), args.output)
-
-
-if __name__ == "__main__":
-    main()

@@ -491,7 +491,3 @@ def main(argv=None) -> int:
     print(write_table(result, Path(args.table)))
     print(f"table: {args.table}\nraw: {args.raw}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

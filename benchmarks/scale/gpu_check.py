@@ -341,7 +341,3 @@ def main(argv=None) -> int:
         p.error(f"--continue-from {earlier}: no such file or folder")
     results = run(Path(args.out), Path(args.data_root), device, total, args.dry_run, args.only, earlier)
     return 0 if all(r["status"].startswith("passed") for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -475,7 +475,3 @@ def main(argv=None) -> dict:
     write_text_atomic(out.with_suffix(".md"), text)
     print(text)
     return result
-
-
-if __name__ == "__main__":
-    main()

@@ -97,7 +97,3 @@ def main(argv=None) -> None:
         measure_then_emit(quickstart, args.out)
         return
     measure_then_emit(lambda: run(args), args.out)
-
-
-if __name__ == "__main__":
-    main()

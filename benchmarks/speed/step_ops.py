@@ -103,7 +103,3 @@ def measure(model_name: str, batch_size: int, steps: int, top: int = 8) -> list[
 def main(argv=None) -> None:
     args = parser("step-ops").parse_args(argv)
     measure_then_emit(lambda: measure(args.model, args.batch_size, args.steps), args.out)
-
-
-if __name__ == "__main__":
-    main()

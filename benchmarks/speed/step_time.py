@@ -187,7 +187,3 @@ def run(args) -> list[str]:
 def main(argv=None) -> None:
     args = parser("step-time").parse_args(argv)
     measure_then_emit(lambda: run(args), args.out)
-
-
-if __name__ == "__main__":
-    main()
