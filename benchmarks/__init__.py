@@ -64,20 +64,6 @@ def step_ops(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=2)
 
 
-def method_time(p: argparse.ArgumentParser) -> None:
-    add_out(p)
-    add_device(p)
-    methods = "methods to time against fcpts"
-    p.add_argument("--methods", nargs="+", type=method_name, default=["fcpts-plus"], help=methods)
-    p.add_argument("--model", default="resnet32")
-    p.add_argument("--images", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--iterations", type=int, default=40)
-    p.add_argument("--target", type=float, default=0.9)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--quickstart", action="store_true", help="every method on the README Quickstart, its defaults")
-
-
 def pot_step_time(p: argparse.ArgumentParser) -> None:
     add_out(p)
     add_device(p)
@@ -181,13 +167,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "the operators an FCPTS step runs against a plain step's, counted on a CPU",
         "FCPTS's extra operators not growing with the layer count (results/benchmarks/step_ops_cpu.txt)",
         step_ops,
-    ),
-    "method-time": Benchmark(
-        "benchmarks.speed.method_time",
-        "whole runs of methods on one small model, alternated, with their ramp steps split out",
-        "the method-time ratios Table 6 quotes (results/benchmarks/method_time_*.txt); with --quickstart, every "
-        "method's first call on the README Quickstart within 30 s (results/benchmarks/quickstart_time_cpu.txt)",
-        method_time,
     ),
     "pot-step-time": Benchmark(
         "benchmarks.speed.pot_step_time",

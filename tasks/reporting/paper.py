@@ -255,7 +255,7 @@ def table6(records: list[dict], reference: list[dict], method_times: dict[str, s
         else "",
         *(
             "Under equal load: whole runs of FCPTS and the methods beyond the paper alternating in one process "
-            f"(`python -m benchmarks method-time`, {name}):\n\n```\n"
+            f"(the retired `git show 98f744e:benchmarks/speed/method_time.py`, {name}):\n\n```\n"
             + "\n".join(ln for i, ln in enumerate(text.splitlines()) if not i or "ratio to " in ln)
             + "\n```"
             for name, text in quoted.items()
