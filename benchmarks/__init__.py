@@ -116,13 +116,6 @@ def gpu_check(p: argparse.ArgumentParser) -> None:
     rn.add_argument("--continue-from", help="an earlier call's gpu_check.tar.gz (in gpu_data/) or OUT/work: finish it")
 
 
-def model_coverage(p: argparse.ArgumentParser) -> None:
-    add_out(p)
-    p.add_argument("--models", nargs="+", help="names from MODELS (default: all)")
-    p.add_argument("--methods", nargs="+", type=method_name, help="registered methods (default: all)")
-    p.add_argument("--limit-s", type=int, default=120, help="seconds a cell may run")
-
-
 def code_shape(p: argparse.ArgumentParser) -> None:
     add_out(p, "--output")
     p.add_argument("--root", type=Path, default=REPO_ROOT, help="the checkout to measure (default: this one)")
@@ -185,12 +178,6 @@ BENCHMARKS: dict[str, Benchmark] = {
         "every GPU measurement the suite lacks, in one prepared call (`prepare` here, `run` there)",
         "the GPU goals: step ratios, cell times, projected grid (results/benchmarks/gpu_check_*)",
         gpu_check,
-    ),
-    "model-coverage": Benchmark(
-        "benchmarks.code.model_coverage",
-        "every registered method on common torchvision and timm models: exact target, refused, or failed",
-        "that every method runs on the models users bring (results/benchmarks/model_coverage_cpu.txt)",
-        model_coverage,
     ),
     "code-shape": Benchmark(
         "benchmarks.code.shape",
