@@ -5,21 +5,13 @@ They reach the FCPTS loop through one object, `Plan`, at the points `fcpts.Varia
 
 from __future__ import annotations
 
-import copy
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import torch
 from torch import nn
-from torch.utils.data import Subset
 
-from fcpts.core.allocation import erk_rates, keep_masks_for_rates
-from fcpts.core.bn import recalibrate_bn
-from fcpts.core.calibration import Calibration, to_device
-from fcpts.core.loop import kl_distill
-from fcpts.core.masks import apply_keep_masks
+from fcpts.core.allocation import erk_rates
 from fcpts.core.options import RunSetup, check_at_least, fitted_iterations, open_run
 from fcpts.core.report import SparsityReport
 
@@ -33,9 +25,7 @@ class FCPTSPlusOptions(FCPTSOptions):
     AUTO_RAMP: ClassVar[float] = 0.5  # what ramp="auto" ramps over, from AUTO_RAMP_FROM on
     AUTO_RAMP_FROM: ClassVar[float] = 0.9  # held-out training images chose the ramp at 90% and none at 80%
 
-    erk_power: float | Literal["auto"] = 1.0  # exponent of the start's (and a ramp's) ERK rates; 1: FCPTS's ERK
-    erk_powers: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)  # what "auto" chooses from, in order of preference
-    probe_images: int = 256  # calibration images "auto" prunes one-shot and compares on
+    erk_power: float = 1.0  # exponent of the start's (and a ramp's) ERK rates; 1: FCPTS's ERK, 0: one rate everywhere
     # fraction of the iterations over which the sparsity rises (0: none); "auto": AUTO_RAMP from AUTO_RAMP_FROM on
     ramp: float | Literal["auto"] = "auto"
     ramp_start: float = 0.5  # the sparsity at step 0, as a fraction of the target
@@ -45,16 +35,7 @@ class FCPTSPlusOptions(FCPTSOptions):
 
     def validate(self) -> None:
         super().validate()
-        for power in (self.erk_power, *self.erk_powers):
-            if power != "auto" and (isinstance(power, str) or power < 0):
-                raise ValueError(
-                    f"erk_power must be 'auto' or a number >= 0 (1: ERK, 0: one rate in every layer), got {power!r}"
-                )
-        if not self.erk_powers or "auto" in self.erk_powers or self.probe_images < 1:
-            raise ValueError(
-                f"erk_powers must list at least one exponent and probe_images be >= 1, "
-                f"got {self.erk_powers}, {self.probe_images}"
-            )
+        check_at_least(self, "erk_power", 0.0)
         if self.block_weight != "auto" and (isinstance(self.block_weight, str) or self.block_weight < 0):
             raise ValueError(
                 f"block_weight weighs the blocks' MSE against the output KL: 'auto' or a number >= 0; "
@@ -92,60 +73,11 @@ def cubic_ramp(target: float, start: float, steps: int) -> Callable[[int], float
     return at
 
 
-# erk_power="auto", before any training: the exponent whose one-shot magnitude pruning loses the least output KL
-def probe_calibration(calib: Calibration, n_images: int) -> Calibration:
-    """The first `n_images` of the calibration set's first shuffle, as a calibration set of their own."""
-    idx = calib.order(0)[: min(n_images, len(calib))].tolist()
-    data = calib.data[idx] if isinstance(calib.data, torch.Tensor) else Subset(calib.data, idx)
-    return Calibration(data, calib.batch_size, calib.seed)
-
-
-@torch.no_grad()
-def one_shot_kl(
-    model: nn.Module,
-    layers_of: Callable[[nn.Module], dict[str, nn.Module]],
-    probe: Calibration,
-    target: float,
-    powers: Sequence[float],
-    device: torch.device,
-) -> dict[float, float]:
-    """power -> KL(dense || pruned) on the probe images, each pruned copy's BN statistics re-estimated on
-    them. `model` itself is left as it was (modes included)."""
-    x = to_device(probe.take(list(range(len(probe))), seed=probe.seed), device)
-    was_training = model.training
-    model.eval()
-    reference = torch.cat([model(part) for part in x.split(probe.batch_size)])
-    losses = {}
-    for power in powers:
-        pruned = copy.deepcopy(model)
-        layers = layers_of(pruned)
-        apply_keep_masks(layers, keep_masks_for_rates(layers, erk_rates(layers, target, power), target))
-        recalibrate_bn(pruned, probe, device, batch_size=probe.batch_size)
-        pruned.eval()
-        out = torch.cat([pruned(part) for part in x.split(probe.batch_size)])
-        losses[power] = float(kl_distill(out, reference, 1.0))
-    model.train(was_training)
-    return losses
-
-
 class Plan(Variant):
-    """FCPTS+'s changes to the FCPTS loop at the points `Variant` names; made before the loop (it runs the probe)."""
+    """FCPTS+'s changes to the FCPTS loop at the points `Variant` names, made before the loop."""
 
-    def __init__(self, model: nn.Module, setup: RunSetup, options: FCPTSPlusOptions):
-        self.layers, self.probe = setup.layers, None
-        if options.erk_power != "auto":
-            self.power = options.erk_power
-        else:  # the exponent with the least one-shot KL (ties: the earlier in erk_powers), and what the probe measured
-            start, calib = time.perf_counter(), setup.required_calib()
-            probe = probe_calibration(calib, options.probe_images)
-            losses = one_shot_kl(model, options.layers, probe, setup.target, options.erk_powers, setup.device)
-            self.power = min(options.erk_powers, key=lambda p: losses[p])
-            self.probe = {
-                "chosen": self.power,
-                "one_shot_kl": {str(p): float(f"{v:.6g}") for p, v in losses.items()},
-                "images": min(options.probe_images, len(calib)),
-                "wall_s": round(time.perf_counter() - start, 1),
-            }
+    def __init__(self, setup: RunSetup, options: FCPTSPlusOptions):
+        self.layers, self.power = setup.layers, options.erk_power
         self.ramp = options.ramp_for(setup.target)
         self.steps = round(self.ramp * fitted_iterations(options.iterations))  # the ramp's
         self.level = cubic_ramp(setup.target, options.ramp_start, self.steps)
@@ -164,12 +96,11 @@ class Plan(Variant):
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
     """FCPTS's loop as `Plan` changes it; the report adds the ramp and the ERK exponent, their time in its wall time."""
     setup = open_run(model, calibration, target, options)
-    plan = Plan(model, setup, options)
+    plan = Plan(setup, options)
     model, report = distill(model, setup, options, "fcpts-plus", plan)
     report.extra["ramp"] = plan.ramp
-    report.extra["erk_power"] = plan.probe if plan.probe is not None else {"chosen": plan.power}
-    probe_s = plan.probe["wall_s"] if plan.probe else 0.0
-    report.wall_s += probe_s + report.extra.get("block_weight", {}).get("wall_s", 0.0)
+    report.extra["erk_power"] = {"chosen": plan.power}
+    report.wall_s += report.extra.get("block_weight", {}).get("wall_s", 0.0)
     return model, report
 
 
