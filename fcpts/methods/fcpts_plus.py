@@ -94,7 +94,8 @@ class Plan(Variant):
 
 
 def run(model: nn.Module, calibration, target: float, options: FCPTSPlusOptions) -> tuple[nn.Module, SparsityReport]:
-    """FCPTS's loop as `Plan` changes it; the report adds the ramp and the ERK exponent, their time in its wall time."""
+    """FCPTS's loop as `Plan` changes it; the report adds the ramp and the ERK exponent, and its wall time the
+    automatic block weight's probe."""
     setup = open_run(model, calibration, target, options)
     plan = Plan(setup, options)
     model, report = distill(model, setup, options, "fcpts-plus", plan)
