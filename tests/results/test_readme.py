@@ -55,8 +55,11 @@ def test_every_registered_method_is_in_the_methods_table():
 
 
 def test_readme_is_short_with_the_two_commands_on_the_first_screen():
-    lines = README.read_text().splitlines()
-    assert len(lines) <= 130, len(lines)
+    """Its own words are short; the generated blocks grow with the registry and the records, so they do not count."""
+    text = README.read_text()
+    written = re.sub(r"<!-- BEGIN (\w+) -->\n.*?<!-- END \1 -->\n", "", text, flags=re.S).splitlines()
+    assert len(written) <= 103, len(written)
+    lines = text.splitlines()
     first_screen = "\n".join(lines[:30])
     assert "make run" in first_screen and "make test" in first_screen and "pip install" in first_screen
 
