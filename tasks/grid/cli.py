@@ -120,7 +120,7 @@ def where(args: argparse.Namespace) -> Where:
         check_writable(Path(args.checkpoint_dir), "--checkpoint-dir")
     return Where(
         seed=args.seed,
-        data_root=args.data_root,
+        data_root=getattr(args, "data_root", None),  # a task of synthetic data declares no --data-root
         weights=args.weights,
         runs_dir=Path(args.results_dir),
         checkpoint_dir=Path(args.checkpoint_dir) if args.checkpoint_dir else None,

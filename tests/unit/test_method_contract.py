@@ -97,16 +97,15 @@ def throwaway_task():
     """A task declared at run time as a driver declares one: its flags on the shared grid flags, its plans, its
     registration; no other file names it."""
     from tasks.grid import cli
-    from tasks.grid.help import TaskCommand, flag
+    from tasks.grid.help import TaskCommand
     from tasks.grid.profiles import profile_table, quick_profile
     from tasks.grid.rerun import TASKS, register_task
 
     profiles = profile_table(quick_profile(16, iterations=2, batch_size=4, eval_limit=8, pot_iterations=2))
 
-    command = TaskCommand(
+    command = TaskCommand(  # no --data-root: a task of synthetic data declares none
         prog="python -m tasks.throwaway", driver="tests.unit.test_method_contract", profiles=tuple(profiles),
         default_profile="quick", method_sets=("cifar",), sparsity=(0.5,), models=("toy-net",), model_help="any name",
-        flags=(flag("--data-root"),),
     )  # fmt: skip
 
     def plans(args):
