@@ -181,12 +181,12 @@ def main(task: str, argv: Sequence[str] | None = None) -> int:
     from fcpts.methods import get_method
     from tasks.grid import estimate, launch
     from tasks.grid.rerun import get_task
-    from tasks.grid.runner import format_table, run_grid
+    from tasks.grid.runner import run_grid
 
     declared = get_task(task)
     if declared.plans is None:
         raise ValueError(f"task {task!r} registers no plans")
-    plans, table = declared.plans, declared.table or format_table
+    plans, table = declared.plans, declared.results_table
 
     def run() -> int:
         launch.check_launcher_args(args)

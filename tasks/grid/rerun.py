@@ -34,7 +34,7 @@ class Task:
     grid_for_record: GridForRecord  # (record, profile, where) -> the grid the record came from
     build_grid: Callable[..., Grid]  # the driver's keyword grid builder
     plans: Callable[..., Any] | None = None  # arguments -> the GridPlans to run (tasks.grid.cli.main runs them)
-    table: Callable[[list[dict]], str] | None = None  # the records' table printed at the end (default: format_table)
+    table: Callable[[list[dict]], str] | None = None  # the records' table printed at the end (`results_table`)
     dense_model: Callable[[dict], Any] | None = None  # record -> (its dense model, input shape without batch)
     make_data: Callable[..., Any] | None = None  # writes the task's substitute data set into a folder
     # What the task declares, for `python -m tasks.grid tasks` (as timm's list_models):
@@ -43,6 +43,14 @@ class Task:
     models: tuple[str, ...] = ()  # the names its model factory builds
     metrics: tuple[str, ...] = ()  # what its evaluator writes into a record's `metrics`
     profiles: tuple[str, ...] = ()  # its budgets, most faithful first
+
+    def results_table(self, records: list[dict]) -> str:
+        """The records' table printed at the end: the task's own, else a column per metric it declares."""
+        from tasks.grid.runner import format_table, result_columns
+
+        if self.table is not None:
+            return self.table(records)
+        return format_table(records, result_columns({m: m for m in self.metrics or ("top1", "top5")}))
 
 
 TASKS: dict[str, Task] = {}

@@ -370,10 +370,7 @@ def result_columns(metrics: dict[str, str], method_width: int = 18) -> list[Colu
     ]
 
 
-CLASSIFICATION_COLUMNS = result_columns({"top1": "top1", "top5": "top5"})
-
-
-def format_table(records: list[dict], columns: Sequence[Column] = CLASSIFICATION_COLUMNS) -> str:
+def format_table(records: list[dict], columns: Sequence[Column]) -> str:
     """A header, a rule and a row per record."""
     head = " ".join(c.head() for c in columns)
     rows = [" ".join(format(c.value(r), c.spec) for c in columns) for r in records]

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from tasks.grid.profiles import Profile
+from tasks.grid.rerun import get_task
 from tasks.grid.runner import Grid, format_table, run_grid
 from tasks.voc.grid import VOC_COLUMNS
 
@@ -63,7 +64,7 @@ RECORD = {
 
 
 def test_the_classification_table_lines_up_top1_top5_and_the_drop_in_top1():
-    assert format_table([RECORD]).splitlines() == [
+    assert get_task("cifar").results_table([RECORD]).splitlines() == [
         "method             target  achieved    top1    top5   dense   drop  time s",
         "-" * 74,
         "fcpts                0.90  0.900000   70.12   90.50   72.50   2.38     394",

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tasks.grid.paths import REPO_ROOT as ROOT
-from tasks.grid.rerun import drivers, get_task
+from tasks.grid.rerun import Task, drivers, get_task
 
 
 def test_a_task_is_found_by_name_and_its_driver_imported_on_first_use():
@@ -96,3 +96,12 @@ def test_the_task_list_names_every_task():
         f"  --all-methods: the paper's set: pot-l2norm pot-erk fcpts, then beyond the paper (tables label them so): "
         f"{extras}\n" in text
     )
+
+
+def test_a_task_without_its_own_table_prints_a_column_per_metric_it_declares():
+    task = Task("toy", grid_for_record=lambda *_: None, build_grid=lambda **_: None, metrics=("top1",))
+    record = {"method": "fcpts", "target_sparsity": 0.5, "achieved_sparsity": 0.5, "wall_s": 1.0}
+    record |= {"metrics": {"top1": 70.0, "n_images": 8}, "dense_metrics": {"top1": 80.0, "n_images": 8}}
+    head, _, row = task.results_table([record]).splitlines()
+    assert head.split() == ["method", "target", "achieved", "top1", "dense", "drop", "time", "s"]
+    assert row.split()[3:6] == ["70.00", "80.00", "10.00"]
