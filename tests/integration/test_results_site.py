@@ -127,7 +127,12 @@ def browser():
 
 
 def click(browser, element) -> None:
-    """A user's click on `element`, scrolled to the middle of the window (not under the sticky navigation bar)."""
+    """A user's click on `element`, scrolled to the middle of the window (not under the sticky navigation bar) once
+    every figure has loaded: a lazy figure above it loading during the scroll moved it under the pointer."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.execute_script("document.querySelectorAll('img[loading=lazy]').forEach(i => { i.loading = 'eager'; });")
+    WebDriverWait(browser, 30).until(lambda b: b.execute_script("return [...document.images].every(i => i.complete)"))
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
     element.click()
 
