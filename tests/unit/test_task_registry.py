@@ -66,7 +66,7 @@ def test_each_task_declares_what_its_command_takes():
     for name, driver in (("cifar", cifar_grid), ("imagenet", imagenet_grid), ("voc", voc_grid)):
         assert tasks[name].profiles == tuple(driver.PROFILES) == tasks[name].command.profiles
         assert parse_args(name, ["--profile", tasks[name].profiles[0]]).profile == "paper"
-    for task in tasks.values():  # each command is a package of this checkout's run with -m
+    for task in tasks.values():  # each command runs a package of this checkout with -m
         assert importlib.util.find_spec(f"{task.command.prog.split()[2]}.__main__"), task.command.prog
 
 
