@@ -191,17 +191,19 @@ def cell_checkpoint(grid: Grid, path: Path) -> Path:
     return grid.checkpoints() / path.relative_to(grid.runs_dir).with_suffix(".pt")
 
 
-def _redo_marker(grid: Grid, path: Path) -> tuple[Path, str]:
-    """The file beside a --force redo's checkpoint and what it holds: the sha256 of the record the redo replaces
-    ('none'), so only that redo resumes."""
-    ckpt = cell_checkpoint(grid, path)
-    return ckpt.with_name(ckpt.name + ".redo"), file_sha256(path) if path.is_file() else "none"
+def _redo_marker(ckpt: Path) -> Path:
+    """Beside a --force redo's checkpoint: the sha256 of the record it replaces ('none'), so only that redo resumes."""
+    return ckpt.with_name(ckpt.name + ".redo")
+
+
+def _replaced(path: Path) -> str:
+    return file_sha256(path) if path.is_file() else "none"
 
 
 def redo_begun(grid: Grid, path: Path) -> bool:
     """Whether a --force redo of this cell began, and was interrupted, since its record was written."""
-    marker, replaced = _redo_marker(grid, path)
-    return marker.is_file() and marker.read_text().strip() == replaced
+    marker = _redo_marker(cell_checkpoint(grid, path))
+    return marker.is_file() and marker.read_text().strip() == _replaced(path)  # hashed only where a marker is
 
 
 def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> None:
@@ -211,14 +213,13 @@ def begin_or_resume_redo(grid: Grid, path: Path, log: Callable[[str], None]) -> 
         log(f"[resume] the --force redo of {path.name} begun earlier goes on (remove {ckpt}* to start it clean)")
         return
     clear_checkpoints(ckpt)
-    marker, replaced = _redo_marker(grid, path)
-    write_text_atomic(marker, replaced + "\n")
+    write_text_atomic(_redo_marker(ckpt), _replaced(path) + "\n")
 
 
 def _devices_of_run(ckpt: Path, here: str) -> list[str]:
     """The devices a cell's run has worked on (kept beside its checkpoint), so a resumed run names each."""
     side = ckpt.with_name(ckpt.name + ".devices")
-    others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, ckpt.with_name(ckpt.name + ".redo")}
+    others = set(ckpt.parent.glob(ckpt.name + ".*")) - {side, _redo_marker(ckpt)}
     started = ckpt.exists() or bool(others)  # STR: side files only
     earlier = side.read_text().splitlines() if started and side.is_file() else []
     devices = [*earlier, *([here] if here not in earlier else [])]
