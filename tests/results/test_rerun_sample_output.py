@@ -77,7 +77,24 @@ def test_provenance_and_each_row_s_fields_are_there(path):
         assert row["cell_wall_s"] > 0 and re.fullmatch(r"[0-9a-f]{64}", row["new_mask_sha256"])
         assert row["match"] == (row["numbers_match"] and row["old_mask_sha256"] in (None, row["new_mask_sha256"]))
     ran = _ran(out)
-    assert out["summary"]["matched"] == sum(r["match"] for r in ran) and out["summary"]["methods"] == len(out["rows"])
+    assert out["summary"] == {
+        "methods": len(out["rows"]),
+        "matched": sum(r["match"] for r in ran),
+        "differed": sum(not r["match"] for r in ran),
+        "skipped": len(out["rows"]) - len(ran),
+        "cpu_s": round(sum(r["cell_cpu_s"] for r in ran), 1),
+        "wall_s": round(sum(r["cell_wall_s"] for r in ran), 1),
+    }
+
+
+@pytest.mark.parametrize("path", [OUT, SAME_PROCESSOR, SAME_PROCESSOR_AMD, FLAT_MASKS_AMD], ids=lambda p: p.stem)
+def test_the_table_beside_each_output_states_its_counts_commit_and_a_row_per_method(path):
+    """The benchmark that wrote both is retired: its table must still be the one made beside this JSON."""
+    out, table = _read(path), path.with_suffix(".md").read_text()
+    s = out["summary"]
+    assert f"last written at commit {out['provenance']['git_commit'][:12]} " in table.splitlines()[0]
+    assert f"{s['matched']} matched, {s['differed']} differed, {s['skipped']} skipped; {s['cpu_s']:.0f} s CPU" in table
+    assert [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[4:]] == [r["method"] for r in out["rows"]]
 
 
 def test_one_row_per_registered_method_each_run_or_skipped_with_its_reason():
